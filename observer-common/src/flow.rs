@@ -1,0 +1,221 @@
+//! The map types (`#[repr(C)]`, no implicit padding) and the per-flow update used by both the
+//! kernel program and userspace aggregation.
+
+use core::mem::size_of;
+
+use crate::parse::{OpClass, RocePacket, SkipReason, Transport};
+use crate::wire::{PMTU_MAX, PMTU_MIN, PSN_MASK};
+
+/// One direction of one queue pair as seen on the wire.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    /// IPv4 v4-mapped (`::ffff:a.b.c.d`).
+    pub src_ip: [u8; 16],
+    pub dst_ip: [u8; 16],
+    /// 24 bits.
+    pub dest_qp: u32,
+    pub udp_src_port: u16,
+    /// Always zero (hash keys compare every byte).
+    pub _pad: u16,
+}
+const _: () = assert!(size_of::<FlowKey>() == 40);
+
+impl FlowKey {
+    #[inline(always)]
+    pub fn of(p: &RocePacket) -> Self {
+        Self {
+            src_ip: p.src_ip,
+            dst_ip: p.dst_ip,
+            dest_qp: p.bth.dest_qp,
+            udp_src_port: p.udp_src_port,
+            _pad: 0,
+        }
+    }
+}
+
+/// Per-flow accounting. In the kernel it is a per-CPU value; userspace sums with [`merge`].
+///
+/// [`merge`]: FlowStats::merge
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    pub packets: u64,
+    /// From the IP length fields, so truncated mirror copies count fully.
+    pub bytes: u64,
+    /// Indexed by the ECN codepoint: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+    pub ecn: [u64; 4],
+    /// Indexed by [`OpClass`].
+    pub ops: [u64; OpClass::COUNT],
+    /// Request PSNs that jumped forward (loss upstream of the observation point).
+    pub psn_gaps: u64,
+    /// Lower-bound estimate of the PSNs missing in those gaps.
+    pub psn_missing: u64,
+    /// Request PSNs that went backwards (retransmission, go-back-N).
+    pub psn_regressions: u64,
+    /// Bit d set when DSCP d was seen.
+    pub dscp_mask: u64,
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    /// Expected next request PSN lies in [psn_next_lo, psn_next_hi] (a READ of unknown PMTU
+    /// consumes a range), valid once `psn_valid` is 1.
+    pub psn_next_lo: u32,
+    pub psn_next_hi: u32,
+    pub psn_valid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<FlowStats>() == 23 * 8 + 16);
+
+/// (a - b) mod 2^24.
+#[inline(always)]
+const fn psn_sub(a: u32, b: u32) -> u32 {
+    a.wrapping_sub(b) & PSN_MASK
+}
+
+/// PSNs a READ request of `len` bytes consumes for a path MTU of `pmtu`: ceil(len / pmtu), at least 1.
+#[inline(always)]
+const fn read_psns(len: u32, pmtu: u32) -> u32 {
+    let n = len.div_ceil(pmtu);
+    if n == 0 { 1 } else { n }
+}
+
+impl FlowStats {
+    /// Accounts one packet of this flow at time `now_ns`.
+    #[inline(always)]
+    pub fn record(&mut self, p: &RocePacket, now_ns: u64) {
+        if self.packets == 0 {
+            self.first_seen_ns = now_ns;
+        }
+        self.packets += 1;
+        self.bytes += p.ip_len as u64;
+        self.ecn[(p.ecn() & 3) as usize] += 1;
+        self.dscp_mask |= 1u64 << (p.dscp() & 63);
+        if now_ns > self.last_seen_ns {
+            self.last_seen_ns = now_ns;
+        }
+        let class = p.op_class();
+        self.ops[class as usize] += 1;
+        if class.is_request()
+            && matches!(
+                p.bth.transport(),
+                Transport::Rc | Transport::Uc | Transport::Xrc
+            )
+        {
+            self.track_psn(p.bth.psn & PSN_MASK, class, p.reth_dma_len);
+        }
+    }
+
+    /// PSN continuity of request packets. ACK PSNs are coalesced by design and never come here.
+    #[inline(always)]
+    fn track_psn(&mut self, psn: u32, class: OpClass, dma_len: Option<u32>) {
+        if self.psn_valid != 0 {
+            let ahead = psn_sub(psn, self.psn_next_lo);
+            let window = psn_sub(self.psn_next_hi, self.psn_next_lo);
+            if ahead <= window {
+                // In sequence.
+            } else if ahead < (1 << 23) {
+                self.psn_gaps += 1;
+                self.psn_missing += psn_sub(psn, self.psn_next_hi) as u64;
+            } else {
+                self.psn_regressions += 1;
+            }
+        }
+        let (lo, hi) = match (class, dma_len) {
+            (OpClass::ReadRequest, Some(len)) => {
+                (read_psns(len, PMTU_MAX), read_psns(len, PMTU_MIN))
+            }
+            // A READ cut before its RETH: any length is possible, accept up to 2^23 - 1 ahead.
+            (OpClass::ReadRequest, None) => (1, (1 << 23) - 1),
+            _ => (1, 1),
+        };
+        self.psn_next_lo = psn.wrapping_add(lo) & PSN_MASK;
+        self.psn_next_hi = psn.wrapping_add(hi) & PSN_MASK;
+        self.psn_valid = 1;
+    }
+
+    /// Adds another partial view of the same flow (another CPU's value).
+    pub fn merge(&mut self, o: &FlowStats) {
+        if o.packets == 0 {
+            return;
+        }
+        if self.packets == 0 || o.first_seen_ns < self.first_seen_ns {
+            self.first_seen_ns = o.first_seen_ns;
+        }
+        if o.last_seen_ns > self.last_seen_ns {
+            // The continuation state follows the most recent view.
+            self.psn_next_lo = o.psn_next_lo;
+            self.psn_next_hi = o.psn_next_hi;
+            self.psn_valid = o.psn_valid;
+            self.last_seen_ns = o.last_seen_ns;
+        }
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        for (a, b) in self.ecn.iter_mut().zip(o.ecn) {
+            *a += b;
+        }
+        for (a, b) in self.ops.iter_mut().zip(o.ops) {
+            *a += b;
+        }
+        self.psn_gaps += o.psn_gaps;
+        self.psn_missing += o.psn_missing;
+        self.psn_regressions += o.psn_regressions;
+        self.dscp_mask |= o.dscp_mask;
+    }
+}
+
+/// Global counters (one per-CPU array slot).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub frames: u64,
+    pub roce_packets: u64,
+    pub roce_bytes: u64,
+    pub ce_packets: u64,
+    pub cnp_packets: u64,
+    /// RoCE packets not accounted per flow because the flow table refused the insert.
+    pub flow_insert_failures: u64,
+    /// Indexed by [`SkipReason`].
+    pub skipped: [u64; SkipReason::COUNT],
+}
+const _: () = assert!(size_of::<Counters>() == (6 + SkipReason::COUNT) * 8);
+
+impl Counters {
+    /// Accounts one frame's parse result.
+    #[inline(always)]
+    pub fn record(&mut self, result: &Result<RocePacket, SkipReason>) {
+        self.frames += 1;
+        match result {
+            Ok(p) => {
+                self.roce_packets += 1;
+                self.roce_bytes += p.ip_len as u64;
+                if p.ecn() == 3 {
+                    self.ce_packets += 1;
+                }
+                if p.op_class() == OpClass::Cnp {
+                    self.cnp_packets += 1;
+                }
+            }
+            Err(reason) => self.skipped[*reason as usize] += 1,
+        }
+    }
+
+    pub fn merge(&mut self, o: &Counters) {
+        self.frames += o.frames;
+        self.roce_packets += o.roce_packets;
+        self.roce_bytes += o.roce_bytes;
+        self.ce_packets += o.ce_packets;
+        self.cnp_packets += o.cnp_packets;
+        self.flow_insert_failures += o.flow_insert_failures;
+        for (a, b) in self.skipped.iter_mut().zip(o.skipped) {
+            *a += b;
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), no padding (asserted above), every bit pattern valid.
+    unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::FlowStats {}
+    unsafe impl aya::Pod for super::Counters {}
+}

@@ -1,0 +1,30 @@
+//! Shared between the kernel program and userspace: the RoCEv2 wire constants, the one packet
+//! parser (over the [`Bytes`] access trait), and the `#[repr(C)]` map types with the per-flow
+//! update code, so that live capture, capture replay and tests compute the same answer.
+#![no_std]
+
+pub mod flow;
+pub mod parse;
+pub mod wire;
+
+pub use flow::{Counters, FlowKey, FlowStats};
+pub use parse::{Aeth, Bth, Bytes, OpClass, RocePacket, SkipReason, Transport, VlanTag, parse};
+
+/// Map names shared by the kernel object and the loader.
+pub mod maps {
+    pub const FLOWS: &str = "FLOWS";
+    pub const COUNTERS: &str = "COUNTERS";
+    /// Counters of the baseline program (frames only), used by the benchmark.
+    pub const BASELINE: &str = "BASELINE";
+}
+
+/// Program names in the kernel object.
+pub mod programs {
+    /// The observer: parses every frame, accounts RoCEv2 per flow, always passes.
+    pub const OBSERVE: &str = "roce_observe";
+    /// A program that only counts frames: the benchmark's baseline.
+    pub const BASELINE: &str = "count_frames";
+}
+
+/// Default capacity of the flow table.
+pub const DEFAULT_MAX_FLOWS: u32 = 16_384;

@@ -1,0 +1,488 @@
+//! The one RoCEv2 parser: Ethernet, up to two VLAN tags, IPv4/IPv6, UDP 4791, BTH and the
+//! extended transport headers the observer needs (RETH, AETH, DETH).
+//!
+//! It reads through [`Bytes`], implemented for `[u8]` here and for XDP context memory in the
+//! kernel crate, so both compute the same answer from the same code. Every frame that is not a
+//! parseable RoCEv2 packet gets a [`SkipReason`].
+
+use core::mem::size_of;
+
+use crate::wire::{self, op};
+
+/// Plain old data that may be read from any byte offset: integers and byte arrays.
+///
+/// # Safety
+/// Every bit pattern of `size_of::<Self>()` bytes must be a valid value.
+pub unsafe trait Plain: Copy {}
+unsafe impl Plain for u8 {}
+unsafe impl Plain for u16 {}
+unsafe impl Plain for u32 {}
+unsafe impl Plain for u64 {}
+unsafe impl<const N: usize> Plain for [u8; N] {}
+
+/// Bounds-checked, unaligned reads of packet memory.
+pub trait Bytes {
+    /// Reads a `T` at byte offset `off`, or `None` when the packet ends first.
+    fn load<T: Plain>(&self, off: usize) -> Option<T>;
+}
+
+impl Bytes for [u8] {
+    #[inline(always)]
+    fn load<T: Plain>(&self, off: usize) -> Option<T> {
+        let end = off.checked_add(size_of::<T>())?;
+        let bytes = self.get(off..end)?;
+        // SAFETY: `bytes` holds exactly size_of::<T>() bytes and T is Plain.
+        Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+    }
+}
+
+#[inline(always)]
+fn be16<B: Bytes + ?Sized>(b: &B, off: usize) -> Option<u16> {
+    b.load::<[u8; 2]>(off).map(u16::from_be_bytes)
+}
+
+#[inline(always)]
+fn be32<B: Bytes + ?Sized>(b: &B, off: usize) -> Option<u32> {
+    b.load::<[u8; 4]>(off).map(u32::from_be_bytes)
+}
+
+/// Why a frame was not accounted as RoCEv2. The discriminant indexes [`crate::Counters::skipped`].
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SkipReason {
+    /// EtherType is neither IPv4 nor IPv6 (ARP, LLDP, PFC, ...).
+    NotIp = 0,
+    /// IP, but the payload is not UDP.
+    NotUdp = 1,
+    /// UDP, but the destination port is not 4791.
+    OtherPort = 2,
+    /// An IPv4 fragment or an IPv6 fragment header (RoCE never fragments).
+    IpFragment = 3,
+    /// The frame ends before the BTH is complete.
+    Truncated = 4,
+    /// IPv4 IHL below 5, or an IP/UDP length too small for UDP plus a BTH.
+    BadHeaderLength = 5,
+    /// The IP version nibble disagrees with the EtherType.
+    BadIpVersion = 6,
+    /// More than two VLAN tags.
+    TooManyVlanTags = 7,
+}
+
+impl SkipReason {
+    pub const COUNT: usize = 8;
+    pub const ALL: [SkipReason; Self::COUNT] = [
+        Self::NotIp,
+        Self::NotUdp,
+        Self::OtherPort,
+        Self::IpFragment,
+        Self::Truncated,
+        Self::BadHeaderLength,
+        Self::BadIpVersion,
+        Self::TooManyVlanTags,
+    ];
+
+    /// The name used in reports (`totals.skipped`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::NotIp => "not_ip",
+            Self::NotUdp => "not_udp",
+            Self::OtherPort => "other_port",
+            Self::IpFragment => "ip_fragment",
+            Self::Truncated => "truncated",
+            Self::BadHeaderLength => "bad_header_length",
+            Self::BadIpVersion => "bad_ip_version",
+            Self::TooManyVlanTags => "too_many_vlan_tags",
+        }
+    }
+}
+
+/// Transport service, from the top 3 bits of the opcode.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    Rc = 0,
+    Uc = 1,
+    Rd = 2,
+    Ud = 3,
+    /// 0x80-0x9F: the RoCEv2 CNP (0x81) and reserved codes.
+    Cnp = 4,
+    Xrc = 5,
+    /// 0xC0-0xFF: manufacturer specific.
+    Vendor = 6,
+}
+
+impl Transport {
+    #[inline(always)]
+    pub const fn of(opcode: u8) -> Self {
+        match opcode >> 5 {
+            0 => Self::Rc,
+            1 => Self::Uc,
+            2 => Self::Rd,
+            3 => Self::Ud,
+            4 => Self::Cnp,
+            5 => Self::Xrc,
+            _ => Self::Vendor,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Rc => "RC",
+            Self::Uc => "UC",
+            Self::Rd => "RD",
+            Self::Ud => "UD",
+            Self::Cnp => "CNP",
+            Self::Xrc => "XRC",
+            Self::Vendor => "vendor",
+        }
+    }
+}
+
+/// What a packet does; the discriminant indexes [`crate::FlowStats::ops`].
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpClass {
+    Send = 0,
+    Write = 1,
+    ReadRequest = 2,
+    ReadResponse = 3,
+    Ack = 4,
+    Nak = 5,
+    RnrNak = 6,
+    Atomic = 7,
+    AtomicAck = 8,
+    Cnp = 9,
+    Other = 10,
+}
+
+impl OpClass {
+    pub const COUNT: usize = 11;
+    pub const ALL: [OpClass; Self::COUNT] = [
+        Self::Send,
+        Self::Write,
+        Self::ReadRequest,
+        Self::ReadResponse,
+        Self::Ack,
+        Self::Nak,
+        Self::RnrNak,
+        Self::Atomic,
+        Self::AtomicAck,
+        Self::Cnp,
+        Self::Other,
+    ];
+
+    /// The name used in reports (`flows[].ops`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Send => "send",
+            Self::Write => "write",
+            Self::ReadRequest => "read_request",
+            Self::ReadResponse => "read_response",
+            Self::Ack => "ack",
+            Self::Nak => "nak",
+            Self::RnrNak => "rnr_nak",
+            Self::Atomic => "atomic",
+            Self::AtomicAck => "atomic_ack",
+            Self::Cnp => "cnp",
+            Self::Other => "other",
+        }
+    }
+
+    /// Requests consume request PSNs in order; only these feed PSN continuity.
+    #[inline(always)]
+    pub const fn is_request(self) -> bool {
+        matches!(
+            self,
+            Self::Send | Self::Write | Self::ReadRequest | Self::Atomic
+        )
+    }
+}
+
+/// A VLAN tag (802.1Q or 802.1ad).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VlanTag {
+    pub tpid: u16,
+    /// 802.1p priority (3 bits).
+    pub pcp: u8,
+    pub dei: bool,
+    pub vid: u16,
+}
+
+/// Base Transport Header, every field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bth {
+    pub opcode: u8,
+    pub solicited: bool,
+    pub mig_req: bool,
+    pub pad_count: u8,
+    pub tver: u8,
+    pub pkey: u16,
+    pub fecn: bool,
+    pub becn: bool,
+    /// 24 bits.
+    pub dest_qp: u32,
+    pub ack_req: bool,
+    /// 24 bits.
+    pub psn: u32,
+}
+
+impl Bth {
+    #[inline(always)]
+    pub fn from_bytes(b: [u8; wire::BTH_LEN]) -> Self {
+        Self {
+            opcode: b[0],
+            solicited: b[1] & 0x80 != 0,
+            mig_req: b[1] & 0x40 != 0,
+            pad_count: (b[1] >> 4) & 0x3,
+            tver: b[1] & 0x0F,
+            pkey: u16::from_be_bytes([b[2], b[3]]),
+            fecn: b[4] & 0x80 != 0,
+            becn: b[4] & 0x40 != 0,
+            dest_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
+            ack_req: b[8] & 0x80 != 0,
+            psn: u32::from_be_bytes([0, b[9], b[10], b[11]]),
+        }
+    }
+
+    #[inline(always)]
+    pub const fn transport(&self) -> Transport {
+        Transport::of(self.opcode)
+    }
+}
+
+/// ACK extended transport header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Aeth {
+    pub syndrome: u8,
+    /// 24 bits.
+    pub msn: u32,
+}
+
+/// A parsed RoCEv2 packet. Optional headers are `None` when the opcode has none or when a
+/// mirror truncated the copy before them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RocePacket {
+    /// IPv4 addresses are stored v4-mapped (`::ffff:a.b.c.d`).
+    pub src_ip: [u8; 16],
+    pub dst_ip: [u8; 16],
+    pub is_ipv6: bool,
+    /// Bytes from the IP header on, from the IP length fields (not the captured length).
+    pub ip_len: u32,
+    /// IPv4 TOS or IPv6 traffic class: DSCP in the top 6 bits, ECN in the low 2.
+    pub tos: u8,
+    pub vlan_count: u8,
+    pub vlans: [VlanTag; wire::MAX_VLAN_TAGS],
+    pub udp_src_port: u16,
+    pub udp_len: u16,
+    pub bth: Bth,
+    pub reth_dma_len: Option<u32>,
+    pub aeth: Option<Aeth>,
+    /// DETH (UD and RD): Q_Key and source QP.
+    pub deth_qkey: Option<u32>,
+    pub deth_src_qp: Option<u32>,
+}
+
+impl RocePacket {
+    #[inline(always)]
+    pub const fn ecn(&self) -> u8 {
+        self.tos & 0x3
+    }
+
+    #[inline(always)]
+    pub const fn dscp(&self) -> u8 {
+        self.tos >> 2
+    }
+
+    /// The operation class of this packet.
+    #[inline(always)]
+    pub fn op_class(&self) -> OpClass {
+        classify(self.bth.opcode, self.aeth.map(|a| a.syndrome))
+    }
+}
+
+/// Classifies an opcode (with the AETH syndrome for ACKNOWLEDGE packets).
+#[inline(always)]
+pub fn classify(opcode: u8, aeth_syndrome: Option<u8>) -> OpClass {
+    if opcode == wire::OPCODE_CNP {
+        return OpClass::Cnp;
+    }
+    match Transport::of(opcode) {
+        Transport::Cnp | Transport::Vendor => return OpClass::Other,
+        _ => {}
+    }
+    match opcode & 0x1F {
+        op::SEND_FIRST..=op::SEND_ONLY_IMM | op::SEND_LAST_INV | op::SEND_ONLY_INV => OpClass::Send,
+        op::WRITE_FIRST..=op::WRITE_ONLY_IMM => OpClass::Write,
+        op::READ_REQUEST => OpClass::ReadRequest,
+        op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY => OpClass::ReadResponse,
+        op::ACKNOWLEDGE => match aeth_syndrome.map(|s| s >> 5) {
+            // An ACKNOWLEDGE cut before its AETH still is an acknowledgement.
+            None | Some(wire::AETH_ACK) => OpClass::Ack,
+            Some(wire::AETH_RNR_NAK) => OpClass::RnrNak,
+            Some(wire::AETH_NAK) => OpClass::Nak,
+            Some(_) => OpClass::Other,
+        },
+        op::ATOMIC_ACKNOWLEDGE => OpClass::AtomicAck,
+        op::COMPARE_SWAP | op::FETCH_ADD => OpClass::Atomic,
+        _ => OpClass::Other,
+    }
+}
+
+#[inline(always)]
+const fn is_vlan(ethertype: u16) -> bool {
+    ethertype == wire::ETHERTYPE_VLAN || ethertype == wire::ETHERTYPE_QINQ
+}
+
+#[inline(always)]
+fn vlan_tag(tpid: u16, tci: u16) -> VlanTag {
+    VlanTag {
+        tpid,
+        pcp: (tci >> 13) as u8,
+        dei: tci & 0x1000 != 0,
+        vid: tci & 0x0FFF,
+    }
+}
+
+/// Parses one Ethernet frame.
+#[inline(always)]
+pub fn parse<B: Bytes + ?Sized>(b: &B) -> Result<RocePacket, SkipReason> {
+    use SkipReason::*;
+    let mut p = RocePacket::default();
+
+    // Ethernet and up to two VLAN tags, unrolled for the verifier.
+    let mut off = wire::ETH_HEADER_LEN;
+    let mut ethertype = be16(b, 12).ok_or(Truncated)?;
+    if is_vlan(ethertype) {
+        let tci = be16(b, off).ok_or(Truncated)?;
+        p.vlans[0] = vlan_tag(ethertype, tci);
+        p.vlan_count = 1;
+        ethertype = be16(b, off + 2).ok_or(Truncated)?;
+        off += wire::VLAN_TAG_LEN;
+        if is_vlan(ethertype) {
+            let tci = be16(b, off).ok_or(Truncated)?;
+            p.vlans[1] = vlan_tag(ethertype, tci);
+            p.vlan_count = 2;
+            ethertype = be16(b, off + 2).ok_or(Truncated)?;
+            off += wire::VLAN_TAG_LEN;
+            if is_vlan(ethertype) {
+                return Err(TooManyVlanTags);
+            }
+        }
+    }
+
+    // IP.
+    let l4 = if ethertype == wire::ETHERTYPE_IPV4 {
+        let vhl = b.load::<u8>(off).ok_or(Truncated)?;
+        if vhl >> 4 != 4 {
+            return Err(BadIpVersion);
+        }
+        let header_len = ((vhl & 0x0F) as usize) * 4;
+        if header_len < wire::IPV4_MIN_HEADER_LEN {
+            return Err(BadHeaderLength);
+        }
+        let fixed = b.load::<[u8; 20]>(off).ok_or(Truncated)?;
+        let total_len = u16::from_be_bytes([fixed[2], fixed[3]]) as usize;
+        let frag = u16::from_be_bytes([fixed[6], fixed[7]]);
+        if frag & (wire::IPV4_MORE_FRAGMENTS | wire::IPV4_FRAGMENT_OFFSET_MASK) != 0 {
+            return Err(IpFragment);
+        }
+        if fixed[9] != wire::IPPROTO_UDP {
+            return Err(NotUdp);
+        }
+        if total_len < header_len + wire::UDP_HEADER_LEN + wire::BTH_LEN {
+            return Err(BadHeaderLength);
+        }
+        p.tos = fixed[1];
+        p.ip_len = total_len as u32;
+        p.src_ip[10] = 0xFF;
+        p.src_ip[11] = 0xFF;
+        p.src_ip[12..16].copy_from_slice(&fixed[12..16]);
+        p.dst_ip[10] = 0xFF;
+        p.dst_ip[11] = 0xFF;
+        p.dst_ip[12..16].copy_from_slice(&fixed[16..20]);
+        off + header_len
+    } else if ethertype == wire::ETHERTYPE_IPV6 {
+        let head = b.load::<[u8; 8]>(off).ok_or(Truncated)?;
+        if head[0] >> 4 != 6 {
+            return Err(BadIpVersion);
+        }
+        let payload_len = u16::from_be_bytes([head[4], head[5]]) as usize;
+        let next = head[6];
+        if next == wire::IPV6_NEXT_FRAGMENT {
+            return Err(IpFragment);
+        }
+        if next != wire::IPPROTO_UDP {
+            return Err(NotUdp);
+        }
+        if payload_len < wire::UDP_HEADER_LEN + wire::BTH_LEN {
+            return Err(BadHeaderLength);
+        }
+        p.is_ipv6 = true;
+        p.tos = (head[0] << 4) | (head[1] >> 4);
+        p.ip_len = (wire::IPV6_HEADER_LEN + payload_len) as u32;
+        p.src_ip = b.load::<[u8; 16]>(off + 8).ok_or(Truncated)?;
+        p.dst_ip = b.load::<[u8; 16]>(off + 24).ok_or(Truncated)?;
+        off + wire::IPV6_HEADER_LEN
+    } else {
+        return Err(NotIp);
+    };
+
+    // UDP.
+    let udp = b.load::<[u8; 8]>(l4).ok_or(Truncated)?;
+    if u16::from_be_bytes([udp[2], udp[3]]) != wire::ROCEV2_UDP_PORT {
+        return Err(OtherPort);
+    }
+    p.udp_src_port = u16::from_be_bytes([udp[0], udp[1]]);
+    p.udp_len = u16::from_be_bytes([udp[4], udp[5]]);
+    if (p.udp_len as usize) < wire::UDP_HEADER_LEN + wire::BTH_LEN {
+        return Err(BadHeaderLength);
+    }
+
+    // BTH: required. What follows is optional (mirrors truncate copies).
+    let bth_off = l4 + wire::UDP_HEADER_LEN;
+    p.bth = Bth::from_bytes(b.load::<[u8; wire::BTH_LEN]>(bth_off).ok_or(Truncated)?);
+    let opcode = p.bth.opcode;
+    let low = opcode & 0x1F;
+    let mut ext = bth_off + wire::BTH_LEN;
+
+    match p.bth.transport() {
+        Transport::Rd | Transport::Ud => {
+            if p.bth.transport() == Transport::Rd {
+                ext += wire::RDETH_LEN;
+            }
+            if let Some(deth) = b.load::<[u8; wire::DETH_LEN]>(ext) {
+                p.deth_qkey = Some(u32::from_be_bytes([deth[0], deth[1], deth[2], deth[3]]));
+                p.deth_src_qp = Some(u32::from_be_bytes([0, deth[5], deth[6], deth[7]]));
+            }
+            ext += wire::DETH_LEN;
+        }
+        // XRC requests carry an XRCETH; responses do not.
+        Transport::Xrc if !(op::READ_RESPONSE_FIRST..=op::ATOMIC_ACKNOWLEDGE).contains(&low) => {
+            ext += wire::XRCETH_LEN;
+        }
+        _ => {}
+    }
+
+    match p.bth.transport() {
+        Transport::Cnp | Transport::Vendor => {}
+        _ => match low {
+            op::WRITE_FIRST | op::WRITE_ONLY | op::WRITE_ONLY_IMM | op::READ_REQUEST => {
+                p.reth_dma_len = be32(b, ext + 12);
+            }
+            op::READ_RESPONSE_FIRST
+            | op::READ_RESPONSE_LAST
+            | op::READ_RESPONSE_ONLY
+            | op::ACKNOWLEDGE
+            | op::ATOMIC_ACKNOWLEDGE => {
+                if let Some(aeth) = b.load::<[u8; wire::AETH_LEN]>(ext) {
+                    p.aeth = Some(Aeth {
+                        syndrome: aeth[0],
+                        msn: u32::from_be_bytes([0, aeth[1], aeth[2], aeth[3]]),
+                    });
+                }
+            }
+            _ => {}
+        },
+    }
+    Ok(p)
+}

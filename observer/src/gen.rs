@@ -1,0 +1,1 @@
+//! Synthetic RoCEv2 generator (being written).
