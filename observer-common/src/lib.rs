@@ -14,6 +14,8 @@ pub use parse::{Aeth, Bth, Bytes, OpClass, RocePacket, SkipReason, Transport, Vl
 pub mod maps {
     pub const FLOWS: &str = "FLOWS";
     pub const COUNTERS: &str = "COUNTERS";
+    /// The shared (not per-CPU) flow table of the benchmark-only shared-map variant.
+    pub const FLOWS_SHARED: &str = "FLOWS_SHARED";
     /// Counters of the baseline program (frames only), used by the benchmark.
     pub const BASELINE: &str = "BASELINE";
 }
@@ -24,6 +26,8 @@ pub mod programs {
     pub const OBSERVE: &str = "roce_observe";
     /// A program that only counts frames: the benchmark's baseline.
     pub const BASELINE: &str = "count_frames";
+    /// Benchmark only: the observer over one shared LRU hash instead of a per-CPU one.
+    pub const OBSERVE_SHARED: &str = "roce_observe_shared";
 }
 
 /// Default capacity of the flow table.

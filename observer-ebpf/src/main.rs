@@ -12,7 +12,7 @@ mod kernel {
         bindings::{BPF_NOEXIST, xdp_action},
         helpers::bpf_ktime_get_ns,
         macros::{map, xdp},
-        maps::{LruPerCpuHashMap, PerCpuArray},
+        maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray},
         programs::XdpContext,
     };
     use observer_common::{
@@ -23,6 +23,12 @@ mod kernel {
     #[map(name = "FLOWS")]
     static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
         LruPerCpuHashMap::with_max_entries(DEFAULT_MAX_FLOWS, 0);
+
+    /// The same table as one shared (not per-CPU) LRU hash: only the benchmark's
+    /// `roce_observe_shared` uses it, to measure the map-type trade-off.
+    #[map(name = "FLOWS_SHARED")]
+    static FLOWS_SHARED: LruHashMap<FlowKey, FlowStats> =
+        LruHashMap::with_max_entries(DEFAULT_MAX_FLOWS, 0);
 
     #[map(name = "COUNTERS")]
     static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
@@ -53,50 +59,56 @@ mod kernel {
         }
     }
 
-    #[xdp]
-    pub fn roce_observe(ctx: XdpContext) -> u32 {
-        observe(&ctx);
-        xdp_action::XDP_PASS
-    }
-
-    #[inline(always)]
-    fn observe(ctx: &XdpContext) {
-        let pkt = Packet {
-            start: ctx.data(),
-            end: ctx.data_end(),
-        };
-        let result = parse(&pkt);
-        let Some(counters) = COUNTERS.get_ptr_mut(0) else {
-            return;
-        };
-        // SAFETY: a per-CPU map value; XDP runs with preemption off on this CPU.
-        let counters = unsafe { &mut *counters };
-        counters.record(&result);
-        let Ok(p) = result else {
-            return;
-        };
-        let now = unsafe { bpf_ktime_get_ns() };
-        let key = FlowKey::of(&p);
-        let stats = match FLOWS.get_ptr_mut(&key) {
-            Some(s) => s,
-            None => {
-                let Some(zero) = ZERO_STATS.get_ptr(0) else {
-                    return;
-                };
-                // Another CPU may insert the key between lookup and insert: EEXIST is fine.
-                // SAFETY: ZERO_STATS is never written.
-                let _ = FLOWS.insert(&key, unsafe { &*zero }, BPF_NOEXIST as u64);
-                match FLOWS.get_ptr_mut(&key) {
-                    Some(s) => s,
-                    None => {
-                        counters.flow_insert_failures += 1;
-                        return;
+    /// Parse, count, and account the packet in `$flows` (both hash map types have the same
+    /// methods but no common trait).
+    macro_rules! observe {
+        ($ctx:expr, $flows:expr) => {{
+            let pkt = Packet {
+                start: $ctx.data(),
+                end: $ctx.data_end(),
+            };
+            let result = parse(&pkt);
+            if let Some(counters) = COUNTERS.get_ptr_mut(0) {
+                // SAFETY: a per-CPU map value; XDP runs with preemption off on this CPU.
+                let counters = unsafe { &mut *counters };
+                counters.record(&result);
+                if let Ok(p) = result {
+                    let now = unsafe { bpf_ktime_get_ns() };
+                    let key = FlowKey::of(&p);
+                    let stats = match $flows.get_ptr_mut(&key) {
+                        Some(s) => Some(s),
+                        None => match ZERO_STATS.get_ptr(0) {
+                            Some(zero) => {
+                                // Another CPU may insert the key between lookup and insert:
+                                // EEXIST is fine. SAFETY: ZERO_STATS is never written.
+                                let _ = $flows.insert(&key, unsafe { &*zero }, BPF_NOEXIST as u64);
+                                $flows.get_ptr_mut(&key)
+                            }
+                            None => None,
+                        },
+                    };
+                    match stats {
+                        // SAFETY: a live map value.
+                        Some(s) => unsafe { (*s).record(&p, now) },
+                        None => counters.flow_insert_failures += 1,
                     }
                 }
             }
-        };
-        // SAFETY: per-CPU value of this CPU.
-        unsafe { (*stats).record(&p, now) };
+        }};
+    }
+
+    #[xdp]
+    pub fn roce_observe(ctx: XdpContext) -> u32 {
+        observe!(ctx, FLOWS);
+        xdp_action::XDP_PASS
+    }
+
+    /// Benchmark only: the observer over the shared LRU map (updates are not atomic, so it is
+    /// exact only while a flow stays on one CPU; never attached by the loader).
+    #[xdp]
+    pub fn roce_observe_shared(ctx: XdpContext) -> u32 {
+        observe!(ctx, FLOWS_SHARED);
+        xdp_action::XDP_PASS
     }
 
     /// The benchmark's baseline: counts frames, passes them.
