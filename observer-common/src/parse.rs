@@ -445,25 +445,24 @@ pub fn parse<B: Bytes + ?Sized>(b: &B) -> Result<RocePacket, SkipReason> {
     let low = opcode & 0x1F;
     let mut ext = bth_off + wire::BTH_LEN;
 
-    match p.bth.transport() {
-        Transport::Rd | Transport::Ud => {
-            if p.bth.transport() == Transport::Rd {
-                ext += wire::RDETH_LEN;
-            }
-            if let Some(deth) = b.load::<[u8; wire::DETH_LEN]>(ext) {
-                p.deth_qkey = Some(u32::from_be_bytes([deth[0], deth[1], deth[2], deth[3]]));
-                p.deth_src_qp = Some(u32::from_be_bytes([0, deth[5], deth[6], deth[7]]));
-            }
-            ext += wire::DETH_LEN;
+    // Responses (READ response .. ATOMIC ACKNOWLEDGE) carry no DETH (RD) and no XRCETH (XRC).
+    let is_response = (op::READ_RESPONSE_FIRST..=op::ATOMIC_ACKNOWLEDGE).contains(&low);
+    let transport = p.bth.transport();
+    if transport == Transport::Rd {
+        ext += wire::RDETH_LEN;
+    }
+    if transport == Transport::Ud || (transport == Transport::Rd && !is_response) {
+        if let Some(deth) = b.load::<[u8; wire::DETH_LEN]>(ext) {
+            p.deth_qkey = Some(u32::from_be_bytes([deth[0], deth[1], deth[2], deth[3]]));
+            p.deth_src_qp = Some(u32::from_be_bytes([0, deth[5], deth[6], deth[7]]));
         }
-        // XRC requests carry an XRCETH; responses do not.
-        Transport::Xrc if !(op::READ_RESPONSE_FIRST..=op::ATOMIC_ACKNOWLEDGE).contains(&low) => {
-            ext += wire::XRCETH_LEN;
-        }
-        _ => {}
+        ext += wire::DETH_LEN;
+    }
+    if transport == Transport::Xrc && !is_response {
+        ext += wire::XRCETH_LEN;
     }
 
-    match p.bth.transport() {
+    match transport {
         Transport::Cnp | Transport::Vendor => {}
         _ => match low {
             op::WRITE_FIRST | op::WRITE_ONLY | op::WRITE_ONLY_IMM | op::READ_REQUEST => {
