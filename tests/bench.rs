@@ -1,1 +1,501 @@
-fn main() {}
+//! `cargo xtask bench`: ns/packet of the observer under BPF_PROG_TEST_RUN, beside a baseline
+//! program that only counts frames, measured in the same run.
+//!
+//! Cases, for both the per-CPU-map observer (`roce_observe`) and the shared-map variant
+//! (`roce_observe_shared`): a RoCE RC WRITE middle (1024 B payload) on an existing flow; the first
+//! packet of a new flow; a CNP; non-RoCE UDP (port 53); a non-IP frame (ARP).
+//!
+//! Repeated cases run one frame `--repeat` times per test run (the kernel reports the average);
+//! the new-flow case runs `--new-flows` distinct-flow frames once each (a repeated frame is new
+//! only once) and averages the reported durations, its baseline measured the same way. Every
+//! figure is the median of `--runs` runs; each run loads the object afresh (empty flow tables).
+
+use std::{process::ExitCode, time::Duration};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, PerCpuHashMap},
+    programs::{TestRun, TestRunOptions, Xdp},
+};
+use observer_common::{
+    DEFAULT_MAX_FLOWS, FlowKey, FlowStats, OpClass, SkipReason, maps, parse, programs, wire,
+};
+use roce_observer::EBPF_OBJECT;
+
+const XDP_PASS: u32 = 2;
+/// RC RDMA WRITE middle.
+const WRITE_MIDDLE: u8 = wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE;
+const TARGET_NS: f64 = 60.0;
+const TARGET_RATIO: f64 = 3.0;
+const USAGE: &str = "usage: bench [--repeat N] [--runs R] [--new-flows K] [--json]
+  --repeat N     test-run repeat count of the repeated cases (default 1000000, at least 1000000)
+  --runs R       measurements per figure; the median is reported (default 5)
+  --new-flows K  distinct-flow frames of the new-flow case, one run each (default 100000)
+  --json         print the figures as JSON instead of the table";
+
+struct Args {
+    repeat: u32,
+    runs: usize,
+    new_flows: u32,
+    json: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        repeat: 1_000_000,
+        runs: 5,
+        new_flows: 100_000,
+        json: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f.to_string(), Some(v.to_string())),
+            None => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> Result<u64, String> {
+            let v = inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value"))?;
+            v.parse().map_err(|_| format!("{name}: not a number: {v}"))
+        };
+        match flag.as_str() {
+            "--repeat" => {
+                a.repeat = u32::try_from(value("--repeat")?).map_err(|_| "--repeat too large")?
+            }
+            "--runs" => a.runs = value("--runs")? as usize,
+            "--new-flows" => {
+                a.new_flows =
+                    u32::try_from(value("--new-flows")?).map_err(|_| "--new-flows too large")?
+            }
+            "--json" => a.json = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => return Err(format!("unknown argument {arg}\n{USAGE}")),
+        }
+    }
+    if a.repeat < 1_000_000 {
+        return Err(format!(
+            "--repeat must be at least 1000000 (got {})",
+            a.repeat
+        ));
+    }
+    if a.runs == 0 || a.new_flows == 0 {
+        return Err("--runs and --new-flows must be at least 1".into());
+    }
+    if a.new_flows > 0x00FF_FFFF - 0x10 {
+        return Err("--new-flows must fit the 24-bit dest_qp".into());
+    }
+    Ok(a)
+}
+
+/// Frames of the cases, from the shared generator (`roce_observer::synth`).
+mod frames {
+    use std::net::Ipv4Addr;
+
+    use observer_common::{SkipReason, wire};
+    use roce_observer::synth::{self, Ip, RoceFrame};
+
+    fn ip() -> Ip {
+        Ip::v4(
+            Ipv4Addr::new(192, 168, 10, 1),
+            Ipv4Addr::new(192, 168, 10, 2),
+        )
+    }
+
+    /// An RC WRITE middle of one PMTU-sized (1024 B) payload to `dest_qp`.
+    pub fn write_middle(dest_qp: u32, psn: u32) -> Vec<u8> {
+        let mut f = RoceFrame::new(ip(), super::WRITE_MIDDLE, dest_qp);
+        f.bth.psn = psn;
+        f.payload_len = 1024;
+        f.to_bytes()
+    }
+
+    /// A CNP to `dest_qp` as a notification point sends it (BECN, DSCP 48, Not-ECT).
+    pub fn cnp(dest_qp: u32) -> Vec<u8> {
+        let mut f = RoceFrame::new(ip().reversed(), wire::OPCODE_CNP, dest_qp);
+        f.bth.becn = true;
+        f.dscp = synth::CNP_DSCP;
+        f.ecn = synth::NOT_ECT;
+        f.to_bytes()
+    }
+
+    /// The generator's skip frame for `reason` (ARP for NotIp, IPv4 UDP to port 53 for
+    /// OtherPort).
+    pub fn noise(reason: SkipReason) -> Vec<u8> {
+        synth::basic_noise()
+            .into_iter()
+            .find(|(_, r)| *r == reason)
+            .map(|(bytes, _)| bytes)
+            .unwrap_or_else(|| panic!("synth::basic_noise has no {reason:?} frame"))
+    }
+}
+
+/// One case's frame(s).
+struct Case {
+    name: &'static str,
+    /// Repeated cases: one frame, `repeat` times. New-flow case: many frames, once each.
+    frames: Vec<Vec<u8>>,
+    repeated: bool,
+}
+
+fn cases(new_flows: u32) -> Vec<Case> {
+    let data = frames::write_middle(0x000011, 1000);
+    let new: Vec<Vec<u8>> = (0..new_flows)
+        .map(|i| frames::write_middle(0x000100 + i, 0))
+        .collect();
+    let cnp = frames::cnp(0x000022);
+    vec![
+        Case {
+            name: "roce_existing_flow",
+            frames: vec![data],
+            repeated: true,
+        },
+        Case {
+            name: "roce_new_flow",
+            frames: new,
+            repeated: false,
+        },
+        Case {
+            name: "cnp",
+            frames: vec![cnp],
+            repeated: true,
+        },
+        Case {
+            name: "udp_port_53",
+            frames: vec![frames::noise(SkipReason::OtherPort)],
+            repeated: true,
+        },
+        Case {
+            name: "arp",
+            frames: vec![frames::noise(SkipReason::NotIp)],
+            repeated: true,
+        },
+    ]
+}
+
+/// Each case's frames parse as the case says (with the same parser the kernel runs).
+fn check_frames(cases: &[Case]) -> Result<(), String> {
+    for c in cases {
+        for f in &c.frames {
+            let r = parse(f.as_slice());
+            let ok = match c.name {
+                "roce_existing_flow" | "roce_new_flow" => r
+                    .as_ref()
+                    .is_ok_and(|p| p.bth.opcode == WRITE_MIDDLE && p.op_class() == OpClass::Write),
+                "cnp" => r.as_ref().is_ok_and(|p| p.bth.opcode == wire::OPCODE_CNP),
+                "udp_port_53" => {
+                    r.as_ref().err() == Some(&SkipReason::OtherPort) && udp_dst_port(f) == Some(53)
+                }
+                "arp" => {
+                    r.as_ref().err() == Some(&SkipReason::NotIp)
+                        && f[12..14] == wire::ETHERTYPE_ARP.to_be_bytes()
+                }
+                _ => false,
+            };
+            if !ok {
+                return Err(format!("frame of case {} parses as {r:?}", c.name));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The UDP destination port of an untagged IPv4 frame.
+fn udp_dst_port(f: &[u8]) -> Option<u16> {
+    if f.get(12..14)? != wire::ETHERTYPE_IPV4.to_be_bytes() || f.get(23)? != &wire::IPPROTO_UDP {
+        return None;
+    }
+    let udp = wire::ETH_HEADER_LEN + usize::from(f[14] & 0x0F) * 4;
+    Some(u16::from_be_bytes(
+        f.get(udp + 2..udp + 4)?.try_into().ok()?,
+    ))
+}
+
+fn load(cap: u32) -> Result<Ebpf, String> {
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries(maps::FLOWS, cap)
+        .map_max_entries(maps::FLOWS_SHARED, cap)
+        .load(EBPF_OBJECT)
+        .map_err(|e| format!("loading the kernel object: {e}"))?;
+    for name in [
+        programs::OBSERVE,
+        programs::OBSERVE_SHARED,
+        programs::BASELINE,
+    ] {
+        let prog: &mut Xdp = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("program {name} missing from the object"))?
+            .try_into()
+            .map_err(|e| format!("program {name}: {e}"))?;
+        prog.load().map_err(|e| format!("loading {name}: {e}"))?;
+    }
+    Ok(ebpf)
+}
+
+fn prog<'a>(ebpf: &'a Ebpf, name: &str) -> &'a Xdp {
+    ebpf.program(name)
+        .expect("loaded above")
+        .try_into()
+        .expect("an XDP program")
+}
+
+/// One test run; checks the verdict and that the frame comes back unchanged.
+fn test_run(
+    p: &Xdp,
+    name: &str,
+    frame: &[u8],
+    out: &mut [u8],
+    repeat: u32,
+) -> Result<Duration, String> {
+    out.fill(0);
+    let r = p
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out[..]),
+            repeat,
+            ..Default::default()
+        })
+        .map_err(|e| format!("{name}: BPF_PROG_TEST_RUN: {e}"))?;
+    if r.return_value != XDP_PASS {
+        return Err(format!(
+            "{name}: verdict {} (expected XDP_PASS)",
+            r.return_value
+        ));
+    }
+    if r.data_size_out as usize != frame.len() || &out[..frame.len()] != frame {
+        return Err(format!("{name}: the frame came back changed"));
+    }
+    Ok(r.duration)
+}
+
+/// ns/packet of one case under one program.
+fn measure(p: &Xdp, name: &str, case: &Case, repeat: u32) -> Result<f64, String> {
+    let mut out = vec![0u8; case.frames.iter().map(Vec::len).max().unwrap_or(0)];
+    if case.repeated {
+        let frame = &case.frames[0];
+        // The first packet creates the flow: the measured ones hit an existing flow.
+        test_run(p, name, frame, &mut out, 1)?;
+        Ok(test_run(p, name, frame, &mut out, repeat)?.as_nanos() as f64)
+    } else {
+        let mut total = 0u128;
+        for frame in &case.frames {
+            total += test_run(p, name, frame, &mut out, 1)?.as_nanos();
+        }
+        Ok(total as f64 / case.frames.len() as f64)
+    }
+}
+
+/// Flows in the table a program uses (the new-flow case must add exactly one per frame).
+fn flow_count(ebpf: &Ebpf, program: &str) -> Result<usize, String> {
+    let err = |e: aya::maps::MapError| format!("reading flow table: {e}");
+    Ok(if program == programs::OBSERVE {
+        let m: PerCpuHashMap<_, FlowKey, FlowStats> =
+            PerCpuHashMap::try_from(ebpf.map(maps::FLOWS).ok_or("no FLOWS map")?).map_err(err)?;
+        m.keys().filter(Result::is_ok).count()
+    } else {
+        let m: HashMap<_, FlowKey, FlowStats> =
+            HashMap::try_from(ebpf.map(maps::FLOWS_SHARED).ok_or("no FLOWS_SHARED map")?)
+                .map_err(err)?;
+        m.keys().filter(Result::is_ok).count()
+    })
+}
+
+const OBSERVERS: [&str; 2] = [programs::OBSERVE, programs::OBSERVE_SHARED];
+
+/// samples[case][0] = baseline, samples[case][1 + i] = OBSERVERS[i]; one value per run.
+fn run_all(args: &Args, cases: &[Case]) -> Result<Vec<[Vec<f64>; 3]>, String> {
+    let cap = DEFAULT_MAX_FLOWS.max(args.new_flows + args.new_flows / 2 + 1024);
+    let mut samples: Vec<[Vec<f64>; 3]> = cases.iter().map(|_| Default::default()).collect();
+    for run in 0..args.runs {
+        eprintln!("bench: run {}/{}", run + 1, args.runs);
+        let ebpf = load(cap)?;
+        for (ci, case) in cases.iter().enumerate() {
+            let base = measure(
+                prog(&ebpf, programs::BASELINE),
+                programs::BASELINE,
+                case,
+                args.repeat,
+            )?;
+            samples[ci][0].push(base);
+            for (oi, name) in OBSERVERS.iter().enumerate() {
+                let before = if case.repeated {
+                    0
+                } else {
+                    flow_count(&ebpf, name)?
+                };
+                samples[ci][1 + oi].push(measure(prog(&ebpf, name), name, case, args.repeat)?);
+                if !case.repeated {
+                    let added = flow_count(&ebpf, name)? - before;
+                    if added != case.frames.len() {
+                        return Err(format!(
+                            "{name}: {added} flows added by {} new-flow frames (expected one each)",
+                            case.frames.len()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(samples)
+}
+
+/// What the figures depend on besides the code: kernel, BPF JIT, BPF run-time statistics.
+fn environment() -> [(&'static str, String); 4] {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "?".into())
+    };
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    [
+        ("kernel", read("/proc/sys/kernel/osrelease")),
+        ("bpf_jit_enable", read("/proc/sys/net/core/bpf_jit_enable")),
+        (
+            "bpf_stats_enabled",
+            read("/proc/sys/kernel/bpf_stats_enabled"),
+        ),
+        ("cpus", cpus.to_string()),
+    ]
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "bench: needs root (BPF_PROG_TEST_RUN loads BPF programs); run as root: cargo xtask bench"
+        );
+        return ExitCode::FAILURE;
+    }
+    let cases = cases(args.new_flows);
+    if let Err(e) = check_frames(&cases) {
+        eprintln!("bench: {e}");
+        return ExitCode::FAILURE;
+    }
+    let samples = match run_all(&args, &cases) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+
+    struct Row {
+        case: &'static str,
+        program: &'static str,
+        repeat: u32,
+        ns: f64,
+        baseline_ns: f64,
+        ratio: f64,
+        runs_ns: Vec<f64>,
+        runs_baseline_ns: Vec<f64>,
+    }
+    let mut rows = Vec::new();
+    for (case, s) in cases.iter().zip(&samples) {
+        let baseline_ns = median(&s[0]);
+        for (oi, program) in OBSERVERS.iter().enumerate() {
+            let ns = median(&s[1 + oi]);
+            rows.push(Row {
+                case: case.name,
+                program,
+                repeat: if case.repeated { args.repeat } else { 1 },
+                ns,
+                baseline_ns,
+                ratio: ns / baseline_ns,
+                runs_ns: s[1 + oi].clone(),
+                runs_baseline_ns: s[0].clone(),
+            });
+        }
+    }
+    let target = rows
+        .iter()
+        .find(|r| r.case == "roce_existing_flow" && r.program == programs::OBSERVE)
+        .expect("the target case is measured");
+    let pass = target.ns <= TARGET_NS && target.ratio <= TARGET_RATIO;
+    let verdict = format!(
+        "{}: RoCE packet on an existing flow ({}): {:.1} ns, {:.2}x the baseline \
+         (target: at most {TARGET_NS} ns and at most {TARGET_RATIO}x the baseline)",
+        if pass { "PASS" } else { "MISS" },
+        programs::OBSERVE,
+        target.ns,
+        target.ratio
+    );
+
+    if args.json {
+        let env: serde_json::Map<String, serde_json::Value> = environment()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect();
+        let json = serde_json::json!({
+            "environment": env,
+            "repeat": args.repeat,
+            "runs": args.runs,
+            "new_flows": args.new_flows,
+            "statistic": "median",
+            "results": rows.iter().map(|r| serde_json::json!({
+                "case": r.case,
+                "program": r.program,
+                "repeat": r.repeat,
+                "ns_per_packet": r.ns,
+                "baseline_ns": r.baseline_ns,
+                "ratio": r.ratio,
+                "runs_ns": r.runs_ns,
+                "runs_baseline_ns": r.runs_baseline_ns,
+            })).collect::<Vec<_>>(),
+            "target": {
+                "case": "roce_existing_flow",
+                "program": programs::OBSERVE,
+                "max_ns": TARGET_NS,
+                "max_ratio": TARGET_RATIO,
+                "pass": pass,
+            },
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).expect("serializable")
+        );
+    } else {
+        println!(
+            "BPF_PROG_TEST_RUN, median of {} runs; repeated cases: repeat {}; new flow: {} flows x repeat 1",
+            args.runs, args.repeat, args.new_flows
+        );
+        let env: Vec<String> = environment()
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!("{}", env.join(", "));
+        println!(
+            "{:<20} {:<21} {:>10} {:>12} {:>7}",
+            "case", "program", "ns/packet", "baseline ns", "ratio"
+        );
+        for r in &rows {
+            println!(
+                "{:<20} {:<21} {:>10.1} {:>12.1} {:>6.2}x",
+                r.case, r.program, r.ns, r.baseline_ns, r.ratio
+            );
+        }
+        println!("{verdict}");
+    }
+    ExitCode::SUCCESS
+}
