@@ -100,10 +100,7 @@ mod frames {
     use roce_observer::synth::{self, Ip, RoceFrame};
 
     fn ip() -> Ip {
-        Ip::v4(
-            Ipv4Addr::new(192, 168, 10, 1),
-            Ipv4Addr::new(192, 168, 10, 2),
-        )
+        Ip::v4(Ipv4Addr::new(198, 18, 10, 1), Ipv4Addr::new(198, 18, 10, 2))
     }
 
     /// An RC WRITE middle of one PMTU-sized (1024 B) payload to `dest_qp`.

@@ -1,1 +1,108 @@
+//! Shared helpers of the privileged integration tests.
 
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::Path,
+    process::{Child, Command, ExitStatus, Stdio},
+};
+
+use roce_observer::{aggregate::Aggregate, cli::ATTACHED, lab::Netns, synth::Truth};
+
+/// True when the test may run privileged code. Not root: skip loudly, except under CI
+/// (CI runs as root, so a skip there is a failure).
+pub fn require_root(test: &str) -> bool {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: privileged test would be SKIPPED (not root) but CI is set: failing");
+    }
+    eprintln!(
+        "\n*** SKIPPED {test}: needs root (BPF, netns, veth). Run as root: cargo xtask test ***\n"
+    );
+    false
+}
+
+/// The ground truth of a synthetic workload as an [`Aggregate`].
+pub fn truth_aggregate(t: &Truth) -> Aggregate {
+    Aggregate {
+        flows: t.flows.clone(),
+        counters: t.counters,
+    }
+}
+
+/// A `roce-observer diagnose` running in a namespace, attached (its "attached" line read).
+pub struct Diagnose {
+    pub child: Child,
+    stderr: BufReader<std::process::ChildStderr>,
+    pub stderr_text: String,
+}
+
+impl Diagnose {
+    /// Starts `cli diagnose ARGS` in `ns` and waits until it has attached.
+    pub fn start(ns: &Netns, cli: &Path, args: &[&str]) -> Self {
+        let mut child = ns
+            .command(cli)
+            .arg("diagnose")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn diagnose");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut text = String::new();
+        loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                let status = child.wait().unwrap();
+                panic!("diagnose exited ({status}) before attaching: {text}");
+            }
+            text.push_str(&line);
+            if line.starts_with(ATTACHED) {
+                break;
+            }
+        }
+        Self {
+            child,
+            stderr,
+            stderr_text: text,
+        }
+    }
+
+    /// Waits for the end; returns status, stdout, and all of stderr.
+    pub fn finish(mut self) -> (ExitStatus, String, String) {
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        self.stderr.read_to_string(&mut self.stderr_text).unwrap();
+        let status = self.child.wait().unwrap();
+        (status, out, self.stderr_text)
+    }
+}
+
+/// Runs a command to completion: (status, stdout, stderr).
+pub fn output(cmd: &mut Command) -> (ExitStatus, String, String) {
+    let out = cmd.stdin(Stdio::null()).output().expect("run command");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `ip -d link show DEV` inside the namespace.
+pub fn link_details(ns: &Netns, dev: &str) -> String {
+    let (status, out, err) = output(ns.command("ip").args(["-d", "link", "show", dev]));
+    assert!(status.success(), "ip link show {dev}: {err}");
+    out
+}
+
+/// Whether an XDP program is attached to DEV (iproute2 prints "prog/xdp" for it).
+pub fn has_xdp(ns: &Netns, dev: &str) -> bool {
+    link_details(ns, dev).contains("prog/xdp")
+}

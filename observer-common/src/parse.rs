@@ -306,11 +306,19 @@ pub fn classify(opcode: u8, aeth_syndrome: Option<u8>) -> OpClass {
     if opcode == wire::OPCODE_CNP {
         return OpClass::Cnp;
     }
-    match Transport::of(opcode) {
-        Transport::Cnp | Transport::Vendor => return OpClass::Other,
-        _ => {}
+    let low = opcode & 0x1F;
+    // Each transport defines a subset of the operations (IBTA 9.2); the rest are reserved.
+    let defined = match Transport::of(opcode) {
+        Transport::Rc | Transport::Xrc => true,
+        Transport::Uc => low <= op::WRITE_ONLY_IMM,
+        Transport::Rd => low <= op::FETCH_ADD,
+        Transport::Ud => low == op::SEND_ONLY || low == op::SEND_ONLY_IMM,
+        Transport::Cnp | Transport::Vendor => false,
+    };
+    if !defined {
+        return OpClass::Other;
     }
-    match opcode & 0x1F {
+    match low {
         op::SEND_FIRST..=op::SEND_ONLY_IMM | op::SEND_LAST_INV | op::SEND_ONLY_INV => OpClass::Send,
         op::WRITE_FIRST..=op::WRITE_ONLY_IMM => OpClass::Write,
         op::READ_REQUEST => OpClass::ReadRequest,

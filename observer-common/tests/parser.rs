@@ -13,13 +13,13 @@ use observer_common::{
 // Frame builder
 // ---------------------------------------------------------------------------------------------
 
-const SRC4: [u8; 4] = [10, 0, 0, 1];
-const DST4: [u8; 4] = [192, 168, 7, 200];
+const SRC4: [u8; 4] = [198, 18, 0, 1];
+const DST4: [u8; 4] = [198, 19, 7, 200];
 const SRC6: [u8; 16] = [
     0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
 ];
 const DST6: [u8; 16] = [
-    0xfd, 0x00, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66,
+    0x20, 0x01, 0x0d, 0xb8, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66,
 ];
 const SPORT: u16 = 0xC0DE;
 const ROCE_PORT: u16 = 4791;
@@ -456,6 +456,41 @@ fn rc_every_operation() {
 }
 
 #[test]
+fn operations_a_transport_does_not_define_are_other() {
+    // IBTA 9.2: UC has SEND and WRITE only, RD has no send-with-invalidate, UD has SEND only.
+    let reserved = (0x2C..=0x3F)
+        .chain(0x55..=0x5F)
+        .chain((0x60..=0x7F).filter(|o| *o != 0x64 && *o != 0x65));
+    for opcode in reserved {
+        let p = parse_ok(
+            &Frame::v4()
+                .build(&Roce::bth(opcode, QP, 7).data(48).icrc())
+                .bytes,
+        );
+        assert_eq!(p.op_class(), OpClass::Other, "opcode {opcode:#04x}");
+        // Reserved opcodes never feed PSN continuity.
+        let mut s = FlowStats::default();
+        s.record(&p, 1);
+        s.record(&p, 2);
+        assert_eq!(s.psn_regressions + s.psn_gaps, 0, "opcode {opcode:#04x}");
+    }
+    // The defined ones of the same transports still classify.
+    for (opcode, class) in [
+        (0x2B, OpClass::Write),
+        (0x24, OpClass::Send),
+        (0x54, OpClass::Atomic),
+        (0x64, OpClass::Send),
+    ] {
+        let p = parse_ok(
+            &Frame::v4()
+                .build(&Roce::bth(opcode, QP, 7).data(48).icrc())
+                .bytes,
+        );
+        assert_eq!(p.op_class(), class, "opcode {opcode:#04x}");
+    }
+}
+
+#[test]
 fn uc_every_operation() {
     // UC: SEND and RDMA WRITE only, no extra transport header.
     check_ops(
@@ -774,7 +809,7 @@ fn untagged_ipv4_fields() {
     assert_eq!(p.dst_ip, v4_mapped(DST4));
     assert_eq!(
         p.src_ip,
-        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 1]
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 198, 18, 0, 1]
     );
     assert_eq!((p.tos, p.dscp(), p.ecn()), (TOS, 26, 2));
     assert_eq!(p.udp_src_port, SPORT);

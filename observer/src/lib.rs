@@ -4,6 +4,11 @@
 //! (observer-common). Live capture ([`live`]), synthetic traffic ([`synth`]) and tests all end in
 //! the same [`aggregate::Aggregate`], from which [`report`] builds the JSON and terminal reports.
 
+pub mod aggregate;
+pub mod cli;
+pub mod lab;
+pub mod live;
+pub mod report;
 pub mod synth;
 
 /// The kernel object built by build.rs (aya-build, bpfel-unknown-none).

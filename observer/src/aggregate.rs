@@ -1,0 +1,71 @@
+//! The one aggregation path: parsed packets to a flow table and global counters. Live capture
+//! fills it from the kernel maps, replay and tests from frames; both use the per-flow update of
+//! observer-common, so the same frames give the same [`Aggregate`].
+
+use std::collections::BTreeMap;
+
+use observer_common::{Counters, FlowKey, FlowStats, RocePacket, SkipReason, parse};
+
+/// Flow table plus global counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aggregate {
+    pub flows: BTreeMap<FlowKey, FlowStats>,
+    pub counters: Counters,
+}
+
+impl Aggregate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Accounts one frame seen at `ts_ns`, exactly as the kernel program does.
+    pub fn push(&mut self, frame: &[u8], ts_ns: u64) -> Result<RocePacket, SkipReason> {
+        let result = parse(frame);
+        self.counters.record(&result);
+        if let Ok(p) = &result {
+            self.flows
+                .entry(FlowKey::of(p))
+                .or_default()
+                .record(p, ts_ns);
+        }
+        result
+    }
+
+    /// Adds a partial view of one flow (a per-CPU value read from the kernel).
+    pub fn merge_flow(&mut self, key: FlowKey, stats: &FlowStats) {
+        if stats.packets == 0 {
+            return;
+        }
+        self.flows.entry(key).or_default().merge(stats);
+    }
+
+    /// Adds another aggregate (another interface, another CPU).
+    pub fn merge(&mut self, other: &Aggregate) {
+        self.counters.merge(&other.counters);
+        for (key, stats) in &other.flows {
+            self.merge_flow(*key, stats);
+        }
+    }
+
+    /// The same aggregate with the fields that depend on when and in which order packets were
+    /// seen (timestamps, PSN continuation state) cleared: what ground truth can be compared to.
+    pub fn comparable(&self) -> Aggregate {
+        let flows = self
+            .flows
+            .iter()
+            .map(|(k, s)| {
+                let mut s = *s;
+                s.first_seen_ns = 0;
+                s.last_seen_ns = 0;
+                s.psn_next_lo = 0;
+                s.psn_next_hi = 0;
+                s.psn_valid = 0;
+                (*k, s)
+            })
+            .collect();
+        Aggregate {
+            flows,
+            counters: self.counters,
+        }
+    }
+}

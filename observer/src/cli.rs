@@ -1,0 +1,305 @@
+//! The `roce-observer` command line. `main.rs` is one line calling [`main`]; errors become one
+//! line on stderr and a non-zero exit, never a panic.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    path::PathBuf,
+    process::{ExitCode, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    lab::Lab,
+    live::{AttachMode, LiveConfig, Observer},
+    report::{Report, Source},
+    synth,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "roce-observer",
+    version,
+    about = "Observe RoCEv2 traffic per queue pair with eBPF/XDP: throughput, ECN/CE marks, CNPs, ACK/NAK/RNR, PSN gaps and retransmissions"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Attach to interfaces for a while and report the top queue pairs.
+    Diagnose(DiagnoseArgs),
+    /// Send a synthetic RoCEv2 scenario as raw Ethernet frames on an interface.
+    Generate(GenerateArgs),
+    /// Run the built-in lab: a network namespace with a veth pair, synthetic RoCEv2 traffic
+    /// (one congested QP, one lossy QP), observed live.
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+struct DiagnoseArgs {
+    /// Interface to observe (repeat for several).
+    #[arg(long = "iface", short = 'i', required = true, value_name = "IF")]
+    ifaces: Vec<String>,
+    /// How long to observe: 10s, 500ms, 2m, or seconds.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Rows in the table.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Print the roce-observer/report/v1 JSON (every flow) instead of the table.
+    #[arg(long)]
+    json: bool,
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    xdp_mode: AttachMode,
+    /// Capacity of the kernel flow table (LRU: the least recent flows are evicted when full).
+    #[arg(long, default_value_t = observer_common::DEFAULT_MAX_FLOWS)]
+    max_flows: u32,
+}
+
+#[derive(Args, Debug)]
+struct GenerateArgs {
+    /// Interface to send on.
+    #[arg(
+        long = "iface",
+        short = 'i',
+        value_name = "IF",
+        required_unless_present = "list"
+    )]
+    iface: Option<String>,
+    /// Scenario name (see --list).
+    #[arg(long, default_value = "demo")]
+    scenario: String,
+    /// List the scenarios.
+    #[arg(long)]
+    list: bool,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// How long the observer watches the lab.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Print the JSON report instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1h` or a number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (use 10s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("'{s}': unknown unit '{unit}' (use ms, s, m, h)")),
+    };
+    if !(secs > 0.0 && secs <= 365.0 * 86400.0) {
+        return Err(format!("'{s}': the duration must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Diagnose(a) => diagnose(a),
+        Command::Generate(a) => generate(a),
+        Command::Demo(a) => demo(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("roce-observer: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The line `diagnose` prints on stderr once every interface is attached.
+pub const ATTACHED: &str = "roce-observer: attached";
+
+fn diagnose(a: DiagnoseArgs) -> Result<()> {
+    let config = LiveConfig {
+        interfaces: a.ifaces.clone(),
+        mode: a.xdp_mode,
+        max_flows: a.max_flows,
+    };
+    let observer = Observer::attach(config)?;
+    eprintln!(
+        "{ATTACHED} to {} (xdp {}), observing for {:.1}s; Ctrl-C to stop early",
+        a.ifaces.join(", "),
+        a.xdp_mode.name(),
+        a.duration.as_secs_f64()
+    );
+    let started = Instant::now();
+    wait(a.duration)?;
+    let window = started.elapsed().as_secs_f64();
+    let agg = observer.snapshot()?;
+    drop(observer);
+    let report = Report::new(
+        &agg,
+        Source {
+            kind: "live".into(),
+            interfaces: a.ifaces,
+            xdp_mode: Some(a.xdp_mode.name().into()),
+        },
+        window,
+    );
+    print_report(&report, a.json, a.top)
+}
+
+fn print_report(report: &Report, json: bool, top: usize) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, report)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", report.render_table(top))?;
+    }
+    Ok(())
+}
+
+/// Sleeps for `d` or until SIGINT/SIGTERM, whichever comes first.
+fn wait(d: Duration) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("cannot watch SIGTERM")?;
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = tokio::signal::ctrl_c() => eprintln!("roce-observer: interrupted, reporting what was seen"),
+            _ = term.recv() => eprintln!("roce-observer: terminated, reporting what was seen"),
+        }
+        Ok(())
+    })
+}
+
+fn scenario(name: &str) -> Result<synth::Workload> {
+    synth::scenario(name).ok_or_else(|| {
+        let names: Vec<&str> = synth::SCENARIOS.iter().map(|(n, _)| *n).collect();
+        anyhow!("unknown scenario '{name}' (known: {})", names.join(", "))
+    })
+}
+
+fn generate(a: GenerateArgs) -> Result<()> {
+    if a.list {
+        for (name, what) in synth::SCENARIOS {
+            println!("{name:<10} {what}");
+        }
+        return Ok(());
+    }
+    let iface = a.iface.expect("clap requires --iface without --list");
+    let w = scenario(&a.scenario)?;
+    let sent = synth::send(&iface, &w.frames)?;
+    eprintln!(
+        "roce-observer: sent {sent} frames of scenario '{}' on {iface}",
+        a.scenario
+    );
+    Ok(())
+}
+
+fn demo(a: DemoArgs) -> Result<()> {
+    crate::live::check_privileges()
+        .context("the demo creates a network namespace and attaches XDP")?;
+    let workload = scenario("demo")?;
+    let lab = Lab::create("roce-demo")?;
+    eprintln!(
+        "demo: lab namespace {} with veth pair {} <-> {}; observer on {}",
+        lab.ns.name(),
+        lab.tx,
+        lab.rx,
+        lab.rx
+    );
+    let exe: PathBuf = std::env::current_exe().context("cannot find this executable")?;
+    let mut observer = lab
+        .ns
+        .command(&exe)
+        .args(["diagnose", "--iface", &lab.rx, "--top", "10"])
+        .arg("--duration")
+        .arg(format!("{}ms", a.duration.as_millis()))
+        .args(a.json.then_some("--json"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start the observer in the lab")?;
+    let mut stderr = BufReader::new(observer.stderr.take().expect("piped"));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stderr.read_line(&mut line)? == 0 {
+            let status = observer.wait()?;
+            bail!("the observer exited ({status}) before attaching");
+        }
+        eprint!("{line}");
+        if line.starts_with(ATTACHED) {
+            break;
+        }
+    }
+    let tx = lab.tx.clone();
+    let frames = workload.frames.clone();
+    let sent = lab.ns.run_in(move || {
+        crate::lab::pin_current_thread(0)?;
+        synth::send(&tx, &frames).map_err(anyhow::Error::from)
+    })??;
+    eprintln!(
+        "demo: sent {sent} synthetic frames on {} (several QPs, one congested with CE marks and CNPs, one with loss and go-back-N)",
+        lab.tx
+    );
+    let mut report = String::new();
+    observer
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut report)?;
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest)?;
+    eprint!("{rest}");
+    let status = observer.wait()?;
+    print!("{report}");
+    if !status.success() {
+        bail!("the observer failed ({status})");
+    }
+    drop(lab);
+    eprintln!("demo: lab removed");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

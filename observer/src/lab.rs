@@ -1,0 +1,179 @@
+//! A network-namespace lab: a namespace holding a veth pair, removed on drop. Used by the demo
+//! and the privileged tests. Nothing in it has an address outside 198.18.0.0/15 (in fact the
+//! interfaces get no address at all, and IPv6 is off, so the kernel itself sends nothing: every
+//! frame the observer sees is one the lab's user sent).
+
+use std::{
+    fs::File,
+    os::fd::AsRawFd,
+    process::Command,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error("`{cmd}` failed: {stderr}")]
+    Command { cmd: String, stderr: String },
+    #[error("cannot run `{cmd}`: {source}")]
+    Spawn {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot enter network namespace {ns}: {source}")]
+    Setns {
+        ns: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the lab thread panicked")]
+    Panicked,
+}
+
+fn run(args: &[&str]) -> Result<(), LabError> {
+    let cmd = args.join(" ");
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|source| LabError::Spawn {
+            cmd: cmd.clone(),
+            source,
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(LabError::Command {
+            cmd,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+static SERIAL: AtomicU32 = AtomicU32::new(0);
+
+/// A network namespace, deleted on drop.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Creates `<prefix>-<pid>-<n>`.
+    pub fn create(prefix: &str) -> Result<Self, LabError> {
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            SERIAL.fetch_add(1, Ordering::Relaxed)
+        );
+        run(&["ip", "netns", "add", &name])?;
+        let ns = Self { name };
+        // No IPv6 (no router solicitations, no MLD): the kernel sends nothing on its own.
+        for key in ["all", "default"] {
+            ns.exec_checked(&[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{key}.disable_ipv6=1"),
+            ])?;
+        }
+        Ok(ns)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `ip netns exec <ns> program`.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+
+    fn exec_checked(&self, args: &[&str]) -> Result<(), LabError> {
+        let mut full = vec!["ip", "netns", "exec", &self.name];
+        full.extend_from_slice(args);
+        run(&full)
+    }
+
+    /// Runs `f` on a thread inside the namespace (sockets it opens belong to the namespace).
+    pub fn run_in<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, LabError> {
+        let path = format!("/run/netns/{}", self.name);
+        let ns = self.name.clone();
+        let file = File::open(&path).map_err(|source| LabError::Setns {
+            ns: ns.clone(),
+            source,
+        })?;
+        std::thread::spawn(move || {
+            // SAFETY: a valid namespace fd; affects this thread only.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(LabError::Setns {
+                    ns,
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| LabError::Panicked)?
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the namespace removes its veth pair too.
+        let _ = run(&["ip", "netns", "del", &self.name]);
+    }
+}
+
+/// A namespace with a veth pair: frames sent on `tx` arrive on `rx`, where the observer sits.
+#[derive(Debug)]
+pub struct Lab {
+    pub ns: Netns,
+    pub rx: String,
+    pub tx: String,
+}
+
+impl Lab {
+    pub const RX: &str = "rx0";
+    pub const TX: &str = "tx0";
+
+    pub fn create(prefix: &str) -> Result<Self, LabError> {
+        let ns = Netns::create(prefix)?;
+        ns.exec_checked(&[
+            "ip",
+            "link",
+            "add",
+            Self::RX,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            Self::TX,
+        ])?;
+        for dev in [Self::RX, Self::TX] {
+            ns.exec_checked(&["ip", "link", "set", dev, "up"])?;
+        }
+        Ok(Self {
+            ns,
+            rx: Self::RX.to_string(),
+            tx: Self::TX.to_string(),
+        })
+    }
+}
+
+/// Pins the calling thread to one CPU. On veth, XDP runs on the sending CPU: a sender that
+/// migrates would spread one flow over several per-CPU values, which a NIC's RSS never does.
+pub fn pin_current_thread(cpu: usize) -> Result<(), std::io::Error> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

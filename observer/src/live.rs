@@ -1,0 +1,288 @@
+//! Live capture: load the kernel object, attach the XDP observer to interfaces, read and sum
+//! the per-CPU maps into an [`Aggregate`], detach on drop.
+//!
+//! Attaching never replaces a program somebody else attached: a busy interface is an error.
+
+use std::{ffi::CString, io, time::SystemTime};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{PerCpuArray, PerCpuHashMap},
+    programs::{ProgramError, Xdp, XdpMode},
+};
+use observer_common::{Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowStats, maps, programs};
+
+use crate::{EBPF_OBJECT, aggregate::Aggregate};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("interface '{0}' not found")]
+    UnknownInterface(String),
+    #[error(
+        "live capture needs root or the capabilities {missing} (this process runs as uid {uid} without them)"
+    )]
+    NotPrivileged { missing: String, uid: u32 },
+    #[error(
+        "interface '{0}' already has an XDP program attached by someone else; refusing to replace it (detach it first, e.g. `ip link set dev {0} xdp off`, if it is not needed)"
+    )]
+    XdpBusy(String),
+    #[error("XDP mode '{mode}' is not supported on interface '{iface}' (try --xdp-mode skb)")]
+    ModeUnsupported { iface: String, mode: &'static str },
+    #[error("cannot load the kernel object: {0}")]
+    Load(String),
+    #[error("cannot attach XDP to '{iface}': {detail}")]
+    Attach { iface: String, detail: String },
+    #[error("cannot read the kernel map {map}: {detail}")]
+    ReadMap { map: &'static str, detail: String },
+    #[error("--max-flows must be between 1 and {max}, not {got}")]
+    MaxFlows { got: u32, max: u32 },
+}
+
+/// XDP attach mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachMode {
+    /// Native when the driver supports it, generic otherwise (the kernel decides).
+    #[default]
+    Auto,
+    /// Generic XDP (works on every interface).
+    Skb,
+    /// Driver (native) XDP.
+    Native,
+}
+
+impl AttachMode {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Skb => "skb",
+            Self::Native => "native",
+        }
+    }
+
+    const fn xdp(self) -> XdpMode {
+        match self {
+            Self::Auto => XdpMode::Default,
+            Self::Skb => XdpMode::Skb,
+            Self::Native => XdpMode::Driver,
+        }
+    }
+}
+
+/// What to attach where.
+#[derive(Clone, Debug)]
+pub struct LiveConfig {
+    pub interfaces: Vec<String>,
+    pub mode: AttachMode,
+    pub max_flows: u32,
+}
+
+impl LiveConfig {
+    pub fn new(interfaces: Vec<String>) -> Self {
+        Self {
+            interfaces,
+            mode: AttachMode::Auto,
+            max_flows: DEFAULT_MAX_FLOWS,
+        }
+    }
+}
+
+/// Largest flow table accepted (per-CPU values: memory is max_flows x 200 B x CPUs).
+pub const MAX_FLOWS_LIMIT: u32 = 1 << 20;
+
+/// The ifindex of `name`, or `UnknownInterface`.
+pub fn if_index(name: &str) -> Result<u32, LiveError> {
+    let c = CString::new(name).map_err(|_| LiveError::UnknownInterface(name.to_string()))?;
+    // SAFETY: a valid NUL-terminated string.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(LiveError::UnknownInterface(name.to_string())),
+        i => Ok(i),
+    }
+}
+
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+/// Checks the effective capabilities XDP needs: CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN.
+pub fn check_privileges() -> Result<(), LiveError> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| eff & (1u64 << cap) != 0;
+    let mut missing = Vec::new();
+    if !has(CAP_BPF) && !has(CAP_SYS_ADMIN) {
+        missing.push("CAP_BPF");
+    }
+    if !has(CAP_NET_ADMIN) {
+        missing.push("CAP_NET_ADMIN");
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(LiveError::NotPrivileged {
+            missing: missing.join("+"),
+            // SAFETY: getuid cannot fail.
+            uid: unsafe { libc::getuid() },
+        })
+    }
+}
+
+/// The observer attached to its interfaces. Dropping it detaches every program it attached
+/// (and only those).
+pub struct Observer {
+    ebpf: Ebpf,
+    config: LiveConfig,
+}
+
+impl Observer {
+    /// Checks privileges and interfaces, loads the object, attaches XDP everywhere (all or none).
+    pub fn attach(config: LiveConfig) -> Result<Self, LiveError> {
+        if config.max_flows == 0 || config.max_flows > MAX_FLOWS_LIMIT {
+            return Err(LiveError::MaxFlows {
+                got: config.max_flows,
+                max: MAX_FLOWS_LIMIT,
+            });
+        }
+        for iface in &config.interfaces {
+            if_index(iface)?;
+        }
+        check_privileges()?;
+        let mut ebpf = EbpfLoader::new()
+            .set_max_entries(maps::FLOWS, config.max_flows)
+            .load(EBPF_OBJECT)
+            .map_err(|e| LiveError::Load(chain(&e)))?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(programs::OBSERVE)
+            .ok_or_else(|| LiveError::Load(format!("no program {}", programs::OBSERVE)))?
+            .try_into()
+            .map_err(|e: ProgramError| LiveError::Load(chain(&e)))?;
+        prog.load().map_err(|e| LiveError::Load(chain(&e)))?;
+        for iface in &config.interfaces {
+            // On error, dropping `ebpf` detaches what was attached so far.
+            prog.attach(iface, config.mode.xdp())
+                .map_err(|e| attach_error(iface, config.mode, &e))?;
+        }
+        Ok(Self { ebpf, config })
+    }
+
+    pub fn config(&self) -> &LiveConfig {
+        &self.config
+    }
+
+    /// Reads and sums the kernel maps. First/last-seen times are converted from the kernel's
+    /// monotonic clock to Unix-epoch nanoseconds.
+    pub fn snapshot(&self) -> Result<Aggregate, LiveError> {
+        read_maps(&self.ebpf, monotonic_to_unix_offset())
+    }
+}
+
+/// Sums the observer's per-CPU maps of a loaded object; timestamps shifted by `ts_offset_ns`
+/// (0 keeps the kernel's monotonic clock).
+pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError> {
+    let read_err = |map: &'static str| {
+        move |e: aya::maps::MapError| LiveError::ReadMap {
+            map,
+            detail: chain(&e),
+        }
+    };
+    let mut agg = Aggregate::new();
+    let counters_map = ebpf.map(maps::COUNTERS).ok_or(LiveError::ReadMap {
+        map: maps::COUNTERS,
+        detail: "missing".into(),
+    })?;
+    let counters: PerCpuArray<_, Counters> =
+        PerCpuArray::try_from(counters_map).map_err(read_err(maps::COUNTERS))?;
+    for c in counters
+        .get(&0, 0)
+        .map_err(read_err(maps::COUNTERS))?
+        .iter()
+    {
+        agg.counters.merge(c);
+    }
+    let flows_map = ebpf.map(maps::FLOWS).ok_or(LiveError::ReadMap {
+        map: maps::FLOWS,
+        detail: "missing".into(),
+    })?;
+    let flows: PerCpuHashMap<_, FlowKey, FlowStats> =
+        PerCpuHashMap::try_from(flows_map).map_err(read_err(maps::FLOWS))?;
+    for entry in flows.iter() {
+        let (key, per_cpu) = match entry {
+            Ok(kv) => kv,
+            // An LRU entry evicted while iterating: skip it.
+            Err(aya::maps::MapError::KeyNotFound) => continue,
+            Err(e) => return Err(read_err(maps::FLOWS)(e)),
+        };
+        for s in per_cpu.iter() {
+            let mut s = *s;
+            if s.packets > 0 {
+                s.first_seen_ns = shift(s.first_seen_ns, ts_offset_ns);
+                s.last_seen_ns = shift(s.last_seen_ns, ts_offset_ns);
+            }
+            agg.merge_flow(key, &s);
+        }
+    }
+    Ok(agg)
+}
+
+fn shift(ns: u64, by: i128) -> u64 {
+    (ns as i128 + by).clamp(0, u64::MAX as i128) as u64
+}
+
+/// Unix-epoch ns minus CLOCK_MONOTONIC ns, now.
+fn monotonic_to_unix_offset() -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let mono = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+    let unix = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0);
+    unix - mono
+}
+
+/// The error and its sources on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(cause) = src {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        src = cause.source();
+    }
+    s
+}
+
+fn os_error(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            return io.raw_os_error();
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn attach_error(iface: &str, mode: AttachMode, e: &ProgramError) -> LiveError {
+    match e {
+        ProgramError::UnknownInterface { name } => LiveError::UnknownInterface(name.clone()),
+        _ => match os_error(e) {
+            Some(libc::EBUSY) | Some(libc::EEXIST) => LiveError::XdpBusy(iface.to_string()),
+            Some(libc::EOPNOTSUPP) if mode == AttachMode::Native => LiveError::ModeUnsupported {
+                iface: iface.to_string(),
+                mode: mode.name(),
+            },
+            _ => LiveError::Attach {
+                iface: iface.to_string(),
+                detail: chain(e),
+            },
+        },
+    }
+}

@@ -1,0 +1,404 @@
+//! The `roce-observer/report/v1` JSON report and the terminal table, built from an
+//! [`Aggregate`]. Later versions add fields, never rename these.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    net::{IpAddr, Ipv6Addr},
+};
+
+use observer_common::{FlowKey, FlowStats, OpClass, SkipReason};
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::Aggregate;
+
+pub const SCHEMA: &str = "roce-observer/report/v1";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub source: Source,
+    pub window: Window,
+    pub totals: Totals,
+    /// Every flow, largest byte count first.
+    pub flows: Vec<Flow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    /// "live" or "pcap".
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<String>,
+    /// Live only: the XDP attach mode asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_mode: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    pub frames: u64,
+    pub roce_packets: u64,
+    pub roce_bytes: u64,
+    pub ce_packets: u64,
+    pub cnp_packets: u64,
+    /// RoCE packets the flow table could not take (counted in the totals, in no flow).
+    pub flow_insert_failures: u64,
+    /// Every skip reason, zero or not.
+    pub skipped: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Flow {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub udp_src_port: u16,
+    pub dest_qp: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub ecn: Ecn,
+    pub ops: Ops,
+    pub psn: Psn,
+    /// DSCP values seen, ascending.
+    pub dscp: Vec<u8>,
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    /// bytes * 8 / window.seconds
+    pub rate_bps: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ecn {
+    pub not_ect: u64,
+    pub ect0: u64,
+    pub ect1: u64,
+    pub ce: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ops {
+    pub send: u64,
+    pub write: u64,
+    pub read_request: u64,
+    pub read_response: u64,
+    pub ack: u64,
+    pub nak: u64,
+    pub rnr_nak: u64,
+    pub atomic: u64,
+    pub atomic_ack: u64,
+    pub cnp: u64,
+    pub other: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Psn {
+    pub gaps: u64,
+    pub missing: u64,
+    pub regressions: u64,
+}
+
+/// IPv4 addresses travel v4-mapped; reports show them in their usual form.
+pub fn ip_of(bytes: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(bytes);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+impl Ops {
+    fn from_counts(c: &[u64; OpClass::COUNT]) -> Self {
+        let at = |o: OpClass| c[o as usize];
+        Self {
+            send: at(OpClass::Send),
+            write: at(OpClass::Write),
+            read_request: at(OpClass::ReadRequest),
+            read_response: at(OpClass::ReadResponse),
+            ack: at(OpClass::Ack),
+            nak: at(OpClass::Nak),
+            rnr_nak: at(OpClass::RnrNak),
+            atomic: at(OpClass::Atomic),
+            atomic_ack: at(OpClass::AtomicAck),
+            cnp: at(OpClass::Cnp),
+            other: at(OpClass::Other),
+        }
+    }
+}
+
+impl Flow {
+    pub fn new(key: &FlowKey, s: &FlowStats, window_seconds: f64) -> Self {
+        Self {
+            src_ip: ip_of(key.src_ip),
+            dst_ip: ip_of(key.dst_ip),
+            udp_src_port: key.udp_src_port,
+            dest_qp: key.dest_qp,
+            packets: s.packets,
+            bytes: s.bytes,
+            ecn: Ecn {
+                not_ect: s.ecn[0],
+                ect1: s.ecn[1],
+                ect0: s.ecn[2],
+                ce: s.ecn[3],
+            },
+            ops: Ops::from_counts(&s.ops),
+            psn: Psn {
+                gaps: s.psn_gaps,
+                missing: s.psn_missing,
+                regressions: s.psn_regressions,
+            },
+            dscp: (0..64u8).filter(|d| s.dscp_mask & (1 << d) != 0).collect(),
+            first_seen_ns: s.first_seen_ns,
+            last_seen_ns: s.last_seen_ns,
+            rate_bps: rate(s.bytes, window_seconds),
+        }
+    }
+
+    /// Share of packets marked CE, in percent.
+    pub fn ce_percent(&self) -> f64 {
+        percent(self.ecn.ce, self.packets)
+    }
+}
+
+fn rate(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 * 8.0 / seconds
+    } else {
+        0.0
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+impl Report {
+    pub fn new(agg: &Aggregate, source: Source, window_seconds: f64) -> Self {
+        let c = &agg.counters;
+        let mut flows: Vec<Flow> = agg
+            .flows
+            .iter()
+            .map(|(k, s)| Flow::new(k, s, window_seconds))
+            .collect();
+        flows.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.packets.cmp(&a.packets))
+                .then(a.src_ip.cmp(&b.src_ip))
+                .then(a.dst_ip.cmp(&b.dst_ip))
+                .then(a.dest_qp.cmp(&b.dest_qp))
+                .then(a.udp_src_port.cmp(&b.udp_src_port))
+        });
+        Self {
+            schema: SCHEMA.to_string(),
+            source,
+            window: Window {
+                seconds: window_seconds,
+            },
+            totals: Totals {
+                frames: c.frames,
+                roce_packets: c.roce_packets,
+                roce_bytes: c.roce_bytes,
+                ce_packets: c.ce_packets,
+                cnp_packets: c.cnp_packets,
+                flow_insert_failures: c.flow_insert_failures,
+                skipped: SkipReason::ALL
+                    .iter()
+                    .map(|r| (r.name().to_string(), c.skipped[*r as usize]))
+                    .collect(),
+            },
+            flows,
+        }
+    }
+
+    /// The terminal table: totals, the top `top` flows by bytes, skip reasons.
+    pub fn render_table(&self, top: usize) -> String {
+        let mut out = String::new();
+        let t = &self.totals;
+        let src = match self.source.interfaces.as_slice() {
+            [] => self.source.kind.clone(),
+            ifaces => format!("{} {}", self.source.kind, ifaces.join(",")),
+        };
+        let _ = writeln!(
+            out,
+            "roce-observer: {src}, {:.1} s: {} frames, {} RoCEv2 packets ({}), {} flows",
+            self.window.seconds,
+            t.frames,
+            t.roce_packets,
+            human_bytes(t.roce_bytes),
+            self.flows.len()
+        );
+        let _ = writeln!(
+            out,
+            "  CE-marked {} ({:.2}%), CNPs {}, NAKs {}, RNR NAKs {}, PSN gaps {} (~{} PSNs missing), retransmissions {}",
+            t.ce_packets,
+            percent(t.ce_packets, t.roce_packets),
+            t.cnp_packets,
+            self.flows.iter().map(|f| f.ops.nak).sum::<u64>(),
+            self.flows.iter().map(|f| f.ops.rnr_nak).sum::<u64>(),
+            self.flows.iter().map(|f| f.psn.gaps).sum::<u64>(),
+            self.flows.iter().map(|f| f.psn.missing).sum::<u64>(),
+            self.flows.iter().map(|f| f.psn.regressions).sum::<u64>(),
+        );
+        if t.flow_insert_failures > 0 {
+            let _ = writeln!(
+                out,
+                "  flow table full: {} packets counted in totals only (raise --max-flows)",
+                t.flow_insert_failures
+            );
+        }
+        if !self.flows.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{:<41} {:>5} {:>8} {:>11} {:>8} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5}",
+                "SOURCE -> DESTINATION",
+                "SPORT",
+                "DEST QP",
+                "RATE",
+                "PACKETS",
+                "CE%",
+                "CNPs",
+                "NAKs",
+                "RNR",
+                "GAPS",
+                "RETX"
+            );
+            for f in self.flows.iter().take(top) {
+                let _ = writeln!(
+                    out,
+                    "{:<41} {:>5} {:>8} {:>11} {:>8} {:>6.2} {:>6} {:>5} {:>5} {:>5} {:>5}",
+                    format!("{} -> {}", f.src_ip, f.dst_ip),
+                    f.udp_src_port,
+                    format!("0x{:06x}", f.dest_qp),
+                    human_rate(f.rate_bps),
+                    f.packets,
+                    f.ce_percent(),
+                    f.ops.cnp,
+                    f.ops.nak,
+                    f.ops.rnr_nak,
+                    f.psn.gaps,
+                    f.psn.regressions
+                );
+            }
+            if self.flows.len() > top {
+                let _ = writeln!(
+                    out,
+                    "  ... {} more flows (--top N, or --json for all)",
+                    self.flows.len() - top
+                );
+            }
+        }
+        let skipped: Vec<String> = t
+            .skipped
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        if !skipped.is_empty() {
+            let _ = writeln!(out, "\nnot RoCEv2: {}", skipped.join(", "));
+        }
+        out
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1000.0 && i < UNITS.len() - 1 {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+fn human_rate(bps: f64) -> String {
+    const UNITS: [&str; 5] = ["b/s", "kb/s", "Mb/s", "Gb/s", "Tb/s"];
+    let mut v = bps;
+    let mut i = 0;
+    while v >= 1000.0 && i < UNITS.len() - 1 {
+        v /= 1000.0;
+        i += 1;
+    }
+    format!("{v:.1} {}", UNITS[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v4_mapped_addresses_print_as_ipv4() {
+        let mut b = [0u8; 16];
+        b[10] = 0xFF;
+        b[11] = 0xFF;
+        b[12..].copy_from_slice(&[198, 18, 0, 2]);
+        assert_eq!(ip_of(b).to_string(), "198.18.0.2");
+        let v6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        assert_eq!(ip_of(v6.octets()).to_string(), "2001:db8::1");
+    }
+
+    #[test]
+    fn report_fields_follow_the_flow_stats() {
+        let mut agg = Aggregate::new();
+        let key = FlowKey {
+            dest_qp: 18,
+            udp_src_port: 49152,
+            ..Default::default()
+        };
+        let mut s = FlowStats {
+            packets: 10,
+            bytes: 1000,
+            ecn: [1, 2, 3, 4],
+            dscp_mask: (1 << 26) | (1 << 48),
+            psn_gaps: 1,
+            psn_missing: 3,
+            psn_regressions: 2,
+            ..Default::default()
+        };
+        s.ops[OpClass::Cnp as usize] = 5;
+        s.ops[OpClass::Nak as usize] = 1;
+        agg.flows.insert(key, s);
+        agg.counters.frames = 12;
+        agg.counters.skipped[SkipReason::NotIp as usize] = 2;
+        let r = Report::new(
+            &agg,
+            Source {
+                kind: "live".into(),
+                interfaces: vec!["veth0".into()],
+                xdp_mode: None,
+            },
+            2.0,
+        );
+        let f = &r.flows[0];
+        assert_eq!(
+            (f.ecn.not_ect, f.ecn.ect1, f.ecn.ect0, f.ecn.ce),
+            (1, 2, 3, 4)
+        );
+        assert_eq!((f.ops.cnp, f.ops.nak, f.ops.send), (5, 1, 0));
+        assert_eq!(f.dscp, vec![26, 48]);
+        assert_eq!(f.rate_bps, 4000.0);
+        assert_eq!(r.totals.skipped["not_ip"], 2);
+        assert_eq!(r.totals.skipped.len(), SkipReason::COUNT);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["schema"], SCHEMA);
+        assert_eq!(json["flows"][0]["psn"]["missing"], 3);
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+        let table = r.render_table(10);
+        assert!(table.contains("0x000012"), "{table}");
+        assert!(table.contains("not RoCEv2: not_ip 2"), "{table}");
+    }
+}

@@ -1,0 +1,139 @@
+//! Bad input and missing privileges: one clear line on stderr, a non-zero exit, never a panic,
+//! and never a program replaced on an interface.
+
+use std::process::Command;
+
+use aya::{
+    EbpfLoader,
+    programs::{Xdp, XdpMode},
+};
+use integration_tests::{has_xdp, output, require_root};
+use observer_common::programs;
+use roce_observer::{EBPF_OBJECT, lab::Lab};
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+
+/// The last non-empty stderr line, which must be the one error line.
+fn error_line(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one error line, got: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    lines[0].to_string()
+}
+
+#[test]
+fn unknown_interface_is_named() {
+    let (status, out, err) =
+        output(Command::new(CLI).args(["diagnose", "--iface", "nosuch0", "--duration", "1s"]));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(out.is_empty());
+    assert_eq!(
+        error_line(&err),
+        "roce-observer: error: interface 'nosuch0' not found"
+    );
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    for args in [
+        &["diagnose", "--iface", "lo", "--duration", "ten"][..],
+        &["diagnose", "--iface", "lo", "--xdp-mode", "turbo"][..],
+        &["diagnose"][..],
+        &["frobnicate"][..],
+    ] {
+        let (status, _, err) = output(Command::new(CLI).args(args));
+        assert_eq!(status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let (status, _, err) =
+        output(Command::new(CLI).args(["generate", "--iface", "lo", "--scenario", "nope"]));
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        error_line(&err).starts_with("roce-observer: error: unknown scenario 'nope' (known: "),
+        "{err}"
+    );
+    let (status, _, err) =
+        output(Command::new(CLI).args(["diagnose", "--iface", "lo", "--max-flows", "0"]));
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        error_line(&err).contains("--max-flows must be between 1 and"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_capabilities_are_named() {
+    if !require_root("missing_capabilities_are_named") {
+        return;
+    }
+    // Root with every capability dropped, and an unprivileged user.
+    let drop_all = [
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--bounding-set=-all",
+    ];
+    for (who, ids) in [
+        ("root without capabilities", &[][..]),
+        (
+            "nobody",
+            &["--reuid=65534", "--regid=65534", "--clear-groups"][..],
+        ),
+    ] {
+        let (status, _, err) = output(
+            Command::new("setpriv")
+                .args(ids)
+                .args(drop_all)
+                .arg(CLI)
+                .args(["diagnose", "--iface", "lo", "--duration", "1s"]),
+        );
+        assert_eq!(status.code(), Some(1), "{who}: {err}");
+        let line = error_line(&err);
+        assert!(
+            line.starts_with("roce-observer: error: live capture needs root or the capabilities CAP_BPF+CAP_NET_ADMIN"),
+            "{who}: {line}"
+        );
+    }
+}
+
+#[test]
+fn foreign_xdp_program_is_never_replaced() {
+    if !require_root("foreign_xdp_program_is_never_replaced") {
+        return;
+    }
+    let lab = Lab::create("ro-busy").unwrap();
+    // "Someone else": this test process attaches the baseline program to rx0.
+    for mode in [XdpMode::Skb, XdpMode::Default] {
+        let foreign = lab
+            .ns
+            .run_in(move || {
+                let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT).unwrap();
+                let prog: &mut Xdp = ebpf
+                    .program_mut(programs::BASELINE)
+                    .unwrap()
+                    .try_into()
+                    .unwrap();
+                prog.load().unwrap();
+                prog.attach(Lab::RX, mode).unwrap();
+                ebpf
+            })
+            .unwrap();
+        let before = integration_tests::link_details(&lab.ns, "rx0");
+        assert!(before.contains("prog/xdp"), "{before}");
+        let (status, _, err) =
+            output(
+                lab.ns
+                    .command(CLI)
+                    .args(["diagnose", "--iface", "rx0", "--duration", "1s"]),
+            );
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert_eq!(
+            error_line(&err),
+            "roce-observer: error: interface 'rx0' already has an XDP program attached by someone else; refusing to replace it (detach it first, e.g. `ip link set dev rx0 xdp off`, if it is not needed)"
+        );
+        // Still the same foreign program.
+        assert_eq!(integration_tests::link_details(&lab.ns, "rx0"), before);
+        drop(foreign);
+        assert!(!has_xdp(&lab.ns, "rx0"));
+    }
+}
