@@ -220,6 +220,7 @@ fn load(cap: u32) -> Result<Ebpf, String> {
         .map_err(|e| format!("loading the kernel object: {e}"))?;
     for name in [
         programs::OBSERVE,
+        programs::OBSERVE_UNCACHED,
         programs::OBSERVE_SHARED,
         programs::BASELINE,
     ] {
@@ -286,39 +287,57 @@ fn measure(p: &Xdp, name: &str, case: &Case, repeat: u32) -> Result<f64, String>
     }
 }
 
-/// Flows in the table a program uses (the new-flow case must add exactly one per frame).
+/// Flows a program holds (the new-flow case must add exactly one per frame). The cached
+/// observer's flows are in its table and its cache: count them as the loader reads them.
 fn flow_count(ebpf: &Ebpf, program: &str) -> Result<usize, String> {
     let err = |e: aya::maps::MapError| format!("reading flow table: {e}");
-    Ok(if program == programs::OBSERVE {
-        let m: PerCpuHashMap<_, FlowKey, FlowStats> =
-            PerCpuHashMap::try_from(ebpf.map(maps::FLOWS).ok_or("no FLOWS map")?).map_err(err)?;
-        m.keys().filter(Result::is_ok).count()
-    } else {
-        let m: HashMap<_, FlowKey, FlowStats> =
-            HashMap::try_from(ebpf.map(maps::FLOWS_SHARED).ok_or("no FLOWS_SHARED map")?)
-                .map_err(err)?;
-        m.keys().filter(Result::is_ok).count()
+    Ok(match program {
+        programs::OBSERVE => roce_observer::live::read_maps(ebpf, 0)
+            .map_err(|e| e.to_string())?
+            .flows
+            .len(),
+        programs::OBSERVE_UNCACHED => {
+            let m: PerCpuHashMap<_, FlowKey, FlowStats> =
+                PerCpuHashMap::try_from(ebpf.map(maps::FLOWS).ok_or("no FLOWS map")?)
+                    .map_err(err)?;
+            m.keys().filter(Result::is_ok).count()
+        }
+        _ => {
+            let m: HashMap<_, FlowKey, FlowStats> =
+                HashMap::try_from(ebpf.map(maps::FLOWS_SHARED).ok_or("no FLOWS_SHARED map")?)
+                    .map_err(err)?;
+            m.keys().filter(Result::is_ok).count()
+        }
     })
 }
 
-const OBSERVERS: [&str; 2] = [programs::OBSERVE, programs::OBSERVE_SHARED];
+const OBSERVERS: [&str; 3] = [
+    programs::OBSERVE,
+    programs::OBSERVE_UNCACHED,
+    programs::OBSERVE_SHARED,
+];
 
 /// samples[case][0] = baseline, samples[case][1 + i] = OBSERVERS[i]; one value per run.
-fn run_all(args: &Args, cases: &[Case]) -> Result<Vec<[Vec<f64>; 3]>, String> {
+fn run_all(args: &Args, cases: &[Case]) -> Result<Vec<[Vec<f64>; 4]>, String> {
     let cap = DEFAULT_MAX_FLOWS.max(args.new_flows + args.new_flows / 2 + 1024);
-    let mut samples: Vec<[Vec<f64>; 3]> = cases.iter().map(|_| Default::default()).collect();
+    let mut samples: Vec<[Vec<f64>; 4]> = cases.iter().map(|_| Default::default()).collect();
     for run in 0..args.runs {
         eprintln!("bench: run {}/{}", run + 1, args.runs);
-        let ebpf = load(cap)?;
+        let base_obj = load(cap)?;
         for (ci, case) in cases.iter().enumerate() {
             let base = measure(
-                prog(&ebpf, programs::BASELINE),
+                prog(&base_obj, programs::BASELINE),
                 programs::BASELINE,
                 case,
                 args.repeat,
             )?;
             samples[ci][0].push(base);
-            for (oi, name) in OBSERVERS.iter().enumerate() {
+        }
+        // A fresh object per observer: FLOWS is shared by the cached and the uncached program,
+        // and the new-flow frames must be new to each.
+        for (oi, name) in OBSERVERS.iter().enumerate() {
+            let ebpf = load(cap)?;
+            for (ci, case) in cases.iter().enumerate() {
                 let before = if case.repeated {
                     0
                 } else {

@@ -133,7 +133,10 @@ impl FlowStats {
         self.psn_valid = 1;
     }
 
-    /// Adds another partial view of the same flow (another CPU's value).
+    /// Adds another partial view of the same flow (another CPU's value, or the cache slot being
+    /// written back). The PSN continuation state follows the more recent view; on a tie (times
+    /// have one kernel tick's resolution) `o` counts as the more recent, as a written-back slot is.
+    #[inline(always)]
     pub fn merge(&mut self, o: &FlowStats) {
         if o.packets == 0 {
             return;
@@ -141,8 +144,7 @@ impl FlowStats {
         if self.packets == 0 || o.first_seen_ns < self.first_seen_ns {
             self.first_seen_ns = o.first_seen_ns;
         }
-        if o.last_seen_ns > self.last_seen_ns {
-            // The continuation state follows the most recent view.
+        if o.last_seen_ns >= self.last_seen_ns {
             self.psn_next_lo = o.psn_next_lo;
             self.psn_next_hi = o.psn_next_hi;
             self.psn_valid = o.psn_valid;
@@ -162,6 +164,74 @@ impl FlowStats {
         self.dscp_mask |= o.dscp_mask;
     }
 }
+
+/// One slot of the kernel's per-CPU, direct-mapped flow cache: the hot flows' stats live here
+/// and are written back to the flow table when another flow takes the slot. A slot is empty
+/// while `stats.packets` is 0. A flow's stats are the table's value merged with its slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowSlot {
+    pub key: FlowKey,
+    pub stats: FlowStats,
+}
+const _: () = assert!(size_of::<FlowSlot>() == 40 + 200);
+
+/// Slots of the flow cache (a power of two).
+pub const FLOW_CACHE_SLOTS: u32 = 4096;
+
+impl FlowKey {
+    /// The cache slot of this key: a multiplicative hash of the key's five words (cheaper than
+    /// the table's jhash; collisions only cost a write-back).
+    #[inline(always)]
+    pub fn slot(&self) -> u32 {
+        let w: [u64; 5] = [
+            u64::from_ne_bytes(to8(&self.src_ip, 0)),
+            u64::from_ne_bytes(to8(&self.src_ip, 8)),
+            u64::from_ne_bytes(to8(&self.dst_ip, 0)),
+            u64::from_ne_bytes(to8(&self.dst_ip, 8)),
+            (self.dest_qp as u64) | ((self.udp_src_port as u64) << 32),
+        ];
+        let h = w[0] ^ w[1].rotate_left(17) ^ w[2].rotate_left(31) ^ w[3].rotate_left(47) ^ w[4];
+        (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32 & (FLOW_CACHE_SLOTS - 1)
+    }
+}
+
+#[inline(always)]
+fn to8(b: &[u8; 16], at: usize) -> [u8; 8] {
+    [
+        b[at],
+        b[at + 1],
+        b[at + 2],
+        b[at + 3],
+        b[at + 4],
+        b[at + 5],
+        b[at + 6],
+        b[at + 7],
+    ]
+}
+
+impl FlowStats {
+    /// A fresh value that continues the PSN tracking of `prev` (the flow's table entry).
+    #[inline(always)]
+    pub fn continuing(prev: &FlowStats) -> Self {
+        Self {
+            psn_next_lo: prev.psn_next_lo,
+            psn_next_hi: prev.psn_next_hi,
+            psn_valid: prev.psn_valid,
+            ..Self::default()
+        }
+    }
+}
+
+/// The kernel's clock: CLOCK_MONOTONIC ns read once per jiffy per CPU (the clock helper costs
+/// as much as the rest of the per-packet work), so packet times have one tick's resolution.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TickClock {
+    pub jiffies: u64,
+    pub ns: u64,
+}
+const _: () = assert!(size_of::<TickClock>() == 16);
 
 /// Global counters (one per-CPU array slot).
 #[repr(C)]
@@ -218,4 +288,5 @@ mod pod {
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::FlowStats {}
     unsafe impl aya::Pod for super::Counters {}
+    unsafe impl aya::Pod for super::FlowSlot {}
 }

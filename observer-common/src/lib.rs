@@ -7,13 +7,15 @@ pub mod flow;
 pub mod parse;
 pub mod wire;
 
-pub use flow::{Counters, FlowKey, FlowStats};
+pub use flow::{Counters, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, TickClock};
 pub use parse::{Aeth, Bth, Bytes, OpClass, RocePacket, SkipReason, Transport, VlanTag, parse};
 
 /// Map names shared by the kernel object and the loader.
 pub mod maps {
     pub const FLOWS: &str = "FLOWS";
     pub const COUNTERS: &str = "COUNTERS";
+    /// Per-CPU direct-mapped cache of hot flows in front of FLOWS (see `FlowSlot`).
+    pub const FLOW_CACHE: &str = "FLOW_CACHE";
     /// The shared (not per-CPU) flow table of the benchmark-only shared-map variant.
     pub const FLOWS_SHARED: &str = "FLOWS_SHARED";
     /// Counters of the baseline program (frames only), used by the benchmark.
@@ -26,7 +28,9 @@ pub mod programs {
     pub const OBSERVE: &str = "roce_observe";
     /// A program that only counts frames: the benchmark's baseline.
     pub const BASELINE: &str = "count_frames";
-    /// Benchmark only: the observer over one shared LRU hash instead of a per-CPU one.
+    /// Benchmark only: the observer without the flow cache (per-CPU LRU table lookups).
+    pub const OBSERVE_UNCACHED: &str = "roce_observe_uncached";
+    /// Benchmark only: the observer without the cache over one shared LRU table.
     pub const OBSERVE_SHARED: &str = "roce_observe_shared";
 }
 

@@ -1,6 +1,10 @@
 //! Kernel side of roce-observer: an XDP program that parses every frame with the shared parser,
 //! accounts RoCEv2 per flow and always returns XDP_PASS (host mode never drops or changes a
 //! packet). No per-packet logging.
+//!
+//! Per flow, the hot path is a per-CPU direct-mapped cache (FLOW_CACHE, an array: the verifier
+//! inlines its lookup) in front of the per-CPU LRU flow table (FLOWS): a packet whose flow holds
+//! its slot costs no hash-table lookup; another flow taking the slot writes the old one back.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
@@ -10,13 +14,14 @@ mod kernel {
 
     use aya_ebpf::{
         bindings::{BPF_NOEXIST, xdp_action},
-        helpers::bpf_ktime_get_ns,
+        helpers::{bpf_jiffies64, bpf_ktime_get_ns},
         macros::{map, xdp},
         maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray},
         programs::XdpContext,
     };
     use observer_common::{
-        Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowStats, parse,
+        Counters, DEFAULT_MAX_FLOWS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, TickClock,
+        parse,
         parse::{Bytes, Plain},
     };
 
@@ -24,17 +29,23 @@ mod kernel {
     static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
         LruPerCpuHashMap::with_max_entries(DEFAULT_MAX_FLOWS, 0);
 
-    /// The same table as one shared (not per-CPU) LRU hash: only the benchmark's
-    /// `roce_observe_shared` uses it, to measure the map-type trade-off.
-    #[map(name = "FLOWS_SHARED")]
-    static FLOWS_SHARED: LruHashMap<FlowKey, FlowStats> =
-        LruHashMap::with_max_entries(DEFAULT_MAX_FLOWS, 0);
+    #[map(name = "FLOW_CACHE")]
+    static FLOW_CACHE: PerCpuArray<FlowSlot> = PerCpuArray::with_max_entries(FLOW_CACHE_SLOTS, 0);
 
     #[map(name = "COUNTERS")]
     static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
 
-    /// A zeroed FlowStats that is never written: the value new flows are inserted with (the
-    /// 512-byte BPF stack has no room for one).
+    #[map(name = "CLOCK")]
+    static CLOCK: PerCpuArray<TickClock> = PerCpuArray::with_max_entries(1, 0);
+
+    /// Benchmark only: the same table as one shared (not per-CPU) LRU hash, used by
+    /// `roce_observe_shared` to measure the map-type trade-off.
+    #[map(name = "FLOWS_SHARED")]
+    static FLOWS_SHARED: LruHashMap<FlowKey, FlowStats> =
+        LruHashMap::with_max_entries(DEFAULT_MAX_FLOWS, 0);
+
+    /// A zeroed FlowStats that is never written: what uncached variants insert new flows with
+    /// (the 512-byte BPF stack has no room for one).
     #[map(name = "ZERO_STATS")]
     static ZERO_STATS: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0);
 
@@ -59,55 +70,135 @@ mod kernel {
         }
     }
 
-    /// Parse, count, and account the packet in `$flows` (both hash map types have the same
-    /// methods but no common trait).
-    macro_rules! observe {
-        ($ctx:expr, $flows:expr) => {{
+    /// CLOCK_MONOTONIC ns with one jiffy's resolution: bpf_jiffies64 is inlined by the
+    /// verifier, the clock helper runs once per tick per CPU.
+    #[inline(always)]
+    fn now_ns() -> u64 {
+        let jiffies = unsafe { bpf_jiffies64() };
+        match CLOCK.get_ptr_mut(0) {
+            Some(c) => {
+                // SAFETY: this CPU's value.
+                let c = unsafe { &mut *c };
+                if c.jiffies != jiffies {
+                    c.jiffies = jiffies;
+                    c.ns = unsafe { bpf_ktime_get_ns() };
+                }
+                c.ns
+            }
+            None => 0,
+        }
+    }
+
+    /// Parses the frame and records the result in COUNTERS; the RoCE packet and the counters
+    /// if it is one.
+    macro_rules! parse_and_count {
+        ($ctx:expr) => {{
             let pkt = Packet {
                 start: $ctx.data(),
                 end: $ctx.data_end(),
             };
             let result = parse(&pkt);
-            if let Some(counters) = COUNTERS.get_ptr_mut(0) {
-                // SAFETY: a per-CPU map value; XDP runs with preemption off on this CPU.
-                let counters = unsafe { &mut *counters };
-                counters.record(&result);
-                if let Ok(p) = result {
-                    let now = unsafe { bpf_ktime_get_ns() };
-                    let key = FlowKey::of(&p);
-                    let stats = match $flows.get_ptr_mut(&key) {
-                        Some(s) => Some(s),
-                        None => match ZERO_STATS.get_ptr(0) {
-                            Some(zero) => {
-                                // Another CPU may insert the key between lookup and insert:
-                                // EEXIST is fine. SAFETY: ZERO_STATS is never written.
-                                let _ = $flows.insert(&key, unsafe { &*zero }, BPF_NOEXIST as u64);
-                                $flows.get_ptr_mut(&key)
-                            }
-                            None => None,
-                        },
-                    };
-                    match stats {
-                        // SAFETY: a live map value.
-                        Some(s) => unsafe { (*s).record(&p, now) },
-                        None => counters.flow_insert_failures += 1,
+            match COUNTERS.get_ptr_mut(0) {
+                Some(counters) => {
+                    // SAFETY: a per-CPU map value; XDP runs with preemption off on this CPU.
+                    let counters = unsafe { &mut *counters };
+                    counters.record(&result);
+                    match result {
+                        Ok(p) => Some((p, counters)),
+                        Err(_) => None,
                     }
                 }
+                None => None,
             }
         }};
     }
 
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
-        observe!(ctx, FLOWS);
+        if let Some((p, counters)) = parse_and_count!(ctx) {
+            let key = FlowKey::of(&p);
+            if let Some(slot) = FLOW_CACHE.get_ptr_mut(key.slot()) {
+                // SAFETY: this CPU's slot.
+                let slot = unsafe { &mut *slot };
+                if slot.stats.packets == 0 || slot.key != key {
+                    take_slot(slot, &key, counters);
+                }
+                slot.stats.record(&p, now_ns());
+            }
+        }
         xdp_action::XDP_PASS
     }
 
-    /// Benchmark only: the observer over the shared LRU map (updates are not atomic, so it is
-    /// exact only while a flow stays on one CPU; never attached by the loader).
+    /// Writes the slot's flow back to FLOWS and gives the slot to `key`, continuing the PSN
+    /// tracking of its table entry.
+    #[inline(always)]
+    fn take_slot(slot: &mut FlowSlot, key: &FlowKey, counters: &mut Counters) {
+        if slot.stats.packets != 0 {
+            let written = match FLOWS.get_ptr_mut(&slot.key) {
+                // SAFETY: a live map value of this CPU.
+                Some(v) => {
+                    unsafe { (*v).merge(&slot.stats) };
+                    true
+                }
+                // The value argument may point into a map value (the slot).
+                None => FLOWS
+                    .insert(&slot.key, &slot.stats, BPF_NOEXIST as u64)
+                    .is_ok(),
+            };
+            if !written {
+                counters.flow_insert_failures += slot.stats.packets;
+            }
+        }
+        slot.key = *key;
+        let (lo, hi, valid) = match FLOWS.get_ptr(key) {
+            // SAFETY: a live map value of this CPU.
+            Some(prev) => unsafe { ((*prev).psn_next_lo, (*prev).psn_next_hi, (*prev).psn_valid) },
+            None => (0, 0, 0),
+        };
+        // SAFETY: zeroing plain integers in place (no 200-byte temporary on the stack).
+        unsafe { core::ptr::write_bytes(&mut slot.stats as *mut FlowStats, 0, 1) };
+        slot.stats.psn_next_lo = lo;
+        slot.stats.psn_next_hi = hi;
+        slot.stats.psn_valid = valid;
+    }
+
+    /// Benchmark only: the observer without the cache, every packet looked up in `$flows`.
+    macro_rules! observe_uncached {
+        ($ctx:expr, $flows:expr) => {{
+            if let Some((p, counters)) = parse_and_count!($ctx) {
+                let key = FlowKey::of(&p);
+                let stats = match $flows.get_ptr_mut(&key) {
+                    Some(s) => Some(s),
+                    None => match ZERO_STATS.get_ptr(0) {
+                        Some(zero) => {
+                            // SAFETY: ZERO_STATS is never written. EEXIST (a race) is fine.
+                            let _ = $flows.insert(&key, unsafe { &*zero }, BPF_NOEXIST as u64);
+                            $flows.get_ptr_mut(&key)
+                        }
+                        None => None,
+                    },
+                };
+                match stats {
+                    // SAFETY: a live map value.
+                    Some(s) => unsafe { (*s).record(&p, now_ns()) },
+                    None => counters.flow_insert_failures += 1,
+                }
+            }
+        }};
+    }
+
+    /// Benchmark only: per-CPU LRU table, no cache.
+    #[xdp]
+    pub fn roce_observe_uncached(ctx: XdpContext) -> u32 {
+        observe_uncached!(ctx, FLOWS);
+        xdp_action::XDP_PASS
+    }
+
+    /// Benchmark only: one shared LRU table, no cache (updates are not atomic: exact only while
+    /// a flow stays on one CPU; never attached by the loader).
     #[xdp]
     pub fn roce_observe_shared(ctx: XdpContext) -> u32 {
-        observe!(ctx, FLOWS_SHARED);
+        observe_uncached!(ctx, FLOWS_SHARED);
         xdp_action::XDP_PASS
     }
 

@@ -138,7 +138,7 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
         mode: a.xdp_mode,
         max_flows: a.max_flows,
     };
-    let observer = Observer::attach(config)?;
+    let mut observer = Observer::attach(config)?;
     eprintln!(
         "{ATTACHED} to {} (xdp {}), observing for {:.1}s; Ctrl-C to stop early",
         a.ifaces.join(", "),
@@ -147,6 +147,7 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
     );
     let started = Instant::now();
     wait(a.duration)?;
+    observer.detach()?;
     let window = started.elapsed().as_secs_f64();
     let agg = observer.snapshot()?;
     drop(observer);

@@ -8,9 +8,9 @@ use std::{ffi::CString, io, time::SystemTime};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{PerCpuArray, PerCpuHashMap},
-    programs::{ProgramError, Xdp, XdpMode},
+    programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
 };
-use observer_common::{Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowStats, maps, programs};
+use observer_common::{Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowSlot, FlowStats, maps, programs};
 
 use crate::{EBPF_OBJECT, aggregate::Aggregate};
 
@@ -135,6 +135,7 @@ pub fn check_privileges() -> Result<(), LiveError> {
 pub struct Observer {
     ebpf: Ebpf,
     config: LiveConfig,
+    links: Vec<XdpLinkId>,
 }
 
 impl Observer {
@@ -151,7 +152,7 @@ impl Observer {
         }
         check_privileges()?;
         let mut ebpf = EbpfLoader::new()
-            .set_max_entries(maps::FLOWS, config.max_flows)
+            .map_max_entries(maps::FLOWS, config.max_flows)
             .load(EBPF_OBJECT)
             .map_err(|e| LiveError::Load(chain(&e)))?;
         let prog: &mut Xdp = ebpf
@@ -160,12 +161,36 @@ impl Observer {
             .try_into()
             .map_err(|e: ProgramError| LiveError::Load(chain(&e)))?;
         prog.load().map_err(|e| LiveError::Load(chain(&e)))?;
+        let mut links = Vec::new();
         for iface in &config.interfaces {
             // On error, dropping `ebpf` detaches what was attached so far.
-            prog.attach(iface, config.mode.xdp())
-                .map_err(|e| attach_error(iface, config.mode, &e))?;
+            links.push(
+                prog.attach(iface, config.mode.xdp())
+                    .map_err(|e| attach_error(iface, config.mode, &e))?,
+            );
         }
-        Ok(Self { ebpf, config })
+        Ok(Self {
+            ebpf,
+            config,
+            links,
+        })
+    }
+
+    /// Detaches from every interface now (the maps stay readable): a snapshot taken afterwards
+    /// is final and races no packet.
+    pub fn detach(&mut self) -> Result<(), LiveError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(programs::OBSERVE)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| LiveError::Load(format!("no program {}", programs::OBSERVE)))?;
+        for (link, iface) in self.links.drain(..).zip(&self.config.interfaces) {
+            prog.detach(link).map_err(|e| LiveError::Attach {
+                iface: iface.clone(),
+                detail: format!("detach: {}", chain(&e)),
+            })?;
+        }
+        Ok(())
     }
 
     pub fn config(&self) -> &LiveConfig {
@@ -179,8 +204,10 @@ impl Observer {
     }
 }
 
-/// Sums the observer's per-CPU maps of a loaded object; timestamps shifted by `ts_offset_ns`
-/// (0 keeps the kernel's monotonic clock).
+/// Sums the observer's per-CPU maps of a loaded object (the flow table and the flow cache in
+/// front of it); timestamps shifted by `ts_offset_ns` (0 keeps the kernel's monotonic clock).
+/// While the program runs, a flow written back from the cache between the two reads can be
+/// missed or counted twice; detach first for a final read.
 pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError> {
     let read_err = |map: &'static str| {
         move |e: aya::maps::MapError| LiveError::ReadMap {
@@ -208,6 +235,14 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
     })?;
     let flows: PerCpuHashMap<_, FlowKey, FlowStats> =
         PerCpuHashMap::try_from(flows_map).map_err(read_err(maps::FLOWS))?;
+    let mut add = |key: FlowKey, s: &FlowStats| {
+        let mut s = *s;
+        if s.packets > 0 {
+            s.first_seen_ns = shift(s.first_seen_ns, ts_offset_ns);
+            s.last_seen_ns = shift(s.last_seen_ns, ts_offset_ns);
+        }
+        agg.merge_flow(key, &s);
+    };
     for entry in flows.iter() {
         let (key, per_cpu) = match entry {
             Ok(kv) => kv,
@@ -216,12 +251,18 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
             Err(e) => return Err(read_err(maps::FLOWS)(e)),
         };
         for s in per_cpu.iter() {
-            let mut s = *s;
-            if s.packets > 0 {
-                s.first_seen_ns = shift(s.first_seen_ns, ts_offset_ns);
-                s.last_seen_ns = shift(s.last_seen_ns, ts_offset_ns);
-            }
-            agg.merge_flow(key, &s);
+            add(key, s);
+        }
+    }
+    let cache_map = ebpf.map(maps::FLOW_CACHE).ok_or(LiveError::ReadMap {
+        map: maps::FLOW_CACHE,
+        detail: "missing".into(),
+    })?;
+    let cache: PerCpuArray<_, FlowSlot> =
+        PerCpuArray::try_from(cache_map).map_err(read_err(maps::FLOW_CACHE))?;
+    for per_cpu in cache.iter() {
+        for slot in per_cpu.map_err(read_err(maps::FLOW_CACHE))?.iter() {
+            add(slot.key, &slot.stats);
         }
     }
     Ok(agg)
