@@ -3,13 +3,10 @@
 
 use std::process::Command;
 
-use aya::{
-    EbpfLoader,
-    programs::{Xdp, XdpMode},
-};
-use integration_tests::{has_xdp, output, require_root};
+use aya::programs::XdpMode;
+use integration_tests::{has_xdp, load_program, output, require_root, xdp_mut};
 use observer_common::programs;
-use roce_observer::{EBPF_OBJECT, lab::Lab};
+use roce_observer::lab::Lab;
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
@@ -107,14 +104,10 @@ fn foreign_xdp_program_is_never_replaced() {
         let foreign = lab
             .ns
             .run_in(move || {
-                let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT).unwrap();
-                let prog: &mut Xdp = ebpf
-                    .program_mut(programs::BASELINE)
-                    .unwrap()
-                    .try_into()
+                let mut ebpf = load_program(programs::BASELINE);
+                xdp_mut(&mut ebpf, programs::BASELINE)
+                    .attach(Lab::RX, mode)
                     .unwrap();
-                prog.load().unwrap();
-                prog.attach(Lab::RX, mode).unwrap();
                 ebpf
             })
             .unwrap();

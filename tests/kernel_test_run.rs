@@ -2,14 +2,10 @@
 //! every output byte identical to the input, and the kernel maps equal to the userspace
 //! aggregation of the same frames (same parser, two memories, one answer) and to the ground truth.
 
-use aya::{
-    EbpfLoader,
-    programs::{TestRun, TestRunOptions, Xdp},
-};
-use integration_tests::{require_root, truth_aggregate};
+use aya::programs::{TestRun, TestRunOptions, Xdp};
+use integration_tests::{load_program, require_root, truth_aggregate, xdp_mut};
 use observer_common::{programs, wire::ETH_HEADER_LEN};
 use roce_observer::{
-    EBPF_OBJECT,
     aggregate::Aggregate,
     live::read_maps,
     synth::{self, Ip, RoceFrame},
@@ -18,14 +14,7 @@ use roce_observer::{
 const XDP_PASS: u32 = 2;
 
 fn load_observer() -> aya::Ebpf {
-    let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT).expect("load object");
-    let prog: &mut Xdp = ebpf
-        .program_mut(programs::OBSERVE)
-        .unwrap()
-        .try_into()
-        .unwrap();
-    prog.load().expect("verifier accepts the observer");
-    ebpf
+    load_program(programs::OBSERVE)
 }
 
 /// Runs one frame through the observer: XDP_PASS and the bytes unchanged.
@@ -161,15 +150,9 @@ fn baseline_program_counts_frames_and_passes() {
     if !require_root("baseline_program_counts_frames_and_passes") {
         return;
     }
-    let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT).expect("load object");
-    let prog: &mut Xdp = ebpf
-        .program_mut(programs::BASELINE)
-        .unwrap()
-        .try_into()
-        .unwrap();
-    prog.load().unwrap();
+    let mut ebpf = load_program(programs::BASELINE);
     let frame = synth::scenario("demo").unwrap().frames[0].bytes.clone();
-    let r = prog
+    let r = xdp_mut(&mut ebpf, programs::BASELINE)
         .test_run(TestRunOptions {
             data_in: Some(&frame),
             repeat: 1000,

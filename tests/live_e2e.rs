@@ -113,27 +113,29 @@ fn diagnose_json_equals_ground_truth() {
 }
 
 #[test]
-fn sigterm_stops_early_reports_and_detaches() {
-    if !require_root("sigterm_stops_early_reports_and_detaches") {
+fn sigterm_and_sigint_stop_early_report_and_detach() {
+    if !require_root("sigterm_and_sigint_stop_early_report_and_detach") {
         return;
     }
     let w = synth::scenario("demo").unwrap();
-    let lab = Lab::create("ro-term").unwrap();
-    let d = Diagnose::start(
-        &lab.ns,
-        CLI.as_ref(),
-        &["--iface", "rx0", "--duration", "10m", "--json"],
-    );
-    send(&lab, "tx0", &w);
-    // The child is `ip netns exec`, which execs the observer: same pid.
-    unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
-    let (status, out, err) = d.finish();
-    assert!(status.success(), "exit after SIGTERM: {status} {err}");
-    assert!(err.contains("terminated"), "{err}");
-    let report: Report = serde_json::from_str(&out).unwrap();
-    assert!(report.window.seconds < 60.0);
-    assert_eq!(report.totals.frames, w.frames.len() as u64);
-    assert!(!has_xdp(&lab.ns, "rx0"), "detached after SIGTERM");
+    for (signal, said) in [(libc::SIGTERM, "terminated"), (libc::SIGINT, "interrupted")] {
+        let lab = Lab::create("ro-sig").unwrap();
+        let d = Diagnose::start(
+            &lab.ns,
+            CLI.as_ref(),
+            &["--iface", "rx0", "--duration", "10m", "--json"],
+        );
+        send(&lab, "tx0", &w);
+        // The child is `ip netns exec`, which execs the observer: same pid.
+        unsafe { libc::kill(d.child.id() as i32, signal) };
+        let (status, out, err) = d.finish();
+        assert!(status.success(), "exit after {said}: {status} {err}");
+        assert!(err.contains(said), "{err}");
+        let report: Report = serde_json::from_str(&out).unwrap();
+        assert!(report.window.seconds < 60.0);
+        assert_eq!(report.totals.frames, w.frames.len() as u64);
+        assert!(!has_xdp(&lab.ns, "rx0"), "detached after {said}");
+    }
 }
 
 #[test]
