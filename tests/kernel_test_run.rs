@@ -111,7 +111,7 @@ fn psn_continuity_survives_cache_write_back() {
     }
     let ip = Ip::v4("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
     let write = |qp: u32, psn: u32| {
-        let mut f = RoceFrame::new(ip.clone(), observer_common::wire::op::WRITE_MIDDLE, qp);
+        let mut f = RoceFrame::new(ip, observer_common::wire::op::WRITE_MIDDLE, qp);
         f.bth.psn = psn;
         f.payload_len = 256;
         f

@@ -132,6 +132,10 @@ mod kernel {
     /// Writes the slot's flow back to FLOWS and gives the slot to `key`, continuing the PSN
     /// tracking of its table entry.
     #[inline(always)]
+    #[allow(
+        clippy::needless_borrows_for_generic_args,
+        reason = "by value would copy the 200-byte stats onto the 512-byte BPF stack"
+    )]
     fn take_slot(slot: &mut FlowSlot, key: &FlowKey, counters: &mut Counters) {
         if slot.stats.packets != 0 {
             let written = match FLOWS.get_ptr_mut(&slot.key) {
