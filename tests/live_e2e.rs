@@ -172,11 +172,7 @@ fn several_interfaces_are_summed() {
     let report: Report = serde_json::from_str(&out).unwrap();
     assert_eq!(
         report.source,
-        Source {
-            kind: "live".into(),
-            interfaces: vec!["rx0".into(), "tx0".into()],
-            xdp_mode: Some("skb".into())
-        }
+        Source::live(vec!["rx0".into(), "tx0".into()], "skb")
     );
     let mut both = truth_aggregate(&a.truth);
     both.merge(&truth_aggregate(&b.truth));

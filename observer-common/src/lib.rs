@@ -8,7 +8,9 @@ pub mod parse;
 pub mod wire;
 
 pub use flow::{Counters, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, TickClock};
-pub use parse::{Aeth, Bth, Bytes, OpClass, RocePacket, SkipReason, Transport, VlanTag, parse};
+pub use parse::{
+    Aeth, Bth, Bytes, OpClass, RocePacket, SkipReason, Transport, VlanTag, parse, parse_from,
+};
 
 /// Map names shared by the kernel object and the loader.
 pub mod maps {

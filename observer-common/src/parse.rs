@@ -354,12 +354,25 @@ fn vlan_tag(tpid: u16, tci: u16) -> VlanTag {
 /// Parses one Ethernet frame.
 #[inline(always)]
 pub fn parse<B: Bytes + ?Sized>(b: &B) -> Result<RocePacket, SkipReason> {
+    let ethertype = be16(b, 12).ok_or(SkipReason::Truncated)?;
+    parse_from(b, ethertype, wire::ETH_HEADER_LEN)
+}
+
+/// Parses what follows a link-layer header whose EtherType / protocol field was `ethertype`,
+/// starting at byte `off` (VLAN tags, IP, UDP, BTH). Ethernet is `parse`; capture link types
+/// without an Ethernet header (Linux cooked SLL/SLL2, raw IP) enter here.
+#[inline(always)]
+pub fn parse_from<B: Bytes + ?Sized>(
+    b: &B,
+    ethertype: u16,
+    off: usize,
+) -> Result<RocePacket, SkipReason> {
     use SkipReason::*;
     let mut p = RocePacket::default();
 
-    // Ethernet and up to two VLAN tags, unrolled for the verifier.
-    let mut off = wire::ETH_HEADER_LEN;
-    let mut ethertype = be16(b, 12).ok_or(Truncated)?;
+    // Up to two VLAN tags, unrolled for the verifier.
+    let mut off = off;
+    let mut ethertype = ethertype;
     if is_vlan(ethertype) {
         let tci = be16(b, off).ok_or(Truncated)?;
         p.vlans[0] = vlan_tag(ethertype, tci);

@@ -18,9 +18,17 @@ impl Aggregate {
         Self::default()
     }
 
-    /// Accounts one frame seen at `ts_ns`, exactly as the kernel program does.
+    /// Accounts one Ethernet frame seen at `ts_ns`, exactly as the kernel program does.
     pub fn push(&mut self, frame: &[u8], ts_ns: u64) -> Result<RocePacket, SkipReason> {
-        let result = parse(frame);
+        self.push_result(parse(frame), ts_ns)
+    }
+
+    /// Accounts one parse result (of any link type) seen at `ts_ns`.
+    pub fn push_result(
+        &mut self,
+        result: Result<RocePacket, SkipReason>,
+        ts_ns: u64,
+    ) -> Result<RocePacket, SkipReason> {
         self.counters.record(&result);
         if let Ok(p) = &result {
             self.flows

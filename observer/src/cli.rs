@@ -35,6 +35,10 @@ enum Command {
     Diagnose(DiagnoseArgs),
     /// Send a synthetic RoCEv2 scenario as raw Ethernet frames on an interface.
     Generate(GenerateArgs),
+    /// Analyse capture files (pcap or pcapng; `-` reads standard input) without privileges.
+    Replay(ReplayArgs),
+    /// Write a synthetic scenario as a pcap file.
+    Synth(SynthArgs),
     /// Run the built-in lab: a network namespace with a veth pair, synthetic RoCEv2 traffic
     /// (one congested QP, one lossy QP), observed live.
     Demo(DemoArgs),
@@ -80,6 +84,35 @@ struct GenerateArgs {
 }
 
 #[derive(Args, Debug)]
+struct ReplayArgs {
+    /// Capture files (pcap or pcapng; Ethernet, Linux cooked SLL/SLL2, raw IP), `-` for stdin.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<String>,
+    /// Rows in the table.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Print the roce-observer/report/v1 JSON (every flow) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// No progress line on stderr (it is only shown for large files on a terminal).
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Args, Debug)]
+struct SynthArgs {
+    /// Scenario name (see --list).
+    #[arg(long, required_unless_present = "list")]
+    scenario: Option<String>,
+    /// Output pcap file (`-` for standard output).
+    #[arg(short, long, value_name = "FILE", required_unless_present = "list")]
+    output: Option<PathBuf>,
+    /// List the scenarios.
+    #[arg(long)]
+    list: bool,
+}
+
+#[derive(Args, Debug)]
 struct DemoArgs {
     /// How long the observer watches the lab.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
@@ -118,6 +151,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Diagnose(a) => diagnose(a),
         Command::Generate(a) => generate(a),
+        Command::Replay(a) => replay(a),
+        Command::Synth(a) => synth_file(a),
         Command::Demo(a) => demo(a),
     };
     match result {
@@ -151,16 +186,59 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
     let window = started.elapsed().as_secs_f64();
     let agg = observer.snapshot()?;
     drop(observer);
-    let report = Report::new(
-        &agg,
-        Source {
-            kind: "live".into(),
-            interfaces: a.ifaces,
-            xdp_mode: Some(a.xdp_mode.name().into()),
-        },
+    let report = Report::new(&agg, Source::live(a.ifaces, a.xdp_mode.name()), window);
+    print_report(&report, a.json, a.top)
+}
+
+fn replay(a: ReplayArgs) -> Result<()> {
+    let mut replay = crate::replay::Replay::new();
+    for file in &a.files {
+        replay.file(file, !a.no_progress)?;
+    }
+    for w in &replay.warnings {
+        eprintln!("roce-observer: warning: {w}");
+    }
+    let window = replay.window_seconds();
+    let mut report = Report::new(
+        &replay.agg,
+        Source::pcap(replay.files.clone(), replay.warnings.clone()),
         window,
     );
+    if replay.unsupported_link_frames > 0 {
+        report.totals.skipped.insert(
+            crate::replay::UNSUPPORTED_LINK_TYPE.to_string(),
+            replay.unsupported_link_frames,
+        );
+    }
     print_report(&report, a.json, a.top)
+}
+
+fn list_scenarios() {
+    for (name, what) in synth::SCENARIOS {
+        println!("{name:<12} {what}");
+    }
+}
+
+fn synth_file(a: SynthArgs) -> Result<()> {
+    let (Some(name), Some(out)) = (a.scenario, a.output) else {
+        list_scenarios();
+        return Ok(());
+    };
+    let w = scenario(&name)?;
+    if out.as_os_str() == "-" {
+        synth::write_pcap(std::io::stdout().lock(), &w.frames)?;
+    } else {
+        let f = std::fs::File::create(&out)
+            .with_context(|| format!("cannot create {}", out.display()))?;
+        synth::write_pcap(std::io::BufWriter::new(f), &w.frames)
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!(
+            "roce-observer: wrote {} frames of scenario '{name}' to {}",
+            w.frames.len(),
+            out.display()
+        );
+    }
+    Ok(())
 }
 
 fn print_report(report: &Report, json: bool, top: usize) -> Result<()> {
@@ -201,9 +279,7 @@ fn scenario(name: &str) -> Result<synth::Workload> {
 
 fn generate(a: GenerateArgs) -> Result<()> {
     if a.list {
-        for (name, what) in synth::SCENARIOS {
-            println!("{name:<10} {what}");
-        }
+        list_scenarios();
         return Ok(());
     }
     let iface = a.iface.expect("clap requires --iface without --list");

@@ -14,18 +14,10 @@ use std::{
 pub enum LabError {
     #[error("`{cmd}` failed: {stderr}")]
     Command { cmd: String, stderr: String },
-    #[error("cannot run `{cmd}`: {source}")]
-    Spawn {
-        cmd: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot enter network namespace {ns}: {source}")]
-    Setns {
-        ns: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot run `{cmd}`: {error}")]
+    Spawn { cmd: String, error: std::io::Error },
+    #[error("cannot enter network namespace {ns}: {error}")]
+    Setns { ns: String, error: std::io::Error },
     #[error("the lab thread panicked")]
     Panicked,
 }
@@ -35,9 +27,9 @@ fn run(args: &[&str]) -> Result<(), LabError> {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
-        .map_err(|source| LabError::Spawn {
+        .map_err(|error| LabError::Spawn {
             cmd: cmd.clone(),
-            source,
+            error,
         })?;
     if out.status.success() {
         Ok(())
@@ -102,16 +94,16 @@ impl Netns {
     ) -> Result<R, LabError> {
         let path = format!("/run/netns/{}", self.name);
         let ns = self.name.clone();
-        let file = File::open(&path).map_err(|source| LabError::Setns {
+        let file = File::open(&path).map_err(|error| LabError::Setns {
             ns: ns.clone(),
-            source,
+            error,
         })?;
         std::thread::spawn(move || {
             // SAFETY: a valid namespace fd; affects this thread only.
             if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
                 return Err(LabError::Setns {
                     ns,
-                    source: std::io::Error::last_os_error(),
+                    error: std::io::Error::last_os_error(),
                 });
             }
             Ok(f())

@@ -8,6 +8,7 @@ pub mod aggregate;
 pub mod cli;
 pub mod lab;
 pub mod live;
+pub mod replay;
 pub mod report;
 pub mod synth;
 

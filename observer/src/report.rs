@@ -33,6 +33,34 @@ pub struct Source {
     /// Live only: the XDP attach mode asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xdp_mode: Option<String>,
+    /// Replay only: the capture files, in the order read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    /// Problems that did not stop the run (a capture cut short, an unsupported interface).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Source {
+    pub fn live(interfaces: Vec<String>, xdp_mode: &str) -> Self {
+        Self {
+            kind: "live".into(),
+            interfaces,
+            xdp_mode: Some(xdp_mode.into()),
+            files: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn pcap(files: Vec<String>, warnings: Vec<String>) -> Self {
+        Self {
+            kind: "pcap".into(),
+            interfaces: Vec::new(),
+            xdp_mode: None,
+            files,
+            warnings,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -223,9 +251,14 @@ impl Report {
     pub fn render_table(&self, top: usize) -> String {
         let mut out = String::new();
         let t = &self.totals;
-        let src = match self.source.interfaces.as_slice() {
+        let names = if self.source.files.is_empty() {
+            &self.source.interfaces
+        } else {
+            &self.source.files
+        };
+        let src = match names.as_slice() {
             [] => self.source.kind.clone(),
-            ifaces => format!("{} {}", self.source.kind, ifaces.join(",")),
+            names => format!("{} {}", self.source.kind, names.join(",")),
         };
         let _ = writeln!(
             out,
@@ -373,15 +406,7 @@ mod tests {
         agg.flows.insert(key, s);
         agg.counters.frames = 12;
         agg.counters.skipped[SkipReason::NotIp as usize] = 2;
-        let r = Report::new(
-            &agg,
-            Source {
-                kind: "live".into(),
-                interfaces: vec!["veth0".into()],
-                xdp_mode: None,
-            },
-            2.0,
-        );
+        let r = Report::new(&agg, Source::live(vec!["veth0".into()], "auto"), 2.0);
         let f = &r.flows[0];
         assert_eq!(
             (f.ecn.not_ect, f.ecn.ect1, f.ecn.ect0, f.ecn.ce),

@@ -706,6 +706,8 @@ pub fn host_mac(id: u16) -> [u8; 6] {
 pub struct Workload {
     pub frames: Vec<Frame>,
     pub truth: Truth,
+    /// Spacing of the frames' timestamps; 0 means [`FRAME_GAP_NS`].
+    frame_gap_ns: u64,
 }
 
 /// One frame and its capture timestamp (strictly increasing within a workload).
@@ -777,15 +779,27 @@ impl Workload {
         self.frames.len()
     }
 
+    /// Spaces the timestamps of the frames appended from now on `gap_ns` apart (at least 1 ns;
+    /// the default is [`FRAME_GAP_NS`]).
+    pub fn set_frame_gap(&mut self, gap_ns: u64) {
+        self.frame_gap_ns = gap_ns.max(1);
+    }
+
+    /// The capture timestamp the next appended frame gets.
+    pub fn next_ts(&self) -> u64 {
+        let gap = match self.frame_gap_ns {
+            0 => FRAME_GAP_NS,
+            gap => gap,
+        };
+        self.frames.last().map_or(BASE_TS_NS, |f| f.ts_ns + gap)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.frames.is_empty()
     }
 
     fn push_frame(&mut self, bytes: Vec<u8>) {
-        let ts_ns = self
-            .frames
-            .last()
-            .map_or(BASE_TS_NS, |f| f.ts_ns + FRAME_GAP_NS);
+        let ts_ns = self.next_ts();
         self.frames.push(Frame { bytes, ts_ns });
     }
 
@@ -904,6 +918,8 @@ pub struct QpStream {
     msn: u32,
     requests: u64,
     ce_since_cnp: u32,
+    /// Capture timestamp of the last CNP.
+    last_cnp_ns: Option<u64>,
     since_ack: u32,
     va: u64,
     history: VecDeque<RoceFrame>,
@@ -944,6 +960,7 @@ impl QpStream {
             msn: 0,
             requests: 0,
             ce_since_cnp: 0,
+            last_cnp_ns: None,
             since_ack: 0,
             va: 0x7F00_0000_0000 | (u64::from(qpns[0]) << 24),
             history: VecDeque::new(),
@@ -1232,6 +1249,7 @@ impl QpStream {
     /// P_Key 0xFFFF, PSN 0, DSCP 48, Not-ECT.
     pub fn cnp(&mut self, w: &mut Workload) {
         self.ce_since_cnp = 0;
+        self.last_cnp_ns = Some(w.next_ts());
         let mut f = self.resp.clone();
         f.bth = Bth {
             opcode: wire::OPCODE_CNP,
@@ -1256,6 +1274,24 @@ impl QpStream {
             self.cnp(w);
         }
         marked
+    }
+
+    /// Like a NIC's notification point with a per-QP CNP timer: sends a CNP if a request was
+    /// CE-marked since the last call and the last CNP lies at least `interval_ns` of capture time
+    /// back; marks seen while the timer runs are dropped. Returns whether it sent one.
+    pub fn cnp_rate_limited(&mut self, w: &mut Workload, interval_ns: u64) -> bool {
+        if self.ce_since_cnp == 0 {
+            return false;
+        }
+        let due = self
+            .last_cnp_ns
+            .is_none_or(|last| w.next_ts() - last >= interval_ns);
+        if due {
+            self.cnp(w);
+        } else {
+            self.ce_since_cnp = 0;
+        }
+        due
     }
 
     /// Go-back-N: re-emits every remembered request from `psn` on, in order, and returns how many.
@@ -1498,7 +1534,32 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "e2e plus every opcode, ECN and DSCP, IPv4 options, and frames truncated at every byte offset (for BPF_PROG_TEST_RUN)",
     ),
     ("many-qps", "1000 RC QPs doing a few RDMA WRITEs each"),
+    (
+        "clean",
+        "6 RC QPs between 5 hosts: RDMA WRITE (also with immediate), SEND, READ with responses, coalesced ACKs; DSCP 26 ECT(0), no CE, no loss",
+    ),
+    (
+        "incast",
+        "8 senders WRITE to one receiver whose port congests: a growing share of CE marks, CNPs (DSCP 48, BECN) to each sender's QP at most one per 50 us, frames 500 ns apart",
+    ),
+    (
+        "loss",
+        "4 RC QPs with loss: PSN gaps answered by NAKs (PSN sequence error) and go-back-N retransmission, and an RNR NAK with its retransmission",
+    ),
+    (
+        "mixed-dscp",
+        "RC QPs on DSCP 0, 10, 26, 34 and 46 with Not-ECT, ECT(1), ECT(0) and CE, CNPs on DSCP 48, and a flow re-marked from DSCP 26 to 34 mid-stream",
+    ),
+    (
+        "ipv6-vlan",
+        "IPv6 (with and without flow label), 802.1Q (PCP 3) and QinQ (0x88A8 + 0x8100) flows, IPv4 and IPv6, interleaved with untagged IPv4",
+    ),
 ];
+
+/// The names of [`SCENARIOS`], in order.
+pub fn scenario_names() -> impl Iterator<Item = &'static str> {
+    SCENARIOS.iter().map(|(name, _)| *name)
+}
 
 /// Builds the named scenario of [`SCENARIOS`] (deterministic).
 pub fn scenario(name: &str) -> Option<Workload> {
@@ -1508,6 +1569,11 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "e2e" => e2e(&mut w),
         "corpus" => corpus(&mut w),
         "many-qps" => many_qps(&mut w),
+        "clean" => clean(&mut w),
+        "incast" => incast(&mut w),
+        "loss" => loss(&mut w),
+        "mixed-dscp" => mixed_dscp(&mut w),
+        "ipv6-vlan" => ipv6_vlan(&mut w),
         _ => return None,
     }
     Some(w)
@@ -1866,6 +1932,216 @@ fn many_qps(w: &mut Workload) {
         let last = qp.last_psn();
         qp.ack(w, last);
     }
+}
+
+/// An IPv6 queue pair between 2001:db8::`hosts[0]` and 2001:db8::`hosts[1]` (MACs 02:..:hi:lo of
+/// the same numbers).
+fn qp_v6(hosts: [u16; 2], flow_label: u32, qpns: [u32; 2], first_psn: u32) -> QpStream {
+    let ip = Ip::V6 {
+        src: v6(hosts[0]),
+        dst: v6(hosts[1]),
+        flow_label,
+    };
+    QpStream::new(
+        wire::TRANSPORT_RC,
+        ip,
+        [host_mac(hosts[0]), host_mac(hosts[1])],
+        qpns,
+        first_psn,
+    )
+}
+
+/// The responder of each QP acknowledges its last request (the end of a scenario).
+fn ack_all<'a>(w: &mut Workload, qps: impl IntoIterator<Item = &'a mut QpStream>) {
+    for qp in qps {
+        let last = qp.last_psn();
+        qp.ack(w, last);
+    }
+}
+
+/// One step of a QP's ordinary traffic, chosen by `step`: WRITEs, SENDs (plain and with
+/// immediate) and READs of varied sizes; the responder ACKs every 8 requests (coalesced).
+fn everyday_op(w: &mut Workload, qp: &mut QpStream, step: usize) {
+    const SIZES: [usize; 7] = [4096, 1024, 16384, 300, 8192, 2048, 32768];
+    let len = SIZES[step % SIZES.len()];
+    match step % 6 {
+        0 | 3 => {
+            qp.write(w, len);
+        }
+        1 => {
+            qp.send(w, len.min(4096));
+        }
+        2 => {
+            qp.read(w, (len as u32).max(512));
+            return;
+        }
+        4 => {
+            qp.write_imm(w, len, 0xC1EA_0000 | step as u32);
+        }
+        _ => {
+            qp.send_imm(w, 64, step as u32);
+        }
+    }
+    qp.ack_if_due(w, 8);
+}
+
+/// Minimum capture time between two CNPs of one flow (the NICs' per-QP CNP timer).
+pub const CNP_INTERVAL_NS: u64 = 50_000;
+
+fn clean(w: &mut Workload) {
+    // Three clients (198.18.10.1-3) and two servers (.101, .102).
+    let mut qps: Vec<QpStream> = (0..6u32)
+        .map(|i| {
+            let hosts = [1 + (i % 3) as u8, 101 + (i % 2) as u8];
+            let qpns = [0x0A10 + i, 0x0B20 + 3 * i];
+            qp_v4(wire::TRANSPORT_RC, 10, hosts, qpns, 0x0010_0000 * i + 3)
+        })
+        .collect();
+    for round in 0..18 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            everyday_op(w, qp, round + 2 * i);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn incast(w: &mut Workload) {
+    // Eight senders (198.18.11.1-8) WRITE 4 KiB messages to one receiver (198.18.11.100): its
+    // switch port congests, so the share of CE-marked packets grows from none to all, and the
+    // receiver's NIC answers with rate-limited CNPs.
+    w.set_frame_gap(500);
+    let mut qps: Vec<QpStream> = (0..8u32)
+        .map(|i| {
+            let qpns = [0x0C01 + 0x10 * i, 0x0D01 + i];
+            qp_v4(wire::TRANSPORT_RC, 11, [1 + i as u8, 100], qpns, 7 * i + 1)
+        })
+        .collect();
+    for round in 0..40 {
+        let ce_every = match round {
+            0..8 => 0,
+            8..16 => 8,
+            16..24 => 4,
+            24..32 => 2,
+            _ => 1,
+        };
+        for qp in &mut qps {
+            qp.ce_every = ce_every;
+            qp.write(w, 4096);
+            qp.ack_if_due(w, 16);
+            qp.cnp_rate_limited(w, CNP_INTERVAL_NS);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+/// Loses `lost` request packets after the QP's next `before` bytes of WRITE, lets `after` more
+/// bytes arrive out of order, then the responder NAKs the first missing PSN and the requester
+/// goes back to it; finally the responder ACKs everything.
+fn go_back_n(w: &mut Workload, qp: &mut QpStream, before: usize, lost: u32, after: usize) {
+    qp.write(w, before);
+    let first = qp.next_psn();
+    qp.lose_next(lost);
+    qp.write(w, after);
+    qp.nak(w, first, SYNDROME_NAK_SEQ);
+    qp.retransmit_from(w, first);
+    let last = qp.last_psn();
+    qp.ack(w, last);
+}
+
+fn loss(w: &mut Workload) {
+    let mut qps: Vec<QpStream> = (0..4u32)
+        .map(|i| {
+            let hosts = [1 + i as u8, 11 + (i % 2) as u8];
+            let qpns = [0x0E10 + i, 0x0F10 + i];
+            qp_v4(wire::TRANSPORT_RC, 12, hosts, qpns, 0x00FF_FF00 + 0x40 * i)
+        })
+        .collect();
+    for round in 0..24 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            match (i, round) {
+                // Two packets lost inside a burst; three more messages' worth arrive before the
+                // NAK gets back (the PSNs of the first QP wrap around 2^24 on the way).
+                (0, 6) => go_back_n(w, qp, 4096, 2, 8192),
+                (0, 17) => go_back_n(w, qp, 1024, 1, 2048),
+                // A single lost packet: the very next one is the gap.
+                (1, 10) => go_back_n(w, qp, 2048, 1, 3072),
+                // The responder has no receive WQE for a SEND: RNR NAK, the requester waits
+                // out the RNR timer and sends it again.
+                (2, 12) => {
+                    let psn = qp.send(w, 512);
+                    qp.nak(w, psn, SYNDROME_RNR_NAK);
+                    qp.retransmit_from(w, psn);
+                    qp.ack(w, psn);
+                }
+                (3, 15) => go_back_n(w, qp, 512, 3, 16384),
+                _ => everyday_op(w, qp, round + i),
+            }
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn mixed_dscp(w: &mut Workload) {
+    // (DSCP, ECN) per QP: best effort without ECN, AF11 with ECT(1), the RoCE class with ECT(0)
+    // and a congested path (CE, CNPs on DSCP 48), AF41 with ECT(0), EF with ECT(1).
+    let classes = [
+        (0, NOT_ECT),
+        (10, ECT1),
+        (DATA_DSCP, ECT0),
+        (34, ECT0),
+        (46, ECT1),
+    ];
+    let mut qps: Vec<QpStream> = classes
+        .iter()
+        .zip(0u32..)
+        .map(|(&(dscp, ecn), i)| {
+            let qpns = [0x1310 + i, 0x1410 + i];
+            qp_v4(wire::TRANSPORT_RC, 13, [1 + i as u8, 21], qpns, 0x500 * i).with_tos(dscp, ecn)
+        })
+        .collect();
+    qps[2].ce_every = 3;
+    // Re-marked by a QoS policy change half way: DSCP 26 then 34 (both directions).
+    let mut remarked = qp_v4(wire::TRANSPORT_RC, 13, [9, 22], [0x1501, 0x1601], 42);
+    for round in 0..20 {
+        if round == 10 {
+            remarked = remarked.with_tos(34, ECT0);
+        }
+        for (i, qp) in qps.iter_mut().chain([&mut remarked]).enumerate() {
+            everyday_op(w, qp, round + i);
+            qp.cnp_rate_limited(w, CNP_INTERVAL_NS);
+        }
+    }
+    ack_all(w, qps.iter_mut().chain([&mut remarked]));
+}
+
+fn ipv6_vlan(w: &mut Workload) {
+    let dot1q = [tag(wire::ETHERTYPE_VLAN, 100)];
+    let qinq = [
+        tag(wire::ETHERTYPE_QINQ, 10),
+        tag(wire::ETHERTYPE_VLAN, 100),
+    ];
+    let mut qps = vec![
+        // IPv6 without a flow label (UDP source port from the QPNs) and with one.
+        qp_v6([0x0E01, 0x0E02], 0, [0x1701, 0x1801], 5),
+        qp_v6([0x0E03, 0x0E02], 0x1_2345, [0x1702, 0x1802], 0x00FF_FFF0),
+        // 802.1Q, IPv4 and IPv6.
+        qp_v4(wire::TRANSPORT_RC, 14, [1, 2], [0x1703, 0x1803], 1000).with_vlans(&dot1q),
+        qp_v6([0x0E04, 0x0E05], 0xA_BCDE, [0x1704, 0x1804], 2000).with_vlans(&dot1q),
+        // QinQ, IPv4 and IPv6.
+        qp_v4(wire::TRANSPORT_RC, 14, [3, 4], [0x1705, 0x1805], 3000).with_vlans(&qinq),
+        qp_v6([0x0E06, 0x0E07], 0, [0x1706, 0x1806], 4000).with_vlans(&qinq),
+        // Untagged IPv4.
+        qp_v4(wire::TRANSPORT_RC, 14, [5, 6], [0x1707, 0x1807], 6000),
+    ];
+    // The tagged IPv6 path is congested: CE marks and CNPs over 802.1Q and IPv6.
+    qps[3].ce_every = 5;
+    for round in 0..16 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            everyday_op(w, qp, round + i);
+            qp.cnp_rate_limited(w, CNP_INTERVAL_NS);
+        }
+    }
+    ack_all(w, &mut qps);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2398,6 +2674,194 @@ mod tests {
             .count();
         assert_eq!(requesters, 1000);
         assert!(scenario("no-such-scenario").is_none());
+    }
+
+    /// The scenarios users write to capture files (compared against tshark): plain, complete
+    /// frames only.
+    const USER_SCENARIOS: [&str; 6] = [
+        "clean",
+        "incast",
+        "loss",
+        "mixed-dscp",
+        "ipv6-vlan",
+        "many-qps",
+    ];
+
+    fn cnp_count(w: &Workload) -> u64 {
+        w.truth.counters.cnp_packets
+    }
+
+    fn sum_flows(w: &Workload, f: impl Fn(&FlowStats) -> u64) -> u64 {
+        w.truth.flows.values().map(f).sum()
+    }
+
+    #[test]
+    fn user_scenarios_are_deterministic_whole_and_sized() {
+        let names: Vec<&str> = scenario_names().collect();
+        for name in USER_SCENARIOS {
+            assert!(names.contains(&name), "{name} not in SCENARIOS");
+            let w = scenario(name).unwrap();
+            let again = scenario(name).unwrap();
+            assert_eq!(w.truth, again.truth, "{name}");
+            assert!(
+                w.frames
+                    .iter()
+                    .zip(&again.frames)
+                    .all(|(x, y)| x.bytes == y.bytes && x.ts_ns == y.ts_ns),
+                "{name}: not deterministic"
+            );
+            if name != "many-qps" {
+                assert!((300..5000).contains(&w.len()), "{name}: {} frames", w.len());
+            }
+            let c = &w.truth.counters;
+            assert_eq!(c.roce_packets, c.frames, "{name}: skipped frames");
+            for (i, f) in w.frames.iter().enumerate() {
+                let p = parse(f.bytes.as_slice()).unwrap();
+                assert_eq!(
+                    p.ip_len as usize + 14 + 4 * usize::from(p.vlan_count),
+                    f.bytes.len()
+                );
+                assert!(
+                    p.udp_src_port >= 1024,
+                    "{name} frame {i}: port {}",
+                    p.udp_src_port
+                );
+            }
+            for pair in w.frames.windows(2) {
+                assert!(pair[1].ts_ns - pair[0].ts_ns <= FRAME_GAP_NS, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn clean_has_reads_writes_sends_and_no_trouble() {
+        let w = scenario("clean").unwrap();
+        let ops = class_totals(&w.truth);
+        for class in [
+            OpClass::Write,
+            OpClass::Send,
+            OpClass::ReadRequest,
+            OpClass::ReadResponse,
+            OpClass::Ack,
+        ] {
+            assert!(ops[class as usize] > 0, "no {class:?}");
+        }
+        // Coalesced: far fewer ACKs than request packets.
+        assert!(ops[OpClass::Write as usize] > 2 * ops[OpClass::Ack as usize]);
+        assert_eq!(w.truth.counters.ce_packets + cnp_count(&w), 0);
+        assert_eq!(sum_flows(&w, |s| s.psn_gaps + s.psn_regressions), 0);
+        assert_eq!(
+            ops[OpClass::Nak as usize] + ops[OpClass::RnrNak as usize],
+            0
+        );
+        for s in w.truth.flows.values() {
+            assert_eq!(s.dscp_mask, 1 << DATA_DSCP);
+            assert_eq!(s.ecn[usize::from(ECT0)], s.packets);
+        }
+    }
+
+    #[test]
+    fn incast_congests_and_cnps_are_rate_limited_per_flow() {
+        let w = scenario("incast").unwrap();
+        let c = &w.truth.counters;
+        assert!(c.ce_packets > 0 && c.cnp_packets > 0);
+        assert!(c.cnp_packets < c.ce_packets);
+        // The share of CE grows: the last quarter of the data has more marks than the first half.
+        let data: Vec<bool> = w
+            .frames
+            .iter()
+            .map(|f| parse(f.bytes.as_slice()).unwrap())
+            .filter(|p| intended_class(p.bth.opcode, 0) == OpClass::Write)
+            .map(|p| p.tos & 3 == CE)
+            .collect();
+        let n = data.len();
+        let marked = |s: &[bool]| s.iter().filter(|&&b| b).count();
+        assert!(marked(&data[..n / 2]) < marked(&data[3 * n / 4..]));
+        // Every sender's QP gets CNPs, never two within 50 us.
+        let mut last: BTreeMap<FlowKey, u64> = BTreeMap::new();
+        for f in &w.frames {
+            let p = parse(f.bytes.as_slice()).unwrap();
+            if p.bth.opcode != wire::OPCODE_CNP {
+                continue;
+            }
+            assert!(p.bth.becn && p.tos >> 2 == CNP_DSCP);
+            if let Some(prev) = last.insert(FlowKey::of(&p), f.ts_ns) {
+                assert!(
+                    f.ts_ns - prev >= CNP_INTERVAL_NS,
+                    "CNPs {} ns apart",
+                    f.ts_ns - prev
+                );
+            }
+        }
+        assert_eq!(last.len(), 8, "one CNP flow per sender");
+        let receivers: std::collections::BTreeSet<[u8; 16]> =
+            w.truth.flows.keys().map(|k| k.dst_ip).collect();
+        assert_eq!(receivers.len(), 9, "8 senders and one receiver");
+    }
+
+    #[test]
+    fn loss_has_gaps_regressions_naks_and_an_rnr_nak() {
+        let w = scenario("loss").unwrap();
+        let ops = class_totals(&w.truth);
+        assert!(ops[OpClass::Nak as usize] >= 3);
+        assert_eq!(ops[OpClass::RnrNak as usize], 1);
+        assert_eq!(sum_flows(&w, |s| s.psn_gaps), 4);
+        assert_eq!(sum_flows(&w, |s| s.psn_missing), 2 + 1 + 1 + 3);
+        assert_eq!(sum_flows(&w, |s| s.psn_regressions), 5);
+        assert_eq!(w.truth.counters.ce_packets, 0);
+    }
+
+    #[test]
+    fn mixed_dscp_covers_six_dscps_every_ecn_and_a_remarked_flow() {
+        let w = scenario("mixed-dscp").unwrap();
+        let mut dscp = 0u64;
+        let mut ecn = [0; 4];
+        for s in w.truth.flows.values() {
+            dscp |= s.dscp_mask;
+            for (a, b) in ecn.iter_mut().zip(s.ecn) {
+                *a += b;
+            }
+        }
+        for d in [0, 10, 26, 34, 46, 48] {
+            assert!(dscp & (1 << d) != 0, "no DSCP {d}");
+        }
+        assert!(dscp.count_ones() >= 6);
+        assert!(ecn.iter().all(|&n| n > 0), "ECN {ecn:?}");
+        let both = (1 << 26) | (1 << 34);
+        let remarked = w
+            .truth
+            .flows
+            .values()
+            .filter(|s| s.dscp_mask == both)
+            .count();
+        assert_eq!(remarked, 2, "the re-marked QP, both directions");
+        assert!(cnp_count(&w) > 0);
+    }
+
+    #[test]
+    fn ipv6_vlan_mixes_ipv6_one_and_two_tags() {
+        let w = scenario("ipv6-vlan").unwrap();
+        let mut seen = BTreeMap::new();
+        for f in &w.frames {
+            let p = parse(f.bytes.as_slice()).unwrap();
+            let v6 = p.src_ip[..12] != Ipv4Addr::UNSPECIFIED.to_ipv6_mapped().octets()[..12];
+            let tags: Vec<(u16, u8)> = p.vlans[..usize::from(p.vlan_count)]
+                .iter()
+                .map(|t| (t.tpid, t.pcp))
+                .collect();
+            *seen.entry((v6, tags)).or_insert(0) += 1;
+        }
+        let q = (wire::ETHERTYPE_VLAN, 3);
+        let ad = (wire::ETHERTYPE_QINQ, 3);
+        for v6 in [false, true] {
+            for tags in [vec![], vec![q], vec![ad, q]] {
+                assert!(
+                    seen.contains_key(&(v6, tags.clone())),
+                    "v6 {v6} tags {tags:?}"
+                );
+            }
+        }
+        assert_eq!(seen.len(), 6);
     }
 
     #[test]

@@ -1,0 +1,799 @@
+//! Offline replay of capture files (pcap and pcapng) through the same parser and the same
+//! aggregation as live capture. Memory is constant in the file size: frames are streamed, only
+//! the flow table grows.
+//!
+//! A file that cannot be used at all (bad magic, unsupported link type, cut inside its header)
+//! is an error. A file that breaks part-way (a record cut by the end of the file, a corrupt
+//! block) keeps what was read before the break and yields a warning naming the byte offset and
+//! the frame number.
+
+use std::{
+    fs::File,
+    io::{self, BufRead, BufReader, IsTerminal, Read},
+    time::{Duration, Instant},
+};
+
+use observer_common::{RocePacket, SkipReason, parse, parse_from, wire};
+use pcap_file::{
+    DataLink, Endianness, PcapError, TsResolution,
+    pcap::PcapReader,
+    pcapng::{
+        Block, PcapNgReader,
+        blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption},
+    },
+};
+
+use crate::aggregate::Aggregate;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{file}: cannot read: {error}")]
+    Io { file: String, error: io::Error },
+    #[error("{file}: empty file")]
+    Empty { file: String },
+    #[error("{file}: not a pcap or pcapng file (magic {magic} at byte 0)")]
+    BadMagic { file: String, magic: String },
+    #[error("{file}: unsupported link type {name} ({number})")]
+    UnsupportedLinkType {
+        file: String,
+        name: String,
+        number: u32,
+    },
+    #[error("{file}: unusable header: {detail}")]
+    Header { file: String, detail: String },
+}
+
+/// How frames of a link type reach the parser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    Ethernet,
+    /// Linux cooked capture v1: 16-byte header, protocol at byte 14.
+    Sll,
+    /// Linux cooked capture v2: 20-byte header, protocol at byte 0.
+    Sll2,
+    /// Raw IP: version nibble tells IPv4 or IPv6.
+    RawIp,
+    Ipv4,
+    Ipv6,
+}
+
+impl Link {
+    fn of(dl: DataLink) -> Result<Self, (String, u32)> {
+        let number: u32 = dl.into();
+        Ok(match number {
+            1 => Self::Ethernet,
+            113 => Self::Sll,
+            276 => Self::Sll2,
+            // LINKTYPE_RAW, and the DLT_RAW values some systems write.
+            101 | 12 | 14 => Self::RawIp,
+            228 => Self::Ipv4,
+            229 => Self::Ipv6,
+            _ => return Err((format!("{dl:?}"), number)),
+        })
+    }
+
+    #[inline]
+    fn parse(self, f: &[u8]) -> Result<RocePacket, SkipReason> {
+        let be16 = |at: usize| {
+            f.get(at..at + 2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]))
+                .ok_or(SkipReason::Truncated)
+        };
+        match self {
+            Self::Ethernet => parse(f),
+            Self::Sll => parse_from(f, be16(14)?, 16),
+            Self::Sll2 => parse_from(f, be16(0)?, 20),
+            Self::RawIp => match f.first().map(|b| b >> 4) {
+                None => Err(SkipReason::Truncated),
+                Some(4) => parse_from(f, wire::ETHERTYPE_IPV4, 0),
+                Some(6) => parse_from(f, wire::ETHERTYPE_IPV6, 0),
+                Some(_) => Err(SkipReason::NotIp),
+            },
+            Self::Ipv4 => parse_from(f, wire::ETHERTYPE_IPV4, 0),
+            Self::Ipv6 => parse_from(f, wire::ETHERTYPE_IPV6, 0),
+        }
+    }
+}
+
+/// Everything replayed so far, over one or more files.
+#[derive(Debug, Default)]
+pub struct Replay {
+    pub agg: Aggregate,
+    pub files: Vec<String>,
+    /// Earliest and latest capture timestamps (Unix-epoch ns) of any frame.
+    pub first_ts_ns: Option<u64>,
+    pub last_ts_ns: Option<u64>,
+    /// Frames of pcapng interfaces whose link type is not supported (counted in `frames`).
+    pub unsupported_link_frames: u64,
+    /// Non-fatal problems: part-way breaks, unsupported pcapng interfaces.
+    pub warnings: Vec<String>,
+}
+
+/// The name under which frames of unsupported pcapng interfaces appear in `totals.skipped`.
+pub const UNSUPPORTED_LINK_TYPE: &str = "unsupported_link_type";
+
+impl Replay {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Capture time spanned, in seconds (0 for fewer than two distinct timestamps).
+    pub fn window_seconds(&self) -> f64 {
+        match (self.first_ts_ns, self.last_ts_ns) {
+            (Some(a), Some(b)) if b > a => (b - a) as f64 / 1e9,
+            _ => 0.0,
+        }
+    }
+
+    /// Replays the file at `path` (`-` is standard input).
+    pub fn file(&mut self, path: &str, progress: bool) -> Result<(), ReplayError> {
+        let io_err = |error| ReplayError::Io {
+            file: path.to_string(),
+            error,
+        };
+        if path == "-" {
+            return self.reader(path, io::stdin().lock(), None, progress);
+        }
+        let f = File::open(path).map_err(io_err)?;
+        let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+        self.reader(path, f, size, progress)
+    }
+
+    /// Replays a capture read from `r`, named `name` in messages.
+    pub fn reader<R: Read>(
+        &mut self,
+        name: &str,
+        r: R,
+        size: Option<u64>,
+        progress: bool,
+    ) -> Result<(), ReplayError> {
+        let mut r = BufReader::with_capacity(1 << 16, r);
+        let head = r.fill_buf().map_err(|error| ReplayError::Io {
+            file: name.to_string(),
+            error,
+        })?;
+        if head.is_empty() {
+            return Err(ReplayError::Empty {
+                file: name.to_string(),
+            });
+        }
+        let magic = head
+            .get(..4)
+            .map(|m| u32::from_be_bytes([m[0], m[1], m[2], m[3]]));
+        // pcapng: the section header's total length (bytes 4..8), in the byte order its magic
+        // (bytes 8..12) shows.
+        let shb_len = match head.get(4..12) {
+            Some(w) if w[4..8] == [0x4D, 0x3C, 0x2B, 0x1A] => {
+                u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64
+            }
+            Some(w) => u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as u64,
+            None => 0,
+        };
+        self.files.push(name.to_string());
+        let mut ctx = Ctx {
+            name,
+            size,
+            frame: 0,
+            offset: 0,
+            progress: Progress::new(name, size, progress),
+        };
+        let result = match magic {
+            Some(0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1) => self.pcap(r, &mut ctx),
+            Some(0x0A0D_0D0A) => self.pcapng(r, shb_len, &mut ctx),
+            _ => Err(ReplayError::BadMagic {
+                file: name.to_string(),
+                magic: head
+                    .iter()
+                    .take(4)
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            }),
+        };
+        ctx.progress.finish();
+        result
+    }
+
+    #[inline]
+    fn frame(&mut self, link: Link, data: &[u8], ts_ns: u64) {
+        self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
+        self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
+        let _ = self.agg.push_result(link.parse(data), ts_ns);
+    }
+
+    fn broken(&mut self, ctx: &Ctx, e: PcapError) {
+        // The reader buffers at most this much: a longer "record" is a corrupt length field
+        // when the file goes on, a cut record when it does not.
+        const READER_BUFFER: u64 = 10_000_000;
+        let what = match (&e, ctx.size) {
+            (PcapError::IoError(io), Some(size))
+                if io.kind() == io::ErrorKind::UnexpectedEof
+                    && size.saturating_sub(ctx.offset) >= READER_BUFFER =>
+            {
+                "record length larger than any frame (corrupt record header)".to_string()
+            }
+            _ => describe(&e),
+        };
+        self.warnings.push(format!(
+            "{}: frame {} at byte {}: {what}; the {} frames before it are reported",
+            ctx.name,
+            ctx.frame + 1,
+            ctx.offset,
+            ctx.frame
+        ));
+    }
+
+    fn pcap<R: Read>(&mut self, r: R, ctx: &mut Ctx) -> Result<(), ReplayError> {
+        let mut reader = PcapReader::new(r).map_err(|e| header_error(ctx.name, e))?;
+        let header = reader.header();
+        let link = Link::of(header.datalink).map_err(|(name, number)| {
+            ReplayError::UnsupportedLinkType {
+                file: ctx.name.to_string(),
+                name,
+                number,
+            }
+        })?;
+        let frac_ns: u64 = match header.ts_resolution {
+            TsResolution::MicroSecond => 1_000,
+            TsResolution::NanoSecond => 1,
+        };
+        ctx.offset = 24;
+        while let Some(next) = reader.next_raw_packet() {
+            let raw = match next {
+                Ok(raw) => raw,
+                Err(e) => {
+                    self.broken(ctx, e);
+                    break;
+                }
+            };
+            let ts = raw.ts_sec as u64 * 1_000_000_000 + raw.ts_frac as u64 * frac_ns;
+            self.frame(link, &raw.data, ts);
+            ctx.advance(16 + raw.data.len() as u64);
+        }
+        Ok(())
+    }
+
+    fn pcapng<R: Read>(&mut self, r: R, shb_len: u64, ctx: &mut Ctx) -> Result<(), ReplayError> {
+        let mut reader = PcapNgReader::new(r).map_err(|e| header_error(ctx.name, e))?;
+        // `new` read the section header block; its total length is its second word.
+        ctx.offset = shb_len;
+        let mut interfaces: Vec<Interface> = Vec::new();
+        let mut last_ts = 0u64;
+        let mut endianness = reader.section().endianness;
+        while let Some(next) = reader.next_raw_block() {
+            let raw = match next {
+                Ok(raw) => raw,
+                Err(e) => {
+                    self.broken(ctx, e);
+                    break;
+                }
+            };
+            let block_len = raw.initial_len as u64;
+            if raw.type_ == SECTION_HEADER_BLOCK {
+                // A new section may change the byte order: its magic shows it.
+                endianness = match raw.body.get(..4) {
+                    Some([0x1A, 0x2B, 0x3C, 0x4D]) => Endianness::Big,
+                    _ => Endianness::Little,
+                };
+            }
+            let block = match endianness {
+                Endianness::Big => raw.try_into_block::<byteorder_slice::BigEndian>(),
+                Endianness::Little => raw.try_into_block::<byteorder_slice::LittleEndian>(),
+            };
+            let block = match block {
+                Ok(b) => b,
+                Err(e) => {
+                    self.broken(ctx, e);
+                    break;
+                }
+            };
+            match block {
+                Block::SectionHeader(_) => interfaces.clear(),
+                Block::InterfaceDescription(idb) => {
+                    let iface = Interface::of(&idb);
+                    if let Err((name, number)) = &iface.link {
+                        self.warnings.push(format!(
+                            "{}: interface {} has unsupported link type {name} ({number}); its frames are counted as {UNSUPPORTED_LINK_TYPE}",
+                            ctx.name,
+                            interfaces.len()
+                        ));
+                    }
+                    interfaces.push(iface);
+                }
+                Block::EnhancedPacket(epb) => {
+                    let ts = match interfaces.get(epb.interface_id as usize) {
+                        Some(i) => i.ns(epb.timestamp.as_nanos() as u64),
+                        None => last_ts,
+                    };
+                    last_ts = ts;
+                    self.packet(ctx, &interfaces, epb.interface_id, &epb.data, ts);
+                }
+                Block::SimplePacket(spb) => self.packet(ctx, &interfaces, 0, &spb.data, last_ts),
+                Block::Packet(pb) => {
+                    let ts = match interfaces.get(pb.interface_id as usize) {
+                        Some(i) => i.ns(pb.timestamp),
+                        None => last_ts,
+                    };
+                    last_ts = ts;
+                    self.packet(ctx, &interfaces, u32::from(pb.interface_id), &pb.data, ts);
+                }
+                _ => {}
+            }
+            ctx.offset += block_len;
+            ctx.progress.tick(ctx.offset, ctx.frame);
+        }
+        Ok(())
+    }
+
+    fn packet(&mut self, ctx: &mut Ctx, interfaces: &[Interface], id: u32, data: &[u8], ts: u64) {
+        ctx.frame += 1;
+        match interfaces.get(id as usize).map(|i| &i.link) {
+            Some(Ok(link)) => self.frame(*link, data, ts),
+            // Unsupported link type, or no such interface.
+            _ => {
+                self.agg.counters.frames += 1;
+                self.unsupported_link_frames += 1;
+            }
+        }
+    }
+}
+
+const SECTION_HEADER_BLOCK: u32 = 0x0A0D_0D0A;
+
+/// pcapng timestamps: the raw count in units of the interface's if_tsresol (default 10^-6 s).
+struct Interface {
+    link: Result<Link, (String, u32)>,
+    /// Timestamp units per second.
+    units_per_sec: u64,
+}
+
+impl Interface {
+    fn of(idb: &InterfaceDescriptionBlock) -> Self {
+        let mut units_per_sec = 1_000_000u64;
+        for opt in &idb.options {
+            if let InterfaceDescriptionOption::IfTsResol(r) = opt {
+                let exp = u32::from(r & 0x7F);
+                units_per_sec = if r & 0x80 == 0 {
+                    10u64.checked_pow(exp).unwrap_or(1_000_000_000)
+                } else {
+                    1u64.checked_shl(exp).unwrap_or(1_000_000_000)
+                };
+            }
+        }
+        Self {
+            link: Link::of(idb.linktype),
+            units_per_sec: units_per_sec.max(1),
+        }
+    }
+
+    fn ns(&self, raw: u64) -> u64 {
+        (raw as u128 * 1_000_000_000 / self.units_per_sec as u128).min(u64::MAX as u128) as u64
+    }
+}
+
+struct Ctx<'a> {
+    name: &'a str,
+    /// File size, when known.
+    size: Option<u64>,
+    /// Frames read so far.
+    frame: u64,
+    /// Byte offset of the next record.
+    offset: u64,
+    progress: Progress,
+}
+
+impl Ctx<'_> {
+    #[inline]
+    fn advance(&mut self, bytes: u64) {
+        self.frame += 1;
+        self.offset += bytes;
+        if self.frame % 65_536 == 0 {
+            self.progress.tick(self.offset, self.frame);
+        }
+    }
+}
+
+fn header_error(file: &str, e: PcapError) -> ReplayError {
+    match e {
+        PcapError::IoError(error) if error.kind() != io::ErrorKind::UnexpectedEof => {
+            ReplayError::Io {
+                file: file.to_string(),
+                error,
+            }
+        }
+        e => ReplayError::Header {
+            file: file.to_string(),
+            detail: describe(&e),
+        },
+    }
+}
+
+fn describe(e: &PcapError) -> String {
+    match e {
+        PcapError::IncompleteBuffer => "cut short by the end of the file".to_string(),
+        PcapError::IoError(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
+            "cut short by the end of the file".to_string()
+        }
+        PcapError::IoError(io) => format!("read error: {io}"),
+        PcapError::InvalidField(what) => format!("invalid field: {what}"),
+        other => other.to_string(),
+    }
+}
+
+/// A progress line on stderr for large files, only when stderr is a terminal.
+struct Progress {
+    name: String,
+    size: Option<u64>,
+    on: bool,
+    shown: bool,
+    start: Instant,
+    last: Instant,
+}
+
+impl Progress {
+    const MIN_SIZE: u64 = 64 << 20;
+
+    fn new(name: &str, size: Option<u64>, wanted: bool) -> Self {
+        let big = size.is_none_or(|s| s >= Self::MIN_SIZE);
+        let now = Instant::now();
+        Self {
+            name: name.to_string(),
+            size,
+            on: wanted && big && io::stderr().is_terminal(),
+            shown: false,
+            start: now,
+            last: now,
+        }
+    }
+
+    fn tick(&mut self, offset: u64, frames: u64) {
+        if !self.on || self.last.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        self.last = Instant::now();
+        self.shown = true;
+        let mb = offset as f64 / 1e6;
+        let rate = frames as f64 / self.start.elapsed().as_secs_f64().max(1e-9) / 1e6;
+        match self.size {
+            Some(size) if size > 0 => eprint!(
+                "\r\x1b[Kreplay: {} {:5.1}% ({mb:.0} of {:.0} MB, {frames} frames, {rate:.1} M frames/s)",
+                self.name,
+                offset as f64 * 100.0 / size as f64,
+                size as f64 / 1e6
+            ),
+            _ => eprint!(
+                "\r\x1b[Kreplay: {} {mb:.0} MB, {frames} frames, {rate:.1} M frames/s",
+                self.name
+            ),
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use pcap_file::{
+        pcap::{PcapHeader, PcapPacket, PcapWriter},
+        pcapng::{
+            PcapNgWriter,
+            blocks::{enhanced_packet::EnhancedPacketBlock, section_header::SectionHeaderBlock},
+        },
+    };
+
+    use super::*;
+    use crate::synth::{self, Frame};
+
+    fn demo() -> Vec<Frame> {
+        synth::scenario("demo").unwrap().frames
+    }
+
+    /// The aggregate of the frames read straight from memory: what every container and link
+    /// type must reproduce.
+    fn direct(frames: &[Frame]) -> Aggregate {
+        let mut agg = Aggregate::new();
+        for f in frames {
+            let _ = agg.push(&f.bytes, f.ts_ns);
+        }
+        agg
+    }
+
+    fn replay_bytes(bytes: &[u8]) -> Result<Replay, ReplayError> {
+        let mut r = Replay::new();
+        r.reader("test.pcap", bytes, Some(bytes.len() as u64), false)?;
+        Ok(r)
+    }
+
+    fn pcap(
+        frames: &[Frame],
+        endianness: Endianness,
+        res: TsResolution,
+        link: DataLink,
+        map: impl Fn(&[u8]) -> Vec<u8>,
+    ) -> Vec<u8> {
+        let header = PcapHeader {
+            endianness,
+            ts_resolution: res,
+            datalink: link,
+            ..Default::default()
+        };
+        let mut w = PcapWriter::with_header(Vec::new(), header).unwrap();
+        for f in frames {
+            let data = map(&f.bytes);
+            let ts = Duration::from_nanos(f.ts_ns);
+            w.write_packet(&PcapPacket::new(ts, data.len() as u32, &data))
+                .unwrap();
+        }
+        w.into_writer()
+    }
+
+    fn ethernet(f: &[u8]) -> Vec<u8> {
+        f.to_vec()
+    }
+
+    #[test]
+    fn pcap_byte_orders_and_resolutions_equal_direct_parsing() {
+        let frames = demo();
+        let want = direct(&frames);
+        for endianness in [Endianness::Little, Endianness::Big] {
+            for res in [TsResolution::MicroSecond, TsResolution::NanoSecond] {
+                let bytes = pcap(&frames, endianness, res, DataLink::ETHERNET, ethernet);
+                let r = replay_bytes(&bytes).unwrap();
+                assert_eq!(r.agg, want, "{endianness:?} {res:?}");
+                assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+                assert_eq!(r.first_ts_ns, Some(frames[0].ts_ns));
+                assert_eq!(r.last_ts_ns, Some(frames.last().unwrap().ts_ns));
+            }
+        }
+    }
+
+    /// Linux cooked v1: packet type, ARPHRD, address length, 8 address bytes, protocol.
+    fn sll(f: &[u8]) -> Vec<u8> {
+        let mut v = vec![0, 0, 0, 1, 0, 6];
+        v.extend_from_slice(&f[6..12]);
+        v.extend_from_slice(&[0, 0]);
+        v.extend_from_slice(&f[12..]);
+        v
+    }
+
+    /// Linux cooked v2: protocol, reserved, ifindex, ARPHRD, packet type, address length, address.
+    fn sll2(f: &[u8]) -> Vec<u8> {
+        let mut v = f[12..14].to_vec();
+        v.extend_from_slice(&[0, 0, 0, 0, 0, 3, 0, 1, 0, 6]);
+        v.extend_from_slice(&f[6..12]);
+        v.extend_from_slice(&[0, 0]);
+        v.extend_from_slice(&f[14..]);
+        v
+    }
+
+    fn raw_ip(f: &[u8]) -> Vec<u8> {
+        f[14..].to_vec()
+    }
+
+    #[test]
+    fn cooked_and_raw_link_types_equal_ethernet() {
+        // Untagged frames only: cooked and raw captures carry no Ethernet VLAN header.
+        let frames: Vec<Frame> = demo()
+            .into_iter()
+            .filter(|f| f.bytes[12..14] == [0x08, 0x00] || f.bytes[12..14] == [0x86, 0xDD])
+            .collect();
+        assert!(frames.len() > 100);
+        let want = direct(&frames);
+        let v4: Vec<Frame> = frames
+            .iter()
+            .filter(|f| f.bytes[12..14] == [0x08, 0x00])
+            .cloned()
+            .collect();
+        let cases: [(DataLink, fn(&[u8]) -> Vec<u8>, &[Frame], &Aggregate); 5] = [
+            (DataLink::LINUX_SLL, sll, &frames, &want),
+            (DataLink::LINUX_SLL2, sll2, &frames, &want),
+            (DataLink::RAW, raw_ip, &frames, &want),
+            (DataLink::IPV4, raw_ip, &v4, &direct(&v4)),
+            (DataLink::ETHERNET, ethernet, &frames, &want),
+        ];
+        for (link, map, frames, want) in cases {
+            let bytes = pcap(
+                frames,
+                Endianness::Little,
+                TsResolution::NanoSecond,
+                link,
+                map,
+            );
+            assert_eq!(&replay_bytes(&bytes).unwrap().agg, want, "{link:?}");
+        }
+    }
+
+    fn pcapng(interfaces: &[(DataLink, Option<u8>)], packets: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
+        let mut w =
+            PcapNgWriter::with_section_header(Vec::new(), SectionHeaderBlock::default()).unwrap();
+        for (link, tsresol) in interfaces {
+            let mut idb = InterfaceDescriptionBlock::new(*link, 65535);
+            if let Some(r) = tsresol {
+                idb.options.push(InterfaceDescriptionOption::IfTsResol(*r));
+            }
+            w.write_pcapng_block(idb).unwrap();
+        }
+        for (id, raw_ts, data) in packets {
+            w.write_pcapng_block(EnhancedPacketBlock {
+                interface_id: *id,
+                // The writer stores the raw count; units come from the interface's if_tsresol.
+                timestamp: Duration::from_nanos(*raw_ts),
+                original_len: data.len() as u32,
+                data: Cow::Borrowed(&data[..]),
+                options: vec![],
+            })
+            .unwrap();
+        }
+        w.into_inner()
+    }
+
+    #[test]
+    fn pcapng_interfaces_with_their_link_types_and_timestamp_units() {
+        let frames = demo();
+        let want = direct(&frames);
+        // Interface 0: Ethernet, default units (microseconds); 1: SLL2 in nanoseconds;
+        // 2: raw IP in units of 2^-10 s; 3: an unsupported link type.
+        let ifaces = [
+            (DataLink::ETHERNET, None),
+            (DataLink::LINUX_SLL2, Some(9)),
+            (DataLink::RAW, Some(0x80 | 10)),
+            (DataLink::ERF, None),
+        ];
+        let mut packets = Vec::new();
+        for (i, f) in frames.iter().enumerate() {
+            let (id, raw_ts, data) = match i % 3 {
+                0 => (0, f.ts_ns / 1000, f.bytes.clone()),
+                1 => (1, f.ts_ns, sll2(&f.bytes)),
+                _ => (
+                    2,
+                    (f.ts_ns as u128 * 1024 / 1_000_000_000) as u64,
+                    raw_ip(&f.bytes),
+                ),
+            };
+            packets.push((id, raw_ts, data));
+        }
+        packets.push((3, 0, vec![0xEE; 64]));
+        let r = replay_bytes(&pcapng(&ifaces, &packets)).unwrap();
+        let mut want_counters = want.counters;
+        want_counters.frames += 1;
+        assert_eq!(r.agg.counters, want_counters);
+        assert_eq!(
+            r.agg.comparable(),
+            Aggregate {
+                counters: want_counters,
+                ..want.comparable()
+            }
+        );
+        assert_eq!(r.unsupported_link_frames, 1);
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(
+            r.warnings[0].contains("interface 3 has unsupported link type ERF (197)"),
+            "{:?}",
+            r.warnings
+        );
+        // Timestamps converted from each interface's units (2^-10 s units are coarse).
+        assert_eq!(r.first_ts_ns, Some(frames[0].ts_ns));
+        let last = frames.last().unwrap().ts_ns;
+        assert!(
+            r.last_ts_ns.unwrap().abs_diff(last) < 1_000_000,
+            "{:?} vs {last}",
+            r.last_ts_ns
+        );
+    }
+
+    #[test]
+    fn a_record_cut_by_the_end_of_the_file_keeps_the_frames_before_it() {
+        let frames = demo();
+        let bytes = pcap(
+            &frames,
+            Endianness::Little,
+            TsResolution::MicroSecond,
+            DataLink::ETHERNET,
+            ethernet,
+        );
+        let last_len = 16 + frames.last().unwrap().bytes.len();
+        let cut = &bytes[..bytes.len() - 5];
+        let r = replay_bytes(cut).unwrap();
+        assert_eq!(r.agg, direct(&frames[..frames.len() - 1]));
+        let offset = bytes.len() - last_len;
+        assert_eq!(
+            r.warnings,
+            vec![format!(
+                "test.pcap: frame {} at byte {offset}: cut short by the end of the file; the {} frames before it are reported",
+                frames.len(),
+                frames.len() - 1
+            )]
+        );
+        // A record header announcing more bytes than the file holds: the same.
+        let mut long = pcap(
+            &frames[..3],
+            Endianness::Little,
+            TsResolution::MicroSecond,
+            DataLink::ETHERNET,
+            ethernet,
+        );
+        let third = 24 + 2 * 16 + frames[0].bytes.len() + frames[1].bytes.len();
+        long[third + 8..third + 12].copy_from_slice(&60_000u32.to_le_bytes());
+        let r = replay_bytes(&long).unwrap();
+        assert_eq!(r.agg.counters.frames, 2);
+        assert!(
+            r.warnings[0].starts_with(&format!("test.pcap: frame 3 at byte {third}: ")),
+            "{:?}",
+            r.warnings
+        );
+    }
+
+    #[test]
+    fn a_snaplen_truncated_frame_counts_with_its_ip_length() {
+        let frames = demo();
+        let full = frames[0].bytes.clone();
+        let mut w = PcapWriter::new(Vec::new()).unwrap();
+        w.write_packet(&PcapPacket::new(
+            Duration::from_nanos(frames[0].ts_ns),
+            full.len() as u32,
+            &full[..60],
+        ))
+        .unwrap();
+        let r = replay_bytes(&w.into_writer()).unwrap();
+        assert_eq!(r.agg.counters.roce_packets, 1);
+        assert_eq!(
+            r.agg.counters.roce_bytes,
+            u64::from(u16::from_be_bytes([full[16], full[17]]))
+        );
+    }
+
+    #[test]
+    fn unusable_files_are_errors_naming_the_file() {
+        let msg = |b: &[u8]| replay_bytes(b).unwrap_err().to_string();
+        assert_eq!(msg(b""), "test.pcap: empty file");
+        assert_eq!(
+            msg(b"GIF89a..."),
+            "test.pcap: not a pcap or pcapng file (magic 47 49 46 38 at byte 0)"
+        );
+        assert_eq!(
+            msg(&[0xD4, 0xC3, 0xB2, 0xA1, 2, 0]),
+            "test.pcap: unusable header: cut short by the end of the file"
+        );
+        let erf = pcap(
+            &[],
+            Endianness::Little,
+            TsResolution::MicroSecond,
+            DataLink::ERF,
+            ethernet,
+        );
+        assert_eq!(msg(&erf), "test.pcap: unsupported link type ERF (197)");
+        let mut r = Replay::new();
+        let e = r
+            .file("/nonexistent/x.pcap", false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/nonexistent/x.pcap: cannot read: "), "{e}");
+    }
+
+    #[test]
+    fn several_files_add_up_and_span_one_window() {
+        let frames = demo();
+        let (a, b) = frames.split_at(frames.len() / 2);
+        let mut r = Replay::new();
+        for (name, part) in [("a", a), ("b", b)] {
+            let bytes = pcap(
+                part,
+                Endianness::Little,
+                TsResolution::NanoSecond,
+                DataLink::ETHERNET,
+                ethernet,
+            );
+            r.reader(name, &bytes[..], None, false).unwrap();
+        }
+        assert_eq!(r.agg, direct(&frames));
+        assert_eq!(r.files, vec!["a".to_string(), "b".to_string()]);
+        let span = frames.last().unwrap().ts_ns - frames[0].ts_ns;
+        assert_eq!(r.window_seconds(), span as f64 / 1e9);
+    }
+}
