@@ -1,0 +1,814 @@
+//! Conformance with the reference dissector: the same capture decoded by tshark and by
+//! `roce-observer replay FILE --json` gives, per flow (source IP, destination IP, UDP source
+//! port, BTH destination QP), exactly the same packets, bytes, ECN counts, operation counts
+//! and DSCP set, and the same set of flows.
+//!
+//! The tshark side is independent of the observer: it maps BTH opcodes and AETH syndromes to
+//! operation classes from the wire specification (docs/rocev2-wire.md), not through
+//! `observer_common`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::IpAddr,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use integration_tests::output;
+use roce_observer::report::{Ecn, Flow, Ops, Report};
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+
+/// The synthetic scenarios compared (those without deliberately cut frames).
+const SCENARIOS: &[&str] = &[
+    "clean",
+    "incast",
+    "loss",
+    "mixed-dscp",
+    "ipv6-vlan",
+    "many-qps",
+    "demo",
+];
+
+const ROCE_PORT: u16 = 4791;
+
+/// Payload heuristics that misreport perftest/NCCL payloads as malformed.
+const HEURISTICS: &[&str] = &[
+    "rpcrdma_infiniband",
+    "nvme_rdma",
+    "iser_infiniband",
+    "smb_direct_infiniband",
+    "smcr_infiniband",
+    "lnet_ib",
+    "sdp_infiniband",
+    "fc_infiniband",
+    "eth_over_ib",
+];
+
+/// The tshark fields extracted, in column order (tab separated, last occurrence: the
+/// innermost header of a tunnel).
+const FIELDS: &[&str] = &[
+    "frame.number",
+    "frame.protocols",
+    "ip.src",
+    "ip.dst",
+    "ipv6.src",
+    "ipv6.dst",
+    "ip.len",
+    "ipv6.plen",
+    "ip.dsfield.dscp",
+    "ip.dsfield.ecn",
+    "ipv6.tclass.dscp",
+    "ipv6.tclass.ecn",
+    "udp.srcport",
+    "udp.dstport",
+    "infiniband.bth.opcode",
+    "infiniband.bth.destqp",
+    "infiniband.aeth.syndrome",
+];
+
+// ---------------------------------------------------------------------------------------------
+// Environment: tshark, the shared captures, temporary files.
+// ---------------------------------------------------------------------------------------------
+
+/// Skips loudly outside CI, fails under CI.
+fn skip(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: would be SKIPPED ({why}) but CI is set: failing");
+    }
+    eprintln!("\n*** SKIPPED {test}: {why} ***\n");
+}
+
+fn have_tshark(test: &str) -> bool {
+    let ok = Command::new("tshark")
+        .arg("-v")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip(test, "tshark (the reference dissector) is not installed");
+    }
+    ok
+}
+
+/// `shared/captures/SUB` beside the workspace, if present.
+fn shared_captures(test: &str, sub: &str) -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/captures")
+        .join(sub);
+    match dir.canonicalize() {
+        Ok(d) if d.is_dir() => Some(d),
+        _ => {
+            skip(test, &format!("{} is missing", dir.display()));
+            None
+        }
+    }
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "roce-conformance-{tag}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference side: tshark rows and per-flow accumulation.
+// ---------------------------------------------------------------------------------------------
+
+/// Flow key of the report: (src ip, dst ip, UDP source port, BTH dest QP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct FlowId {
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    qp: u32,
+}
+
+impl FlowId {
+    fn of(f: &Flow) -> Self {
+        Self {
+            src: f.src_ip,
+            dst: f.dst_ip,
+            sport: f.udp_src_port,
+            qp: f.dest_qp,
+        }
+    }
+}
+
+impl fmt::Display for FlowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} -> {} sport {} qp 0x{:06x}",
+            self.src, self.dst, self.sport, self.qp
+        )
+    }
+}
+
+/// One RoCEv2 packet as tshark decodes it.
+#[derive(Debug)]
+struct Row {
+    frame: u64,
+    flow: FlowId,
+    /// IPv4 total length, or 40 + IPv6 payload length.
+    ip_bytes: u64,
+    dscp: u8,
+    ecn: u8,
+    opcode: u8,
+    syndrome: Option<u8>,
+}
+
+/// What tshark says about one flow.
+#[derive(Debug, Default)]
+struct TsharkFlow {
+    first_frame: u64,
+    packets: u64,
+    bytes: u64,
+    ecn: Ecn,
+    ops: Ops,
+    dscp: BTreeSet<u8>,
+}
+
+impl TsharkFlow {
+    fn add(&mut self, r: &Row) {
+        if self.packets == 0 {
+            self.first_frame = r.frame;
+        }
+        self.packets += 1;
+        self.bytes += r.ip_bytes;
+        // RFC 3168: 00 Not-ECT, 01 ECT(1), 10 ECT(0), 11 CE.
+        match r.ecn {
+            0 => self.ecn.not_ect += 1,
+            1 => self.ecn.ect1 += 1,
+            2 => self.ecn.ect0 += 1,
+            _ => self.ecn.ce += 1,
+        }
+        *op_slot(&mut self.ops, classify(r.opcode, r.syndrome)) += 1;
+        self.dscp.insert(r.dscp);
+    }
+}
+
+/// Operation classes of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Send,
+    Write,
+    ReadRequest,
+    ReadResponse,
+    Ack,
+    Nak,
+    RnrNak,
+    Atomic,
+    AtomicAck,
+    Cnp,
+    Other,
+}
+
+/// The class of a BTH opcode (and AETH syndrome, for ACKNOWLEDGE), from the specification:
+/// top 3 bits transport, low 5 bits operation.
+fn classify(opcode: u8, syndrome: Option<u8>) -> Op {
+    if opcode == 0x81 {
+        return Op::Cnp;
+    }
+    let op = opcode & 0x1F;
+    let defined = match opcode & 0xE0 {
+        // RC and XRC: every operation of the table.
+        0x00 | 0xA0 => op <= 0x14 || op == 0x16 || op == 0x17,
+        // UC: SEND and RDMA WRITE only.
+        0x20 => op <= 0x0B,
+        // RD: everything up to FETCH_ADD, no SEND with invalidate.
+        0x40 => op <= 0x14,
+        // UD: SEND only, SEND only with immediate.
+        0x60 => op == 0x04 || op == 0x05,
+        // 0x80 (CNP and vendor), 0xC0, 0xE0.
+        _ => false,
+    };
+    if !defined {
+        return Op::Other;
+    }
+    match op {
+        0x00..=0x05 | 0x16 | 0x17 => Op::Send,
+        0x06..=0x0B => Op::Write,
+        0x0C => Op::ReadRequest,
+        0x0D..=0x10 => Op::ReadResponse,
+        0x11 => match syndrome.map(|s| s >> 5) {
+            None | Some(0b000) => Op::Ack,
+            Some(0b001) => Op::RnrNak,
+            Some(0b011) => Op::Nak,
+            Some(_) => Op::Other,
+        },
+        0x12 => Op::AtomicAck,
+        0x13 | 0x14 => Op::Atomic,
+        _ => Op::Other,
+    }
+}
+
+fn op_slot(o: &mut Ops, op: Op) -> &mut u64 {
+    match op {
+        Op::Send => &mut o.send,
+        Op::Write => &mut o.write,
+        Op::ReadRequest => &mut o.read_request,
+        Op::ReadResponse => &mut o.read_response,
+        Op::Ack => &mut o.ack,
+        Op::Nak => &mut o.nak,
+        Op::RnrNak => &mut o.rnr_nak,
+        Op::Atomic => &mut o.atomic,
+        Op::AtomicAck => &mut o.atomic_ack,
+        Op::Cnp => &mut o.cnp,
+        Op::Other => &mut o.other,
+    }
+}
+
+/// Runs tshark on FILE with ARGS; its stdout.
+fn tshark(file: &Path, args: &[&str]) -> String {
+    let (status, out, err) = output(
+        Command::new("tshark")
+            .arg("-n")
+            .arg("-r")
+            .arg(file)
+            .args(args),
+    );
+    assert!(
+        status.success(),
+        "tshark -r {}: {status}: {err}",
+        file.display()
+    );
+    out
+}
+
+/// UDP source ports of RoCEv2 packets that tshark gives to another dissector (it tries the
+/// lower port first): each needs a decode-as.
+fn decode_as_ports(file: &Path) -> Vec<u16> {
+    let out = tshark(
+        file,
+        &[
+            "-Y",
+            "udp.dstport==4791 && !infiniband",
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=l",
+            "-e",
+            "udp.srcport",
+        ],
+    );
+    let ports: BTreeSet<u16> = out
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| num(l.trim(), "udp.srcport", file))
+        .collect();
+    ports.into_iter().collect()
+}
+
+/// A decimal or 0x-prefixed hexadecimal tshark number.
+fn num<T: TryFrom<u64>>(s: &str, field: &str, file: &Path) -> T {
+    let v = match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    v.ok()
+        .and_then(|v| T::try_from(v).ok())
+        .unwrap_or_else(|| panic!("{}: tshark field {field}: bad value {s:?}", file.display()))
+}
+
+/// Every RoCEv2 packet of FILE (UDP destination port 4791 with a BTH), as tshark decodes it,
+/// and the decode-as ports used.
+fn tshark_rows(file: &Path) -> (Vec<Row>, Vec<u16>) {
+    let ports = decode_as_ports(file);
+    let mut args: Vec<String> = Vec::new();
+    for p in &ports {
+        args.extend(["-d".into(), format!("udp.port=={p},infiniband")]);
+    }
+    for h in HEURISTICS {
+        args.extend(["--disable-heuristic".into(), h.to_string()]);
+    }
+    args.extend(
+        [
+            "-Y",
+            "infiniband.bth && udp.dstport==4791",
+            "-T",
+            "fields",
+            "-E",
+            "separator=/t",
+            "-E",
+            "occurrence=l",
+        ]
+        .map(String::from),
+    );
+    for f in FIELDS {
+        args.extend(["-e".into(), f.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = tshark(file, &args);
+    let rows = out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| parse_row(l, file))
+        .collect();
+    (rows, ports)
+}
+
+fn parse_row(line: &str, file: &Path) -> Row {
+    let cols: Vec<&str> = line.split('\t').collect();
+    assert_eq!(
+        cols.len(),
+        FIELDS.len(),
+        "{}: tshark row with {} columns, want {}: {line:?}",
+        file.display(),
+        cols.len(),
+        FIELDS.len()
+    );
+    let col = |name: &str| -> &str { cols[FIELDS.iter().position(|f| *f == name).unwrap()] };
+    let frame: u64 = num(col("frame.number"), "frame.number", file);
+    let at = |what: &str| format!("{} frame {frame}: {what}", file.display());
+    let protocols = col("frame.protocols");
+    assert!(
+        !protocols.contains("_ws.malformed") && !protocols.contains("_ws.short"),
+        "{}: tshark marks the frame malformed or cut ({protocols}): the reference decode is not usable",
+        at("")
+    );
+    // The innermost IP header: the last of ip/ipv6 in the protocol stack.
+    let v6 = protocols
+        .split(':')
+        .rev()
+        .find(|p| *p == "ip" || *p == "ipv6")
+        .unwrap_or_else(|| panic!("{}", at(&format!("no IP layer in {protocols}"))))
+        == "ipv6";
+    let (src, dst, ip_bytes, dscp, ecn) = if v6 {
+        let plen: u64 = num(col("ipv6.plen"), "ipv6.plen", file);
+        (
+            col("ipv6.src"),
+            col("ipv6.dst"),
+            40 + plen,
+            num(col("ipv6.tclass.dscp"), "ipv6.tclass.dscp", file),
+            num(col("ipv6.tclass.ecn"), "ipv6.tclass.ecn", file),
+        )
+    } else {
+        (
+            col("ip.src"),
+            col("ip.dst"),
+            num(col("ip.len"), "ip.len", file),
+            num(col("ip.dsfield.dscp"), "ip.dsfield.dscp", file),
+            num(col("ip.dsfield.ecn"), "ip.dsfield.ecn", file),
+        )
+    };
+    let ip = |s: &str| -> IpAddr {
+        s.parse()
+            .unwrap_or_else(|e| panic!("{}", at(&format!("address {s:?}: {e}"))))
+    };
+    let dport: u16 = num(col("udp.dstport"), "udp.dstport", file);
+    assert_eq!(
+        dport,
+        ROCE_PORT,
+        "{}",
+        at("display filter let a non-RoCE port through")
+    );
+    let syndrome = match col("infiniband.aeth.syndrome") {
+        "" => None,
+        s => Some(num(s, "infiniband.aeth.syndrome", file)),
+    };
+    Row {
+        frame,
+        flow: FlowId {
+            src: ip(src),
+            dst: ip(dst),
+            sport: num(col("udp.srcport"), "udp.srcport", file),
+            qp: num(col("infiniband.bth.destqp"), "infiniband.bth.destqp", file),
+        },
+        ip_bytes,
+        dscp,
+        ecn,
+        opcode: num(col("infiniband.bth.opcode"), "infiniband.bth.opcode", file),
+        syndrome,
+    }
+}
+
+fn tshark_flows(rows: &[Row]) -> BTreeMap<FlowId, TsharkFlow> {
+    let mut flows: BTreeMap<FlowId, TsharkFlow> = BTreeMap::new();
+    for r in rows {
+        flows.entry(r.flow).or_default().add(r);
+    }
+    flows
+}
+
+// ---------------------------------------------------------------------------------------------
+// The side under test and the comparison.
+// ---------------------------------------------------------------------------------------------
+
+/// `roce-observer replay FILE --json`: the report, its schema and source checked.
+fn replay(file: &Path) -> Report {
+    let (status, out, err) = output(Command::new(CLI).arg("replay").arg(file).arg("--json"));
+    assert!(
+        status.success(),
+        "roce-observer replay {} --json: {status}: {err}",
+        file.display()
+    );
+    let json: serde_json::Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("replay {}: not JSON ({e}): {out}", file.display()));
+    assert_eq!(
+        json["schema"],
+        "roce-observer/report/v1",
+        "{}",
+        file.display()
+    );
+    assert_eq!(json["source"]["kind"], "pcap", "{}", file.display());
+    assert_eq!(
+        json["source"]["files"],
+        serde_json::json!([file.to_str().unwrap()]),
+        "{}: source.files",
+        file.display()
+    );
+    serde_json::from_value(json)
+        .unwrap_or_else(|e| panic!("replay {}: not a report v1 ({e}): {out}", file.display()))
+}
+
+fn ecn_fields(e: &Ecn) -> [(&'static str, u64); 4] {
+    [
+        ("ecn.not_ect", e.not_ect),
+        ("ecn.ect0", e.ect0),
+        ("ecn.ect1", e.ect1),
+        ("ecn.ce", e.ce),
+    ]
+}
+
+fn ops_fields(o: &Ops) -> [(&'static str, u64); 11] {
+    [
+        ("ops.send", o.send),
+        ("ops.write", o.write),
+        ("ops.read_request", o.read_request),
+        ("ops.read_response", o.read_response),
+        ("ops.ack", o.ack),
+        ("ops.nak", o.nak),
+        ("ops.rnr_nak", o.rnr_nak),
+        ("ops.atomic", o.atomic),
+        ("ops.atomic_ack", o.atomic_ack),
+        ("ops.cnp", o.cnp),
+        ("ops.other", o.other),
+    ]
+}
+
+/// Every difference between tshark's flows and the report's, one line each.
+fn differences(want: &BTreeMap<FlowId, TsharkFlow>, report: &Report) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let mut got: BTreeMap<FlowId, &Flow> = BTreeMap::new();
+    for f in &report.flows {
+        if got.insert(FlowId::of(f), f).is_some() {
+            diffs.push(format!("flow {}: twice in the report", FlowId::of(f)));
+        }
+    }
+    for (id, t) in want {
+        let Some(o) = got.get(id) else {
+            diffs.push(format!(
+                "flow {id}: tshark has it ({} packets, first frame {}), the report does not",
+                t.packets, t.first_frame
+            ));
+            continue;
+        };
+        let mut fields = vec![
+            ("packets", t.packets, o.packets),
+            ("bytes", t.bytes, o.bytes),
+        ];
+        for ((name, tv), (_, ov)) in ecn_fields(&t.ecn).into_iter().zip(ecn_fields(&o.ecn)) {
+            fields.push((name, tv, ov));
+        }
+        for ((name, tv), (_, ov)) in ops_fields(&t.ops).into_iter().zip(ops_fields(&o.ops)) {
+            fields.push((name, tv, ov));
+        }
+        for (name, tv, ov) in fields {
+            if tv != ov {
+                diffs.push(format!(
+                    "flow {id} (first frame {}): {name}: tshark {tv}, replay {ov}",
+                    t.first_frame
+                ));
+            }
+        }
+        let tdscp: Vec<u8> = t.dscp.iter().copied().collect();
+        if tdscp != o.dscp {
+            diffs.push(format!(
+                "flow {id} (first frame {}): dscp: tshark {tdscp:?}, replay {:?}",
+                t.first_frame, o.dscp
+            ));
+        }
+    }
+    for (id, o) in &got {
+        if !want.contains_key(id) {
+            diffs.push(format!(
+                "flow {id}: the report has it ({} packets), tshark does not",
+                o.packets
+            ));
+        }
+    }
+    diffs
+}
+
+/// One capture decoded both ways.
+struct Comparison {
+    report: Report,
+    /// The decode-as ports tshark needed.
+    ports: Vec<u16>,
+    /// Every difference, one line each.
+    diffs: Vec<String>,
+}
+
+/// Decodes FILE with tshark and with replay, and lists every difference (per flow and in the
+/// totals).
+fn compare(file: &Path) -> Comparison {
+    let (rows, ports) = tshark_rows(file);
+    let want = tshark_flows(&rows);
+    let report = replay(file);
+    let mut diffs = differences(&want, &report);
+    let t = &report.totals;
+    let bytes: u64 = rows.iter().map(|r| r.ip_bytes).sum();
+    let ce = rows.iter().filter(|r| r.ecn == 3).count() as u64;
+    let cnp = rows.iter().filter(|r| r.opcode == 0x81).count() as u64;
+    for (name, tv, ov) in [
+        ("totals.roce_packets", rows.len() as u64, t.roce_packets),
+        ("totals.roce_bytes", bytes, t.roce_bytes),
+        ("totals.ce_packets", ce, t.ce_packets),
+        ("totals.cnp_packets", cnp, t.cnp_packets),
+    ] {
+        if tv != ov {
+            diffs.push(format!("{name}: tshark {tv}, replay {ov}"));
+        }
+    }
+    eprintln!(
+        "conformance: {}: {} flows, {} packets, {bytes} bytes compared with tshark (decode-as ports {ports:?}): {}",
+        file.display(),
+        want.len(),
+        rows.len(),
+        if diffs.is_empty() {
+            "equal".to_string()
+        } else {
+            format!("{} DIFFERENCES", diffs.len())
+        }
+    );
+    Comparison {
+        report,
+        ports,
+        diffs,
+    }
+}
+
+/// Collects the differences of every file, then fails naming them all.
+#[derive(Default)]
+struct Failures(Vec<String>);
+
+impl Failures {
+    fn add(&mut self, file: &Path, diffs: &[String]) {
+        const SHOWN: usize = 40;
+        if diffs.is_empty() {
+            return;
+        }
+        let more = if diffs.len() > SHOWN {
+            format!("\n  ... {} more", diffs.len() - SHOWN)
+        } else {
+            String::new()
+        };
+        self.0.push(format!(
+            "{}: replay differs from tshark in {} places:\n  {}{more}",
+            file.display(),
+            diffs.len(),
+            diffs[..diffs.len().min(SHOWN)].join("\n  ")
+        ));
+    }
+
+    fn check(self) {
+        assert!(self.0.is_empty(), "\n{}", self.0.join("\n"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn opcode_mapping_follows_the_specification() {
+    use Op::*;
+    let cases = [
+        (0x81, None, Cnp),
+        (0x00, None, Send),
+        (0x05, None, Send),
+        (0x16, None, Send),
+        (0x17, None, Send),
+        (0x0A, None, Write),
+        (0x0C, None, ReadRequest),
+        (0x10, None, ReadResponse),
+        (0x11, None, Ack),
+        (0x11, Some(0x1F), Ack),
+        (0x11, Some(0x21), RnrNak),
+        (0x11, Some(0x60), Nak),
+        (0x11, Some(0x40), Other),
+        (0x12, None, AtomicAck),
+        (0x14, None, Atomic),
+        (0x15, None, Other),
+        (0x24, None, Send),
+        (0x2B, None, Write),
+        (0x2C, None, Other),
+        (0x51, Some(0x00), Ack),
+        (0x56, None, Other),
+        (0x64, None, Send),
+        (0x66, None, Other),
+        (0xAC, None, ReadRequest),
+        (0xB7, None, Send),
+        (0x80, None, Other),
+        (0xC4, None, Other),
+        (0xFF, None, Other),
+    ];
+    for (opcode, syndrome, want) in cases {
+        assert_eq!(
+            classify(opcode, syndrome),
+            want,
+            "opcode {opcode:#04x} {syndrome:?}"
+        );
+    }
+}
+
+#[test]
+fn synth_scenarios_match_tshark() {
+    if !have_tshark("synth_scenarios_match_tshark") {
+        return;
+    }
+    let tmp = TempDir::new("synth");
+    let mut failures = Failures::default();
+    for name in SCENARIOS {
+        let file = tmp.0.join(format!("{name}.pcap"));
+        let (status, _, err) = output(
+            Command::new(CLI)
+                .args(["synth", "--scenario", name, "-o"])
+                .arg(&file),
+        );
+        assert!(status.success(), "synth --scenario {name}: {status}: {err}");
+        let c = compare(&file);
+        assert!(!c.report.flows.is_empty(), "{name}: no flows");
+        failures.add(&file, &c.diffs);
+    }
+    failures.check();
+}
+
+/// RoCE from registered low UDP source ports (DNS 53, TFTP 69): tshark needs a decode-as for
+/// each, the observer keys on the destination port alone.
+#[test]
+fn low_source_ports_match_tshark_with_decode_as() {
+    use roce_observer::synth::{self, Ip, QpStream, Workload};
+    if !have_tshark("low_source_ports_match_tshark_with_decode_as") {
+        return;
+    }
+    let mut w = Workload::default();
+    let host = |h: u8| std::net::Ipv4Addr::new(198, 18, 9, h);
+    for (i, port) in [53u16, 69, 49152].into_iter().enumerate() {
+        let h = 2 * i as u8 + 1;
+        let mut qp = QpStream::new(
+            0x00,
+            Ip::v4(host(h), host(h + 1)),
+            [
+                synth::host_mac(0x900 + u16::from(h)),
+                synth::host_mac(0x901 + u16::from(h)),
+            ],
+            [0x100 + i as u32, 0x200 + i as u32],
+            1000,
+        )
+        .with_udp_src_port(port);
+        for _ in 0..3 {
+            qp.write(&mut w, 2048);
+        }
+        let psn = qp.last_psn();
+        qp.ack(&mut w, psn);
+    }
+    let tmp = TempDir::new("lowport");
+    let file = tmp.0.join("low-ports.pcap");
+    let f = std::fs::File::create(&file).unwrap();
+    synth::write_pcap(std::io::BufWriter::new(f), &w.frames).unwrap();
+    let c = compare(&file);
+    assert_eq!(c.ports, vec![53, 69], "decode-as ports tshark needed");
+    assert_eq!(c.report.flows.len(), 6, "3 QPs, 2 directions");
+    let mut failures = Failures::default();
+    failures.add(&file, &c.diffs);
+    failures.check();
+}
+
+#[test]
+fn real_captures_match_tshark() {
+    let test = "real_captures_match_tshark";
+    if !have_tshark(test) {
+        return;
+    }
+    let Some(dir) = shared_captures(test, "real") else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no *.pcap in {}", dir.display());
+    let (mut flows, mut packets) = (0, 0);
+    let mut failures = Failures::default();
+    for file in &files {
+        let mut c = compare(file);
+        assert!(!c.report.flows.is_empty(), "{}: no flows", file.display());
+        // Real captures have no loss and no retransmission.
+        for f in &c.report.flows {
+            if (f.psn.gaps, f.psn.regressions) != (0, 0) {
+                c.diffs.push(format!(
+                    "flow {}: psn gaps {}, regressions {} in a capture without loss",
+                    FlowId::of(f),
+                    f.psn.gaps,
+                    f.psn.regressions
+                ));
+            }
+        }
+        failures.add(file, &c.diffs);
+        flows += c.report.flows.len();
+        packets += c.report.totals.roce_packets;
+    }
+    eprintln!(
+        "conformance: {} real captures, {flows} flows, {packets} packets compared with tshark",
+        files.len()
+    );
+    failures.check();
+}
+
+#[test]
+fn erf_capture_is_an_unsupported_link_type() {
+    let test = "erf_capture_is_an_unsupported_link_type";
+    let Some(dir) = shared_captures(test, "negative") else {
+        return;
+    };
+    let file = dir.join("srinivaskoritala_infiniband_erf.pcap");
+    let (status, out, err) = output(Command::new(CLI).arg("replay").arg(&file));
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "replay {}: {status}: {out}{err}",
+        file.display()
+    );
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        vec![format!(
+            "roce-observer: error: {}: unsupported link type ERF (197)",
+            file.display()
+        )],
+        "stderr of replay {}",
+        file.display()
+    );
+}
