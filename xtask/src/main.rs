@@ -49,7 +49,8 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Setup, then run the BPF_PROG_TEST_RUN benchmark (extra arguments go to the bench binary).
+    /// Setup, then run the BPF_PROG_TEST_RUN benchmark (extra arguments go to the bench binary),
+    /// then the replay throughput benchmark (bench-replay; only --json is passed on to it).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -109,7 +110,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         }
         Cmd::Bench { args } => {
             setup(&ws)?;
-            status(
+            let code = status(
                 ws.cargo()
                     .args([
                         "run",
@@ -121,6 +122,23 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                         "--",
                     ])
                     .args(&args),
+            )?;
+            if code != ExitCode::SUCCESS {
+                return Ok(code);
+            }
+            // Then offline replay throughput; of the extra arguments only --json applies to it.
+            status(
+                ws.cargo()
+                    .args([
+                        "run",
+                        "--release",
+                        "--package",
+                        "integration-tests",
+                        "--bin",
+                        "bench-replay",
+                        "--",
+                    ])
+                    .args(args.iter().filter(|a| *a == "--json")),
             )
         }
     }

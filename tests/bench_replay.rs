@@ -1,0 +1,489 @@
+//! `cargo xtask bench` (second part): offline replay throughput, beside tshark, in the same run.
+//!
+//! Writes a pcap of `--frames` synthetic RoCEv2 frames to a temporary file (streamed: frames are
+//! encoded and written one at a time), then measures, single-threaded:
+//! - `Replay::reader` on the file: frames/s and MB/s, the median of `--runs` runs;
+//! - `tshark -n -r FILE` (output to /dev/null), `tshark -n -r FILE -q` and
+//!   `tshark -n -r FILE -q -Y infiniband` (dissects, prints nothing), once each;
+//! - the ratio of replay to `tshark -n -r FILE` (`-q` with no tap skips dissection: it only
+//!   reads the records, so it is reported but is not the target's reference).
+//!
+//! The traffic: 64 RC QPs (IPv4, DSCP 26) doing RDMA WRITE middle with 256..1024-byte payloads
+//! and in-sequence PSNs, an ACK from the responder every 16 requests of a QP, 1% of requests CE
+//! marked, and a CNP after every 8th CE mark of a QP. Each replay is checked against what was
+//! written (frames, RoCE packets, CE, CNPs, flows, zero PSN gaps and regressions), so a broken
+//! path cannot pass as a fast one. Exit code 0 on a missed target (noisy machines), non-zero on
+//! a wrong replay result or a failure to run.
+
+use std::{
+    collections::BTreeSet,
+    fs::File,
+    io::{BufWriter, Write},
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode, Stdio},
+    time::Instant,
+};
+
+use observer_common::{FlowKey, wire};
+use roce_observer::{
+    replay::Replay,
+    synth::{CE, CNP_DSCP, ECT0, Ip, NOT_ECT, RoceFrame, SYNDROME_ACK},
+};
+
+const TARGET_FPS: f64 = 5e6;
+const TARGET_RATIO: f64 = 100.0;
+const QPS: u32 = 64;
+const ACK_EVERY: u64 = 16;
+/// One request in CE_EVERY is CE marked (1%).
+const CE_EVERY: u64 = 100;
+/// A QP's responder sends a CNP after this many CE marks.
+const CNP_EVERY_CE: u64 = 8;
+const FRAME_GAP_NS: u64 = 100;
+const BASE_TS_NS: u64 = 1_750_000_000_000_000_000;
+const USAGE: &str = "usage: bench-replay [--frames N] [--runs R] [--no-tshark] [--json]
+  --frames N   frames in the generated capture (default 2000000)
+  --runs R     replay measurements; the median is reported (default 3)
+  --no-tshark  skip the tshark measurements (no ratio)
+  --json       print the figures as JSON instead of the table";
+
+struct Args {
+    frames: u64,
+    runs: usize,
+    tshark: bool,
+    json: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        frames: 2_000_000,
+        runs: 3,
+        tshark: true,
+        json: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f.to_string(), Some(v.to_string())),
+            None => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> Result<u64, String> {
+            let v = inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value"))?;
+            v.replace('_', "")
+                .parse()
+                .map_err(|_| format!("{name}: not a number: {v}"))
+        };
+        match flag.as_str() {
+            "--frames" => a.frames = value("--frames")?.max(1),
+            "--runs" => a.runs = value("--runs")?.max(1) as usize,
+            "--no-tshark" => a.tshark = false,
+            "--json" => a.json = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+/// What the generator wrote: what every replay must report.
+#[derive(Debug, Default)]
+struct Written {
+    frames: u64,
+    bytes: u64,
+    ce: u64,
+    cnps: u64,
+    acks: u64,
+    flows: BTreeSet<FlowKey>,
+}
+
+/// One RC QP: the requester's WRITE template and the responder's ACK and CNP templates.
+struct Qp {
+    req: RoceFrame,
+    ack: RoceFrame,
+    cnp: RoceFrame,
+    requests: u64,
+    ce: u64,
+}
+
+fn qps() -> Vec<Qp> {
+    (0..QPS)
+        .map(|i| {
+            let a = Ipv4Addr::new(198, 18, 0, 1 + (i % 8) as u8);
+            let b = Ipv4Addr::new(198, 18, 1, 1 + (i / 8) as u8);
+            let (lqpn, rqpn) = (0x100 + i, 0x200 + i);
+            let sport = roce_observer::synth::rdma_udp_sport(lqpn, rqpn);
+            let mut req = RoceFrame::new(
+                Ip::v4(a, b),
+                wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE,
+                rqpn,
+            );
+            req.udp_src_port = sport;
+            req.bth.psn = i * 0x1000;
+            let mut ack = RoceFrame::new(
+                Ip::v4(b, a),
+                wire::TRANSPORT_RC | wire::op::ACKNOWLEDGE,
+                lqpn,
+            );
+            (ack.src_mac, ack.dst_mac) = (req.dst_mac, req.src_mac);
+            ack.udp_src_port = sport;
+            ack.ext.syndrome = SYNDROME_ACK;
+            let mut cnp = RoceFrame::new(Ip::v4(b, a), wire::OPCODE_CNP, lqpn);
+            (cnp.src_mac, cnp.dst_mac) = (req.dst_mac, req.src_mac);
+            cnp.udp_src_port = sport;
+            cnp.bth.becn = true;
+            cnp.dscp = CNP_DSCP;
+            cnp.ecn = NOT_ECT;
+            Qp {
+                req,
+                ack,
+                cnp,
+                requests: 0,
+                ce: 0,
+            }
+        })
+        .collect()
+}
+
+/// A nanosecond-resolution little-endian pcap writer (records streamed, nothing held).
+struct Pcap<W: Write> {
+    w: W,
+    frames: u64,
+    bytes: u64,
+}
+
+impl<W: Write> Pcap<W> {
+    fn new(mut w: W) -> std::io::Result<Self> {
+        let mut h = Vec::with_capacity(24);
+        h.extend_from_slice(&0xA1B2_3C4Du32.to_le_bytes());
+        h.extend_from_slice(&2u16.to_le_bytes());
+        h.extend_from_slice(&4u16.to_le_bytes());
+        h.extend_from_slice(&0i32.to_le_bytes());
+        h.extend_from_slice(&0u32.to_le_bytes());
+        h.extend_from_slice(&65_535u32.to_le_bytes());
+        h.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
+        w.write_all(&h)?;
+        Ok(Self {
+            w,
+            frames: 0,
+            bytes: 24,
+        })
+    }
+
+    fn frame(&mut self, bytes: &[u8], ts_ns: u64) -> std::io::Result<()> {
+        let len = bytes.len() as u32;
+        let mut rec = [0u8; 16];
+        rec[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
+        rec[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
+        rec[8..12].copy_from_slice(&len.to_le_bytes());
+        rec[12..16].copy_from_slice(&len.to_le_bytes());
+        self.w.write_all(&rec)?;
+        self.w.write_all(bytes)?;
+        self.frames += 1;
+        self.bytes += 16 + u64::from(len);
+        Ok(())
+    }
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+fn generate(path: &Path, frames: u64) -> std::io::Result<Written> {
+    let mut qps = qps();
+    let mut out = Pcap::new(BufWriter::with_capacity(1 << 20, File::create(path)?))?;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut written = Written::default();
+    let mut ts = BASE_TS_NS;
+    let mut requests = 0u64;
+    while out.frames < frames {
+        let q = &mut qps[(rng.next() % u64::from(QPS)) as usize];
+        // A request: in-sequence PSN, 256..1024 bytes (a multiple of 4: no pad).
+        q.req.payload_len = 256 + 4 * (rng.next() % 193) as usize;
+        requests += 1;
+        let ce = requests % CE_EVERY == 0;
+        q.req.ecn = if ce { CE } else { ECT0 };
+        out.frame(&q.req.to_bytes(), ts)?;
+        ts += FRAME_GAP_NS;
+        written.flows.insert(q.req.flow_key());
+        q.req.bth.psn = (q.req.bth.psn + 1) & 0xFF_FFFF;
+        q.requests += 1;
+        if ce {
+            written.ce += 1;
+            q.ce += 1;
+            if q.ce % CNP_EVERY_CE == 0 && out.frames < frames {
+                out.frame(&q.cnp.to_bytes(), ts)?;
+                ts += FRAME_GAP_NS;
+                written.flows.insert(q.cnp.flow_key());
+                written.cnps += 1;
+            }
+        }
+        if q.requests % ACK_EVERY == 0 && out.frames < frames {
+            q.ack.bth.psn = (q.req.bth.psn + 0xFF_FFFF) & 0xFF_FFFF;
+            q.ack.ext.msn = (q.ack.ext.msn + 1) & 0xFF_FFFF;
+            out.frame(&q.ack.to_bytes(), ts)?;
+            ts += FRAME_GAP_NS;
+            written.flows.insert(q.ack.flow_key());
+            written.acks += 1;
+        }
+    }
+    out.w.flush()?;
+    written.frames = out.frames;
+    written.bytes = out.bytes;
+    Ok(written)
+}
+
+/// Checks a replay against what was written; the problems found.
+fn check(r: &Replay, w: &Written) -> Vec<String> {
+    let mut bad = Vec::new();
+    let c = &r.agg.counters;
+    let mut expect = |what: &str, got: u64, want: u64| {
+        if got != want {
+            bad.push(format!("{what}: {got}, expected {want}"));
+        }
+    };
+    expect("frames", c.frames, w.frames);
+    expect("roce packets", c.roce_packets, w.frames);
+    expect("CE packets", c.ce_packets, w.ce);
+    expect("CNP packets", c.cnp_packets, w.cnps);
+    expect("flows", r.agg.flows.len() as u64, w.flows.len() as u64);
+    let gaps: u64 = r.agg.flows.values().map(|s| s.psn_gaps).sum();
+    let regressions: u64 = r.agg.flows.values().map(|s| s.psn_regressions).sum();
+    expect("PSN gaps", gaps, 0);
+    expect("PSN regressions", regressions, 0);
+    if !r.warnings.is_empty() {
+        bad.push(format!("warnings: {:?}", r.warnings));
+    }
+    bad
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Wall seconds of `tshark -n -r FILE [extra]`, output to /dev/null.
+fn tshark(file: &Path, extra: &[&str]) -> Result<f64, String> {
+    let start = Instant::now();
+    let st = Command::new("tshark")
+        .arg("-n")
+        .arg("-r")
+        .arg(file)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run tshark: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    if !st.success() {
+        return Err(format!("tshark {extra:?} failed: {st}"));
+    }
+    Ok(secs)
+}
+
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench-replay: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let file = TempFile(
+        std::env::temp_dir().join(format!("roce-bench-replay-{}.pcap", std::process::id())),
+    );
+    let gen_start = Instant::now();
+    let written = match generate(&file.0, args.frames) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("bench-replay: cannot write {}: {e}", file.0.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let gen_secs = gen_start.elapsed().as_secs_f64();
+    if !args.json {
+        println!(
+            "generated {} frames ({:.1} MB, {} QPs, {} CE, {} CNPs, {} ACKs) in {:.1} s: {}",
+            written.frames,
+            written.bytes as f64 / 1e6,
+            QPS,
+            written.ce,
+            written.cnps,
+            written.acks,
+            gen_secs,
+            file.0.display()
+        );
+    }
+
+    // Replay: the first run also warms the page cache; every run is checked.
+    let mut secs = Vec::new();
+    for _ in 0..args.runs {
+        let f = match File::open(&file.0) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("bench-replay: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut r = Replay::new();
+        let start = Instant::now();
+        let res = r.reader("bench", f, Some(written.bytes), false);
+        let s = start.elapsed().as_secs_f64();
+        if let Err(e) = res {
+            eprintln!("bench-replay: replay failed: {e}");
+            return ExitCode::FAILURE;
+        }
+        let bad = check(&r, &written);
+        if !bad.is_empty() {
+            eprintln!("bench-replay: wrong replay result: {}", bad.join("; "));
+            return ExitCode::FAILURE;
+        }
+        secs.push(s);
+    }
+    let replay_secs = median(&secs);
+    let fps = written.frames as f64 / replay_secs;
+    let mbps = written.bytes as f64 / replay_secs / 1e6;
+
+    let (ts_full, ts_quiet, ts_filter) = if args.tshark {
+        let full = tshark(&file.0, &[]);
+        let quiet = tshark(&file.0, &["-q"]);
+        // A display filter makes tshark dissect every frame without printing anything.
+        let filter = tshark(&file.0, &["-q", "-Y", "infiniband"]);
+        for r in [&full, &quiet, &filter] {
+            if let Err(e) = r {
+                eprintln!("bench-replay: {e}");
+            }
+        }
+        (full.ok(), quiet.ok(), filter.ok())
+    } else {
+        (None, None, None)
+    };
+    // The ratio against `tshark -n -r FILE`, which dissects every frame. `-q` without a tap or
+    // filter does not dissect at all (tshark only reads the records), so its ratio is shown for
+    // information only.
+    let ratio = ts_full.map(|t| t / replay_secs);
+    let ratio_quiet = ts_quiet.map(|t| t / replay_secs);
+    let ratio_filter = ts_filter.map(|t| t / replay_secs);
+
+    let fps_pass = fps >= TARGET_FPS;
+    let ratio_pass = ratio.map(|r| r >= TARGET_RATIO);
+    let verdict_fps = format!(
+        "{}: replay {:.2} M frames/s (target: at least {:.0} M frames/s)",
+        if fps_pass { "PASS" } else { "MISS" },
+        fps / 1e6,
+        TARGET_FPS / 1e6
+    );
+    let verdict_ratio = match ratio {
+        Some(r) => format!(
+            "{}: replay is {r:.1}x faster than tshark -n -r (target: at least {TARGET_RATIO:.0}x)",
+            if r >= TARGET_RATIO { "PASS" } else { "MISS" }
+        ),
+        None => "SKIP: no tshark figure, no ratio".to_string(),
+    };
+
+    if args.json {
+        let json = serde_json::json!({
+            "frames": written.frames,
+            "bytes": written.bytes,
+            "qps": QPS,
+            "ce": written.ce,
+            "cnps": written.cnps,
+            "acks": written.acks,
+            "generate_seconds": gen_secs,
+            "statistic": "median",
+            "replay": {
+                "runs_seconds": secs,
+                "seconds": replay_secs,
+                "frames_per_second": fps,
+                "mb_per_second": mbps,
+            },
+            "tshark": {
+                "seconds": ts_full,
+                "quiet_seconds": ts_quiet,
+                "quiet_filter_seconds": ts_filter,
+            },
+            "ratio": ratio,
+            "ratio_quiet": ratio_quiet,
+            "ratio_quiet_filter": ratio_filter,
+            "target": {
+                "min_frames_per_second": TARGET_FPS,
+                "min_ratio": TARGET_RATIO,
+                "frames_per_second_pass": fps_pass,
+                "ratio_pass": ratio_pass,
+            },
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).expect("serializable")
+        );
+    } else {
+        println!(
+            "replay (single thread, median of {} runs; runs {}):",
+            args.runs,
+            secs.iter()
+                .map(|s| format!("{s:.3} s"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!(
+            "{:<28} {:>10} {:>14} {:>10}",
+            "", "seconds", "M frames/s", "MB/s"
+        );
+        let row = |name: &str, s: f64| {
+            println!(
+                "{name:<28} {s:>10.3} {:>14.3} {:>10.1}",
+                written.frames as f64 / s / 1e6,
+                written.bytes as f64 / s / 1e6
+            )
+        };
+        row("Replay::reader", replay_secs);
+        if let Some(s) = ts_full {
+            row("tshark -n -r FILE", s);
+        }
+        if let Some(s) = ts_quiet {
+            row("tshark -n -r FILE -q", s);
+        }
+        if let Some(s) = ts_filter {
+            row("tshark ... -q -Y infiniband", s);
+        }
+        if let Some(r) = ratio_quiet {
+            println!(
+                "(tshark -q reads the records without dissecting them: {r:.1}x, not a target)"
+            );
+        }
+        if let Some(r) = ratio_filter {
+            println!("(tshark -q -Y infiniband dissects without printing: {r:.1}x, not a target)");
+        }
+        println!("{verdict_fps}");
+        println!("{verdict_ratio}");
+    }
+    ExitCode::SUCCESS
+}
