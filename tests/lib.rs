@@ -27,7 +27,7 @@ pub fn require_root(test: &str) -> bool {
 /// The ground truth of a synthetic workload as an [`Aggregate`].
 pub fn truth_aggregate(t: &Truth) -> Aggregate {
     Aggregate {
-        flows: t.flows.clone(),
+        flows: t.flows.iter().map(|(k, v)| (*k, *v)).collect(),
         counters: t.counters,
     }
 }

@@ -9,16 +9,16 @@
 
 use std::{
     fs::File,
-    io::{self, BufRead, BufReader, IsTerminal, Read},
+    io::{self, IsTerminal, Read},
     time::{Duration, Instant},
 };
 
 use observer_common::{RocePacket, SkipReason, parse, parse_from, wire};
 use pcap_file::{
     DataLink, Endianness, PcapError, TsResolution,
-    pcap::PcapReader,
+    pcap::PcapParser,
     pcapng::{
-        Block, PcapNgReader,
+        Block, PcapNgParser,
         blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption},
     },
 };
@@ -147,8 +147,8 @@ impl Replay {
         size: Option<u64>,
         progress: bool,
     ) -> Result<(), ReplayError> {
-        let mut r = BufReader::with_capacity(1 << 16, r);
-        let head = r.fill_buf().map_err(|error| ReplayError::Io {
+        let mut feed = Feed::new(r);
+        let head = feed.peek(4).map_err(|error| ReplayError::Io {
             file: name.to_string(),
             error,
         })?;
@@ -160,34 +160,26 @@ impl Replay {
         let magic = head
             .get(..4)
             .map(|m| u32::from_be_bytes([m[0], m[1], m[2], m[3]]));
-        // pcapng: the section header's total length (bytes 4..8), in the byte order its magic
-        // (bytes 8..12) shows.
-        let shb_len = match head.get(4..12) {
-            Some(w) if w[4..8] == [0x4D, 0x3C, 0x2B, 0x1A] => {
-                u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64
-            }
-            Some(w) => u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as u64,
-            None => 0,
-        };
+        let magic_text = head
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ");
         self.files.push(name.to_string());
         let mut ctx = Ctx {
             name,
-            size,
             frame: 0,
             offset: 0,
             progress: Progress::new(name, size, progress),
         };
         let result = match magic {
-            Some(0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1) => self.pcap(r, &mut ctx),
-            Some(0x0A0D_0D0A) => self.pcapng(r, shb_len, &mut ctx),
+            Some(0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1) => {
+                self.pcap(feed, &mut ctx)
+            }
+            Some(0x0A0D_0D0A) => self.pcapng(feed, &mut ctx),
             _ => Err(ReplayError::BadMagic {
                 file: name.to_string(),
-                magic: head
-                    .iter()
-                    .take(4)
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                magic: magic_text,
             }),
         };
         ctx.progress.finish();
@@ -201,19 +193,7 @@ impl Replay {
         let _ = self.agg.push_result(link.parse(data), ts_ns);
     }
 
-    fn broken(&mut self, ctx: &Ctx, e: PcapError) {
-        // The reader buffers at most this much: a longer "record" is a corrupt length field
-        // when the file goes on, a cut record when it does not.
-        const READER_BUFFER: u64 = 10_000_000;
-        let what = match (&e, ctx.size) {
-            (PcapError::IoError(io), Some(size))
-                if io.kind() == io::ErrorKind::UnexpectedEof
-                    && size.saturating_sub(ctx.offset) >= READER_BUFFER =>
-            {
-                "record length larger than any frame (corrupt record header)".to_string()
-            }
-            _ => describe(&e),
-        };
+    fn broken(&mut self, ctx: &Ctx, what: &str) {
         self.warnings.push(format!(
             "{}: frame {} at byte {}: {what}; the {} frames before it are reported",
             ctx.name,
@@ -223,9 +203,39 @@ impl Replay {
         ));
     }
 
-    fn pcap<R: Read>(&mut self, r: R, ctx: &mut Ctx) -> Result<(), ReplayError> {
-        let mut reader = PcapReader::new(r).map_err(|e| header_error(ctx.name, e))?;
-        let header = reader.header();
+    /// The file header through the crate's parser; what it consumed.
+    fn header<R: Read, P>(
+        feed: &mut Feed<R>,
+        name: &str,
+        parse: impl Fn(&[u8]) -> Result<(&[u8], P), PcapError>,
+    ) -> Result<(P, u64), ReplayError> {
+        let mut out = None;
+        let fed = feed.next(|buf| match parse(buf) {
+            Ok((rest, p)) => {
+                let used = buf.len() - rest.len();
+                out = Some(p);
+                Step::Used(used)
+            }
+            Err(PcapError::IncompleteBuffer) => Step::More,
+            Err(e) => Step::Fail(e),
+        });
+        match (fed, out) {
+            (Ok(used), Some(p)) => Ok((p, used as u64)),
+            (Err(FeedError::Io(error)), _) => Err(ReplayError::Io {
+                file: name.to_string(),
+                error,
+            }),
+            (Err(e), _) => Err(ReplayError::Header {
+                file: name.to_string(),
+                detail: e.describe(),
+            }),
+            (Ok(_), None) => unreachable!("a used step sets the parser"),
+        }
+    }
+
+    fn pcap<R: Read>(&mut self, mut feed: Feed<R>, ctx: &mut Ctx) -> Result<(), ReplayError> {
+        let (parser, used) = Self::header(&mut feed, ctx.name, PcapParser::new)?;
+        let header = parser.header();
         let link = Link::of(header.datalink).map_err(|(name, number)| {
             ReplayError::UnsupportedLinkType {
                 file: ctx.name.to_string(),
@@ -237,92 +247,116 @@ impl Replay {
             TsResolution::MicroSecond => 1_000,
             TsResolution::NanoSecond => 1,
         };
-        ctx.offset = 24;
-        while let Some(next) = reader.next_raw_packet() {
-            let raw = match next {
-                Ok(raw) => raw,
-                Err(e) => {
-                    self.broken(ctx, e);
-                    break;
+        ctx.offset = used;
+        loop {
+            let fed = feed.next(|buf| match parser.next_raw_packet(buf) {
+                Ok((rest, raw)) => {
+                    let ts = raw.ts_sec as u64 * 1_000_000_000 + raw.ts_frac as u64 * frac_ns;
+                    self.frame(link, &raw.data, ts);
+                    Step::Used(buf.len() - rest.len())
                 }
-            };
-            let ts = raw.ts_sec as u64 * 1_000_000_000 + raw.ts_frac as u64 * frac_ns;
-            self.frame(link, &raw.data, ts);
-            ctx.advance(16 + raw.data.len() as u64);
+                Err(PcapError::IncompleteBuffer) => Step::More,
+                Err(e) => Step::Fail(e),
+            });
+            match fed {
+                Ok(0) => return Ok(()),
+                Ok(used) => ctx.advance(used as u64),
+                Err(e) => {
+                    self.broken(ctx, &e.describe());
+                    return Ok(());
+                }
+            }
         }
-        Ok(())
     }
 
-    fn pcapng<R: Read>(&mut self, r: R, shb_len: u64, ctx: &mut Ctx) -> Result<(), ReplayError> {
-        let mut reader = PcapNgReader::new(r).map_err(|e| header_error(ctx.name, e))?;
-        // `new` read the section header block; its total length is its second word.
-        ctx.offset = shb_len;
+    fn pcapng<R: Read>(&mut self, mut feed: Feed<R>, ctx: &mut Ctx) -> Result<(), ReplayError> {
+        let (mut parser, used) = Self::header(&mut feed, ctx.name, PcapNgParser::new)?;
+        ctx.offset = used;
         let mut interfaces: Vec<Interface> = Vec::new();
         let mut last_ts = 0u64;
-        let mut endianness = reader.section().endianness;
-        while let Some(next) = reader.next_raw_block() {
-            let raw = match next {
-                Ok(raw) => raw,
-                Err(e) => {
-                    self.broken(ctx, e);
-                    break;
-                }
-            };
-            let block_len = raw.initial_len as u64;
-            if raw.type_ == SECTION_HEADER_BLOCK {
-                // A new section may change the byte order: its magic shows it.
-                endianness = match raw.body.get(..4) {
-                    Some([0x1A, 0x2B, 0x3C, 0x4D]) => Endianness::Big,
-                    _ => Endianness::Little,
+        loop {
+            let mut block_err = None;
+            let fed = feed.next(|buf| {
+                let (rest, raw) = match parser.next_raw_block(buf) {
+                    Ok(ok) => ok,
+                    Err(PcapError::IncompleteBuffer) => return Step::More,
+                    Err(e) => return Step::Fail(e),
                 };
-            }
-            let block = match endianness {
-                Endianness::Big => raw.try_into_block::<byteorder_slice::BigEndian>(),
-                Endianness::Little => raw.try_into_block::<byteorder_slice::LittleEndian>(),
-            };
-            let block = match block {
-                Ok(b) => b,
-                Err(e) => {
-                    self.broken(ctx, e);
-                    break;
-                }
-            };
-            match block {
-                Block::SectionHeader(_) => interfaces.clear(),
-                Block::InterfaceDescription(idb) => {
-                    let iface = Interface::of(&idb);
-                    if let Err((name, number)) = &iface.link {
-                        self.warnings.push(format!(
-                            "{}: interface {} has unsupported link type {name} ({number}); its frames are counted as {UNSUPPORTED_LINK_TYPE}",
-                            ctx.name,
-                            interfaces.len()
-                        ));
+                let used = buf.len() - rest.len();
+                let block = match parser.section().endianness {
+                    Endianness::Big => raw.try_into_block::<byteorder_slice::BigEndian>(),
+                    Endianness::Little => raw.try_into_block::<byteorder_slice::LittleEndian>(),
+                };
+                match block {
+                    Ok(block) => {
+                        self.block(ctx, block, &mut interfaces, &mut last_ts);
+                        Step::Used(used)
                     }
-                    interfaces.push(iface);
+                    Err(e) => {
+                        block_err = Some(e);
+                        Step::Used(used)
+                    }
                 }
-                Block::EnhancedPacket(epb) => {
-                    let ts = match interfaces.get(epb.interface_id as usize) {
-                        Some(i) => i.ns(epb.timestamp.as_nanos() as u64),
-                        None => last_ts,
-                    };
-                    last_ts = ts;
-                    self.packet(ctx, &interfaces, epb.interface_id, &epb.data, ts);
-                }
-                Block::SimplePacket(spb) => self.packet(ctx, &interfaces, 0, &spb.data, last_ts),
-                Block::Packet(pb) => {
-                    let ts = match interfaces.get(pb.interface_id as usize) {
-                        Some(i) => i.ns(pb.timestamp),
-                        None => last_ts,
-                    };
-                    last_ts = ts;
-                    self.packet(ctx, &interfaces, u32::from(pb.interface_id), &pb.data, ts);
-                }
-                _ => {}
+            });
+            if let Some(e) = block_err {
+                self.broken(ctx, &FeedError::Parse(e).describe());
+                return Ok(());
             }
-            ctx.offset += block_len;
-            ctx.progress.tick(ctx.offset, ctx.frame);
+            match fed {
+                Ok(0) => return Ok(()),
+                Ok(used) => {
+                    ctx.offset += used as u64;
+                    ctx.progress.tick(ctx.offset, ctx.frame);
+                }
+                Err(e) => {
+                    self.broken(ctx, &e.describe());
+                    return Ok(());
+                }
+            }
         }
-        Ok(())
+    }
+
+    fn block(
+        &mut self,
+        ctx: &mut Ctx,
+        block: Block,
+        interfaces: &mut Vec<Interface>,
+        last_ts: &mut u64,
+    ) {
+        match block {
+            Block::SectionHeader(_) => interfaces.clear(),
+            Block::InterfaceDescription(idb) => {
+                let iface = Interface::of(&idb);
+                if let Err((name, number)) = &iface.link {
+                    self.warnings.push(format!(
+                        "{}: interface {} has unsupported link type {name} ({number}); its frames are counted as {UNSUPPORTED_LINK_TYPE}",
+                        ctx.name,
+                        interfaces.len()
+                    ));
+                }
+                interfaces.push(iface);
+            }
+            Block::EnhancedPacket(epb) => {
+                if let Some(i) = interfaces.get(epb.interface_id as usize) {
+                    *last_ts = i.ns(epb.timestamp.as_nanos() as u64);
+                }
+                self.packet(ctx, interfaces, epb.interface_id, &epb.data, *last_ts);
+            }
+            Block::SimplePacket(spb) => self.packet(ctx, interfaces, 0, &spb.data, *last_ts),
+            Block::Packet(pb) => {
+                if let Some(i) = interfaces.get(pb.interface_id as usize) {
+                    *last_ts = i.ns(pb.timestamp);
+                }
+                self.packet(
+                    ctx,
+                    interfaces,
+                    u32::from(pb.interface_id),
+                    &pb.data,
+                    *last_ts,
+                );
+            }
+            _ => {}
+        }
     }
 
     fn packet(&mut self, ctx: &mut Ctx, interfaces: &[Interface], id: u32, data: &[u8], ts: u64) {
@@ -337,8 +371,6 @@ impl Replay {
         }
     }
 }
-
-const SECTION_HEADER_BLOCK: u32 = 0x0A0D_0D0A;
 
 /// pcapng timestamps: the raw count in units of the interface's if_tsresol (default 10^-6 s).
 struct Interface {
@@ -373,8 +405,6 @@ impl Interface {
 
 struct Ctx<'a> {
     name: &'a str,
-    /// File size, when known.
-    size: Option<u64>,
     /// Frames read so far.
     frame: u64,
     /// Byte offset of the next record.
@@ -393,30 +423,120 @@ impl Ctx<'_> {
     }
 }
 
-fn header_error(file: &str, e: PcapError) -> ReplayError {
-    match e {
-        PcapError::IoError(error) if error.kind() != io::ErrorKind::UnexpectedEof => {
-            ReplayError::Io {
-                file: file.to_string(),
-                error,
-            }
+/// What a step over the buffered bytes did.
+enum Step {
+    /// Consumed this many bytes.
+    Used(usize),
+    /// Needs more bytes than are buffered.
+    More,
+    Fail(PcapError),
+}
+
+enum FeedError {
+    Io(io::Error),
+    /// The input ended inside a record.
+    Cut,
+    /// A record longer than [`Feed::MAX_RECORD`]: a corrupt length field.
+    TooLong,
+    Parse(PcapError),
+}
+
+impl FeedError {
+    fn describe(&self) -> String {
+        match self {
+            Self::Io(e) => format!("read error: {e}"),
+            Self::Cut => "cut short by the end of the file".to_string(),
+            Self::TooLong => format!(
+                "record length larger than any frame (over {} MiB: corrupt record header)",
+                Feed::<io::Empty>::MAX_RECORD >> 20
+            ),
+            Self::Parse(PcapError::InvalidField(what)) => format!("invalid field: {what}"),
+            Self::Parse(e) => e.to_string(),
         }
-        e => ReplayError::Header {
-            file: file.to_string(),
-            detail: describe(&e),
-        },
     }
 }
 
-fn describe(e: &PcapError) -> String {
-    match e {
-        PcapError::IncompleteBuffer => "cut short by the end of the file".to_string(),
-        PcapError::IoError(io) if io.kind() == io::ErrorKind::UnexpectedEof => {
-            "cut short by the end of the file".to_string()
+/// Streams the input through a buffer small enough to stay in cache, growing it only for a
+/// record that does not fit; the records themselves are parsed by pcap-file's slice parsers.
+struct Feed<R> {
+    r: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+}
+
+impl<R: Read> Feed<R> {
+    const CHUNK: usize = 256 << 10;
+    const MAX_RECORD: usize = 64 << 20;
+
+    fn new(r: R) -> Self {
+        Self {
+            r,
+            buf: vec![0; Self::CHUNK],
+            start: 0,
+            end: 0,
+            eof: false,
         }
-        PcapError::IoError(io) => format!("read error: {io}"),
-        PcapError::InvalidField(what) => format!("invalid field: {what}"),
-        other => other.to_string(),
+    }
+
+    /// At most `n` first bytes (fewer only at the end of the input).
+    fn peek(&mut self, n: usize) -> io::Result<&[u8]> {
+        while self.end - self.start < n && !self.eof {
+            self.fill()?;
+        }
+        Ok(&self.buf[self.start..self.end.min(self.start + n)])
+    }
+
+    fn fill(&mut self) -> io::Result<()> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            let grown = (self.buf.len() * 2).min(Self::MAX_RECORD + Self::CHUNK);
+            self.buf.resize(grown, 0);
+        }
+        loop {
+            match self.r.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs `step` on the buffered bytes until it consumes some (their count) or the input
+    /// ends cleanly (0).
+    fn next(&mut self, mut step: impl FnMut(&[u8]) -> Step) -> Result<usize, FeedError> {
+        loop {
+            match step(&self.buf[self.start..self.end]) {
+                Step::Used(n) => {
+                    self.start += n;
+                    return Ok(n);
+                }
+                Step::Fail(e) => return Err(FeedError::Parse(e)),
+                Step::More if self.eof => {
+                    return if self.start == self.end {
+                        Ok(0)
+                    } else {
+                        Err(FeedError::Cut)
+                    };
+                }
+                Step::More if self.end - self.start > Self::MAX_RECORD => {
+                    return Err(FeedError::TooLong);
+                }
+                Step::More => self.fill().map_err(FeedError::Io)?,
+            }
+        }
     }
 }
 
@@ -521,6 +641,7 @@ mod tests {
             endianness,
             ts_resolution: res,
             datalink: link,
+            snaplen: 1 << 20,
             ..Default::default()
         };
         let mut w = PcapWriter::with_header(Vec::new(), header).unwrap();
@@ -726,6 +847,48 @@ mod tests {
             r.warnings[0].starts_with(&format!("test.pcap: frame 3 at byte {third}: ")),
             "{:?}",
             r.warnings
+        );
+    }
+
+    #[test]
+    fn records_larger_than_the_read_chunk_and_corrupt_lengths() {
+        let frames = demo();
+        // A 300 KiB record (more than one read chunk) between two normal ones.
+        let mut big = frames[..3].to_vec();
+        big[1].bytes.resize(300 << 10, 0xAB);
+        let bytes = pcap(
+            &big,
+            Endianness::Little,
+            TsResolution::MicroSecond,
+            DataLink::ETHERNET,
+            ethernet,
+        );
+        let r = replay_bytes(&bytes).unwrap();
+        assert_eq!(r.agg, direct(&big));
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // A record header claiming 100 MB, followed by 80 MiB of data: a corrupt length, not a
+        // cut file.
+        let head = pcap(
+            &frames[..1],
+            Endianness::Little,
+            TsResolution::MicroSecond,
+            DataLink::ETHERNET,
+            ethernet,
+        );
+        let mut record = [0u8; 16];
+        record[8..12].copy_from_slice(&100_000_000u32.to_le_bytes());
+        let input = (&head[..])
+            .chain(&record[..])
+            .chain(io::repeat(0).take(80 << 20));
+        let mut r = Replay::new();
+        r.reader("big.pcap", input, None, false).unwrap();
+        assert_eq!(r.agg.counters.frames, 1);
+        assert_eq!(
+            r.warnings,
+            vec![format!(
+                "big.pcap: frame 2 at byte {}: record length larger than any frame (over 64 MiB: corrupt record header); the 1 frames before it are reported",
+                head.len()
+            )]
         );
     }
 
