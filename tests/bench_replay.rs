@@ -41,14 +41,18 @@ const CE_EVERY: u64 = 100;
 const CNP_EVERY_CE: u64 = 8;
 const FRAME_GAP_NS: u64 = 100;
 const BASE_TS_NS: u64 = 1_750_000_000_000_000_000;
-const USAGE: &str = "usage: bench-replay [--frames N] [--runs R] [--no-tshark] [--json]
+const USAGE: &str =
+    "usage: bench-replay [--frames N] [--snaplen B] [--runs R] [--no-tshark] [--json]
   --frames N   frames in the generated capture (default 2000000)
+  --snaplen B  store at most B bytes of each frame, as a header-only mirror or sniffer capture
+               does (default: whole frames)
   --runs R     replay measurements; the median is reported (default 3)
   --no-tshark  skip the tshark measurements (no ratio)
   --json       print the figures as JSON instead of the table";
 
 struct Args {
     frames: u64,
+    snaplen: u32,
     runs: usize,
     tshark: bool,
     json: bool,
@@ -57,6 +61,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         frames: 2_000_000,
+        snaplen: 65_535,
         runs: 3,
         tshark: true,
         json: false,
@@ -78,6 +83,7 @@ fn parse_args() -> Result<Args, String> {
         };
         match flag.as_str() {
             "--frames" => a.frames = value("--frames")?.max(1),
+            "--snaplen" => a.snaplen = value("--snaplen")?.clamp(64, 65_535) as u32,
             "--runs" => a.runs = value("--runs")?.max(1) as usize,
             "--no-tshark" => a.tshark = false,
             "--json" => a.json = true,
@@ -150,26 +156,29 @@ fn qps() -> Vec<Qp> {
         .collect()
 }
 
-/// A nanosecond-resolution little-endian pcap writer (records streamed, nothing held).
+/// A nanosecond-resolution little-endian pcap writer (records streamed, nothing held) that
+/// stores at most `snaplen` bytes of each frame.
 struct Pcap<W: Write> {
     w: W,
+    snaplen: u32,
     frames: u64,
     bytes: u64,
 }
 
 impl<W: Write> Pcap<W> {
-    fn new(mut w: W) -> std::io::Result<Self> {
+    fn new(mut w: W, snaplen: u32) -> std::io::Result<Self> {
         let mut h = Vec::with_capacity(24);
         h.extend_from_slice(&0xA1B2_3C4Du32.to_le_bytes());
         h.extend_from_slice(&2u16.to_le_bytes());
         h.extend_from_slice(&4u16.to_le_bytes());
         h.extend_from_slice(&0i32.to_le_bytes());
         h.extend_from_slice(&0u32.to_le_bytes());
-        h.extend_from_slice(&65_535u32.to_le_bytes());
+        h.extend_from_slice(&snaplen.to_le_bytes());
         h.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
         w.write_all(&h)?;
         Ok(Self {
             w,
+            snaplen,
             frames: 0,
             bytes: 24,
         })
@@ -177,15 +186,16 @@ impl<W: Write> Pcap<W> {
 
     fn frame(&mut self, bytes: &[u8], ts_ns: u64) -> std::io::Result<()> {
         let len = bytes.len() as u32;
+        let kept = len.min(self.snaplen);
         let mut rec = [0u8; 16];
         rec[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
         rec[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
-        rec[8..12].copy_from_slice(&len.to_le_bytes());
+        rec[8..12].copy_from_slice(&kept.to_le_bytes());
         rec[12..16].copy_from_slice(&len.to_le_bytes());
         self.w.write_all(&rec)?;
-        self.w.write_all(bytes)?;
+        self.w.write_all(&bytes[..kept as usize])?;
         self.frames += 1;
-        self.bytes += 16 + u64::from(len);
+        self.bytes += 16 + u64::from(kept);
         Ok(())
     }
 }
@@ -202,9 +212,12 @@ impl Rng {
     }
 }
 
-fn generate(path: &Path, frames: u64) -> std::io::Result<Written> {
+fn generate(path: &Path, frames: u64, snaplen: u32) -> std::io::Result<Written> {
     let mut qps = qps();
-    let mut out = Pcap::new(BufWriter::with_capacity(1 << 20, File::create(path)?))?;
+    let mut out = Pcap::new(
+        BufWriter::with_capacity(1 << 20, File::create(path)?),
+        snaplen,
+    )?;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut written = Written::default();
     let mut ts = BASE_TS_NS;
@@ -321,7 +334,7 @@ fn main() -> ExitCode {
         std::env::temp_dir().join(format!("roce-bench-replay-{}.pcap", std::process::id())),
     );
     let gen_start = Instant::now();
-    let written = match generate(&file.0, args.frames) {
+    let written = match generate(&file.0, args.frames, args.snaplen) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("bench-replay: cannot write {}: {e}", file.0.display());
@@ -331,9 +344,10 @@ fn main() -> ExitCode {
     let gen_secs = gen_start.elapsed().as_secs_f64();
     if !args.json {
         println!(
-            "generated {} frames ({:.1} MB, {} QPs, {} CE, {} CNPs, {} ACKs) in {:.1} s: {}",
+            "generated {} frames ({:.1} MB, snaplen {}, {} QPs, {} CE, {} CNPs, {} ACKs) in {:.1} s: {}",
             written.frames,
             written.bytes as f64 / 1e6,
+            args.snaplen,
             QPS,
             written.ce,
             written.cnps,
@@ -343,19 +357,14 @@ fn main() -> ExitCode {
         );
     }
 
-    // Replay: the first run also warms the page cache; every run is checked.
+    // Replay as `roce-observer replay FILE` does it; the first run also warms the page cache;
+    // every run is checked.
+    let path = file.0.display().to_string();
     let mut secs = Vec::new();
     for _ in 0..args.runs {
-        let f = match File::open(&file.0) {
-            Ok(f) => f,
-            Err(e) => {
-                eprintln!("bench-replay: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
         let mut r = Replay::new();
         let start = Instant::now();
-        let res = r.reader("bench", f, Some(written.bytes), false);
+        let res = r.file(&path, false);
         let s = start.elapsed().as_secs_f64();
         if let Err(e) = res {
             eprintln!("bench-replay: replay failed: {e}");
@@ -412,6 +421,7 @@ fn main() -> ExitCode {
     if args.json {
         let json = serde_json::json!({
             "frames": written.frames,
+            "snaplen": args.snaplen,
             "bytes": written.bytes,
             "qps": QPS,
             "ce": written.ce,
@@ -464,7 +474,7 @@ fn main() -> ExitCode {
                 written.bytes as f64 / s / 1e6
             )
         };
-        row("Replay::reader", replay_secs);
+        row("Replay::file", replay_secs);
         if let Some(s) = ts_full {
             row("tshark -n -r FILE", s);
         }

@@ -8,7 +8,7 @@ use crate::wire::{PMTU_MAX, PMTU_MIN, PSN_MASK};
 
 /// One direction of one queue pair as seen on the wire.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct FlowKey {
     /// IPv4 v4-mapped (`::ffff:a.b.c.d`).
     pub src_ip: [u8; 16],
@@ -179,18 +179,35 @@ const _: () = assert!(size_of::<FlowSlot>() == 40 + 200);
 /// Slots of the flow cache (a power of two).
 pub const FLOW_CACHE_SLOTS: u32 = 4096;
 
+/// Hashes the key as its five 64-bit words (the derived impl hashes field by field, with
+/// length prefixes for the address arrays: slower in userspace flow tables).
+impl core::hash::Hash for FlowKey {
+    #[inline]
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        for w in self.words() {
+            state.write_u64(w);
+        }
+    }
+}
+
 impl FlowKey {
-    /// The cache slot of this key: a multiplicative hash of the key's five words (cheaper than
-    /// the table's jhash; collisions only cost a write-back).
+    /// The key as five 64-bit words (the padding is always zero).
     #[inline(always)]
-    pub fn slot(&self) -> u32 {
-        let w: [u64; 5] = [
+    pub fn words(&self) -> [u64; 5] {
+        [
             u64::from_ne_bytes(to8(&self.src_ip, 0)),
             u64::from_ne_bytes(to8(&self.src_ip, 8)),
             u64::from_ne_bytes(to8(&self.dst_ip, 0)),
             u64::from_ne_bytes(to8(&self.dst_ip, 8)),
             (self.dest_qp as u64) | ((self.udp_src_port as u64) << 32),
-        ];
+        ]
+    }
+
+    /// The cache slot of this key: a multiplicative hash of the key's five words (cheaper than
+    /// the table's jhash; collisions only cost a write-back).
+    #[inline(always)]
+    pub fn slot(&self) -> u32 {
+        let w = self.words();
         let h = w[0] ^ w[1].rotate_left(17) ^ w[2].rotate_left(31) ^ w[3].rotate_left(47) ^ w[4];
         (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32 & (FLOW_CACHE_SLOTS - 1)
     }
