@@ -35,10 +35,12 @@ impl Aggregate {
     ) -> Result<RocePacket, SkipReason> {
         self.counters.record(&result);
         if let Ok(p) = &result {
-            self.flows
-                .entry(FlowKey::of(p))
-                .or_default()
-                .record(p, ts_ns);
+            let key = FlowKey::of(p);
+            // A probe first: `entry` moves the key in and builds an entry on every packet.
+            match self.flows.get_mut(&key) {
+                Some(stats) => stats.record(p, ts_ns),
+                None => self.flows.entry(key).or_default().record(p, ts_ns),
+            }
         }
         result
     }
