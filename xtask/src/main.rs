@@ -50,7 +50,8 @@ enum Cmd {
         args: Vec<OsString>,
     },
     /// Setup, then run the BPF_PROG_TEST_RUN benchmark (extra arguments go to the bench binary),
-    /// then the replay throughput benchmark (bench-replay; only --json is passed on to it).
+    /// then the replay throughput benchmark on whole and on 160-byte frames (bench-replay; only
+    /// --json is passed on to it).
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -126,20 +127,30 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             if code != ExitCode::SUCCESS {
                 return Ok(code);
             }
-            // Then offline replay throughput; of the extra arguments only --json applies to it.
-            status(
-                ws.cargo()
-                    .args([
-                        "run",
-                        "--release",
-                        "--package",
-                        "integration-tests",
-                        "--bin",
-                        "bench-replay",
-                        "--",
-                    ])
-                    .args(args.iter().filter(|a| *a == "--json")),
-            )
+            // Then offline replay throughput, on whole frames and on a header-only (160-byte
+            // snaplen) capture as mirrors and sniffers take; of the extra arguments only --json
+            // applies to it.
+            for snaplen in ["65535", "160"] {
+                let code = status(
+                    ws.cargo()
+                        .args([
+                            "run",
+                            "--release",
+                            "--package",
+                            "integration-tests",
+                            "--bin",
+                            "bench-replay",
+                            "--",
+                            "--snaplen",
+                            snaplen,
+                        ])
+                        .args(args.iter().filter(|a| *a == "--json")),
+                )?;
+                if code != ExitCode::SUCCESS {
+                    return Ok(code);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
