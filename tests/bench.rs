@@ -27,69 +27,22 @@ const XDP_PASS: u32 = 2;
 const WRITE_MIDDLE: u8 = wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE;
 const TARGET_NS: f64 = 60.0;
 const TARGET_RATIO: f64 = 3.0;
-const USAGE: &str = "usage: bench [--repeat N] [--runs R] [--new-flows K] [--json]
-  --repeat N     test-run repeat count of the repeated cases (default 1000000, at least 1000000)
-  --runs R       measurements per figure; the median is reported (default 5)
-  --new-flows K  distinct-flow frames of the new-flow case, one run each (default 100000)
-  --json         print the figures as JSON instead of the table";
-
+/// ns/packet through BPF_PROG_TEST_RUN, beside the frame-counting baseline (needs root).
+#[derive(clap::Parser)]
+#[command(name = "bench")]
 struct Args {
+    /// Test-run repeat count of the repeated cases (at least 1000000).
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u32).range(1_000_000..))]
     repeat: u32,
-    runs: usize,
+    /// Measurements per figure; the median is reported.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    runs: u64,
+    /// Distinct-flow frames of the new-flow case, one run each (they must fit the 24-bit QP).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..0x00FF_FFEF))]
     new_flows: u32,
+    /// Print the figures as JSON instead of the table.
+    #[arg(long)]
     json: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        repeat: 1_000_000,
-        runs: 5,
-        new_flows: 100_000,
-        json: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<u64, String> {
-            let v = inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{name} needs a value"))?;
-            v.parse().map_err(|_| format!("{name}: not a number: {v}"))
-        };
-        match flag.as_str() {
-            "--repeat" => {
-                a.repeat = u32::try_from(value("--repeat")?).map_err(|_| "--repeat too large")?
-            }
-            "--runs" => a.runs = value("--runs")? as usize,
-            "--new-flows" => {
-                a.new_flows =
-                    u32::try_from(value("--new-flows")?).map_err(|_| "--new-flows too large")?
-            }
-            "--json" => a.json = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            _ => return Err(format!("unknown argument {arg}\n{USAGE}")),
-        }
-    }
-    if a.repeat < 1_000_000 {
-        return Err(format!(
-            "--repeat must be at least 1000000 (got {})",
-            a.repeat
-        ));
-    }
-    if a.runs == 0 || a.new_flows == 0 {
-        return Err("--runs and --new-flows must be at least 1".into());
-    }
-    if a.new_flows > 0x00FF_FFFF - 0x10 {
-        return Err("--new-flows must fit the 24-bit dest_qp".into());
-    }
-    Ok(a)
 }
 
 /// Frames of the cases, from the shared generator (`roce_observer::synth`).
@@ -390,13 +343,7 @@ fn median(v: &[f64]) -> f64 {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!(

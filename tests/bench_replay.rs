@@ -41,60 +41,26 @@ const CE_EVERY: u64 = 100;
 const CNP_EVERY_CE: u64 = 8;
 const FRAME_GAP_NS: u64 = 100;
 const BASE_TS_NS: u64 = 1_750_000_000_000_000_000;
-const USAGE: &str =
-    "usage: bench-replay [--frames N] [--snaplen B] [--runs R] [--no-tshark] [--json]
-  --frames N   frames in the generated capture (default 2000000)
-  --snaplen B  store at most B bytes of each frame, as a header-only mirror or sniffer capture
-               does (default: whole frames)
-  --runs R     replay measurements; the median is reported (default 3)
-  --no-tshark  skip the tshark measurements (no ratio)
-  --json       print the figures as JSON instead of the table";
-
+/// Replay throughput beside `tshark -n -r` on a generated capture.
+#[derive(clap::Parser)]
+#[command(name = "bench-replay")]
 struct Args {
+    /// Frames in the generated capture.
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     frames: u64,
+    /// Store at most this many bytes of each frame, as a header-only mirror or sniffer capture
+    /// does (65535: whole frames).
+    #[arg(long, default_value_t = 65_535, value_parser = clap::value_parser!(u32).range(64..=65_535))]
     snaplen: u32,
-    runs: usize,
+    /// Replay measurements; the median is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    runs: u64,
+    /// Skip the tshark measurements (no ratio).
+    #[arg(long = "no-tshark", action = clap::ArgAction::SetFalse)]
     tshark: bool,
+    /// Print the figures as JSON instead of the table.
+    #[arg(long)]
     json: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        frames: 2_000_000,
-        snaplen: 65_535,
-        runs: 3,
-        tshark: true,
-        json: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<u64, String> {
-            let v = inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{name} needs a value"))?;
-            v.replace('_', "")
-                .parse()
-                .map_err(|_| format!("{name}: not a number: {v}"))
-        };
-        match flag.as_str() {
-            "--frames" => a.frames = value("--frames")?.max(1),
-            "--snaplen" => a.snaplen = value("--snaplen")?.clamp(64, 65_535) as u32,
-            "--runs" => a.runs = value("--runs")?.max(1) as usize,
-            "--no-tshark" => a.tshark = false,
-            "--json" => a.json = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    Ok(a)
 }
 
 /// What the generator wrote: what every replay must report.
@@ -323,13 +289,7 @@ impl Drop for TempFile {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("bench-replay: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
     let file = TempFile(
         std::env::temp_dir().join(format!("roce-bench-replay-{}.pcap", std::process::id())),
     );

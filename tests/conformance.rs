@@ -21,17 +21,12 @@ use roce_observer::report::{Ecn, Flow, Ops, Report};
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
-/// The synthetic scenarios compared (those without deliberately cut frames).
-const SCENARIOS: &[&str] = &[
-    "clean",
-    "incast",
-    "loss",
-    "mixed-dscp",
-    "ipv6-vlan",
-    "many-qps",
-    "demo",
-];
-
+/// The synthetic scenarios compared: the user scenarios (complete frames only) and "demo".
+fn scenarios() -> impl Iterator<Item = &'static str> {
+    roce_observer::synth::USER_SCENARIOS
+        .into_iter()
+        .chain(["demo"])
+}
 const ROCE_PORT: u16 = 4791;
 
 /// Payload heuristics that misreport perftest/NCCL payloads as malformed.
@@ -689,7 +684,7 @@ fn synth_scenarios_match_tshark() {
     }
     let tmp = TempDir::new("synth");
     let mut failures = Failures::default();
-    for name in SCENARIOS {
+    for name in scenarios() {
         let file = tmp.0.join(format!("{name}.pcap"));
         let (status, _, err) = output(
             Command::new(CLI)

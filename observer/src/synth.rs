@@ -1519,6 +1519,17 @@ pub fn extra_noise() -> Vec<(Vec<u8>, SkipReason)> {
 // Scenarios.
 // ---------------------------------------------------------------------------------------------
 
+/// The scenarios meant to be written to capture files: plain, complete frames only (no
+/// deliberately broken ones), so any dissector must agree with the truth on every frame.
+pub const USER_SCENARIOS: [&str; 6] = [
+    "clean",
+    "incast",
+    "loss",
+    "mixed-dscp",
+    "ipv6-vlan",
+    "many-qps",
+];
+
 /// (name, one-line description) of every scenario.
 pub const SCENARIOS: &[(&str, &str)] = &[
     (
@@ -2675,17 +2686,6 @@ mod tests {
         assert_eq!(requesters, 1000);
         assert!(scenario("no-such-scenario").is_none());
     }
-
-    /// The scenarios users write to capture files (compared against tshark): plain, complete
-    /// frames only.
-    const USER_SCENARIOS: [&str; 6] = [
-        "clean",
-        "incast",
-        "loss",
-        "mixed-dscp",
-        "ipv6-vlan",
-        "many-qps",
-    ];
 
     fn cnp_count(w: &Workload) -> u64 {
         w.truth.counters.cnp_packets

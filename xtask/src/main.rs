@@ -111,26 +111,22 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         }
         Cmd::Bench { args } => {
             setup(&ws)?;
-            let code = status(
-                ws.cargo()
-                    .args([
-                        "run",
-                        "--release",
-                        "--package",
-                        "integration-tests",
-                        "--bin",
-                        "bench",
-                        "--",
-                    ])
-                    .args(&args),
-            )?;
-            if code != ExitCode::SUCCESS {
-                return Ok(code);
-            }
-            // Then offline replay throughput, on whole frames and on a header-only (160-byte
-            // snaplen) capture as mirrors and sniffers take; of the extra arguments only --json
-            // applies to it.
-            for snaplen in ["65535", "160"] {
+            let json: Vec<OsString> = args.iter().filter(|a| *a == "--json").cloned().collect();
+            // The kernel benchmark, then offline replay throughput on whole frames and on a
+            // header-only (160-byte snaplen) capture as mirrors and sniffers take; of the extra
+            // arguments only --json applies to the replay runs.
+            let runs: [(&str, Vec<OsString>); 3] = [
+                ("bench", args),
+                (
+                    "bench-replay",
+                    [&["--snaplen".into(), "65535".into()][..], &json].concat(),
+                ),
+                (
+                    "bench-replay",
+                    [&["--snaplen".into(), "160".into()][..], &json].concat(),
+                ),
+            ];
+            for (bin, bin_args) in runs {
                 let code = status(
                     ws.cargo()
                         .args([
@@ -139,12 +135,10 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                             "--package",
                             "integration-tests",
                             "--bin",
-                            "bench-replay",
+                            bin,
                             "--",
-                            "--snaplen",
-                            snaplen,
                         ])
-                        .args(args.iter().filter(|a| *a == "--json")),
+                        .args(&bin_args),
                 )?;
                 if code != ExitCode::SUCCESS {
                     return Ok(code);
