@@ -3,7 +3,8 @@
 
 use core::mem::size_of;
 
-use crate::parse::{OpClass, RocePacket, SkipReason, Transport};
+use crate::parse::{Mirror, MirrorKind, OpClass, RocePacket, SkipReason, Transport};
+use crate::wire::ERSPAN_SESSIONS;
 use crate::wire::{PMTU_MAX, PMTU_MIN, PSN_MASK};
 
 /// One direction of one queue pair as seen on the wire.
@@ -16,10 +17,46 @@ pub struct FlowKey {
     /// 24 bits.
     pub dest_qp: u32,
     pub udp_src_port: u16,
-    /// Always zero (hash keys compare every byte).
-    pub _pad: u16,
+    /// 0 for a packet seen directly. A mirror copy has bit 15 set, and then either bit 14 plus
+    /// the 10-bit ERSPAN session ID (II, III) or the `MirrorKind` in bits 12..10 (I, GRE TEB):
+    /// two mirror sessions never merge.
+    pub mirror: u16,
 }
 const _: () = assert!(size_of::<FlowKey>() == 40);
+
+/// `FlowKey::mirror` of a mirror copy.
+#[inline(always)]
+pub const fn mirror_key(m: &Mirror) -> u16 {
+    match m.session {
+        Some(id) => 0xC000 | (id & 0x03FF),
+        None => 0x8000 | ((m.kind as u16 & 0x7) << 10),
+    }
+}
+
+/// What `FlowKey::mirror` says: not mirrored, an ERSPAN session, or a sessionless mirror kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MirrorOf {
+    Direct,
+    Session(u16),
+    Kind(MirrorKind),
+}
+
+impl MirrorOf {
+    pub const fn of(mirror: u16) -> Self {
+        if mirror & 0x8000 == 0 {
+            Self::Direct
+        } else if mirror & 0x4000 != 0 {
+            Self::Session(mirror & 0x03FF)
+        } else {
+            match (mirror >> 10) & 0x7 {
+                2 => Self::Kind(MirrorKind::ErspanII),
+                3 => Self::Kind(MirrorKind::ErspanIII),
+                4 => Self::Kind(MirrorKind::Teb),
+                _ => Self::Kind(MirrorKind::ErspanI),
+            }
+        }
+    }
+}
 
 impl FlowKey {
     #[inline(always)]
@@ -29,7 +66,10 @@ impl FlowKey {
             dst_ip: p.dst_ip,
             dest_qp: p.bth.dest_qp,
             udp_src_port: p.udp_src_port,
-            _pad: 0,
+            mirror: match &p.mirror {
+                Some(m) => mirror_key(m),
+                None => 0,
+            },
         }
     }
 }
@@ -57,6 +97,8 @@ pub struct FlowStats {
     pub dscp_mask: u64,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
+    /// Mirror copies with the ERSPAN truncated bit set.
+    pub mirror_truncated: u64,
     /// Expected next request PSN lies in [psn_next_lo, psn_next_hi] (a READ of unknown PMTU
     /// consumes a range), valid once `psn_valid` is 1.
     pub psn_next_lo: u32,
@@ -64,7 +106,7 @@ pub struct FlowStats {
     pub psn_valid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<FlowStats>() == 23 * 8 + 16);
+const _: () = assert!(size_of::<FlowStats>() == 24 * 8 + 16);
 
 /// (a - b) mod 2^24.
 #[inline(always)]
@@ -92,6 +134,11 @@ impl FlowStats {
         self.dscp_mask |= 1u64 << (p.dscp() & 63);
         if now_ns > self.last_seen_ns {
             self.last_seen_ns = now_ns;
+        }
+        if let Some(m) = &p.mirror {
+            if m.truncated {
+                self.mirror_truncated += 1;
+            }
         }
         let class = p.op_class();
         self.ops[class as usize] += 1;
@@ -162,6 +209,7 @@ impl FlowStats {
         self.psn_missing += o.psn_missing;
         self.psn_regressions += o.psn_regressions;
         self.dscp_mask |= o.dscp_mask;
+        self.mirror_truncated += o.mirror_truncated;
     }
 }
 
@@ -174,7 +222,7 @@ pub struct FlowSlot {
     pub key: FlowKey,
     pub stats: FlowStats,
 }
-const _: () = assert!(size_of::<FlowSlot>() == 40 + 200);
+const _: () = assert!(size_of::<FlowSlot>() == 40 + 208);
 
 /// Slots of the flow cache (a power of two).
 pub const FLOW_CACHE_SLOTS: u32 = 4096;
@@ -191,7 +239,7 @@ impl core::hash::Hash for FlowKey {
 }
 
 impl FlowKey {
-    /// The key as five 64-bit words (the padding is always zero).
+    /// The key as five 64-bit words.
     #[inline(always)]
     pub fn words(&self) -> [u64; 5] {
         [
@@ -199,7 +247,9 @@ impl FlowKey {
             u64::from_ne_bytes(to8(&self.src_ip, 8)),
             u64::from_ne_bytes(to8(&self.dst_ip, 0)),
             u64::from_ne_bytes(to8(&self.dst_ip, 8)),
-            (self.dest_qp as u64) | ((self.udp_src_port as u64) << 32),
+            (self.dest_qp as u64)
+                | ((self.udp_src_port as u64) << 32)
+                | ((self.mirror as u64) << 48),
         ]
     }
 
@@ -252,7 +302,7 @@ const _: () = assert!(size_of::<TickClock>() == 16);
 
 /// Global counters (one per-CPU array slot).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Counters {
     pub frames: u64,
     pub roce_packets: u64,
@@ -263,8 +313,31 @@ pub struct Counters {
     pub flow_insert_failures: u64,
     /// Indexed by [`SkipReason`].
     pub skipped: [u64; SkipReason::COUNT],
+    /// Mirror copies (RoCE or not) with the ERSPAN truncated bit set.
+    pub mirror_truncated: u64,
+    /// Mirror copies without a session ID (ERSPAN I, GRE TEB).
+    pub mirror_sessionless: u64,
+    /// Mirror copies (RoCE or not) per ERSPAN session ID.
+    pub mirror_sessions: [u64; ERSPAN_SESSIONS],
 }
-const _: () = assert!(size_of::<Counters>() == (6 + SkipReason::COUNT) * 8);
+const _: () = assert!(size_of::<Counters>() == (6 + SkipReason::COUNT + 2 + ERSPAN_SESSIONS) * 8);
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            frames: 0,
+            roce_packets: 0,
+            roce_bytes: 0,
+            ce_packets: 0,
+            cnp_packets: 0,
+            flow_insert_failures: 0,
+            skipped: [0; SkipReason::COUNT],
+            mirror_truncated: 0,
+            mirror_sessionless: 0,
+            mirror_sessions: [0; ERSPAN_SESSIONS],
+        }
+    }
+}
 
 impl Counters {
     /// Accounts one frame's parse result.
@@ -286,6 +359,20 @@ impl Counters {
         }
     }
 
+    /// Accounts the mirror header a frame came in (RoCE inside or not).
+    #[inline(always)]
+    pub fn record_mirror(&mut self, mirror: &Option<Mirror>) {
+        if let Some(m) = mirror {
+            if m.truncated {
+                self.mirror_truncated += 1;
+            }
+            match m.session {
+                Some(id) => self.mirror_sessions[(id & 0x03FF) as usize] += 1,
+                None => self.mirror_sessionless += 1,
+            }
+        }
+    }
+
     pub fn merge(&mut self, o: &Counters) {
         self.frames += o.frames;
         self.roce_packets += o.roce_packets;
@@ -294,6 +381,11 @@ impl Counters {
         self.cnp_packets += o.cnp_packets;
         self.flow_insert_failures += o.flow_insert_failures;
         for (a, b) in self.skipped.iter_mut().zip(o.skipped) {
+            *a += b;
+        }
+        self.mirror_truncated += o.mirror_truncated;
+        self.mirror_sessionless += o.mirror_sessionless;
+        for (a, b) in self.mirror_sessions.iter_mut().zip(o.mirror_sessions) {
             *a += b;
         }
     }

@@ -7,9 +7,12 @@ pub mod flow;
 pub mod parse;
 pub mod wire;
 
-pub use flow::{Counters, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, TickClock};
+pub use flow::{
+    Counters, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MirrorOf, TickClock, mirror_key,
+};
 pub use parse::{
-    Aeth, Bth, Bytes, OpClass, RocePacket, SkipReason, Transport, VlanTag, parse, parse_from,
+    Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, RocePacket, SkipReason, Transport,
+    VlanTag, parse, parse_frame, parse_frame_from, parse_from,
 };
 
 /// Map names shared by the kernel object and the loader.

@@ -66,10 +66,16 @@ pub enum SkipReason {
     BadIpVersion = 6,
     /// More than two VLAN tags.
     TooManyVlanTags = 7,
+    /// GRE that is not a mirror copy this observer decapsulates: another protocol, a version
+    /// other than 0, source routing, an ERSPAN header of an unknown version, or GRE inside a
+    /// mirror copy.
+    GreUnsupported = 8,
+    /// An ERSPAN type III copy whose frame type is not Ethernet.
+    MirrorNotEthernet = 9,
 }
 
 impl SkipReason {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 10;
     pub const ALL: [SkipReason; Self::COUNT] = [
         Self::NotIp,
         Self::NotUdp,
@@ -79,6 +85,8 @@ impl SkipReason {
         Self::BadHeaderLength,
         Self::BadIpVersion,
         Self::TooManyVlanTags,
+        Self::GreUnsupported,
+        Self::MirrorNotEthernet,
     ];
 
     /// The name used in reports (`totals.skipped`).
@@ -92,6 +100,8 @@ impl SkipReason {
             Self::BadHeaderLength => "bad_header_length",
             Self::BadIpVersion => "bad_ip_version",
             Self::TooManyVlanTags => "too_many_vlan_tags",
+            Self::GreUnsupported => "gre_unsupported",
+            Self::MirrorNotEthernet => "mirror_not_ethernet",
         }
     }
 }
@@ -198,6 +208,39 @@ impl OpClass {
     }
 }
 
+/// How a mirror copy was encapsulated.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MirrorKind {
+    #[default]
+    ErspanI = 1,
+    ErspanII = 2,
+    ErspanIII = 3,
+    /// GRE transparent Ethernet bridging.
+    Teb = 4,
+}
+
+impl MirrorKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::ErspanI => "erspan1",
+            Self::ErspanII => "erspan2",
+            Self::ErspanIII => "erspan3",
+            Self::Teb => "gre_teb",
+        }
+    }
+}
+
+/// The GRE / ERSPAN header a frame was decapsulated from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mirror {
+    pub kind: MirrorKind,
+    /// ERSPAN II and III: the 10-bit session ID.
+    pub session: Option<u16>,
+    /// The ERSPAN truncated bit: the mirror cut the copy.
+    pub truncated: bool,
+}
+
 /// A VLAN tag (802.1Q or 802.1ad).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VlanTag {
@@ -280,6 +323,14 @@ pub struct RocePacket {
     /// DETH (UD and RD): Q_Key and source QP.
     pub deth_qkey: Option<u32>,
     pub deth_src_qp: Option<u32>,
+    /// Set when the packet was decapsulated from a mirror copy (GRE / ERSPAN); the fields above
+    /// describe the inner packet.
+    pub mirror: Option<Mirror>,
+    /// The AETH syndrome as a plain value, [`NO_AETH`] when there is none (the parser always
+    /// sets it; `aeth` holds the same when present). Classification reads this, not the
+    /// `Option`: an `Option`'s undefined payload lets LLVM compute on a register that may hold
+    /// a packet pointer, which the BPF verifier rejects.
+    pub aeth_syndrome: u16,
 }
 
 impl RocePacket {
@@ -296,13 +347,27 @@ impl RocePacket {
     /// The operation class of this packet.
     #[inline(always)]
     pub fn op_class(&self) -> OpClass {
-        classify(self.bth.opcode, self.aeth.map(|a| a.syndrome))
+        classify_raw(self.bth.opcode, self.aeth_syndrome)
     }
 }
+
+/// `classify_raw`'s syndrome for "no AETH".
+pub const NO_AETH: u16 = 0x100;
 
 /// Classifies an opcode (with the AETH syndrome for ACKNOWLEDGE packets).
 #[inline(always)]
 pub fn classify(opcode: u8, aeth_syndrome: Option<u8>) -> OpClass {
+    classify_raw(opcode, aeth_syndrome.map_or(NO_AETH, u16::from))
+}
+
+/// `classify` with the syndrome as a plain value ([`NO_AETH`] when absent).
+#[inline(always)]
+pub fn classify_raw(opcode: u8, aeth_syndrome: u16) -> OpClass {
+    let aeth_syndrome = if aeth_syndrome == NO_AETH {
+        None
+    } else {
+        Some(aeth_syndrome as u8)
+    };
     if opcode == wire::OPCODE_CNP {
         return OpClass::Cnp;
     }
@@ -351,22 +416,174 @@ fn vlan_tag(tpid: u16, tci: u16) -> VlanTag {
     }
 }
 
+/// A parsed frame: the RoCE packet or why not, and the mirror header it came in, if any (also
+/// for copies whose inner frame is not RoCE, which mirror sessions count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    pub result: Result<RocePacket, SkipReason>,
+    pub mirror: Option<Mirror>,
+}
+
 /// Parses one Ethernet frame.
 #[inline(always)]
 pub fn parse<B: Bytes + ?Sized>(b: &B) -> Result<RocePacket, SkipReason> {
-    let ethertype = be16(b, 12).ok_or(SkipReason::Truncated)?;
-    parse_from(b, ethertype, wire::ETH_HEADER_LEN)
+    parse_frame(b).result
+}
+
+/// Parses one Ethernet frame, keeping the mirror header of decapsulated copies.
+#[inline(always)]
+pub fn parse_frame<B: Bytes + ?Sized>(b: &B) -> Parsed {
+    match be16(b, 12) {
+        Some(ethertype) => parse_frame_from(b, ethertype, wire::ETH_HEADER_LEN),
+        None => Parsed {
+            result: Err(SkipReason::Truncated),
+            mirror: None,
+        },
+    }
 }
 
 /// Parses what follows a link-layer header whose EtherType / protocol field was `ethertype`,
-/// starting at byte `off` (VLAN tags, IP, UDP, BTH). Ethernet is `parse`; capture link types
-/// without an Ethernet header (Linux cooked SLL/SLL2, raw IP) enter here.
+/// starting at byte `off` (VLAN tags, IP, GRE/ERSPAN, UDP, BTH). Ethernet is `parse`; capture
+/// link types without an Ethernet header (Linux cooked SLL/SLL2, raw IP) enter here.
 #[inline(always)]
 pub fn parse_from<B: Bytes + ?Sized>(
     b: &B,
     ethertype: u16,
     off: usize,
 ) -> Result<RocePacket, SkipReason> {
+    parse_frame_from(b, ethertype, off).result
+}
+
+/// `parse_from`, keeping the mirror header of decapsulated copies.
+#[inline(always)]
+pub fn parse_frame_from<B: Bytes + ?Sized>(b: &B, ethertype: u16, off: usize) -> Parsed {
+    match parse_l3::<B, true>(b, ethertype, off) {
+        L3::Done(result) => Parsed {
+            result,
+            mirror: None,
+        },
+        L3::Gre(gre) => decapsulate(b, gre),
+    }
+}
+
+enum L3 {
+    Done(Result<RocePacket, SkipReason>),
+    /// GRE at this offset (only when decapsulating).
+    Gre(usize),
+}
+
+/// Decapsulates one level of GRE (ERSPAN I/II/III, transparent Ethernet bridging) starting at
+/// the GRE header, and parses the inner Ethernet frame without decapsulating again.
+#[inline(always)]
+fn decapsulate<B: Bytes + ?Sized>(b: &B, gre: usize) -> Parsed {
+    // Plain matches, no Result combinators: LLVM outlines their closures into BPF subprograms,
+    // where the verifier loses the packet bounds.
+    let (mirror, inner) = gre_mirror(b, gre);
+    let result = match inner {
+        Err(reason) => Err(reason),
+        Ok(inner) => match be16(b, inner + 12) {
+            None => Err(SkipReason::Truncated),
+            Some(ethertype) => {
+                match parse_l3::<B, false>(b, ethertype, inner + wire::ETH_HEADER_LEN) {
+                    L3::Done(Ok(mut p)) => {
+                        p.mirror = mirror;
+                        Ok(p)
+                    }
+                    L3::Done(Err(reason)) => Err(reason),
+                    L3::Gre(_) => Err(SkipReason::GreUnsupported),
+                }
+            }
+        },
+    };
+    Parsed { result, mirror }
+}
+
+/// The GRE and ERSPAN headers: the mirror description (once the headers say it is a mirror
+/// copy) and the inner Ethernet frame's offset, or why there is none to parse.
+#[inline(always)]
+fn gre_mirror<B: Bytes + ?Sized>(b: &B, gre: usize) -> (Option<Mirror>, Result<usize, SkipReason>) {
+    use SkipReason::*;
+    let Some(h) = b.load::<[u8; wire::GRE_HEADER_LEN]>(gre) else {
+        return (None, Err(Truncated));
+    };
+    let flags = u16::from_be_bytes([h[0], h[1]]);
+    let proto = u16::from_be_bytes([h[2], h[3]]);
+    if flags & (wire::GRE_ROUTING | wire::GRE_VERSION_MASK) != 0 {
+        return (None, Err(GreUnsupported));
+    }
+    let word = |bit: u16| if flags & bit != 0 { 4 } else { 0 };
+    let off = gre
+        + wire::GRE_HEADER_LEN
+        + word(wire::GRE_CHECKSUM)
+        + word(wire::GRE_KEY)
+        + word(wire::GRE_SEQUENCE);
+    let plain = |kind| {
+        Some(Mirror {
+            kind,
+            session: None,
+            truncated: false,
+        })
+    };
+    // ERSPAN II and III share the layout of their first word: version (4 bits), VLAN (12),
+    // COS (3), encapsulation / BSO (2), truncated (1), session ID (10).
+    let sessioned = |kind, e: [u8; 4]| Mirror {
+        kind,
+        session: Some((u16::from(e[2] & 0x03) << 8) | u16::from(e[3])),
+        truncated: e[2] & 0x04 != 0,
+    };
+    match proto {
+        wire::GRE_PROTO_ERSPAN if flags & wire::GRE_SEQUENCE != 0 => {
+            match b.load::<[u8; wire::ERSPAN2_HEADER_LEN]>(off) {
+                None => (None, Err(Truncated)),
+                Some(e) if e[0] >> 4 != 1 => (None, Err(GreUnsupported)),
+                Some(e) => (
+                    Some(sessioned(MirrorKind::ErspanII, [e[0], e[1], e[2], e[3]])),
+                    Ok(off + wire::ERSPAN2_HEADER_LEN),
+                ),
+            }
+        }
+        wire::GRE_PROTO_ERSPAN => (plain(MirrorKind::ErspanI), Ok(off)),
+        wire::GRE_PROTO_ERSPAN3 => match b.load::<[u8; wire::ERSPAN3_HEADER_LEN]>(off) {
+            None => (None, Err(Truncated)),
+            Some(e) if e[0] >> 4 != 2 => (None, Err(GreUnsupported)),
+            Some(e) => {
+                let m = sessioned(MirrorKind::ErspanIII, [e[0], e[1], e[2], e[3]]);
+                // Last 16 bits: P (1), frame type (5), hardware ID (6), D (1), Gra (2), O (1).
+                let w = u16::from_be_bytes([e[10], e[11]]);
+                if (w >> 10) & 0x1F != 0 {
+                    return (Some(m), Err(MirrorNotEthernet));
+                }
+                let platform = if w & 1 != 0 {
+                    wire::ERSPAN3_PLATFORM_LEN
+                } else {
+                    0
+                };
+                (Some(m), Ok(off + wire::ERSPAN3_HEADER_LEN + platform))
+            }
+        },
+        wire::GRE_PROTO_TEB => (plain(MirrorKind::Teb), Ok(off)),
+        _ => (None, Err(GreUnsupported)),
+    }
+}
+
+/// VLAN tags, IP, UDP, BTH and the extended headers; with `DECAP`, GRE is handed back to be
+/// decapsulated (once: the inner frame is parsed with `DECAP` false).
+#[inline(always)]
+fn parse_l3<B: Bytes + ?Sized, const DECAP: bool>(b: &B, ethertype: u16, off: usize) -> L3 {
+    L3::Done(match parse_l3_inner::<B, DECAP>(b, ethertype, off) {
+        Ok(Ok(p)) => Ok(p),
+        Ok(Err(gre)) => return L3::Gre(gre),
+        Err(reason) => Err(reason),
+    })
+}
+
+/// `Ok(Ok(packet))`, `Ok(Err(gre offset))` to decapsulate, or `Err(reason)`.
+#[inline(always)]
+fn parse_l3_inner<B: Bytes + ?Sized, const DECAP: bool>(
+    b: &B,
+    ethertype: u16,
+    off: usize,
+) -> Result<Result<RocePacket, usize>, SkipReason> {
     use SkipReason::*;
     let mut p = RocePacket::default();
 
@@ -393,7 +610,9 @@ pub fn parse_from<B: Bytes + ?Sized>(
 
     // IP.
     let l4 = if ethertype == wire::ETHERTYPE_IPV4 {
-        let vhl = b.load::<u8>(off).ok_or(Truncated)?;
+        // Two bytes, not one: for a one-byte load LLVM turns the bounds check into `at >= end`,
+        // from which the verifier proves no readable byte at a variable offset (after GRE).
+        let vhl = b.load::<[u8; 2]>(off).ok_or(Truncated)?[0];
         if vhl >> 4 != 4 {
             return Err(BadIpVersion);
         }
@@ -406,6 +625,9 @@ pub fn parse_from<B: Bytes + ?Sized>(
         let frag = u16::from_be_bytes([fixed[6], fixed[7]]);
         if frag & (wire::IPV4_MORE_FRAGMENTS | wire::IPV4_FRAGMENT_OFFSET_MASK) != 0 {
             return Err(IpFragment);
+        }
+        if fixed[9] == wire::IPPROTO_GRE && DECAP {
+            return Ok(Err(off + header_len));
         }
         if fixed[9] != wire::IPPROTO_UDP {
             return Err(NotUdp);
@@ -431,6 +653,9 @@ pub fn parse_from<B: Bytes + ?Sized>(
         let next = head[6];
         if next == wire::IPV6_NEXT_FRAGMENT {
             return Err(IpFragment);
+        }
+        if next == wire::IPPROTO_GRE && DECAP {
+            return Ok(Err(off + wire::IPV6_HEADER_LEN));
         }
         if next != wire::IPPROTO_UDP {
             return Err(NotUdp);
@@ -465,6 +690,7 @@ pub fn parse_from<B: Bytes + ?Sized>(
     let opcode = p.bth.opcode;
     let low = opcode & 0x1F;
     let mut ext = bth_off + wire::BTH_LEN;
+    let mut syndrome = NO_AETH;
 
     // Responses (READ response .. ATOMIC ACKNOWLEDGE) carry no DETH (RD) and no XRCETH (XRC).
     let is_response = (op::READ_RESPONSE_FIRST..=op::ATOMIC_ACKNOWLEDGE).contains(&low);
@@ -495,6 +721,7 @@ pub fn parse_from<B: Bytes + ?Sized>(
             | op::ACKNOWLEDGE
             | op::ATOMIC_ACKNOWLEDGE => {
                 if let Some(aeth) = b.load::<[u8; wire::AETH_LEN]>(ext) {
+                    syndrome = u16::from(aeth[0]);
                     p.aeth = Some(Aeth {
                         syndrome: aeth[0],
                         msn: u32::from_be_bytes([0, aeth[1], aeth[2], aeth[3]]),
@@ -504,5 +731,6 @@ pub fn parse_from<B: Bytes + ?Sized>(
             _ => {}
         },
     }
-    Ok(p)
+    p.aeth_syndrome = syndrome;
+    Ok(Ok(p))
 }

@@ -18,6 +18,26 @@ pub const IPV6_NEXT_FRAGMENT: u8 = 44;
 pub const IPV4_MORE_FRAGMENTS: u16 = 0x2000;
 pub const IPV4_FRAGMENT_OFFSET_MASK: u16 = 0x1FFF;
 
+pub const IPPROTO_GRE: u8 = 47;
+pub const GRE_HEADER_LEN: usize = 4;
+pub const GRE_CHECKSUM: u16 = 0x8000;
+pub const GRE_ROUTING: u16 = 0x4000;
+pub const GRE_KEY: u16 = 0x2000;
+pub const GRE_SEQUENCE: u16 = 0x1000;
+pub const GRE_VERSION_MASK: u16 = 0x0007;
+/// ERSPAN type I (no sequence number, no ERSPAN header) and type II (sequence number, 8-byte
+/// header, version 1).
+pub const GRE_PROTO_ERSPAN: u16 = 0x88BE;
+/// ERSPAN type III (12-byte header, version 2, optional 8-byte platform subheader).
+pub const GRE_PROTO_ERSPAN3: u16 = 0x22EB;
+/// Transparent Ethernet bridging: raw Ethernet inside GRE.
+pub const GRE_PROTO_TEB: u16 = 0x6558;
+pub const ERSPAN2_HEADER_LEN: usize = 8;
+pub const ERSPAN3_HEADER_LEN: usize = 12;
+pub const ERSPAN3_PLATFORM_LEN: usize = 8;
+/// ERSPAN session IDs are 10 bits.
+pub const ERSPAN_SESSIONS: usize = 1024;
+
 pub const UDP_HEADER_LEN: usize = 8;
 /// IANA port of RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;

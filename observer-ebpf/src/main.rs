@@ -21,8 +21,8 @@ mod kernel {
     };
     use observer_common::{
         Counters, DEFAULT_MAX_FLOWS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, TickClock,
-        parse,
         parse::{Bytes, Plain},
+        parse_frame,
     };
 
     #[map(name = "FLOWS")]
@@ -97,13 +97,14 @@ mod kernel {
                 start: $ctx.data(),
                 end: $ctx.data_end(),
             };
-            let result = parse(&pkt);
+            let parsed = parse_frame(&pkt);
             match COUNTERS.get_ptr_mut(0) {
                 Some(counters) => {
                     // SAFETY: a per-CPU map value; XDP runs with preemption off on this CPU.
                     let counters = unsafe { &mut *counters };
-                    counters.record(&result);
-                    match result {
+                    counters.record(&parsed.result);
+                    counters.record_mirror(&parsed.mirror);
+                    match parsed.result {
                         Ok(p) => Some((p, counters)),
                         Err(_) => None,
                     }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use observer_common::{Counters, FlowKey, FlowStats, RocePacket, SkipReason, parse};
+use observer_common::{Counters, FlowKey, FlowStats, Parsed, RocePacket, SkipReason, parse_frame};
 
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
 /// a 40-byte key ordered in a tree cost a fifth of replay time). Reports sort the flows.
@@ -24,16 +24,14 @@ impl Aggregate {
 
     /// Accounts one Ethernet frame seen at `ts_ns`, exactly as the kernel program does.
     pub fn push(&mut self, frame: &[u8], ts_ns: u64) -> Result<RocePacket, SkipReason> {
-        self.push_result(parse(frame), ts_ns)
+        self.push_parsed(parse_frame(frame), ts_ns)
     }
 
-    /// Accounts one parse result (of any link type) seen at `ts_ns`.
-    pub fn push_result(
-        &mut self,
-        result: Result<RocePacket, SkipReason>,
-        ts_ns: u64,
-    ) -> Result<RocePacket, SkipReason> {
+    /// Accounts one parsed frame (of any link type) seen at `ts_ns`.
+    pub fn push_parsed(&mut self, parsed: Parsed, ts_ns: u64) -> Result<RocePacket, SkipReason> {
+        let Parsed { result, mirror } = parsed;
         self.counters.record(&result);
+        self.counters.record_mirror(&mirror);
         if let Ok(p) = &result {
             let key = FlowKey::of(p);
             // A probe first: `entry` moves the key in and builds an entry on every packet.

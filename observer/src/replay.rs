@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use observer_common::{RocePacket, SkipReason, parse, parse_from, wire};
+use observer_common::{Parsed, SkipReason, parse_frame, parse_frame_from, wire};
 use pcap_file::{
     DataLink, Endianness, PcapError, TsResolution,
     pcap::PcapParser,
@@ -73,24 +73,30 @@ impl Link {
     }
 
     #[inline]
-    fn parse(self, f: &[u8]) -> Result<RocePacket, SkipReason> {
-        let be16 = |at: usize| {
-            f.get(at..at + 2)
-                .map(|b| u16::from_be_bytes([b[0], b[1]]))
-                .ok_or(SkipReason::Truncated)
+    fn parse(self, f: &[u8]) -> Parsed {
+        let skip = |reason| Parsed {
+            result: Err(reason),
+            mirror: None,
         };
+        let be16 = |at: usize| f.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
         match self {
-            Self::Ethernet => parse(f),
-            Self::Sll => parse_from(f, be16(14)?, 16),
-            Self::Sll2 => parse_from(f, be16(0)?, 20),
-            Self::RawIp => match f.first().map(|b| b >> 4) {
-                None => Err(SkipReason::Truncated),
-                Some(4) => parse_from(f, wire::ETHERTYPE_IPV4, 0),
-                Some(6) => parse_from(f, wire::ETHERTYPE_IPV6, 0),
-                Some(_) => Err(SkipReason::NotIp),
+            Self::Ethernet => parse_frame(f),
+            Self::Sll => match be16(14) {
+                Some(et) => parse_frame_from(f, et, 16),
+                None => skip(SkipReason::Truncated),
             },
-            Self::Ipv4 => parse_from(f, wire::ETHERTYPE_IPV4, 0),
-            Self::Ipv6 => parse_from(f, wire::ETHERTYPE_IPV6, 0),
+            Self::Sll2 => match be16(0) {
+                Some(et) => parse_frame_from(f, et, 20),
+                None => skip(SkipReason::Truncated),
+            },
+            Self::RawIp => match f.first().map(|b| b >> 4) {
+                None => skip(SkipReason::Truncated),
+                Some(4) => parse_frame_from(f, wire::ETHERTYPE_IPV4, 0),
+                Some(6) => parse_frame_from(f, wire::ETHERTYPE_IPV6, 0),
+                Some(_) => skip(SkipReason::NotIp),
+            },
+            Self::Ipv4 => parse_frame_from(f, wire::ETHERTYPE_IPV4, 0),
+            Self::Ipv6 => parse_frame_from(f, wire::ETHERTYPE_IPV6, 0),
         }
     }
 }
@@ -210,7 +216,7 @@ impl Replay {
     fn frame(&mut self, link: Link, data: &[u8], ts_ns: u64) {
         self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
-        let _ = self.agg.push_result(link.parse(data), ts_ns);
+        let _ = self.agg.push_parsed(link.parse(data), ts_ns);
     }
 
     fn broken(&mut self, ctx: &Ctx, what: &str) {

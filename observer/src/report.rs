@@ -7,7 +7,7 @@ use std::{
     net::{IpAddr, Ipv6Addr},
 };
 
-use observer_common::{FlowKey, FlowStats, OpClass, SkipReason};
+use observer_common::{FlowKey, FlowStats, MirrorOf, OpClass, SkipReason};
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::Aggregate;
@@ -79,6 +79,31 @@ pub struct Totals {
     pub flow_insert_failures: u64,
     /// Every skip reason, zero or not.
     pub skipped: BTreeMap<String, u64>,
+    /// Mirror copies (GRE / ERSPAN), RoCE or not; absent when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorTotals>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorTotals {
+    /// Copies per ERSPAN session ID (II, III), those seen.
+    pub sessions: BTreeMap<u16, u64>,
+    /// Copies without a session ID (ERSPAN I, GRE transparent Ethernet bridging).
+    pub sessionless: u64,
+    /// Copies with the ERSPAN truncated bit set.
+    pub truncated: u64,
+}
+
+/// Which mirror a flow was seen through.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowMirror {
+    /// "erspan2" / "erspan3" with a session; "erspan1" / "gre_teb" without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Copies of this flow with the ERSPAN truncated bit set.
+    pub truncated: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -87,6 +112,9 @@ pub struct Flow {
     pub dst_ip: IpAddr,
     pub udp_src_port: u16,
     pub dest_qp: u32,
+    /// Set for flows seen inside mirror copies; part of the flow's identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<FlowMirror>,
     pub packets: u64,
     pub bytes: u64,
     pub ecn: Ecn,
@@ -165,6 +193,19 @@ impl Flow {
             dst_ip: ip_of(key.dst_ip),
             udp_src_port: key.udp_src_port,
             dest_qp: key.dest_qp,
+            mirror: match MirrorOf::of(key.mirror) {
+                MirrorOf::Direct => None,
+                MirrorOf::Session(id) => Some(FlowMirror {
+                    session: Some(id),
+                    kind: None,
+                    truncated: s.mirror_truncated,
+                }),
+                MirrorOf::Kind(k) => Some(FlowMirror {
+                    session: None,
+                    kind: Some(k.name().to_string()),
+                    truncated: s.mirror_truncated,
+                }),
+            },
             packets: s.packets,
             bytes: s.bytes,
             ecn: Ecn {
@@ -190,6 +231,21 @@ impl Flow {
     pub fn ce_percent(&self) -> f64 {
         percent(self.ecn.ce, self.packets)
     }
+}
+
+fn mirror_totals(c: &observer_common::Counters) -> Option<MirrorTotals> {
+    let sessions: BTreeMap<u16, u64> = c
+        .mirror_sessions
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(id, n)| (id as u16, *n))
+        .collect();
+    (!sessions.is_empty() || c.mirror_sessionless > 0).then_some(MirrorTotals {
+        sessions,
+        sessionless: c.mirror_sessionless,
+        truncated: c.mirror_truncated,
+    })
 }
 
 fn rate(bytes: u64, seconds: f64) -> f64 {
@@ -242,6 +298,7 @@ impl Report {
                     .iter()
                     .map(|r| (r.name().to_string(), c.skipped[*r as usize]))
                     .collect(),
+                mirror: mirror_totals(c),
             },
             flows,
         }

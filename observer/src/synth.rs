@@ -466,7 +466,7 @@ impl RoceFrame {
             dst_ip,
             dest_qp: self.bth.dest_qp & MASK24,
             udp_src_port: self.udp_src_port,
-            _pad: 0,
+            mirror: 0,
         }
     }
 
@@ -773,6 +773,16 @@ impl Workload {
         self.truth.counters.frames += 1;
         self.truth.counters.skipped[reason as usize] += 1;
         self.push_frame(bytes);
+    }
+
+    /// A mirror copy (ERSPAN session `session`, or none for ERSPAN I / GRE TEB) whose inner
+    /// frame is skipped for `reason`.
+    pub fn push_mirror_noise(&mut self, bytes: Vec<u8>, reason: SkipReason, session: Option<u16>) {
+        match session {
+            Some(id) => self.truth.counters.mirror_sessions[usize::from(id & 0x03FF)] += 1,
+            None => self.truth.counters.mirror_sessionless += 1,
+        }
+        self.push_noise(bytes, reason);
     }
 
     pub fn len(&self) -> usize {
@@ -1459,7 +1469,60 @@ pub fn basic_noise() -> Vec<(Vec<u8>, SkipReason)> {
         (edited_ipv4(|ip| ip[0] = 0x44), BadHeaderLength),
         (edited_ipv4(|ip| ip[0] = 0x65), BadIpVersion),
         (three_tags.to_bytes(), TooManyVlanTags),
+        // GRE that is no mirror copy: IPv4 inside GRE.
+        (
+            ipv4_packet(wire::IPPROTO_GRE, &[0, 0, 0x08, 0x00, 0x45, 0, 0, 20]),
+            GreUnsupported,
+        ),
     ]
+}
+
+/// Mirror copies that are skipped: (frame, reason, ERSPAN session).
+pub fn mirror_noise() -> Vec<(Vec<u8>, SkipReason, Option<u16>)> {
+    let inner = noise_base().to_bytes();
+    vec![
+        (
+            erspan3_not_ethernet(&inner),
+            SkipReason::MirrorNotEthernet,
+            Some(3),
+        ),
+        // ERSPAN II carrying ARP.
+        (
+            encapsulate(
+                &arp_request(),
+                Encap::ErspanII {
+                    session: 5,
+                    truncated: false,
+                },
+            ),
+            SkipReason::NotIp,
+            Some(5),
+        ),
+        // GRE TEB carrying TCP.
+        (
+            encapsulate(&ipv4_packet(wire::IPPROTO_TCP, &tcp_syn(4791)), Encap::Teb),
+            SkipReason::NotUdp,
+            None,
+        ),
+    ]
+}
+
+/// An ERSPAN III copy whose frame type says IP, not Ethernet.
+fn erspan3_not_ethernet(inner: &[u8]) -> Vec<u8> {
+    let mut b = encapsulate(
+        inner,
+        Encap::ErspanIII {
+            session: 3,
+            truncated: false,
+            platform: false,
+        },
+    );
+    // Outer Ethernet 14 + IPv4 20 + GRE with sequence 8: the ERSPAN III word with the frame
+    // type is at bytes 10..12 of its header.
+    let at = 14 + 20 + 8 + 10;
+    let w = u16::from_be_bytes([b[at], b[at + 1]]) | (2 << 10);
+    b[at..at + 2].copy_from_slice(&w.to_be_bytes());
+    b
 }
 
 /// More skip cases for the corpus: other non-IP EtherTypes, IPv6 variants, bad lengths, ...
@@ -1518,6 +1581,94 @@ pub fn extra_noise() -> Vec<(Vec<u8>, SkipReason)> {
 // ---------------------------------------------------------------------------------------------
 // Scenarios.
 // ---------------------------------------------------------------------------------------------
+
+/// A mirror encapsulation: how a switch sends a copy of a frame to the observer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encap {
+    /// GRE protocol 0x88BE, no sequence number, no ERSPAN header.
+    ErspanI,
+    /// GRE 0x88BE with a sequence number and the 8-byte ERSPAN II header.
+    ErspanII { session: u16, truncated: bool },
+    /// GRE 0x22EB with the 12-byte ERSPAN III header, and the 8-byte platform subheader when
+    /// `platform` (O bit).
+    ErspanIII {
+        session: u16,
+        truncated: bool,
+        platform: bool,
+    },
+    /// GRE transparent Ethernet bridging (0x6558), with a GRE key.
+    Teb,
+}
+
+/// Wraps the Ethernet frame `inner` as a mirror copy: outer Ethernet, IPv4 from the mirror
+/// source 198.19.255.1 to the observer 198.19.255.2, GRE and the ERSPAN header.
+pub fn encapsulate(inner: &[u8], encap: Encap) -> Vec<u8> {
+    let mut gre = Vec::new();
+    let session_word = |session: u16, truncated: bool, version: u8| {
+        let s = session & 0x03FF;
+        [
+            (version << 4) | 0x0,
+            0x07, // VLAN 7
+            (3 << 5) | (u8::from(truncated) << 2) | (s >> 8) as u8,
+            s as u8,
+        ]
+    };
+    match encap {
+        Encap::ErspanI => {
+            put16(&mut gre, 0);
+            put16(&mut gre, wire::GRE_PROTO_ERSPAN);
+        }
+        Encap::ErspanII { session, truncated } => {
+            put16(&mut gre, wire::GRE_SEQUENCE);
+            put16(&mut gre, wire::GRE_PROTO_ERSPAN);
+            gre.extend_from_slice(&7u32.to_be_bytes()); // sequence number
+            gre.extend_from_slice(&session_word(session, truncated, 1));
+            gre.extend_from_slice(&0x0000_0042u32.to_be_bytes()); // index
+        }
+        Encap::ErspanIII {
+            session,
+            truncated,
+            platform,
+        } => {
+            put16(&mut gre, wire::GRE_SEQUENCE);
+            put16(&mut gre, wire::GRE_PROTO_ERSPAN3);
+            gre.extend_from_slice(&9u32.to_be_bytes());
+            gre.extend_from_slice(&session_word(session, truncated, 2));
+            gre.extend_from_slice(&0x1234_5678u32.to_be_bytes()); // timestamp
+            put16(&mut gre, 0); // SGT
+            // P 0, frame type 0 (Ethernet), hardware ID 5, D 1, Gra 3, O.
+            put16(
+                &mut gre,
+                (5 << 4) | (1 << 3) | (3 << 1) | u16::from(platform),
+            );
+            if platform {
+                gre.extend_from_slice(&[0x0C, 0, 0, 0, 0, 0, 0, 0x2A]);
+            }
+        }
+        Encap::Teb => {
+            put16(&mut gre, wire::GRE_KEY);
+            put16(&mut gre, wire::GRE_PROTO_TEB);
+            gre.extend_from_slice(&0xBEEFu32.to_be_bytes());
+        }
+    }
+    gre.extend_from_slice(inner);
+    let mut b = Vec::new();
+    b.extend_from_slice(&host_mac(0x3F2));
+    b.extend_from_slice(&host_mac(0x3F1));
+    put16(&mut b, wire::ETHERTYPE_IPV4);
+    let total = len16(wire::IPV4_MIN_HEADER_LEN + gre.len());
+    put_ipv4(
+        &mut b,
+        wire::IPV4_MIN_HEADER_LEN,
+        0,
+        total,
+        wire::IPPROTO_GRE,
+        Ipv4Addr::new(198, 19, 255, 1),
+        Ipv4Addr::new(198, 19, 255, 2),
+    );
+    b.extend_from_slice(&gre);
+    b
+}
 
 /// The scenarios meant to be written to capture files: plain, complete frames only (no
 /// deliberately broken ones), so any dissector must agree with the truth on every frame.
@@ -1785,6 +1936,9 @@ fn e2e(w: &mut Workload) {
     let last = wrap.last_psn();
     wrap.ack(w, last);
 
+    for (bytes, reason, session) in mirror_noise() {
+        w.push_mirror_noise(bytes, reason, session);
+    }
     for (bytes, reason) in basic_noise() {
         w.push_noise(bytes, reason);
     }
@@ -2285,8 +2439,10 @@ mod tests {
     fn parsed_truth(w: &Workload) -> Truth {
         let mut t = Truth::default();
         for f in &w.frames {
-            let r = parse(f.bytes.as_slice());
+            let parsed = observer_common::parse_frame(f.bytes.as_slice());
+            let r = parsed.result;
             t.counters.record(&r);
+            t.counters.record_mirror(&parsed.mirror);
             if let Ok(p) = &r {
                 t.flows
                     .entry(FlowKey::of(p))

@@ -1,0 +1,294 @@
+//! Mirror copies (GRE / ERSPAN I, II, III, transparent Ethernet bridging), decapsulated by the
+//! shared parser: encapsulated RoCE counts exactly as the same traffic seen directly, in
+//! userspace and in the kernel, and the real ERSPAN captures decode as tshark says.
+
+use std::{collections::BTreeMap, path::PathBuf, process::Command};
+
+use aya::programs::{TestRun, TestRunOptions};
+use integration_tests::{load_program, output, require_root, xdp_mut};
+use observer_common::{FlowKey, MirrorOf, programs};
+use roce_observer::{
+    aggregate::Aggregate,
+    live::read_maps,
+    replay::Replay,
+    synth::{self, Encap},
+};
+
+const ENCAPS: [Encap; 5] = [
+    Encap::ErspanI,
+    Encap::ErspanII {
+        session: 101,
+        truncated: false,
+    },
+    Encap::ErspanII {
+        session: 1023,
+        truncated: true,
+    },
+    Encap::ErspanIII {
+        session: 202,
+        truncated: true,
+        platform: true,
+    },
+    Encap::Teb,
+];
+
+fn direct(frames: &[Vec<u8>]) -> Aggregate {
+    let mut agg = Aggregate::new();
+    for f in frames {
+        let _ = agg.push(f, 0);
+    }
+    agg
+}
+
+fn clean() -> Vec<Vec<u8>> {
+    synth::scenario("clean")
+        .unwrap()
+        .frames
+        .into_iter()
+        .map(|f| f.bytes)
+        .collect()
+}
+
+#[test]
+fn encapsulated_roce_counts_as_the_same_traffic_seen_directly() {
+    let frames = clean();
+    let plain = direct(&frames);
+    for encap in ENCAPS {
+        let wrapped: Vec<Vec<u8>> = frames
+            .iter()
+            .map(|f| synth::encapsulate(f, encap))
+            .collect();
+        let got = direct(&wrapped);
+        let c = &got.counters;
+        // RoCE totals and every skip count are those of the inner traffic.
+        assert_eq!(
+            (
+                c.frames,
+                c.roce_packets,
+                c.roce_bytes,
+                c.ce_packets,
+                c.cnp_packets,
+                c.skipped
+            ),
+            (
+                plain.counters.frames,
+                plain.counters.roce_packets,
+                plain.counters.roce_bytes,
+                plain.counters.ce_packets,
+                plain.counters.cnp_packets,
+                plain.counters.skipped
+            ),
+            "{encap:?}"
+        );
+        let n = frames.len() as u64;
+        let (session, truncated) = match encap {
+            Encap::ErspanII { session, truncated }
+            | Encap::ErspanIII {
+                session, truncated, ..
+            } => (Some(session), truncated),
+            _ => (None, false),
+        };
+        match session {
+            Some(id) => {
+                assert_eq!(c.mirror_sessions[usize::from(id)], n, "{encap:?}");
+                assert_eq!(c.mirror_sessions.iter().sum::<u64>(), n, "{encap:?}");
+                assert_eq!(c.mirror_sessionless, 0);
+            }
+            None => assert_eq!(
+                (c.mirror_sessionless, c.mirror_sessions.iter().sum::<u64>()),
+                (n, 0)
+            ),
+        }
+        assert_eq!(
+            c.mirror_truncated,
+            if truncated { n } else { 0 },
+            "{encap:?}"
+        );
+        // Flow by flow: the same stats, under a key that names the mirror.
+        assert_eq!(got.flows.len(), plain.flows.len(), "{encap:?}");
+        for (key, stats) in &plain.flows {
+            let mut want = *stats;
+            let m = got
+                .flows
+                .iter()
+                .find(|(k, _)| FlowKey { mirror: 0, ..**k } == *key)
+                .unwrap_or_else(|| panic!("{encap:?}: flow {key:?} missing"));
+            match (MirrorOf::of(m.0.mirror), session) {
+                (MirrorOf::Session(id), Some(want_id)) => assert_eq!(id, want_id),
+                (MirrorOf::Kind(_), None) => {}
+                (other, _) => panic!("{encap:?}: mirror key {other:?}"),
+            }
+            want.mirror_truncated = if truncated { want.packets } else { 0 };
+            assert_eq!(*m.1, want, "{encap:?}: flow {key:?}");
+        }
+    }
+}
+
+#[test]
+fn two_sessions_of_the_same_traffic_never_merge() {
+    let frames = clean();
+    let mut agg = Aggregate::new();
+    for f in &frames {
+        for session in [7, 8] {
+            let _ = agg.push(
+                &synth::encapsulate(
+                    f,
+                    Encap::ErspanII {
+                        session,
+                        truncated: false,
+                    },
+                ),
+                0,
+            );
+        }
+    }
+    let plain = direct(&frames);
+    assert_eq!(agg.flows.len(), 2 * plain.flows.len());
+    assert_eq!(
+        agg.flows
+            .values()
+            .map(|s| s.psn_gaps + s.psn_regressions)
+            .sum::<u64>(),
+        0
+    );
+}
+
+#[test]
+fn the_kernel_decapsulates_like_userspace() {
+    if !require_root("the_kernel_decapsulates_like_userspace") {
+        return;
+    }
+    let mut ebpf = load_program(programs::OBSERVE);
+    let mut user = Aggregate::new();
+    let mut wrapped: Vec<Vec<u8>> = Vec::new();
+    for encap in ENCAPS {
+        wrapped.extend(clean().iter().map(|f| synth::encapsulate(f, encap)));
+    }
+    wrapped.extend(synth::mirror_noise().into_iter().map(|(b, _, _)| b));
+    let prog = xdp_mut(&mut ebpf, programs::OBSERVE);
+    for f in &wrapped {
+        let mut out = vec![0u8; f.len()];
+        let r = prog
+            .test_run(TestRunOptions {
+                data_in: Some(f),
+                data_out: Some(&mut out),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!((r.return_value, &out), (2, f), "XDP_PASS, bytes unchanged");
+        let _ = user.push(f, 0);
+    }
+    let kernel = read_maps(&ebpf, 0).unwrap();
+    assert_eq!(kernel.counters, user.counters);
+    assert_eq!(kernel.comparable(), user.comparable());
+}
+
+/// The skip reason of a frame from tshark's protocol path: the inner frame's after "erspan",
+/// GRE that is not ERSPAN, or the plain frame's.
+fn reason_of(protocols: &str) -> &'static str {
+    let plain = |p: &str| {
+        if !p.contains(":ip") {
+            "not_ip"
+        } else if !p.contains(":udp") {
+            "not_udp"
+        } else {
+            "other"
+        }
+    };
+    match protocols.split_once(":erspan") {
+        Some((_, "" | ":data")) => "mirror_not_ethernet",
+        Some((_, inner)) => plain(inner),
+        None if protocols.contains(":gre") => "gre_unsupported",
+        None => plain(protocols),
+    }
+}
+
+#[test]
+fn real_erspan_captures_decode_as_tshark_says() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures/erspan");
+    if !dir.is_dir() {
+        if std::env::var_os("CI").is_some() {
+            panic!("{} missing under CI", dir.display());
+        }
+        eprintln!(
+            "\n*** SKIPPED real_erspan_captures_decode_as_tshark_says: {} missing ***\n",
+            dir.display()
+        );
+        return;
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 8);
+    for file in files {
+        let (status, out, err) =
+            output(Command::new("tshark").arg("-n").arg("-r").arg(&file).args([
+                "-T",
+                "fields",
+                "-E",
+                "separator=/t",
+                "-e",
+                "erspan.spanid",
+                "-e",
+                "frame.protocols",
+            ]));
+        assert!(status.success(), "tshark {}: {err}", file.display());
+        let mut sessions: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut sessionless = 0u64;
+        let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
+        for line in out.lines() {
+            let (span, protocols) = line.split_once('\t').unwrap();
+            // tshark prints the session of every ERSPAN II/III header; type I has none.
+            if protocols.contains(":erspan") {
+                match span.split(',').next().filter(|s| !s.is_empty()) {
+                    Some(id) => *sessions.entry(id.parse().unwrap()).or_default() += 1,
+                    None => sessionless += 1,
+                }
+            }
+            *reasons.entry(reason_of(protocols)).or_default() += 1;
+        }
+        let mut r = Replay::new();
+        r.file(file.to_str().unwrap(), false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let c = &r.agg.counters;
+        let got_sessions: BTreeMap<u16, u64> = c
+            .mirror_sessions
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(id, n)| (id as u16, *n))
+            .collect();
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        assert_eq!(
+            (got_sessions, c.mirror_sessionless),
+            (sessions, sessionless),
+            "{name}: sessions"
+        );
+        let mut got_reasons: BTreeMap<&str, u64> = BTreeMap::new();
+        for reason in observer_common::SkipReason::ALL {
+            let n = c.skipped[reason as usize];
+            if n > 0 {
+                got_reasons.insert(reason.name(), n);
+            }
+        }
+        assert_eq!(got_reasons, reasons, "{name}: inner frames by skip reason");
+        assert_eq!(c.roce_packets, 0, "{name}: no RoCE inside");
+        eprintln!(
+            "{name}: {} frames, sessions {:?}, reasons {reasons:?}",
+            c.frames,
+            got_sessions_summary(c)
+        );
+    }
+}
+
+fn got_sessions_summary(c: &observer_common::Counters) -> Vec<(usize, u64)> {
+    c.mirror_sessions
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(i, n)| (i, *n))
+        .collect()
+}
