@@ -31,6 +31,8 @@ pub mod maps {
 pub mod programs {
     /// The observer: parses every frame, accounts RoCEv2 per flow, always passes.
     pub const OBSERVE: &str = "roce_observe";
+    /// The observer that drops every frame after accounting: mirror mode with --consume only.
+    pub const OBSERVE_CONSUME: &str = "roce_observe_consume";
     /// A program that only counts frames: the benchmark's baseline.
     pub const BASELINE: &str = "count_frames";
     /// Benchmark only: the observer without the flow cache (per-CPU LRU table lookups).

@@ -114,8 +114,9 @@ mod kernel {
         }};
     }
 
-    #[xdp]
-    pub fn roce_observe(ctx: XdpContext) -> u32 {
+    /// Accounts the frame in the counters, the flow cache and the flow table.
+    #[inline(always)]
+    fn account(ctx: &XdpContext) {
         if let Some((p, counters)) = parse_and_count!(ctx) {
             let key = FlowKey::of(&p);
             if let Some(slot) = FLOW_CACHE.get_ptr_mut(key.slot()) {
@@ -127,7 +128,21 @@ mod kernel {
                 slot.stats.record(&p, now_ns());
             }
         }
+    }
+
+    /// Host and mirror mode: account, then pass every frame on unchanged.
+    #[xdp]
+    pub fn roce_observe(ctx: XdpContext) -> u32 {
+        account(&ctx);
         xdp_action::XDP_PASS
+    }
+
+    /// Mirror mode with --consume: account, then drop (mirror copies need not climb the stack).
+    /// Never attached in host mode.
+    #[xdp]
+    pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
+        account(&ctx);
+        xdp_action::XDP_DROP
     }
 
     /// Writes the slot's flow back to FLOWS and gives the slot to `key`, continuing the PSN

@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     lab::Lab,
-    live::{AttachMode, LiveConfig, Observer},
+    live::{AttachMode, LiveConfig, Observer, Vantage},
     report::{Report, Source},
     synth,
 };
@@ -60,9 +60,22 @@ struct DiagnoseArgs {
     json: bool,
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
     xdp_mode: AttachMode,
+    /// host: a host's own interface, every frame passes on unchanged. mirror: a SPAN/ERSPAN
+    /// destination port, put in promiscuous mode while observed (restored afterwards).
+    #[arg(long, value_enum, default_value_t = ModeArg::Host)]
+    mode: ModeArg,
+    /// Mirror mode only: drop the copies after accounting (they need not climb the stack).
+    #[arg(long)]
+    consume: bool,
     /// Capacity of the kernel flow table (LRU: the least recent flows are evicted when full).
     #[arg(long, default_value_t = observer_common::DEFAULT_MAX_FLOWS)]
     max_flows: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ModeArg {
+    Host,
+    Mirror,
 }
 
 #[derive(Args, Debug)]
@@ -168,15 +181,24 @@ pub fn main() -> ExitCode {
 pub const ATTACHED: &str = "roce-observer: attached";
 
 fn diagnose(a: DiagnoseArgs) -> Result<()> {
+    let vantage = match (a.mode, a.consume) {
+        (ModeArg::Host, true) => {
+            bail!("--consume needs --mode mirror (host mode never drops a packet)")
+        }
+        (ModeArg::Host, false) => Vantage::Host,
+        (ModeArg::Mirror, consume) => Vantage::Mirror { consume },
+    };
     let config = LiveConfig {
         interfaces: a.ifaces.clone(),
         mode: a.xdp_mode,
+        vantage,
         max_flows: a.max_flows,
     };
     let mut observer = Observer::attach(config)?;
     eprintln!(
-        "{ATTACHED} to {} (xdp {}), observing for {:.1}s; Ctrl-C to stop early",
+        "{ATTACHED} to {} ({} mode, xdp {}), observing for {:.1}s; Ctrl-C to stop early",
         a.ifaces.join(", "),
+        vantage.name(),
         a.xdp_mode.name(),
         a.duration.as_secs_f64()
     );
@@ -186,7 +208,9 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
     let window = started.elapsed().as_secs_f64();
     let agg = observer.snapshot()?;
     drop(observer);
-    let report = Report::new(&agg, Source::live(a.ifaces, a.xdp_mode.name()), window);
+    let mut source = Source::live(a.ifaces, a.xdp_mode.name());
+    source.mode = Some(vantage.name().to_string());
+    let report = Report::new(&agg, source, window);
     print_report(&report, a.json, a.top)
 }
 

@@ -3,7 +3,12 @@
 //!
 //! Attaching never replaces a program somebody else attached: a busy interface is an error.
 
-use std::{ffi::CString, io, time::SystemTime};
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{AsRawFd, FromRawFd},
+    time::SystemTime,
+};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -68,11 +73,41 @@ impl AttachMode {
     }
 }
 
+/// Where the observer sits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Vantage {
+    /// On a host's own interface: every frame passes on unchanged.
+    #[default]
+    Host,
+    /// On a mirror port (SPAN or ERSPAN destination): the interface is put in promiscuous mode
+    /// (restored afterwards) so copies addressed elsewhere are seen; with `consume` the copies
+    /// are dropped after accounting instead of climbing the stack.
+    Mirror { consume: bool },
+}
+
+impl Vantage {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Mirror { consume: false } => "mirror",
+            Self::Mirror { consume: true } => "mirror+consume",
+        }
+    }
+
+    const fn program(self) -> &'static str {
+        match self {
+            Self::Mirror { consume: true } => programs::OBSERVE_CONSUME,
+            _ => programs::OBSERVE,
+        }
+    }
+}
+
 /// What to attach where.
 #[derive(Clone, Debug)]
 pub struct LiveConfig {
     pub interfaces: Vec<String>,
     pub mode: AttachMode,
+    pub vantage: Vantage,
     pub max_flows: u32,
 }
 
@@ -81,8 +116,80 @@ impl LiveConfig {
         Self {
             interfaces,
             mode: AttachMode::Auto,
+            vantage: Vantage::Host,
             max_flows: DEFAULT_MAX_FLOWS,
         }
+    }
+}
+
+/// Promiscuous mode on an interface for as long as this lives; the previous setting is restored
+/// on drop.
+pub struct Promiscuous {
+    iface: String,
+    was_on: bool,
+}
+
+impl Promiscuous {
+    pub fn enable(iface: &str) -> Result<Self, LiveError> {
+        let was_on = promisc(iface, None).map_err(|e| promisc_error(iface, e))?;
+        if !was_on {
+            promisc(iface, Some(true)).map_err(|e| promisc_error(iface, e))?;
+        }
+        Ok(Self {
+            iface: iface.to_string(),
+            was_on,
+        })
+    }
+}
+
+impl Drop for Promiscuous {
+    fn drop(&mut self) {
+        if !self.was_on {
+            let _ = promisc(&self.iface, Some(false));
+        }
+    }
+}
+
+fn promisc_error(iface: &str, e: io::Error) -> LiveError {
+    LiveError::Attach {
+        iface: iface.to_string(),
+        detail: format!("cannot set promiscuous mode: {e}"),
+    }
+}
+
+/// Reads IFF_PROMISC of `iface` and, with `set`, sets it; returns the flag as it was.
+pub fn promisc(iface: &str, set: Option<bool>) -> io::Result<bool> {
+    // SAFETY: plain socket/ioctl calls on a zeroed ifreq whose name is NUL-terminated.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (d, s) in req
+            .ifr_name
+            .iter_mut()
+            .zip(iface.bytes().take(libc::IFNAMSIZ - 1))
+        {
+            *d = s as libc::c_char;
+        }
+        if libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let flags = req.ifr_ifru.ifru_flags;
+        let was = flags & libc::IFF_PROMISC as libc::c_short != 0;
+        if let Some(on) = set {
+            req.ifr_ifru.ifru_flags = if on {
+                flags | libc::IFF_PROMISC as libc::c_short
+            } else {
+                flags & !(libc::IFF_PROMISC as libc::c_short)
+            };
+            if libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(was)
     }
 }
 
@@ -136,6 +243,8 @@ pub struct Observer {
     ebpf: Ebpf,
     config: LiveConfig,
     links: Vec<XdpLinkId>,
+    /// Mirror mode: promiscuous mode held on each interface (dropped after the links).
+    _promiscuous: Vec<Promiscuous>,
 }
 
 impl Observer {
@@ -155,12 +264,19 @@ impl Observer {
             .map_max_entries(maps::FLOWS, config.max_flows)
             .load(EBPF_OBJECT)
             .map_err(|e| LiveError::Load(chain(&e)))?;
+        let name = config.vantage.program();
         let prog: &mut Xdp = ebpf
-            .program_mut(programs::OBSERVE)
-            .ok_or_else(|| LiveError::Load(format!("no program {}", programs::OBSERVE)))?
+            .program_mut(name)
+            .ok_or_else(|| LiveError::Load(format!("no program {name}")))?
             .try_into()
             .map_err(|e: ProgramError| LiveError::Load(chain(&e)))?;
         prog.load().map_err(|e| LiveError::Load(chain(&e)))?;
+        let mut promiscuous = Vec::new();
+        if let Vantage::Mirror { .. } = config.vantage {
+            for iface in &config.interfaces {
+                promiscuous.push(Promiscuous::enable(iface)?);
+            }
+        }
         let mut links = Vec::new();
         for iface in &config.interfaces {
             // On error, dropping `ebpf` detaches what was attached so far.
@@ -173,17 +289,19 @@ impl Observer {
             ebpf,
             config,
             links,
+            _promiscuous: promiscuous,
         })
     }
 
     /// Detaches from every interface now (the maps stay readable): a snapshot taken afterwards
     /// is final and races no packet.
     pub fn detach(&mut self) -> Result<(), LiveError> {
+        let name = self.config.vantage.program();
         let prog: &mut Xdp = self
             .ebpf
-            .program_mut(programs::OBSERVE)
+            .program_mut(name)
             .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| LiveError::Load(format!("no program {}", programs::OBSERVE)))?;
+            .ok_or_else(|| LiveError::Load(format!("no program {name}")))?;
         for (link, iface) in self.links.drain(..).zip(&self.config.interfaces) {
             prog.detach(link).map_err(|e| LiveError::Attach {
                 iface: iface.clone(),

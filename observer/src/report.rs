@@ -33,6 +33,9 @@ pub struct Source {
     /// Live only: the XDP attach mode asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xdp_mode: Option<String>,
+    /// Live only: "host", "mirror" or "mirror+consume".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// Replay only: the capture files, in the order read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
@@ -47,6 +50,7 @@ impl Source {
             kind: "live".into(),
             interfaces,
             xdp_mode: Some(xdp_mode.into()),
+            mode: None,
             files: Vec::new(),
             warnings: Vec::new(),
         }
@@ -57,6 +61,7 @@ impl Source {
             kind: "pcap".into(),
             interfaces: Vec::new(),
             xdp_mode: None,
+            mode: None,
             files,
             warnings,
         }

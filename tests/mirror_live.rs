@@ -1,0 +1,227 @@
+//! Mirror mode live on veth: promiscuous mode while observed (and restored), ERSPAN copies
+//! counted exactly, and `--consume` dropping copies only in mirror mode.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use integration_tests::{Diagnose, has_xdp, link_details, output, require_root, truth_aggregate};
+use observer_common::{FlowKey, mirror_key, parse::Mirror, parse::MirrorKind};
+use roce_observer::{
+    aggregate::Aggregate,
+    lab::{Lab, pin_current_thread},
+    report::{Flow, Report},
+    synth::{self, Encap, Frame},
+};
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+
+fn send(lab: &Lab, frames: Vec<Frame>) {
+    lab.ns
+        .run_in(move || {
+            pin_current_thread(0).unwrap();
+            synth::send(Lab::TX, &frames)
+        })
+        .unwrap()
+        .unwrap();
+}
+
+/// A packet socket on rx0: what reaches the stack after XDP.
+fn tap(lab: &Lab) -> OwnedFd {
+    lab.ns
+        .run_in(|| unsafe {
+            let fd = libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK,
+                (libc::ETH_P_ALL as u16).to_be() as i32,
+            );
+            assert!(
+                fd >= 0,
+                "packet socket: {}",
+                std::io::Error::last_os_error()
+            );
+            let mut addr: libc::sockaddr_ll = std::mem::zeroed();
+            addr.sll_family = libc::AF_PACKET as u16;
+            addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+            addr.sll_ifindex = libc::if_nametoindex(c"rx0".as_ptr()) as i32;
+            let rc = libc::bind(
+                fd,
+                (&raw const addr).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+            // Room for every frame of a scenario (the default buffer holds about a hundred).
+            let size: libc::c_int = 64 << 20;
+            let rc = libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&raw const size).cast(),
+                4,
+            );
+            assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
+            OwnedFd::from_raw_fd(fd)
+        })
+        .unwrap()
+}
+
+fn drain(fd: &OwnedFd) -> usize {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut buf = [0u8; 4096];
+    let mut n = 0;
+    while unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    } >= 0
+    {
+        n += 1;
+    }
+    n
+}
+
+fn promiscuous(lab: &Lab) -> bool {
+    link_details(&lab.ns, "rx0").contains("promiscuity 1")
+}
+
+/// The truth of `w` as seen through ERSPAN II session `session`.
+fn mirrored_truth(w: &synth::Workload, session: u16) -> Aggregate {
+    let mut t = truth_aggregate(&w.truth);
+    let m = mirror_key(&Mirror {
+        kind: MirrorKind::ErspanII,
+        session: Some(session),
+        truncated: false,
+    });
+    t.flows = t
+        .flows
+        .into_iter()
+        .map(|(k, v)| (FlowKey { mirror: m, ..k }, v))
+        .collect();
+    t.counters.mirror_sessions[usize::from(session)] = t.counters.frames;
+    t
+}
+
+fn timeless(flows: &[Flow]) -> Vec<Flow> {
+    let mut v: Vec<Flow> = flows
+        .iter()
+        .cloned()
+        .map(|mut f| {
+            f.first_seen_ns = 0;
+            f.last_seen_ns = 0;
+            f.rate_bps = 0.0;
+            f
+        })
+        .collect();
+    v.sort_by_key(|f| (f.src_ip, f.dst_ip, f.dest_qp, f.udp_src_port));
+    v
+}
+
+#[test]
+fn mirror_mode_counts_erspan_copies_exactly_and_restores_promiscuous_mode() {
+    if !require_root("mirror_mode_counts_erspan_copies_exactly_and_restores_promiscuous_mode") {
+        return;
+    }
+    let w = synth::scenario("loss").unwrap();
+    let copies: Vec<Frame> = w
+        .frames
+        .iter()
+        .map(|f| Frame {
+            bytes: synth::encapsulate(
+                &f.bytes,
+                Encap::ErspanII {
+                    session: 42,
+                    truncated: false,
+                },
+            ),
+            ts_ns: f.ts_ns,
+        })
+        .collect();
+    let lab = Lab::create("ro-mirror").unwrap();
+    assert!(!promiscuous(&lab));
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &[
+            "--iface",
+            "rx0",
+            "--mode",
+            "mirror",
+            "--duration",
+            "2s",
+            "--json",
+        ],
+    );
+    assert!(promiscuous(&lab), "promiscuous while observed");
+    let fd = tap(&lab);
+    send(&lab, copies);
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "{err}");
+    assert!(
+        drain(&fd) > 0,
+        "mirror mode without --consume passes the copies on"
+    );
+    assert!(!promiscuous(&lab), "promiscuous mode restored");
+    assert!(!has_xdp(&lab.ns, "rx0"));
+    let r: Report = serde_json::from_str(&out).unwrap();
+    assert_eq!(r.source.mode.as_deref(), Some("mirror"));
+    let want = Report::new(&mirrored_truth(&w, 42), r.source.clone(), r.window.seconds);
+    assert_eq!(r.totals, want.totals);
+    assert_eq!(timeless(&r.flows), timeless(&want.flows));
+    assert!(
+        r.flows
+            .iter()
+            .all(|f| f.mirror.as_ref().and_then(|m| m.session) == Some(42))
+    );
+    assert!(
+        r.flows
+            .iter()
+            .any(|f| f.psn.gaps > 0 && f.psn.regressions > 0),
+        "loss seen through the mirror"
+    );
+}
+
+#[test]
+fn consume_drops_only_in_mirror_mode() {
+    if !require_root("consume_drops_only_in_mirror_mode") {
+        return;
+    }
+    let w = synth::scenario("clean").unwrap();
+    for (args, reaches_stack) in [
+        (&["--mode", "mirror", "--consume"][..], false),
+        (&["--mode", "host"][..], true),
+    ] {
+        let lab = Lab::create("ro-consume").unwrap();
+        let mut all = vec!["--iface", "rx0", "--duration", "1500ms", "--json"];
+        all.extend_from_slice(args);
+        let d = Diagnose::start(&lab.ns, CLI.as_ref(), &all);
+        let fd = tap(&lab);
+        send(&lab, w.frames.clone());
+        let (status, out, err) = d.finish();
+        assert!(status.success(), "{args:?}: {err}");
+        let seen = drain(&fd);
+        if reaches_stack {
+            assert_eq!(
+                seen,
+                w.frames.len(),
+                "{args:?}: host mode passes every frame"
+            );
+        } else {
+            assert_eq!(seen, 0, "{args:?}: consumed");
+        }
+        let r: Report = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            r.totals.frames,
+            w.frames.len() as u64,
+            "{args:?}: counted either way"
+        );
+    }
+    // Host mode never drops: --consume alone is refused.
+    let (status, _, err) =
+        output(std::process::Command::new(CLI).args(["diagnose", "--iface", "lo", "--consume"]));
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(
+        err.trim_end(),
+        "roce-observer: error: --consume needs --mode mirror (host mode never drops a packet)"
+    );
+}
