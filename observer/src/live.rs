@@ -263,14 +263,14 @@ impl Observer {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(maps::FLOWS, config.max_flows)
             .load(EBPF_OBJECT)
-            .map_err(|e| LiveError::Load(chain(&e)))?;
+            .map_err(|e| load_error(&e))?;
         let name = config.vantage.program();
         let prog: &mut Xdp = ebpf
             .program_mut(name)
             .ok_or_else(|| LiveError::Load(format!("no program {name}")))?
             .try_into()
-            .map_err(|e: ProgramError| LiveError::Load(chain(&e)))?;
-        prog.load().map_err(|e| LiveError::Load(chain(&e)))?;
+            .map_err(|e: ProgramError| load_error(&e))?;
+        prog.load().map_err(|e| load_error(&e))?;
         let mut promiscuous = Vec::new();
         if let Vantage::Mirror { .. } = config.vantage {
             for iface in &config.interfaces {
@@ -406,6 +406,22 @@ fn monotonic_to_unix_offset() -> i128 {
     unix - mono
 }
 
+/// A load error on one line: a rejected program's verifier log is long and multi-line, so keep
+/// the first line and the log's last lines that say why (the rejected instruction, the reason).
+fn load_error(e: &dyn std::error::Error) -> LiveError {
+    let text = chain(e);
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default().to_string();
+    let rest: Vec<&str> = lines
+        .filter(|l| !l.starts_with("verification time") && !l.starts_with("stack depth"))
+        .filter(|l| !l.starts_with("processed "))
+        .collect();
+    LiveError::Load(match rest.len() {
+        0 => first,
+        n => format!("{first} ... {}", rest[n.saturating_sub(2)..].join("; ")),
+    })
+}
+
 /// The error and its sources on one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -443,5 +459,34 @@ fn attach_error(iface: &str, mode: AttachMode, e: &ProgramError) -> LiveError {
                 detail: chain(e),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Verifier(&'static str);
+    impl std::fmt::Display for Verifier {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Verifier {}
+
+    #[test]
+    fn verifier_logs_become_one_line() {
+        let e = Verifier(
+            "the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier output: 0: R1=ctx() R10=fp0\n; #[xdp]\n1446: (71) r0 = *(u8 *)(r5 +0)\ninvalid access to packet, off=0 size=1\nR5 offset is outside of the packet\nverification time 46957 usec\nstack depth 296\nprocessed 7124 insns (limit 1000000)\n",
+        );
+        let LiveError::Load(msg) = load_error(&e) else {
+            panic!("not a load error")
+        };
+        assert!(!msg.contains('\n'), "{msg}");
+        assert_eq!(
+            msg,
+            "the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier output: 0: R1=ctx() R10=fp0 ... invalid access to packet, off=0 size=1; R5 offset is outside of the packet"
+        );
     }
 }
