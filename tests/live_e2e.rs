@@ -39,7 +39,7 @@ fn send(lab: &Lab, dev: &str, w: &synth::Workload) -> usize {
     let frames = w.frames.clone();
     lab.ns
         .run_in(move || {
-            roce_observer::lab::pin_current_thread(0).unwrap();
+            roce_observer::lab::pin_current_thread().unwrap();
             synth::send(&dev, &frames)
         })
         .unwrap()

@@ -125,6 +125,25 @@ fn encapsulated_roce_counts_as_the_same_traffic_seen_directly() {
 }
 
 #[test]
+fn gre_inside_a_mirror_copy_is_not_decapsulated_again() {
+    let inner = synth::encapsulate(&clean()[0], Encap::Teb);
+    let copy = synth::encapsulate(
+        &inner,
+        Encap::ErspanII {
+            session: 9,
+            truncated: false,
+        },
+    );
+    let mut agg = Aggregate::new();
+    let r = agg.push(&copy, 0);
+    assert_eq!(r, Err(observer_common::SkipReason::GreUnsupported));
+    assert_eq!(
+        agg.counters.mirror_sessions[9], 1,
+        "the copy still counts for its session"
+    );
+}
+
+#[test]
 fn two_sessions_of_the_same_traffic_never_merge() {
     let frames = clean();
     let mut agg = Aggregate::new();

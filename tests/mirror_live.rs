@@ -17,7 +17,7 @@ const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 fn send(lab: &Lab, frames: Vec<Frame>) {
     lab.ns
         .run_in(move || {
-            pin_current_thread(0).unwrap();
+            pin_current_thread().unwrap();
             synth::send(Lab::TX, &frames)
         })
         .unwrap()
@@ -186,7 +186,16 @@ fn consume_drops_only_in_mirror_mode() {
     if !require_root("consume_drops_only_in_mirror_mode") {
         return;
     }
-    let w = synth::scenario("clean").unwrap();
+    // RoCE frames (copies) and the host's own traffic, which --consume must pass on.
+    let mut w = synth::scenario("clean").unwrap();
+    let own: Vec<Frame> = synth::basic_noise()
+        .into_iter()
+        .filter(|(_, r)| *r == observer_common::SkipReason::NotIp)
+        .map(|(bytes, _)| Frame { bytes, ts_ns: 0 })
+        .collect();
+    assert!(!own.is_empty());
+    let copies = w.frames.len();
+    w.frames.extend(own.iter().cloned());
     for (args, reaches_stack) in [
         (&["--mode", "mirror", "--consume"][..], false),
         (&["--mode", "host"][..], true),
@@ -207,7 +216,11 @@ fn consume_drops_only_in_mirror_mode() {
                 "{args:?}: host mode passes every frame"
             );
         } else {
-            assert_eq!(seen, 0, "{args:?}: consumed");
+            assert_eq!(
+                seen,
+                own.len(),
+                "{args:?}: the {copies} copies consumed, the host's own frames passed"
+            );
         }
         let r: Report = serde_json::from_str(&out).unwrap();
         assert_eq!(

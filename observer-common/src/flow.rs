@@ -125,7 +125,8 @@ impl FlowStats {
     /// Accounts one packet of this flow at time `now_ns`.
     #[inline(always)]
     pub fn record(&mut self, p: &RocePacket, now_ns: u64) {
-        if self.packets == 0 {
+        // Captures replayed out of order (several files, interleaved interfaces) can go back.
+        if self.packets == 0 || now_ns < self.first_seen_ns {
             self.first_seen_ns = now_ns;
         }
         self.packets += 1;
@@ -169,6 +170,8 @@ impl FlowStats {
         }
         let (lo, hi) = match (class, dma_len) {
             (OpClass::ReadRequest, Some(len)) => {
+                // At most 2^31 bytes (the IBTA message limit): the window stays below 2^23.
+                let len = if len > 1 << 31 { 1 << 31 } else { len };
                 (read_psns(len, PMTU_MAX), read_psns(len, PMTU_MIN))
             }
             // A READ cut before its RETH: any length is possible, accept up to 2^23 - 1 ahead.

@@ -626,8 +626,13 @@ fn parse_l3_inner<B: Bytes + ?Sized, const DECAP: bool>(
         if frag & (wire::IPV4_MORE_FRAGMENTS | wire::IPV4_FRAGMENT_OFFSET_MASK) != 0 {
             return Err(IpFragment);
         }
-        if fixed[9] == wire::IPPROTO_GRE && DECAP {
-            return Ok(Err(off + header_len));
+        if fixed[9] == wire::IPPROTO_GRE {
+            // GRE inside a mirror copy is not decapsulated again.
+            return if DECAP {
+                Ok(Err(off + header_len))
+            } else {
+                Err(GreUnsupported)
+            };
         }
         if fixed[9] != wire::IPPROTO_UDP {
             return Err(NotUdp);
@@ -654,8 +659,12 @@ fn parse_l3_inner<B: Bytes + ?Sized, const DECAP: bool>(
         if next == wire::IPV6_NEXT_FRAGMENT {
             return Err(IpFragment);
         }
-        if next == wire::IPPROTO_GRE && DECAP {
-            return Ok(Err(off + wire::IPV6_HEADER_LEN));
+        if next == wire::IPPROTO_GRE {
+            return if DECAP {
+                Ok(Err(off + wire::IPV6_HEADER_LEN))
+            } else {
+                Err(GreUnsupported)
+            };
         }
         if next != wire::IPPROTO_UDP {
             return Err(NotUdp);

@@ -90,7 +90,7 @@ mod kernel {
     }
 
     /// Parses the frame and records the result in COUNTERS; the RoCE packet and the counters
-    /// if it is one.
+    /// if it is one, and whether the frame is a copy (a mirror copy or a RoCE packet).
     macro_rules! parse_and_count {
         ($ctx:expr) => {{
             let pkt = Packet {
@@ -98,7 +98,8 @@ mod kernel {
                 end: $ctx.data_end(),
             };
             let parsed = parse_frame(&pkt);
-            match COUNTERS.get_ptr_mut(0) {
+            let copy = parsed.mirror.is_some() || parsed.result.is_ok();
+            let roce = match COUNTERS.get_ptr_mut(0) {
                 Some(counters) => {
                     // SAFETY: a per-CPU map value; XDP runs with preemption off on this CPU.
                     let counters = unsafe { &mut *counters };
@@ -110,14 +111,17 @@ mod kernel {
                     }
                 }
                 None => None,
-            }
+            };
+            (roce, copy)
         }};
     }
 
-    /// Accounts the frame in the counters, the flow cache and the flow table.
+    /// Accounts the frame in the counters, the flow cache and the flow table; whether it is a
+    /// copy (decapsulated from GRE/ERSPAN, or RoCE).
     #[inline(always)]
-    fn account(ctx: &XdpContext) {
-        if let Some((p, counters)) = parse_and_count!(ctx) {
+    fn account(ctx: &XdpContext) -> bool {
+        let (roce, copy) = parse_and_count!(ctx);
+        if let Some((p, counters)) = roce {
             let key = FlowKey::of(&p);
             if let Some(slot) = FLOW_CACHE.get_ptr_mut(key.slot()) {
                 // SAFETY: this CPU's slot.
@@ -128,6 +132,7 @@ mod kernel {
                 slot.stats.record(&p, now_ns());
             }
         }
+        copy
     }
 
     /// Host and mirror mode: account, then pass every frame on unchanged.
@@ -137,12 +142,16 @@ mod kernel {
         xdp_action::XDP_PASS
     }
 
-    /// Mirror mode with --consume: account, then drop (mirror copies need not climb the stack).
+    /// Mirror mode with --consume: account, then drop the copies (GRE/ERSPAN copies and RoCE
+    /// frames need not climb the stack); the host's own traffic (ARP, ND, SSH, ...) passes.
     /// Never attached in host mode.
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
-        account(&ctx);
-        xdp_action::XDP_DROP
+        if account(&ctx) {
+            xdp_action::XDP_DROP
+        } else {
+            xdp_action::XDP_PASS
+        }
     }
 
     /// Writes the slot's flow back to FLOWS and gives the slot to `key`, continuing the PSN
@@ -161,9 +170,19 @@ mod kernel {
                     true
                 }
                 // The value argument may point into a map value (the slot).
-                None => FLOWS
-                    .insert(&slot.key, &slot.stats, BPF_NOEXIST as u64)
-                    .is_ok(),
+                None => {
+                    FLOWS
+                        .insert(&slot.key, &slot.stats, BPF_NOEXIST as u64)
+                        .is_ok()
+                        // Another CPU may have inserted the key meanwhile (EEXIST): merge.
+                        || match FLOWS.get_ptr_mut(&slot.key) {
+                            Some(v) => {
+                                unsafe { (*v).merge(&slot.stats) };
+                                true
+                            }
+                            None => false,
+                        }
+                }
             };
             if !written {
                 counters.flow_insert_failures += slot.stats.packets;
@@ -185,7 +204,7 @@ mod kernel {
     /// Benchmark only: the observer without the cache, every packet looked up in `$flows`.
     macro_rules! observe_uncached {
         ($ctx:expr, $flows:expr) => {{
-            if let Some((p, counters)) = parse_and_count!($ctx) {
+            if let (Some((p, counters)), _) = parse_and_count!($ctx) {
                 let key = FlowKey::of(&p);
                 let stats = match $flows.get_ptr_mut(&key) {
                     Some(s) => Some(s),

@@ -152,8 +152,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => v * 3600.0,
         _ => return Err(format!("'{s}': unknown unit '{unit}' (use ms, s, m, h)")),
     };
-    if !(secs > 0.0 && secs <= 365.0 * 86400.0) {
+    if !(secs > 0.0) {
         return Err(format!("'{s}': the duration must be positive"));
+    }
+    if secs > 365.0 * 86400.0 {
+        return Err(format!("'{s}': at most a year"));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -329,23 +332,24 @@ fn demo(a: DemoArgs) -> Result<()> {
         lab.rx
     );
     let exe: PathBuf = std::env::current_exe().context("cannot find this executable")?;
-    let mut observer = lab
-        .ns
-        .command(&exe)
-        .args(["diagnose", "--iface", &lab.rx, "--top", "10"])
-        .arg("--duration")
-        .arg(format!("{}ms", a.duration.as_millis()))
-        .args(a.json.then_some("--json"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start the observer in the lab")?;
-    let mut stderr = BufReader::new(observer.stderr.take().expect("piped"));
+    let mut observer = KillOnDrop(
+        lab.ns
+            .command(&exe)
+            .args(["diagnose", "--iface", &lab.rx, "--top", "10"])
+            .arg("--duration")
+            .arg(format!("{}ms", a.duration.as_millis()))
+            .args(a.json.then_some("--json"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start the observer in the lab")?,
+    );
+    let mut stderr = BufReader::new(observer.0.stderr.take().expect("piped"));
     let mut line = String::new();
     loop {
         line.clear();
         if stderr.read_line(&mut line)? == 0 {
-            let status = observer.wait()?;
+            let status = observer.0.wait()?;
             bail!("the observer exited ({status}) before attaching");
         }
         eprint!("{line}");
@@ -356,7 +360,7 @@ fn demo(a: DemoArgs) -> Result<()> {
     let tx = lab.tx.clone();
     let frames = workload.frames.clone();
     let sent = lab.ns.run_in(move || {
-        crate::lab::pin_current_thread(0)?;
+        crate::lab::pin_current_thread()?;
         synth::send(&tx, &frames).map_err(anyhow::Error::from)
     })??;
     eprintln!(
@@ -365,6 +369,7 @@ fn demo(a: DemoArgs) -> Result<()> {
     );
     let mut report = String::new();
     observer
+        .0
         .stdout
         .take()
         .expect("piped")
@@ -372,7 +377,7 @@ fn demo(a: DemoArgs) -> Result<()> {
     let mut rest = String::new();
     stderr.read_to_string(&mut rest)?;
     eprint!("{rest}");
-    let status = observer.wait()?;
+    let status = observer.0.wait()?;
     print!("{report}");
     if !status.success() {
         bail!("the observer failed ({status})");
@@ -380,6 +385,18 @@ fn demo(a: DemoArgs) -> Result<()> {
     drop(lab);
     eprintln!("demo: lab removed");
     Ok(())
+}
+
+/// A child process killed (and reaped) if the demo ends early on an error.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -395,6 +412,10 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5d").is_err());
+        assert_eq!(
+            parse_duration("9999h"),
+            Err("'9999h': at most a year".to_string())
+        );
         assert!(parse_duration("-1s").is_err());
     }
 

@@ -156,14 +156,24 @@ impl Lab {
     }
 }
 
-/// Pins the calling thread to one CPU. On veth, XDP runs on the sending CPU: a sender that
-/// migrates would spread one flow over several per-CPU values, which a NIC's RSS never does.
-pub fn pin_current_thread(cpu: usize) -> Result<(), std::io::Error> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+/// Pins the calling thread to the first CPU it may run on. On veth, XDP runs on the sending
+/// CPU: a sender that migrates would spread one flow over several per-CPU values, which a NIC's
+/// RSS never does.
+pub fn pin_current_thread() -> Result<(), std::io::Error> {
+    // SAFETY: zeroed cpu_set_t values are valid; the CPU_* macros stay inside them.
     unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let Some(cpu) = (0..libc::CPU_SETSIZE as usize).find(|c| libc::CPU_ISSET(*c, &allowed))
+        else {
+            return Err(std::io::Error::other("no CPU allowed"));
+        };
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+        if libc::sched_setaffinity(0, size, &set) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }

@@ -37,6 +37,12 @@ pub enum LiveError {
     Load(String),
     #[error("cannot attach XDP to '{iface}': {detail}")]
     Attach { iface: String, detail: String },
+    #[error("cannot put '{iface}' in promiscuous mode: {detail}")]
+    Promiscuous { iface: String, detail: String },
+    #[error("cannot detach XDP from '{iface}': {detail}")]
+    Detach { iface: String, detail: String },
+    #[error("interface '{0}' is given twice")]
+    DuplicateInterface(String),
     #[error("cannot read the kernel map {map}: {detail}")]
     ReadMap { map: &'static str, detail: String },
     #[error("--max-flows must be between 1 and {max}, not {got}")]
@@ -122,74 +128,42 @@ impl LiveConfig {
     }
 }
 
-/// Promiscuous mode on an interface for as long as this lives; the previous setting is restored
-/// on drop.
+/// Promiscuous mode on an interface for as long as this lives: a packet-socket membership
+/// (PACKET_MR_PROMISC), which the kernel counts and releases when the socket closes, also when
+/// the process is killed; it does not undo promiscuous mode somebody else asked for.
 pub struct Promiscuous {
-    iface: String,
-    was_on: bool,
+    _socket: std::os::fd::OwnedFd,
 }
 
 impl Promiscuous {
     pub fn enable(iface: &str) -> Result<Self, LiveError> {
-        let was_on = promisc(iface, None).map_err(|e| promisc_error(iface, e))?;
-        if !was_on {
-            promisc(iface, Some(true)).map_err(|e| promisc_error(iface, e))?;
-        }
-        Ok(Self {
+        let fail = |e: io::Error| LiveError::Promiscuous {
             iface: iface.to_string(),
-            was_on,
-        })
-    }
-}
-
-impl Drop for Promiscuous {
-    fn drop(&mut self) {
-        if !self.was_on {
-            let _ = promisc(&self.iface, Some(false));
-        }
-    }
-}
-
-fn promisc_error(iface: &str, e: io::Error) -> LiveError {
-    LiveError::Attach {
-        iface: iface.to_string(),
-        detail: format!("cannot set promiscuous mode: {e}"),
-    }
-}
-
-/// Reads IFF_PROMISC of `iface` and, with `set`, sets it; returns the flag as it was.
-pub fn promisc(iface: &str, set: Option<bool>) -> io::Result<bool> {
-    // SAFETY: plain socket/ioctl calls on a zeroed ifreq whose name is NUL-terminated.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
-        let mut req: libc::ifreq = std::mem::zeroed();
-        for (d, s) in req
-            .ifr_name
-            .iter_mut()
-            .zip(iface.bytes().take(libc::IFNAMSIZ - 1))
-        {
-            *d = s as libc::c_char;
-        }
-        if libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let flags = req.ifr_ifru.ifru_flags;
-        let was = flags & libc::IFF_PROMISC as libc::c_short != 0;
-        if let Some(on) = set {
-            req.ifr_ifru.ifru_flags = if on {
-                flags | libc::IFF_PROMISC as libc::c_short
-            } else {
-                flags & !(libc::IFF_PROMISC as libc::c_short)
-            };
-            if libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
-                return Err(io::Error::last_os_error());
+            detail: e.to_string(),
+        };
+        let index = if_index(iface)?;
+        // SAFETY: plain socket/setsockopt calls; protocol 0: the socket receives nothing.
+        unsafe {
+            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                return Err(fail(io::Error::last_os_error()));
             }
+            let socket = std::os::fd::OwnedFd::from_raw_fd(fd);
+            let mut mreq: libc::packet_mreq = std::mem::zeroed();
+            mreq.mr_ifindex = index as libc::c_int;
+            mreq.mr_type = libc::PACKET_MR_PROMISC as libc::c_ushort;
+            let rc = libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_ADD_MEMBERSHIP,
+                (&raw const mreq).cast(),
+                std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
+            );
+            if rc != 0 {
+                return Err(fail(io::Error::last_os_error()));
+            }
+            Ok(Self { _socket: socket })
         }
-        Ok(was)
     }
 }
 
@@ -256,7 +230,10 @@ impl Observer {
                 max: MAX_FLOWS_LIMIT,
             });
         }
-        for iface in &config.interfaces {
+        for (i, iface) in config.interfaces.iter().enumerate() {
+            if config.interfaces[..i].contains(iface) {
+                return Err(LiveError::DuplicateInterface(iface.clone()));
+            }
             if_index(iface)?;
         }
         check_privileges()?;
@@ -303,9 +280,9 @@ impl Observer {
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| LiveError::Load(format!("no program {name}")))?;
         for (link, iface) in self.links.drain(..).zip(&self.config.interfaces) {
-            prog.detach(link).map_err(|e| LiveError::Attach {
+            prog.detach(link).map_err(|e| LiveError::Detach {
                 iface: iface.clone(),
-                detail: format!("detach: {}", chain(&e)),
+                detail: chain(&e),
             })?;
         }
         Ok(())
@@ -409,7 +386,9 @@ fn monotonic_to_unix_offset() -> i128 {
 /// A load error on one line: a rejected program's verifier log is long and multi-line, so keep
 /// the first line and the log's last lines that say why (the rejected instruction, the reason).
 fn load_error(e: &dyn std::error::Error) -> LiveError {
-    let text = chain(e);
+    // The message itself, not the source chain: aya's load error already names the errno,
+    // and a source appended after the log's last newline would push the reason out.
+    let text = e.to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or_default().to_string();
     let rest: Vec<&str> = lines
@@ -473,7 +452,21 @@ mod tests {
             f.write_str(self.0)
         }
     }
-    impl std::error::Error for Verifier {}
+    impl std::error::Error for Verifier {
+        // As aya's load error: the errno is in the message and is the source too.
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&ERRNO)
+        }
+    }
+    static ERRNO: Errno = Errno;
+    #[derive(Debug)]
+    struct Errno;
+    impl std::fmt::Display for Errno {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Permission denied (os error 13)")
+        }
+    }
+    impl std::error::Error for Errno {}
 
     #[test]
     fn verifier_logs_become_one_line() {

@@ -194,6 +194,7 @@ impl Replay {
         self.files.push(name.to_string());
         let mut ctx = Ctx {
             name,
+            unknown_interfaces: Vec::new(),
             frame: 0,
             offset: 0,
             progress: Progress::new(name, size, progress),
@@ -390,7 +391,14 @@ impl Replay {
         match interfaces.get(id as usize).map(|i| &i.link) {
             Some(Ok(link)) => self.frame(*link, data, ts),
             // Unsupported link type, or no such interface.
-            _ => {
+            other => {
+                if other.is_none() && !ctx.unknown_interfaces.contains(&id) {
+                    ctx.unknown_interfaces.push(id);
+                    self.warnings.push(format!(
+                        "{}: frame {} at byte {}: interface {id} was never described; its frames are counted as {UNSUPPORTED_LINK_TYPE}",
+                        ctx.name, ctx.frame, ctx.offset
+                    ));
+                }
                 self.agg.counters.frames += 1;
                 self.unsupported_link_frames += 1;
             }
@@ -398,17 +406,23 @@ impl Replay {
     }
 }
 
-/// pcapng timestamps: the raw count in units of the interface's if_tsresol (default 10^-6 s).
+/// pcapng timestamps: the raw count in units of the interface's if_tsresol (default 10^-6 s),
+/// plus its if_tsoffset in seconds.
 struct Interface {
     link: Result<Link, (String, u32)>,
     /// Timestamp units per second.
     units_per_sec: u64,
+    offset_ns: u64,
 }
 
 impl Interface {
     fn of(idb: &InterfaceDescriptionBlock) -> Self {
         let mut units_per_sec = 1_000_000u64;
+        let mut offset_ns = 0u64;
         for opt in &idb.options {
+            if let InterfaceDescriptionOption::IfTsOffset(secs) = opt {
+                offset_ns = secs.saturating_mul(1_000_000_000);
+            }
             if let InterfaceDescriptionOption::IfTsResol(r) = opt {
                 let exp = u32::from(r & 0x7F);
                 units_per_sec = if r & 0x80 == 0 {
@@ -421,16 +435,20 @@ impl Interface {
         Self {
             link: Link::of(idb.linktype),
             units_per_sec: units_per_sec.max(1),
+            offset_ns,
         }
     }
 
     fn ns(&self, raw: u64) -> u64 {
-        (raw as u128 * 1_000_000_000 / self.units_per_sec as u128).min(u64::MAX as u128) as u64
+        let ns = (raw as u128 * 1_000_000_000 / self.units_per_sec as u128).min(u64::MAX as u128);
+        (ns as u64).saturating_add(self.offset_ns)
     }
 }
 
 struct Ctx<'a> {
     name: &'a str,
+    /// pcapng interface IDs already warned about (no interface description).
+    unknown_interfaces: Vec<u32>,
     /// Frames read so far.
     frame: u64,
     /// Byte offset of the next record.
@@ -844,9 +862,20 @@ mod tests {
             packets.push((id, raw_ts, data));
         }
         packets.push((3, 0, vec![0xEE; 64]));
-        let r = replay_bytes(&pcapng(&ifaces, &packets)).unwrap();
+        let mut bytes = pcapng(&ifaces, &packets);
+        // An enhanced packet block on interface 9, which was never described (the writer
+        // refuses to write one, so by hand, in the section's byte order, big-endian): type 6,
+        // length, interface, time, lengths, data, length.
+        let mut epb = Vec::new();
+        for w in [6u32, 32 + 64, 9, 0, 0, 64, 64] {
+            epb.extend_from_slice(&w.to_be_bytes());
+        }
+        epb.extend_from_slice(&[0xEE; 64]);
+        epb.extend_from_slice(&(32u32 + 64).to_be_bytes());
+        bytes.extend_from_slice(&epb);
+        let r = replay_bytes(&bytes).unwrap();
         let mut want_counters = want.counters;
-        want_counters.frames += 1;
+        want_counters.frames += 2;
         assert_eq!(r.agg.counters, want_counters);
         assert_eq!(
             r.agg.comparable(),
@@ -855,8 +884,13 @@ mod tests {
                 ..want.comparable()
             }
         );
-        assert_eq!(r.unsupported_link_frames, 1);
-        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert_eq!(r.unsupported_link_frames, 2);
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        assert!(
+            r.warnings[1].contains("interface 9 was never described"),
+            "{:?}",
+            r.warnings
+        );
         assert!(
             r.warnings[0].contains("interface 3 has unsupported link type ERF (197)"),
             "{:?}",
@@ -870,6 +904,28 @@ mod tests {
             "{:?} vs {last}",
             r.last_ts_ns
         );
+    }
+
+    #[test]
+    fn pcapng_if_tsoffset_shifts_timestamps() {
+        let frames = demo();
+        let mut w =
+            PcapNgWriter::with_section_header(Vec::new(), SectionHeaderBlock::default()).unwrap();
+        let mut idb = InterfaceDescriptionBlock::new(DataLink::ETHERNET, 65535);
+        idb.options.push(InterfaceDescriptionOption::IfTsResol(9));
+        idb.options
+            .push(InterfaceDescriptionOption::IfTsOffset(1_000));
+        w.write_pcapng_block(idb).unwrap();
+        w.write_pcapng_block(EnhancedPacketBlock {
+            interface_id: 0,
+            timestamp: Duration::from_nanos(5),
+            original_len: frames[0].bytes.len() as u32,
+            data: Cow::Borrowed(&frames[0].bytes[..]),
+            options: vec![],
+        })
+        .unwrap();
+        let r = replay_bytes(&w.into_inner()).unwrap();
+        assert_eq!(r.first_ts_ns, Some(1_000_000_000_005));
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub struct Totals {
     pub cnp_packets: u64,
     /// RoCE packets the flow table could not take (counted in the totals, in no flow).
     pub flow_insert_failures: u64,
+    /// RoCE packets of flows the full flow table evicted (LRU): in the totals, in no flow.
+    #[serde(default)]
+    pub evicted_packets: u64,
     /// Every skip reason, zero or not.
     pub skipped: BTreeMap<String, u64>,
     /// Mirror copies (GRE / ERSPAN), RoCE or not; absent when there were none.
@@ -299,6 +302,10 @@ impl Report {
                 ce_packets: c.ce_packets,
                 cnp_packets: c.cnp_packets,
                 flow_insert_failures: c.flow_insert_failures,
+                evicted_packets: c
+                    .roce_packets
+                    .saturating_sub(c.flow_insert_failures)
+                    .saturating_sub(agg.flows.values().map(|s| s.packets).sum()),
                 skipped: SkipReason::ALL
                     .iter()
                     .map(|r| (r.name().to_string(), c.skipped[*r as usize]))
@@ -343,11 +350,11 @@ impl Report {
             self.flows.iter().map(|f| f.psn.missing).sum::<u64>(),
             self.flows.iter().map(|f| f.psn.regressions).sum::<u64>(),
         );
-        if t.flow_insert_failures > 0 {
+        if t.flow_insert_failures + t.evicted_packets > 0 {
             let _ = writeln!(
                 out,
                 "  flow table full: {} packets counted in totals only (raise --max-flows)",
-                t.flow_insert_failures
+                t.flow_insert_failures + t.evicted_packets
             );
         }
         if !self.flows.is_empty() {
@@ -484,6 +491,16 @@ mod tests {
         assert_eq!(json["flows"][0]["psn"]["missing"], 3);
         let back: Report = serde_json::from_value(json).unwrap();
         assert_eq!(back, r);
+        assert_eq!(r.totals.evicted_packets, 0);
+        let mut evicted = agg.clone();
+        evicted.counters.roce_packets = 25;
+        let e = Report::new(&evicted, r.source.clone(), 2.0);
+        assert_eq!(e.totals.evicted_packets, 15);
+        assert!(
+            e.render_table(5).contains("flow table full: 15 packets"),
+            "{}",
+            e.render_table(5)
+        );
         let table = r.render_table(10);
         assert!(table.contains("0x000012"), "{table}");
         assert!(table.contains("not RoCEv2: not_ip 2"), "{table}");
