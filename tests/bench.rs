@@ -10,6 +10,7 @@
 //! only once) and averages the reported durations, its baseline measured the same way. Every
 //! figure is the median of `--runs` runs; each run loads the object afresh (empty flow tables).
 
+use integration_tests::median;
 use std::{process::ExitCode, time::Duration};
 
 use aya::{
@@ -329,17 +330,6 @@ fn environment() -> [(&'static str, String); 4] {
         ),
         ("cpus", cpus.to_string()),
     ]
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 fn main() -> ExitCode {

@@ -15,6 +15,7 @@
 //! path cannot pass as a fast one. Exit code 0 on a missed target (noisy machines), non-zero on
 //! a wrong replay result or a failure to run.
 
+use integration_tests::median;
 use std::{
     collections::BTreeSet,
     fs::File,
@@ -193,7 +194,7 @@ fn generate(path: &Path, frames: u64, snaplen: u32) -> std::io::Result<Written> 
         // A request: in-sequence PSN, 256..1024 bytes (a multiple of 4: no pad).
         q.req.payload_len = 256 + 4 * (rng.next() % 193) as usize;
         requests += 1;
-        let ce = requests % CE_EVERY == 0;
+        let ce = requests.is_multiple_of(CE_EVERY);
         q.req.ecn = if ce { CE } else { ECT0 };
         out.frame(&q.req.to_bytes(), ts)?;
         ts += FRAME_GAP_NS;
@@ -203,14 +204,14 @@ fn generate(path: &Path, frames: u64, snaplen: u32) -> std::io::Result<Written> 
         if ce {
             written.ce += 1;
             q.ce += 1;
-            if q.ce % CNP_EVERY_CE == 0 && out.frames < frames {
+            if q.ce.is_multiple_of(CNP_EVERY_CE) && out.frames < frames {
                 out.frame(&q.cnp.to_bytes(), ts)?;
                 ts += FRAME_GAP_NS;
                 written.flows.insert(q.cnp.flow_key());
                 written.cnps += 1;
             }
         }
-        if q.requests % ACK_EVERY == 0 && out.frames < frames {
+        if q.requests.is_multiple_of(ACK_EVERY) && out.frames < frames {
             q.ack.bth.psn = (q.req.bth.psn + 0xFF_FFFF) & 0xFF_FFFF;
             q.ack.ext.msn = (q.ack.ext.msn + 1) & 0xFF_FFFF;
             out.frame(&q.ack.to_bytes(), ts)?;
@@ -247,17 +248,6 @@ fn check(r: &Replay, w: &Written) -> Vec<String> {
         bad.push(format!("warnings: {:?}", r.warnings));
     }
     bad
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 /// Wall seconds of `tshark -n -r FILE [extra]`, output to /dev/null.

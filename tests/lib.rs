@@ -125,3 +125,39 @@ pub fn xdp_mut<'a>(ebpf: &'a mut aya::Ebpf, name: &str) -> &'a mut aya::programs
         .try_into()
         .expect("an XDP program")
 }
+
+/// The median of the samples (the mean of the middle two for an even count).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Report flows without what depends on timing (times, rate), in a fixed order.
+pub fn timeless(flows: &[roce_observer::report::Flow]) -> Vec<roce_observer::report::Flow> {
+    let mut v: Vec<roce_observer::report::Flow> = flows
+        .iter()
+        .cloned()
+        .map(|mut f| {
+            f.first_seen_ns = 0;
+            f.last_seen_ns = 0;
+            f.rate_bps = 0.0;
+            f
+        })
+        .collect();
+    v.sort_by_key(|f| {
+        (
+            f.src_ip,
+            f.dst_ip,
+            f.dest_qp,
+            f.udp_src_port,
+            f.mirror.as_ref().and_then(|m| m.session),
+        )
+    });
+    v
+}

@@ -4,31 +4,15 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use integration_tests::{Diagnose, has_xdp, require_root, truth_aggregate};
+use integration_tests::{Diagnose, has_xdp, require_root, timeless, truth_aggregate};
 use roce_observer::{
     aggregate::Aggregate,
     lab::Lab,
-    report::{Flow, Report, Source},
+    report::{Report, Source},
     synth,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
-
-/// Flows without what depends on timing (times, rate).
-fn timeless(flows: &[Flow]) -> Vec<Flow> {
-    let mut v: Vec<Flow> = flows
-        .iter()
-        .cloned()
-        .map(|mut f| {
-            f.first_seen_ns = 0;
-            f.last_seen_ns = 0;
-            f.rate_bps = 0.0;
-            f
-        })
-        .collect();
-    v.sort_by_key(|f| (f.src_ip, f.dst_ip, f.dest_qp, f.udp_src_port));
-    v
-}
 
 fn expected(truth: &Aggregate, report: &Report) -> Report {
     Report::new(truth, report.source.clone(), report.window.seconds)

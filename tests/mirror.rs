@@ -11,6 +11,7 @@ use roce_observer::{
     aggregate::Aggregate,
     live::read_maps,
     replay::Replay,
+    report::{Report, Source},
     synth::{self, Encap},
 };
 
@@ -273,16 +274,16 @@ fn real_erspan_captures_decode_as_tshark_says() {
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         let c = &r.agg.counters;
-        let got_sessions: BTreeMap<u16, u64> = c
-            .mirror_sessions
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| **n > 0)
-            .map(|(id, n)| (id as u16, *n))
-            .collect();
+        // Through the report, as a user reads them.
+        let report = Report::new(
+            &r.agg,
+            Source::pcap(r.files.clone(), vec![]),
+            r.window_seconds(),
+        );
+        let mirror = report.totals.mirror.clone().expect("mirror totals");
         let name = file.file_name().unwrap().to_string_lossy().to_string();
         assert_eq!(
-            (got_sessions, c.mirror_sessionless),
+            (mirror.sessions.clone(), mirror.sessionless),
             (sessions, sessionless),
             "{name}: sessions"
         );
@@ -297,17 +298,7 @@ fn real_erspan_captures_decode_as_tshark_says() {
         assert_eq!(c.roce_packets, 0, "{name}: no RoCE inside");
         eprintln!(
             "{name}: {} frames, sessions {:?}, reasons {reasons:?}",
-            c.frames,
-            got_sessions_summary(c)
+            c.frames, mirror.sessions
         );
     }
-}
-
-fn got_sessions_summary(c: &observer_common::Counters) -> Vec<(usize, u64)> {
-    c.mirror_sessions
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| **n > 0)
-        .map(|(i, n)| (i, *n))
-        .collect()
 }

@@ -3,12 +3,14 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use integration_tests::{Diagnose, has_xdp, link_details, output, require_root, truth_aggregate};
+use integration_tests::{
+    Diagnose, has_xdp, link_details, output, require_root, timeless, truth_aggregate,
+};
 use observer_common::{FlowKey, mirror_key, parse::Mirror, parse::MirrorKind};
 use roce_observer::{
     aggregate::Aggregate,
     lab::{Lab, pin_current_thread},
-    report::{Flow, Report},
+    report::Report,
     synth::{self, Encap, Frame},
 };
 
@@ -100,21 +102,6 @@ fn mirrored_truth(w: &synth::Workload, session: u16) -> Aggregate {
         .collect();
     t.counters.mirror_sessions[usize::from(session)] = t.counters.frames;
     t
-}
-
-fn timeless(flows: &[Flow]) -> Vec<Flow> {
-    let mut v: Vec<Flow> = flows
-        .iter()
-        .cloned()
-        .map(|mut f| {
-            f.first_seen_ns = 0;
-            f.last_seen_ns = 0;
-            f.rate_bps = 0.0;
-            f
-        })
-        .collect();
-    v.sort_by_key(|f| (f.src_ip, f.dst_ip, f.dest_qp, f.udp_src_port));
-    v
 }
 
 #[test]

@@ -136,10 +136,11 @@ impl FlowStats {
         if now_ns > self.last_seen_ns {
             self.last_seen_ns = now_ns;
         }
-        if let Some(m) = &p.mirror {
-            if m.truncated {
-                self.mirror_truncated += 1;
-            }
+        if let Some(Mirror {
+            truncated: true, ..
+        }) = &p.mirror
+        {
+            self.mirror_truncated += 1;
         }
         let class = p.op_class();
         self.ops[class as usize] += 1;

@@ -152,7 +152,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => v * 3600.0,
         _ => return Err(format!("'{s}': unknown unit '{unit}' (use ms, s, m, h)")),
     };
-    if !(secs > 0.0) {
+    if secs.is_nan() || secs <= 0.0 {
         return Err(format!("'{s}': the duration must be positive"));
     }
     if secs > 365.0 * 86400.0 {

@@ -461,7 +461,7 @@ impl Ctx<'_> {
     fn advance(&mut self, bytes: u64) {
         self.frame += 1;
         self.offset += bytes;
-        if self.frame % 65_536 == 0 {
+        if self.frame.is_multiple_of(65_536) {
             self.progress.tick(self.offset, self.frame);
         }
     }
@@ -793,7 +793,8 @@ mod tests {
             .filter(|f| f.bytes[12..14] == [0x08, 0x00])
             .cloned()
             .collect();
-        let cases: [(DataLink, fn(&[u8]) -> Vec<u8>, &[Frame], &Aggregate); 5] = [
+        type Case<'a> = (DataLink, fn(&[u8]) -> Vec<u8>, &'a [Frame], &'a Aggregate);
+        let cases: [Case; 5] = [
             (DataLink::LINUX_SLL, sll, &frames, &want),
             (DataLink::LINUX_SLL2, sll2, &frames, &want),
             (DataLink::RAW, raw_ip, &frames, &want),

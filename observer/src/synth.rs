@@ -1607,8 +1607,8 @@ pub fn encapsulate(inner: &[u8], encap: Encap) -> Vec<u8> {
     let session_word = |session: u16, truncated: bool, version: u8| {
         let s = session & 0x03FF;
         [
-            (version << 4) | 0x0,
-            0x07, // VLAN 7
+            version << 4, // VLAN high nibble 0
+            0x07,         // VLAN 7
             (3 << 5) | (u8::from(truncated) << 2) | (s >> 8) as u8,
             s as u8,
         ]
