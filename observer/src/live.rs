@@ -311,10 +311,7 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
         }
     };
     let mut agg = Aggregate::new();
-    let counters_map = ebpf.map(maps::COUNTERS).ok_or(LiveError::ReadMap {
-        map: maps::COUNTERS,
-        detail: "missing".into(),
-    })?;
+    let counters_map = map(ebpf, maps::COUNTERS)?;
     let counters: PerCpuArray<_, Counters> =
         PerCpuArray::try_from(counters_map).map_err(read_err(maps::COUNTERS))?;
     for c in counters
@@ -324,10 +321,7 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
     {
         agg.counters.merge(c);
     }
-    let flows_map = ebpf.map(maps::FLOWS).ok_or(LiveError::ReadMap {
-        map: maps::FLOWS,
-        detail: "missing".into(),
-    })?;
+    let flows_map = map(ebpf, maps::FLOWS)?;
     let flows: PerCpuHashMap<_, FlowKey, FlowStats> =
         PerCpuHashMap::try_from(flows_map).map_err(read_err(maps::FLOWS))?;
     let mut add = |key: FlowKey, s: &FlowStats| {
@@ -349,10 +343,7 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
             add(key, s);
         }
     }
-    let cache_map = ebpf.map(maps::FLOW_CACHE).ok_or(LiveError::ReadMap {
-        map: maps::FLOW_CACHE,
-        detail: "missing".into(),
-    })?;
+    let cache_map = map(ebpf, maps::FLOW_CACHE)?;
     let cache: PerCpuArray<_, FlowSlot> =
         PerCpuArray::try_from(cache_map).map_err(read_err(maps::FLOW_CACHE))?;
     for per_cpu in cache.iter() {
@@ -361,6 +352,14 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
         }
     }
     Ok(agg)
+}
+
+/// A map of the loaded object, or `ReadMap` naming it.
+fn map<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<&'a aya::maps::Map, LiveError> {
+    ebpf.map(name).ok_or(LiveError::ReadMap {
+        map: name,
+        detail: "missing".into(),
+    })
 }
 
 fn shift(ns: u64, by: i128) -> u64 {
