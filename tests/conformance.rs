@@ -3,6 +3,9 @@
 //! port, BTH destination QP), exactly the same packets, bytes, ECN counts, operation counts
 //! and DSCP set, and the same set of flows.
 //!
+//! PAUSE / PFC frames are compared too: per source MAC, PFC frames, and per priority (and for
+//! 802.3x PAUSE) frames, XON frames and summed quanta, from tshark's `macc` fields.
+//!
 //! The tshark side is independent of the observer: it maps BTH opcodes and AETH syndromes to
 //! operation classes from the wire specification (docs/rocev2-wire.md), not through
 //! `observer_common`.
@@ -564,8 +567,92 @@ struct Comparison {
     diffs: Vec<String>,
 }
 
-/// Decodes FILE with tshark and with replay, and lists every difference (per flow and in the
-/// totals).
+/// Per source MAC: PFC frames, then (frames, XON, quanta) per priority 0..7 and 802.3x PAUSE (8).
+type PauseCountsBySource = BTreeMap<String, (u64, [(u64, u64, u64); 9])>;
+
+/// The PAUSE / PFC frames as tshark decodes them (innermost Ethernet source of mirror copies).
+fn tshark_pauses(file: &Path) -> PauseCountsBySource {
+    let mut args = vec![
+        "-Y",
+        "macc.opcode == 0x0001 || macc.opcode == 0x0101",
+        "-T",
+        "fields",
+        "-E",
+        "occurrence=l",
+        "-E",
+        "separator=/t",
+        "-e",
+        "eth.src",
+        "-e",
+        "macc.opcode",
+        "-e",
+        "macc.cbfc.enbv",
+        "-e",
+        "macc.pause_time",
+    ];
+    const TIMES: [&str; 8] = [
+        "macc.cbfc.pause_time.c0",
+        "macc.cbfc.pause_time.c1",
+        "macc.cbfc.pause_time.c2",
+        "macc.cbfc.pause_time.c3",
+        "macc.cbfc.pause_time.c4",
+        "macc.cbfc.pause_time.c5",
+        "macc.cbfc.pause_time.c6",
+        "macc.cbfc.pause_time.c7",
+    ];
+    for t in TIMES {
+        args.extend(["-e", t]);
+    }
+    let mut out = PauseCountsBySource::new();
+    for line in tshark(file, &args).lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f.len(), 12, "{}: tshark macc row {line:?}", file.display());
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+        let entry = out.entry(f[0].to_string()).or_default();
+        let mut count = |class: usize, q: u64| {
+            let c = &mut entry.1[class];
+            c.0 += 1;
+            c.1 += u64::from(q == 0);
+            c.2 += q;
+        };
+        if hex(f[1]) == 0x0101 {
+            let enbv = hex(f[2]);
+            for (p, t) in f[4..12].iter().enumerate() {
+                if enbv & (1 << p) != 0 {
+                    count(p, num(t, TIMES[p], file));
+                }
+            }
+            entry.0 += 1;
+        } else {
+            count(8, num(f[3], "macc.pause_time", file));
+        }
+    }
+    out
+}
+
+/// The report's `pfc` section in the shape of [`tshark_pauses`] (mirrors merged by MAC).
+fn report_pauses(report: &Report) -> PauseCountsBySource {
+    let mut out = PauseCountsBySource::new();
+    for src in report.pfc.iter().flat_map(|p| &p.sources) {
+        let entry = out.entry(src.src_mac.clone()).or_default();
+        entry.0 += src.pfc_frames;
+        let classes = src
+            .priorities
+            .iter()
+            .map(|p| (usize::from(p.priority), &p.counts))
+            .chain(src.link_pause.iter().map(|l| (8, l)));
+        for (class, c) in classes {
+            let e = &mut entry.1[class];
+            e.0 += c.frames;
+            e.1 += c.xon;
+            e.2 += c.quanta;
+        }
+    }
+    out
+}
+
+/// Decodes FILE with tshark and with replay, and lists every difference (per flow, in the
+/// totals, and per PAUSE / PFC sender).
 fn compare(file: &Path) -> Comparison {
     let (rows, ports) = tshark_rows(file);
     let want = tshark_flows(&rows);
@@ -585,11 +672,18 @@ fn compare(file: &Path) -> Comparison {
             diffs.push(format!("{name}: tshark {tv}, replay {ov}"));
         }
     }
+    let (want_pauses, got_pauses) = (tshark_pauses(file), report_pauses(&report));
+    if want_pauses != got_pauses {
+        diffs.push(format!(
+            "pfc: tshark {want_pauses:?}, replay {got_pauses:?}"
+        ));
+    }
     eprintln!(
-        "conformance: {}: {} flows, {} packets, {bytes} bytes compared with tshark (decode-as ports {ports:?}): {}",
+        "conformance: {}: {} flows, {} packets, {bytes} bytes, {} PAUSE/PFC senders compared with tshark (decode-as ports {ports:?}): {}",
         file.display(),
         want.len(),
         rows.len(),
+        want_pauses.len(),
         if diffs.is_empty() {
             "equal".to_string()
         } else {
@@ -694,6 +788,13 @@ fn synth_scenarios_match_tshark() {
         assert!(status.success(), "synth --scenario {name}: {status}: {err}");
         let c = compare(&file);
         assert!(!c.report.flows.is_empty(), "{name}: no flows");
+        if name == "pfc" {
+            assert_eq!(
+                c.report.pfc.as_ref().map(|p| p.sources.len()),
+                Some(3),
+                "pfc: PAUSE / PFC senders compared"
+            );
+        }
         failures.add(&file, &c.diffs);
     }
     failures.check();

@@ -41,6 +41,15 @@ fn kernel_maps_equal_userspace_aggregation_on_the_corpus() {
     kernel_equals_userspace("corpus", 1000);
 }
 
+/// PAUSE / PFC frames per sender and priority, beside RoCE on the paused priority.
+#[test]
+fn kernel_pause_table_equals_userspace_and_truth() {
+    if !require_root("kernel_pause_table_equals_userspace_and_truth") {
+        return;
+    }
+    kernel_equals_userspace("pfc", 300);
+}
+
 /// 2000 flows in a 4096-slot cache: many slot collisions, so write-backs to the table.
 #[test]
 fn kernel_maps_equal_userspace_aggregation_with_many_flows() {
@@ -85,6 +94,19 @@ fn kernel_equals_userspace(scenario: &str, min_frames: usize) {
     };
     assert_eq!(keys(&kernel), keys(&user), "flow keys");
     assert_eq!(kernel.comparable(), user.comparable(), "per-flow stats");
+    if !corpus.truth.pauses.is_empty() {
+        assert_eq!(
+            kernel.pauses.keys().collect::<Vec<_>>(),
+            corpus.truth.pauses.keys().collect::<Vec<_>>(),
+            "pause senders"
+        );
+        for (key, s) in &kernel.pauses {
+            assert!(
+                before_ns <= s.first_seen_ns && s.last_seen_ns <= after_ns,
+                "{key:?}: pause times outside the run"
+            );
+        }
+    }
     for (key, s) in &kernel.flows {
         assert!(
             before_ns <= s.first_seen_ns

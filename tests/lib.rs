@@ -28,6 +28,7 @@ pub fn require_root(test: &str) -> bool {
 pub fn truth_aggregate(t: &Truth) -> Aggregate {
     Aggregate {
         flows: t.flows.iter().map(|(k, v)| (*k, *v)).collect(),
+        pauses: t.pauses.clone(),
         counters: t.counters,
     }
 }

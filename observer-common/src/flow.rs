@@ -323,8 +323,13 @@ pub struct Counters {
     pub mirror_sessionless: u64,
     /// Mirror copies (RoCE or not) per ERSPAN session ID.
     pub mirror_sessions: [u64; ERSPAN_SESSIONS],
+    /// Frames seen leaving the host (TC egress, host mode); `frames` includes them.
+    pub egress_frames: u64,
+    /// PAUSE / PFC frames not itemized because the pause table refused the insert.
+    pub pause_insert_failures: u64,
 }
-const _: () = assert!(size_of::<Counters>() == (6 + SkipReason::COUNT + 2 + ERSPAN_SESSIONS) * 8);
+const _: () =
+    assert!(size_of::<Counters>() == (6 + SkipReason::COUNT + 2 + ERSPAN_SESSIONS + 2) * 8);
 
 impl Default for Counters {
     fn default() -> Self {
@@ -339,6 +344,8 @@ impl Default for Counters {
             mirror_truncated: 0,
             mirror_sessionless: 0,
             mirror_sessions: [0; ERSPAN_SESSIONS],
+            egress_frames: 0,
+            pause_insert_failures: 0,
         }
     }
 }
@@ -392,6 +399,8 @@ impl Counters {
         for (a, b) in self.mirror_sessions.iter_mut().zip(o.mirror_sessions) {
             *a += b;
         }
+        self.egress_frames += o.egress_frames;
+        self.pause_insert_failures += o.pause_insert_failures;
     }
 }
 

@@ -5,15 +5,17 @@
 
 pub mod flow;
 pub mod parse;
+pub mod pause;
 pub mod wire;
 
 pub use flow::{
     Counters, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MirrorOf, TickClock, mirror_key,
 };
 pub use parse::{
-    Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, RocePacket, SkipReason, Transport,
-    VlanTag, parse, parse_frame, parse_frame_from, parse_from,
+    Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, Pause, RocePacket, SkipReason,
+    Transport, VlanTag, parse, parse_frame, parse_frame_from, parse_from,
 };
+pub use pause::{LINK_PAUSE, PAUSE_CLASSES, PauseKey, PauseStats};
 
 /// Map names shared by the kernel object and the loader.
 pub mod maps {
@@ -25,6 +27,8 @@ pub mod maps {
     pub const FLOWS_SHARED: &str = "FLOWS_SHARED";
     /// Counters of the baseline program (frames only), used by the benchmark.
     pub const BASELINE: &str = "BASELINE";
+    /// PAUSE / PFC frames per sender and priority (`PauseKey` -> `PauseStats`, per-CPU LRU).
+    pub const PAUSES: &str = "PAUSES";
 }
 
 /// Program names in the kernel object.
@@ -43,3 +47,5 @@ pub mod programs {
 
 /// Default capacity of the flow table.
 pub const DEFAULT_MAX_FLOWS: u32 = 16_384;
+/// Capacity of the pause table (senders of PAUSE / PFC frames: switch ports and NICs).
+pub const MAX_PAUSE_SENDERS: u32 = 1024;

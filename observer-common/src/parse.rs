@@ -50,7 +50,7 @@ fn be32<B: Bytes + ?Sized>(b: &B, off: usize) -> Option<u32> {
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SkipReason {
-    /// EtherType is neither IPv4 nor IPv6 (ARP, LLDP, PFC, ...).
+    /// EtherType is neither IPv4 nor IPv6 (ARP, LLDP, ...) nor MAC control.
     NotIp = 0,
     /// IP, but the payload is not UDP.
     NotUdp = 1,
@@ -72,10 +72,13 @@ pub enum SkipReason {
     GreUnsupported = 8,
     /// An ERSPAN type III copy whose frame type is not Ethernet.
     MirrorNotEthernet = 9,
+    /// A MAC control frame (EtherType 0x8808): 802.3x PAUSE and 802.1Qbb PFC, accounted per
+    /// source MAC and priority in the pause table, or another MAC control opcode.
+    MacControl = 10,
 }
 
 impl SkipReason {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
     pub const ALL: [SkipReason; Self::COUNT] = [
         Self::NotIp,
         Self::NotUdp,
@@ -87,6 +90,7 @@ impl SkipReason {
         Self::TooManyVlanTags,
         Self::GreUnsupported,
         Self::MirrorNotEthernet,
+        Self::MacControl,
     ];
 
     /// The name used in reports (`totals.skipped`).
@@ -102,6 +106,7 @@ impl SkipReason {
             Self::TooManyVlanTags => "too_many_vlan_tags",
             Self::GreUnsupported => "gre_unsupported",
             Self::MirrorNotEthernet => "mirror_not_ethernet",
+            Self::MacControl => "mac_control",
         }
     }
 }
@@ -239,6 +244,28 @@ pub struct Mirror {
     pub session: Option<u16>,
     /// The ERSPAN truncated bit: the mirror cut the copy.
     pub truncated: bool,
+}
+
+/// An 802.3x PAUSE or 802.1Qbb PFC frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pause {
+    /// The sender: the port of the device asking its peer to pause.
+    pub src_mac: [u8; 6],
+    /// `MAC_CONTROL_PFC` (0x0101) or `MAC_CONTROL_PAUSE` (0x0001).
+    pub opcode: u16,
+    /// PFC: the class-enable vector, bit p set when priority p's time is valid. PAUSE: 0.
+    pub class_enable: u8,
+    /// PFC: the pause time of each priority, in quanta of 512 bit times (0 is XON, resume).
+    /// PAUSE: the one pause time in `quanta[0]`.
+    pub quanta: [u16; wire::PFC_PRIORITIES],
+}
+
+impl Pause {
+    /// An 802.1Qbb PFC frame (else 802.3x PAUSE).
+    #[inline(always)]
+    pub const fn is_pfc(&self) -> bool {
+        self.opcode == wire::MAC_CONTROL_PFC
+    }
 }
 
 /// A VLAN tag (802.1Q or 802.1ad).
@@ -417,11 +444,32 @@ fn vlan_tag(tpid: u16, tci: u16) -> VlanTag {
 }
 
 /// A parsed frame: the RoCE packet or why not, and the mirror header it came in, if any (also
-/// for copies whose inner frame is not RoCE, which mirror sessions count).
+/// for copies whose inner frame is not RoCE, which mirror sessions count), and the PAUSE / PFC
+/// frame it is (then `result` is `Err(MacControl)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Parsed {
     pub result: Result<RocePacket, SkipReason>,
     pub mirror: Option<Mirror>,
+    /// A PAUSE / PFC frame: the offset of its Ethernet header (the inner frame of a mirror
+    /// copy); [`NO_PAUSE`] otherwise. Read it with [`Parsed::pause`]. An offset, not the frame's
+    /// values: a larger `Parsed` made LLVM compute on a register holding a packet pointer (an
+    /// undefined payload), which the BPF verifier rejects; and pause frames are rare.
+    pub pause_at: u32,
+}
+
+/// [`Parsed::pause_at`] of a frame that is no PAUSE / PFC frame.
+pub const NO_PAUSE: u32 = u32::MAX;
+
+impl Parsed {
+    /// The PAUSE / PFC frame this is (`b`: the frame that was parsed), if it is one.
+    #[inline(always)]
+    pub fn pause<B: Bytes + ?Sized>(&self, b: &B) -> Option<Pause> {
+        if self.pause_at == NO_PAUSE {
+            return None;
+        }
+        let p = read_pause(b, self.pause_at as usize);
+        if p.opcode != 0 { Some(p) } else { None }
+    }
 }
 
 /// Parses one Ethernet frame.
@@ -434,12 +482,70 @@ pub fn parse<B: Bytes + ?Sized>(b: &B) -> Result<RocePacket, SkipReason> {
 #[inline(always)]
 pub fn parse_frame<B: Bytes + ?Sized>(b: &B) -> Parsed {
     match be16(b, 12) {
+        Some(wire::ETHERTYPE_MAC_CONTROL) => {
+            let (result, pause_at) = mac_control(b, 0);
+            Parsed {
+                result: Err(result),
+                mirror: None,
+                pause_at,
+            }
+        }
         Some(ethertype) => parse_frame_from(b, ethertype, wire::ETH_HEADER_LEN),
         None => Parsed {
             result: Err(SkipReason::Truncated),
             mirror: None,
+            pause_at: NO_PAUSE,
         },
     }
+}
+
+/// Bytes of a MAC control frame from its EtherType on that PAUSE and PFC use: EtherType, opcode,
+/// class-enable vector and eight times. A PAUSE frame is padded to the 60-byte minimum, so its
+/// 6 bytes and padding are there too unless cut.
+const MAC_CONTROL_LEN: usize = 22;
+
+/// The MAC control frame whose Ethernet header starts at `eth`: `MacControl`, and `eth` when it
+/// is a PAUSE / PFC frame ([`NO_PAUSE`] for other opcodes); or `Truncated` when cut in its times.
+#[inline(always)]
+fn mac_control<B: Bytes + ?Sized>(b: &B, eth: usize) -> (SkipReason, u32) {
+    match b.load::<[u8; MAC_CONTROL_LEN]>(eth + 12) {
+        None => (SkipReason::Truncated, NO_PAUSE),
+        Some(h) => match u16::from_be_bytes([h[2], h[3]]) {
+            wire::MAC_CONTROL_PAUSE | wire::MAC_CONTROL_PFC => (SkipReason::MacControl, eth as u32),
+            _ => (SkipReason::MacControl, NO_PAUSE),
+        },
+    }
+}
+
+/// The PAUSE / PFC frame whose Ethernet header starts at `eth` (opcode 0 when it is none).
+#[inline(always)]
+pub fn read_pause<B: Bytes + ?Sized>(b: &B, eth: usize) -> Pause {
+    let mut pause = Pause::default();
+    let (Some(src_mac), Some(h)) = (
+        b.load::<[u8; 6]>(eth + 6),
+        b.load::<[u8; MAC_CONTROL_LEN]>(eth + 12),
+    ) else {
+        return pause;
+    };
+    if u16::from_be_bytes([h[0], h[1]]) != wire::ETHERTYPE_MAC_CONTROL {
+        return pause;
+    }
+    let opcode = u16::from_be_bytes([h[2], h[3]]);
+    pause.src_mac = src_mac;
+    if opcode == wire::MAC_CONTROL_PAUSE {
+        pause.opcode = opcode;
+        pause.quanta[0] = u16::from_be_bytes([h[4], h[5]]);
+    } else if opcode == wire::MAC_CONTROL_PFC {
+        pause.opcode = opcode;
+        // The vector is 16 bits; 802.1Qbb uses the low 8 (the high octet is reserved).
+        pause.class_enable = h[5];
+        let mut p = 0;
+        while p < wire::PFC_PRIORITIES {
+            pause.quanta[p] = u16::from_be_bytes([h[6 + 2 * p], h[7 + 2 * p]]);
+            p += 1;
+        }
+    }
+    pause
 }
 
 /// Parses what follows a link-layer header whose EtherType / protocol field was `ethertype`,
@@ -461,6 +567,7 @@ pub fn parse_frame_from<B: Bytes + ?Sized>(b: &B, ethertype: u16, off: usize) ->
         L3::Done(result) => Parsed {
             result,
             mirror: None,
+            pause_at: NO_PAUSE,
         },
         L3::Gre(gre) => decapsulate(b, gre),
     }
@@ -479,10 +586,17 @@ fn decapsulate<B: Bytes + ?Sized>(b: &B, gre: usize) -> Parsed {
     // Plain matches, no Result combinators: LLVM outlines their closures into BPF subprograms,
     // where the verifier loses the packet bounds.
     let (mirror, inner) = gre_mirror(b, gre);
+    let mut pause_at = NO_PAUSE;
     let result = match inner {
         Err(reason) => Err(reason),
         Ok(inner) => match be16(b, inner + 12) {
             None => Err(SkipReason::Truncated),
+            // A mirror that copies MAC control frames: PFC seen on the mirrored link.
+            Some(wire::ETHERTYPE_MAC_CONTROL) => {
+                let (reason, at) = mac_control(b, inner);
+                pause_at = at;
+                Err(reason)
+            }
             Some(ethertype) => {
                 match parse_l3::<B, false>(b, ethertype, inner + wire::ETH_HEADER_LEN) {
                     L3::Done(Ok(mut p)) => {
@@ -495,7 +609,11 @@ fn decapsulate<B: Bytes + ?Sized>(b: &B, gre: usize) -> Parsed {
             }
         },
     };
-    Parsed { result, mirror }
+    Parsed {
+        result,
+        mirror,
+        pause_at,
+    }
 }
 
 /// The GRE and ERSPAN headers: the mirror description (once the headers say it is a mirror
@@ -678,6 +796,9 @@ fn parse_l3_inner<B: Bytes + ?Sized, const DECAP: bool>(
         p.src_ip = b.load::<[u8; 16]>(off + 8).ok_or(Truncated)?;
         p.dst_ip = b.load::<[u8; 16]>(off + 24).ok_or(Truncated)?;
         off + wire::IPV6_HEADER_LEN
+    } else if ethertype == wire::ETHERTYPE_MAC_CONTROL {
+        // Tagged, or after a link-layer header without MAC addresses: counted, not itemized.
+        return Err(MacControl);
     } else {
         return Err(NotIp);
     };

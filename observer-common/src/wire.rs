@@ -6,6 +6,16 @@ pub const ETHERTYPE_IPV6: u16 = 0x86DD;
 pub const ETHERTYPE_VLAN: u16 = 0x8100;
 pub const ETHERTYPE_QINQ: u16 = 0x88A8;
 pub const ETHERTYPE_ARP: u16 = 0x0806;
+/// MAC control (802.3 annex 31B): 802.3x PAUSE and 802.1Qbb PFC.
+pub const ETHERTYPE_MAC_CONTROL: u16 = 0x8808;
+/// MAC control opcode of an 802.3x PAUSE frame (one 16-bit pause time).
+pub const MAC_CONTROL_PAUSE: u16 = 0x0001;
+/// MAC control opcode of an 802.1Qbb PFC frame (class-enable vector, eight pause times).
+pub const MAC_CONTROL_PFC: u16 = 0x0101;
+/// PFC priorities (802.1p classes).
+pub const PFC_PRIORITIES: usize = 8;
+/// One pause quantum is 512 bit times (5.12 ns at 100 Gb/s).
+pub const PAUSE_QUANTUM_BITS: u64 = 512;
 pub const VLAN_TAG_LEN: usize = 4;
 /// Tags accepted before the IP header (802.1ad outer plus 802.1Q inner).
 pub const MAX_VLAN_TAGS: usize = 2;

@@ -5,8 +5,8 @@
 
 use observer_common::wire::op;
 use observer_common::{
-    Aeth, Bth, Counters, FlowKey, FlowStats, OpClass, RocePacket, SkipReason, Transport, VlanTag,
-    parse,
+    Aeth, Bth, Counters, FlowKey, FlowStats, LINK_PAUSE, OpClass, PauseStats, RocePacket,
+    SkipReason, Transport, VlanTag, parse, parse_frame,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -953,13 +953,62 @@ fn ip_len_comes_from_the_ip_header_not_the_capture() {
 fn not_ip() {
     let arp = raw_frame(&[], 0x0806, &[0, 1, 8, 0, 6, 4, 0, 1]);
     let lldp = raw_frame(&[], 0x88CC, &[0x02, 0x07, 0x04]);
-    let mut pfc_body = vec![0x01, 0x01, 0x00, 0x08];
-    pfc_body.extend([0xFF; 16]);
-    let pfc = raw_frame(&[], 0x8808, &pfc_body);
     let tagged_arp = raw_frame(&[(0x8100, tci(3, false, 5))], 0x0806, &[0; 28]);
-    for f in [arp, lldp, pfc, tagged_arp] {
+    for f in [arp, lldp, tagged_arp] {
         assert_eq!(parse(&f[..]), Err(SkipReason::NotIp));
     }
+}
+
+#[test]
+fn pause_and_pfc_frames() {
+    // PFC: priorities 3 and 4 enabled; priority 5's time is set but not enabled.
+    let mut pfc_body = vec![0x01, 0x01, 0x00, 0x18];
+    for q in [0u16, 0, 0, 0xFFFF, 0x0100, 0x7777, 0, 0] {
+        pfc_body.extend(q.to_be_bytes());
+    }
+    let pfc = raw_frame(&[], 0x8808, &pfc_body);
+    let parsed = parse_frame(&pfc[..]);
+    assert_eq!(parsed.result, Err(SkipReason::MacControl));
+    let p = &parsed.pause(&pfc[..]).expect("a PFC frame");
+    assert!(p.is_pfc());
+    assert_eq!(p.src_mac, pfc[6..12]);
+    assert_eq!(p.class_enable, 0x18);
+    assert_eq!(p.quanta, [0, 0, 0, 0xFFFF, 0x0100, 0x7777, 0, 0]);
+    let mut s = PauseStats::default();
+    s.record(p, 5);
+    assert_eq!(s.pfc_frames, 1);
+    assert_eq!(s.frames, [0, 0, 0, 1, 1, 0, 0, 0, 0]);
+    assert_eq!(s.quanta[3..6], [0xFFFF, 0x0100, 0]);
+
+    // 802.3x PAUSE, and its XON.
+    for (q, xon) in [(0x0200u16, 0), (0, 1)] {
+        let mut body = vec![0x00, 0x01];
+        body.extend(q.to_be_bytes());
+        let f = raw_frame(&[], 0x8808, &body);
+        let parsed = parse_frame(&f[..]);
+        let p = &parsed.pause(&f[..]).expect("a PAUSE frame");
+        assert!(!p.is_pfc());
+        let mut s = PauseStats::default();
+        s.record(p, 5);
+        assert_eq!(
+            (s.pfc_frames, s.frames[LINK_PAUSE], s.xon[LINK_PAUSE]),
+            (0, 1, xon)
+        );
+        assert_eq!(s.quanta[LINK_PAUSE], u64::from(q));
+    }
+
+    // Another MAC control opcode: counted as mac_control, no pause.
+    let gate = raw_frame(&[], 0x8808, &[0x00, 0x02, 0, 0, 0, 0]);
+    let parsed = parse_frame(&gate[..]);
+    assert_eq!(parsed.result, Err(SkipReason::MacControl));
+    assert_eq!(parsed.pause(&gate[..]), None);
+    // Tagged: counted, not itemized. Cut inside its times: truncated.
+    let tagged = raw_frame(&[(0x8100, tci(3, false, 5))], 0x8808, &pfc_body);
+    assert_eq!(parse_frame(&tagged[..]).result, Err(SkipReason::MacControl));
+    assert_eq!(parse_frame(&tagged[..]).pause(&tagged[..]), None);
+    let cut = parse_frame(&pfc[..30]);
+    assert_eq!(cut.result, Err(SkipReason::Truncated));
+    assert_eq!(cut.pause(&pfc[..30]), None);
 }
 
 #[test]
@@ -1673,13 +1722,13 @@ fn counters_record_and_merge() {
             d.record(&Err(*reason));
         }
     }
-    assert_eq!(d.skipped, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
-    assert_eq!((d.frames, d.roce_packets), (55, 0));
+    assert_eq!(d.skipped, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!((d.frames, d.roce_packets), (66, 0));
 
     let mut m = c;
     m.merge(&d);
-    assert_eq!(m.frames, 61);
-    assert_eq!(m.skipped, [2, 2, 3, 4, 7, 6, 7, 8, 9, 10]);
+    assert_eq!(m.frames, 72);
+    assert_eq!(m.skipped, [2, 2, 3, 4, 7, 6, 7, 8, 9, 10, 11]);
     assert_eq!((m.roce_packets, m.roce_bytes, m.ce_packets), (3, 1160, 1));
 }
 

@@ -20,8 +20,9 @@ mod kernel {
         programs::XdpContext,
     };
     use observer_common::{
-        Counters, DEFAULT_MAX_FLOWS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, TickClock,
-        parse::{Bytes, Plain},
+        Counters, DEFAULT_MAX_FLOWS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
+        MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, TickClock,
+        parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
     };
 
@@ -48,6 +49,15 @@ mod kernel {
     /// (the 512-byte BPF stack has no room for one).
     #[map(name = "ZERO_STATS")]
     static ZERO_STATS: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0);
+
+    /// PAUSE / PFC frames per sender (source MAC, mirror session) and priority.
+    #[map(name = "PAUSES")]
+    static PAUSES: LruPerCpuHashMap<PauseKey, PauseStats> =
+        LruPerCpuHashMap::with_max_entries(MAX_PAUSE_SENDERS, 0);
+
+    /// A zeroed PauseStats that is never written: new pause senders are inserted from it.
+    #[map(name = "ZERO_PAUSE")]
+    static ZERO_PAUSE: PerCpuArray<PauseStats> = PerCpuArray::with_max_entries(1, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -98,13 +108,22 @@ mod kernel {
                 end: $ctx.data_end(),
             };
             let parsed = parse_frame(&pkt);
-            let copy = parsed.mirror.is_some() || parsed.result.is_ok();
+            // PAUSE / PFC frames seen by XDP are copies too: a NIC consumes the real ones.
+            let copy =
+                parsed.mirror.is_some() || parsed.result.is_ok() || parsed.pause_at != NO_PAUSE;
             let roce = match COUNTERS.get_ptr_mut(0) {
                 Some(counters) => {
                     // SAFETY: a per-CPU map value; XDP runs with preemption off on this CPU.
                     let counters = unsafe { &mut *counters };
                     counters.record(&parsed.result);
                     counters.record_mirror(&parsed.mirror);
+                    if parsed.pause_at != NO_PAUSE {
+                        record_pause(
+                            &read_pause(&pkt, parsed.pause_at as usize),
+                            &parsed.mirror,
+                            counters,
+                        );
+                    }
                     match parsed.result {
                         Ok(p) => Some((p, counters)),
                         Err(_) => None,
@@ -114,6 +133,31 @@ mod kernel {
             };
             (roce, copy)
         }};
+    }
+
+    /// Accounts a PAUSE / PFC frame in the pause table (not the hot path: a hash lookup).
+    #[inline(always)]
+    fn record_pause(pause: &Pause, mirror: &Option<Mirror>, counters: &mut Counters) {
+        if pause.opcode == 0 {
+            return;
+        }
+        let key = PauseKey::of(pause, mirror);
+        let stats = match PAUSES.get_ptr_mut(&key) {
+            Some(s) => Some(s),
+            None => match ZERO_PAUSE.get_ptr(0) {
+                Some(zero) => {
+                    // SAFETY: ZERO_PAUSE is never written. EEXIST (another CPU) is fine.
+                    let _ = PAUSES.insert(&key, unsafe { &*zero }, BPF_NOEXIST as u64);
+                    PAUSES.get_ptr_mut(&key)
+                }
+                None => None,
+            },
+        };
+        match stats {
+            // SAFETY: a live map value of this CPU.
+            Some(s) => unsafe { (*s).record(pause, now_ns()) },
+            None => counters.pause_insert_failures += 1,
+        }
     }
 
     /// Accounts the frame in the counters, the flow cache and the flow table; whether it is a

@@ -2,18 +2,22 @@
 //! fills it from the kernel maps, replay and tests from frames; both use the per-flow update of
 //! observer-common, so the same frames give the same [`Aggregate`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use observer_common::{Counters, FlowKey, FlowStats, Parsed, RocePacket, SkipReason, parse_frame};
+use observer_common::{
+    Counters, FlowKey, FlowStats, Parsed, PauseKey, PauseStats, RocePacket, SkipReason, parse_frame,
+};
 
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
 /// a 40-byte key ordered in a tree cost a fifth of replay time). Reports sort the flows.
 pub type FlowMap = HashMap<FlowKey, FlowStats, rustc_hash::FxBuildHasher>;
 
-/// Flow table plus global counters.
+/// Flow table, pause table and global counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Aggregate {
     pub flows: FlowMap,
+    /// PAUSE / PFC frames per sender (few: switch ports and NICs).
+    pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
 }
 
@@ -24,12 +28,23 @@ impl Aggregate {
 
     /// Accounts one Ethernet frame seen at `ts_ns`, exactly as the kernel program does.
     pub fn push(&mut self, frame: &[u8], ts_ns: u64) -> Result<RocePacket, SkipReason> {
-        self.push_parsed(parse_frame(frame), ts_ns)
+        self.push_parsed(parse_frame(frame), frame, ts_ns)
     }
 
-    /// Accounts one parsed frame (of any link type) seen at `ts_ns`.
-    pub fn push_parsed(&mut self, parsed: Parsed, ts_ns: u64) -> Result<RocePacket, SkipReason> {
-        let Parsed { result, mirror } = parsed;
+    /// Accounts one parsed frame (of any link type; `frame` the bytes parsed) seen at `ts_ns`.
+    pub fn push_parsed(
+        &mut self,
+        parsed: Parsed,
+        frame: &[u8],
+        ts_ns: u64,
+    ) -> Result<RocePacket, SkipReason> {
+        if let Some(pause) = parsed.pause(frame) {
+            self.pauses
+                .entry(PauseKey::of(&pause, &parsed.mirror))
+                .or_default()
+                .record(&pause, ts_ns);
+        }
+        let Parsed { result, mirror, .. } = parsed;
         self.counters.record(&result);
         self.counters.record_mirror(&mirror);
         if let Ok(p) = &result {
@@ -51,11 +66,22 @@ impl Aggregate {
         self.flows.entry(key).or_default().merge(stats);
     }
 
+    /// Adds a partial view of one pause sender (a per-CPU value read from the kernel).
+    pub fn merge_pause(&mut self, key: PauseKey, stats: &PauseStats) {
+        if stats.frames_total() == 0 {
+            return;
+        }
+        self.pauses.entry(key).or_default().merge(stats);
+    }
+
     /// Adds another aggregate (another interface, another CPU).
     pub fn merge(&mut self, other: &Aggregate) {
         self.counters.merge(&other.counters);
         for (key, stats) in &other.flows {
             self.merge_flow(*key, stats);
+        }
+        for (key, stats) in &other.pauses {
+            self.merge_pause(*key, stats);
         }
     }
 
@@ -75,8 +101,19 @@ impl Aggregate {
                 (*k, s)
             })
             .collect();
+        let pauses = self
+            .pauses
+            .iter()
+            .map(|(k, s)| {
+                let mut s = *s;
+                s.first_seen_ns = 0;
+                s.last_seen_ns = 0;
+                (*k, s)
+            })
+            .collect();
         Aggregate {
             flows,
+            pauses,
             counters: self.counters,
         }
     }

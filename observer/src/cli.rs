@@ -70,6 +70,11 @@ struct DiagnoseArgs {
     /// Capacity of the kernel flow table (LRU: the least recent flows are evicted when full).
     #[arg(long, default_value_t = observer_common::DEFAULT_MAX_FLOWS)]
     max_flows: u32,
+    /// Speed of the links PAUSE / PFC frames were sent on (100G, 25G, 400G, 10000M), to turn
+    /// pause quanta into time. Host mode reads the interfaces' speed when not given; a mirror
+    /// port's own speed is not the mirrored links', so mirror mode needs it.
+    #[arg(long, value_parser = parse_link_speed, value_name = "SPEED")]
+    link_speed: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -110,6 +115,10 @@ struct ReplayArgs {
     /// No progress line on stderr (it is only shown for large files on a terminal).
     #[arg(long)]
     no_progress: bool,
+    /// Speed of the links PAUSE / PFC frames were sent on (100G, 25G, 400G, 10000M), to turn
+    /// pause quanta into time.
+    #[arg(long, value_parser = parse_link_speed, value_name = "SPEED")]
+    link_speed: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -159,6 +168,61 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("'{s}': at most a year"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses a link speed in bits/s: a number with a unit K, M, G or T (bits per second), optionally
+/// followed by `b/s` or `bps`: `100G`, `25G`, `400Gb/s`, `10000M`.
+pub fn parse_link_speed(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("b/s")
+        .or_else(|| lower.strip_suffix("bps"))
+        .unwrap_or(&lower);
+    let bad = || format!("'{t}' is not a link speed (use 100G, 25G, 400G or 10000M)");
+    let (num, unit) = body.split_at(body.len().saturating_sub(1));
+    let scale: f64 = match unit {
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "t" => 1e12,
+        _ => return Err(bad()),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let bps = v * scale;
+    if !(bps >= 1e6 && bps <= 1e13) {
+        return Err(format!("'{t}': a link speed between 1M and 10T"));
+    }
+    Ok(bps.round() as u64)
+}
+
+/// The speed the interfaces report (sysfs, Mb/s), in bits/s, when they all report the same.
+fn interfaces_speed(ifaces: &[String]) -> Option<u64> {
+    let speeds: Vec<Option<u64>> = ifaces
+        .iter()
+        .map(|i| {
+            std::fs::read_to_string(format!("/sys/class/net/{i}/speed"))
+                .ok()
+                .and_then(|s| s.trim().parse::<i64>().ok())
+                .filter(|mbps| *mbps > 0)
+                .map(|mbps| mbps as u64 * 1_000_000)
+        })
+        .collect();
+    match speeds.first() {
+        Some(Some(first)) if speeds.iter().all(|s| *s == Some(*first)) => Some(*first),
+        _ => None,
+    }
+}
+
+/// Sets the report's link speed; when pause frames were seen but no speed is known, says why in
+/// a warning (stderr and `source.warnings`).
+fn apply_link_speed(report: &mut Report, speed: Option<u64>, why_unknown: &str) {
+    report.set_link_speed(speed);
+    if report.pfc.is_some() && speed.is_none() {
+        let w = format!("PAUSE / PFC frames seen but no pause times: {why_unknown}");
+        eprintln!("roce-observer: warning: {w}");
+        report.source.warnings.push(w);
+    }
 }
 
 /// Entry point of the binary.
@@ -211,9 +275,21 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
     let window = started.elapsed().as_secs_f64();
     let agg = observer.snapshot()?;
     drop(observer);
+    let (speed, why_unknown) = match (a.link_speed, vantage) {
+        (Some(s), _) => (Some(s), ""),
+        (None, Vantage::Host) => (
+            interfaces_speed(&a.ifaces),
+            "the interfaces report no common speed; give --link-speed",
+        ),
+        (None, Vantage::Mirror { .. }) => (
+            None,
+            "a mirror port's speed is not the mirrored links'; give --link-speed",
+        ),
+    };
     let mut source = Source::live(a.ifaces, a.xdp_mode.name());
     source.mode = Some(vantage.name().to_string());
-    let report = Report::new(&agg, source, window);
+    let mut report = Report::new(&agg, source, window);
+    apply_link_speed(&mut report, speed, why_unknown);
     print_report(&report, a.json, a.top)
 }
 
@@ -231,6 +307,7 @@ fn replay(a: ReplayArgs) -> Result<()> {
         Source::pcap(replay.files.clone(), replay.warnings.clone()),
         window,
     );
+    apply_link_speed(&mut report, a.link_speed, "give --link-speed");
     if replay.unsupported_link_frames > 0 {
         report.totals.skipped.insert(
             crate::replay::UNSUPPORTED_LINK_TYPE.to_string(),
@@ -417,6 +494,23 @@ mod tests {
             Err("'9999h': at most a year".to_string())
         );
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn link_speeds() {
+        assert_eq!(parse_link_speed("100G"), Ok(100_000_000_000));
+        assert_eq!(parse_link_speed("25g"), Ok(25_000_000_000));
+        assert_eq!(parse_link_speed("400Gb/s"), Ok(400_000_000_000));
+        assert_eq!(parse_link_speed("10000M"), Ok(10_000_000_000));
+        assert_eq!(parse_link_speed("2.5Gbps"), Ok(2_500_000_000));
+        assert_eq!(parse_link_speed("1T"), Ok(1_000_000_000_000));
+        for bad in ["100", "fast", "G", "-1G", "100X", "0G", "100T"] {
+            assert!(parse_link_speed(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_link_speed("100"),
+            Err("'100' is not a link speed (use 100G, 25G, 400G or 10000M)".to_string())
+        );
     }
 
     #[test]

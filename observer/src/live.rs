@@ -15,7 +15,9 @@ use aya::{
     maps::{PerCpuArray, PerCpuHashMap},
     programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
 };
-use observer_common::{Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowSlot, FlowStats, maps, programs};
+use observer_common::{
+    Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowSlot, FlowStats, PauseKey, PauseStats, maps, programs,
+};
 
 use crate::{EBPF_OBJECT, aggregate::Aggregate};
 
@@ -349,6 +351,24 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
     for per_cpu in cache.iter() {
         for slot in per_cpu.map_err(read_err(maps::FLOW_CACHE))?.iter() {
             add(slot.key, &slot.stats);
+        }
+    }
+    let pauses_map = map(ebpf, maps::PAUSES)?;
+    let pauses: PerCpuHashMap<_, PauseKey, PauseStats> =
+        PerCpuHashMap::try_from(pauses_map).map_err(read_err(maps::PAUSES))?;
+    for entry in pauses.iter() {
+        let (key, per_cpu) = match entry {
+            Ok(kv) => kv,
+            Err(aya::maps::MapError::KeyNotFound) => continue,
+            Err(e) => return Err(read_err(maps::PAUSES)(e)),
+        };
+        for s in per_cpu.iter() {
+            let mut s = *s;
+            if s.frames_total() > 0 {
+                s.first_seen_ns = shift(s.first_seen_ns, ts_offset_ns);
+                s.last_seen_ns = shift(s.last_seen_ns, ts_offset_ns);
+            }
+            agg.merge_pause(key, &s);
         }
     }
     Ok(agg)

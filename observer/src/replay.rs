@@ -77,6 +77,7 @@ impl Link {
         let skip = |reason| Parsed {
             result: Err(reason),
             mirror: None,
+            pause_at: observer_common::parse::NO_PAUSE,
         };
         let be16 = |at: usize| f.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
         match self {
@@ -217,7 +218,7 @@ impl Replay {
     fn frame(&mut self, link: Link, data: &[u8], ts_ns: u64) {
         self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
-        let _ = self.agg.push_parsed(link.parse(data), ts_ns);
+        let _ = self.agg.push_parsed(link.parse(data), data, ts_ns);
     }
 
     fn broken(&mut self, ctx: &Ctx, what: &str) {

@@ -7,7 +7,10 @@ use std::{
     net::{IpAddr, Ipv6Addr},
 };
 
-use observer_common::{FlowKey, FlowStats, MirrorOf, OpClass, SkipReason};
+use observer_common::{
+    FlowKey, FlowStats, LINK_PAUSE, MirrorOf, OpClass, PauseKey, PauseStats, SkipReason,
+    wire::{PAUSE_QUANTUM_BITS, PFC_PRIORITIES},
+};
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::Aggregate;
@@ -22,6 +25,161 @@ pub struct Report {
     pub totals: Totals,
     /// Every flow, largest byte count first.
     pub flows: Vec<Flow>,
+    /// PAUSE / PFC frames per sender and priority; absent when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pfc: Option<PfcReport>,
+}
+
+/// The `pfc` section: who asked whom to pause, on which priority, for how long.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PfcReport {
+    /// The link speed pause times are computed for (bits/s): `--link-speed`, or the observed
+    /// interfaces' speed in host mode. Absent when unknown: `pause_ns` are then absent too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_speed_bps: Option<u64>,
+    /// Senders, most paused first.
+    pub sources: Vec<PauseSource>,
+}
+
+/// The PAUSE / PFC frames of one sender (a switch port or a NIC).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PauseSource {
+    pub src_mac: String,
+    /// Set when the frames were seen inside mirror copies; part of the sender's identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<FlowMirror>,
+    /// PFC frames (one frame may name several priorities, or none).
+    pub pfc_frames: u64,
+    /// Per PFC priority named at least once, ascending.
+    pub priorities: Vec<PausePriority>,
+    /// 802.3x PAUSE frames (the whole link); absent when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_pause: Option<PauseCounts>,
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PausePriority {
+    pub priority: u8,
+    #[serde(flatten)]
+    pub counts: PauseCounts,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PauseCounts {
+    /// Frames naming this class, XON frames included.
+    pub frames: u64,
+    /// Frames with time 0 (resume).
+    pub xon: u64,
+    /// Pause times asked for, summed, in quanta of 512 bit times.
+    pub quanta: u64,
+    /// `quanta` as time at the link speed: the pause asked for. A refresh before the previous
+    /// pause ran out overlaps it, so this bounds the time actually paused from above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_ns: Option<u64>,
+}
+
+impl PauseCounts {
+    fn of(s: &PauseStats, class: usize) -> Self {
+        Self {
+            frames: s.frames[class],
+            xon: s.xon[class],
+            quanta: s.quanta[class],
+            pause_ns: None,
+        }
+    }
+
+    fn set_speed(&mut self, bps: Option<u64>) {
+        self.pause_ns = bps.filter(|b| *b > 0).map(|bps| {
+            let ns = self.quanta as u128 * PAUSE_QUANTUM_BITS as u128 * 1_000_000_000 / bps as u128;
+            ns.min(u64::MAX as u128) as u64
+        });
+    }
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn mac_string(m: [u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+/// The mirror a key's `mirror` field names (a flow's or a pause sender's).
+fn flow_mirror(mirror: u16, truncated: u64) -> Option<FlowMirror> {
+    match MirrorOf::of(mirror) {
+        MirrorOf::Direct => None,
+        MirrorOf::Session(id) => Some(FlowMirror {
+            session: Some(id),
+            kind: None,
+            truncated,
+        }),
+        MirrorOf::Kind(k) => Some(FlowMirror {
+            session: None,
+            kind: Some(k.name().to_string()),
+            truncated,
+        }),
+    }
+}
+
+impl PauseSource {
+    pub fn new(key: &PauseKey, s: &PauseStats) -> Self {
+        Self {
+            src_mac: mac_string(key.src_mac),
+            mirror: flow_mirror(key.mirror, 0),
+            pfc_frames: s.pfc_frames,
+            priorities: (0..PFC_PRIORITIES)
+                .filter(|p| s.frames[*p] > 0)
+                .map(|p| PausePriority {
+                    priority: p as u8,
+                    counts: PauseCounts::of(s, p),
+                })
+                .collect(),
+            link_pause: (s.frames[LINK_PAUSE] > 0).then(|| PauseCounts::of(s, LINK_PAUSE)),
+            first_seen_ns: s.first_seen_ns,
+            last_seen_ns: s.last_seen_ns,
+        }
+    }
+
+    /// Quanta asked for on every class.
+    pub fn total_quanta(&self) -> u64 {
+        self.priorities.iter().map(|p| p.counts.quanta).sum::<u64>()
+            + self.link_pause.as_ref().map_or(0, |l| l.quanta)
+    }
+}
+
+impl PfcReport {
+    /// The section for an aggregate's pause table, or none when it is empty.
+    pub fn new(pauses: &BTreeMap<PauseKey, PauseStats>) -> Option<Self> {
+        let mut sources: Vec<PauseSource> = pauses
+            .iter()
+            .filter(|(_, s)| s.frames_total() > 0)
+            .map(|(k, s)| PauseSource::new(k, s))
+            .collect();
+        sources.sort_by(|a, b| {
+            b.total_quanta()
+                .cmp(&a.total_quanta())
+                .then(a.src_mac.cmp(&b.src_mac))
+        });
+        (!sources.is_empty()).then_some(Self {
+            link_speed_bps: None,
+            sources,
+        })
+    }
+
+    /// Sets the link speed and the pause times that follow from it (none clears them).
+    pub fn set_link_speed(&mut self, bps: Option<u64>) {
+        self.link_speed_bps = bps.filter(|b| *b > 0);
+        for src in &mut self.sources {
+            for p in &mut src.priorities {
+                p.counts.set_speed(self.link_speed_bps);
+            }
+            if let Some(l) = &mut src.link_pause {
+                l.set_speed(self.link_speed_bps);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -201,19 +359,7 @@ impl Flow {
             dst_ip: ip_of(key.dst_ip),
             udp_src_port: key.udp_src_port,
             dest_qp: key.dest_qp,
-            mirror: match MirrorOf::of(key.mirror) {
-                MirrorOf::Direct => None,
-                MirrorOf::Session(id) => Some(FlowMirror {
-                    session: Some(id),
-                    kind: None,
-                    truncated: s.mirror_truncated,
-                }),
-                MirrorOf::Kind(k) => Some(FlowMirror {
-                    session: None,
-                    kind: Some(k.name().to_string()),
-                    truncated: s.mirror_truncated,
-                }),
-            },
+            mirror: flow_mirror(key.mirror, s.mirror_truncated),
             packets: s.packets,
             bytes: s.bytes,
             ecn: Ecn {
@@ -313,6 +459,14 @@ impl Report {
                 mirror: mirror_totals(c),
             },
             flows,
+            pfc: PfcReport::new(&agg.pauses),
+        }
+    }
+
+    /// Sets the link speed of the `pfc` section (pause times follow from it).
+    pub fn set_link_speed(&mut self, bps: Option<u64>) {
+        if let Some(pfc) = &mut self.pfc {
+            pfc.set_link_speed(bps);
         }
     }
 
@@ -398,6 +552,9 @@ impl Report {
                 );
             }
         }
+        if let Some(pfc) = &self.pfc {
+            render_pfc(&mut out, pfc, top);
+        }
         let skipped: Vec<String> = t
             .skipped
             .iter()
@@ -408,6 +565,78 @@ impl Report {
             let _ = writeln!(out, "\nnot RoCEv2: {}", skipped.join(", "));
         }
         out
+    }
+}
+
+/// The PAUSE / PFC table: a row per sender and class.
+fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
+    let speed = match pfc.link_speed_bps {
+        Some(bps) => format!("pause time at {}", human_rate(bps as f64)),
+        None => "pause time unknown: give --link-speed".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "\nPFC / PAUSE from {} senders ({speed})",
+        pfc.sources.len()
+    );
+    let _ = writeln!(
+        out,
+        "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
+        "SOURCE MAC", "MIRROR", "PRIO", "FRAMES", "XON", "QUANTA", "PAUSE TIME"
+    );
+    for src in pfc.sources.iter().take(top) {
+        let mirror = match &src.mirror {
+            None => "-".to_string(),
+            Some(FlowMirror {
+                session: Some(id), ..
+            }) => format!("session {id}"),
+            Some(m) => m.kind.clone().unwrap_or_default(),
+        };
+        let rows = src
+            .priorities
+            .iter()
+            .map(|p| (p.priority.to_string(), &p.counts))
+            .chain(src.link_pause.iter().map(|l| ("all".to_string(), l)));
+        for (class, c) in rows {
+            let _ = writeln!(
+                out,
+                "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
+                src.src_mac,
+                mirror,
+                class,
+                c.frames,
+                c.xon,
+                c.quanta,
+                c.pause_ns.map_or("-".to_string(), human_duration)
+            );
+        }
+        if src.priorities.is_empty() && src.link_pause.is_none() {
+            let _ = writeln!(
+                out,
+                "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
+                src.src_mac, mirror, "none", src.pfc_frames, 0, 0, "-"
+            );
+        }
+    }
+    if pfc.sources.len() > top {
+        let _ = writeln!(
+            out,
+            "  ... {} more senders (--top N, or --json for all)",
+            pfc.sources.len() - top
+        );
+    }
+}
+
+fn human_duration(ns: u64) -> String {
+    let v = ns as f64;
+    if v >= 1e9 {
+        format!("{:.2} s", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2} ms", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.2} us", v / 1e3)
+    } else {
+        format!("{ns} ns")
     }
 }
 

@@ -22,7 +22,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use observer_common::wire::{self, op};
-use observer_common::{Bth, Counters, FlowKey, FlowStats, OpClass, SkipReason, VlanTag};
+use observer_common::{
+    Bth, Counters, FlowKey, FlowStats, LINK_PAUSE, Mirror, MirrorKind, OpClass, Pause, PauseKey,
+    PauseStats, SkipReason, VlanTag, mirror_key,
+};
 
 const MASK24: u32 = wire::PSN_MASK;
 /// AETH syndrome of a plain ACK with an unlimited credit count.
@@ -718,10 +721,12 @@ pub struct Frame {
 }
 
 /// What the observer must report. In `flows`, `first_seen_ns`, `last_seen_ns`, `psn_next_lo`,
-/// `psn_next_hi` and `psn_valid` are left 0; `counters.flow_insert_failures` is 0.
+/// `psn_next_hi` and `psn_valid` are left 0; `counters.flow_insert_failures` is 0. In `pauses`,
+/// `first_seen_ns` and `last_seen_ns` are left 0.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Truth {
     pub flows: BTreeMap<FlowKey, FlowStats>,
+    pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
 }
 
@@ -783,6 +788,45 @@ impl Workload {
             None => self.truth.counters.mirror_sessionless += 1,
         }
         self.push_noise(bytes, reason);
+    }
+
+    /// Appends a PAUSE / PFC frame, as a mirror copy through `encap` when given, and accounts
+    /// it: per enabled priority (PFC) or as 802.3x PAUSE, a frame, its quanta, XON when 0.
+    pub fn push_pause(&mut self, pause: &Pause, encap: Option<Encap>) {
+        let frame = if pause.is_pfc() {
+            pfc_frame(pause.src_mac, pause.class_enable, pause.quanta)
+        } else {
+            pause_frame(pause.src_mac, pause.quanta[0])
+        };
+        let mirror = encap.map(Encap::mirror);
+        let key = PauseKey {
+            src_mac: pause.src_mac,
+            mirror: mirror.as_ref().map_or(0, mirror_key),
+        };
+        let s = self.truth.pauses.entry(key).or_default();
+        let mut count = |class: usize, quanta: u16| {
+            s.frames[class] += 1;
+            s.quanta[class] += u64::from(quanta);
+            s.xon[class] += u64::from(quanta == 0);
+        };
+        if pause.is_pfc() {
+            s.pfc_frames += 1;
+            for (p, &quanta) in pause.quanta.iter().enumerate() {
+                if pause.class_enable & (1 << p) != 0 {
+                    count(p, quanta);
+                }
+            }
+        } else {
+            count(LINK_PAUSE, pause.quanta[0]);
+        }
+        match encap {
+            None => self.push_noise(frame, SkipReason::MacControl),
+            Some(e) => {
+                let m = e.mirror();
+                self.truth.counters.mirror_truncated += u64::from(m.truncated);
+                self.push_mirror_noise(encapsulate(&frame, e), SkipReason::MacControl, m.session);
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -1458,6 +1502,11 @@ pub fn basic_noise() -> Vec<(Vec<u8>, SkipReason)> {
     let cut = base.to_bytes()[..base.bth_end() - 5].to_vec();
     vec![
         (arp_request(), NotIp),
+        // MAC control with an opcode other than PAUSE / PFC (0x0002, EPON GATE).
+        (
+            mac_control_frame(host_mac(0x303), 0x0002, &[0; 6]),
+            MacControl,
+        ),
         (ipv4_packet(wire::IPPROTO_TCP, &tcp_syn(4791)), NotUdp),
         (
             ipv4_packet(wire::IPPROTO_UDP, &udp_datagram(5353, 53, &[0; 17])),
@@ -1529,8 +1578,10 @@ fn erspan3_not_ethernet(inner: &[u8]) -> Vec<u8> {
 pub fn extra_noise() -> Vec<(Vec<u8>, SkipReason)> {
     use SkipReason::*;
     let base = noise_base();
-    let mut pfc = vec![0x01, 0x01, 0x00, 0x08];
-    pfc.extend((0..8).flat_map(|i| if i == 3 { [0xFF, 0xFF] } else { [0, 0] }));
+    // A tagged PFC frame (MAC control is untagged; counted, not itemized) and one cut in its times.
+    let mut tagged_pfc = pfc_frame(host_mac(0x302), 0x08, quanta_at(3, 0xFFFF));
+    tagged_pfc.splice(12..12, [0x81, 0x00, 0x60, 0x64]);
+    let cut_pfc = pfc_frame(host_mac(0x302), 0x08, quanta_at(3, 0xFFFF))[..30].to_vec();
     let mut tagged_arp = arp_request();
     tagged_arp.splice(12..12, [0x81, 0x00, 0x60, 0x64]);
     let mut four_tags = base.clone();
@@ -1542,7 +1593,8 @@ pub fn extra_noise() -> Vec<(Vec<u8>, SkipReason)> {
     let mut vlan = base.clone();
     vlan.vlans = vec![tag(wire::ETHERTYPE_VLAN, 7)];
     vec![
-        (ether([0x01, 0x80, 0xC2, 0, 0, 0x01], 0x8808, &pfc), NotIp),
+        (tagged_pfc, MacControl),
+        (cut_pfc, Truncated),
         (
             ether([0x01, 0x80, 0xC2, 0, 0, 0x0E], 0x88CC, &[0; 46]),
             NotIp,
@@ -1598,6 +1650,85 @@ pub enum Encap {
     },
     /// GRE transparent Ethernet bridging (0x6558), with a GRE key.
     Teb,
+}
+
+impl Encap {
+    /// The mirror header the observer reads from a copy made this way.
+    pub fn mirror(self) -> Mirror {
+        let (kind, session, truncated) = match self {
+            Encap::ErspanI => (MirrorKind::ErspanI, None, false),
+            Encap::ErspanII { session, truncated } => {
+                (MirrorKind::ErspanII, Some(session & 0x03FF), truncated)
+            }
+            Encap::ErspanIII {
+                session, truncated, ..
+            } => (MirrorKind::ErspanIII, Some(session & 0x03FF), truncated),
+            Encap::Teb => (MirrorKind::Teb, None, false),
+        };
+        Mirror {
+            kind,
+            session,
+            truncated,
+        }
+    }
+}
+
+/// Destination of MAC control frames (802.3 annex 31B): never forwarded by a bridge.
+pub const MAC_CONTROL_DST: [u8; 6] = [0x01, 0x80, 0xC2, 0x00, 0x00, 0x01];
+
+/// A MAC control frame from `src` with `opcode` and `body`, padded to the 60-byte minimum.
+fn mac_control_frame(src: [u8; 6], opcode: u16, body: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(60);
+    b.extend_from_slice(&MAC_CONTROL_DST);
+    b.extend_from_slice(&src);
+    put16(&mut b, wire::ETHERTYPE_MAC_CONTROL);
+    put16(&mut b, opcode);
+    b.extend_from_slice(body);
+    b.resize(b.len().max(60), 0);
+    b
+}
+
+/// An 802.1Qbb PFC frame from `src`: the class-enable vector and eight pause times in quanta.
+pub fn pfc_frame(src: [u8; 6], class_enable: u8, quanta: [u16; 8]) -> Vec<u8> {
+    let mut body = vec![0, class_enable];
+    for q in quanta {
+        body.extend_from_slice(&q.to_be_bytes());
+    }
+    mac_control_frame(src, wire::MAC_CONTROL_PFC, &body)
+}
+
+/// An 802.3x PAUSE frame from `src` asking for `quanta` (0: XON).
+pub fn pause_frame(src: [u8; 6], quanta: u16) -> Vec<u8> {
+    mac_control_frame(src, wire::MAC_CONTROL_PAUSE, &quanta.to_be_bytes())
+}
+
+/// A PFC frame's description for [`Workload::push_pause`].
+pub fn pfc(src: [u8; 6], class_enable: u8, quanta: [u16; 8]) -> Pause {
+    Pause {
+        src_mac: src,
+        opcode: wire::MAC_CONTROL_PFC,
+        class_enable,
+        quanta,
+    }
+}
+
+/// An 802.3x PAUSE frame's description for [`Workload::push_pause`].
+pub fn link_pause(src: [u8; 6], quanta: u16) -> Pause {
+    let mut q = [0; 8];
+    q[0] = quanta;
+    Pause {
+        src_mac: src,
+        opcode: wire::MAC_CONTROL_PAUSE,
+        class_enable: 0,
+        quanta: q,
+    }
+}
+
+/// Quanta with `q` for priority `p` and 0 elsewhere.
+pub fn quanta_at(p: usize, q: u16) -> [u16; 8] {
+    let mut a = [0; 8];
+    a[p & 7] = q;
+    a
 }
 
 /// Wraps the Ethernet frame `inner` as a mirror copy: outer Ethernet, IPv4 from the mirror
@@ -1672,13 +1803,14 @@ pub fn encapsulate(inner: &[u8], encap: Encap) -> Vec<u8> {
 
 /// The scenarios meant to be written to capture files: plain, complete frames only (no
 /// deliberately broken ones), so any dissector must agree with the truth on every frame.
-pub const USER_SCENARIOS: [&str; 6] = [
+pub const USER_SCENARIOS: [&str; 7] = [
     "clean",
     "incast",
     "loss",
     "mixed-dscp",
     "ipv6-vlan",
     "many-qps",
+    "pfc",
 ];
 
 /// (name, one-line description) of every scenario.
@@ -1716,6 +1848,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "ipv6-vlan",
         "IPv6 (with and without flow label), 802.1Q (PCP 3) and QinQ (0x88A8 + 0x8100) flows, IPv4 and IPv6, interleaved with untagged IPv4",
     ),
+    (
+        "pfc",
+        "RoCE on 4 QPs with a PFC storm on priority 3 (refreshed, then XON), PFC on priorities 3+4, an empty class-enable vector, and 802.3x PAUSE",
+    ),
 ];
 
 /// The names of [`SCENARIOS`], in order.
@@ -1736,6 +1872,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "loss" => loss(&mut w),
         "mixed-dscp" => mixed_dscp(&mut w),
         "ipv6-vlan" => ipv6_vlan(&mut w),
+        "pfc" => pfc_scenario(&mut w),
         _ => return None,
     }
     Some(w)
@@ -1936,12 +2073,73 @@ fn e2e(w: &mut Workload) {
     let last = wrap.last_psn();
     wrap.ack(w, last);
 
+    // PFC on priority 3 (pause, XON), an 802.3x PAUSE, and PFC copied through ERSPAN III.
+    let port = host_mac(0xF01);
+    w.push_pause(&pfc(port, 0x08, quanta_at(3, 0xFFFF)), None);
+    w.push_pause(&pfc(port, 0x18, [0, 0, 0, 0x100, 0x80, 0, 0, 0]), None);
+    w.push_pause(&pfc(port, 0x08, quanta_at(3, 0)), None);
+    w.push_pause(&link_pause(host_mac(0xF02), 0x200), None);
+    w.push_pause(
+        &pfc(port, 0x08, quanta_at(3, 0x4000)),
+        Some(Encap::ErspanIII {
+            session: 9,
+            truncated: false,
+            platform: true,
+        }),
+    );
+
     for (bytes, reason, session) in mirror_noise() {
         w.push_mirror_noise(bytes, reason, session);
     }
     for (bytes, reason) in basic_noise() {
         w.push_noise(bytes, reason);
     }
+}
+
+/// Switch ports (and a NIC) sending PAUSE / PFC frames in the `pfc` scenario.
+pub const PFC_SENDERS: [[u8; 6]; 3] = [
+    [0x02, 0x00, 0x00, 0x00, 0x0F, 0x01],
+    [0x02, 0x00, 0x00, 0x00, 0x0F, 0x02],
+    [0x02, 0x00, 0x00, 0x00, 0x0F, 0x03],
+];
+
+/// RoCE on priority 3 interleaved with a PFC storm on priority 3 from one switch port (pause
+/// refreshed, then XON), PFC on priorities 3 and 4 at once from another (times of priorities
+/// not enabled must be ignored), an empty class-enable vector, and 802.3x PAUSE from a NIC.
+fn pfc_scenario(w: &mut Workload) {
+    const RC: u8 = wire::TRANSPORT_RC;
+    let [storm, dual, nic] = PFC_SENDERS;
+    let mut qps: Vec<QpStream> = (0..4u8)
+        .map(|i| {
+            qp_v4(
+                RC,
+                5,
+                [1 + 2 * i, 2 + 2 * i],
+                [0x5001 + u32::from(i), 0x5101],
+                10,
+            )
+            .with_tos(DATA_DSCP, ECT0)
+        })
+        .collect();
+    for step in 0..40 {
+        for qp in qps.iter_mut() {
+            qp.write(w, 4096);
+            qp.ack_if_due(w, 4);
+        }
+        // Priority 3 paused for 65535 quanta, refreshed every step, released at the end.
+        let q3 = if step == 39 { 0 } else { 0xFFFF };
+        w.push_pause(&pfc(storm, 0x08, quanta_at(3, q3)), None);
+        if step % 4 == 0 {
+            let (q3, q4) = if step == 36 { (0, 0) } else { (0x1000, 0x0800) };
+            // Priority 5's time is set but not enabled: ignored.
+            w.push_pause(&pfc(dual, 0x18, [0, 0, 0, q3, q4, 0x7777, 0, 0]), None);
+        }
+        if step % 10 == 5 {
+            w.push_pause(&link_pause(nic, if step == 35 { 0 } else { 0x0200 }), None);
+        }
+    }
+    w.push_pause(&pfc(storm, 0x00, [0x1111; 8]), None);
+    ack_all(w, qps.iter_mut());
 }
 
 /// Opcodes the corpus covers: every defined opcode of every transport, the low codes reserved in
@@ -2443,6 +2641,12 @@ mod tests {
             let r = parsed.result;
             t.counters.record(&r);
             t.counters.record_mirror(&parsed.mirror);
+            if let Some(p) = parsed.pause(f.bytes.as_slice()) {
+                t.pauses
+                    .entry(PauseKey::of(&p, &parsed.mirror))
+                    .or_default()
+                    .record(&p, 0);
+            }
             if let Ok(p) = &r {
                 t.flows
                     .entry(FlowKey::of(p))
@@ -2469,6 +2673,7 @@ mod tests {
                 assert_eq!(got.flows.get(key), Some(want), "{name}: flow {key:?}");
             }
             assert_eq!(got.flows.len(), w.truth.flows.len(), "{name}: flow count");
+            assert_eq!(got.pauses, w.truth.pauses, "{name}: pauses");
         }
     }
 
@@ -2869,9 +3074,16 @@ mod tests {
             if name != "many-qps" {
                 assert!((300..5000).contains(&w.len()), "{name}: {} frames", w.len());
             }
+            // Only RoCE, and PAUSE / PFC frames (whole, each itemized in the pause table).
             let c = &w.truth.counters;
-            assert_eq!(c.roce_packets, c.frames, "{name}: skipped frames");
+            let pauses: u64 = w.truth.pauses.values().map(|s| s.frames_total()).sum();
+            assert_eq!(c.skipped[SkipReason::MacControl as usize], pauses, "{name}");
+            assert_eq!(c.roce_packets + pauses, c.frames, "{name}: skipped frames");
             for (i, f) in w.frames.iter().enumerate() {
+                if f.bytes[12..14] == wire::ETHERTYPE_MAC_CONTROL.to_be_bytes() {
+                    assert_eq!(f.bytes.len(), 60, "{name} frame {i}");
+                    continue;
+                }
                 let p = parse(f.bytes.as_slice()).unwrap();
                 assert_eq!(
                     p.ip_len as usize + 14 + 4 * usize::from(p.vlan_count),
