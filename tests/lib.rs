@@ -158,6 +158,7 @@ pub fn timeless(flows: &[roce_observer::report::Flow]) -> Vec<roce_observer::rep
             f.dest_qp,
             f.udp_src_port,
             f.mirror.as_ref().and_then(|m| m.session),
+            f.direction,
         )
     });
     v

@@ -225,3 +225,127 @@ fn consume_drops_only_in_mirror_mode() {
         "roce-observer: error: --consume needs --mode mirror (host mode never drops a packet)"
     );
 }
+
+/// The `pfc` section without times (first/last seen).
+fn timeless_pfc(r: &Report) -> Option<roce_observer::report::PfcReport> {
+    r.pfc.clone().map(|mut p| {
+        for s in &mut p.sources {
+            s.first_seen_ns = 0;
+            s.last_seen_ns = 0;
+        }
+        p
+    })
+}
+
+/// PFC and 802.3x PAUSE frames on veth, exact per sender and priority: sent directly (host
+/// mode: pause times at the interface's own speed, 10 Gb/s for veth) and as ERSPAN III copies
+/// (mirror mode: the mirror port's speed is not the mirrored links', so times need
+/// --link-speed, and a warning says so without it).
+#[test]
+fn pfc_per_priority_exact_direct_and_through_erspan() {
+    if !require_root("pfc_per_priority_exact_direct_and_through_erspan") {
+        return;
+    }
+    let w = synth::scenario("pfc").unwrap();
+    let encap = Encap::ErspanIII {
+        session: 77,
+        truncated: false,
+        platform: true,
+    };
+    let mut mirrored = synth::Workload::default();
+    // The same frames as ERSPAN III copies, with their truth rebuilt by the generator.
+    for f in &w.frames {
+        mirrored.frames.push(Frame {
+            bytes: synth::encapsulate(&f.bytes, encap),
+            ts_ns: f.ts_ns,
+        });
+    }
+    let session_key = mirror_key(&encap.mirror());
+    let mut mirrored_truth = truth_aggregate(&w.truth);
+    mirrored_truth.flows = mirrored_truth
+        .flows
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                FlowKey {
+                    mirror: session_key,
+                    ..k
+                },
+                v,
+            )
+        })
+        .collect();
+    mirrored_truth.pauses = mirrored_truth
+        .pauses
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                observer_common::PauseKey {
+                    mirror: session_key,
+                    ..k
+                },
+                v,
+            )
+        })
+        .collect();
+    mirrored_truth.counters.mirror_sessions[77] = mirrored_truth.counters.frames;
+
+    let cases: [(&[&str], &Vec<Frame>, &Aggregate, Option<u64>, bool); 3] = [
+        (
+            &["--mode", "host"],
+            &w.frames,
+            &truth_aggregate(&w.truth),
+            Some(10_000_000_000),
+            false,
+        ),
+        (
+            &["--mode", "mirror"],
+            &mirrored.frames,
+            &mirrored_truth,
+            None,
+            true,
+        ),
+        (
+            &["--mode", "mirror", "--link-speed", "100G"],
+            &mirrored.frames,
+            &mirrored_truth,
+            Some(100_000_000_000),
+            false,
+        ),
+    ];
+    for (args, frames, truth, speed, warned) in cases {
+        let lab = Lab::create("ro-pfc").unwrap();
+        let mut all = vec!["--iface", "rx0", "--duration", "1500ms", "--json"];
+        all.extend_from_slice(args);
+        let d = Diagnose::start(&lab.ns, CLI.as_ref(), &all);
+        send(&lab, frames.clone());
+        let (status, out, err) = d.finish();
+        assert!(status.success(), "{args:?}: {err}");
+        let r: Report = serde_json::from_str(&out).unwrap();
+        let mut want = Report::new(truth, r.source.clone(), r.window.seconds);
+        want.set_link_speed(speed);
+        assert_eq!(r.totals, want.totals, "{args:?}");
+        assert_eq!(timeless(&r.flows), timeless(&want.flows), "{args:?}");
+        let pfc = timeless_pfc(&r).expect("a pfc section");
+        assert_eq!(Some(pfc.clone()), timeless_pfc(&want), "{args:?}");
+        assert_eq!(pfc.link_speed_bps, speed, "{args:?}");
+        // Priority 3 of the storm sender: 39 pauses of 65535 quanta and one XON.
+        let storm = &pfc.sources[0];
+        assert_eq!(storm.src_mac, "02:00:00:00:0f:01");
+        let p3 = &storm.priorities[0];
+        assert_eq!((p3.priority, p3.counts.frames, p3.counts.xon), (3, 40, 1));
+        assert_eq!(p3.counts.quanta, 39 * 65535);
+        assert_eq!(
+            p3.counts.pause_ns,
+            speed.map(|bps| (39u128 * 65535 * 512 * 1_000_000_000 / u128::from(bps)) as u64)
+        );
+        let warning = "PAUSE / PFC frames seen but no pause times";
+        assert_eq!(
+            r.source.warnings.iter().any(|w| w.contains(warning)),
+            warned,
+            "{args:?}: {:?}",
+            r.source.warnings
+        );
+        assert_eq!(err.contains(warning), warned, "{args:?}: {err}");
+    }
+}

@@ -60,7 +60,13 @@ fn replay_of_a_synth_capture_equals_its_ground_truth() {
     let dir = Scratch::new("truth");
     let w = synth::scenario("e2e").unwrap();
     let path = synth_to(&dir, "e2e");
-    let (status, out, err) = output(Command::new(CLI).arg("replay").arg(&path).arg("--json"));
+    let (status, out, err) =
+        output(
+            Command::new(CLI)
+                .arg("replay")
+                .arg(&path)
+                .args(["--json", "--link-speed", "400G"]),
+        );
     assert!(status.success(), "{err}");
     assert!(err.is_empty(), "no warnings expected: {err}");
     let r = report(&out);
@@ -69,12 +75,33 @@ fn replay_of_a_synth_capture_equals_its_ground_truth() {
     // Capture time, not wall time: the window spans the first to the last frame.
     let span = w.frames.last().unwrap().ts_ns - w.frames[0].ts_ns;
     assert_eq!(r.window.seconds, span as f64 / 1e9);
-    let want = Report::new(
+    let mut want = Report::new(
         &truth_aggregate(&w.truth),
         r.source.clone(),
         r.window.seconds,
     );
+    want.set_link_speed(Some(400_000_000_000));
     assert_eq!(r.totals, want.totals);
+    // PAUSE / PFC senders, with the capture's times (the generator records none).
+    let mut pfc = r.pfc.clone().expect("e2e has PAUSE / PFC frames");
+    for src in &mut pfc.sources {
+        assert!(w.frames[0].ts_ns <= src.first_seen_ns && src.first_seen_ns <= src.last_seen_ns);
+        src.first_seen_ns = 0;
+        src.last_seen_ns = 0;
+    }
+    assert_eq!(Some(pfc), want.pfc);
+    // 1 quantum at 400 Gb/s is 1.28 ns: 0x200 quanta of 802.3x PAUSE are 655 ns.
+    let nic = r
+        .pfc
+        .as_ref()
+        .unwrap()
+        .sources
+        .iter()
+        .find(|s| s.link_pause.is_some());
+    assert_eq!(
+        nic.unwrap().link_pause.as_ref().unwrap().pause_ns,
+        Some(655)
+    );
     // Times are the capture's own: compare everything, timestamps included, after dropping the
     // generator's (it records none).
     let strip = |fl: &[Flow]| {

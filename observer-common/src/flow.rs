@@ -17,11 +17,15 @@ pub struct FlowKey {
     /// 24 bits.
     pub dest_qp: u32,
     pub udp_src_port: u16,
-    /// 0 for a packet seen directly. A mirror copy has bit 15 set, and then either bit 14 plus
-    /// the 10-bit ERSPAN session ID (II, III) or the `MirrorKind` in bits 12..10 (I, GRE TEB):
-    /// two mirror sessions never merge.
+    /// 0 for a packet seen directly on ingress. A mirror copy has bit 15 set, and then either
+    /// bit 14 plus the 10-bit ERSPAN session ID (II, III) or the `MirrorKind` in bits 12..10
+    /// (I, GRE TEB): two mirror sessions never merge. Bit 13 ([`DIRECTION_EGRESS`]): seen
+    /// leaving the host (TC egress, host mode).
     pub mirror: u16,
 }
+
+/// `FlowKey::mirror` bit of a packet seen leaving the host (TC egress).
+pub const DIRECTION_EGRESS: u16 = 0x2000;
 const _: () = assert!(size_of::<FlowKey>() == 40);
 
 /// `FlowKey::mirror` of a mirror copy.
@@ -59,6 +63,12 @@ impl MirrorOf {
 }
 
 impl FlowKey {
+    /// Seen leaving the host (TC egress), not arriving.
+    #[inline(always)]
+    pub const fn is_egress(&self) -> bool {
+        self.mirror & DIRECTION_EGRESS != 0
+    }
+
     #[inline(always)]
     pub fn of(p: &RocePacket) -> Self {
         Self {

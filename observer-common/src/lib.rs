@@ -9,7 +9,8 @@ pub mod pause;
 pub mod wire;
 
 pub use flow::{
-    Counters, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MirrorOf, TickClock, mirror_key,
+    Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MirrorOf,
+    TickClock, mirror_key,
 };
 pub use parse::{
     Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, Pause, RocePacket, SkipReason,
@@ -37,6 +38,8 @@ pub mod programs {
     pub const OBSERVE: &str = "roce_observe";
     /// The observer that drops every frame after accounting: mirror mode with --consume only.
     pub const OBSERVE_CONSUME: &str = "roce_observe_consume";
+    /// Host mode, TC egress: accounts transmitted frames (flow key marked egress), passes on.
+    pub const OBSERVE_EGRESS: &str = "roce_observe_egress";
     /// A program that only counts frames: the benchmark's baseline.
     pub const BASELINE: &str = "count_frames";
     /// Benchmark only: the observer without the flow cache (per-CPU LRU table lookups).

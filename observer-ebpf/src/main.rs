@@ -1,6 +1,7 @@
 //! Kernel side of roce-observer: an XDP program that parses every frame with the shared parser,
 //! accounts RoCEv2 per flow and always returns XDP_PASS (host mode never drops or changes a
-//! packet). No per-packet logging.
+//! packet), and a TC egress program that does the same for transmitted frames (flow key marked
+//! egress) and always passes on to the next program. No per-packet logging.
 //!
 //! Per flow, the hot path is a per-CPU direct-mapped cache (FLOW_CACHE, an array: the verifier
 //! inlines its lookup) in front of the per-CPU LRU flow table (FLOWS): a packet whose flow holds
@@ -13,15 +14,15 @@ mod kernel {
     use core::mem::size_of;
 
     use aya_ebpf::{
-        bindings::{BPF_NOEXIST, xdp_action},
+        bindings::{BPF_NOEXIST, TC_ACT_UNSPEC, xdp_action},
         helpers::{bpf_jiffies64, bpf_ktime_get_ns},
-        macros::{map, xdp},
+        macros::{classifier, map, xdp},
         maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray},
-        programs::XdpContext,
+        programs::{TcContext, XdpContext},
     };
     use observer_common::{
-        Counters, DEFAULT_MAX_FLOWS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
-        MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, TickClock,
+        Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot,
+        FlowStats, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, RocePacket, TickClock,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
     };
@@ -161,29 +162,66 @@ mod kernel {
     }
 
     /// Accounts the frame in the counters, the flow cache and the flow table; whether it is a
-    /// copy (decapsulated from GRE/ERSPAN, or RoCE).
-    #[inline(always)]
-    fn account(ctx: &XdpContext) -> bool {
-        let (roce, copy) = parse_and_count!(ctx);
-        if let Some((p, counters)) = roce {
-            let key = FlowKey::of(&p);
-            if let Some(slot) = FLOW_CACHE.get_ptr_mut(key.slot()) {
-                // SAFETY: this CPU's slot.
-                let slot = unsafe { &mut *slot };
-                if slot.stats.packets == 0 || slot.key != key {
-                    take_slot(slot, &key, counters);
+    /// copy (decapsulated from GRE/ERSPAN, or RoCE). `egress`: a transmitted frame (TC).
+    macro_rules! account {
+        ($ctx:expr, $egress:expr) => {{
+            let (roce, copy) = parse_and_count!($ctx);
+            if let Some((p, counters)) = roce {
+                let mut key = FlowKey::of(&p);
+                if $egress {
+                    key.mirror |= DIRECTION_EGRESS;
                 }
-                slot.stats.record(&p, now_ns());
+                account_flow(&p, &key, counters);
             }
+            copy
+        }};
+    }
+
+    /// Accounts a RoCE packet in the flow cache (and the flow table behind it).
+    #[inline(always)]
+    fn account_flow(p: &RocePacket, key: &FlowKey, counters: &mut Counters) {
+        if let Some(slot) = FLOW_CACHE.get_ptr_mut(key.slot()) {
+            // SAFETY: this CPU's slot.
+            let slot = unsafe { &mut *slot };
+            if slot.stats.packets == 0 || slot.key != *key {
+                take_slot(slot, key, counters);
+            }
+            slot.stats.record(p, now_ns());
         }
-        copy
     }
 
     /// Host and mirror mode: account, then pass every frame on unchanged.
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
-        account(&ctx);
+        account!(&ctx, false);
         xdp_action::XDP_PASS
+    }
+
+    /// Headers the parser may need, made linear in a transmitted skb whose linear part is
+    /// shorter (Ethernet + 2 VLAN tags + IPv6 + UDP + BTH + RETH is 112 bytes).
+    const EGRESS_HEADERS: u32 = 128;
+
+    /// Host mode, TC egress (tcx, or clsact): account transmitted frames with the flow key
+    /// marked egress, then pass on to the next program or filter (TC_ACT_UNSPEC is tcx's
+    /// TCX_NEXT, and cls_bpf's "continue"): never drops, redirects or changes a packet.
+    #[classifier]
+    pub fn roce_observe_egress(ctx: TcContext) -> i32 {
+        let linear = (ctx.data_end() - ctx.data()) as u32;
+        let len = ctx.len();
+        if linear < len && linear < EGRESS_HEADERS {
+            // Linearizes the headers; the packet's bytes stay as they are.
+            let _ = ctx.pull_data(if len < EGRESS_HEADERS {
+                len
+            } else {
+                EGRESS_HEADERS
+            });
+        }
+        if let Some(counters) = COUNTERS.get_ptr_mut(0) {
+            // SAFETY: a per-CPU map value; TC egress runs with bottom halves off.
+            unsafe { (*counters).egress_frames += 1 };
+        }
+        account!(&ctx, true);
+        TC_ACT_UNSPEC
     }
 
     /// Mirror mode with --consume: account, then drop the copies (GRE/ERSPAN copies and RoCE
@@ -191,7 +229,7 @@ mod kernel {
     /// Never attached in host mode.
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
-        if account(&ctx) {
+        if account!(&ctx, false) {
             xdp_action::XDP_DROP
         } else {
             xdp_action::XDP_PASS

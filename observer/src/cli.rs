@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     lab::Lab,
-    live::{AttachMode, LiveConfig, Observer, Vantage},
+    live::{AttachMode, LiveConfig, Observer, TcHook, Vantage},
     report::{Report, Source},
     synth,
 };
@@ -75,6 +75,10 @@ struct DiagnoseArgs {
     /// port's own speed is not the mirrored links', so mirror mode needs it.
     #[arg(long, value_parser = parse_link_speed, value_name = "SPEED")]
     link_speed: Option<u64>,
+    /// Host mode: the TC egress hook that sees transmitted frames (tcx from kernel 6.6,
+    /// clsact before).
+    #[arg(long, value_enum, default_value_t = TcHook::Auto)]
+    tc_hook: TcHook,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -260,6 +264,7 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
         mode: a.xdp_mode,
         vantage,
         max_flows: a.max_flows,
+        tc_hook: a.tc_hook,
     };
     let mut observer = Observer::attach(config)?;
     eprintln!(

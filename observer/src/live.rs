@@ -1,7 +1,9 @@
-//! Live capture: load the kernel object, attach the XDP observer to interfaces, read and sum
-//! the per-CPU maps into an [`Aggregate`], detach on drop.
+//! Live capture: load the kernel object, attach the XDP observer to interfaces (and in host mode
+//! the TC egress observer), read and sum the per-CPU maps into an [`Aggregate`], detach on drop.
 //!
-//! Attaching never replaces a program somebody else attached: a busy interface is an error.
+//! Attaching never replaces a program somebody else attached: a busy interface (XDP) is an
+//! error; TC egress is appended after the programs already there (tcx), or added as a new
+//! clsact filter (older kernels), and passes every packet on to them.
 
 use std::{
     ffi::CString,
@@ -13,7 +15,10 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{PerCpuArray, PerCpuHashMap},
-    programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
+    programs::{
+        ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode, tc::SchedClassifierLinkId,
+        xdp::XdpLinkId,
+    },
 };
 use observer_common::{
     Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowSlot, FlowStats, PauseKey, PauseStats, maps, programs,
@@ -39,6 +44,8 @@ pub enum LiveError {
     Load(String),
     #[error("cannot attach XDP to '{iface}': {detail}")]
     Attach { iface: String, detail: String },
+    #[error("cannot attach the TC egress observer to '{iface}': {detail}")]
+    TcAttach { iface: String, detail: String },
     #[error("cannot put '{iface}' in promiscuous mode: {detail}")]
     Promiscuous { iface: String, detail: String },
     #[error("cannot detach XDP from '{iface}': {detail}")]
@@ -81,6 +88,19 @@ impl AttachMode {
     }
 }
 
+/// Which TC egress hook host mode uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TcHook {
+    /// tcx on kernels from 6.6, clsact before.
+    #[default]
+    Auto,
+    /// tcx (kernel 6.6+): a link appended after the programs already there.
+    Tcx,
+    /// A filter on the clsact qdisc (added when missing, left afterwards), ahead of the
+    /// filters already there.
+    Clsact,
+}
+
 /// Where the observer sits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Vantage {
@@ -117,6 +137,8 @@ pub struct LiveConfig {
     pub mode: AttachMode,
     pub vantage: Vantage,
     pub max_flows: u32,
+    /// Host mode: the TC egress hook.
+    pub tc_hook: TcHook,
 }
 
 impl LiveConfig {
@@ -126,6 +148,7 @@ impl LiveConfig {
             mode: AttachMode::Auto,
             vantage: Vantage::Host,
             max_flows: DEFAULT_MAX_FLOWS,
+            tc_hook: TcHook::Auto,
         }
     }
 }
@@ -219,6 +242,8 @@ pub struct Observer {
     ebpf: Ebpf,
     config: LiveConfig,
     links: Vec<XdpLinkId>,
+    /// Host mode: the TC egress links, one per interface.
+    egress_links: Vec<SchedClassifierLinkId>,
     /// Mirror mode: promiscuous mode held on each interface (dropped after the links).
     _promiscuous: Vec<Promiscuous>,
 }
@@ -264,10 +289,23 @@ impl Observer {
                     .map_err(|e| attach_error(iface, config.mode, &e))?,
             );
         }
+        let mut egress_links = Vec::new();
+        if config.vantage == Vantage::Host {
+            let tc: &mut SchedClassifier = ebpf
+                .program_mut(programs::OBSERVE_EGRESS)
+                .ok_or_else(|| LiveError::Load(format!("no program {}", programs::OBSERVE_EGRESS)))?
+                .try_into()
+                .map_err(|e: ProgramError| load_error(&e))?;
+            tc.load().map_err(|e| load_error(&e))?;
+            for iface in &config.interfaces {
+                egress_links.push(attach_egress(tc, iface, config.tc_hook)?);
+            }
+        }
         Ok(Self {
             ebpf,
             config,
             links,
+            egress_links,
             _promiscuous: promiscuous,
         })
     }
@@ -286,6 +324,21 @@ impl Observer {
                 iface: iface.clone(),
                 detail: chain(&e),
             })?;
+        }
+        if !self.egress_links.is_empty() {
+            let tc: &mut SchedClassifier = self
+                .ebpf
+                .program_mut(programs::OBSERVE_EGRESS)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| {
+                    LiveError::Load(format!("no program {}", programs::OBSERVE_EGRESS))
+                })?;
+            for (link, iface) in self.egress_links.drain(..).zip(&self.config.interfaces) {
+                tc.detach(link).map_err(|e| LiveError::Detach {
+                    iface: iface.clone(),
+                    detail: format!("TC egress: {}", chain(&e)),
+                })?;
+            }
         }
         Ok(())
     }
@@ -441,6 +494,49 @@ fn os_error(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
         cur = err.source();
     }
     None
+}
+
+/// Attaches the TC egress observer to `iface`: tcx as the last program, or a new filter on the
+/// clsact qdisc (added when missing, and left in place afterwards: other filters may use it by
+/// then) that the kernel places ahead of the existing ones. Neither replaces anything, and the
+/// program passes every packet on.
+fn attach_egress(
+    tc: &mut SchedClassifier,
+    iface: &str,
+    hook: TcHook,
+) -> Result<SchedClassifierLinkId, LiveError> {
+    use aya::{
+        programs::{
+            LinkOrder,
+            tc::{NlOptions, TcAttachOptions},
+        },
+        util::KernelVersion,
+    };
+    let fail = |detail: String| LiveError::TcAttach {
+        iface: iface.to_string(),
+        detail,
+    };
+    let tcx = match hook {
+        TcHook::Auto => KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0)),
+        TcHook::Tcx => true,
+        TcHook::Clsact => false,
+    };
+    let options = if tcx {
+        TcAttachOptions::TcxOrder(LinkOrder::default())
+    } else {
+        if let Err(e) = aya::programs::tc::qdisc_add_clsact(iface) {
+            // EEXIST: the qdisc is there already, which is what we need.
+            if os_error(&e) != Some(libc::EEXIST) {
+                return Err(fail(chain(&e)));
+            }
+        }
+        TcAttachOptions::Netlink(NlOptions::default())
+    };
+    tc.attach_with_options(iface, TcAttachType::Egress, options)
+        .map_err(|e| match e {
+            ProgramError::UnknownInterface { name } => LiveError::UnknownInterface(name),
+            e => fail(chain(&e)),
+        })
 }
 
 fn attach_error(iface: &str, mode: AttachMode, e: &ProgramError) -> LiveError {

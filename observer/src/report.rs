@@ -243,6 +243,12 @@ pub struct Totals {
     /// RoCE packets of flows the full flow table evicted (LRU): in the totals, in no flow.
     #[serde(default)]
     pub evicted_packets: u64,
+    /// Frames seen leaving the host (TC egress, host mode), included in `frames`.
+    #[serde(default)]
+    pub egress_frames: u64,
+    /// PAUSE / PFC frames the pause table could not take (in `skipped.mac_control` only).
+    #[serde(default)]
+    pub pause_insert_failures: u64,
     /// Every skip reason, zero or not.
     pub skipped: BTreeMap<String, u64>,
     /// Mirror copies (GRE / ERSPAN), RoCE or not; absent when there were none.
@@ -281,6 +287,10 @@ pub struct Flow {
     /// Set for flows seen inside mirror copies; part of the flow's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<FlowMirror>,
+    /// "ingress" (received, or a mirror copy) or "egress" (transmitted by the observed host,
+    /// seen by the TC egress program in host mode); part of the flow's identity.
+    #[serde(default)]
+    pub direction: Direction,
     pub packets: u64,
     pub bytes: u64,
     pub ecn: Ecn,
@@ -292,6 +302,14 @@ pub struct Flow {
     pub last_seen_ns: u64,
     /// bytes * 8 / window.seconds
     pub rate_bps: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    #[default]
+    Ingress,
+    Egress,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -360,6 +378,11 @@ impl Flow {
             udp_src_port: key.udp_src_port,
             dest_qp: key.dest_qp,
             mirror: flow_mirror(key.mirror, s.mirror_truncated),
+            direction: if key.is_egress() {
+                Direction::Egress
+            } else {
+                Direction::Ingress
+            },
             packets: s.packets,
             bytes: s.bytes,
             ecn: Ecn {
@@ -434,6 +457,7 @@ impl Report {
                 .then(a.dst_ip.cmp(&b.dst_ip))
                 .then(a.dest_qp.cmp(&b.dest_qp))
                 .then(a.udp_src_port.cmp(&b.udp_src_port))
+                .then(a.direction.cmp(&b.direction))
         });
         Self {
             schema: SCHEMA.to_string(),
@@ -452,6 +476,8 @@ impl Report {
                     .roce_packets
                     .saturating_sub(c.flow_insert_failures)
                     .saturating_sub(agg.flows.values().map(|s| s.packets).sum()),
+                egress_frames: c.egress_frames,
+                pause_insert_failures: c.pause_insert_failures,
                 skipped: SkipReason::ALL
                     .iter()
                     .map(|r| (r.name().to_string(), c.skipped[*r as usize]))
@@ -528,10 +554,15 @@ impl Report {
                 "RETX"
             );
             for f in self.flows.iter().take(top) {
+                let tx = if f.direction == Direction::Egress {
+                    " (tx)"
+                } else {
+                    ""
+                };
                 let _ = writeln!(
                     out,
                     "{:<41} {:>5} {:>8} {:>11} {:>8} {:>6.2} {:>6} {:>5} {:>5} {:>5} {:>5}",
-                    format!("{} -> {}", f.src_ip, f.dst_ip),
+                    format!("{} -> {}{tx}", f.src_ip, f.dst_ip),
                     f.udp_src_port,
                     format!("0x{:06x}", f.dest_qp),
                     human_rate(f.rate_bps),
