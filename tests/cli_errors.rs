@@ -35,6 +35,10 @@ fn bad_flags_are_usage_errors() {
     for args in [
         &["diagnose", "--iface", "lo", "--duration", "ten"][..],
         &["diagnose", "--iface", "lo", "--xdp-mode", "turbo"][..],
+        &["diagnose", "--iface", "lo", "--link-speed", "fast"][..],
+        &["diagnose", "--iface", "lo", "--link-speed", "100"][..],
+        &["diagnose", "--iface", "lo", "--tc-hook", "ingress"][..],
+        &["replay", "x.pcap", "--link-speed", "0G"][..],
         &["diagnose"][..],
         &["frobnicate"][..],
     ] {
