@@ -194,7 +194,7 @@ pub fn parse_link_speed(s: &str) -> Result<u64, String> {
     };
     let v: f64 = num.trim().parse().map_err(|_| bad())?;
     let bps = v * scale;
-    if !(bps >= 1e6 && bps <= 1e13) {
+    if !(1e6..=1e13).contains(&bps) {
         return Err(format!("'{t}': a link speed between 1M and 10T"));
     }
     Ok(bps.round() as u64)
