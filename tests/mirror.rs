@@ -296,9 +296,62 @@ fn real_erspan_captures_decode_as_tshark_says() {
         }
         assert_eq!(got_reasons, reasons, "{name}: inner frames by skip reason");
         assert_eq!(c.roce_packets, 0, "{name}: no RoCE inside");
+
+        // The kernel program under BPF_PROG_TEST_RUN on the same frames: every verdict
+        // XDP_PASS, bytes unchanged, and the maps equal to the replay's aggregate.
+        if require_root(&format!(
+            "real_erspan_captures_decode_as_tshark_says ({name}, kernel)"
+        )) {
+            let frames = pcap_frames(&file);
+            assert_eq!(frames.len() as u64, c.frames, "{name}: frames");
+            let mut ebpf = load_program(programs::OBSERVE);
+            let prog = xdp_mut(&mut ebpf, programs::OBSERVE);
+            for f in &frames {
+                let mut out = vec![0u8; f.len()];
+                let run = prog
+                    .test_run(TestRunOptions {
+                        data_in: Some(f),
+                        data_out: Some(&mut out),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                assert_eq!(
+                    (run.return_value, &out),
+                    (2, f),
+                    "{name}: XDP_PASS, unchanged"
+                );
+            }
+            let kernel = read_maps(&ebpf, 0).unwrap();
+            assert_eq!(kernel.counters, r.agg.counters, "{name}: kernel counters");
+            assert_eq!(
+                kernel.comparable(),
+                r.agg.comparable(),
+                "{name}: kernel flows"
+            );
+        }
         eprintln!(
             "{name}: {} frames, sessions {:?}, reasons {reasons:?}",
             c.frames, mirror.sessions
         );
     }
+}
+
+/// The frames of a classic little-endian pcap file (what the shared ERSPAN captures are).
+fn pcap_frames(path: &std::path::Path) -> Vec<Vec<u8>> {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(
+        b[..4],
+        [0xD4, 0xC3, 0xB2, 0xA1],
+        "{}: a little-endian pcap",
+        path.display()
+    );
+    let mut frames = Vec::new();
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let caplen = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        frames.push(b[at + 16..at + 16 + caplen].to_vec());
+        at += 16 + caplen;
+    }
+    assert_eq!(at, b.len(), "{}: whole records", path.display());
+    frames
 }
