@@ -1821,7 +1821,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "e2e",
-        "demo plus IPv6, 802.1Q and QinQ, READ, SEND imm/inv, UD, atomics, RNR NAK, XRC, UC, ECN variants, mirror-truncated copies, noise for every skip reason",
+        "demo plus IPv6, 802.1Q and QinQ, READ, SEND imm/inv, UD, atomics, RNR NAK, XRC, UC, ECN variants, mirror-truncated copies, PFC and PAUSE (also inside ERSPAN III), noise for every skip reason",
     ),
     (
         "corpus",
@@ -3204,6 +3204,53 @@ mod tests {
             .count();
         assert_eq!(remarked, 2, "the re-marked QP, both directions");
         assert!(cnp_count(&w) > 0);
+    }
+
+    #[test]
+    fn pfc_scenario_pauses_priority_3_and_4_and_the_link() {
+        let w = scenario("pfc").unwrap();
+        let [storm, dual, nic] = PFC_SENDERS.map(|m| {
+            &w.truth.pauses[&PauseKey {
+                src_mac: m,
+                mirror: 0,
+            }]
+        });
+        // Storm: 39 pauses of 65535 quanta on priority 3, one XON, and one empty vector.
+        assert_eq!(
+            (storm.pfc_frames, storm.frames[3], storm.xon[3]),
+            (41, 40, 1)
+        );
+        assert_eq!(storm.quanta[3], 39 * 65535);
+        assert_eq!(
+            storm.frames.iter().sum::<u64>(),
+            40,
+            "only priority 3 named"
+        );
+        // Priorities 3 and 4 together; 5's time is not enabled and never counted.
+        assert_eq!(
+            (dual.frames[3], dual.frames[4], dual.frames[5]),
+            (10, 10, 0)
+        );
+        assert_eq!((dual.xon[3], dual.xon[4], dual.quanta[5]), (1, 1, 0));
+        // 802.3x PAUSE: the whole link.
+        assert_eq!(
+            (nic.pfc_frames, nic.frames[LINK_PAUSE], nic.xon[LINK_PAUSE]),
+            (0, 4, 1)
+        );
+        assert_eq!(nic.quanta[LINK_PAUSE], 3 * 0x200);
+        // The RoCE beside it is clean.
+        assert!(
+            w.truth
+                .flows
+                .values()
+                .all(|s| s.psn_gaps + s.psn_regressions == 0)
+        );
+        assert!(
+            w.truth
+                .flows
+                .values()
+                .any(|s| s.ops[OpClass::Write as usize] > 0)
+        );
     }
 
     #[test]
