@@ -54,6 +54,25 @@ fn bad_flags_are_usage_errors() {
         error_line(&err).starts_with("roce-observer: error: unknown scenario 'nope' (known: "),
         "{err}"
     );
+    let (status, _, err) = output(Command::new(CLI).args([
+        "diagnose",
+        "--iface",
+        "lo",
+        "--mode",
+        "mirror",
+        "--tc-hook",
+        "tcx",
+    ]));
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(
+        error_line(&err),
+        "roce-observer: error: --tc-hook needs --mode host (mirror mode attaches no TC egress program)"
+    );
+    // Non-ASCII speeds are refused, not a panic on a character boundary.
+    let (status, _, err) =
+        output(Command::new(CLI).args(["replay", "x.pcap", "--link-speed", "100€"]));
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("'100€' is not a link speed"), "{err}");
     let (status, _, err) =
         output(Command::new(CLI).args(["diagnose", "--iface", "lo", "--max-flows", "0"]));
     assert_eq!(status.code(), Some(1));

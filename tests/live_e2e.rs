@@ -178,6 +178,14 @@ fn seen_both_ways(w: &synth::Workload) -> Aggregate {
             (observer_common::FlowKey { mirror, ..k }, v)
         })
         .collect();
+    egress.pauses = egress
+        .pauses
+        .into_iter()
+        .map(|(k, v)| {
+            let mirror = k.mirror | observer_common::DIRECTION_EGRESS;
+            (observer_common::PauseKey { mirror, ..k }, v)
+        })
+        .collect();
     egress.counters.egress_frames = w.frames.len() as u64;
     let mut both = ingress;
     both.merge(&egress);
@@ -291,6 +299,24 @@ fn host_mode_sees_egress_and_ingress_and_changes_nothing() {
     let want = expected(&seen_both_ways(&w), &report);
     assert_eq!(report.totals, want.totals, "totals");
     assert_eq!(timeless(&report.flows), timeless(&want.flows), "flows");
+    // PAUSE / PFC senders apart by direction too (times aside; veth's 10 Gb/s applies to
+    // neither: e2e's pause frames include mirror copies, so no speed is assumed).
+    let strip = |r: &Report| {
+        r.pfc.clone().map(|mut p| {
+            for s in &mut p.sources {
+                (s.first_seen_ns, s.last_seen_ns) = (0, 0);
+            }
+            p
+        })
+    };
+    assert_eq!(strip(&report), strip(&want), "pfc");
+    let pfc = report.pfc.as_ref().unwrap();
+    assert!(pfc.link_speed_bps.is_none());
+    assert!(
+        pfc.sources
+            .iter()
+            .any(|s| s.direction == roce_observer::report::Direction::Egress)
+    );
     let egress_flows = report
         .flows
         .iter()
@@ -326,8 +352,9 @@ fn tcx_programs(lab: &Lab, dev: &'static str) -> usize {
         .unwrap()
 }
 
-/// Coexistence on TC egress: a program somebody else attached after ours still sees every
-/// frame (ours passes each on), and stays attached when the observer leaves.
+/// Coexistence on TC egress (tcx): a program somebody else attached earlier stays attached, the
+/// observer goes ahead of it (it sees frames before anything may drop them), passes every frame
+/// on to it, and only its own link goes when it leaves.
 #[test]
 fn egress_observer_passes_on_and_leaves_foreign_programs_alone() {
     if !require_root("egress_observer_passes_on_and_leaves_foreign_programs_alone") {
@@ -335,19 +362,9 @@ fn egress_observer_passes_on_and_leaves_foreign_programs_alone() {
     }
     let w = synth::scenario("clean").unwrap();
     let lab = Lab::create("ro-tcx").unwrap();
-    let d = Diagnose::start(
-        &lab.ns,
-        CLI.as_ref(),
-        &["--iface", "tx0", "--duration", "1500ms", "--json"],
-    );
-    assert_eq!(
-        tcx_programs(&lab, "tx0"),
-        1,
-        "the observer's egress program"
-    );
-    // The "foreign" program: another instance of the egress observer, attached after ours
-    // (tcx appends), counting into its own maps.
-    let foreign = lab
+    // The "foreign" program: another instance of the egress observer, counting into its own
+    // maps.
+    let (foreign, foreign_id) = lab
         .ns
         .run_in(|| {
             let mut ebpf = aya::EbpfLoader::new()
@@ -361,16 +378,29 @@ fn egress_observer_passes_on_and_leaves_foreign_programs_alone() {
             tc.load().unwrap();
             tc.attach("tx0", aya::programs::TcAttachType::Egress)
                 .unwrap();
-            ebpf
+            let id = tc.info().unwrap().id();
+            (ebpf, id)
         })
         .unwrap();
-    assert_eq!(tcx_programs(&lab, "tx0"), 2);
+    assert_eq!(tcx_order(&lab, "tx0"), vec![foreign_id]);
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &["--iface", "tx0", "--duration", "1500ms", "--json"],
+    );
+    let order = tcx_order(&lab, "tx0");
+    assert_eq!(order.len(), 2, "ours beside the foreign program");
+    assert_eq!(order[1], foreign_id, "ours goes first: {order:?}");
     assert_eq!(send(&lab, "tx0", &w), w.frames.len());
     let (status, out, err) = d.finish();
     assert!(status.success(), "diagnose failed: {err}");
     let report: Report = serde_json::from_str(&out).unwrap();
     assert_eq!(report.totals.egress_frames, w.frames.len() as u64);
-    assert_eq!(tcx_programs(&lab, "tx0"), 1, "the foreign program stays");
+    assert_eq!(
+        tcx_order(&lab, "tx0"),
+        vec![foreign_id],
+        "the foreign program stays"
+    );
     let theirs = roce_observer::live::read_maps(&foreign, 0).unwrap();
     assert_eq!(
         theirs.counters.egress_frames,
@@ -381,15 +411,40 @@ fn egress_observer_passes_on_and_leaves_foreign_programs_alone() {
     assert_eq!(tcx_programs(&lab, "tx0"), 0);
 }
 
-/// BPF filters on the clsact egress hook of `dev` (`tc filter show`: one "direct-action" line each).
-fn clsact_filters(lab: &Lab, dev: &str) -> usize {
+/// The ids of the tcx egress programs of `dev`, in the order they run.
+fn tcx_order(lab: &Lab, dev: &'static str) -> Vec<u32> {
+    lab.ns
+        .run_in(move || {
+            aya::programs::SchedClassifier::query_tcx(dev, aya::programs::TcAttachType::Egress)
+                .map(|(_, progs)| progs.iter().map(|p| p.id()).collect())
+                .unwrap()
+        })
+        .unwrap()
+}
+
+/// The BPF filters on the clsact egress hook of `dev` as (pref, program id), in the order they
+/// run (`tc filter show`: one "direct-action" line each; a lower pref runs first).
+fn clsact_filters(lab: &Lab, dev: &str) -> Vec<(u32, u32)> {
     let (status, out, err) = integration_tests::output(
         lab.ns
             .command("tc")
             .args(["filter", "show", "dev", dev, "egress"]),
     );
     assert!(status.success(), "tc filter show: {err}");
-    out.lines().filter(|l| l.contains("direct-action")).count()
+    let after = |words: &[&str], key: &str| -> u32 {
+        let i = words.iter().position(|w| *w == key).expect(key);
+        words[i + 1].parse().unwrap()
+    };
+    let mut v: Vec<(u32, u32)> = out
+        .lines()
+        .filter(|l| l.contains("direct-action"))
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            (after(&words, "pref"), after(&words, "id"))
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// The clsact path (kernels before 6.6, or --tc-hook clsact): the observer's filter goes ahead
@@ -401,7 +456,7 @@ fn clsact_egress_passes_on_to_the_next_filter_and_leaves_it() {
     }
     let w = synth::scenario("clean").unwrap();
     let lab = Lab::create("ro-clsact").unwrap();
-    let foreign = lab
+    let (foreign, foreign_id) = lab
         .ns
         .run_in(|| {
             use aya::programs::tc::{self, NlOptions, TcAttachOptions};
@@ -421,10 +476,13 @@ fn clsact_egress_passes_on_to_the_next_filter_and_leaves_it() {
                 TcAttachOptions::Netlink(NlOptions::default()),
             )
             .unwrap();
-            ebpf
+            let id = prog.info().unwrap().id();
+            (ebpf, id)
         })
         .unwrap();
-    assert_eq!(clsact_filters(&lab, "tx0"), 1);
+    let before = clsact_filters(&lab, "tx0");
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0].1, foreign_id);
     let d = Diagnose::start(
         &lab.ns,
         CLI.as_ref(),
@@ -438,10 +496,11 @@ fn clsact_egress_passes_on_to_the_next_filter_and_leaves_it() {
             "--json",
         ],
     );
+    let filters = clsact_filters(&lab, "tx0");
+    assert_eq!(filters.len(), 2, "ours beside the foreign filter");
     assert_eq!(
-        clsact_filters(&lab, "tx0"),
-        2,
-        "ours beside the foreign filter"
+        filters[1], before[0],
+        "ours ahead of the foreign filter: {filters:?}"
     );
     assert_eq!(
         tcx_programs(&lab, "tx0"),
@@ -460,11 +519,114 @@ fn clsact_egress_passes_on_to_the_next_filter_and_leaves_it() {
     let want = expected(&egress, &report);
     assert_eq!(report.totals, want.totals);
     assert_eq!(timeless(&report.flows), timeless(&want.flows));
-    assert_eq!(clsact_filters(&lab, "tx0"), 1, "only ours removed");
+    assert_eq!(clsact_filters(&lab, "tx0"), before, "only ours removed");
     let theirs = roce_observer::live::read_maps(&foreign, 0).unwrap();
     assert_eq!(
         theirs.counters.egress_frames,
         w.frames.len() as u64,
         "the filter after ours saw every frame"
+    );
+}
+
+/// RoCEv2 sent through the host's UDP stack with sendfile: the datagrams' payload (the BTH on)
+/// sits in page fragments, outside the skb's linear part, where the TC egress program cannot
+/// read it directly. It pulls the headers in (bytes unchanged) and counts every packet.
+#[test]
+fn egress_of_non_linear_udp_is_parsed() {
+    if !require_root("egress_of_non_linear_udp_is_parsed") {
+        return;
+    }
+    use std::net::Ipv4Addr;
+    let lab = Lab::create("ro-frags").unwrap();
+    for args in [
+        &["ip", "addr", "add", "198.18.200.1/24", "dev", "tx0"][..],
+        &["ip", "route", "add", "198.18.201.0/24", "dev", "tx0"][..],
+        &[
+            "ip",
+            "neigh",
+            "add",
+            "198.18.201.2",
+            "lladdr",
+            "02:00:00:00:02:01",
+            "dev",
+            "tx0",
+        ][..],
+    ] {
+        let (status, _, err) = integration_tests::output(lab.ns.command(args[0]).args(&args[1..]));
+        assert!(status.success(), "{args:?}: {err}");
+    }
+    let (src, dst, sport) = (
+        Ipv4Addr::new(198, 18, 200, 1),
+        Ipv4Addr::new(198, 18, 201, 2),
+        49152u16,
+    );
+    // The UDP payload of an RC WRITE middle: BTH, 1024 bytes, ICRC.
+    let mut frame = synth::RoceFrame::new(
+        synth::Ip::v4(src, dst),
+        observer_common::wire::TRANSPORT_RC | observer_common::wire::op::WRITE_MIDDLE,
+        0x00ABCD,
+    );
+    frame.payload_len = 1024;
+    let udp_payload = frame.to_bytes()[frame.bth_offset()..].to_vec();
+    let ip_len = (20 + 8 + udp_payload.len()) as u64;
+    const SENT: u64 = 50;
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &["--iface", "tx0", "--duration", "1500ms", "--json"],
+    );
+    lab.ns
+        .run_in(move || unsafe {
+            roce_observer::lab::pin_current_thread().unwrap();
+            let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+            assert!(sock >= 0);
+            let addr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+                sin_family: libc::AF_INET as u16,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(ip).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            let local = addr(src, sport);
+            assert_eq!(libc::bind(sock, (&raw const local).cast(), len), 0);
+            let remote = addr(dst, 4791);
+            assert_eq!(libc::connect(sock, (&raw const remote).cast(), len), 0);
+            let mem = libc::memfd_create(c"roce-payload".as_ptr(), 0);
+            assert!(mem >= 0);
+            let n = libc::write(mem, udp_payload.as_ptr().cast(), udp_payload.len());
+            assert_eq!(n as usize, udp_payload.len());
+            for _ in 0..SENT {
+                let mut off: libc::off_t = 0;
+                let sent = libc::sendfile(sock, mem, &mut off, udp_payload.len());
+                assert_eq!(
+                    sent as usize,
+                    udp_payload.len(),
+                    "sendfile: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            libc::close(mem);
+            libc::close(sock);
+        })
+        .unwrap();
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "diagnose failed: {err}");
+    let report: Report = serde_json::from_str(&out).unwrap();
+    assert_eq!(report.totals.skipped["truncated"], 0, "headers pulled in");
+    let f = report
+        .flows
+        .iter()
+        .find(|f| f.dest_qp == 0x00ABCD)
+        .unwrap_or_else(|| panic!("no egress flow: {out}"));
+    assert_eq!(f.direction, roce_observer::report::Direction::Egress);
+    assert_eq!(
+        (f.src_ip, f.dst_ip, f.udp_src_port),
+        (src.into(), dst.into(), sport)
+    );
+    assert_eq!(
+        (f.packets, f.bytes, f.ops.write),
+        (SENT, SENT * ip_len, SENT)
     );
 }

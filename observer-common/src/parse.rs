@@ -499,21 +499,27 @@ pub fn parse_frame<B: Bytes + ?Sized>(b: &B) -> Parsed {
     }
 }
 
-/// Bytes of a MAC control frame from its EtherType on that PAUSE and PFC use: EtherType, opcode,
-/// class-enable vector and eight times. A PAUSE frame is padded to the 60-byte minimum, so its
-/// 6 bytes and padding are there too unless cut.
-const MAC_CONTROL_LEN: usize = 22;
+/// Bytes of a PFC frame from its EtherType on: EtherType, opcode, class-enable vector and eight
+/// times.
+const PFC_LEN: usize = 22;
+/// Bytes of an 802.3x PAUSE frame from its EtherType on: EtherType, opcode, time.
+const PAUSE_LEN: usize = 6;
 
 /// The MAC control frame whose Ethernet header starts at `eth`: `MacControl`, and `eth` when it
-/// is a PAUSE / PFC frame ([`NO_PAUSE`] for other opcodes); or `Truncated` when cut in its times.
+/// is a PAUSE / PFC frame ([`NO_PAUSE`] for other opcodes); or `Truncated` when cut in its
+/// opcode or times (padding is not needed: a frame seen before the NIC pads it still counts).
 #[inline(always)]
 fn mac_control<B: Bytes + ?Sized>(b: &B, eth: usize) -> (SkipReason, u32) {
-    match b.load::<[u8; MAC_CONTROL_LEN]>(eth + 12) {
-        None => (SkipReason::Truncated, NO_PAUSE),
-        Some(h) => match u16::from_be_bytes([h[2], h[3]]) {
-            wire::MAC_CONTROL_PAUSE | wire::MAC_CONTROL_PFC => (SkipReason::MacControl, eth as u32),
-            _ => (SkipReason::MacControl, NO_PAUSE),
+    let Some(h) = b.load::<[u8; PAUSE_LEN]>(eth + 12) else {
+        return (SkipReason::Truncated, NO_PAUSE);
+    };
+    match u16::from_be_bytes([h[2], h[3]]) {
+        wire::MAC_CONTROL_PAUSE => (SkipReason::MacControl, eth as u32),
+        wire::MAC_CONTROL_PFC => match b.load::<[u8; PFC_LEN]>(eth + 12) {
+            Some(_) => (SkipReason::MacControl, eth as u32),
+            None => (SkipReason::Truncated, NO_PAUSE),
         },
+        _ => (SkipReason::MacControl, NO_PAUSE),
     }
 }
 
@@ -523,7 +529,7 @@ pub fn read_pause<B: Bytes + ?Sized>(b: &B, eth: usize) -> Pause {
     let mut pause = Pause::default();
     let (Some(src_mac), Some(h)) = (
         b.load::<[u8; 6]>(eth + 6),
-        b.load::<[u8; MAC_CONTROL_LEN]>(eth + 12),
+        b.load::<[u8; PAUSE_LEN]>(eth + 12),
     ) else {
         return pause;
     };
@@ -536,6 +542,9 @@ pub fn read_pause<B: Bytes + ?Sized>(b: &B, eth: usize) -> Pause {
         pause.opcode = opcode;
         pause.quanta[0] = u16::from_be_bytes([h[4], h[5]]);
     } else if opcode == wire::MAC_CONTROL_PFC {
+        let Some(h) = b.load::<[u8; PFC_LEN]>(eth + 12) else {
+            return pause;
+        };
         pause.opcode = opcode;
         // The vector is 16 bits; 802.1Qbb uses the low 8 (the high octet is reserved).
         pause.class_enable = h[5];

@@ -1009,6 +1009,15 @@ fn pause_and_pfc_frames() {
     let cut = parse_frame(&pfc[..30]);
     assert_eq!(cut.result, Err(SkipReason::Truncated));
     assert_eq!(cut.pause(&pfc[..30]), None);
+    // An 802.3x PAUSE needs its 6 bytes, not the padding (seen before a NIC pads it).
+    let mut pause = raw_frame(&[], 0x8808, &[0x00, 0x01, 0x12, 0x34]);
+    pause.truncate(14 + 4);
+    assert_eq!(parse_frame(&pause[..]).result, Err(SkipReason::MacControl));
+    assert_eq!(
+        parse_frame(&pause[..]).pause(&pause[..]).unwrap().quanta[0],
+        0x1234
+    );
+    assert_eq!(parse_frame(&pause[..17]).result, Err(SkipReason::Truncated));
 }
 
 #[test]

@@ -22,7 +22,8 @@ mod kernel {
     };
     use observer_common::{
         Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot,
-        FlowStats, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, RocePacket, TickClock,
+        FlowStats, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, RocePacket, SkipReason,
+        TickClock,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
     };
@@ -100,10 +101,11 @@ mod kernel {
         }
     }
 
-    /// Parses the frame and records the result in COUNTERS; the RoCE packet and the counters
-    /// if it is one, and whether the frame is a copy (a mirror copy or a RoCE packet).
+    /// Parses the frame and records the result in COUNTERS (and a PAUSE / PFC frame in PAUSES,
+    /// marked egress when `$egress`); the RoCE packet and the counters if it is one, and whether
+    /// the frame is a copy (a mirror copy, a RoCE packet, a PAUSE / PFC frame).
     macro_rules! parse_and_count {
-        ($ctx:expr) => {{
+        ($ctx:expr, $egress:expr) => {{
             let pkt = Packet {
                 start: $ctx.data(),
                 end: $ctx.data_end(),
@@ -122,6 +124,7 @@ mod kernel {
                         record_pause(
                             &read_pause(&pkt, parsed.pause_at as usize),
                             &parsed.mirror,
+                            $egress,
                             counters,
                         );
                     }
@@ -142,11 +145,14 @@ mod kernel {
         clippy::needless_borrows_for_generic_args,
         reason = "by value would copy the 240-byte zero stats onto the 512-byte BPF stack"
     )]
-    fn record_pause(pause: &Pause, mirror: &Option<Mirror>, counters: &mut Counters) {
+    fn record_pause(pause: &Pause, mirror: &Option<Mirror>, egress: bool, counters: &mut Counters) {
         if pause.opcode == 0 {
             return;
         }
-        let key = PauseKey::of(pause, mirror);
+        let mut key = PauseKey::of(pause, mirror);
+        if egress {
+            key.mirror |= DIRECTION_EGRESS;
+        }
         let stats = match PAUSES.get_ptr_mut(key) {
             Some(s) => Some(s),
             None => match ZERO_PAUSE.get_ptr(0) {
@@ -169,7 +175,7 @@ mod kernel {
     /// copy (decapsulated from GRE/ERSPAN, or RoCE). `egress`: a transmitted frame (TC).
     macro_rules! account {
         ($ctx:expr, $egress:expr) => {{
-            let (roce, copy) = parse_and_count!($ctx);
+            let (roce, copy) = parse_and_count!($ctx, $egress);
             if let Some((p, counters)) = roce {
                 let mut key = FlowKey::of(&p);
                 if $egress {
@@ -201,8 +207,8 @@ mod kernel {
         xdp_action::XDP_PASS
     }
 
-    /// Headers the parser may need, made linear in a transmitted skb whose linear part is
-    /// shorter (Ethernet + 2 VLAN tags + IPv6 + UDP + BTH + RETH is 112 bytes).
+    /// Headers the parser may need, made linear in a transmitted skb whose linear part ends
+    /// before them (Ethernet + 2 VLAN tags + IPv6 + UDP + BTH + RETH is 112 bytes).
     const EGRESS_HEADERS: u32 = 128;
 
     /// Host mode, TC egress (tcx, or clsact): account transmitted frames with the flow key
@@ -213,12 +219,20 @@ mod kernel {
         let linear = (ctx.data_end() - ctx.data()) as u32;
         let len = ctx.len();
         if linear < len && linear < EGRESS_HEADERS {
-            // Linearizes the headers; the packet's bytes stay as they are.
-            let _ = ctx.pull_data(if len < EGRESS_HEADERS {
-                len
-            } else {
-                EGRESS_HEADERS
-            });
+            // Only when the parser would stop short in the linear part: TCP and most other
+            // traffic keep their headers there, and a pull un-clones and copies the skb.
+            let pkt = Packet {
+                start: ctx.data(),
+                end: ctx.data_end(),
+            };
+            if matches!(parse_frame(&pkt).result, Err(SkipReason::Truncated)) {
+                // Linearizes the headers; the packet's bytes stay as they are.
+                let _ = ctx.pull_data(if len < EGRESS_HEADERS {
+                    len
+                } else {
+                    EGRESS_HEADERS
+                });
+            }
         }
         if let Some(counters) = COUNTERS.get_ptr_mut(0) {
             // SAFETY: a per-CPU map value; TC egress runs with bottom halves off.
@@ -290,7 +304,7 @@ mod kernel {
     /// Benchmark only: the observer without the cache, every packet looked up in `$flows`.
     macro_rules! observe_uncached {
         ($ctx:expr, $flows:expr) => {{
-            if let (Some((p, counters)), _) = parse_and_count!($ctx) {
+            if let (Some((p, counters)), _) = parse_and_count!($ctx, false) {
                 let key = FlowKey::of(&p);
                 let stats = match $flows.get_ptr_mut(&key) {
                     Some(s) => Some(s),

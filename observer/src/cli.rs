@@ -75,10 +75,10 @@ struct DiagnoseArgs {
     /// port's own speed is not the mirrored links', so mirror mode needs it.
     #[arg(long, value_parser = parse_link_speed, value_name = "SPEED")]
     link_speed: Option<u64>,
-    /// Host mode: the TC egress hook that sees transmitted frames (tcx from kernel 6.6,
-    /// clsact before).
-    #[arg(long, value_enum, default_value_t = TcHook::Auto)]
-    tc_hook: TcHook,
+    /// Host mode: the TC egress hook that sees transmitted frames: auto (tcx from kernel 6.6,
+    /// clsact before), tcx or clsact.
+    #[arg(long, value_enum, value_name = "HOOK")]
+    tc_hook: Option<TcHook>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -184,6 +184,9 @@ pub fn parse_link_speed(s: &str) -> Result<u64, String> {
         .or_else(|| lower.strip_suffix("bps"))
         .unwrap_or(&lower);
     let bad = || format!("'{t}' is not a link speed (use 100G, 25G, 400G or 10000M)");
+    if !body.is_ascii() {
+        return Err(bad());
+    }
     let (num, unit) = body.split_at(body.len().saturating_sub(1));
     let scale: f64 = match unit {
         "k" => 1e3,
@@ -259,12 +262,15 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
         (ModeArg::Host, false) => Vantage::Host,
         (ModeArg::Mirror, consume) => Vantage::Mirror { consume },
     };
+    if a.tc_hook.is_some() && vantage != Vantage::Host {
+        bail!("--tc-hook needs --mode host (mirror mode attaches no TC egress program)");
+    }
     let config = LiveConfig {
         interfaces: a.ifaces.clone(),
         mode: a.xdp_mode,
         vantage,
         max_flows: a.max_flows,
-        tc_hook: a.tc_hook,
+        tc_hook: a.tc_hook.unwrap_or_default(),
     };
     let mut observer = Observer::attach(config)?;
     eprintln!(
@@ -294,6 +300,20 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
     let mut source = Source::live(a.ifaces, a.xdp_mode.name());
     source.mode = Some(vantage.name().to_string());
     let mut report = Report::new(&agg, source, window);
+    // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
+    let mirrored = report
+        .pfc
+        .iter()
+        .flat_map(|p| &p.sources)
+        .any(|s| s.mirror.is_some());
+    let (speed, why_unknown) = if a.link_speed.is_none() && mirrored {
+        (
+            None,
+            "some came inside mirror copies, whose links' speed is unknown; give --link-speed",
+        )
+    } else {
+        (speed, why_unknown)
+    };
     apply_link_speed(&mut report, speed, why_unknown);
     print_report(&report, a.json, a.top)
 }
@@ -509,7 +529,9 @@ mod tests {
         assert_eq!(parse_link_speed("10000M"), Ok(10_000_000_000));
         assert_eq!(parse_link_speed("2.5Gbps"), Ok(2_500_000_000));
         assert_eq!(parse_link_speed("1T"), Ok(1_000_000_000_000));
-        for bad in ["100", "fast", "G", "-1G", "100X", "0G", "100T"] {
+        for bad in [
+            "100", "fast", "G", "-1G", "100X", "0G", "100T", "100€", "1µ", "€", "",
+        ] {
             assert!(parse_link_speed(bad).is_err(), "{bad}");
         }
         assert_eq!(

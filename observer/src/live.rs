@@ -2,8 +2,9 @@
 //! the TC egress observer), read and sum the per-CPU maps into an [`Aggregate`], detach on drop.
 //!
 //! Attaching never replaces a program somebody else attached: a busy interface (XDP) is an
-//! error; TC egress is appended after the programs already there (tcx), or added as a new
-//! clsact filter (older kernels), and passes every packet on to them.
+//! error; TC egress goes ahead of the programs already there (tcx: first; clsact: a new filter,
+//! which the kernel places first), sees frames before any of them can drop or redirect one, and
+//! passes every packet on to them.
 
 use std::{
     ffi::CString,
@@ -94,7 +95,7 @@ pub enum TcHook {
     /// tcx on kernels from 6.6, clsact before.
     #[default]
     Auto,
-    /// tcx (kernel 6.6+): a link appended after the programs already there.
+    /// tcx (kernel 6.6+): a link ahead of the programs already there.
     Tcx,
     /// A filter on the clsact qdisc (added when missing, left afterwards), ahead of the
     /// filters already there.
@@ -496,10 +497,11 @@ fn os_error(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
     None
 }
 
-/// Attaches the TC egress observer to `iface`: tcx as the last program, or a new filter on the
+/// Attaches the TC egress observer to `iface`: tcx as the first program, or a new filter on the
 /// clsact qdisc (added when missing, and left in place afterwards: other filters may use it by
-/// then) that the kernel places ahead of the existing ones. Neither replaces anything, and the
-/// program passes every packet on.
+/// then) that the kernel places ahead of the existing ones. First, so that it sees every frame
+/// before another program may drop or redirect it; it passes every packet on, so the others see
+/// what they saw before. Neither replaces anything.
 fn attach_egress(
     tc: &mut SchedClassifier,
     iface: &str,
@@ -522,7 +524,7 @@ fn attach_egress(
         TcHook::Clsact => false,
     };
     let options = if tcx {
-        TcAttachOptions::TcxOrder(LinkOrder::default())
+        TcAttachOptions::TcxOrder(LinkOrder::first())
     } else {
         if let Err(e) = aya::programs::tc::qdisc_add_clsact(iface) {
             // EEXIST: the qdisc is there already, which is what we need.

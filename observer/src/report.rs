@@ -48,6 +48,9 @@ pub struct PauseSource {
     /// Set when the frames were seen inside mirror copies; part of the sender's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<FlowMirror>,
+    /// "egress" for frames the observed host sent (TC egress, host mode); part of the identity.
+    #[serde(default)]
+    pub direction: Direction,
     /// PFC frames (one frame may name several priorities, or none).
     pub pfc_frames: u64,
     /// Per PFC priority named at least once, ascending.
@@ -128,6 +131,7 @@ impl PauseSource {
         Self {
             src_mac: mac_string(key.src_mac),
             mirror: flow_mirror(key.mirror, 0),
+            direction: Direction::of(key.mirror),
             pfc_frames: s.pfc_frames,
             priorities: (0..PFC_PRIORITIES)
                 .filter(|p| s.frames[*p] > 0)
@@ -161,6 +165,7 @@ impl PfcReport {
             b.total_quanta()
                 .cmp(&a.total_quanta())
                 .then(a.src_mac.cmp(&b.src_mac))
+                .then(a.direction.cmp(&b.direction))
         });
         (!sources.is_empty()).then_some(Self {
             link_speed_bps: None,
@@ -312,6 +317,17 @@ pub enum Direction {
     Egress,
 }
 
+impl Direction {
+    /// The direction a key's `mirror` field (`FlowKey::mirror`, `PauseKey::mirror`) says.
+    pub const fn of(mirror: u16) -> Self {
+        if mirror & observer_common::DIRECTION_EGRESS != 0 {
+            Self::Egress
+        } else {
+            Self::Ingress
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ecn {
     pub not_ect: u64,
@@ -378,11 +394,7 @@ impl Flow {
             udp_src_port: key.udp_src_port,
             dest_qp: key.dest_qp,
             mirror: flow_mirror(key.mirror, s.mirror_truncated),
-            direction: if key.is_egress() {
-                Direction::Egress
-            } else {
-                Direction::Ingress
-            },
+            direction: Direction::of(key.mirror),
             packets: s.packets,
             bytes: s.bytes,
             ecn: Ecn {
@@ -530,6 +542,20 @@ impl Report {
             self.flows.iter().map(|f| f.psn.missing).sum::<u64>(),
             self.flows.iter().map(|f| f.psn.regressions).sum::<u64>(),
         );
+        if t.egress_frames > 0 {
+            let _ = writeln!(
+                out,
+                "  {} of the frames seen leaving the host (TC egress): flows marked (tx)",
+                t.egress_frames
+            );
+        }
+        if t.pause_insert_failures > 0 {
+            let _ = writeln!(
+                out,
+                "  pause table full: {} PAUSE / PFC frames counted in mac_control only",
+                t.pause_insert_failures
+            );
+        }
         if t.flow_insert_failures + t.evicted_packets > 0 {
             let _ = writeln!(
                 out,
@@ -617,6 +643,7 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
     );
     for src in pfc.sources.iter().take(top) {
         let mirror = match &src.mirror {
+            None if src.direction == Direction::Egress => "(tx)".to_string(),
             None => "-".to_string(),
             Some(FlowMirror {
                 session: Some(id), ..
