@@ -3,7 +3,8 @@
 //!
 //! Cases, for both the per-CPU-map observer (`roce_observe`) and the shared-map variant
 //! (`roce_observe_shared`): a RoCE RC WRITE middle (1024 B payload) on an existing flow; the first
-//! packet of a new flow; a CNP; non-RoCE UDP (port 53); a non-IP frame (ARP).
+//! packet of a new flow; a CNP; non-RoCE UDP (port 53); a non-IP frame (ARP); the existing-flow
+//! WRITE middle as an ERSPAN III mirror copy (platform subheader); an 802.1Qbb PFC frame.
 //!
 //! Repeated cases run one frame `--repeat` times per test run (the kernel reports the average);
 //! the new-flow case runs `--new-flows` distinct-flow frames once each (a repeated frame is new
@@ -19,7 +20,9 @@ use aya::{
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use observer_common::{
-    DEFAULT_MAX_FLOWS, FlowKey, FlowStats, OpClass, SkipReason, maps, parse, programs, wire,
+    DEFAULT_MAX_FLOWS, FlowKey, FlowStats, OpClass, SkipReason, maps, parse,
+    parse::{MirrorKind, parse_frame},
+    programs, wire,
 };
 use roce_observer::EBPF_OBJECT;
 
@@ -51,7 +54,7 @@ mod frames {
     use std::net::Ipv4Addr;
 
     use observer_common::{SkipReason, wire};
-    use roce_observer::synth::{self, Ip, RoceFrame};
+    use roce_observer::synth::{self, Encap, Ip, RoceFrame};
 
     fn ip() -> Ip {
         Ip::v4(Ipv4Addr::new(198, 18, 10, 1), Ipv4Addr::new(198, 18, 10, 2))
@@ -73,6 +76,42 @@ mod frames {
         f.ecn = synth::NOT_ECT;
         f.to_bytes()
     }
+
+    /// `inner` as a switch's ERSPAN III copy (session 7, not truncated, platform subheader).
+    pub fn erspan3(inner: &[u8]) -> Vec<u8> {
+        synth::encapsulate(
+            inner,
+            Encap::ErspanIII {
+                session: 7,
+                truncated: false,
+                platform: true,
+            },
+        )
+    }
+
+    /// An 802.1Qbb PFC frame pausing priority 3 for the longest time (quanta 0xFFFF), as a
+    /// congested switch port sends it: to 01:80:C2:00:00:01, MAC control EtherType 0x8808,
+    /// opcode 0x0101, class-enable vector 0x0008, eight 16-bit quanta, zero-padded to 60 bytes.
+    pub fn pfc_priority3() -> Vec<u8> {
+        let mut f = Vec::with_capacity(PFC_FRAME_LEN);
+        f.extend_from_slice(&PFC_DST_MAC);
+        f.extend_from_slice(&synth::host_mac(0x0A01));
+        f.extend_from_slice(&wire::ETHERTYPE_MAC_CONTROL.to_be_bytes());
+        f.extend_from_slice(&wire::MAC_CONTROL_PFC.to_be_bytes());
+        f.extend_from_slice(&(1u16 << PFC_PRIORITY).to_be_bytes());
+        for priority in 0..wire::PFC_PRIORITIES {
+            let quanta: u16 = if priority == PFC_PRIORITY { 0xFFFF } else { 0 };
+            f.extend_from_slice(&quanta.to_be_bytes());
+        }
+        f.resize(PFC_FRAME_LEN, 0);
+        f
+    }
+
+    pub const PFC_DST_MAC: [u8; 6] = [0x01, 0x80, 0xC2, 0x00, 0x00, 0x01];
+    /// The paused priority.
+    pub const PFC_PRIORITY: usize = 3;
+    /// The minimum Ethernet frame without its FCS.
+    pub const PFC_FRAME_LEN: usize = 60;
 
     /// The generator's skip frame for `reason` (ARP for NotIp, IPv4 UDP to port 53 for
     /// OtherPort).
@@ -99,6 +138,7 @@ fn cases(new_flows: u32) -> Vec<Case> {
         .map(|i| frames::write_middle(0x000100 + i, 0))
         .collect();
     let cnp = frames::cnp(0x000022);
+    let erspan3 = frames::erspan3(&data);
     vec![
         Case {
             name: "roce_existing_flow",
@@ -125,6 +165,20 @@ fn cases(new_flows: u32) -> Vec<Case> {
             frames: vec![frames::noise(SkipReason::NotIp)],
             repeated: true,
         },
+        // The existing-flow frame as a mirror copy: outer Ethernet + IPv4 + GRE + ERSPAN III
+        // (12 bytes) + platform subheader (8 bytes) in front of the same inner frame.
+        Case {
+            name: "erspan3_roce_existing_flow",
+            frames: vec![erspan3],
+            repeated: true,
+        },
+        // Measures the MAC-control path: the cost of a PFC frame, which a switch sends
+        // hop by hop and only a mirror that copies MAC control frames delivers.
+        Case {
+            name: "pfc_frame",
+            frames: vec![frames::pfc_priority3()],
+            repeated: true,
+        },
     ]
 }
 
@@ -144,6 +198,26 @@ fn check_frames(cases: &[Case]) -> Result<(), String> {
                 "arp" => {
                     r.as_ref().err() == Some(&SkipReason::NotIp)
                         && f[12..14] == wire::ETHERTYPE_ARP.to_be_bytes()
+                }
+                "erspan3_roce_existing_flow" => r.as_ref().is_ok_and(|p| {
+                    p.bth.opcode == WRITE_MIDDLE
+                        && p.mirror.is_some_and(|m| {
+                            m.kind == MirrorKind::ErspanIII && m.session == Some(7) && !m.truncated
+                        })
+                }),
+                // The hand-built frame reads back as the PFC frame it means to be.
+                "pfc_frame" => {
+                    let pause = parse_frame(f.as_slice()).pause(f.as_slice());
+                    let mut quanta = [0u16; wire::PFC_PRIORITIES];
+                    quanta[frames::PFC_PRIORITY] = 0xFFFF;
+                    r.as_ref().err() == Some(&SkipReason::MacControl)
+                        && f.len() == frames::PFC_FRAME_LEN
+                        && f[..6] == frames::PFC_DST_MAC
+                        && pause.is_some_and(|p| {
+                            p.is_pfc()
+                                && p.class_enable == 1 << frames::PFC_PRIORITY
+                                && p.quanta == quanta
+                        })
                 }
                 _ => false,
             };
@@ -439,12 +513,12 @@ fn main() -> ExitCode {
             .collect();
         println!("{}", env.join(", "));
         println!(
-            "{:<20} {:<21} {:>10} {:>12} {:>7}",
+            "{:<26} {:<21} {:>10} {:>12} {:>7}",
             "case", "program", "ns/packet", "baseline ns", "ratio"
         );
         for r in &rows {
             println!(
-                "{:<20} {:<21} {:>10.1} {:>12.1} {:>6.2}x",
+                "{:<26} {:<21} {:>10.1} {:>12.1} {:>6.2}x",
                 r.case, r.program, r.ns, r.baseline_ns, r.ratio
             );
         }

@@ -50,8 +50,9 @@ enum Cmd {
         args: Vec<OsString>,
     },
     /// Setup, then run the BPF_PROG_TEST_RUN benchmark (extra arguments go to the bench binary),
-    /// then the replay throughput benchmark on whole and on 160-byte frames (bench-replay; only
-    /// --json is passed on to it).
+    /// then the replay throughput benchmark on whole and on 160-byte frames (bench-replay), then
+    /// the spread of direct RoCE and mirror copies over CPUs under RPS (bench-rss); only --json
+    /// is passed on to those.
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -113,9 +114,10 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             setup(&ws)?;
             let json: Vec<OsString> = args.iter().filter(|a| *a == "--json").cloned().collect();
             // The kernel benchmark, then offline replay throughput on whole frames and on a
-            // header-only (160-byte snaplen) capture as mirrors and sniffers take; of the extra
-            // arguments only --json applies to the replay runs.
-            let runs: [(&str, Vec<OsString>); 3] = [
+            // header-only (160-byte snaplen) capture as mirrors and sniffers take, then how
+            // receive steering spreads direct RoCE and mirror copies over CPUs; of the extra
+            // arguments only --json applies to the runs after the first.
+            let runs: [(&str, Vec<OsString>); 4] = [
                 ("bench", args),
                 (
                     "bench-replay",
@@ -125,6 +127,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     "bench-replay",
                     [&["--snaplen".into(), "160".into()][..], &json].concat(),
                 ),
+                ("bench-rss", json),
             ];
             for (bin, bin_args) in runs {
                 let code = status(
