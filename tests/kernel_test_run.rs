@@ -198,3 +198,37 @@ fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// Every program of the object passes the verifier: the ones `diagnose` attaches and the
+/// benchmark's variants (a change in the shared parser can break one program and not another).
+#[test]
+fn every_program_in_the_object_passes_the_verifier() {
+    if !require_root("every_program_in_the_object_passes_the_verifier") {
+        return;
+    }
+    let mut ebpf = aya::EbpfLoader::new()
+        .load(roce_observer::EBPF_OBJECT)
+        .expect("load object");
+    let mut names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
+    names.sort();
+    let mut want = vec![
+        programs::OBSERVE,
+        programs::OBSERVE_CONSUME,
+        programs::OBSERVE_EGRESS,
+        programs::BASELINE,
+        programs::OBSERVE_UNCACHED,
+        programs::OBSERVE_SHARED,
+    ];
+    want.sort();
+    assert_eq!(names, want);
+    for name in &names {
+        let result = match ebpf.program_mut(name).unwrap() {
+            aya::programs::Program::Xdp(p) => p.load(),
+            aya::programs::Program::SchedClassifier(p) => p.load(),
+            _ => panic!("{name}: unexpected program type"),
+        };
+        if let Err(e) = result {
+            panic!("verifier rejects {name}: {e}");
+        }
+    }
+}

@@ -120,17 +120,20 @@ mod kernel {
                     let counters = unsafe { &mut *counters };
                     counters.record(&parsed.result);
                     counters.record_mirror(&parsed.mirror);
-                    if parsed.pause_at != NO_PAUSE {
-                        record_pause(
-                            &read_pause(&pkt, parsed.pause_at as usize),
-                            &parsed.mirror,
-                            $egress,
-                            counters,
-                        );
-                    }
                     match parsed.result {
                         Ok(p) => Some((p, counters)),
-                        Err(_) => None,
+                        // Off the RoCE path: a PAUSE / PFC frame is never RoCE.
+                        Err(_) => {
+                            if parsed.pause_at != NO_PAUSE {
+                                record_pause(
+                                    &read_pause(&pkt, parsed.pause_at as usize),
+                                    &parsed.mirror,
+                                    $egress,
+                                    counters,
+                                );
+                            }
+                            None
+                        }
                     }
                 }
                 None => None,
