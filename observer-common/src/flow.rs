@@ -160,13 +160,14 @@ impl FlowStats {
                 Transport::Rc | Transport::Uc | Transport::Xrc
             )
         {
-            self.track_psn(p.bth.psn & PSN_MASK, class, p.reth_dma_len);
+            self.track_psn(p.bth.psn & PSN_MASK, class, p.has_reth, p.reth_len);
         }
     }
 
     /// PSN continuity of request packets. ACK PSNs are coalesced by design and never come here.
     #[inline(always)]
-    fn track_psn(&mut self, psn: u32, class: OpClass, dma_len: Option<u32>) {
+    /// `has_len`: the READ's RETH is there and `dma_len` is its length.
+    fn track_psn(&mut self, psn: u32, class: OpClass, has_len: bool, dma_len: u32) {
         if self.psn_valid != 0 {
             let ahead = psn_sub(psn, self.psn_next_lo);
             let window = psn_sub(self.psn_next_hi, self.psn_next_lo);
@@ -179,14 +180,14 @@ impl FlowStats {
                 self.psn_regressions += 1;
             }
         }
-        let (lo, hi) = match (class, dma_len) {
-            (OpClass::ReadRequest, Some(len)) => {
+        let (lo, hi) = match (class, has_len) {
+            (OpClass::ReadRequest, true) => {
                 // At most 2^31 bytes (the IBTA message limit): the window stays below 2^23.
-                let len = if len > 1 << 31 { 1 << 31 } else { len };
+                let len = if dma_len > 1 << 31 { 1 << 31 } else { dma_len };
                 (read_psns(len, PMTU_MAX), read_psns(len, PMTU_MIN))
             }
             // A READ cut before its RETH: any length is possible, accept up to 2^23 - 1 ahead.
-            (OpClass::ReadRequest, None) => (1, (1 << 23) - 1),
+            (OpClass::ReadRequest, false) => (1, (1 << 23) - 1),
             _ => (1, 1),
         };
         self.psn_next_lo = psn.wrapping_add(lo) & PSN_MASK;

@@ -368,7 +368,7 @@ fn seen(p: &RocePacket) -> Seen {
     Seen {
         class: p.op_class(),
         transport: p.bth.transport(),
-        reth_dma_len: p.reth_dma_len,
+        reth_dma_len: p.reth_dma_len(),
         aeth: p.aeth,
         deth: p.deth_qkey.zip(p.deth_src_qp),
     }
@@ -583,7 +583,7 @@ fn xrc_requests_carry_xrceth_responses_do_not() {
 fn read_request_reth_dma_length() {
     let r = Roce::bth(op::READ_REQUEST, QP, 9).reth(65536).icrc();
     let p = parse_ok(&Frame::v4().build(&r).bytes);
-    assert_eq!(p.reth_dma_len, Some(65536));
+    assert_eq!(p.reth_dma_len(), Some(65536));
     assert_eq!(p.op_class(), OpClass::ReadRequest);
     // A READ request carries no payload: UDP = 8 + BTH 12 + RETH 16 + ICRC 4.
     assert_eq!(p.udp_len, 40);
@@ -645,7 +645,7 @@ fn atomics_and_atomic_ack() {
                 .bytes,
         );
         assert_eq!(
-            (p.op_class(), p.reth_dma_len, p.aeth),
+            (p.op_class(), p.reth_dma_len(), p.aeth),
             (OpClass::Atomic, None, None)
         );
     }
@@ -682,7 +682,7 @@ fn cnp_with_becn() {
     );
     assert_eq!(p.op_class(), OpClass::Cnp);
     assert_eq!(p.bth.transport(), Transport::Cnp);
-    assert_eq!((p.reth_dma_len, p.aeth, p.deth_qkey), (None, None, None));
+    assert_eq!((p.reth_dma_len(), p.aeth, p.deth_qkey), (None, None, None));
     assert_eq!((p.udp_len, p.ip_len), (40, 60));
     assert_eq!((p.dscp(), p.ecn()), (48, 0));
 }
@@ -699,7 +699,7 @@ fn reserved_and_vendor_opcodes_are_other() {
         assert_eq!(p.op_class(), OpClass::Other, "{opcode:#04x}");
         if opcode >= 0x80 {
             assert_eq!(
-                (p.reth_dma_len, p.aeth, p.deth_qkey, p.deth_src_qp),
+                (p.reth_dma_len(), p.aeth, p.deth_qkey, p.deth_src_qp),
                 (None, None, None, None),
                 "{opcode:#04x}"
             );
@@ -1002,9 +1002,9 @@ fn pause_and_pfc_frames() {
     let parsed = parse_frame(&gate[..]);
     assert_eq!(parsed.result, Err(SkipReason::MacControl));
     assert_eq!(parsed.pause(&gate[..]), None);
-    // Tagged: counted, not itemized. Cut inside its times: truncated.
+    // MAC control is never tagged: a tagged one is not_ip. Cut inside its times: truncated.
     let tagged = raw_frame(&[(0x8100, tci(3, false, 5))], 0x8808, &pfc_body);
-    assert_eq!(parse_frame(&tagged[..]).result, Err(SkipReason::MacControl));
+    assert_eq!(parse_frame(&tagged[..]).result, Err(SkipReason::NotIp));
     assert_eq!(parse_frame(&tagged[..]).pause(&tagged[..]), None);
     let cut = parse_frame(&pfc[..30]);
     assert_eq!(cut.result, Err(SkipReason::Truncated));
@@ -1179,7 +1179,7 @@ struct Ends {
 
 fn sweep(name: &str, f: &Built, ends: Ends) {
     let full = parse_ok(&f.bytes);
-    assert_eq!(full.reth_dma_len.is_some(), ends.reth.is_some(), "{name}");
+    assert_eq!(full.reth_dma_len().is_some(), ends.reth.is_some(), "{name}");
     assert_eq!(full.aeth.is_some(), ends.aeth.is_some(), "{name}");
     assert_eq!(full.deth_qkey.is_some(), ends.deth.is_some(), "{name}");
     for cut in 0..=f.bytes.len() {
@@ -1191,7 +1191,7 @@ fn sweep(name: &str, f: &Built, ends: Ends) {
         let present = |end: Option<usize>| end.is_some_and(|e| cut >= e);
         let mut want = full;
         if !present(ends.reth) {
-            want.reth_dma_len = None;
+            want.set_reth(None);
         }
         if !present(ends.aeth) {
             want.aeth = None;
@@ -1428,10 +1428,9 @@ fn send(psn: u32) -> RocePacket {
 }
 
 fn read(psn: u32, len: Option<u32>) -> RocePacket {
-    RocePacket {
-        reth_dma_len: len,
-        ..pkt(op::READ_REQUEST, psn)
-    }
+    let mut p = pkt(op::READ_REQUEST, psn);
+    p.set_reth(len);
+    p
 }
 
 fn ack(opcode: u8, psn: u32, syndrome: u8) -> RocePacket {

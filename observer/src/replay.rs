@@ -82,11 +82,14 @@ impl Link {
         let be16 = |at: usize| f.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
         match self {
             Self::Ethernet => parse_frame(f),
+            // MAC control behind a cooked header: counted, not itemized (no Ethernet header).
             Self::Sll => match be16(14) {
+                Some(wire::ETHERTYPE_MAC_CONTROL) => skip(SkipReason::MacControl),
                 Some(et) => parse_frame_from(f, et, 16),
                 None => skip(SkipReason::Truncated),
             },
             Self::Sll2 => match be16(0) {
+                Some(wire::ETHERTYPE_MAC_CONTROL) => skip(SkipReason::MacControl),
                 Some(et) => parse_frame_from(f, et, 20),
                 None => skip(SkipReason::Truncated),
             },

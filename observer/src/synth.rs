@@ -1578,7 +1578,7 @@ fn erspan3_not_ethernet(inner: &[u8]) -> Vec<u8> {
 pub fn extra_noise() -> Vec<(Vec<u8>, SkipReason)> {
     use SkipReason::*;
     let base = noise_base();
-    // A tagged PFC frame (MAC control is untagged; counted, not itemized) and one cut in its times.
+    // A tagged PFC frame (MAC control is never tagged: not_ip) and one cut in its times.
     let mut tagged_pfc = pfc_frame(host_mac(0x302), 0x08, quanta_at(3, 0xFFFF));
     tagged_pfc.splice(12..12, [0x81, 0x00, 0x60, 0x64]);
     let cut_pfc = pfc_frame(host_mac(0x302), 0x08, quanta_at(3, 0xFFFF))[..30].to_vec();
@@ -1593,7 +1593,7 @@ pub fn extra_noise() -> Vec<(Vec<u8>, SkipReason)> {
     let mut vlan = base.clone();
     vlan.vlans = vec![tag(wire::ETHERTYPE_VLAN, 7)];
     vec![
-        (tagged_pfc, MacControl),
+        (tagged_pfc, NotIp),
         (cut_pfc, Truncated),
         (
             ether([0x01, 0x80, 0xC2, 0, 0, 0x0E], 0x88CC, &[0; 46]),
