@@ -291,7 +291,13 @@ fn pfc_per_priority_exact_direct_and_through_erspan() {
     mirrored_truth.counters.mirror_sessions[77] = mirrored_truth.counters.frames;
 
     // (diagnose arguments, frames, truth, link speed expected, warning expected)
-    type Case<'a> = (&'a [&'a str], &'a Vec<Frame>, &'a Aggregate, Option<u64>, bool);
+    type Case<'a> = (
+        &'a [&'a str],
+        &'a Vec<Frame>,
+        &'a Aggregate,
+        Option<u64>,
+        bool,
+    );
     let cases: [Case; 3] = [
         (
             &["--mode", "host"],
