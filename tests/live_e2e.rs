@@ -4,7 +4,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use integration_tests::{Diagnose, has_xdp, require_root, timeless, truth_aggregate};
+use integration_tests::{
+    Diagnose, has_xdp, received, require_root, tap, timeless, truth_aggregate,
+};
 use roce_observer::{
     aggregate::Aggregate,
     lab::Lab,
@@ -192,67 +194,6 @@ fn seen_both_ways(w: &synth::Workload) -> Aggregate {
     both
 }
 
-/// A packet socket on `dev` in the lab: every frame that reaches the stack there.
-fn tap(lab: &Lab, dev: &'static str) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
-    lab.ns
-        .run_in(move || unsafe {
-            let fd = libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK,
-                (libc::ETH_P_ALL as u16).to_be() as i32,
-            );
-            assert!(
-                fd >= 0,
-                "packet socket: {}",
-                std::io::Error::last_os_error()
-            );
-            let mut addr: libc::sockaddr_ll = std::mem::zeroed();
-            addr.sll_family = libc::AF_PACKET as u16;
-            addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-            let name = std::ffi::CString::new(dev).unwrap();
-            addr.sll_ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
-            let rc = libc::bind(
-                fd,
-                (&raw const addr).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            );
-            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-            let size: libc::c_int = 64 << 20;
-            let rc = libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&raw const size).cast(),
-                4,
-            );
-            assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
-            std::os::fd::OwnedFd::from_raw_fd(fd)
-        })
-        .unwrap()
-}
-
-/// Every frame queued on a tap, in order.
-fn received(fd: &std::os::fd::OwnedFd) -> Vec<Vec<u8>> {
-    use std::os::fd::AsRawFd;
-    let mut frames = Vec::new();
-    let mut buf = vec![0u8; 65536];
-    loop {
-        let n = unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            return frames;
-        }
-        frames.push(buf[..n as usize].to_vec());
-    }
-}
-
 /// Host mode on both ends of the veth pair: frames transmitted on tx0 are seen by the TC egress
 /// program there (flows marked egress) and by XDP on rx0 (ingress), each exactly as the truth,
 /// and every frame reaches rx0's stack with its bytes unchanged.
@@ -362,26 +303,7 @@ fn egress_observer_passes_on_and_leaves_foreign_programs_alone() {
     }
     let w = synth::scenario("clean").unwrap();
     let lab = Lab::create("ro-tcx").unwrap();
-    // The "foreign" program: another instance of the egress observer, counting into its own
-    // maps.
-    let (foreign, foreign_id) = lab
-        .ns
-        .run_in(|| {
-            let mut ebpf = aya::EbpfLoader::new()
-                .load(roce_observer::EBPF_OBJECT)
-                .unwrap();
-            let tc: &mut aya::programs::SchedClassifier = ebpf
-                .program_mut(observer_common::programs::OBSERVE_EGRESS)
-                .unwrap()
-                .try_into()
-                .unwrap();
-            tc.load().unwrap();
-            tc.attach("tx0", aya::programs::TcAttachType::Egress)
-                .unwrap();
-            let id = tc.info().unwrap().id();
-            (ebpf, id)
-        })
-        .unwrap();
+    let (foreign, foreign_id) = foreign_egress_program(&lab, false);
     assert_eq!(tcx_order(&lab, "tx0"), vec![foreign_id]);
     let d = Diagnose::start(
         &lab.ns,
@@ -456,30 +378,7 @@ fn clsact_egress_passes_on_to_the_next_filter_and_leaves_it() {
     }
     let w = synth::scenario("clean").unwrap();
     let lab = Lab::create("ro-clsact").unwrap();
-    let (foreign, foreign_id) = lab
-        .ns
-        .run_in(|| {
-            use aya::programs::tc::{self, NlOptions, TcAttachOptions};
-            tc::qdisc_add_clsact("tx0").unwrap();
-            let mut ebpf = aya::EbpfLoader::new()
-                .load(roce_observer::EBPF_OBJECT)
-                .unwrap();
-            let prog: &mut aya::programs::SchedClassifier = ebpf
-                .program_mut(observer_common::programs::OBSERVE_EGRESS)
-                .unwrap()
-                .try_into()
-                .unwrap();
-            prog.load().unwrap();
-            prog.attach_with_options(
-                "tx0",
-                aya::programs::TcAttachType::Egress,
-                TcAttachOptions::Netlink(NlOptions::default()),
-            )
-            .unwrap();
-            let id = prog.info().unwrap().id();
-            (ebpf, id)
-        })
-        .unwrap();
+    let (foreign, foreign_id) = foreign_egress_program(&lab, true);
     let before = clsact_filters(&lab, "tx0");
     assert_eq!(before.len(), 1);
     assert_eq!(before[0].1, foreign_id);
@@ -629,4 +528,38 @@ fn egress_of_non_linear_udp_is_parsed() {
         (f.packets, f.bytes, f.ops.write),
         (SENT, SENT * ip_len, SENT)
     );
+}
+
+/// A "foreign" TC egress program on tx0, as somebody else would attach it: another instance of
+/// the egress observer, counting into its own maps, on tcx (appended) or, with `clsact`, as a
+/// filter on a clsact qdisc the call adds. Returns the object (dropping it detaches) and the
+/// program's id.
+fn foreign_egress_program(lab: &Lab, clsact: bool) -> (aya::Ebpf, u32) {
+    use aya::programs::{
+        LinkOrder, SchedClassifier, TcAttachType,
+        tc::{self, NlOptions, TcAttachOptions},
+    };
+    lab.ns
+        .run_in(move || {
+            let mut ebpf = aya::EbpfLoader::new()
+                .load(roce_observer::EBPF_OBJECT)
+                .unwrap();
+            let prog: &mut SchedClassifier = ebpf
+                .program_mut(observer_common::programs::OBSERVE_EGRESS)
+                .unwrap()
+                .try_into()
+                .unwrap();
+            prog.load().unwrap();
+            let options = if clsact {
+                tc::qdisc_add_clsact("tx0").unwrap();
+                TcAttachOptions::Netlink(NlOptions::default())
+            } else {
+                TcAttachOptions::TcxOrder(LinkOrder::default())
+            };
+            prog.attach_with_options("tx0", TcAttachType::Egress, options)
+                .unwrap();
+            let id = prog.info().unwrap().id();
+            (ebpf, id)
+        })
+        .unwrap()
 }

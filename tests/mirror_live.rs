@@ -1,7 +1,7 @@
 //! Mirror mode live on veth: promiscuous mode while observed (and restored), ERSPAN copies
 //! counted exactly, and `--consume` dropping copies only in mirror mode.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use integration_tests::{
     Diagnose, has_xdp, link_details, output, require_root, timeless, truth_aggregate,
@@ -28,59 +28,13 @@ fn send(lab: &Lab, frames: Vec<Frame>) {
 
 /// A packet socket on rx0: what reaches the stack after XDP.
 fn tap(lab: &Lab) -> OwnedFd {
-    lab.ns
-        .run_in(|| unsafe {
-            let fd = libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK,
-                (libc::ETH_P_ALL as u16).to_be() as i32,
-            );
-            assert!(
-                fd >= 0,
-                "packet socket: {}",
-                std::io::Error::last_os_error()
-            );
-            let mut addr: libc::sockaddr_ll = std::mem::zeroed();
-            addr.sll_family = libc::AF_PACKET as u16;
-            addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-            addr.sll_ifindex = libc::if_nametoindex(c"rx0".as_ptr()) as i32;
-            let rc = libc::bind(
-                fd,
-                (&raw const addr).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            );
-            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-            // Room for every frame of a scenario (the default buffer holds about a hundred).
-            let size: libc::c_int = 64 << 20;
-            let rc = libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&raw const size).cast(),
-                4,
-            );
-            assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
-            OwnedFd::from_raw_fd(fd)
-        })
-        .unwrap()
+    integration_tests::tap(lab, "rx0")
 }
 
+/// Frames queued on the tap, once the last sent ones had time to arrive.
 fn drain(fd: &OwnedFd) -> usize {
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let mut buf = [0u8; 4096];
-    let mut n = 0;
-    while unsafe {
-        libc::recv(
-            fd.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    } >= 0
-    {
-        n += 1;
-    }
-    n
+    integration_tests::received(fd).len()
 }
 
 fn promiscuous(lab: &Lab) -> bool {

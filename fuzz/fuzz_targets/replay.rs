@@ -1,9 +1,14 @@
 //! Capture reading and parsing must never panic: any bytes are fed to the replay reader (pcap,
-//! pcapng, every link type it accepts) and, as one Ethernet frame, to the shared parser.
+//! pcapng, every link type it accepts) and, as one Ethernet frame, to the shared parser; the
+//! report (flows, mirror sessions, PAUSE / PFC senders and their pause times) is built and
+//! rendered from whatever was read.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roce_observer::replay::Replay;
+use roce_observer::{
+    replay::Replay,
+    report::{Report, Source},
+};
 
 fuzz_target!(|data: &[u8]| {
     let mut replay = Replay::new();
@@ -11,5 +16,14 @@ fuzz_target!(|data: &[u8]| {
     // Touch what a report would read.
     let _ = replay.window_seconds();
     let _ = replay.agg.comparable();
+    let mut report = Report::new(
+        &replay.agg,
+        Source::pcap(replay.files.clone(), replay.warnings.clone()),
+        replay.window_seconds(),
+    );
+    report.set_link_speed(Some(400_000_000_000));
+    let _ = report.render_table(5);
     let _ = observer_common::parse(data);
+    let parsed = observer_common::parse_frame(data);
+    let _ = parsed.pause(data);
 });
