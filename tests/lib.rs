@@ -224,3 +224,23 @@ pub fn received(fd: &std::os::fd::OwnedFd) -> Vec<Vec<u8>> {
         frames.push(buf[..n as usize].to_vec());
     }
 }
+
+/// The frames of a classic little-endian pcap file (what the shared captures are).
+pub fn pcap_frames(path: &std::path::Path) -> Vec<Vec<u8>> {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(
+        b[..4],
+        [0xD4, 0xC3, 0xB2, 0xA1],
+        "{}: a little-endian pcap",
+        path.display()
+    );
+    let mut frames = Vec::new();
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let caplen = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        frames.push(b[at + 16..at + 16 + caplen].to_vec());
+        at += 16 + caplen;
+    }
+    assert_eq!(at, b.len(), "{}: whole records", path.display());
+    frames
+}

@@ -302,7 +302,7 @@ fn real_erspan_captures_decode_as_tshark_says() {
         if require_root(&format!(
             "real_erspan_captures_decode_as_tshark_says ({name}, kernel)"
         )) {
-            let frames = pcap_frames(&file);
+            let frames = integration_tests::pcap_frames(&file);
             assert_eq!(frames.len() as u64, c.frames, "{name}: frames");
             let mut ebpf = load_program(programs::OBSERVE);
             let prog = xdp_mut(&mut ebpf, programs::OBSERVE);
@@ -334,24 +334,4 @@ fn real_erspan_captures_decode_as_tshark_says() {
             c.frames, mirror.sessions
         );
     }
-}
-
-/// The frames of a classic little-endian pcap file (what the shared ERSPAN captures are).
-fn pcap_frames(path: &std::path::Path) -> Vec<Vec<u8>> {
-    let b = std::fs::read(path).unwrap();
-    assert_eq!(
-        b[..4],
-        [0xD4, 0xC3, 0xB2, 0xA1],
-        "{}: a little-endian pcap",
-        path.display()
-    );
-    let mut frames = Vec::new();
-    let mut at = 24;
-    while at + 16 <= b.len() {
-        let caplen = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
-        frames.push(b[at + 16..at + 16 + caplen].to_vec());
-        at += 16 + caplen;
-    }
-    assert_eq!(at, b.len(), "{}: whole records", path.display());
-    frames
 }

@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod cli;
+pub mod ecmp;
 pub mod lab;
 pub mod live;
 pub mod replay;

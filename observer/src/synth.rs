@@ -679,20 +679,8 @@ fn icrc(frame: &[u8], l: &Layout, ipv6: bool) -> u32 {
     !crc32_update(crc, &frame[l.bth_end()..])
 }
 
-/// UDP source port of an RC/UC QP as the Linux RDMA drivers choose it
-/// (rdma_calc_flow_label + rdma_flow_label_to_udp_sport).
-pub fn rdma_udp_sport(lqpn: u32, rqpn: u32) -> u16 {
-    let mut fl = u64::from(lqpn) * u64::from(rqpn);
-    fl ^= fl >> 20;
-    fl ^= fl >> 40;
-    flow_label_to_udp_sport((fl & 0xF_FFFF) as u32)
-}
-
-/// UDP source port derived from a GRH flow label (rdma_flow_label_to_udp_sport).
-pub fn flow_label_to_udp_sport(flow_label: u32) -> u16 {
-    let fl = flow_label & 0xF_FFFF;
-    (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) | 0xC000) as u16
-}
+// The drivers' source-port rule lives with the ECMP analysis; the generator uses it.
+pub use crate::ecmp::{flow_label_to_udp_sport, rdma_udp_sport};
 
 /// A locally administered unicast MAC 02:00:00:00:hi:lo.
 pub fn host_mac(id: u16) -> [u8; 6] {

@@ -1,0 +1,237 @@
+//! Connection pairing: the two directions of an RC connection (swapped IP addresses, the same
+//! UDP source port: ACKs, NAKs and CNPs travel in reverse), with both QP numbers recovered from
+//! the BTH destination QPs, and the source port checked against the Linux RDMA drivers' rule.
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use crate::report::Flow;
+
+/// The UDP source port Linux RDMA drivers (mlx5, irdma, hns, rxe) give an RC/UC connection:
+/// `rdma_calc_flow_label` then `rdma_flow_label_to_udp_sport`. Symmetric in the two QPNs, so
+/// both directions use the same port.
+pub fn rdma_udp_sport(lqpn: u32, rqpn: u32) -> u16 {
+    let mut fl = u64::from(lqpn) * u64::from(rqpn);
+    fl ^= fl >> 20;
+    fl ^= fl >> 40;
+    flow_label_to_udp_sport((fl & 0xF_FFFF) as u32)
+}
+
+/// The UDP source port derived from a 20-bit flow label (a GRH flow label overrides the QPN
+/// rule).
+pub fn flow_label_to_udp_sport(flow_label: u32) -> u16 {
+    let fl = flow_label & 0xF_FFFF;
+    (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) | 0xC000) as u16
+}
+
+/// What the source port of a connection says about its ECMP entropy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum SourcePort {
+    /// Equal to the drivers' rule for the two QPNs: varies per connection.
+    Conforming,
+    /// Not the drivers' rule (a GRH flow label, an application's or NIC's fixed port):
+    /// `expected` is what the rule would have given.
+    Overridden { expected: u16 },
+    /// Several queue pairs share this 5-tuple in one direction: they hash alike, no entropy.
+    SharedTuple,
+}
+
+/// Both directions of one connection.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Connection {
+    /// The endpoints, `a` the lower address.
+    pub a: IpAddr,
+    pub b: IpAddr,
+    pub udp_src_port: u16,
+    /// The QP numbers at `a` (the destination QP of b -> a) and at `b` (of a -> b).
+    pub qpn_a: u32,
+    pub qpn_b: u32,
+    /// Indexes of the flows a -> b and b -> a in the input.
+    pub flows: [usize; 2],
+    pub source_port: SourcePort,
+}
+
+/// The pairing of a flow set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pairing {
+    pub connections: Vec<Connection>,
+    /// Flows without a reverse direction (one-way capture, UD, a connection whose other
+    /// direction was not seen), by index.
+    pub unpaired: Vec<usize>,
+}
+
+/// Where a flow was seen, apart from its addresses: the mirror session or kind (the same
+/// connection through two mirrors is two). Direction (host egress) is left out: a host sees
+/// its own connections leave and arrive.
+type Context = (Option<u16>, Option<String>);
+
+fn context(f: &Flow) -> Context {
+    match &f.mirror {
+        None => (None, None),
+        Some(m) => (m.session, m.kind.clone()),
+    }
+}
+
+/// Pairs the flows: per (address pair, source port, mirror), a flow each way is a connection.
+/// Where several flows share a direction, the drivers' rule matches them up (both QPNs must give
+/// the port); the rest stay unpaired, and the connections found are marked `SharedTuple`.
+pub fn pair(flows: &[Flow]) -> Pairing {
+    type Group = (Vec<usize>, Vec<usize>);
+    let mut groups: BTreeMap<(IpAddr, IpAddr, u16, Context), Group> = BTreeMap::new();
+    for (i, f) in flows.iter().enumerate() {
+        let (lo, hi, forward) = if f.src_ip <= f.dst_ip {
+            (f.src_ip, f.dst_ip, true)
+        } else {
+            (f.dst_ip, f.src_ip, false)
+        };
+        let g = groups
+            .entry((lo, hi, f.udp_src_port, context(f)))
+            .or_default();
+        if forward { &mut g.0 } else { &mut g.1 }.push(i);
+    }
+    let mut out = Pairing::default();
+    for ((a, b, sport, _), (mut fwd, mut rev)) in groups {
+        let shared = fwd.len() > 1 || rev.len() > 1;
+        let connect = |out: &mut Pairing, f: usize, r: usize| {
+            // a -> b is addressed to b's QP; b -> a to a's.
+            let (qpn_b, qpn_a) = (flows[f].dest_qp, flows[r].dest_qp);
+            let expected = rdma_udp_sport(qpn_a, qpn_b);
+            out.connections.push(Connection {
+                a,
+                b,
+                udp_src_port: sport,
+                qpn_a,
+                qpn_b,
+                flows: [f, r],
+                source_port: if shared {
+                    SourcePort::SharedTuple
+                } else if expected == sport {
+                    SourcePort::Conforming
+                } else {
+                    SourcePort::Overridden { expected }
+                },
+            });
+        };
+        if shared {
+            // Match by the drivers' rule first.
+            let mut i = 0;
+            while i < fwd.len() {
+                let f = fwd[i];
+                let found = rev
+                    .iter()
+                    .position(|&r| rdma_udp_sport(flows[r].dest_qp, flows[f].dest_qp) == sport);
+                match found {
+                    Some(j) => {
+                        let r = rev.remove(j);
+                        fwd.remove(i);
+                        connect(&mut out, f, r);
+                    }
+                    None => i += 1,
+                }
+            }
+        }
+        if fwd.len() == 1 && rev.len() == 1 {
+            connect(&mut out, fwd[0], rev[0]);
+        } else {
+            out.unpaired.extend(fwd);
+            out.unpaired.extend(rev);
+        }
+    }
+    out.unpaired.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Direction, Ecn, Ops, Psn};
+
+    fn flow(src: &str, dst: &str, sport: u16, dest_qp: u32) -> Flow {
+        Flow {
+            src_ip: src.parse().unwrap(),
+            dst_ip: dst.parse().unwrap(),
+            udp_src_port: sport,
+            dest_qp,
+            mirror: None,
+            direction: Direction::Ingress,
+            packets: 1,
+            bytes: 100,
+            ecn: Ecn::default(),
+            ops: Ops::default(),
+            psn: Psn::default(),
+            dscp: vec![26],
+            first_seen_ns: 0,
+            last_seen_ns: 0,
+            rate_bps: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_drivers_source_port_rule() {
+        // Worked by hand from the rule in docs/rocev2-wire.md.
+        assert_eq!(rdma_udp_sport(0x11, 0x12), 0xC132);
+        assert_eq!(rdma_udp_sport(0x000D40, 0x001A80), 0xE029);
+        assert_eq!(rdma_udp_sport(0xABCDEF, 0x123456), 0xC3C8);
+        assert_eq!(rdma_udp_sport(0xFFFFFF, 0xFFFFFF), 0xFF21);
+        assert_eq!(rdma_udp_sport(1, 1), 0xC001);
+        // Symmetric: both directions of a connection use one port.
+        assert_eq!(rdma_udp_sport(0x12, 0x11), rdma_udp_sport(0x11, 0x12));
+        assert_eq!(flow_label_to_udp_sport(0x5_4321), 0xC000 | (0x0321 ^ 0x15));
+    }
+
+    #[test]
+    fn directions_pair_and_ports_are_checked() {
+        let sport = rdma_udp_sport(0x11, 0x12);
+        let flows = vec![
+            // A conforming connection: 198.18.0.1 (QP 0x11) <-> 198.18.0.2 (QP 0x12).
+            flow("198.18.0.1", "198.18.0.2", sport, 0x12),
+            flow("198.18.0.2", "198.18.0.1", sport, 0x11),
+            // A fixed port.
+            flow("198.18.0.3", "198.18.0.4", 4791, 0x21),
+            flow("198.18.0.4", "198.18.0.3", 4791, 0x22),
+            // One way only.
+            flow("198.18.0.5", "198.18.0.6", 0xC555, 0x31),
+            // The reverse of the first, but another port: not the same connection.
+            flow("198.18.0.2", "198.18.0.1", sport ^ 1, 0x11),
+        ];
+        let p = pair(&flows);
+        assert_eq!(p.connections.len(), 2);
+        let c = &p.connections[0];
+        assert_eq!((c.qpn_a, c.qpn_b, c.flows), (0x11, 0x12, [0, 1]));
+        assert_eq!(c.source_port, SourcePort::Conforming);
+        let fixed = &p.connections[1];
+        assert_eq!(
+            fixed.source_port,
+            SourcePort::Overridden {
+                expected: rdma_udp_sport(0x21, 0x22)
+            }
+        );
+        assert_eq!((fixed.qpn_a, fixed.qpn_b), (0x22, 0x21));
+        assert_eq!(p.unpaired, vec![4, 5]);
+    }
+
+    #[test]
+    fn shared_tuples_pair_by_the_rule_and_are_flagged() {
+        // Two QP pairs between the same hosts on one (fixed) port: the rule tells them apart
+        // only when it produced that port, so here with port = rule(qa, qb) for the first.
+        let port = rdma_udp_sport(0x41, 0x42);
+        let flows = vec![
+            flow("198.18.0.1", "198.18.0.2", port, 0x42),
+            flow("198.18.0.1", "198.18.0.2", port, 0x52),
+            flow("198.18.0.2", "198.18.0.1", port, 0x51),
+            flow("198.18.0.2", "198.18.0.1", port, 0x41),
+        ];
+        let p = pair(&flows);
+        assert_eq!(p.connections.len(), 2, "{p:?}");
+        assert!(
+            p.connections
+                .iter()
+                .all(|c| c.source_port == SourcePort::SharedTuple)
+        );
+        let first = p.connections.iter().find(|c| c.qpn_b == 0x42).unwrap();
+        assert_eq!(first.qpn_a, 0x41);
+        let second = p.connections.iter().find(|c| c.qpn_b == 0x52).unwrap();
+        assert_eq!(second.qpn_a, 0x51);
+        assert!(p.unpaired.is_empty());
+    }
+}
