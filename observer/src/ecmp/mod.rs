@@ -1,9 +1,12 @@
 //! ECMP hashing validation (issue 5, in progress): switch hash models checked against published
-//! test vectors, and connection pairing with the drivers' source-port rule. Prediction,
-//! metrics against the random ideal, what-if and the `ecmp` command follow.
+//! test vectors, connection pairing with the drivers' source-port rule, per-uplink prediction
+//! with balance metrics against a seeded random ideal, and two tiers. The report object, the
+//! what-if and the `ecmp` command follow.
 
 pub mod hash;
 pub mod pairing;
+pub mod predict;
 
 pub use hash::{Bucket, Fields, FlowFields, HashFn, HashModel, MICROSOFT_RSS_KEY};
 pub use pairing::{Connection, Pairing, SourcePort, flow_label_to_udp_sport, pair, rdma_udp_sport};
+pub use predict::{Balance, FlowLoad, Spread, balance, random_ideal, spread, two_tiers};
