@@ -95,3 +95,118 @@ fn every_rc_connection_of_the_real_captures_pairs() {
     );
     assert!(rc_flows > 0 && connections > 0);
 }
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+
+/// `roce-observer ecmp --pcap`: the JSON report carries the `ecmp` object for the flows it
+/// reports, and the uplinks account for every flow and byte.
+#[test]
+fn ecmp_command_on_a_capture() {
+    use integration_tests::output;
+    use std::process::Command;
+    let dir = std::env::temp_dir().join(format!("roce-ecmp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("many-qps.pcap");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["synth", "--scenario", "many-qps", "-o"])
+            .arg(&file),
+    );
+    assert!(status.success(), "{err}");
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .args([
+                "ecmp",
+                "--uplinks",
+                "8",
+                "--tiers",
+                "2",
+                "--uplinks2",
+                "4",
+                "--json",
+            ])
+            .arg("--pcap")
+            .arg(&file),
+    );
+    assert!(status.success(), "{err}");
+    let r: Report = serde_json::from_str(&out).unwrap();
+    let e = r.ecmp.as_ref().expect("an ecmp object");
+    assert_eq!(e.flows as usize, r.flows.len());
+    assert_eq!(e.uplinks.len(), 8);
+    assert_eq!(
+        e.uplinks.iter().map(|u| u.flows).sum::<u64>(),
+        r.flows.len() as u64
+    );
+    assert_eq!(
+        e.uplinks.iter().map(|u| u.bytes).sum::<u64>(),
+        r.flows.iter().map(|f| f.bytes).sum::<u64>()
+    );
+    // many-qps: 1000 RC connections, both directions, driver ports.
+    assert_eq!(e.connections.paired, 1000);
+    assert_eq!(e.connections.unpaired_flows, 0);
+    assert!(e.connections.conforming > 990, "{:?}", e.connections);
+    assert_eq!(e.tier2.as_ref().unwrap().spines.len(), 8);
+    // The table.
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .args(["ecmp", "--uplinks", "4", "--hash", "toeplitz", "--pcap"])
+            .arg(&file),
+    );
+    assert!(status.success(), "{err}");
+    assert!(
+        out.contains("toeplitz of 5tuple") && out.contains("uplink   3"),
+        "{out}"
+    );
+    // Flag errors are one line.
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["ecmp", "--uplinks", "4", "--tiers", "2", "--pcap"])
+            .arg(&file),
+    );
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(
+        err.trim_end(),
+        "roce-observer: error: --tiers 2 needs --uplinks2 (uplinks per spine)"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `roce-observer ecmp --iface`: the same analysis on live traffic in a veth lab.
+#[test]
+fn ecmp_command_live() {
+    use integration_tests::Diagnose;
+    use roce_observer::{lab::Lab, synth};
+    if !integration_tests::require_root("ecmp_command_live") {
+        return;
+    }
+    let w = synth::scenario("many-qps").unwrap();
+    let lab = Lab::create("ro-ecmp").unwrap();
+    let d = Diagnose::start_command(
+        &lab.ns,
+        CLI.as_ref(),
+        "ecmp",
+        &[
+            "--uplinks",
+            "4",
+            "--iface",
+            "rx0",
+            "--duration",
+            "1500ms",
+            "--json",
+        ],
+    );
+    let frames = w.frames.clone();
+    lab.ns
+        .run_in(move || {
+            roce_observer::lab::pin_current_thread().unwrap();
+            synth::send(Lab::TX, &frames)
+        })
+        .unwrap()
+        .unwrap();
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "{err}");
+    let r: Report = serde_json::from_str(&out).unwrap();
+    let e = r.ecmp.expect("an ecmp object");
+    assert_eq!(e.flows, w.truth.flows.len() as u64);
+    assert_eq!(e.connections.paired, 1000);
+}

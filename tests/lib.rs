@@ -43,9 +43,15 @@ pub struct Diagnose {
 impl Diagnose {
     /// Starts `cli diagnose ARGS` in `ns` and waits until it has attached.
     pub fn start(ns: &Netns, cli: &Path, args: &[&str]) -> Self {
+        Self::start_command(ns, cli, "diagnose", args)
+    }
+
+    /// Starts `cli COMMAND ARGS` (a command that observes live) in `ns` and waits until it has
+    /// attached.
+    pub fn start_command(ns: &Netns, cli: &Path, command: &str, args: &[&str]) -> Self {
         let mut child = ns
             .command(cli)
-            .arg("diagnose")
+            .arg(command)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

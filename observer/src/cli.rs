@@ -42,6 +42,67 @@ enum Command {
     /// Run the built-in lab: a network namespace with a veth pair, synthetic RoCEv2 traffic
     /// (one congested QP, one lossy QP), observed live.
     Demo(DemoArgs),
+    /// Model how a switch's ECMP hash spreads the observed flows (live or from captures) over
+    /// its uplinks, against an ideal random hash; pair connections and check source ports.
+    Ecmp(EcmpArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["pcap", "ifaces"])))]
+struct EcmpArgs {
+    /// Uplinks (ECMP members) of the first tier.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    uplinks: u32,
+    #[arg(long, value_enum, default_value = "crc32")]
+    hash: crate::ecmp::HashFn,
+    #[arg(long, value_enum, default_value = "5tuple")]
+    fields: crate::ecmp::Fields,
+    /// Hash seed (decimal or 0x hex).
+    #[arg(long, default_value = "0", value_parser = parse_u32)]
+    seed: u32,
+    /// How the hash picks a member: modulo N, or the upper bits.
+    #[arg(long, value_enum, default_value = "modulo")]
+    bucket: crate::ecmp::Bucket,
+    /// 2: each first-tier uplink leads to a spine that hashes again over --uplinks2.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    tiers: u8,
+    /// Uplinks per spine (with --tiers 2).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    uplinks2: Option<u32>,
+    /// The spine's hash function (default: --hash).
+    #[arg(long, value_enum)]
+    hash2: Option<crate::ecmp::HashFn>,
+    /// The spine's seed (default: --seed).
+    #[arg(long, value_parser = parse_u32)]
+    seed2: Option<u32>,
+    /// The max/mean the what-if aims under.
+    #[arg(long, default_value_t = 1.1)]
+    target: f64,
+    /// Capture files to analyse (instead of --iface).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pcap: Vec<String>,
+    /// Interfaces to observe live (instead of --pcap).
+    #[arg(long = "iface", short = 'i', value_name = "IF")]
+    ifaces: Vec<String>,
+    /// Live: how long to observe.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Live: host or mirror.
+    #[arg(long, value_enum, default_value_t = ModeArg::Host)]
+    mode: ModeArg,
+    /// Print the JSON report (flows and the `ecmp` object) instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A u32 in decimal or 0x hex.
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let v = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => t.parse(),
+    };
+    v.map_err(|_| format!("'{t}' is not a 32-bit number (decimal or 0x hex)"))
 }
 
 #[derive(Args, Debug)]
@@ -241,6 +302,7 @@ pub fn main() -> ExitCode {
         Command::Replay(a) => replay(a),
         Command::Synth(a) => synth_file(a),
         Command::Demo(a) => demo(a),
+        Command::Ecmp(a) => ecmp(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -255,6 +317,12 @@ pub fn main() -> ExitCode {
 pub const ATTACHED: &str = "roce-observer: attached";
 
 fn diagnose(a: DiagnoseArgs) -> Result<()> {
+    let report = diagnose_report(&a)?;
+    print_report(&report, a.json, a.top)
+}
+
+/// Observes live as `a` says and builds the report.
+fn diagnose_report(a: &DiagnoseArgs) -> Result<Report> {
     let vantage = match (a.mode, a.consume) {
         (ModeArg::Host, true) => {
             bail!("--consume needs --mode mirror (host mode never drops a packet)")
@@ -297,7 +365,7 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
             "a mirror port's speed is not the mirrored links'; give --link-speed",
         ),
     };
-    let mut source = Source::live(a.ifaces, a.xdp_mode.name());
+    let mut source = Source::live(a.ifaces.clone(), a.xdp_mode.name());
     source.mode = Some(vantage.name().to_string());
     let mut report = Report::new(&agg, source, window);
     // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
@@ -315,13 +383,64 @@ fn diagnose(a: DiagnoseArgs) -> Result<()> {
         (speed, why_unknown)
     };
     apply_link_speed(&mut report, speed, why_unknown);
-    print_report(&report, a.json, a.top)
+    Ok(report)
 }
 
-fn replay(a: ReplayArgs) -> Result<()> {
+fn ecmp(a: EcmpArgs) -> Result<()> {
+    use crate::ecmp::{EcmpOptions, analyse};
+    let tier2 = match (a.tiers, a.uplinks2) {
+        (2, Some(n2)) => Some((n2, a.hash2.unwrap_or(a.hash), a.seed2.unwrap_or(a.seed))),
+        (2, None) => bail!("--tiers 2 needs --uplinks2 (uplinks per spine)"),
+        (_, Some(_)) => bail!("--uplinks2 needs --tiers 2"),
+        _ => None,
+    };
+    if !(a.target > 1.0 && a.target.is_finite()) {
+        bail!("--target must be above 1 (a max/mean), not {}", a.target);
+    }
+    let mut report = if a.pcap.is_empty() {
+        diagnose_report(&DiagnoseArgs {
+            ifaces: a.ifaces.clone(),
+            duration: a.duration,
+            top: 20,
+            json: a.json,
+            xdp_mode: AttachMode::Auto,
+            mode: a.mode,
+            consume: false,
+            max_flows: observer_common::DEFAULT_MAX_FLOWS,
+            link_speed: None,
+            tc_hook: None,
+        })?
+    } else {
+        replay_report(&a.pcap, true)?
+    };
+    let options = EcmpOptions {
+        uplinks: a.uplinks,
+        hash: a.hash,
+        fields: a.fields,
+        seed: a.seed,
+        bucket: a.bucket,
+        tier2,
+        target: a.target,
+        ..EcmpOptions::default()
+    };
+    let analysis = analyse(&report.flows, &options);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        report.ecmp = Some(analysis);
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", analysis.render())?;
+    }
+    Ok(())
+}
+
+/// Replays capture files into a report (warnings on stderr and in the report; frames of
+/// unsupported pcapng interfaces under `skipped.unsupported_link_type`).
+fn replay_report(files: &[String], no_progress: bool) -> Result<Report> {
     let mut replay = crate::replay::Replay::new();
-    for file in &a.files {
-        replay.file(file, !a.no_progress)?;
+    for file in files {
+        replay.file(file, !no_progress)?;
     }
     for w in &replay.warnings {
         eprintln!("roce-observer: warning: {w}");
@@ -332,13 +451,18 @@ fn replay(a: ReplayArgs) -> Result<()> {
         Source::pcap(replay.files.clone(), replay.warnings.clone()),
         window,
     );
-    apply_link_speed(&mut report, a.link_speed, "give --link-speed");
     if replay.unsupported_link_frames > 0 {
         report.totals.skipped.insert(
             crate::replay::UNSUPPORTED_LINK_TYPE.to_string(),
             replay.unsupported_link_frames,
         );
     }
+    Ok(report)
+}
+
+fn replay(a: ReplayArgs) -> Result<()> {
+    let mut report = replay_report(&a.files, a.no_progress)?;
+    apply_link_speed(&mut report, a.link_speed, "give --link-speed");
     print_report(&report, a.json, a.top)
 }
 

@@ -28,6 +28,9 @@ pub struct Report {
     /// PAUSE / PFC frames per sender and priority; absent when there were none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pfc: Option<PfcReport>,
+    /// `roce-observer ecmp` only: the flows run through a switch hash model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecmp: Option<crate::ecmp::EcmpReport>,
 }
 
 /// The `pfc` section: who asked whom to pause, on which priority, for how long.
@@ -498,6 +501,7 @@ impl Report {
             },
             flows,
             pfc: PfcReport::new(&agg.pauses),
+            ecmp: None,
         }
     }
 

@@ -103,7 +103,7 @@ pub struct Tier2 {
     pub seed: u32,
     /// Per spine (leaf uplink), the balance of its flows over its own uplinks by bytes.
     pub spines: Vec<Balance>,
-    /// Spines that received flows but send them all over one uplink: polarization.
+    /// Spines that received several flows but send them all over one uplink: polarization.
     pub polarized: usize,
 }
 
@@ -162,7 +162,7 @@ fn split(flows: &[FlowLoad], k: u32) -> Vec<FlowLoad> {
 
 fn verdict(model: f64, random: f64) -> String {
     let ratio = model / random;
-    if ratio <= 1.1 && ratio >= 0.9 {
+    if (0.9..=1.1).contains(&ratio) {
         "as good as random".to_string()
     } else if ratio < 0.9 {
         format!("better than random ({ratio:.2}x its max/mean)")
@@ -212,9 +212,14 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
     let tier2 = o.tier2.map(|(n2, hash2, seed2)| {
         let spine_model = HashModel::new(o.fields, hash2, seed2, o.bucket);
         let spines = two_tiers(&fl, &model, n, &spine_model, n2);
+        // Several flows, all sent one way.
         let polarized = spines
             .iter()
-            .filter(|sp| sp.flows.iter().filter(|x| **x > 0).count() == 1 && n2 > 1)
+            .filter(|sp| {
+                n2 > 1
+                    && sp.flows.iter().sum::<u64>() > 1
+                    && sp.flows.iter().filter(|x| **x > 0).count() == 1
+            })
             .count();
         Tier2 {
             uplinks: n2,
@@ -339,12 +344,13 @@ impl EcmpReport {
         }
         let w = &self.what_if;
         let qps = match w.qps_per_connection {
-            Some(k) => format!("{k} QPs per connection"),
-            None => "more than 16 QPs per connection".to_string(),
+            Some(1) => "the flows as they are already do".to_string(),
+            Some(k) => format!("{k} QPs per connection would"),
+            None => "16 QPs per connection would not".to_string(),
         };
         let _ = writeln!(
             out,
-            "what-if (target max/mean {:.2}): destination QP in the hash gives {:.2}; {qps} would reach it",
+            "what-if (target max/mean {:.2}): destination QP in the hash gives {:.2}; {qps}",
             w.target, w.with_dest_qp
         );
         out
