@@ -168,6 +168,61 @@ fn ecmp_command_on_a_capture() {
         err.trim_end(),
         "roce-observer: error: --tiers 2 needs --uplinks2 (uplinks per spine)"
     );
+    for (args, line) in [
+        (
+            &["--hash2", "crc32c"][..],
+            "roce-observer: error: --hash2, --seed2 and --bucket2 need --tiers 2",
+        ),
+        (
+            &["--hash", "crc16-ccitt", "--seed", "0x10000"][..],
+            "roce-observer: error: --seed 0x10000 does not fit CRC-16 (at most 0xffff)",
+        ),
+        (
+            &["--duration", "5s"][..],
+            "roce-observer: error: --duration and --mode apply to --iface, not --pcap",
+        ),
+    ] {
+        let (status, _, err) = output(
+            Command::new(CLI)
+                .args(["ecmp", "--uplinks", "4"])
+                .args(args)
+                .arg("--pcap")
+                .arg(&file),
+        );
+        assert_eq!(status.code(), Some(1), "{args:?}");
+        assert_eq!(err.trim_end(), line);
+    }
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["ecmp", "--uplinks", "4", "--toeplitz-key", "6d5a"])
+            .arg("--pcap")
+            .arg(&file),
+    );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("at least 4 bytes"), "{err}");
+    // A capture without RoCE (a real ERSPAN capture of other traffic) says so.
+    let no_roce = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/captures/erspan/zeek_erspanII.pcap");
+    if no_roce.is_file() {
+        let (status, out, err) = output(
+            Command::new(CLI)
+                .args(["ecmp", "--uplinks", "4", "--pcap"])
+                .arg(&no_roce),
+        );
+        assert!(status.success(), "{err}");
+        assert!(out.contains("no RoCEv2 flows to model"), "{out}");
+        assert!(!out.contains("what-if"), "{out}");
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} missing",
+            no_roce.display()
+        );
+        eprintln!(
+            "\n*** SKIPPED the no-RoCE part: {} missing ***\n",
+            no_roce.display()
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -75,6 +75,12 @@ struct EcmpArgs {
     /// The spine's seed (default: --seed).
     #[arg(long, value_parser = parse_u32)]
     seed2: Option<u32>,
+    /// The spine's bucket selection (default: --bucket).
+    #[arg(long, value_enum)]
+    bucket2: Option<crate::ecmp::Bucket>,
+    /// Toeplitz key in hex (at least 4 bytes; default: the RSS specification's 40-byte key).
+    #[arg(long, value_parser = parse_hex_key, value_name = "HEX")]
+    toeplitz_key: Option<Vec<u8>>,
     /// The max/mean the what-if aims under.
     #[arg(long, default_value_t = 1.1)]
     target: f64,
@@ -84,15 +90,39 @@ struct EcmpArgs {
     /// Interfaces to observe live (instead of --pcap).
     #[arg(long = "iface", short = 'i', value_name = "IF")]
     ifaces: Vec<String>,
-    /// Live: how long to observe.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    duration: Duration,
-    /// Live: host or mirror.
-    #[arg(long, value_enum, default_value_t = ModeArg::Host)]
-    mode: ModeArg,
+    /// Live: how long to observe (default 10s).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Live: host (default) or mirror.
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
     /// Print the JSON report (flows and the `ecmp` object) instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+/// A key in hex (spaces and colons allowed), at least 4 bytes.
+fn parse_hex_key(s: &str) -> Result<Vec<u8>, String> {
+    let hex: String = s
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != ':')
+        .collect();
+    let hex = hex.strip_prefix("0x").unwrap_or(&hex);
+    if !hex.is_ascii() || !hex.len().is_multiple_of(2) {
+        return Err("a key is an even number of hex digits".to_string());
+    }
+    let key = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| format!("'{s}' is not hex"))?;
+    if key.len() < 4 {
+        return Err(format!(
+            "a Toeplitz key needs at least 4 bytes, not {}",
+            key.len()
+        ));
+    }
+    Ok(key)
 }
 
 /// A u32 in decimal or 0x hex.
@@ -389,22 +419,45 @@ fn diagnose_report(a: &DiagnoseArgs) -> Result<Report> {
 fn ecmp(a: EcmpArgs) -> Result<()> {
     use crate::ecmp::{EcmpOptions, analyse};
     let tier2 = match (a.tiers, a.uplinks2) {
-        (2, Some(n2)) => Some((n2, a.hash2.unwrap_or(a.hash), a.seed2.unwrap_or(a.seed))),
+        (2, Some(n2)) => Some((
+            n2,
+            a.hash2.unwrap_or(a.hash),
+            a.seed2.unwrap_or(a.seed),
+            a.bucket2.unwrap_or(a.bucket),
+        )),
         (2, None) => bail!("--tiers 2 needs --uplinks2 (uplinks per spine)"),
         (_, Some(_)) => bail!("--uplinks2 needs --tiers 2"),
-        _ => None,
+        _ => {
+            if a.hash2.is_some() || a.seed2.is_some() || a.bucket2.is_some() {
+                bail!("--hash2, --seed2 and --bucket2 need --tiers 2");
+            }
+            None
+        }
     };
+    for (func, seed, flag) in [
+        (Some(a.hash), Some(a.seed), "--seed"),
+        (tier2.map(|t| t.1), tier2.map(|t| t.2), "--seed2"),
+    ] {
+        if let (Some(crate::ecmp::HashFn::Crc16Ccitt), Some(seed)) = (func, seed)
+            && seed > 0xFFFF
+        {
+            bail!("{flag} {seed:#x} does not fit CRC-16 (at most 0xffff)");
+        }
+    }
+    if !a.pcap.is_empty() && (a.duration.is_some() || a.mode.is_some()) {
+        bail!("--duration and --mode apply to --iface, not --pcap");
+    }
     if !(a.target > 1.0 && a.target.is_finite()) {
         bail!("--target must be above 1 (a max/mean), not {}", a.target);
     }
     let mut report = if a.pcap.is_empty() {
         diagnose_report(&DiagnoseArgs {
             ifaces: a.ifaces.clone(),
-            duration: a.duration,
+            duration: a.duration.unwrap_or(Duration::from_secs(10)),
             top: 20,
             json: a.json,
             xdp_mode: AttachMode::Auto,
-            mode: a.mode,
+            mode: a.mode.unwrap_or(ModeArg::Host),
             consume: false,
             max_flows: observer_common::DEFAULT_MAX_FLOWS,
             link_speed: None,
@@ -420,6 +473,7 @@ fn ecmp(a: EcmpArgs) -> Result<()> {
         seed: a.seed,
         bucket: a.bucket,
         tier2,
+        toeplitz_key: a.toeplitz_key.clone(),
         target: a.target,
         ..EcmpOptions::default()
     };

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     hash::{Bucket, Fields, FlowFields, HashFn, HashModel},
     pairing::{SourcePort, pair, rdma_udp_sport},
-    predict::{Balance, FlowLoad, balance, random_ideal, spread, two_tiers},
+    predict::{Balance, FlowLoad, balance, mean_balance, random_trials, spread, two_tiers},
 };
 use crate::report::Flow;
 
@@ -21,8 +21,10 @@ pub struct EcmpOptions {
     pub fields: Fields,
     pub seed: u32,
     pub bucket: Bucket,
-    /// Second tier: uplinks per spine and the spine's model (its own seed).
-    pub tier2: Option<(u32, HashFn, u32)>,
+    /// Second tier: uplinks per spine and the spine's function, seed and bucket selection.
+    pub tier2: Option<(u32, HashFn, u32, Bucket)>,
+    /// Toeplitz key (both tiers); the RSS example key when `None`.
+    pub toeplitz_key: Option<Vec<u8>>,
     /// Monte Carlo trials of the random ideal, and its seed.
     pub trials: u32,
     pub mc_seed: u64,
@@ -41,6 +43,7 @@ impl Default for EcmpOptions {
             seed: 0,
             bucket: Bucket::Modulo,
             tier2: None,
+            toeplitz_key: None,
             trials: 1000,
             mc_seed: 1,
             target: 1.1,
@@ -60,7 +63,11 @@ pub struct EcmpReport {
     pub balance_flows: Balance,
     /// The same flows under an ideal random hash (mean of the trials).
     pub random_bytes: Balance,
-    /// "as good as random", "1.8x worse than random would be", or "better than random".
+    /// Share of the random trials whose busiest uplink (max/mean by bytes) was lighter than
+    /// the model's: 0.5 is typical of a random hash, near 1 is worse than nearly all.
+    pub random_percentile: f64,
+    /// "as good as random", "2.1x worse than random would be" (the model's excess of max/mean
+    /// over 1, against random's), "better than random", or why there is nothing to judge.
     pub verdict: String,
     /// Of the `top_k` largest flows, how many share an uplink with another of them.
     pub top_k: usize,
@@ -93,7 +100,12 @@ pub struct Connections {
     pub unpaired_flows: usize,
     pub conforming: usize,
     pub overridden: usize,
+    /// Paired connections whose 5-tuple other QPs share.
     pub shared_tuple: usize,
+    /// Flows sharing their 5-tuple with a flow to another QP (paired or not): no entropy.
+    pub shared_tuple_flows: usize,
+    /// Flows to QP 1 (UD connection management), never paired.
+    pub qp1_flows: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -101,9 +113,11 @@ pub struct Tier2 {
     pub uplinks: u32,
     pub hash: String,
     pub seed: u32,
+    pub bucket: String,
     /// Per spine (leaf uplink), the balance of its flows over its own uplinks by bytes.
     pub spines: Vec<Balance>,
-    /// Spines that received several flows but send them all over one uplink: polarization.
+    /// Spines that received several flows but use fewer than half the uplinks a random hash
+    /// would have used for them: polarization.
     pub polarized: usize,
 }
 
@@ -112,9 +126,10 @@ pub struct WhatIf {
     pub target: f64,
     /// max/mean by bytes with the destination QP added to the hash.
     pub with_dest_qp: f64,
-    /// The fewest QPs per connection (NCCL_IB_QPS_PER_CONNECTION, 1 to 16) that bring max/mean
-    /// under the target, each QP taking an equal share on the drivers' source port for its QP
-    /// numbers (1: as measured); none if 16 do not.
+    /// The fewest QPs per connection (NCCL_IB_QPS_PER_CONNECTION, 1 to 16) from which on, up to
+    /// 16, max/mean stays under the target: each paired connection split into that many, an
+    /// equal share apiece, both directions of QP j on the drivers' port for QPNs (a + j, b + j);
+    /// unpaired flows stay as they are (1: as measured). None if no such count.
     pub qps_per_connection: Option<u32>,
 }
 
@@ -139,33 +154,60 @@ fn loads(flows: &[Flow]) -> Vec<FlowLoad> {
         .collect()
 }
 
-/// The flows split into `k` QPs each (k = 1: as they are): an equal share apiece, each QP on
-/// the port the drivers give its (consecutive) QP numbers. A fixed source port would stay
-/// fixed for every QP and gain nothing: the what-if assumes the drivers' ports.
-fn split(flows: &[FlowLoad], k: u32) -> Vec<FlowLoad> {
+/// The flows with each paired connection split into `k` QPs (k = 1: as they are): an equal
+/// share apiece, both directions of QP j on the drivers' port for QPNs (a + j, b + j).
+fn split(fl: &[FlowLoad], connections: &[super::pairing::Connection], k: u32) -> Vec<FlowLoad> {
     if k <= 1 {
-        return flows.to_vec();
+        return fl.to_vec();
     }
-    let mut out = Vec::with_capacity(flows.len() * k as usize);
-    for f in flows {
+    let mut in_connection = vec![false; fl.len()];
+    let mut out = Vec::with_capacity(fl.len() * k as usize);
+    for c in connections {
         for j in 0..k {
-            let mut g = *f;
-            g.weight = f.weight / f64::from(k);
-            let q = f.fields.dest_qp.wrapping_add(j) & 0x00FF_FFFF;
-            g.fields.dest_qp = q;
-            g.fields.src_port = rdma_udp_sport(q, u32::from(f.fields.src_port).wrapping_add(j));
-            out.push(g);
+            let qa = c.qpn_a.wrapping_add(j) & 0x00FF_FFFF;
+            let qb = c.qpn_b.wrapping_add(j) & 0x00FF_FFFF;
+            let port = rdma_udp_sport(qa, qb);
+            // flows[0] is a -> b (to b's QP), flows[1] b -> a.
+            for (idx, dest_qp) in [(c.flows[0], qb), (c.flows[1], qa)] {
+                let mut g = fl[idx];
+                g.weight /= f64::from(k);
+                g.fields.dest_qp = dest_qp;
+                g.fields.src_port = port;
+                out.push(g);
+            }
         }
+        in_connection[c.flows[0]] = true;
+        in_connection[c.flows[1]] = true;
     }
+    out.extend(
+        fl.iter()
+            .zip(&in_connection)
+            .filter(|(_, paired)| !**paired)
+            .map(|(f, _)| *f),
+    );
     out
 }
 
-fn verdict(model: f64, random: f64) -> String {
-    let ratio = model / random;
-    if (0.9..=1.1).contains(&ratio) {
+/// The verdict on a model's max/mean `m` for `flows` flows over `n` uplinks, against random
+/// trials: compares the excess over a perfect 1.0, as the ratio of max/means compresses it.
+fn verdict(flows: usize, n: u32, m: f64, trials: &[Balance]) -> String {
+    if flows == 0 {
+        return "no RoCEv2 flows to model".to_string();
+    }
+    if flows < 2 * n as usize {
+        return format!("too few flows to judge ({flows} flows over {n} uplinks)");
+    }
+    let r = mean_balance(trials).max_over_mean;
+    let excess = |x: f64| (x - 1.0).max(0.0);
+    let ratio = if excess(r) < 1e-9 {
+        if excess(m) < 1e-9 { 1.0 } else { f64::INFINITY }
+    } else {
+        excess(m) / excess(r)
+    };
+    if (0.8..=1.25).contains(&ratio) {
         "as good as random".to_string()
-    } else if ratio < 0.9 {
-        format!("better than random ({ratio:.2}x its max/mean)")
+    } else if ratio < 0.8 {
+        "better than random".to_string()
     } else {
         format!("{ratio:.1}x worse than random would be")
     }
@@ -173,14 +215,26 @@ fn verdict(model: f64, random: f64) -> String {
 
 /// The analysis of `flows` under `o`.
 pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
-    let model = HashModel::new(o.fields, o.hash, o.seed, o.bucket);
+    let with_key = |mut m: HashModel| {
+        if let Some(key) = &o.toeplitz_key {
+            m.toeplitz_key = key.clone();
+        }
+        m
+    };
+    let model = with_key(HashModel::new(o.fields, o.hash, o.seed, o.bucket));
     let n = o.uplinks.max(1);
     let fl = loads(flows);
     let s = spread(&fl, &model, n);
     let weights: Vec<f64> = fl.iter().map(|f| f.weight).collect();
     let balance_bytes = balance(&s.weight);
     let flow_counts: Vec<f64> = s.flows.iter().map(|x| *x as f64).collect();
-    let random_bytes = random_ideal(&weights, n, o.trials, o.mc_seed);
+    let trials = random_trials(&weights, n, o.trials, o.mc_seed);
+    let random_bytes = mean_balance(&trials);
+    let random_percentile = trials
+        .iter()
+        .filter(|t| t.max_over_mean < balance_bytes.max_over_mean - 1e-12)
+        .count() as f64
+        / trials.len().max(1) as f64;
 
     // Collisions among the largest flows.
     let mut order: Vec<usize> = (0..fl.len()).collect();
@@ -199,6 +253,8 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
     let mut connections = Connections {
         paired: p.connections.len(),
         unpaired_flows: p.unpaired.len(),
+        shared_tuple_flows: p.shared_tuple_flows.len(),
+        qp1_flows: p.qp1.len(),
         ..Connections::default()
     };
     for c in &p.connections {
@@ -209,31 +265,46 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
         }
     }
 
-    let tier2 = o.tier2.map(|(n2, hash2, seed2)| {
-        let spine_model = HashModel::new(o.fields, hash2, seed2, o.bucket);
+    let tier2 = o.tier2.map(|(n2, hash2, seed2, bucket2)| {
+        let spine_model = with_key(HashModel::new(o.fields, hash2, seed2, bucket2));
         let spines = two_tiers(&fl, &model, n, &spine_model, n2);
-        // Several flows, all sent one way.
+        // Fewer than half the uplinks a random hash would use for the spine's flows.
         let polarized = spines
             .iter()
             .filter(|sp| {
-                n2 > 1
-                    && sp.flows.iter().sum::<u64>() > 1
-                    && sp.flows.iter().filter(|x| **x > 0).count() == 1
+                let k: u64 = sp.flows.iter().sum();
+                let used = sp.flows.iter().filter(|x| **x > 0).count() as f64;
+                let m = f64::from(n2);
+                let expected = m * (1.0 - (1.0 - 1.0 / m).powf(k as f64));
+                n2 > 1 && k > 1 && used < expected / 2.0
             })
             .count();
         Tier2 {
             uplinks: n2,
             hash: hash_name(hash2),
             seed: seed2,
+            bucket: bucket_name(bucket2),
             spines: spines.iter().map(|sp| balance(&sp.weight)).collect(),
             polarized,
         }
     });
 
-    let with_qp = HashModel::new(Fields::FiveTupleQp, o.hash, o.seed, o.bucket);
+    let with_qp = with_key(HashModel::new(
+        Fields::FiveTupleQp,
+        o.hash,
+        o.seed,
+        o.bucket,
+    ));
     let with_dest_qp = balance(&spread(&fl, &with_qp, n).weight).max_over_mean;
-    let qps_per_connection = (1..=16)
-        .find(|k| balance(&spread(&split(&fl, *k), &model, n).weight).max_over_mean < o.target);
+    let curve: Vec<f64> = (1..=16u32)
+        .map(|k| balance(&spread(&split(&fl, &p.connections, k), &model, n).weight).max_over_mean)
+        .collect();
+    // The smallest k from which on every count up to 16 stays under the target.
+    let qps_per_connection = if fl.is_empty() {
+        None
+    } else {
+        (1..=16u32).find(|k| curve[*k as usize - 1..].iter().all(|m| *m < o.target))
+    };
 
     EcmpReport {
         model: Model {
@@ -241,10 +312,7 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
             hash: hash_name(o.hash),
             fields: fields_name(o.fields),
             seed: o.seed,
-            bucket: match o.bucket {
-                Bucket::Modulo => "modulo".into(),
-                Bucket::UpperBits => "upper-bits".into(),
-            },
+            bucket: bucket_name(o.bucket),
         },
         flows: fl.len() as u64,
         uplinks: (0..n as usize)
@@ -254,10 +322,11 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
                 flows: s.flows[u],
             })
             .collect(),
-        verdict: verdict(balance_bytes.max_over_mean, random_bytes.max_over_mean),
+        verdict: verdict(fl.len(), n, balance_bytes.max_over_mean, &trials),
         balance_bytes,
         balance_flows: balance(&flow_counts),
         random_bytes,
+        random_percentile,
         top_k: top.len(),
         top_k_colliding,
         connections,
@@ -267,6 +336,13 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
             with_dest_qp,
             qps_per_connection,
         },
+    }
+}
+
+fn bucket_name(b: Bucket) -> String {
+    match b {
+        Bucket::Modulo => "modulo".into(),
+        Bucket::UpperBits => "upper-bits".into(),
     }
 }
 
@@ -317,8 +393,14 @@ impl EcmpReport {
         let r = &self.random_bytes;
         let _ = writeln!(
             out,
-            "max/mean {:.2} (random hash: {:.2}), CV {:.2}, Jain {:.3}, idle uplinks {}: {}",
-            b.max_over_mean, r.max_over_mean, b.cv, b.jain, b.idle, self.verdict
+            "max/mean {:.2} (random hash: {:.2}; busier than {:.0}% of random placements), CV {:.2}, Jain {:.3}, idle uplinks {}: {}",
+            b.max_over_mean,
+            r.max_over_mean,
+            self.random_percentile * 100.0,
+            b.cv,
+            b.jain,
+            b.idle,
+            self.verdict
         );
         let _ = writeln!(
             out,
@@ -328,21 +410,31 @@ impl EcmpReport {
         let c = &self.connections;
         let _ = writeln!(
             out,
-            "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {} flows unpaired",
-            c.paired, c.conforming, c.overridden, c.shared_tuple, c.unpaired_flows
+            "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {} flows unpaired, {} flows sharing a 5-tuple, {} to QP 1",
+            c.paired,
+            c.conforming,
+            c.overridden,
+            c.shared_tuple,
+            c.unpaired_flows,
+            c.shared_tuple_flows,
+            c.qp1_flows
         );
         if let Some(t) = &self.tier2 {
             let _ = writeln!(
                 out,
-                "tier 2: {} uplinks per spine, {} seed {:#x}: {} of {} spines polarized (all flows on one uplink)",
+                "tier 2: {} uplinks per spine, {} seed {:#x} {}: {} of {} spines polarized (under half the uplinks a random hash would use)",
                 t.uplinks,
                 t.hash,
                 t.seed,
+                t.bucket,
                 t.polarized,
                 t.spines.len()
             );
         }
         let w = &self.what_if;
+        if self.flows == 0 {
+            return out;
+        }
         let qps = match w.qps_per_connection {
             Some(1) => "the flows as they are already do".to_string(),
             Some(k) => format!("{k} QPs per connection would"),
@@ -383,7 +475,7 @@ mod tests {
     }
 
     #[test]
-    fn one_port_for_all_is_worse_than_random_and_the_what_if_finds_the_way_out() {
+    fn one_port_for_all_is_worse_than_random_and_only_the_dest_qp_helps() {
         let flows: Vec<Flow> = (0..32).map(|i| flow(4791, 0x100 + i, 1000)).collect();
         let r = analyse(&flows, &EcmpOptions::default());
         assert_eq!(r.balance_bytes.max_over_mean, 4.0);
@@ -395,11 +487,10 @@ mod tests {
         );
         assert_eq!(r.top_k_colliding, 8);
         assert!(r.what_if.with_dest_qp < 2.0, "{:?}", r.what_if);
-        assert!(
-            r.what_if.qps_per_connection.is_some_and(|k| k > 1),
-            "{:?}",
-            r.what_if
-        );
+        // QPs sharing one fixed port cannot be told apart into connections, and more QPs on
+        // that port would share it too: only the destination QP in the hash helps.
+        assert_eq!(r.what_if.qps_per_connection, None, "{:?}", r.what_if);
+        assert_eq!(r.connections.shared_tuple_flows, 32);
         let text = r.render();
         assert!(
             text.contains("uplink   0") && text.contains("worse than random"),
@@ -408,6 +499,51 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["model"]["hash"], "crc32");
         assert_eq!(json["model"]["fields"], "5tuple");
+    }
+
+    #[test]
+    fn more_qps_per_connection_spread_a_few_elephants() {
+        // 4 connections (both directions, the drivers' ports): over 8 uplinks too few to
+        // judge; over 4, splitting each into k QPs brings max/mean under a target.
+        let mut flows = Vec::new();
+        for i in 0..4u32 {
+            let (qa, qb) = (0x300 + i, 0x700 + i);
+            let port = rdma_udp_sport(qa, qb);
+            let mut fwd = flow(port, qb, 1_000_000);
+            let mut rev = flow(port, qa, 1_000_000);
+            fwd.dst_ip = format!("198.18.3.{}", i + 1).parse().unwrap();
+            rev.src_ip = fwd.dst_ip;
+            rev.dst_ip = fwd.src_ip;
+            flows.push(fwd);
+            flows.push(rev);
+        }
+        let r = analyse(
+            &flows,
+            &EcmpOptions {
+                uplinks: 8,
+                ..EcmpOptions::default()
+            },
+        );
+        assert_eq!(r.connections.paired, 4);
+        assert_eq!(r.verdict, "too few flows to judge (8 flows over 8 uplinks)");
+        let four = analyse(
+            &flows,
+            &EcmpOptions {
+                uplinks: 4,
+                target: 1.4,
+                ..EcmpOptions::default()
+            },
+        );
+        let k = four
+            .what_if
+            .qps_per_connection
+            .expect("some QP count reaches 1.4");
+        assert!(k > 1, "{:?} {:?}", four.what_if, four.balance_bytes);
+        // No flows: nothing to judge, nothing to propose.
+        let empty = analyse(&[], &EcmpOptions::default());
+        assert_eq!(empty.verdict, "no RoCEv2 flows to model");
+        assert_eq!(empty.what_if.qps_per_connection, None);
+        assert!(empty.render().contains("no RoCEv2 flows to model"));
     }
 
     #[test]
@@ -420,7 +556,7 @@ mod tests {
         let two = analyse(
             &flows,
             &EcmpOptions {
-                tier2: Some((4, HashFn::Crc32, 0)),
+                tier2: Some((4, HashFn::Crc32, 0, Bucket::Modulo)),
                 ..EcmpOptions::default()
             },
         );

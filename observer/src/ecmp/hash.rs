@@ -79,10 +79,14 @@ pub struct HashModel {
     pub fields: Fields,
     pub func: HashFn,
     /// Mixed into the hash: the CRCs' initial value is XORed with it, XOR fold and Toeplitz
-    /// XOR their result with it. Switches seed each tier differently to avoid polarization.
+    /// XOR their result with it. All these functions are linear, so for inputs of one length a
+    /// seed XORs every hash with one constant: it permutes 2^k members and cannot undo
+    /// polarization on its own (another function or the other bits can).
     pub seed: u32,
     pub bucket: Bucket,
-    /// Toeplitz only: the key (at least 4 bytes more than the longest input).
+    /// Toeplitz only: the key (at least 4 bytes). An input longer than the key's bits less 32
+    /// (an IPv6 5-tuple with the destination QP is 39 bytes, the RSS key 40) continues with the
+    /// key from its start, as NICs with a short key repeat it.
     pub toeplitz_key: Vec<u8>,
 }
 
@@ -196,11 +200,14 @@ pub fn xor_fold(data: &[u8]) -> u32 {
 }
 
 /// The Toeplitz hash of `data` with `key`: for every set bit of the input, XOR in the 32 key
-/// bits starting at that bit's position. Bits past the key's end count as 0.
+/// bits starting at that bit's position. The key repeats past its end (an empty key hashes to 0).
 pub fn toeplitz(key: &[u8], data: &[u8]) -> u32 {
+    if key.is_empty() {
+        return 0;
+    }
     let key_bit = |i: usize| -> u32 {
-        key.get(i / 8)
-            .map_or(0, |b| u32::from(b >> (7 - (i % 8)) & 1))
+        let i = i % (key.len() * 8);
+        u32::from(key[i / 8] >> (7 - (i % 8)) & 1)
     };
     let mut window: u32 = (0..32).fold(0, |w, i| (w << 1) | key_bit(i));
     let mut hash = 0;
@@ -309,6 +316,13 @@ mod tests {
         let ips = HashModel::new(Fields::IpPair, HashFn::Toeplitz, 0, Bucket::Modulo);
         assert_eq!(ports.hash(&f), 0x4020_7d3d);
         assert_eq!(ips.hash(&f), 0x2cc1_8cd5);
+        // IPv6 with the destination QP (39 bytes) goes past the 40-byte key's last full
+        // window: the QP must still count.
+        let qp = HashModel::new(Fields::FiveTupleQp, HashFn::Toeplitz, 0, Bucket::Modulo);
+        let members: std::collections::BTreeSet<u32> = (0..64)
+            .map(|q| qp.member(&FlowFields { dest_qp: q, ..f }, 8))
+            .collect();
+        assert!(members.len() > 4, "{members:?}");
     }
 
     #[test]

@@ -56,8 +56,13 @@ pub struct Connection {
 pub struct Pairing {
     pub connections: Vec<Connection>,
     /// Flows without a reverse direction (one-way capture, UD, a connection whose other
-    /// direction was not seen), by index.
+    /// direction was not seen, QPs sharing a 5-tuple the rule cannot match up), by index.
     pub unpaired: Vec<usize>,
+    /// Flows that share their 5-tuple (addresses, source port, one direction) with another
+    /// flow to another QP: no entropy between them, paired or not.
+    pub shared_tuple_flows: Vec<usize>,
+    /// Flows to QP 1 (the GSI QP: connection management over UD), never paired.
+    pub qp1: Vec<usize>,
 }
 
 /// Where a flow was seen, apart from its addresses: the mirror session or kind (the same
@@ -78,7 +83,12 @@ fn context(f: &Flow) -> Context {
 pub fn pair(flows: &[Flow]) -> Pairing {
     type Group = (Vec<usize>, Vec<usize>);
     let mut groups: BTreeMap<(IpAddr, IpAddr, u16, Context), Group> = BTreeMap::new();
+    let mut out = Pairing::default();
     for (i, f) in flows.iter().enumerate() {
+        if f.dest_qp == 1 {
+            out.qp1.push(i);
+            continue;
+        }
         let (lo, hi, forward) = if f.src_ip <= f.dst_ip {
             (f.src_ip, f.dst_ip, true)
         } else {
@@ -89,9 +99,13 @@ pub fn pair(flows: &[Flow]) -> Pairing {
             .or_default();
         if forward { &mut g.0 } else { &mut g.1 }.push(i);
     }
-    let mut out = Pairing::default();
     for ((a, b, sport, _), (mut fwd, mut rev)) in groups {
         let shared = fwd.len() > 1 || rev.len() > 1;
+        for side in [&fwd, &rev] {
+            if side.len() > 1 {
+                out.shared_tuple_flows.extend(side.iter().copied());
+            }
+        }
         let connect = |out: &mut Pairing, f: usize, r: usize| {
             // a -> b is addressed to b's QP; b -> a to a's.
             let (qpn_b, qpn_a) = (flows[f].dest_qp, flows[r].dest_qp);
@@ -138,6 +152,7 @@ pub fn pair(flows: &[Flow]) -> Pairing {
         }
     }
     out.unpaired.sort_unstable();
+    out.shared_tuple_flows.sort_unstable();
     out
 }
 
@@ -233,5 +248,28 @@ mod tests {
         let second = p.connections.iter().find(|c| c.qpn_b == 0x52).unwrap();
         assert_eq!(second.qpn_a, 0x51);
         assert!(p.unpaired.is_empty());
+        assert_eq!(p.shared_tuple_flows, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_fixed_port_shared_by_several_qps_is_reported() {
+        // Three QP pairs on port 4791: the rule never gives it, so they cannot be matched up,
+        // but every one of them is a flow without entropy. QP 1 (UD connection management)
+        // is never paired.
+        let flows = vec![
+            flow("198.18.0.1", "198.18.0.2", 4791, 0x42),
+            flow("198.18.0.1", "198.18.0.2", 4791, 0x52),
+            flow("198.18.0.1", "198.18.0.2", 4791, 0x62),
+            flow("198.18.0.2", "198.18.0.1", 4791, 0x41),
+            flow("198.18.0.2", "198.18.0.1", 4791, 0x51),
+            flow("198.18.0.2", "198.18.0.1", 4791, 0x61),
+            flow("198.18.0.1", "198.18.0.2", 0xD000, 1),
+            flow("198.18.0.2", "198.18.0.1", 0xD000, 1),
+        ];
+        let p = pair(&flows);
+        assert!(p.connections.is_empty());
+        assert_eq!(p.unpaired, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(p.shared_tuple_flows, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(p.qp1, vec![6, 7]);
     }
 }

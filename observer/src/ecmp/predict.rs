@@ -101,24 +101,37 @@ impl SplitMix64 {
     }
 }
 
+/// The balance (by weight) of the same flow weights placed by an ideal random hash over `n`
+/// members, once per seeded trial.
+pub fn random_trials(weights: &[f64], n: u32, trials: u32, seed: u64) -> Vec<Balance> {
+    let mut rng = SplitMix64::new(seed);
+    (0..trials.max(1))
+        .map(|_| {
+            let mut loads = vec![0.0; n.max(1) as usize];
+            for w in weights {
+                loads[rng.below(n.max(1)) as usize] += w;
+            }
+            balance(&loads)
+        })
+        .collect()
+}
+
 /// The mean balance (by weight) of the same flow weights placed by an ideal random hash over
 /// `n` members, over `trials` seeded trials: what "as good as random" means for this flow set.
 pub fn random_ideal(weights: &[f64], n: u32, trials: u32, seed: u64) -> Balance {
-    let mut rng = SplitMix64::new(seed);
-    let trials = trials.max(1);
+    mean_balance(&random_trials(weights, n, trials, seed))
+}
+
+/// The mean of several balances.
+pub fn mean_balance(trials: &[Balance]) -> Balance {
     let mut acc = Balance::default();
-    for _ in 0..trials {
-        let mut loads = vec![0.0; n.max(1) as usize];
-        for w in weights {
-            loads[rng.below(n.max(1)) as usize] += w;
-        }
-        let b = balance(&loads);
+    for b in trials {
         acc.max_over_mean += b.max_over_mean;
         acc.cv += b.cv;
         acc.jain += b.jain;
         acc.idle += b.idle;
     }
-    let t = f64::from(trials);
+    let t = trials.len().max(1) as f64;
     Balance {
         max_over_mean: acc.max_over_mean / t,
         cv: acc.cv / t,
