@@ -13,22 +13,12 @@ use roce_observer::{
 
 #[test]
 fn every_rc_connection_of_the_real_captures_pairs() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures/real");
-    if !dir.is_dir() {
-        if std::env::var_os("CI").is_some() {
-            panic!("{} missing under CI", dir.display());
-        }
-        eprintln!(
-            "\n*** SKIPPED every_rc_connection_of_the_real_captures_pairs: {} missing ***\n",
-            dir.display()
-        );
+    let Some(files) = integration_tests::shared_capture_files(
+        "every_rc_connection_of_the_real_captures_pairs",
+        "real",
+    ) else {
         return;
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
+    };
     assert_eq!(files.len(), 21);
     let (mut rc_flows, mut connections, mut conforming, mut one_way) = (0, 0, 0, 0);
     for file in files {

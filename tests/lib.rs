@@ -250,3 +250,24 @@ pub fn pcap_frames(path: &std::path::Path) -> Vec<Vec<u8>> {
     assert_eq!(at, b.len(), "{}: whole records", path.display());
     frames
 }
+
+/// The files of `../shared/captures/SUB`, sorted; `None` (loudly) when the folder is missing
+/// outside CI, a failure under CI.
+pub fn shared_capture_files(test: &str, sub: &str) -> Option<Vec<std::path::PathBuf>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/captures")
+        .join(sub);
+    if !dir.is_dir() {
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: {} missing under CI", dir.display());
+        }
+        eprintln!("\n*** SKIPPED {test}: {} missing ***\n", dir.display());
+        return None;
+    }
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    Some(files)
+}

@@ -2,7 +2,7 @@
 //! shared parser: encapsulated RoCE counts exactly as the same traffic seen directly, in
 //! userspace and in the kernel, and the real ERSPAN captures decode as tshark says.
 
-use std::{collections::BTreeMap, path::PathBuf, process::Command};
+use std::{collections::BTreeMap, process::Command};
 
 use aya::programs::{TestRun, TestRunOptions};
 use integration_tests::{load_program, output, require_root, xdp_mut};
@@ -225,22 +225,12 @@ fn reason_of(protocols: &str) -> &'static str {
 
 #[test]
 fn real_erspan_captures_decode_as_tshark_says() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures/erspan");
-    if !dir.is_dir() {
-        if std::env::var_os("CI").is_some() {
-            panic!("{} missing under CI", dir.display());
-        }
-        eprintln!(
-            "\n*** SKIPPED real_erspan_captures_decode_as_tshark_says: {} missing ***\n",
-            dir.display()
-        );
+    let Some(files) = integration_tests::shared_capture_files(
+        "real_erspan_captures_decode_as_tshark_says",
+        "erspan",
+    ) else {
         return;
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
+    };
     assert_eq!(files.len(), 8);
     for file in files {
         let (status, out, err) =
