@@ -105,6 +105,8 @@ pub struct FlowStats {
     pub psn_regressions: u64,
     /// Bit d set when DSCP d was seen.
     pub dscp_mask: u64,
+    /// Bit d set when a CNP was seen with DSCP d (the flow's ACKs share its key).
+    pub cnp_dscp_mask: u64,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
     /// Mirror copies with the ERSPAN truncated bit set.
@@ -114,9 +116,14 @@ pub struct FlowStats {
     pub psn_next_lo: u32,
     pub psn_next_hi: u32,
     pub psn_valid: u32,
-    pub _pad: u32,
+    /// Bit p set when a frame's outer VLAN tag had priority (PCP) p; bit 8 ([`UNTAGGED`]) when
+    /// a frame had no tag.
+    pub pcp_mask: u32,
 }
-const _: () = assert!(size_of::<FlowStats>() == 24 * 8 + 16);
+const _: () = assert!(size_of::<FlowStats>() == 25 * 8 + 16);
+
+/// `FlowStats::pcp_mask` bit of an untagged frame.
+pub const UNTAGGED: u32 = 1 << 8;
 
 /// (a - b) mod 2^24.
 #[inline(always)]
@@ -152,8 +159,16 @@ impl FlowStats {
         {
             self.mirror_truncated += 1;
         }
+        self.pcp_mask |= if p.vlan_count > 0 {
+            1u32 << (p.vlans[0].pcp & 7)
+        } else {
+            UNTAGGED
+        };
         let class = p.op_class();
         self.ops[class as usize] += 1;
+        if matches!(class, OpClass::Cnp) {
+            self.cnp_dscp_mask |= 1u64 << (p.dscp() & 63);
+        }
         if class.is_request()
             && matches!(
                 p.bth.transport(),
@@ -224,6 +239,8 @@ impl FlowStats {
         self.psn_missing += o.psn_missing;
         self.psn_regressions += o.psn_regressions;
         self.dscp_mask |= o.dscp_mask;
+        self.cnp_dscp_mask |= o.cnp_dscp_mask;
+        self.pcp_mask |= o.pcp_mask;
         self.mirror_truncated += o.mirror_truncated;
     }
 }
@@ -237,7 +254,7 @@ pub struct FlowSlot {
     pub key: FlowKey,
     pub stats: FlowStats,
 }
-const _: () = assert!(size_of::<FlowSlot>() == 40 + 208);
+const _: () = assert!(size_of::<FlowSlot>() == 40 + 216);
 
 /// Slots of the flow cache (a power of two).
 pub const FLOW_CACHE_SLOTS: u32 = 4096;

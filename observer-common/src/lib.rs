@@ -3,14 +3,18 @@
 //! update code, so that live capture, capture replay and tests compute the same answer.
 #![no_std]
 
+pub mod burst;
 pub mod flow;
 pub mod parse;
 pub mod pause;
 pub mod wire;
 
+pub use burst::{
+    BURST_RING_SLOTS, BurstIface, BurstSlot, MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
+};
 pub use flow::{
     Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MirrorOf,
-    TickClock, mirror_key,
+    TickClock, UNTAGGED, mirror_key,
 };
 pub use parse::{
     Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, Pause, RocePacket, SkipReason,
@@ -30,6 +34,10 @@ pub mod maps {
     pub const BASELINE: &str = "BASELINE";
     /// PAUSE / PFC frames per sender and priority (`PauseKey` -> `PauseStats`, per-CPU LRU).
     pub const PAUSES: &str = "PAUSES";
+    /// Microburst slot rings (mmapable array of BurstSlot).
+    pub const BURSTS: &str = "BURSTS";
+    /// ifindex -> BurstIface.
+    pub const BURST_IFACES: &str = "BURST_IFACES";
 }
 
 /// Program names in the kernel object.

@@ -8,22 +8,27 @@
 //! its slot costs no hash-table lookup; another flow taking the slot writes the old one back.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// The BPF target has no compare-and-swap, so core's atomic types have no fetch_add there; the
+// intrinsic lowers to the BPF atomic add instruction.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 #[cfg(target_arch = "bpf")]
 mod kernel {
     use core::mem::size_of;
 
     use aya_ebpf::{
-        bindings::{BPF_NOEXIST, TC_ACT_UNSPEC, xdp_action},
+        bindings::{BPF_F_MMAPABLE, BPF_NOEXIST, TC_ACT_UNSPEC, xdp_action},
         helpers::{bpf_jiffies64, bpf_ktime_get_ns},
         macros::{classifier, map, xdp},
-        maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray},
+        maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
         programs::{TcContext, XdpContext},
     };
     use observer_common::{
-        Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot,
-        FlowStats, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, RocePacket, SkipReason,
-        TickClock,
+        BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS,
+        FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MAX_BURST_IFACES, MAX_PAUSE_SENDERS,
+        Mirror, Pause, PauseKey, PauseStats, RocePacket, SkipReason, TickClock, WIRE_OVERHEAD,
+        burst_index,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
     };
@@ -60,6 +65,15 @@ mod kernel {
     /// A zeroed PauseStats that is never written: new pause senders are inserted from it.
     #[map(name = "ZERO_PAUSE")]
     static ZERO_PAUSE: PerCpuArray<PauseStats> = PerCpuArray::with_max_entries(1, 0);
+
+    /// Microburst slot rings (two per observed interface: ingress, egress), mapped into the
+    /// reader's memory. The loader sizes it to the interfaces observed.
+    #[map(name = "BURSTS")]
+    static BURSTS: Array<BurstSlot> = Array::with_max_entries(2 * BURST_RING_SLOTS, BPF_F_MMAPABLE);
+
+    /// The observed interfaces (ifindex) and their rings; frames of others keep no slots.
+    #[map(name = "BURST_IFACES")]
+    static BURST_IFACES: HashMap<u32, BurstIface> = HashMap::with_max_entries(MAX_BURST_IFACES, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -174,10 +188,41 @@ mod kernel {
         }
     }
 
+    /// Adds a frame of `len` bytes to the microburst slot of its interface, direction and time:
+    /// every CPU adds to the same slot atomically; the reader zeroes complete slots.
+    #[inline(always)]
+    fn account_burst(ifindex: u32, egress: bool, len: u32) {
+        // SAFETY: a plain-data map value.
+        let Some(iface) = (unsafe { BURST_IFACES.get(&ifindex) }) else {
+            return;
+        };
+        if iface.slot_ns == 0 {
+            return;
+        }
+        let slot = unsafe { bpf_ktime_get_ns() } / iface.slot_ns;
+        let ring = iface.ring + egress as u32;
+        if let Some(s) = BURSTS.get_ptr_mut(burst_index(ring, slot)) {
+            let tag = slot;
+            // SAFETY: a live array value; the tag is written by every CPU with the same value
+            // for the same slot, the bytes only through atomic adds.
+            unsafe {
+                if core::ptr::read_volatile(&(*s).slot) != tag {
+                    core::ptr::write_volatile(&mut (*s).slot, tag);
+                }
+                core::intrinsics::atomic_xadd::<
+                    u64,
+                    u64,
+                    { core::intrinsics::AtomicOrdering::Relaxed },
+                >(&raw mut (*s).bytes, u64::from(len + WIRE_OVERHEAD));
+            }
+        }
+    }
+
     /// Accounts the frame in the counters, the flow cache and the flow table; whether it is a
     /// copy (decapsulated from GRE/ERSPAN, or RoCE). `egress`: a transmitted frame (TC).
     macro_rules! account {
-        ($ctx:expr, $egress:expr) => {{
+        ($ctx:expr, $egress:expr, $ifindex:expr, $len:expr) => {{
+            account_burst($ifindex, $egress, $len);
             let (roce, copy) = parse_and_count!($ctx, $egress);
             if let Some((p, counters)) = roce {
                 let mut key = FlowKey::of(&p);
@@ -203,10 +248,21 @@ mod kernel {
         }
     }
 
+    #[inline(always)]
+    fn xdp_ifindex(ctx: &XdpContext) -> u32 {
+        ctx.ingress_ifindex() as u32
+    }
+
+    /// The frame's length (the linear part: multi-buffer frames count their first buffer).
+    #[inline(always)]
+    fn xdp_len(ctx: &XdpContext) -> u32 {
+        (ctx.data_end() - ctx.data()) as u32
+    }
+
     /// Host and mirror mode: account, then pass every frame on unchanged.
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
-        account!(&ctx, false);
+        account!(&ctx, false, xdp_ifindex(&ctx), xdp_len(&ctx));
         xdp_action::XDP_PASS
     }
 
@@ -241,7 +297,9 @@ mod kernel {
             // SAFETY: a per-CPU map value; TC egress runs with bottom halves off.
             unsafe { (*counters).egress_frames += 1 };
         }
-        account!(&ctx, true);
+        // SAFETY: reading the context's ifindex field.
+        let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+        account!(&ctx, true, ifindex, len);
         TC_ACT_UNSPEC
     }
 
@@ -250,7 +308,7 @@ mod kernel {
     /// Never attached in host mode.
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
-        if account!(&ctx, false) {
+        if account!(&ctx, false, xdp_ifindex(&ctx), xdp_len(&ctx)) {
             xdp_action::XDP_DROP
         } else {
             xdp_action::XDP_PASS

@@ -170,6 +170,145 @@ struct DiagnoseArgs {
     /// clsact before), tcx or clsact.
     #[arg(long, value_enum, value_name = "HOOK")]
     tc_hook: Option<TcHook>,
+    #[command(flatten)]
+    analysis: AnalysisArgs,
+}
+
+/// Time series, microbursts, findings and the HTML report: `diagnose` and `replay` alike.
+#[derive(Args, Debug, Clone, Default)]
+struct AnalysisArgs {
+    /// Interval of the time series: 1s by default; down to 100ms live, 10ms in replay.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    interval: Option<Duration>,
+    /// Microburst slot width (10us to 100ms; default 100us), or `off`.
+    #[arg(long, value_parser = parse_slot, value_name = "DURATION")]
+    burst_slot: Option<u64>,
+    /// Rule thresholds (TOML; every key optional, see rules.example.toml).
+    #[arg(long, value_name = "FILE")]
+    rules: Option<String>,
+    /// Also write a self-contained HTML report with charts to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Model the switch's ECMP over N uplinks for the ecmp-imbalance check (see `ecmp` for
+    /// the full analysis).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    uplinks: Option<u32>,
+    /// The switch's ECMP hash (with --uplinks).
+    #[arg(long, value_enum, value_name = "HASH")]
+    ecmp_hash: Option<crate::ecmp::HashFn>,
+    /// The fields the switch hashes (with --uplinks).
+    #[arg(long, value_enum, value_name = "FIELDS")]
+    ecmp_fields: Option<crate::ecmp::Fields>,
+    /// The switch's hash seed (with --uplinks).
+    #[arg(long, value_parser = parse_u32, value_name = "SEED")]
+    ecmp_seed: Option<u32>,
+    /// No colours in the terminal report (also when NO_COLOR is set or stdout is no terminal).
+    #[arg(long)]
+    no_color: bool,
+}
+
+/// A microburst slot width in ns: `off`, or 10us to 100ms.
+fn parse_slot(s: &str) -> Result<u64, String> {
+    if s.trim() == "off" {
+        return Ok(0);
+    }
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("us") {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e6)
+    } else {
+        return Err(format!(
+            "'{t}' is not a slot width (use 100us, 1ms, or off)"
+        ));
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{t}' is not a slot width (use 100us, 1ms, or off)"))?;
+    let ns = (v * scale).round();
+    if !(10_000.0..=100_000_000.0).contains(&ns) {
+        return Err(format!("'{t}': a slot width between 10us and 100ms"));
+    }
+    Ok(ns as u64)
+}
+
+impl AnalysisArgs {
+    /// Checks the flags that depend on each other; `min_interval` of this source.
+    fn validate(&self, min_interval: Duration, source: &str) -> Result<()> {
+        if let Some(i) = self.interval
+            && i < min_interval
+        {
+            bail!(
+                "--interval {}ms is below {}'s shortest, {}ms",
+                i.as_millis(),
+                source,
+                min_interval.as_millis()
+            );
+        }
+        if self.uplinks.is_none()
+            && (self.ecmp_hash.is_some() || self.ecmp_fields.is_some() || self.ecmp_seed.is_some())
+        {
+            bail!("--ecmp-hash, --ecmp-fields and --ecmp-seed need --uplinks");
+        }
+        if let (Some(crate::ecmp::HashFn::Crc16Ccitt), Some(seed)) =
+            (self.ecmp_hash, self.ecmp_seed)
+            && seed > 0xFFFF
+        {
+            bail!("--ecmp-seed {seed:#x} does not fit CRC-16 (at most 0xffff)");
+        }
+        Ok(())
+    }
+
+    fn thresholds(&self) -> Result<crate::findings::Thresholds> {
+        Ok(match &self.rules {
+            Some(path) => crate::findings::Thresholds::load(path)?,
+            None => crate::findings::Thresholds::default(),
+        })
+    }
+
+    fn timeline(
+        &self,
+        link_speed_bps: Option<u64>,
+        thresholds: &crate::findings::Thresholds,
+    ) -> crate::series::TimelineConfig {
+        crate::series::TimelineConfig {
+            interval_ns: self
+                .interval
+                .map_or(crate::series::DEFAULT_INTERVAL_NS, |d| d.as_nanos() as u64),
+            slot_ns: self.burst_slot.unwrap_or(crate::series::DEFAULT_SLOT_NS),
+            link_speed_bps,
+            threshold_percent: thresholds.microburst.share_percent,
+            series_flows: crate::series::SERIES_FLOWS,
+        }
+    }
+
+    /// Adds the ECMP model (with --uplinks), the findings, and writes the HTML page.
+    fn finish(&self, report: &mut Report, thresholds: &crate::findings::Thresholds) -> Result<()> {
+        if let Some(uplinks) = self.uplinks {
+            let options = crate::ecmp::EcmpOptions {
+                uplinks,
+                hash: self.ecmp_hash.unwrap_or(crate::ecmp::HashFn::Crc32),
+                fields: self.ecmp_fields.unwrap_or(crate::ecmp::Fields::FiveTuple),
+                seed: self.ecmp_seed.unwrap_or(0),
+                ..crate::ecmp::EcmpOptions::default()
+            };
+            report.ecmp = Some(crate::ecmp::analyse(&report.flows, &options));
+        }
+        let (findings, checks) = crate::findings::evaluate(report, thresholds);
+        report.findings = findings;
+        report.checks = checks;
+        if let Some(path) = &self.html {
+            std::fs::write(path, crate::html::render(report))
+                .with_context(|| format!("cannot write the HTML report {}", path.display()))?;
+            eprintln!("roce-observer: wrote the HTML report to {}", path.display());
+        }
+        Ok(())
+    }
+
+    fn color(&self) -> bool {
+        use std::io::IsTerminal;
+        !self.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -210,10 +349,12 @@ struct ReplayArgs {
     /// No progress line on stderr (it is only shown for large files on a terminal).
     #[arg(long)]
     no_progress: bool,
-    /// Speed of the links PAUSE / PFC frames were sent on (100G, 25G, 400G, 10000M), to turn
-    /// pause quanta into time.
+    /// Speed of the links (100G, 25G, 400G, 10000M): turns pause quanta into time, and
+    /// microburst slots into shares of the link.
     #[arg(long, value_parser = parse_link_speed, value_name = "SPEED")]
     link_speed: Option<u64>,
+    #[command(flatten)]
+    analysis: AnalysisArgs,
 }
 
 #[derive(Args, Debug)]
@@ -348,10 +489,11 @@ pub const ATTACHED: &str = "roce-observer: attached";
 
 fn diagnose(a: DiagnoseArgs) -> Result<()> {
     let report = diagnose_report(&a)?;
-    print_report(&report, a.json, a.top)
+    print_report(&report, a.json, a.top, a.analysis.color())
 }
 
-/// Observes live as `a` says and builds the report.
+/// Observes live as `a` says and builds the report: totals, flows, PFC, the time series and
+/// microbursts, the findings (and the HTML page when asked for).
 fn diagnose_report(a: &DiagnoseArgs) -> Result<Report> {
     let vantage = match (a.mode, a.consume) {
         (ModeArg::Host, true) => {
@@ -363,27 +505,11 @@ fn diagnose_report(a: &DiagnoseArgs) -> Result<Report> {
     if a.tc_hook.is_some() && vantage != Vantage::Host {
         bail!("--tc-hook needs --mode host (mirror mode attaches no TC egress program)");
     }
-    let config = LiveConfig {
-        interfaces: a.ifaces.clone(),
-        mode: a.xdp_mode,
-        vantage,
-        max_flows: a.max_flows,
-        tc_hook: a.tc_hook.unwrap_or_default(),
-    };
-    let mut observer = Observer::attach(config)?;
-    eprintln!(
-        "{ATTACHED} to {} ({} mode, xdp {}), observing for {:.1}s; Ctrl-C to stop early",
-        a.ifaces.join(", "),
-        vantage.name(),
-        a.xdp_mode.name(),
-        a.duration.as_secs_f64()
-    );
-    let started = Instant::now();
-    wait(a.duration)?;
-    observer.detach()?;
-    let window = started.elapsed().as_secs_f64();
-    let agg = observer.snapshot()?;
-    drop(observer);
+    a.analysis.validate(
+        Duration::from_nanos(crate::series::MIN_LIVE_INTERVAL_NS),
+        "live capture",
+    )?;
+    let thresholds = a.analysis.thresholds()?;
     let (speed, why_unknown) = match (a.link_speed, vantage) {
         (Some(s), _) => (Some(s), ""),
         (None, Vantage::Host) => (
@@ -395,9 +521,92 @@ fn diagnose_report(a: &DiagnoseArgs) -> Result<Report> {
             "a mirror port's speed is not the mirrored links'; give --link-speed",
         ),
     };
+    let timeline_config = a.analysis.timeline(speed, &thresholds);
+    let config = LiveConfig {
+        interfaces: a.ifaces.clone(),
+        mode: a.xdp_mode,
+        vantage,
+        max_flows: a.max_flows,
+        tc_hook: a.tc_hook.unwrap_or_default(),
+        burst_slot_ns: timeline_config.slot_ns,
+    };
+    let mut observer = Observer::attach(config)?;
+    let mut timeline = crate::series::Timeline::starting(
+        timeline_config,
+        crate::live::unix_ns(),
+        &Default::default(),
+    );
+    let offset = crate::live::monotonic_to_unix_offset();
+    // Ring 2i: interface i ingress; 2i + 1: its egress (host mode only).
+    let mut rings = Vec::new();
+    for iface in &a.ifaces {
+        rings.push(Some(timeline.add_tracker(
+            iface.clone(),
+            crate::report::Direction::Ingress,
+            offset,
+        )));
+        rings.push((vantage == Vantage::Host).then(|| {
+            timeline.add_tracker(iface.clone(), crate::report::Direction::Egress, offset)
+        }));
+    }
+    let mut reader = observer.burst_reader()?;
+    eprintln!(
+        "{ATTACHED} to {} ({} mode, xdp {}), observing for {:.1}s; Ctrl-C to stop early",
+        a.ifaces.join(", "),
+        vantage.name(),
+        a.xdp_mode.name(),
+        a.duration.as_secs_f64()
+    );
+    let started = Instant::now();
+    let feed = |reader: &mut crate::live::BurstReader,
+                timeline: &mut crate::series::Timeline,
+                upto: Option<u64>| {
+        let mut take = |ring: usize, read: crate::live::SlotRead| {
+            if let Some(Some(t)) = rings.get(ring) {
+                match read {
+                    crate::live::SlotRead::Bytes(slot, bytes) => {
+                        timeline.trackers[*t].slot(slot, bytes)
+                    }
+                    crate::live::SlotRead::Lost(n) => timeline.trackers[*t].lost(n),
+                }
+            }
+        };
+        match upto {
+            Some(u) => reader.drain_until(u, &mut take),
+            None => reader.drain(&mut take),
+        }
+    };
+    let period = reader
+        .as_ref()
+        .map_or(Duration::from_millis(100), |r| r.period())
+        .min(Duration::from_millis(100));
+    watch(a.duration, period, || {
+        if let Some(r) = reader.as_mut() {
+            feed(r, &mut timeline, None);
+        }
+        let now = crate::live::unix_ns();
+        if timeline.due(now) {
+            let agg = observer.snapshot()?;
+            timeline.advance(now, &agg.flows);
+        }
+        Ok(())
+    })?;
+    observer.detach()?;
+    let window = started.elapsed().as_secs_f64();
+    if let Some(r) = reader.as_mut() {
+        // Detached: every slot is complete.
+        let upto = crate::live::monotonic_ns() / r.slot_ns() + 2;
+        feed(r, &mut timeline, Some(upto));
+    }
+    drop(reader);
+    let agg = observer.snapshot()?;
+    drop(observer);
     let mut source = Source::live(a.ifaces.clone(), a.xdp_mode.name());
     source.mode = Some(vantage.name().to_string());
     let mut report = Report::new(&agg, source, window);
+    let (series, bursts) = timeline.finish(&agg.flows);
+    report.series = series;
+    report.microbursts = bursts;
     // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
     let mirrored = report
         .pfc
@@ -413,6 +622,7 @@ fn diagnose_report(a: &DiagnoseArgs) -> Result<Report> {
         (speed, why_unknown)
     };
     apply_link_speed(&mut report, speed, why_unknown);
+    a.analysis.finish(&mut report, &thresholds)?;
     Ok(report)
 }
 
@@ -462,9 +672,10 @@ fn ecmp(a: EcmpArgs) -> Result<()> {
             max_flows: observer_common::DEFAULT_MAX_FLOWS,
             link_speed: None,
             tc_hook: None,
+            analysis: AnalysisArgs::default(),
         })?
     } else {
-        replay_report(&a.pcap, true)?
+        replay_report(&a.pcap, true, None)?
     };
     let options = EcmpOptions {
         uplinks: a.uplinks,
@@ -491,10 +702,23 @@ fn ecmp(a: EcmpArgs) -> Result<()> {
 
 /// Replays capture files into a report (warnings on stderr and in the report; frames of
 /// unsupported pcapng interfaces under `skipped.unsupported_link_type`).
-fn replay_report(files: &[String], no_progress: bool) -> Result<Report> {
-    let mut replay = crate::replay::Replay::new();
+fn replay_report(
+    files: &[String],
+    no_progress: bool,
+    timeline: Option<crate::series::TimelineConfig>,
+) -> Result<Report> {
+    let mut replay = match timeline {
+        Some(t) => crate::replay::Replay::with_timeline(t),
+        None => crate::replay::Replay::new(),
+    };
     for file in files {
         replay.file(file, !no_progress)?;
+    }
+    if replay.timeline.as_ref().is_some_and(|t| t.overflowed()) {
+        replay.warnings.push(format!(
+            "the capture spans more than {} intervals: the time series stops there (give a longer --interval)",
+            crate::series::MAX_INTERVALS
+        ));
     }
     for w in &replay.warnings {
         eprintln!("roce-observer: warning: {w}");
@@ -511,13 +735,25 @@ fn replay_report(files: &[String], no_progress: bool) -> Result<Report> {
             replay.unsupported_link_frames,
         );
     }
+    if let Some(t) = replay.timeline.take() {
+        let (series, bursts) = t.finish(&replay.agg.flows);
+        report.series = series;
+        report.microbursts = bursts;
+    }
     Ok(report)
 }
 
 fn replay(a: ReplayArgs) -> Result<()> {
-    let mut report = replay_report(&a.files, a.no_progress)?;
+    a.analysis.validate(
+        Duration::from_nanos(crate::series::MIN_REPLAY_INTERVAL_NS),
+        "replay",
+    )?;
+    let thresholds = a.analysis.thresholds()?;
+    let timeline = a.analysis.timeline(a.link_speed, &thresholds);
+    let mut report = replay_report(&a.files, a.no_progress, Some(timeline))?;
     apply_link_speed(&mut report, a.link_speed, "give --link-speed");
-    print_report(&report, a.json, a.top)
+    a.analysis.finish(&mut report, &thresholds)?;
+    print_report(&report, a.json, a.top, a.analysis.color())
 }
 
 fn list_scenarios() {
@@ -548,19 +784,25 @@ fn synth_file(a: SynthArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_report(report: &Report, json: bool, top: usize) -> Result<()> {
+fn print_report(report: &Report, json: bool, top: usize, color: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, report)?;
         writeln!(out)?;
     } else {
         write!(out, "{}", report.render_table(top))?;
+        write!(out, "{}", report.render_timeline())?;
+        write!(
+            out,
+            "\n{}",
+            crate::findings::render(&report.findings, &report.checks, color)
+        )?;
     }
     Ok(())
 }
 
-/// Sleeps for `d` or until SIGINT/SIGTERM, whichever comes first.
-fn wait(d: Duration) -> Result<()> {
+/// Runs `tick` every `period` for `d` or until SIGINT/SIGTERM, whichever comes first.
+fn watch(d: Duration, period: Duration, mut tick: impl FnMut() -> Result<()>) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -568,10 +810,23 @@ fn wait(d: Duration) -> Result<()> {
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("cannot watch SIGTERM")?;
-        tokio::select! {
-            _ = tokio::time::sleep(d) => {}
-            _ = tokio::signal::ctrl_c() => eprintln!("roce-observer: interrupted, reporting what was seen"),
-            _ = term.recv() => eprintln!("roce-observer: terminated, reporting what was seen"),
+        let deadline = tokio::time::sleep(d);
+        tokio::pin!(deadline);
+        let mut every = tokio::time::interval(period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                _ = tokio::signal::ctrl_c() => {
+                    eprintln!("roce-observer: interrupted, reporting what was seen");
+                    break;
+                }
+                _ = term.recv() => {
+                    eprintln!("roce-observer: terminated, reporting what was seen");
+                    break;
+                }
+                _ = every.tick() => tick()?,
+            }
         }
         Ok(())
     })

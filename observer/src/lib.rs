@@ -7,10 +7,13 @@
 pub mod aggregate;
 pub mod cli;
 pub mod ecmp;
+pub mod findings;
+pub mod html;
 pub mod lab;
 pub mod live;
 pub mod replay;
 pub mod report;
+pub mod series;
 pub mod synth;
 
 /// The kernel object built by build.rs (aya-build, bpfel-unknown-none).

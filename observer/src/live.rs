@@ -22,7 +22,8 @@ use aya::{
     },
 };
 use observer_common::{
-    Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowSlot, FlowStats, PauseKey, PauseStats, maps, programs,
+    BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowSlot,
+    FlowStats, MAX_BURST_IFACES, PauseKey, PauseStats, maps, programs,
 };
 
 use crate::{EBPF_OBJECT, aggregate::Aggregate};
@@ -57,6 +58,10 @@ pub enum LiveError {
     ReadMap { map: &'static str, detail: String },
     #[error("--max-flows must be between 1 and {max}, not {got}")]
     MaxFlows { got: u32, max: u32 },
+    #[error("at most {max} interfaces per observer, not {got}")]
+    TooManyInterfaces { got: usize, max: u32 },
+    #[error("cannot map the microburst slots into memory: {0}")]
+    BurstMap(String),
 }
 
 /// XDP attach mode.
@@ -140,6 +145,8 @@ pub struct LiveConfig {
     pub max_flows: u32,
     /// Host mode: the TC egress hook.
     pub tc_hook: TcHook,
+    /// Microburst slot width in ns (0: the kernel keeps no slots).
+    pub burst_slot_ns: u64,
 }
 
 impl LiveConfig {
@@ -150,6 +157,7 @@ impl LiveConfig {
             vantage: Vantage::Host,
             max_flows: DEFAULT_MAX_FLOWS,
             tc_hook: TcHook::Auto,
+            burst_slot_ns: crate::series::DEFAULT_SLOT_NS,
         }
     }
 }
@@ -264,11 +272,38 @@ impl Observer {
             }
             if_index(iface)?;
         }
+        if config.interfaces.len() > MAX_BURST_IFACES as usize {
+            return Err(LiveError::TooManyInterfaces {
+                got: config.interfaces.len(),
+                max: MAX_BURST_IFACES,
+            });
+        }
         check_privileges()?;
+        let rings = 2 * config.interfaces.len().max(1) as u32;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(maps::FLOWS, config.max_flows)
+            .map_max_entries(maps::BURSTS, rings * BURST_RING_SLOTS)
             .load(EBPF_OBJECT)
             .map_err(|e| load_error(&e))?;
+        if config.burst_slot_ns > 0 {
+            let mut ifaces: aya::maps::HashMap<_, u32, BurstIface> = aya::maps::HashMap::try_from(
+                ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::ReadMap {
+                    map: maps::BURST_IFACES,
+                    detail: "missing".into(),
+                })?,
+            )
+            .map_err(|e| LiveError::Load(chain(&e)))?;
+            for (i, iface) in config.interfaces.iter().enumerate() {
+                let value = BurstIface {
+                    ring: 2 * i as u32,
+                    _pad: 0,
+                    slot_ns: config.burst_slot_ns,
+                };
+                ifaces
+                    .insert(if_index(iface)?, value, 0)
+                    .map_err(|e| LiveError::Load(chain(&e)))?;
+            }
+        }
         let name = config.vantage.program();
         let prog: &mut Xdp = ebpf
             .program_mut(name)
@@ -346,6 +381,20 @@ impl Observer {
 
     pub fn config(&self) -> &LiveConfig {
         &self.config
+    }
+
+    /// The microburst rings mapped into memory (ring 2i: interface i ingress, 2i + 1: egress);
+    /// none when the configuration keeps no slots.
+    pub fn burst_reader(&self) -> Result<Option<BurstReader>, LiveError> {
+        if self.config.burst_slot_ns == 0 {
+            return Ok(None);
+        }
+        let rings = 2 * self.config.interfaces.len();
+        let data = match map(&self.ebpf, maps::BURSTS)? {
+            aya::maps::Map::Array(data) => data,
+            _ => return Err(LiveError::BurstMap("BURSTS is not an array".into())),
+        };
+        BurstReader::new(data, rings, self.config.burst_slot_ns).map(Some)
     }
 
     /// Reads and sums the kernel maps. First/last-seen times are converted from the kernel's
@@ -428,6 +477,113 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
     Ok(agg)
 }
 
+/// What reading a ring slot found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotRead {
+    /// The slot's wire bytes (non-zero).
+    Bytes(u64, u64),
+    /// Slots the ring had reused before they were read.
+    Lost(u64),
+}
+
+/// The kernel's microburst rings, mapped into this process: reads complete slots in order and
+/// zeroes them for the ring's next turn.
+pub struct BurstReader {
+    ptr: std::ptr::NonNull<BurstSlot>,
+    len_bytes: usize,
+    rings: usize,
+    slot_ns: u64,
+    /// Per ring, the next slot to read.
+    next: Vec<u64>,
+}
+
+// SAFETY: the mapping is owned by the reader and only touched through &mut self.
+unsafe impl Send for BurstReader {}
+
+impl BurstReader {
+    fn new(data: &aya::maps::MapData, rings: usize, slot_ns: u64) -> Result<Self, LiveError> {
+        use std::os::fd::AsFd;
+        let len_bytes = rings * BURST_RING_SLOTS as usize * std::mem::size_of::<BurstSlot>();
+        let fd = data.fd().as_fd();
+        // SAFETY: mapping the map's value area (BPF_F_MMAPABLE), shared with the kernel.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(LiveError::BurstMap(io::Error::last_os_error().to_string()));
+        }
+        let now = monotonic_ns() / slot_ns;
+        Ok(Self {
+            ptr: std::ptr::NonNull::new(ptr.cast()).expect("mmap succeeded"),
+            len_bytes,
+            rings,
+            slot_ns,
+            next: vec![now; rings],
+        })
+    }
+
+    pub fn slot_ns(&self) -> u64 {
+        self.slot_ns
+    }
+
+    /// How often to drain so that no slot is reused before it is read: a quarter of a ring.
+    pub fn period(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos((self.slot_ns * BURST_RING_SLOTS as u64 / 4).max(1))
+    }
+
+    /// Reads every ring's slots before `upto` (exclusive): `f(ring, what)`. Live, `upto` is the
+    /// current slot less one (slots still being written stay); after detaching, any later slot.
+    pub fn drain_until(&mut self, upto: u64, mut f: impl FnMut(usize, SlotRead)) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let ring_len = BURST_RING_SLOTS as u64;
+        for ring in 0..self.rings {
+            let mut s = self.next[ring];
+            if upto > s + ring_len {
+                f(ring, SlotRead::Lost(upto - ring_len - s));
+                s = upto - ring_len;
+            }
+            while s < upto {
+                let i = ring * BURST_RING_SLOTS as usize + (s % ring_len) as usize;
+                // SAFETY: i < rings * BURST_RING_SLOTS, inside the mapping; the kernel writes
+                // the tag with plain stores and the bytes atomically.
+                unsafe {
+                    let e = self.ptr.as_ptr().add(i);
+                    let tag = std::ptr::read_volatile(&raw const (*e).slot);
+                    if tag == s {
+                        let bytes =
+                            AtomicU64::from_ptr(&raw mut (*e).bytes).swap(0, Ordering::AcqRel);
+                        if bytes > 0 {
+                            f(ring, SlotRead::Bytes(s, bytes));
+                        }
+                    }
+                }
+                s += 1;
+            }
+            self.next[ring] = s.max(self.next[ring]);
+        }
+    }
+
+    /// Reads the complete slots (all but the current one and the one before it).
+    pub fn drain(&mut self, f: impl FnMut(usize, SlotRead)) {
+        let now = monotonic_ns() / self.slot_ns;
+        self.drain_until(now.saturating_sub(1), f);
+    }
+}
+
+impl Drop for BurstReader {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len_bytes) };
+    }
+}
+
 /// A map of the loaded object, or `ReadMap` naming it.
 fn map<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<&'a aya::maps::Map, LiveError> {
     ebpf.map(name).ok_or(LiveError::ReadMap {
@@ -440,15 +596,27 @@ fn shift(ns: u64, by: i128) -> u64 {
     (ns as i128 + by).clamp(0, u64::MAX as i128) as u64
 }
 
-/// Unix-epoch ns minus CLOCK_MONOTONIC ns, now.
-fn monotonic_to_unix_offset() -> i128 {
+/// CLOCK_MONOTONIC in ns (the kernel program's clock).
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid pointer; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let mono = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Unix-epoch ns, now.
+pub fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Unix-epoch ns minus CLOCK_MONOTONIC ns, now.
+pub fn monotonic_to_unix_offset() -> i128 {
+    let mono = monotonic_ns() as i128;
     let unix = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i128)

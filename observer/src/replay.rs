@@ -117,6 +117,8 @@ pub struct Replay {
     pub unsupported_link_frames: u64,
     /// Non-fatal problems: part-way breaks, unsupported pcapng interfaces.
     pub warnings: Vec<String>,
+    /// Time series and microbursts, when asked for ([`Replay::with_timeline`]).
+    pub timeline: Option<crate::series::Timeline>,
 }
 
 /// The name under which frames of unsupported pcapng interfaces appear in `totals.skipped`.
@@ -125,6 +127,14 @@ pub const UNSUPPORTED_LINK_TYPE: &str = "unsupported_link_type";
 impl Replay {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A replay that also builds the time series and microburst slots.
+    pub fn with_timeline(config: crate::series::TimelineConfig) -> Self {
+        Self {
+            timeline: Some(crate::series::Timeline::new(config)),
+            ..Self::default()
+        }
     }
 
     /// Capture time spanned, in seconds (0 for fewer than two distinct timestamps).
@@ -196,6 +206,9 @@ impl Replay {
             .collect::<Vec<_>>()
             .join(" ");
         self.files.push(name.to_string());
+        if let Some(t) = &mut self.timeline {
+            t.begin_source(name, &self.agg.flows);
+        }
         let mut ctx = Ctx {
             name,
             unknown_interfaces: Vec::new(),
@@ -217,10 +230,15 @@ impl Replay {
         result
     }
 
+    /// One frame: `data` as captured, `orig_len` its length on the wire before any snaplen.
     #[inline]
-    fn frame(&mut self, link: Link, data: &[u8], ts_ns: u64) {
+    fn frame(&mut self, link: Link, data: &[u8], orig_len: u32, ts_ns: u64) {
         self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
+        if let Some(t) = &mut self.timeline {
+            let len = orig_len.max(data.len() as u32);
+            t.frame(ts_ns, u64::from(len), &self.agg.flows);
+        }
         let _ = self.agg.push_parsed(link.parse(data), data, ts_ns);
     }
 
@@ -283,7 +301,7 @@ impl Replay {
             let fed = feed.next(|buf| match parser.next_raw_packet(buf) {
                 Ok((rest, raw)) => {
                     let ts = raw.ts_sec as u64 * 1_000_000_000 + raw.ts_frac as u64 * frac_ns;
-                    self.frame(link, &raw.data, ts);
+                    self.frame(link, &raw.data, raw.orig_len, ts);
                     Step::Used(buf.len() - rest.len())
                 }
                 Err(PcapError::IncompleteBuffer) => Step::More,
@@ -371,9 +389,17 @@ impl Replay {
                 if let Some(i) = interfaces.get(epb.interface_id as usize) {
                     *last_ts = i.ns(epb.timestamp.as_nanos() as u64);
                 }
-                self.packet(ctx, interfaces, epb.interface_id, &epb.data, *last_ts);
+                self.packet(
+                    ctx,
+                    interfaces,
+                    epb.interface_id,
+                    (&epb.data, epb.original_len),
+                    *last_ts,
+                );
             }
-            Block::SimplePacket(spb) => self.packet(ctx, interfaces, 0, &spb.data, *last_ts),
+            Block::SimplePacket(spb) => {
+                self.packet(ctx, interfaces, 0, (&spb.data, spb.original_len), *last_ts)
+            }
             Block::Packet(pb) => {
                 if let Some(i) = interfaces.get(pb.interface_id as usize) {
                     *last_ts = i.ns(pb.timestamp);
@@ -382,7 +408,7 @@ impl Replay {
                     ctx,
                     interfaces,
                     u32::from(pb.interface_id),
-                    &pb.data,
+                    (&pb.data, pb.original_len),
                     *last_ts,
                 );
             }
@@ -390,10 +416,17 @@ impl Replay {
         }
     }
 
-    fn packet(&mut self, ctx: &mut Ctx, interfaces: &[Interface], id: u32, data: &[u8], ts: u64) {
+    fn packet(
+        &mut self,
+        ctx: &mut Ctx,
+        interfaces: &[Interface],
+        id: u32,
+        (data, orig_len): (&[u8], u32),
+        ts: u64,
+    ) {
         ctx.frame += 1;
         match interfaces.get(id as usize).map(|i| &i.link) {
-            Some(Ok(link)) => self.frame(*link, data, ts),
+            Some(Ok(link)) => self.frame(*link, data, orig_len, ts),
             // Unsupported link type, or no such interface.
             other => {
                 if other.is_none() && !ctx.unknown_interfaces.contains(&id) {

@@ -31,6 +31,18 @@ pub struct Report {
     /// `roce-observer ecmp` only: the flows run through a switch hash model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecmp: Option<crate::ecmp::EcmpReport>,
+    /// Per-interval time series (diagnose, replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<crate::series::Series>,
+    /// Per-interface microburst slots (diagnose, replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microbursts: Option<crate::series::Microbursts>,
+    /// What the rules found, most severe first (diagnose, replay).
+    #[serde(default)]
+    pub findings: Vec<crate::findings::Finding>,
+    /// Every rule: fired, passed, or skipped and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<crate::findings::Check>,
 }
 
 /// The `pfc` section: who asked whom to pause, on which priority, for how long.
@@ -306,6 +318,15 @@ pub struct Flow {
     pub psn: Psn,
     /// DSCP values seen, ascending.
     pub dscp: Vec<u8>,
+    /// DSCP values CNPs of this flow were sent with, ascending (absent without CNPs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cnp_dscp: Vec<u8>,
+    /// VLAN priorities (PCP of the outer tag) seen, ascending; absent when never tagged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pcp: Vec<u8>,
+    /// Some frames of the flow carried no VLAN tag.
+    #[serde(default)]
+    pub untagged: bool,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
     /// bytes * 8 / window.seconds
@@ -413,6 +434,11 @@ impl Flow {
                 regressions: s.psn_regressions,
             },
             dscp: (0..64u8).filter(|d| s.dscp_mask & (1 << d) != 0).collect(),
+            cnp_dscp: (0..64u8)
+                .filter(|d| s.cnp_dscp_mask & (1 << d) != 0)
+                .collect(),
+            pcp: (0..8u8).filter(|p| s.pcp_mask & (1 << p) != 0).collect(),
+            untagged: s.pcp_mask & observer_common::UNTAGGED != 0,
             first_seen_ns: s.first_seen_ns,
             last_seen_ns: s.last_seen_ns,
             rate_bps: rate(s.bytes, window_seconds),
@@ -502,6 +528,10 @@ impl Report {
             flows,
             pfc: PfcReport::new(&agg.pauses),
             ecmp: None,
+            series: None,
+            microbursts: None,
+            findings: Vec::new(),
+            checks: Vec::new(),
         }
     }
 
@@ -624,6 +654,79 @@ impl Report {
             .collect();
         if !skipped.is_empty() {
             let _ = writeln!(out, "\nnot RoCEv2: {}", skipped.join(", "));
+        }
+        out
+    }
+}
+
+impl Report {
+    /// The terminal summary of the time series and the microburst slots (empty without them).
+    pub fn render_timeline(&self) -> String {
+        let mut out = String::new();
+        if let Some(s) = &self.series {
+            let peak = |v: &[f64]| {
+                v.iter().enumerate().fold(
+                    (0usize, 0.0f64),
+                    |m, (i, x)| if *x > m.1 { (i, *x) } else { m },
+                )
+            };
+            let (ti, tp) = peak(&s.total.bps);
+            let (ci, cp) = peak(&s.total.ce_fraction);
+            let (ni, np) = peak(&s.total.cnp_per_s);
+            let at = |i: usize| s.t.get(i).copied().unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                "\ntime series: {} intervals of {}: RoCE peak {} at +{:.2}s, CE peak {:.2}% at +{:.2}s, CNPs peak {:.0}/s at +{:.2}s",
+                s.t.len(),
+                human_duration((s.interval_s * 1e9).round() as u64),
+                human_rate(tp),
+                at(ti),
+                cp * 100.0,
+                at(ci),
+                np,
+                at(ni)
+            );
+        }
+        if let Some(m) = &self.microbursts {
+            let link = match m.link_speed_bps {
+                Some(bps) => format!(
+                    "link {}, busy from {}%",
+                    human_rate(bps as f64),
+                    m.threshold_percent
+                ),
+                None => "link speed unknown: give --link-speed for bursts".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "\nMICROBURSTS ({} slots, {link})",
+                human_duration(m.slot_ns)
+            );
+            let _ = writeln!(
+                out,
+                "{:<16} {:<7} {:>11} {:>7} {:>7} {:>9} {:>12}",
+                "INTERFACE", "DIR", "PEAK", "LINK%", "BURSTS", "LONGEST", "LOST SLOTS"
+            );
+            for i in &m.interfaces {
+                let _ = writeln!(
+                    out,
+                    "{:<16} {:<7} {:>11} {:>7} {:>7} {:>9} {:>12}",
+                    i.name,
+                    match i.direction {
+                        Direction::Ingress => "in",
+                        Direction::Egress => "out",
+                    },
+                    human_rate(i.peak_bps),
+                    i.peak_percent
+                        .map_or("-".to_string(), |p| format!("{p:.1}")),
+                    i.bursts,
+                    if i.bursts > 0 {
+                        human_duration(i.longest_burst_ns)
+                    } else {
+                        "-".to_string()
+                    },
+                    i.lost_slots
+                );
+            }
         }
         out
     }

@@ -854,6 +854,13 @@ impl Workload {
         f.ecn[usize::from(ecn)] += 1;
         f.ops[class as usize] += 1;
         f.dscp_mask |= 1 << (frame.dscp & 63);
+        if class == OpClass::Cnp {
+            f.cnp_dscp_mask |= 1 << (frame.dscp & 63);
+        }
+        f.pcp_mask |= match frame.vlans.first() {
+            Some(tag) => 1 << (tag.pcp & 7),
+            None => observer_common::UNTAGGED,
+        };
         match event {
             PsnEvent::None => {}
             PsnEvent::Gap { missing } => {

@@ -1,0 +1,54 @@
+//! Microburst slots: the kernel adds every frame's wire bytes to the slot of its interface,
+//! direction and time (`BURST_SLOT_NS`-wide slots of CLOCK_MONOTONIC) in a ring that userspace
+//! maps into memory, reads once slots are complete, and zeroes.
+
+use core::mem::size_of;
+
+/// Slots in one interface-direction ring (a power of two): at 100 us slots, 819 ms of history,
+/// far more than the reader's period.
+pub const BURST_RING_SLOTS: u32 = 8192;
+
+/// Interfaces whose slots the kernel keeps (rings: two per interface, ingress and egress).
+pub const MAX_BURST_IFACES: u32 = 64;
+
+/// One slot of a ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BurstSlot {
+    /// The slot number (monotonic ns / slot width) whose bytes these are.
+    pub slot: u64,
+    /// Wire bytes (frame + preamble, FCS, gap) added atomically by every CPU (the BPF target
+    /// has 64-bit atomics only); zeroed by the reader once the slot is complete.
+    pub bytes: u64,
+}
+const _: () = assert!(size_of::<BurstSlot>() == 16);
+
+/// What the kernel needs to know of an observed interface (value of `BURST_IFACES`, keyed by
+/// ifindex).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BurstIface {
+    /// First ring of the interface: ingress at `ring`, egress at `ring + 1`.
+    pub ring: u32,
+    pub _pad: u32,
+    /// Slot width in ns (0: no slots kept).
+    pub slot_ns: u64,
+}
+const _: () = assert!(size_of::<BurstIface>() == 16);
+
+/// Bytes a frame occupies on the wire besides the frame the observer sees: preamble and start
+/// delimiter (8), FCS (4) and the minimum inter-frame gap (12).
+pub const WIRE_OVERHEAD: u32 = 24;
+
+/// Index of `slot` of ring `ring` in the `BURSTS` array.
+#[inline(always)]
+pub const fn burst_index(ring: u32, slot: u64) -> u32 {
+    ring * BURST_RING_SLOTS + (slot as u32 & (BURST_RING_SLOTS - 1))
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), no padding (asserted above), every bit pattern valid.
+    unsafe impl aya::Pod for super::BurstSlot {}
+    unsafe impl aya::Pod for super::BurstIface {}
+}

@@ -1,0 +1,786 @@
+//! The `--html` report: one self-contained page that works offline.
+//!
+//! Everything is inline: uPlot (vendored in `observer/assets/`, MIT), its stylesheet, the page's
+//! own CSS and script, and the report itself as JSON in a `<script type="application/json">`
+//! block. A Content-Security-Policy forbids every fetch. The page script builds the DOM from the
+//! JSON with DOM APIs only (text nodes, never markup), so strings taken from packets or files
+//! cannot inject anything.
+//!
+//! For tests and for humans, the page reports its own failures: errors (and unhandled promise
+//! rejections) go to a visible `<pre id="errors">` and set `body[data-errors]` to their count;
+//! once rendered, `body[data-charts]` holds the number of charts made and `body[data-rendered]`
+//! is "1".
+
+use crate::report::Report;
+
+/// uPlot 1.6.32 (<https://github.com/leeoniya/uPlot>, MIT: `observer/assets/uPlot.LICENSE`).
+const UPLOT_JS: &str = include_str!("../assets/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../assets/uPlot.min.css");
+
+// Inline elements end at the first `</script` or `</style`, whatever the context.
+const _: () = assert!(!contains_ascii_ci(UPLOT_JS.as_bytes(), b"</script"));
+const _: () = assert!(!contains_ascii_ci(UPLOT_JS.as_bytes(), b"<!--"));
+const _: () = assert!(!contains_ascii_ci(UPLOT_CSS.as_bytes(), b"</style"));
+const _: () = assert!(!contains_ascii_ci(PAGE_JS.as_bytes(), b"</script"));
+const _: () = assert!(!contains_ascii_ci(PAGE_JS.as_bytes(), b"<!--"));
+const _: () = assert!(!contains_ascii_ci(ERRORS_JS.as_bytes(), b"</script"));
+const _: () = assert!(!contains_ascii_ci(PAGE_CSS.as_bytes(), b"</style"));
+
+/// Whether `needle` (lowercase ASCII) occurs in `hay`, ignoring ASCII case.
+const fn contains_ascii_ci(hay: &[u8], needle: &[u8]) -> bool {
+    if needle.len() > hay.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i + needle.len() <= hay.len() {
+        let mut j = 0;
+        while j < needle.len() && hay[i + j].to_ascii_lowercase() == needle[j] {
+            j += 1;
+        }
+        if j == needle.len() {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// The report as JSON that is safe inside a `<script>` element: `<` (so `</script>` and `<!--`)
+/// and U+2028 / U+2029 are written as `\u` escapes. All of them can only occur inside JSON
+/// strings, where the escapes mean the same characters.
+fn script_json(report: &Report) -> String {
+    let json = serde_json::to_string(report).unwrap_or_else(|e| {
+        // The page shows this instead of the report (it cannot happen with today's types).
+        serde_json::json!({ "error": e.to_string() }).to_string()
+    });
+    let mut out = String::with_capacity(json.len() + 64);
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The report as a self-contained HTML page.
+pub fn render(report: &Report) -> String {
+    let json = script_json(report);
+    let mut page = String::with_capacity(
+        UPLOT_JS.len() + UPLOT_CSS.len() + PAGE_JS.len() + PAGE_CSS.len() + json.len() + 2048,
+    );
+    page.push_str(concat!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; ",
+        "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
+        "<meta name=\"generator\" content=\"roce-observer\">\n",
+        "<title>RoCEv2 diagnosis</title>\n<style>\n",
+    ));
+    page.push_str(UPLOT_CSS);
+    page.push_str("\n</style>\n<style>\n");
+    page.push_str(PAGE_CSS);
+    page.push_str("</style>\n</head>\n<body>\n<pre id=\"errors\" hidden></pre>\n<script>\n");
+    page.push_str(ERRORS_JS);
+    page.push_str("</script>\n<script>\n");
+    page.push_str(UPLOT_JS);
+    page.push_str("\n</script>\n<script type=\"application/json\" id=\"report\">");
+    page.push_str(&json);
+    page.push_str(concat!(
+        "</script>\n<main id=\"page\">\n<noscript><p>This report is drawn by JavaScript, which ",
+        "is disabled. The report's JSON is in the page source (script id=\"report\").</p>",
+        "</noscript>\n</main>\n<script>\n",
+    ));
+    page.push_str(PAGE_JS);
+    page.push_str("</script>\n</body>\n</html>\n");
+    page
+}
+
+/// Installed before anything else runs: every error becomes visible and countable.
+const ERRORS_JS: &str = r##""use strict";
+(function () {
+  var count = 0;
+  function show(msg) {
+    count += 1;
+    var pre = document.getElementById("errors");
+    if (pre) {
+      pre.hidden = false;
+      pre.appendChild(document.createTextNode((count > 1 ? "\n" : "") + msg));
+    }
+    if (document.body) document.body.dataset.errors = String(count);
+  }
+  function text(e) {
+    return e && e.stack ? String(e.stack) : String(e);
+  }
+  window.__pageError = function (what, e) {
+    show(what + ": " + text(e));
+  };
+  window.onerror = function (msg, src, line, col, err) {
+    show("error: " + msg + (line ? " (line " + line + ":" + col + ")" : "") +
+      (err && err.stack ? "\n" + err.stack : ""));
+    return false;
+  };
+  window.addEventListener("unhandledrejection", function (ev) {
+    show("unhandled promise rejection: " + text(ev.reason));
+  });
+})();
+"##;
+
+const PAGE_CSS: &str = r##":root {
+  --fg: #1d2433; --muted: #5b6475; --line: #d9dee7; --panel: #f5f7fa;
+  --crit: #c0392b; --warn: #b7791f; --info: #2b6cb0; --ok: #2f855a; --skip: #8a93a3;
+}
+body { margin: 0; background: #fff; color: var(--fg);
+  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans", sans-serif; }
+main { max-width: 1000px; margin: 0 auto; padding: 12px 24px 48px; }
+h1 { font-size: 22px; margin: 10px 0 2px; }
+h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 4px; border-bottom: 2px solid var(--line); }
+h3 { font-size: 15px; margin: 0; display: inline; }
+p { margin: 6px 0; }
+.muted, .note { color: var(--muted); }
+.note { font-style: italic; }
+.mono, td.flow, li.flow { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "Liberation Mono", monospace; font-size: 12.5px; }
+.tiles { display: grid; grid-template-columns: repeat(auto-fill, minmax(145px, 1fr)); gap: 8px; margin: 12px 0; }
+.tile { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 7px 10px; }
+.tile b { display: block; font-size: 18px; font-variant-numeric: tabular-nums; }
+.tile span { color: var(--muted); font-size: 12px; }
+.tile.bad b { color: var(--crit); }
+.box { border: 1px solid #f0d58c; background: #fff8e1; border-radius: 6px; padding: 6px 12px; margin: 8px 0; }
+.box ul { margin: 4px 0; padding-left: 20px; }
+.finding { border: 1px solid var(--line); border-left: 6px solid var(--info); border-radius: 6px;
+  padding: 10px 14px; margin: 10px 0; break-inside: avoid; }
+.finding.critical { border-left-color: var(--crit); }
+.finding.warning { border-left-color: var(--warn); }
+.finding .rule { color: var(--muted); font-size: 12px; margin-left: 8px; }
+.hint { background: var(--panel); border-radius: 4px; padding: 5px 10px; }
+.badge { display: inline-block; vertical-align: 1px; margin-right: 8px; padding: 1px 8px; border-radius: 10px;
+  color: #fff; background: var(--info); font-size: 11px; font-weight: 700; letter-spacing: .04em; text-transform: uppercase; }
+.badge.critical, .badge.fired { background: var(--crit); }
+.badge.warning { background: var(--warn); }
+.badge.passed { background: var(--ok); }
+.badge.skipped { background: var(--skip); }
+.finding ul { margin: 4px 0; padding-left: 20px; }
+table { border-collapse: collapse; width: 100%; margin: 6px 0; font-size: 13px; }
+th, td { text-align: left; vertical-align: top; padding: 4px 8px; border-bottom: 1px solid var(--line); }
+th { background: var(--panel); font-weight: 600; }
+th.num, td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.bad { color: var(--crit); font-weight: 600; }
+td.warn { color: var(--warn); font-weight: 600; }
+table.kv { width: auto; min-width: 40%; }
+table.kv th { background: none; font-weight: normal; color: var(--muted); }
+details { margin: 6px 0; }
+summary { cursor: pointer; color: var(--muted); }
+figure.chart { margin: 10px 0 22px; break-inside: avoid; }
+.uplot { font-family: inherit; }
+.u-title { font-size: 14px; font-weight: 600; text-align: left; }
+#errors { margin: 0; padding: 8px 14px; white-space: pre-wrap; color: #8a1c12; background: #fdecea; border-bottom: 1px solid #f5b7b1; }
+#errors::before { content: "Errors while drawing this page:\A"; font-weight: 700; }
+footer { margin-top: 32px; color: var(--muted); font-size: 12px; }
+@media print {
+  body { font-size: 11px; }
+  main { max-width: none; padding: 0; }
+  h2 { break-after: avoid; }
+  tr, .finding, figure.chart { break-inside: avoid; }
+  .u-legend { font-size: 10px; }
+}
+"##;
+
+/// Builds the page from the JSON report.
+const PAGE_JS: &str = r##""use strict";
+(function () {
+  var page = document.getElementById("page");
+  var R = JSON.parse(document.getElementById("report").textContent);
+  if (R === null || typeof R !== "object") throw new Error("no report in the page");
+  if (R.error) throw new Error("the report could not be written as JSON: " + R.error);
+  if (typeof uPlot !== "function") throw new Error("uPlot did not load");
+
+  var plots = [];
+  var PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+    "#e377c2", "#17becf", "#7f7f7f", "#bcbd22", "#393b79", "#ad494a"];
+
+  // ---------- DOM and formatting helpers (text nodes only, never markup)
+  function el(tag, cls) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    for (var i = 2; i < arguments.length; i++) {
+      var k = arguments[i];
+      if (k === null || k === undefined || k === false) continue;
+      e.append(k instanceof Node ? k : String(k));
+    }
+    return e;
+  }
+  function isNum(v) { return typeof v === "number" && isFinite(v); }
+  function int(n) {
+    if (!isNum(n)) return "-";
+    return Math.round(n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  }
+  function dec(v) {
+    if (!isNum(v)) return "-";
+    var a = Math.abs(v);
+    if (a === 0 || Number.isInteger(v)) return int(v);
+    if (a >= 100) return int(v);
+    if (a >= 10) return v.toFixed(1);
+    if (a >= 0.01) return v.toFixed(2);
+    return v.toPrecision(2);
+  }
+  function scaled(v, units, step) {
+    if (!isNum(v)) return "-";
+    var i = 0;
+    while (Math.abs(v) >= step && i < units.length - 1) { v /= step; i++; }
+    return (i === 0 ? dec(v) : v.toFixed(Math.abs(v) >= 100 ? 0 : 1)) + " " + units[i];
+  }
+  var RATE_UNITS = ["b/s", "kb/s", "Mb/s", "Gb/s", "Tb/s"];
+  function rate(bps) { return scaled(bps, RATE_UNITS, 1000); }
+  function bytes(b) { return scaled(b, ["B", "KB", "MB", "GB", "TB", "PB"], 1000); }
+  function dur(ns) {
+    if (!isNum(ns)) return "-";
+    if (ns >= 1e9) return (ns / 1e9).toFixed(2) + " s";
+    if (ns >= 1e6) return (ns / 1e6).toFixed(2) + " ms";
+    if (ns >= 1e3) return (ns / 1e3).toFixed(1) + " \u00b5s";
+    return int(ns) + " ns";
+  }
+  function pct(x, digits) {
+    return isNum(x) ? x.toFixed(digits === undefined ? 1 : digits) + " %" : "-";
+  }
+  function share(part, whole) { return whole > 0 ? part * 100 / whole : 0; }
+  function hex(qp) { return "0x" + (Number(qp) >>> 0).toString(16).padStart(6, "0"); }
+  function flowName(f) {
+    return f.src_ip + " \u2192 " + f.dst_ip + "  QP " + hex(f.dest_qp) + "  sport " +
+      f.udp_src_port + (f.direction === "egress" ? "  (tx)" : "");
+  }
+  function mirrorName(m) {
+    if (!m) return "direct";
+    if (m.session !== undefined && m.session !== null) return "ERSPAN session " + m.session;
+    return m.kind || "mirror";
+  }
+  function sum(a) { var s = 0; for (var i = 0; i < a.length; i++) if (isNum(a[i])) s += a[i]; return s; }
+  function max(a) { var m = 0; for (var i = 0; i < a.length; i++) if (isNum(a[i]) && a[i] > m) m = a[i]; return m; }
+  function arr(a) { return Array.isArray(a) ? a : []; }
+
+  // A table from column specs {h, num} and rows of cells (a value or {v, cls}).
+  function table(cols, rows, cls) {
+    var t = el("table", cls || null);
+    var hr = el("tr");
+    cols.forEach(function (c) { hr.append(el("th", c.num ? "num" : null, c.h)); });
+    t.append(el("thead", null, hr));
+    var body = el("tbody");
+    rows.forEach(function (r) {
+      var tr = el("tr");
+      r.forEach(function (cell, i) {
+        var c = cell !== null && typeof cell === "object" && !(cell instanceof Node) ? cell : { v: cell };
+        var classes = [cols[i] && cols[i].num ? "num" : "", cols[i] && cols[i].cls || "", c.cls || ""]
+          .filter(Boolean).join(" ");
+        var td = el("td", classes || null, c.v);
+        if (c.title) td.title = c.title;
+        tr.append(td);
+      });
+      body.append(tr);
+    });
+    t.append(body);
+    return t;
+  }
+  function kv(pairs) {
+    var t = el("table", "kv");
+    pairs.forEach(function (p) { t.append(el("tr", null, el("th", null, p[0]), el("td", p[2] || null, p[1]))); });
+    return t;
+  }
+  function section(id, title, build) {
+    var s = el("section", null, el("h2", null, title));
+    s.id = id;
+    page.append(s);
+    try {
+      build(s);
+    } catch (e) {
+      window.__pageError("section \u201c" + title + "\u201d", e);
+      s.append(el("p", "note", "This section could not be drawn: " + (e && e.message)));
+    }
+    return s;
+  }
+
+  // ---------- header
+  var src = R.source || {};
+  var win = R.window && isNum(R.window.seconds) ? R.window.seconds : 0;
+  var T = R.totals || {};
+  var flows = arr(R.flows).slice().sort(function (a, b) { return (b.bytes || 0) - (a.bytes || 0); });
+  (function header() {
+    var where;
+    if (src.kind === "live") {
+      where = "Live capture on " + (arr(src.interfaces).join(", ") || "?");
+      var how = [];
+      if (src.mode) how.push("mode " + src.mode);
+      if (src.xdp_mode) how.push("XDP " + src.xdp_mode);
+      if (how.length) where += " (" + how.join(", ") + ")";
+    } else if (src.kind === "pcap") {
+      where = "Replay of " + (arr(src.files).join(", ") || "?");
+    } else {
+      where = "Source: " + (src.kind || "?") +
+        (arr(src.interfaces).length ? " " + src.interfaces.join(", ") : "") +
+        (arr(src.files).length ? " " + src.files.join(", ") : "");
+    }
+    document.title = "RoCEv2 diagnosis: " + where;
+    var head = el("header", null, el("h1", null, "RoCEv2 diagnosis"),
+      el("p", "muted", where + " \u00b7 window " + dec(win) + " s"));
+    var tiles = el("div", "tiles");
+    function tile(value, label, bad) {
+      tiles.append(el("div", bad ? "tile bad" : "tile", el("b", null, value), el("span", null, label)));
+    }
+    tile(int(T.frames), "frames seen");
+    tile(int(T.roce_packets), "RoCEv2 packets");
+    tile(bytes(T.roce_bytes), "RoCEv2 bytes" + (win > 0 ? " (" + rate(T.roce_bytes * 8 / win) + ")" : ""));
+    tile(int(T.ce_packets), "CE-marked (" + pct(share(T.ce_packets, T.roce_packets), 2) + ")", T.ce_packets > 0);
+    tile(int(T.cnp_packets), "CNPs");
+    tile(int(flows.length), "flows (QPs)");
+    if (R.pfc) {
+      var pf = 0;
+      arr(R.pfc.sources).forEach(function (s) {
+        pf += s.pfc_frames || 0;
+        if (s.link_pause) pf += s.link_pause.frames || 0;
+      });
+      tile(int(pf), "PFC / PAUSE frames", pf > 0);
+    }
+    head.append(tiles);
+    var lost = [];
+    if (T.flow_insert_failures > 0) lost.push(int(T.flow_insert_failures) + " RoCE packets found the flow table full (in the totals only)");
+    if (T.evicted_packets > 0) lost.push(int(T.evicted_packets) + " RoCE packets belong to flows evicted from the full flow table (in the totals only)");
+    if (T.pause_insert_failures > 0) lost.push(int(T.pause_insert_failures) + " PAUSE/PFC frames found the pause table full");
+    var warnings = arr(src.warnings).concat(lost);
+    if (warnings.length) {
+      var ul = el("ul");
+      warnings.forEach(function (w) { ul.append(el("li", null, w)); });
+      head.append(el("div", "box", el("b", null, "Warnings"), ul));
+    }
+    var skipped = Object.keys(T.skipped || {}).filter(function (k) { return T.skipped[k] > 0; });
+    var mirror = T.mirror;
+    if (skipped.length || mirror || T.egress_frames > 0) {
+      var d = el("details", null, el("summary", null, "Other frames: not RoCEv2, mirror copies, egress"));
+      if (skipped.length) {
+        d.append(table([{ h: "Not counted as RoCEv2" }, { h: "Frames", num: true }],
+          skipped.map(function (k) { return [k, int(T.skipped[k])]; })));
+      }
+      if (T.egress_frames > 0) d.append(el("p", null, int(T.egress_frames) + " frames seen leaving the host (TC egress)."));
+      if (mirror) {
+        var rows = Object.keys(mirror.sessions || {}).map(function (s) { return ["ERSPAN session " + s, int(mirror.sessions[s])]; });
+        rows.push(["without a session (ERSPAN I, GRE)", int(mirror.sessionless)]);
+        rows.push(["truncated copies", int(mirror.truncated)]);
+        d.append(table([{ h: "Mirror copies" }, { h: "Frames", num: true }], rows));
+      }
+      head.append(d);
+    }
+    page.append(head);
+  })();
+
+  // ---------- findings first
+  section("findings", "Findings", function (s) {
+    var F = arr(R.findings);
+    if (!F.length) {
+      s.append(el("p", "note", arr(R.checks).length
+        ? "No findings: every rule that could run passed (see the checks below)."
+        : "No findings in this report (findings come from the diagnose and replay rules)."));
+      return;
+    }
+    var counts = { critical: 0, warning: 0, info: 0 };
+    F.forEach(function (f) { counts[f.severity] = (counts[f.severity] || 0) + 1; });
+    var line = el("p");
+    ["critical", "warning", "info"].forEach(function (k) {
+      if (counts[k]) line.append(el("span", "badge " + k, counts[k] + " " + k));
+    });
+    s.append(line);
+    F.forEach(function (f) {
+      var sev = ["critical", "warning", "info"].indexOf(f.severity) >= 0 ? f.severity : "info";
+      var card = el("article", "finding " + sev,
+        el("div", null, el("span", "badge " + sev, sev), el("h3", null, f.title), el("span", "rule", f.rule)),
+        el("p", null, f.summary));
+      if (f.hint) card.append(el("p", "hint", el("b", null, "Hint: "), f.hint));
+      var ev = f.evidence || {};
+      var keys = Object.keys(ev);
+      if (keys.length) card.append(kv(keys.map(function (k) { return [k, evidence(k, ev[k])]; })));
+      var fl = arr(f.flows);
+      if (fl.length) {
+        var ul = el("ul");
+        fl.forEach(function (x) { ul.append(el("li", "flow", flowName(x))); });
+        card.append(el("div", null, el("span", "muted", "Flows involved (" + fl.length + "):"), ul));
+      }
+      s.append(card);
+    });
+  });
+  function evidence(k, v) {
+    if (isNum(v)) {
+      if (/_bps$/.test(k)) return rate(v) + "  (" + int(v) + ")";
+      if (/_ns$/.test(k)) return dur(v);
+      if (/bytes$/.test(k)) return bytes(v) + "  (" + int(v) + ")";
+      if (/percent$/.test(k)) return pct(v, 2);
+      return dec(v);
+    }
+    if (v === null || v === undefined) return "-";
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  }
+
+  // ---------- checks
+  section("checks", "Checks", function (s) {
+    var C = arr(R.checks);
+    if (!C.length) { s.append(el("p", "note", "No rule checks in this report.")); return; }
+    s.append(table([{ h: "Rule" }, { h: "Status" }, { h: "Note" }], C.map(function (c) {
+      return [{ v: c.rule, cls: "mono" }, el("span", "badge " + c.status, c.status), c.note || ""];
+    })));
+  });
+
+  // ---------- charts over time
+  function unitFor(maxValue, units, step) {
+    var div = 1, i = 0;
+    while (maxValue >= step * div && i < units.length - 1) { div *= step; i++; }
+    return { div: div, name: units[i] };
+  }
+  function timeUnit(S) {
+    var span = Math.max(max(arr(S.t)), S.interval_s || 0);
+    if (span >= 1) return { div: 1, name: "s" };
+    if (span >= 1e-3) return { div: 1e-3, name: "ms" };
+    return { div: 1e-6, name: "\u00b5s" };
+  }
+  function chartWidth() {
+    return Math.max(420, Math.min(900, (page.clientWidth || 948) - 48));
+  }
+  function fit(a, n) {
+    var out = arr(a).slice(0, n);
+    while (out.length < n) out.push(null);
+    return out;
+  }
+  function flat(n, v) { var out = []; for (var i = 0; i < n; i++) out.push(v); return out; }
+  function axisNums(div) {
+    return function (u, vals) { return vals.map(function (v) { return v === null ? "" : dec(v / div); }); };
+  }
+  function xAxis(tu) {
+    return { label: "time since start (" + tu.name + ")", values: axisNums(tu.div) };
+  }
+  function xSeries(tu) {
+    return { label: "t", value: function (u, v) { return v === null || v === undefined ? "-" : dec(v / tu.div) + " " + tu.name; } };
+  }
+  function line(label, color, fmt, extra) {
+    var s = {
+      label: label, stroke: color, width: 1.6,
+      value: function (u, v) { return v === null || v === undefined ? "-" : fmt(v); },
+    };
+    return Object.assign(s, extra || {});
+  }
+  function zeroTo(min, maxv) { return [0, maxv > 0 ? maxv * 1.08 : 1]; }
+  function plot(host, title, opts, data) {
+    var fig = el("figure", "chart");
+    host.append(fig);
+    var o = Object.assign({ title: title, width: chartWidth(), height: 260, legend: { live: true } }, opts);
+    o.scales = Object.assign({}, opts.scales || {});
+    o.scales.x = Object.assign({}, o.scales.x || {}, { time: false });
+    plots.push(new uPlot(o, data, fig));
+    return fig;
+  }
+
+  var S = R.series;
+  var MB = R.microbursts;
+  section("charts", "Over time", function (s) {
+    var n = S && Array.isArray(S.t) ? S.t.length : 0;
+    if (!n) {
+      s.append(el("p", "note", "No time series in this report (the series come from diagnose and replay)."));
+      if (MB) microburstTable(s);
+      return;
+    }
+    var tu = timeUnit(S);
+    var start = "";
+    if (isNum(S.start_ns) && S.start_ns > 1e17) start = ", from " + new Date(S.start_ns / 1e6).toISOString();
+    s.append(el("p", "muted", n + " interval" + (n === 1 ? "" : "s") + " of " + dur((S.interval_s || 0) * 1e9) + start + "."));
+    var total = S.total || {};
+    var ifs = arr(S.interfaces);
+
+    // 1. Throughput
+    (function () {
+      var d = [S.t, fit(total.bps, n)];
+      ifs.forEach(function (i) { d.push(fit(i.bps, n)); });
+      var top = 0;
+      for (var k = 1; k < d.length; k++) top = Math.max(top, max(d[k]));
+      var ru = unitFor(top, RATE_UNITS, 1000);
+      var series = [xSeries(tu), line("RoCEv2, all flows (IP bytes)", PALETTE[0], rate, { width: 2.2 })];
+      ifs.forEach(function (i, k) {
+        series.push(line(i.name + " " + i.direction + " (wire, all frames)", PALETTE[(k + 1) % PALETTE.length], rate, { dash: [6, 3] }));
+      });
+      plot(s, "Throughput (" + ru.name + ")", {
+        series: series,
+        scales: { y: { range: zeroTo } },
+        axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
+      }, d);
+    })();
+
+    // 2. CE fraction and CNP rate
+    (function () {
+      var ce = fit(total.ce_fraction, n).map(function (v) { return isNum(v) ? v * 100 : null; });
+      var cnp = fit(total.cnp_per_s, n);
+      plot(s, "Congestion: CE-marked share of RoCEv2 packets (%) and CNPs per second", {
+        series: [xSeries(tu),
+          line("CE-marked packets", PALETTE[1], function (v) { return pct(v, 2); }, { scale: "pct", width: 2 }),
+          line("CNPs", PALETTE[0], function (v) { return dec(v) + " /s"; }, { scale: "cnp", dash: [6, 3] })],
+        scales: { pct: { range: function (u, a, b) { return [0, Math.max(1, b * 1.08)]; } }, cnp: { range: zeroTo } },
+        axes: [xAxis(tu),
+          { scale: "pct", label: "CE-marked %", values: function (u, v) { return v.map(function (x) { return dec(x) + "%"; }); }, size: 60 },
+          { scale: "cnp", label: "CNP/s", side: 1, grid: { show: false }, values: axisNums(1), size: 60 }],
+      }, [S.t, ce, cnp]);
+    })();
+
+    // 3. Per-flow throughput
+    (function () {
+      var fl = arr(S.flows);
+      if (!fl.length) { s.append(el("p", "note", "Per-flow throughput: no flow series in this report.")); return; }
+      var d = [S.t];
+      var top = 0;
+      fl.forEach(function (f) { var b = fit(f.bps, n); d.push(b); top = Math.max(top, max(b)); });
+      var ru = unitFor(top, RATE_UNITS, 1000);
+      plot(s, "Per-flow throughput, the " + fl.length + " largest flows (" + ru.name + ")", {
+        series: [xSeries(tu)].concat(fl.map(function (f, k) { return line(flowName(f), PALETTE[k % PALETTE.length], rate); })),
+        scales: { y: { range: zeroTo } },
+        axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
+      }, d);
+    })();
+
+    // 4. NAKs, PSN gaps, retransmissions
+    (function () {
+      var step = uPlot.paths.stepped({ align: 1 });
+      var cnt = function (v) { return int(v); };
+      plot(s, "Loss signals per interval: NAKs, PSN gaps, retransmissions", {
+        series: [xSeries(tu),
+          line("NAKs (incl. RNR)", PALETTE[1], cnt, { paths: step, width: 2 }),
+          line("PSN gaps", PALETTE[3], cnt, { paths: step }),
+          line("retransmissions (PSN regressions)", PALETTE[4], cnt, { paths: step, dash: [6, 3] })],
+        scales: { y: { range: function (u, a, b) { return [0, Math.max(1, b * 1.1)]; } } },
+        axes: [xAxis(tu), { label: "per interval", values: axisNums(1), size: 60 }],
+      }, [S.t, fit(total.naks, n), fit(total.psn_gaps, n), fit(total.retransmissions, n)]);
+    })();
+
+    // 5. Microburst peaks
+    (function () {
+      if (!ifs.length) { s.append(el("p", "note", "Microburst peaks: no interface series in this report.")); return; }
+      var d = [S.t];
+      var series = [xSeries(tu)];
+      var top = 0;
+      ifs.forEach(function (i, k) {
+        var p = fit(i.peak_bps, n);
+        d.push(p);
+        top = Math.max(top, max(p));
+        series.push(line(i.name + " " + i.direction + " peak", PALETTE[(k + 1) % PALETTE.length], rate, { width: 2 }));
+      });
+      var link = MB && isNum(MB.link_speed_bps) ? MB.link_speed_bps : null;
+      if (link) {
+        var thr = isNum(MB.threshold_percent) ? MB.threshold_percent : 100;
+        d.push(flat(n, link));
+        series.push(line("link speed", "#444", rate, { dash: [2, 3], points: { show: false } }));
+        d.push(flat(n, link * thr / 100));
+        series.push(line("burst threshold (" + dec(thr) + "% of link)", PALETTE[1], rate, { dash: [8, 4], points: { show: false } }));
+        top = Math.max(top, link);
+      }
+      var ru = unitFor(top, RATE_UNITS, 1000);
+      var slot = MB && isNum(MB.slot_ns) ? " " + dur(MB.slot_ns) : "";
+      plot(s, "Microbursts: the busiest" + slot + " slot of each interval, as a rate (" + ru.name + ")", {
+        series: series,
+        scales: { y: { range: zeroTo } },
+        axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
+      }, d);
+    })();
+
+    if (MB) microburstTable(s);
+  });
+
+  function microburstTable(s) {
+    var rows = arr(MB.interfaces);
+    var base = S && isNum(S.start_ns) ? S.start_ns : null;
+    function at(ns) {
+      if (!isNum(ns)) return "-";
+      if (base !== null && ns >= base) return "+" + dur(ns - base);
+      return dur(ns);
+    }
+    s.append(el("h3", null, "Microbursts per interface"));
+    s.append(el("p", "muted", "Slot " + dur(MB.slot_ns) + "; a slot is busy at or above " + dec(MB.threshold_percent) +
+      "% of " + (isNum(MB.link_speed_bps) ? rate(MB.link_speed_bps) : "the link speed (unknown: no bursts, peaks only)") +
+      ". Times are from the start of the series."));
+    if (!rows.length) { s.append(el("p", "note", "No interface had traffic.")); return; }
+    s.append(table([{ h: "Interface" }, { h: "Bytes (wire)", num: true }, { h: "Peak", num: true }, { h: "Peak % link", num: true },
+      { h: "Peak at", num: true }, { h: "Busy slots", num: true }, { h: "Bursts", num: true }, { h: "Longest", num: true },
+      { h: "Lost slots", num: true }], rows.map(function (i) {
+      return [i.name + " " + i.direction, bytes(i.bytes), rate(i.peak_bps),
+        { v: pct(i.peak_percent), cls: i.peak_percent >= (MB.threshold_percent || 100) ? "warn" : "" },
+        at(i.peak_at_ns), int(i.busy_slots), { v: int(i.bursts), cls: i.bursts > 0 ? "warn" : "" },
+        i.longest_burst_ns ? dur(i.longest_burst_ns) + " at " + at(i.longest_burst_at_ns) : "-",
+        { v: int(i.lost_slots), cls: i.lost_slots > 0 ? "bad" : "" }];
+    })));
+    rows.forEach(function (i) {
+      var top = arr(i.top);
+      if (!top.length) return;
+      var d = el("details", null, el("summary", null, "Largest bursts on " + i.name + " " + i.direction + " (" + top.length + ")"));
+      d.append(table([{ h: "At", num: true }, { h: "Duration", num: true }, { h: "Bytes", num: true }, { h: "Peak", num: true }, { h: "Peak % link", num: true }],
+        top.map(function (b) { return [at(b.at_ns), dur(b.duration_ns), bytes(b.bytes), rate(b.peak_bps), pct(b.peak_percent)]; })));
+      s.append(d);
+    });
+  }
+
+  // ---------- top flows
+  section("flows", "Top flows by bytes", function (s) {
+    if (!flows.length) { s.append(el("p", "note", "No RoCEv2 flows.")); return; }
+    var shown = flows.slice(0, 20);
+    s.append(table([{ h: "#", num: true }, { h: "Source \u2192 destination" }, { h: "sport", num: true }, { h: "Dest QP" },
+      { h: "Rate", num: true }, { h: "Packets", num: true }, { h: "Bytes", num: true }, { h: "CE %", num: true },
+      { h: "CNPs", num: true }, { h: "NAKs", num: true }, { h: "RNR", num: true }, { h: "PSN gaps", num: true },
+      { h: "Retx", num: true }, { h: "DSCP" }], shown.map(function (f, k) {
+      var ops = f.ops || {}, psn = f.psn || {}, ecn = f.ecn || {};
+      var ce = share(ecn.ce || 0, f.packets || 0);
+      var via = f.mirror ? "  [" + mirrorName(f.mirror) + "]" : "";
+      return [k + 1,
+        { v: f.src_ip + " \u2192 " + f.dst_ip + (f.direction === "egress" ? " (tx)" : "") + via, cls: "flow" },
+        f.udp_src_port, { v: hex(f.dest_qp), cls: "mono" }, rate(f.rate_bps), int(f.packets), bytes(f.bytes),
+        { v: ce > 0 ? pct(ce, 2) : "0", cls: ce > 0 ? "warn" : "" },
+        int(ops.cnp), { v: int(ops.nak), cls: ops.nak > 0 ? "bad" : "" }, { v: int(ops.rnr_nak), cls: ops.rnr_nak > 0 ? "bad" : "" },
+        { v: int(psn.gaps), cls: psn.gaps > 0 ? "bad" : "", title: int(psn.missing) + " PSNs missing" },
+        { v: int(psn.regressions), cls: psn.regressions > 0 ? "bad" : "" },
+        arr(f.dscp).join(", ") || "-"];
+    })));
+    if (flows.length > shown.length) {
+      s.append(el("p", "note", (flows.length - shown.length) + " more flows are in the JSON report."));
+    }
+  });
+
+  // ---------- PFC
+  if (R.pfc) section("pfc", "PFC and PAUSE", function (s) {
+    var P = R.pfc;
+    var speed = isNum(P.link_speed_bps) ? P.link_speed_bps : null;
+    s.append(el("p", "muted", speed
+      ? "Pause times at " + rate(speed) + "; a refresh before the previous pause ran out overlaps it, so times bound the time paused from above."
+      : "Link speed unknown: pause times are in quanta (512 bit times) only."));
+    var rows = [];
+    arr(P.sources).forEach(function (src) {
+      var who = [src.src_mac, mirrorName(src.mirror), src.direction || "ingress"];
+      function row(cls, c) {
+        var pausedShare = isNum(c.pause_ns) && win > 0 ? share(c.pause_ns, win * 1e9) : null;
+        rows.push([{ v: who[0], cls: "mono" }, who[1], who[2], cls, int(c.frames), int(c.xon), int(c.quanta),
+          isNum(c.pause_ns) ? dur(c.pause_ns) : "-",
+          { v: pausedShare === null ? "-" : pct(pausedShare), cls: pausedShare > 10 ? "bad" : "" }]);
+      }
+      arr(src.priorities).forEach(function (p) { row("priority " + p.priority, p); });
+      if (src.link_pause) row("802.3x (all)", src.link_pause);
+      if (!arr(src.priorities).length && !src.link_pause) {
+        rows.push([{ v: who[0], cls: "mono" }, who[1], who[2], "none named", int(src.pfc_frames), "0", "0", "-", "-"]);
+      }
+    });
+    s.append(table([{ h: "Sender MAC" }, { h: "Seen" }, { h: "Direction" }, { h: "Class" }, { h: "Frames", num: true },
+      { h: "XON", num: true }, { h: "Quanta", num: true }, { h: "Pause asked", num: true }, { h: "% of window", num: true }], rows));
+  });
+
+  // ---------- ECMP
+  if (R.ecmp) section("ecmp", "ECMP hashing model", function (s) {
+    var E = R.ecmp, m = E.model || {};
+    s.append(el("p", null, int(E.flows) + " flows through " + m.uplinks + " uplinks: " + m.hash + " of " + m.fields +
+      ", seed 0x" + (Number(m.seed) >>> 0).toString(16) + ", " + m.bucket + "."));
+    s.append(el("p", null, el("b", null, "Verdict: "), E.verdict));
+    var up = arr(E.uplinks);
+    var totalBytes = sum(up.map(function (u) { return u.bytes; }));
+    var b = E.balance_bytes || {}, rb = E.random_bytes || null, bf = E.balance_flows || {};
+    var pairs = [
+      ["busiest uplink / mean (bytes)", dec(b.max_over_mean) + (rb ? "   (random hash: " + dec(rb.max_over_mean) + ")" : "")],
+      ["busiest uplink / mean (flows)", dec(bf.max_over_mean)],
+      ["CV, Jain (bytes)", dec(b.cv) + ", " + (isNum(b.jain) ? b.jain.toFixed(3) : "-")],
+      ["idle uplinks", int(b.idle)],
+    ];
+    if (isNum(E.random_percentile)) pairs.push(["random placements lighter than this one", pct(E.random_percentile * 100, 0)]);
+    if (isNum(E.top_k)) pairs.push(["of the " + E.top_k + " largest flows, sharing an uplink", int(E.top_k_colliding)]);
+    var c = E.connections;
+    if (c) pairs.push(["connections", c.paired + " paired (" + c.conforming + " drivers' source port, " + c.overridden +
+      " overridden, " + c.shared_tuple + " sharing a 5-tuple); " + c.unpaired_flows + " flows unpaired, " +
+      c.shared_tuple_flows + " flows sharing a 5-tuple, " + c.qp1_flows + " to QP 1"]);
+    if (E.tier2) pairs.push(["tier 2", E.tier2.uplinks + " uplinks per spine, " + E.tier2.hash + ": " + E.tier2.polarized +
+      " of " + arr(E.tier2.spines).length + " spines polarized"]);
+    var w = E.what_if;
+    if (w && E.flows > 0) {
+      pairs.push(["what-if: destination QP in the hash", dec(w.with_dest_qp) + " busiest/mean (target " + dec(w.target) + ")"]);
+      pairs.push(["what-if: QPs per connection", w.qps_per_connection === 1 ? "the flows as they are already meet the target"
+        : isNum(w.qps_per_connection) ? w.qps_per_connection + " QPs per connection would meet the target"
+          : "16 QPs per connection would not meet the target"]);
+    }
+    s.append(kv(pairs));
+    if (!up.length) { s.append(el("p", "note", "No uplinks in the model.")); return; }
+    var xs = up.map(function (u) { return u.uplink; });
+    var ys = up.map(function (u) { return u.bytes; });
+    var mean = totalBytes / up.length;
+    var d = [xs, ys, flat(up.length, mean)];
+    var bu = unitFor(Math.max(max(ys), rb ? mean * rb.max_over_mean : 0), ["B", "KB", "MB", "GB", "TB", "PB"], 1000);
+    var series = [
+      { label: "uplink", value: function (u, v) { return v === null || v === undefined ? "-" : "uplink " + v; } },
+      line("bytes on the uplink (model)", PALETTE[0], bytes, { fill: "rgba(31,119,180,0.35)", width: 1,
+        paths: uPlot.paths.bars({ size: [0.6, 120] }), points: { show: false } }),
+      line("even split (mean)", "#2f855a", bytes, { dash: [6, 4], points: { show: false } }),
+    ];
+    if (rb && isNum(rb.max_over_mean)) {
+      d.push(flat(up.length, mean * rb.max_over_mean));
+      series.push(line("random hash: expected busiest uplink", PALETTE[1], bytes, { dash: [2, 3], points: { show: false } }));
+    }
+    var lo = Math.min.apply(null, xs), hi = Math.max.apply(null, xs);
+    plot(s, "Bytes per uplink under the model (" + bu.name + ")", {
+      series: series,
+      scales: { x: { range: function () { return [lo - 0.5, hi + 0.5]; } }, y: { range: zeroTo } },
+      axes: [{ label: "uplink", incrs: [1], values: function (u, v) { return v.map(function (x) { return Number.isInteger(x) ? String(x) : ""; }); } },
+        { label: bu.name, values: axisNums(bu.div), size: 60 }],
+    }, d);
+    s.append(table([{ h: "Uplink", num: true }, { h: "Flows", num: true }, { h: "Bytes", num: true }, { h: "Share", num: true }],
+      up.map(function (u) { return [u.uplink, int(u.flows), bytes(u.bytes), pct(share(u.bytes, totalBytes))]; })));
+  });
+
+  page.append(el("footer", null, (R.schema || "report") + " \u00b7 drawn with uPlot 1.6.32 (MIT) \u00b7 the full JSON report is embedded in this page (script id=\"report\")."));
+
+  // Charts follow the page width, and shrink to the paper when printed.
+  var resizeTimer = null;
+  function resizeAll(width) {
+    plots.forEach(function (u) { u.setSize({ width: width, height: u.height }); });
+  }
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () { resizeAll(chartWidth()); }, 150);
+  });
+  window.addEventListener("beforeprint", function () {
+    document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+    resizeAll(680);
+  });
+  window.addEventListener("afterprint", function () { resizeAll(chartWidth()); });
+
+  document.body.dataset.charts = String(plots.length);
+  document.body.dataset.rendered = "1";
+})();
+"##;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_json_cannot_end_its_element() {
+        let mut r = Report::new(
+            &crate::aggregate::Aggregate::new(),
+            crate::report::Source::pcap(
+                vec!["a</script><script>alert(1)</script>\u{2028}<!--".into()],
+                Vec::new(),
+            ),
+            1.0,
+        );
+        r.window.seconds = 2.0;
+        let json = script_json(&r);
+        assert!(!json.contains('<'), "{json}");
+        assert!(!json.contains('\u{2028}'), "{json}");
+        let back: Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        let page = render(&r);
+        assert_eq!(
+            page.matches("</script").count(),
+            4,
+            "only the page's own four"
+        );
+        assert!(!page.contains("http://") && !page.contains(" src="));
+    }
+
+    #[test]
+    fn needle_search_ignores_case() {
+        assert!(contains_ascii_ci(b"a</SCRIPT>", b"</script"));
+        assert!(!contains_ascii_ci(b"</scrip", b"</script"));
+    }
+}

@@ -1,0 +1,929 @@
+//! Time series and microbursts, built the same way whatever the source.
+//!
+//! * [`SeriesBuilder`] closes an interval by diffing the flow table against the previous
+//!   interval's: live capture samples the kernel maps every interval, replay samples its
+//!   aggregate when a packet's timestamp crosses an interval boundary.
+//! * [`BurstTracker`] takes the byte count of each short time slot of one interface and
+//!   direction, in slot order: live capture from the kernel's slot ring (see
+//!   [`observer_common::BurstSlot`]), replay from the frames' timestamps. It keeps the peak slot,
+//!   runs of slots above a share of the link speed (bursts) and per-interval peaks.
+
+use std::{collections::HashMap, net::IpAddr};
+
+use observer_common::{FlowKey, FlowStats, OpClass};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    aggregate::FlowMap,
+    report::{Direction, ip_of},
+};
+
+/// Bytes a frame occupies on the wire besides the frame the observer sees (preamble, FCS, gap).
+pub const WIRE_OVERHEAD: u64 = observer_common::WIRE_OVERHEAD as u64;
+
+/// Default interval of the time series.
+pub const DEFAULT_INTERVAL_NS: u64 = 1_000_000_000;
+/// Shortest interval: replay.
+pub const MIN_REPLAY_INTERVAL_NS: u64 = 10_000_000;
+/// Shortest interval: live capture (each interval reads the kernel's flow table).
+pub const MIN_LIVE_INTERVAL_NS: u64 = 100_000_000;
+/// Most intervals a series holds; a longer capture needs a longer `--interval`.
+pub const MAX_INTERVALS: u64 = 100_000;
+/// Default microburst slot.
+pub const DEFAULT_SLOT_NS: u64 = 100_000;
+/// Flows given their own series (the largest by bytes).
+pub const SERIES_FLOWS: usize = 10;
+/// Bursts listed per interface (the highest peaks).
+pub const TOP_BURSTS: usize = 10;
+
+/// What one interval adds to a flow (or to all flows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Delta {
+    pub packets: u64,
+    pub bytes: u64,
+    pub ce: u64,
+    pub cnp: u64,
+    /// NAKs and RNR NAKs.
+    pub naks: u64,
+    pub gaps: u64,
+    pub retransmissions: u64,
+}
+
+impl Delta {
+    fn between(now: &FlowStats, before: Option<&FlowStats>) -> Self {
+        let zero = FlowStats::default();
+        let b = before.unwrap_or(&zero);
+        // An LRU eviction and re-insert can make a counter go back: the interval gets 0.
+        let d = |x: u64, y: u64| x.saturating_sub(y);
+        let op = |s: &FlowStats, o: OpClass| s.ops[o as usize];
+        Self {
+            packets: d(now.packets, b.packets),
+            bytes: d(now.bytes, b.bytes),
+            ce: d(now.ecn[3], b.ecn[3]),
+            cnp: d(op(now, OpClass::Cnp), op(b, OpClass::Cnp)),
+            naks: d(
+                op(now, OpClass::Nak) + op(now, OpClass::RnrNak),
+                op(b, OpClass::Nak) + op(b, OpClass::RnrNak),
+            ),
+            gaps: d(now.psn_gaps, b.psn_gaps),
+            retransmissions: d(now.psn_regressions, b.psn_regressions),
+        }
+    }
+
+    fn add(&mut self, o: &Delta) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.ce += o.ce;
+        self.cnp += o.cnp;
+        self.naks += o.naks;
+        self.gaps += o.gaps;
+        self.retransmissions += o.retransmissions;
+    }
+
+    fn is_zero(&self) -> bool {
+        *self == Delta::default()
+    }
+}
+
+/// Per-interval metrics, one value per interval (columns, as charting libraries take them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// RoCE throughput (IP bytes), bits/s.
+    pub bps: Vec<f64>,
+    pub packets: Vec<u64>,
+    /// CE-marked share of the packets, 0..1.
+    pub ce_fraction: Vec<f64>,
+    pub cnp_per_s: Vec<f64>,
+    /// NAKs and RNR NAKs.
+    pub naks: Vec<u64>,
+    pub psn_gaps: Vec<u64>,
+    pub retransmissions: Vec<u64>,
+}
+
+impl Metrics {
+    fn of(deltas: &[Delta], interval_s: f64) -> Self {
+        let mut m = Metrics::default();
+        for d in deltas {
+            m.bps.push(d.bytes as f64 * 8.0 / interval_s);
+            m.packets.push(d.packets);
+            m.ce_fraction.push(if d.packets == 0 {
+                0.0
+            } else {
+                d.ce as f64 / d.packets as f64
+            });
+            m.cnp_per_s.push(d.cnp as f64 / interval_s);
+            m.naks.push(d.naks);
+            m.psn_gaps.push(d.gaps);
+            m.retransmissions.push(d.retransmissions);
+        }
+        m
+    }
+}
+
+/// The `series` section of the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub interval_s: f64,
+    /// Start of the first interval: Unix-epoch ns (live), the first frame's timestamp (replay).
+    pub start_ns: u64,
+    /// Start of each interval, seconds after `start_ns`.
+    pub t: Vec<f64>,
+    /// Every RoCE flow together.
+    pub total: Metrics,
+    /// Per interface and direction: every frame's bytes on the wire (RoCE or not).
+    pub interfaces: Vec<InterfaceSeries>,
+    /// The largest flows by bytes.
+    pub flows: Vec<FlowSeries>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceSeries {
+    pub name: String,
+    pub direction: Direction,
+    /// Wire rate: frame bytes plus preamble, FCS and inter-frame gap, bits/s.
+    pub bps: Vec<f64>,
+    /// The busiest microburst slot of each interval, as a rate in bits/s.
+    pub peak_bps: Vec<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowSeries {
+    #[serde(flatten)]
+    pub flow: FlowRef,
+    #[serde(flatten)]
+    pub metrics: Metrics,
+}
+
+/// A flow's identity as reports name it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FlowRef {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub udp_src_port: u16,
+    pub dest_qp: u32,
+    #[serde(default)]
+    pub direction: Direction,
+}
+
+impl FlowRef {
+    pub fn of_key(k: &FlowKey) -> Self {
+        Self {
+            src_ip: ip_of(k.src_ip),
+            dst_ip: ip_of(k.dst_ip),
+            udp_src_port: k.udp_src_port,
+            dest_qp: k.dest_qp,
+            direction: Direction::of(k.mirror),
+        }
+    }
+
+    pub fn of_flow(f: &crate::report::Flow) -> Self {
+        Self {
+            src_ip: f.src_ip,
+            dst_ip: f.dst_ip,
+            udp_src_port: f.udp_src_port,
+            dest_qp: f.dest_qp,
+            direction: f.direction,
+        }
+    }
+}
+
+impl std::fmt::Display for FlowRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} -> {} QP 0x{:06x} sport {}{}",
+            self.src_ip,
+            self.dst_ip,
+            self.dest_qp,
+            self.udp_src_port,
+            if self.direction == Direction::Egress {
+                " (tx)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// Builds the flow part of a [`Series`] from successive flow tables.
+#[derive(Debug)]
+pub struct SeriesBuilder {
+    interval_ns: u64,
+    start_ns: u64,
+    /// The flow table at the end of the last closed interval.
+    prev: FlowMap,
+    /// The interval being filled.
+    open: usize,
+    total: Vec<Delta>,
+    flows: HashMap<FlowKey, Vec<(u32, Delta)>, rustc_hash::FxBuildHasher>,
+    /// Set when a time fell beyond [`MAX_INTERVALS`]: the series stops there.
+    pub overflow: bool,
+}
+
+impl SeriesBuilder {
+    /// A series of `interval_ns` intervals from `start_ns` on; `prev` is the flow table before
+    /// the first (what is already in it does not count).
+    pub fn new(interval_ns: u64, start_ns: u64, prev: FlowMap) -> Self {
+        Self {
+            interval_ns: interval_ns.max(1),
+            start_ns,
+            prev,
+            open: 0,
+            total: Vec::new(),
+            flows: HashMap::default(),
+            overflow: false,
+        }
+    }
+
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_ns
+    }
+
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
+    /// Intervals with data so far (the open one included).
+    pub fn intervals(&self) -> usize {
+        self.open + 1
+    }
+
+    /// The interval `ts_ns` falls in (times before the start fall in the first).
+    pub fn index_of(&self, ts_ns: u64) -> usize {
+        (ts_ns.saturating_sub(self.start_ns) / self.interval_ns) as usize
+    }
+
+    /// Time moves on to `ts_ns` with the flow table `flows`: when that is a later interval, the
+    /// open one is closed with `flows` (what happened up to now) and the later one opened.
+    pub fn advance(&mut self, ts_ns: u64, flows: &FlowMap) {
+        let i = self.index_of(ts_ns);
+        if i <= self.open {
+            return;
+        }
+        if i >= MAX_INTERVALS as usize {
+            self.overflow = true;
+            return;
+        }
+        self.close(flows);
+        self.open = i;
+    }
+
+    /// Closes the open interval with the flow table as it stands at its end.
+    pub fn close(&mut self, flows: &FlowMap) {
+        let index = self.open;
+        if self.total.len() <= index {
+            self.total.resize(index + 1, Delta::default());
+        }
+        let mut sum = Delta::default();
+        for (key, now) in flows {
+            let before = self.prev.get(key);
+            if before.is_some_and(|b| b.packets == now.packets && b.bytes == now.bytes) {
+                continue;
+            }
+            let d = Delta::between(now, before);
+            if d.is_zero() {
+                continue;
+            }
+            sum.add(&d);
+            let points = self.flows.entry(*key).or_default();
+            match points.last_mut() {
+                Some((i, acc)) if *i as usize == index => acc.add(&d),
+                _ => points.push((index as u32, d)),
+            }
+        }
+        self.total[index].add(&sum);
+        self.prev.clone_from(flows);
+    }
+
+    /// Adds another builder's intervals (same grid: another capture file of the same run).
+    pub fn absorb(&mut self, other: SeriesBuilder) {
+        if self.total.len() < other.total.len() {
+            self.total.resize(other.total.len(), Delta::default());
+        }
+        for (a, b) in self.total.iter_mut().zip(&other.total) {
+            a.add(b);
+        }
+        self.open = self.open.max(other.open);
+        self.overflow |= other.overflow;
+        for (key, points) in other.flows {
+            let mine = self.flows.entry(key).or_default();
+            mine.extend(points);
+            mine.sort_by_key(|(i, _)| *i);
+            mine.dedup_by(|b, a| {
+                if a.0 == b.0 {
+                    a.1.add(&b.1);
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+    }
+
+    /// The series over `intervals` intervals (at least those closed), with `interfaces` and the
+    /// `top` largest flows.
+    pub fn finish(
+        mut self,
+        intervals: usize,
+        interfaces: Vec<InterfaceSeries>,
+        top: usize,
+    ) -> Series {
+        let n = intervals.max(self.total.len()).max(1);
+        self.total.resize(n, Delta::default());
+        let interval_s = self.interval_ns as f64 / 1e9;
+        let mut flows: Vec<(u64, FlowKey, Vec<(u32, Delta)>)> = self
+            .flows
+            .into_iter()
+            .map(|(k, v)| (v.iter().map(|(_, d)| d.bytes).sum(), k, v))
+            .collect();
+        flows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let flows = flows
+            .into_iter()
+            .take(top)
+            .map(|(_, key, points)| {
+                let mut deltas = vec![Delta::default(); n];
+                for (i, d) in points {
+                    deltas[i as usize] = d;
+                }
+                FlowSeries {
+                    flow: FlowRef::of_key(&key),
+                    metrics: Metrics::of(&deltas, interval_s),
+                }
+            })
+            .collect();
+        let interfaces = interfaces
+            .into_iter()
+            .map(|mut s| {
+                s.bps.resize(n, 0.0);
+                s.peak_bps.resize(n, 0.0);
+                s
+            })
+            .collect();
+        Series {
+            interval_s,
+            start_ns: self.start_ns,
+            t: (0..n).map(|i| i as f64 * interval_s).collect(),
+            total: Metrics::of(&self.total, interval_s),
+            interfaces,
+            flows,
+        }
+    }
+}
+
+/// The `microbursts` section of the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Microbursts {
+    pub slot_ns: u64,
+    /// The link speed shares are computed for; absent when unknown (no bursts then, only peaks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_speed_bps: Option<u64>,
+    /// A slot is busy at or above this share of the link speed; a burst is a run of busy slots.
+    pub threshold_percent: f64,
+    pub interfaces: Vec<InterfaceBursts>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceBursts {
+    pub name: String,
+    pub direction: Direction,
+    /// Wire bytes (frames plus preamble, FCS and gap) in the slots seen.
+    pub bytes: u64,
+    /// The busiest slot as a rate, bits/s.
+    pub peak_bps: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_percent: Option<f64>,
+    /// Start of the busiest slot (the report's clock).
+    pub peak_at_ns: u64,
+    /// Slots at or above the threshold.
+    pub busy_slots: u64,
+    /// Runs of busy slots.
+    pub bursts: u64,
+    pub longest_burst_ns: u64,
+    pub longest_burst_at_ns: u64,
+    /// The bursts with the highest peaks, highest first.
+    pub top: Vec<Burst>,
+    /// Slots the kernel's ring had already reused when read (their bytes are lost here):
+    /// the reader fell behind.
+    #[serde(default)]
+    pub lost_slots: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Burst {
+    pub at_ns: u64,
+    pub duration_ns: u64,
+    pub bytes: u64,
+    pub peak_bps: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_percent: Option<f64>,
+}
+
+/// Slot accounting of one interface and direction.
+#[derive(Clone, Debug)]
+pub struct BurstTracker {
+    pub name: String,
+    pub direction: Direction,
+    slot_ns: u64,
+    /// Slot bytes from which a slot is busy; none when the link speed is unknown.
+    busy_bytes: Option<u64>,
+    link_speed_bps: Option<u64>,
+    /// Added to slot start times for reporting (monotonic to Unix time in live capture).
+    clock_offset_ns: i128,
+    /// Open slot of the per-packet feed.
+    open: Option<(u64, u64)>,
+    /// The current run of busy slots: (first slot, last slot, bytes, peak slot bytes).
+    run: Option<(u64, u64, u64, u64)>,
+    bytes: u64,
+    peak: (u64, u64),
+    busy_slots: u64,
+    bursts: u64,
+    longest: (u64, u64),
+    top: Vec<Burst>,
+    lost_slots: u64,
+    /// Per interval of the series: (wire bytes, peak slot bytes).
+    per_interval: Vec<(u64, u64)>,
+    series_start_ns: u64,
+    interval_ns: u64,
+}
+
+impl BurstTracker {
+    /// `threshold_percent` of `link_speed_bps` makes a slot busy. Slot times are `clock_offset_ns`
+    /// away from the report's clock; intervals of `interval_ns` from `series_start_ns` on (the
+    /// report's clock).
+    pub fn new(
+        name: String,
+        direction: Direction,
+        slot_ns: u64,
+        link_speed_bps: Option<u64>,
+        threshold_percent: f64,
+        series: (u64, u64),
+        clock_offset_ns: i128,
+    ) -> Self {
+        let slot_ns = slot_ns.max(1);
+        let busy_bytes = link_speed_bps.map(|bps| {
+            let full = bps as f64 / 8.0 * slot_ns as f64 / 1e9;
+            ((full * threshold_percent / 100.0).ceil() as u64).max(1)
+        });
+        Self {
+            name,
+            direction,
+            slot_ns,
+            busy_bytes,
+            link_speed_bps,
+            clock_offset_ns,
+            open: None,
+            run: None,
+            bytes: 0,
+            peak: (0, 0),
+            busy_slots: 0,
+            bursts: 0,
+            longest: (0, 0),
+            top: Vec::new(),
+            lost_slots: 0,
+            per_interval: Vec::new(),
+            series_start_ns: series.0,
+            interval_ns: series.1.max(1),
+        }
+    }
+
+    pub fn slot_ns(&self) -> u64 {
+        self.slot_ns
+    }
+
+    /// Per-packet feed (replay): a frame of `frame_len` bytes at `ts_ns`. Frames a little out
+    /// of order count in the open slot.
+    pub fn frame(&mut self, ts_ns: u64, frame_len: u64) {
+        let slot = ts_ns / self.slot_ns;
+        let wire = frame_len + WIRE_OVERHEAD;
+        match &mut self.open {
+            Some((s, b)) if slot <= *s => *b += wire,
+            Some((s, b)) => {
+                let (s, b) = (*s, *b);
+                self.open = Some((slot, wire));
+                self.slot(s, b);
+            }
+            None => self.open = Some((slot, wire)),
+        }
+    }
+
+    /// A whole slot's wire bytes; slots come in increasing order, empty ones may be left out.
+    pub fn slot(&mut self, slot: u64, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let start = self.report_ns(slot);
+        self.bytes += bytes;
+        if bytes > self.peak.1 {
+            self.peak = (start, bytes);
+        }
+        let i = (start.saturating_sub(self.series_start_ns) / self.interval_ns) as usize;
+        if i < MAX_INTERVALS as usize {
+            if self.per_interval.len() <= i {
+                self.per_interval.resize(i + 1, (0, 0));
+            }
+            let p = &mut self.per_interval[i];
+            p.0 += bytes;
+            p.1 = p.1.max(bytes);
+        }
+        let busy = self.busy_bytes.is_some_and(|t| bytes >= t);
+        match (&mut self.run, busy) {
+            (Some((_, last, b, peak)), true) if *last + 1 == slot => {
+                *last = slot;
+                *b += bytes;
+                *peak = (*peak).max(bytes);
+            }
+            (_, true) => {
+                self.end_run();
+                self.run = Some((slot, slot, bytes, bytes));
+            }
+            (_, false) => self.end_run(),
+        }
+        self.busy_slots += u64::from(busy);
+    }
+
+    /// Slots lost to the kernel ring's reuse.
+    pub fn lost(&mut self, slots: u64) {
+        self.lost_slots += slots;
+        self.end_run();
+    }
+
+    fn report_ns(&self, slot: u64) -> u64 {
+        (slot as i128 * self.slot_ns as i128 + self.clock_offset_ns).clamp(0, u64::MAX as i128)
+            as u64
+    }
+
+    fn rate(&self, bytes: u64) -> f64 {
+        bytes as f64 * 8.0 * 1e9 / self.slot_ns as f64
+    }
+
+    fn percent(&self, bps: f64) -> Option<f64> {
+        self.link_speed_bps.map(|l| bps * 100.0 / l as f64)
+    }
+
+    fn end_run(&mut self) {
+        let Some((first, last, bytes, peak)) = self.run.take() else {
+            return;
+        };
+        self.bursts += 1;
+        let slots = last - first + 1;
+        let duration_ns = slots * self.slot_ns;
+        let at_ns = self.report_ns(first);
+        if duration_ns > self.longest.0 {
+            self.longest = (duration_ns, at_ns);
+        }
+        let peak_bps = self.rate(peak);
+        self.top.push(Burst {
+            at_ns,
+            duration_ns,
+            bytes,
+            peak_bps,
+            peak_percent: self.percent(peak_bps),
+        });
+        self.top.sort_by(|a, b| {
+            b.peak_bps
+                .total_cmp(&a.peak_bps)
+                .then(b.duration_ns.cmp(&a.duration_ns))
+                .then(a.at_ns.cmp(&b.at_ns))
+        });
+        self.top.truncate(TOP_BURSTS);
+    }
+
+    /// Closes the open slot and run.
+    pub fn flush(&mut self) {
+        if let Some((s, b)) = self.open.take() {
+            self.slot(s, b);
+        }
+        self.end_run();
+    }
+
+    /// The interface's row of the `microbursts` section.
+    pub fn report(&mut self) -> InterfaceBursts {
+        self.flush();
+        let peak_bps = self.rate(self.peak.1);
+        InterfaceBursts {
+            name: self.name.clone(),
+            direction: self.direction,
+            bytes: self.bytes,
+            peak_bps,
+            peak_percent: self.percent(peak_bps),
+            peak_at_ns: self.peak.0,
+            busy_slots: self.busy_slots,
+            bursts: self.bursts,
+            longest_burst_ns: self.longest.0,
+            longest_burst_at_ns: self.longest.1,
+            top: self.top.clone(),
+            lost_slots: self.lost_slots,
+        }
+    }
+
+    /// The interface's row of the `series` section.
+    pub fn series(&mut self) -> InterfaceSeries {
+        self.flush();
+        let interval_s = self.interval_ns as f64 / 1e9;
+        InterfaceSeries {
+            name: self.name.clone(),
+            direction: self.direction,
+            bps: self
+                .per_interval
+                .iter()
+                .map(|(b, _)| *b as f64 * 8.0 / interval_s)
+                .collect(),
+            peak_bps: self
+                .per_interval
+                .iter()
+                .map(|(_, p)| self.rate(*p))
+                .collect(),
+        }
+    }
+
+    /// Intervals this tracker has bytes for.
+    pub fn intervals(&self) -> usize {
+        self.per_interval.len()
+    }
+}
+
+/// The `microbursts` section from the trackers.
+pub fn microbursts(
+    trackers: &mut [BurstTracker],
+    link_speed_bps: Option<u64>,
+    threshold_percent: f64,
+) -> Option<Microbursts> {
+    let slot_ns = trackers.first()?.slot_ns;
+    Some(Microbursts {
+        slot_ns,
+        link_speed_bps,
+        threshold_percent,
+        interfaces: trackers.iter_mut().map(BurstTracker::report).collect(),
+    })
+}
+
+/// What the series and microbursts are built with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimelineConfig {
+    pub interval_ns: u64,
+    /// Microburst slot width (0: no slots).
+    pub slot_ns: u64,
+    pub link_speed_bps: Option<u64>,
+    /// A slot is busy from this share of the link speed.
+    pub threshold_percent: f64,
+    /// Flows given their own series.
+    pub series_flows: usize,
+}
+
+impl Default for TimelineConfig {
+    fn default() -> Self {
+        Self {
+            interval_ns: DEFAULT_INTERVAL_NS,
+            slot_ns: DEFAULT_SLOT_NS,
+            link_speed_bps: None,
+            threshold_percent: 90.0,
+            series_flows: SERIES_FLOWS,
+        }
+    }
+}
+
+/// The series and the microburst trackers of one run: replay feeds it frame by frame (a
+/// source per capture file), live capture interval by interval and slot by slot.
+#[derive(Debug)]
+pub struct Timeline {
+    pub config: TimelineConfig,
+    start_ns: Option<u64>,
+    /// Builders of the sources done (absorbed into one).
+    done: Option<SeriesBuilder>,
+    cur: Option<SeriesBuilder>,
+    pub trackers: Vec<BurstTracker>,
+    /// Replay: the source whose tracker the next frame is for, its name until its first frame.
+    pending: Option<String>,
+    current: Option<usize>,
+}
+
+impl Timeline {
+    /// Replay: the start is the first frame's timestamp.
+    pub fn new(config: TimelineConfig) -> Self {
+        Self {
+            config,
+            start_ns: None,
+            done: None,
+            cur: None,
+            trackers: Vec::new(),
+            pending: None,
+            current: None,
+        }
+    }
+
+    /// Live: starts at `start_ns` (Unix-epoch ns) with the flow table `flows`.
+    pub fn starting(config: TimelineConfig, start_ns: u64, flows: &FlowMap) -> Self {
+        let mut t = Self::new(config);
+        t.start_ns = Some(start_ns);
+        t.cur = Some(SeriesBuilder::new(
+            t.config.interval_ns,
+            start_ns,
+            flows.clone(),
+        ));
+        t
+    }
+
+    /// Live: adds a tracker for an interface and direction whose slot times are
+    /// `clock_offset_ns` from the report's clock; its index.
+    pub fn add_tracker(
+        &mut self,
+        name: String,
+        direction: Direction,
+        clock_offset_ns: i128,
+    ) -> usize {
+        let start = self.start_ns.unwrap_or(0);
+        self.trackers.push(BurstTracker::new(
+            name,
+            direction,
+            self.config.slot_ns,
+            self.config.link_speed_bps,
+            self.config.threshold_percent,
+            (start, self.config.interval_ns),
+            clock_offset_ns,
+        ));
+        self.trackers.len() - 1
+    }
+
+    /// Replay: the frames that follow come from the capture `name` (its own interface).
+    pub fn begin_source(&mut self, name: &str, flows: &FlowMap) {
+        if let Some(cur) = self.cur.take() {
+            self.absorb(cur, flows);
+        }
+        self.pending = Some(name.to_string());
+        self.current = None;
+    }
+
+    fn absorb(&mut self, mut b: SeriesBuilder, flows: &FlowMap) {
+        b.close(flows);
+        match &mut self.done {
+            Some(d) => d.absorb(b),
+            None => self.done = Some(b),
+        }
+    }
+
+    /// Replay: a frame of `len` bytes on the wire (as captured, before snaplen) at `ts_ns`;
+    /// `flows` is the flow table before it.
+    #[inline]
+    pub fn frame(&mut self, ts_ns: u64, len: u64, flows: &FlowMap) {
+        let start = *self.start_ns.get_or_insert(ts_ns);
+        let interval = self.config.interval_ns;
+        self.cur
+            .get_or_insert_with(|| SeriesBuilder::new(interval, start, flows.clone()))
+            .advance(ts_ns, flows);
+        if self.config.slot_ns == 0 {
+            return;
+        }
+        let i = match self.current {
+            Some(i) => i,
+            None => {
+                let name = self.pending.take().unwrap_or_default();
+                let i = self.add_tracker(name, Direction::Ingress, 0);
+                self.current = Some(i);
+                i
+            }
+        };
+        self.trackers[i].frame(ts_ns, len);
+    }
+
+    /// Live: whether `now_ns` lies in a later interval than the open one (time to sample).
+    pub fn due(&self, now_ns: u64) -> bool {
+        self.cur
+            .as_ref()
+            .is_some_and(|b| b.index_of(now_ns) > b.open && !b.overflow)
+    }
+
+    /// Live: time moves on to `now_ns` (Unix-epoch ns) with the flow table `flows`.
+    pub fn advance(&mut self, now_ns: u64, flows: &FlowMap) {
+        if let Some(cur) = &mut self.cur {
+            cur.advance(now_ns, flows);
+        }
+    }
+
+    /// Whether a time fell beyond [`MAX_INTERVALS`] intervals (the series stops there).
+    pub fn overflowed(&self) -> bool {
+        self.cur.as_ref().is_some_and(|b| b.overflow)
+            || self.done.as_ref().is_some_and(|b| b.overflow)
+    }
+
+    /// The `series` and `microbursts` sections, `flows` being the final flow table.
+    pub fn finish(mut self, flows: &FlowMap) -> (Option<Series>, Option<Microbursts>) {
+        if let Some(cur) = self.cur.take() {
+            self.absorb(cur, flows);
+        }
+        let mut interfaces: Vec<InterfaceSeries> =
+            self.trackers.iter_mut().map(BurstTracker::series).collect();
+        let series = self.done.map(|b| {
+            let n = interfaces.iter().map(|i| i.bps.len()).max().unwrap_or(0);
+            let n = n.min(MAX_INTERVALS as usize);
+            for i in &mut interfaces {
+                i.bps.truncate(n.max(b.intervals()));
+                i.peak_bps.truncate(n.max(b.intervals()));
+            }
+            b.finish(n, interfaces, self.config.series_flows)
+        });
+        let bursts = microbursts(
+            &mut self.trackers,
+            self.config.link_speed_bps,
+            self.config.threshold_percent,
+        );
+        (series, bursts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracker(speed: Option<u64>) -> BurstTracker {
+        // 100 us slots on a 10 Gb/s link: 125,000 bytes fill a slot; 50% = 62,500.
+        BurstTracker::new(
+            "if0".into(),
+            Direction::Ingress,
+            100_000,
+            speed,
+            50.0,
+            (0, 1_000_000),
+            0,
+        )
+    }
+
+    #[test]
+    fn runs_of_busy_slots_are_bursts() {
+        let mut t = tracker(Some(10_000_000_000));
+        t.slot(1, 1000);
+        t.slot(2, 70_000);
+        t.slot(3, 125_000);
+        t.slot(4, 80_000);
+        t.slot(5, 100);
+        t.slot(9, 62_500);
+        t.slot(10, 62_499);
+        let r = t.report();
+        assert_eq!(r.bursts, 2);
+        assert_eq!(r.busy_slots, 4);
+        assert_eq!(r.longest_burst_ns, 300_000);
+        assert_eq!(r.longest_burst_at_ns, 200_000);
+        assert_eq!(r.peak_bps, 10e9);
+        assert_eq!(r.peak_percent, Some(100.0));
+        assert_eq!(r.peak_at_ns, 300_000);
+        assert_eq!(r.top[0].bytes, 275_000);
+        assert_eq!(r.top[0].duration_ns, 300_000);
+        assert_eq!(r.top[1].duration_ns, 100_000);
+        assert_eq!(
+            r.bytes,
+            1000 + 70_000 + 125_000 + 80_000 + 100 + 62_500 + 62_499
+        );
+        // A gap between busy slots ends a burst even without an idle slot reported.
+        let mut t = tracker(Some(10_000_000_000));
+        t.slot(1, 100_000);
+        t.slot(3, 100_000);
+        assert_eq!(t.report().bursts, 2);
+    }
+
+    #[test]
+    fn per_packet_feed_sums_slots_and_intervals() {
+        let mut t = tracker(None);
+        for ts in [0, 10, 99_999, 100_000, 1_500_000] {
+            t.frame(ts, 976);
+        }
+        let r = t.report();
+        assert_eq!(r.bytes, 5000);
+        assert_eq!(r.peak_bps, 3000.0 * 8.0 * 1e4);
+        assert_eq!(r.bursts, 0, "no link speed, no bursts");
+        assert_eq!(r.peak_percent, None);
+        let s = t.series();
+        assert_eq!(s.bps, vec![4000.0 * 8.0 * 1000.0, 1000.0 * 8.0 * 1000.0]);
+        assert_eq!(s.peak_bps[1], 1000.0 * 8.0 * 1e4);
+    }
+
+    #[test]
+    fn series_diffs_flow_tables() {
+        let key = |qp| FlowKey {
+            dest_qp: qp,
+            ..Default::default()
+        };
+        let mut flows = FlowMap::default();
+        let mut b = SeriesBuilder::new(1_000_000_000, 0, FlowMap::default());
+        let s = flows.entry(key(1)).or_default();
+        s.packets = 10;
+        s.bytes = 1000;
+        s.ecn[3] = 5;
+        b.advance(500_000_000, &flows);
+        b.advance(2_100_000_000, &flows);
+        let s = flows.get_mut(&key(1)).unwrap();
+        s.packets = 15;
+        s.bytes = 1500;
+        s.ops[OpClass::Nak as usize] = 1;
+        flows.entry(key(2)).or_default().bytes = 10_000;
+        flows.get_mut(&key(2)).unwrap().packets = 1;
+        b.close(&flows);
+        let series = b.finish(4, Vec::new(), 10);
+        assert_eq!(series.t, vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(series.total.packets, vec![10, 0, 6, 0]);
+        assert_eq!(series.total.bps, vec![8000.0, 0.0, 84000.0, 0.0]);
+        assert_eq!(series.total.ce_fraction[0], 0.5);
+        assert_eq!(series.total.naks, vec![0, 0, 1, 0]);
+        assert_eq!(series.flows.len(), 2);
+        assert_eq!(series.flows[0].flow.dest_qp, 2, "largest first");
+        assert_eq!(series.flows[1].metrics.packets, vec![10, 0, 5, 0]);
+    }
+}
