@@ -169,6 +169,73 @@ fn psn_continuity_survives_cache_write_back() {
     assert_eq!(kernel.counters.flow_insert_failures, 0);
 }
 
+/// Microburst slots in the kernel: every frame of an observed interface adds its bytes on the
+/// wire (frame + 24) to the slot of its time in its ring; frames of other interfaces add
+/// nothing.
+#[test]
+fn kernel_burst_slots_count_every_frame_on_the_wire() {
+    if !require_root("kernel_burst_slots_count_every_frame_on_the_wire") {
+        return;
+    }
+    use observer_common::{BURST_RING_SLOTS, BurstIface, BurstSlot, maps};
+    let frames: Vec<Vec<u8>> = synth::scenario("demo")
+        .unwrap()
+        .frames
+        .into_iter()
+        .map(|f| f.bytes)
+        .take(200)
+        .collect();
+    let mut ebpf = load_observer();
+    // Not observed: nothing counted.
+    for f in &frames[..10] {
+        run(&ebpf, f);
+    }
+    let ring_bytes = |ebpf: &aya::Ebpf, ring: u32| -> (u64, Vec<u64>) {
+        let slots: aya::maps::Array<_, BurstSlot> =
+            aya::maps::Array::try_from(ebpf.map(maps::BURSTS).unwrap()).unwrap();
+        let mut total = 0;
+        let mut tags = Vec::new();
+        for i in ring * BURST_RING_SLOTS..(ring + 1) * BURST_RING_SLOTS {
+            let s = slots.get(&i, 0).unwrap();
+            if s.bytes > 0 {
+                total += s.bytes;
+                tags.push(s.slot);
+            }
+        }
+        (total, tags)
+    };
+    assert_eq!(ring_bytes(&ebpf, 0).0, 0, "an interface not observed");
+    // BPF_PROG_TEST_RUN runs XDP on the loopback device's first queue.
+    let lo = roce_observer::live::if_index("lo").unwrap();
+    let slot_ns = 1_000_000;
+    {
+        let mut ifaces: aya::maps::HashMap<_, u32, BurstIface> =
+            aya::maps::HashMap::try_from(ebpf.map_mut(maps::BURST_IFACES).unwrap()).unwrap();
+        let value = BurstIface {
+            ring: 0,
+            _pad: 0,
+            slot_ns,
+        };
+        ifaces.insert(lo, value, 0).unwrap();
+    }
+    let before = monotonic_ns() / slot_ns;
+    for f in &frames {
+        run(&ebpf, f);
+    }
+    let after = monotonic_ns() / slot_ns;
+    let (bytes, tags) = ring_bytes(&ebpf, 0);
+    let wire: u64 = frames.iter().map(|f| f.len() as u64 + 24).sum();
+    assert_eq!(bytes, wire, "bytes on the wire");
+    assert!(!tags.is_empty());
+    for t in &tags {
+        assert!(
+            before <= *t && *t <= after,
+            "slot {t} outside {before}..{after}"
+        );
+    }
+    assert_eq!(ring_bytes(&ebpf, 1).0, 0, "the egress ring");
+}
+
 #[test]
 fn baseline_program_counts_frames_and_passes() {
     if !require_root("baseline_program_counts_frames_and_passes") {

@@ -96,6 +96,106 @@ fn diagnose_json_equals_ground_truth() {
         t.skipped
     );
     assert!(!has_xdp(&lab.ns, "rx0"), "detached at exit");
+
+    // The time series adds up to the totals, interval by interval summed.
+    let series = report.series.as_ref().expect("series");
+    assert_eq!(series.interval_s, 1.0);
+    assert!(series.t.len() >= 2 && series.t.len() <= 4, "{:?}", series.t);
+    assert_eq!(
+        series.total.packets.iter().sum::<u64>(),
+        t.roce_packets,
+        "series packets"
+    );
+    let series_bytes: f64 = series.total.bps.iter().sum::<f64>() * series.interval_s / 8.0;
+    assert!(
+        (series_bytes - t.roce_bytes as f64).abs() < 1.0,
+        "series bytes"
+    );
+    assert_eq!(
+        series.total.naks.iter().sum::<u64>(),
+        report
+            .flows
+            .iter()
+            .map(|f| f.ops.nak + f.ops.rnr_nak)
+            .sum::<u64>()
+    );
+    assert!(series.start_ns >= start_ns - 1_000_000_000 && series.start_ns <= end_ns);
+    // Microburst slots: every frame's bytes on the wire, counted by the kernel, read through
+    // the mapped rings, none lost.
+    let wire: u64 = w.frames.iter().map(|f| f.bytes.len() as u64 + 24).sum();
+    let mb = report.microbursts.as_ref().expect("microbursts");
+    assert_eq!(mb.slot_ns, 100_000);
+    let rx_in = mb
+        .interfaces
+        .iter()
+        .find(|i| i.name == "rx0" && i.direction == roce_observer::report::Direction::Ingress)
+        .expect("rx0 ingress");
+    assert_eq!(rx_in.bytes, wire, "microburst bytes");
+    assert_eq!(rx_in.lost_slots, 0);
+    assert!(rx_in.peak_bps > 0.0);
+    assert!(start_ns <= rx_in.peak_at_ns && rx_in.peak_at_ns <= end_ns);
+    let iface_series = series
+        .interfaces
+        .iter()
+        .find(|i| i.name == "rx0" && i.direction == roce_observer::report::Direction::Ingress)
+        .expect("rx0 series");
+    let iface_bytes: f64 = iface_series.bps.iter().sum::<f64>() * series.interval_s / 8.0;
+    assert!(
+        (iface_bytes - wire as f64).abs() < 1.0,
+        "interface series bytes"
+    );
+    assert_eq!(
+        iface_series.peak_bps.iter().cloned().fold(0.0, f64::max),
+        rx_in.peak_bps
+    );
+    // The findings ran: every rule has a check; the workload's loss is found.
+    assert_eq!(report.checks.len(), roce_observer::findings::RULES.len());
+    assert!(
+        report.findings.iter().any(|f| f.rule == "loss"),
+        "{:?}",
+        report.findings
+    );
+}
+
+/// A flow table too small for the traffic: the kernel's LRU evicts, the totals keep every
+/// packet, and the flow-table-full finding says so.
+#[test]
+fn a_full_flow_table_is_a_finding() {
+    if !require_root("a_full_flow_table_is_a_finding") {
+        return;
+    }
+    let w = synth::scenario("many-qps").unwrap();
+    let lab = Lab::create("ro-full").unwrap();
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &[
+            "--iface",
+            "rx0",
+            "--duration",
+            "2s",
+            "--json",
+            "--max-flows",
+            "64",
+        ],
+    );
+    assert_eq!(send(&lab, "tx0", &w), w.frames.len());
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "diagnose failed: {err}");
+    let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(report.totals.roce_packets, w.truth.counters.roce_packets);
+    let lost = report.totals.evicted_packets + report.totals.flow_insert_failures;
+    assert!(lost > 0, "{:?}", report.totals);
+    let f = report
+        .findings
+        .iter()
+        .find(|f| f.rule == "flow-table-full")
+        .unwrap_or_else(|| panic!("no flow-table-full finding: {:?}", report.findings));
+    assert_eq!(
+        f.evidence["evicted_packets"].as_u64().unwrap()
+            + f.evidence["flow_insert_failures"].as_u64().unwrap(),
+        lost
+    );
 }
 
 #[test]
