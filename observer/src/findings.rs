@@ -1264,3 +1264,73 @@ pub fn render(findings: &[Finding], checks: &[Check], color: bool) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_rules_file_spells_the_defaults() {
+        let t = Thresholds::parse(include_str!("../../rules.example.toml"), "example").unwrap();
+        assert_eq!(t, Thresholds::default());
+        assert_eq!(
+            Thresholds::parse("", "empty").unwrap(),
+            Thresholds::default()
+        );
+        let t = Thresholds::parse("[loss]\nmin_events = 5\n", "f").unwrap();
+        assert_eq!(t.loss.min_events, 5);
+        assert_eq!(t.loss.critical_events, Loss::default().critical_events);
+    }
+
+    #[test]
+    fn bad_rules_files_are_one_line_errors_naming_the_file() {
+        for (text, want) in [
+            ("[loss]\nmin_events = \"x\"\n", "rules file f.toml:"),
+            ("[loss]\nmin_event = 1\n", "unknown field"),
+            ("[losses]\n", "unknown field"),
+            ("disabled = [\"nope\"]\n", "unknown rule 'nope'"),
+            ("[incast]\nmin_ce_percent = 150.0\n", "is a percentage"),
+            ("[microburst]\nshare_percent = 0.0\n", "must be above 0"),
+            (
+                "[pfc_idle_priority]\nroce_priorities = [9]\n",
+                "not a priority",
+            ),
+            ("not toml at all", "rules file f.toml:"),
+        ] {
+            let e = Thresholds::parse(text, "f.toml").unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(e.contains("f.toml"), "{e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        let e = Thresholds::load("/nonexistent/rules.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cannot read the rules file /nonexistent/rules.toml"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_rule_has_a_check_and_disabled_rules_are_skipped() {
+        let agg = crate::aggregate::Aggregate::new();
+        let r = Report::new(
+            &agg,
+            crate::report::Source::pcap(Vec::new(), Vec::new()),
+            0.0,
+        );
+        let (findings, checks) = evaluate(&r, &Thresholds::default());
+        assert!(findings.is_empty());
+        assert_eq!(
+            checks.iter().map(|c| c.rule.as_str()).collect::<Vec<_>>(),
+            RULES.iter().map(|(r, _)| *r).collect::<Vec<_>>()
+        );
+        let t = Thresholds {
+            disabled: vec!["loss".into()],
+            ..Thresholds::default()
+        };
+        let (_, checks) = evaluate(&r, &t);
+        let loss = checks.iter().find(|c| c.rule == "loss").unwrap();
+        assert_eq!(loss.status, CheckStatus::Skipped);
+    }
+}
