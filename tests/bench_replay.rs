@@ -307,12 +307,12 @@ fn main() -> ExitCode {
         );
     }
 
-    // Replay as `roce-observer replay FILE` does it; the first run also warms the page cache;
-    // every run is checked.
+    // Replay as `roce-observer replay FILE` does it (time series and microburst slots
+    // included); the first run also warms the page cache; every run is checked.
     let path = file.0.display().to_string();
     let mut secs = Vec::new();
     for _ in 0..args.runs {
-        let mut r = Replay::new();
+        let mut r = Replay::with_timeline(roce_observer::series::TimelineConfig::default());
         let start = Instant::now();
         let res = r.file(&path, false);
         let s = start.elapsed().as_secs_f64();

@@ -201,7 +201,7 @@ impl Promiscuous {
     }
 }
 
-/// Largest flow table accepted (per-CPU values: memory is max_flows x 208 B x CPUs).
+/// Largest flow table accepted (per-CPU values: memory is max_flows x 216 B x CPUs).
 pub const MAX_FLOWS_LIMIT: u32 = 1 << 20;
 
 /// The ifindex of `name`, or `UnknownInterface`.
