@@ -209,14 +209,16 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     let lo = roce_observer::live::if_index("lo").unwrap();
     let slot_ns = 1_000_000;
     {
-        let mut ifaces: aya::maps::HashMap<_, u32, BurstIface> =
-            aya::maps::HashMap::try_from(ebpf.map_mut(maps::BURST_IFACES).unwrap()).unwrap();
+        let mut ifaces: aya::maps::Array<_, BurstIface> =
+            aya::maps::Array::try_from(ebpf.map_mut(maps::BURST_IFACES).unwrap()).unwrap();
         let value = BurstIface {
             ring: 0,
-            _pad: 0,
+            ifindex: lo,
             slot_ns,
         };
-        ifaces.insert(lo, value, 0).unwrap();
+        ifaces
+            .set(lo % observer_common::BURST_IFACE_SLOTS, value, 0)
+            .unwrap();
     }
     let before = monotonic_ns() / slot_ns;
     for f in &frames {

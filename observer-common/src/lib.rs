@@ -10,7 +10,8 @@ pub mod pause;
 pub mod wire;
 
 pub use burst::{
-    BURST_RING_SLOTS, BurstIface, BurstSlot, MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
+    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, MAX_BURST_IFACES, WIRE_OVERHEAD,
+    burst_index,
 };
 pub use flow::{
     Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MirrorOf,
@@ -36,7 +37,7 @@ pub mod maps {
     pub const PAUSES: &str = "PAUSES";
     /// Microburst slot rings (mmapable array of BurstSlot).
     pub const BURSTS: &str = "BURSTS";
-    /// ifindex -> BurstIface.
+    /// ifindex % BURST_IFACE_SLOTS -> BurstIface (an array).
     pub const BURST_IFACES: &str = "BURST_IFACES";
 }
 

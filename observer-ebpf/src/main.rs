@@ -21,12 +21,12 @@ mod kernel {
         bindings::{BPF_F_MMAPABLE, BPF_NOEXIST, TC_ACT_UNSPEC, xdp_action},
         helpers::{bpf_jiffies64, bpf_ktime_get_ns},
         macros::{classifier, map, xdp},
-        maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
+        maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray},
         programs::{TcContext, XdpContext},
     };
     use observer_common::{
-        BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS,
-        FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MAX_BURST_IFACES, MAX_PAUSE_SENDERS,
+        BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS,
+        DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MAX_PAUSE_SENDERS,
         Mirror, Pause, PauseKey, PauseStats, RocePacket, SkipReason, TickClock, WIRE_OVERHEAD,
         burst_index,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
@@ -71,9 +71,10 @@ mod kernel {
     #[map(name = "BURSTS")]
     static BURSTS: Array<BurstSlot> = Array::with_max_entries(2 * BURST_RING_SLOTS, BPF_F_MMAPABLE);
 
-    /// The observed interfaces (ifindex) and their rings; frames of others keep no slots.
+    /// The observed interfaces and their rings, at ifindex % BURST_IFACE_SLOTS (an array: the
+    /// verifier inlines its lookup); frames of other interfaces keep no slots.
     #[map(name = "BURST_IFACES")]
-    static BURST_IFACES: HashMap<u32, BurstIface> = HashMap::with_max_entries(MAX_BURST_IFACES, 0);
+    static BURST_IFACES: Array<BurstIface> = Array::with_max_entries(BURST_IFACE_SLOTS, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -192,11 +193,10 @@ mod kernel {
     /// every CPU adds to the same slot atomically; the reader zeroes complete slots.
     #[inline(always)]
     fn account_burst(ifindex: u32, egress: bool, len: u32) {
-        // SAFETY: a plain-data map value.
-        let Some(iface) = (unsafe { BURST_IFACES.get(&ifindex) }) else {
+        let Some(iface) = BURST_IFACES.get(ifindex % BURST_IFACE_SLOTS) else {
             return;
         };
-        if iface.slot_ns == 0 {
+        if iface.ifindex != ifindex || iface.slot_ns == 0 {
             return;
         }
         let slot = unsafe { bpf_ktime_get_ns() } / iface.slot_ns;

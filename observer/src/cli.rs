@@ -790,13 +790,14 @@ fn print_report(report: &Report, json: bool, top: usize, color: bool) -> Result<
         serde_json::to_writer_pretty(&mut out, report)?;
         writeln!(out)?;
     } else {
-        write!(out, "{}", report.render_table(top))?;
-        write!(out, "{}", report.render_timeline())?;
-        write!(
+        // Findings first: what the run concluded, then the numbers behind it.
+        writeln!(
             out,
-            "\n{}",
+            "{}",
             crate::findings::render(&report.findings, &report.checks, color)
         )?;
+        write!(out, "{}", report.render_table(top))?;
+        write!(out, "{}", report.render_timeline())?;
     }
     Ok(())
 }

@@ -124,7 +124,7 @@ pub const RULES: &[(&str, &str)] = &[
 
 /// Rule thresholds: the TOML file given with `--rules` (every key optional, unknown keys are
 /// errors). `Thresholds::default()` is the documented default; `rules.example.toml` spells it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Thresholds {
     pub ce_without_cnp: CeWithoutCnp,
@@ -141,26 +141,6 @@ pub struct Thresholds {
     pub flow_table_full: FlowTableFull,
     /// Rules not to run, by name.
     pub disabled: Vec<String>,
-}
-
-impl Default for Thresholds {
-    fn default() -> Self {
-        Self {
-            ce_without_cnp: CeWithoutCnp::default(),
-            not_ect: NotEct::default(),
-            cnp_priority: CnpPriority::default(),
-            dscp_mix: DscpMix::default(),
-            loss: Loss::default(),
-            rnr: Rnr::default(),
-            pfc_storm: PfcStorm::default(),
-            pfc_idle_priority: PfcIdlePriority::default(),
-            incast: Incast::default(),
-            microburst: Microburst::default(),
-            ecmp_imbalance: EcmpImbalance::default(),
-            flow_table_full: FlowTableFull::default(),
-            disabled: Vec::new(),
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -430,7 +410,10 @@ impl Thresholds {
         if t.microburst.share_percent == 0.0 {
             return Err(invalid("microburst.share_percent must be above 0".into()));
         }
-        if !(t.ce_without_cnp.max_cnp_per_ce >= 0.0) || !(t.pfc_storm.min_frames_per_s >= 0.0) {
+        let non_negative = |v: f64| v.is_finite() && v >= 0.0;
+        if !non_negative(t.ce_without_cnp.max_cnp_per_ce)
+            || !non_negative(t.pfc_storm.min_frames_per_s)
+        {
             return Err(invalid(
                 "ce_without_cnp.max_cnp_per_ce and pfc_storm.min_frames_per_s must be 0 or more"
                     .into(),
@@ -596,7 +579,7 @@ pub fn evaluate(r: &Report, t: &Thresholds) -> (Vec<Finding>, Vec<Check>) {
         });
     }
     // Stable: rules of one severity keep their order.
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     (findings, checks)
 }
 

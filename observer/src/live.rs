@@ -22,8 +22,8 @@ use aya::{
     },
 };
 use observer_common::{
-    BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS, FlowKey, FlowSlot,
-    FlowStats, MAX_BURST_IFACES, PauseKey, PauseStats, maps, programs,
+    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS,
+    FlowKey, FlowSlot, FlowStats, MAX_BURST_IFACES, PauseKey, PauseStats, maps, programs,
 };
 
 use crate::{EBPF_OBJECT, aggregate::Aggregate};
@@ -286,21 +286,30 @@ impl Observer {
             .load(EBPF_OBJECT)
             .map_err(|e| load_error(&e))?;
         if config.burst_slot_ns > 0 {
-            let mut ifaces: aya::maps::HashMap<_, u32, BurstIface> = aya::maps::HashMap::try_from(
+            let mut ifaces: aya::maps::Array<_, BurstIface> = aya::maps::Array::try_from(
                 ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::ReadMap {
                     map: maps::BURST_IFACES,
                     detail: "missing".into(),
                 })?,
             )
             .map_err(|e| LiveError::Load(chain(&e)))?;
+            let mut taken: Vec<(u32, &String)> = Vec::new();
             for (i, iface) in config.interfaces.iter().enumerate() {
+                let ifindex = if_index(iface)?;
+                let at = ifindex % BURST_IFACE_SLOTS;
+                if let Some((_, other)) = taken.iter().find(|(a, _)| *a == at) {
+                    return Err(LiveError::BurstMap(format!(
+                        "interfaces '{other}' and '{iface}' share microburst entry {at} (ifindex modulo {BURST_IFACE_SLOTS}); use --burst-slot off or observe them in two processes"
+                    )));
+                }
+                taken.push((at, iface));
                 let value = BurstIface {
                     ring: 2 * i as u32,
-                    _pad: 0,
+                    ifindex,
                     slot_ns: config.burst_slot_ns,
                 };
                 ifaces
-                    .insert(if_index(iface)?, value, 0)
+                    .set(at, value, 0)
                     .map_err(|e| LiveError::Load(chain(&e)))?;
             }
         }

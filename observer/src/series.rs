@@ -331,7 +331,8 @@ impl SeriesBuilder {
         let n = intervals.max(self.total.len()).max(1);
         self.total.resize(n, Delta::default());
         let interval_s = self.interval_ns as f64 / 1e9;
-        let mut flows: Vec<(u64, FlowKey, Vec<(u32, Delta)>)> = self
+        type Ranked = (u64, FlowKey, Vec<(u32, Delta)>);
+        let mut flows: Vec<Ranked> = self
             .flows
             .into_iter()
             .map(|(k, v)| (v.iter().map(|(_, d)| d.bytes).sum(), k, v))
