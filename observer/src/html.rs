@@ -134,7 +134,7 @@ const PAGE_CSS: &str = r##":root {
 }
 body { margin: 0; background: #fff; color: var(--fg);
   font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Liberation Sans", sans-serif; }
-main { max-width: 1000px; margin: 0 auto; padding: 12px 24px 48px; }
+main { max-width: 1100px; margin: 0 auto; padding: 12px 24px 48px; }
 h1 { font-size: 22px; margin: 10px 0 2px; }
 h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 4px; border-bottom: 2px solid var(--line); }
 h3 { font-size: 15px; margin: 0; display: inline; }
@@ -163,7 +163,7 @@ p { margin: 6px 0; }
 .badge.skipped { background: var(--skip); }
 .finding ul { margin: 4px 0; padding-left: 20px; }
 table { border-collapse: collapse; width: 100%; margin: 6px 0; font-size: 13px; }
-th, td { text-align: left; vertical-align: top; padding: 4px 8px; border-bottom: 1px solid var(--line); }
+th, td { text-align: left; vertical-align: top; padding: 4px 6px; border-bottom: 1px solid var(--line); }
 th { background: var(--panel); font-weight: 600; }
 th.num, td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.bad { color: var(--crit); font-weight: 600; }
@@ -175,6 +175,10 @@ summary { cursor: pointer; color: var(--muted); }
 figure.chart { margin: 10px 0 22px; break-inside: avoid; }
 .uplot { font-family: inherit; }
 .u-title { font-size: 14px; font-weight: 600; text-align: left; }
+.u-legend { text-align: left; font-size: 12px; margin-left: 50px; }
+.scroll { overflow-x: auto; }
+td.flow { white-space: nowrap; }
+table.narrow { width: auto; min-width: 45%; }
 #errors { margin: 0; padding: 8px 14px; white-space: pre-wrap; color: #8a1c12; background: #fdecea; border-bottom: 1px solid #f5b7b1; }
 #errors::before { content: "Errors while drawing this page:\A"; font-weight: 700; }
 footer { margin-top: 32px; color: var(--muted); font-size: 12px; }
@@ -184,6 +188,7 @@ footer { margin-top: 32px; color: var(--muted); font-size: 12px; }
   h2 { break-after: avoid; }
   tr, .finding, figure.chart { break-inside: avoid; }
   .u-legend { font-size: 10px; }
+  .scroll { overflow: visible; }
 }
 "##;
 
@@ -250,6 +255,13 @@ const PAGE_JS: &str = r##""use strict";
     return f.src_ip + " \u2192 " + f.dst_ip + "  QP " + hex(f.dest_qp) + "  sport " +
       f.udp_src_port + (f.direction === "egress" ? "  (tx)" : "");
   }
+  // Source and destination, on two lines when IPv6 makes them long.
+  function flowCell(f, via) {
+    var tail = (f.direction === "egress" ? " (tx)" : "") + via;
+    var src = String(f.src_ip), dst = String(f.dst_ip);
+    if (src.indexOf(":") < 0 && dst.indexOf(":") < 0) return src + " \u2192 " + dst + tail;
+    return el("span", null, src + " \u2192", el("br"), dst + tail);
+  }
   function mirrorName(m) {
     if (!m) return "direct";
     if (m.session !== undefined && m.session !== null) return "ERSPAN session " + m.session;
@@ -279,7 +291,7 @@ const PAGE_JS: &str = r##""use strict";
       body.append(tr);
     });
     t.append(body);
-    return t;
+    return el("div", "scroll", t);
   }
   function kv(pairs) {
     var t = el("table", "kv");
@@ -321,7 +333,7 @@ const PAGE_JS: &str = r##""use strict";
     }
     document.title = "RoCEv2 diagnosis: " + where;
     var head = el("header", null, el("h1", null, "RoCEv2 diagnosis"),
-      el("p", "muted", where + " \u00b7 window " + dec(win) + " s"));
+      el("p", "muted", where + " \u00b7 window " + (win >= 1 ? dec(win) + " s" : dur(win * 1e9))));
     var tiles = el("div", "tiles");
     function tile(value, label, bad) {
       tiles.append(el("div", bad ? "tile bad" : "tile", el("b", null, value), el("span", null, label)));
@@ -357,14 +369,14 @@ const PAGE_JS: &str = r##""use strict";
       var d = el("details", null, el("summary", null, "Other frames: not RoCEv2, mirror copies, egress"));
       if (skipped.length) {
         d.append(table([{ h: "Not counted as RoCEv2" }, { h: "Frames", num: true }],
-          skipped.map(function (k) { return [k, int(T.skipped[k])]; })));
+          skipped.map(function (k) { return [k, int(T.skipped[k])]; }), "narrow"));
       }
       if (T.egress_frames > 0) d.append(el("p", null, int(T.egress_frames) + " frames seen leaving the host (TC egress)."));
       if (mirror) {
         var rows = Object.keys(mirror.sessions || {}).map(function (s) { return ["ERSPAN session " + s, int(mirror.sessions[s])]; });
         rows.push(["without a session (ERSPAN I, GRE)", int(mirror.sessionless)]);
         rows.push(["truncated copies", int(mirror.truncated)]);
-        d.append(table([{ h: "Mirror copies" }, { h: "Frames", num: true }], rows));
+        d.append(table([{ h: "Mirror copies" }, { h: "Frames", num: true }], rows, "narrow"));
       }
       head.append(d);
     }
@@ -414,6 +426,7 @@ const PAGE_JS: &str = r##""use strict";
       return dec(v);
     }
     if (v === null || v === undefined) return "-";
+    if (Array.isArray(v) && v.every(function (x) { return x === null || typeof x !== "object"; })) return v.join(", ");
     if (typeof v === "object") return JSON.stringify(v);
     return String(v);
   }
@@ -464,7 +477,7 @@ const PAGE_JS: &str = r##""use strict";
     };
     return Object.assign(s, extra || {});
   }
-  function zeroTo(min, maxv) { return [0, maxv > 0 ? maxv * 1.08 : 1]; }
+  function zeroTo(u, min, maxv) { return [0, maxv > 0 ? maxv * 1.08 : 1]; }
   function plot(host, title, opts, data) {
     var fig = el("figure", "chart");
     host.append(fig);
@@ -491,8 +504,18 @@ const PAGE_JS: &str = r##""use strict";
     var total = S.total || {};
     var ifs = arr(S.interfaces);
 
+    // One chart failing leaves the others drawn.
+    function chart(name, build) {
+      try {
+        build();
+      } catch (e) {
+        window.__pageError("chart \u201c" + name + "\u201d", e);
+        s.append(el("p", "note", "The " + name + " chart could not be drawn: " + (e && e.message)));
+      }
+    }
+
     // 1. Throughput
-    (function () {
+    chart("throughput", function () {
       var d = [S.t, fit(total.bps, n)];
       ifs.forEach(function (i) { d.push(fit(i.bps, n)); });
       var top = 0;
@@ -507,10 +530,10 @@ const PAGE_JS: &str = r##""use strict";
         scales: { y: { range: zeroTo } },
         axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
       }, d);
-    })();
+    });
 
     // 2. CE fraction and CNP rate
-    (function () {
+    chart("congestion", function () {
       var ce = fit(total.ce_fraction, n).map(function (v) { return isNum(v) ? v * 100 : null; });
       var cnp = fit(total.cnp_per_s, n);
       plot(s, "Congestion: CE-marked share of RoCEv2 packets (%) and CNPs per second", {
@@ -522,10 +545,10 @@ const PAGE_JS: &str = r##""use strict";
           { scale: "pct", label: "CE-marked %", values: function (u, v) { return v.map(function (x) { return dec(x) + "%"; }); }, size: 60 },
           { scale: "cnp", label: "CNP/s", side: 1, grid: { show: false }, values: axisNums(1), size: 60 }],
       }, [S.t, ce, cnp]);
-    })();
+    });
 
     // 3. Per-flow throughput
-    (function () {
+    chart("per-flow throughput", function () {
       var fl = arr(S.flows);
       if (!fl.length) { s.append(el("p", "note", "Per-flow throughput: no flow series in this report.")); return; }
       var d = [S.t];
@@ -537,10 +560,10 @@ const PAGE_JS: &str = r##""use strict";
         scales: { y: { range: zeroTo } },
         axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
       }, d);
-    })();
+    });
 
     // 4. NAKs, PSN gaps, retransmissions
-    (function () {
+    chart("loss signals", function () {
       var step = uPlot.paths.stepped({ align: 1 });
       var cnt = function (v) { return int(v); };
       plot(s, "Loss signals per interval: NAKs, PSN gaps, retransmissions", {
@@ -551,10 +574,10 @@ const PAGE_JS: &str = r##""use strict";
         scales: { y: { range: function (u, a, b) { return [0, Math.max(1, b * 1.1)]; } } },
         axes: [xAxis(tu), { label: "per interval", values: axisNums(1), size: 60 }],
       }, [S.t, fit(total.naks, n), fit(total.psn_gaps, n), fit(total.retransmissions, n)]);
-    })();
+    });
 
     // 5. Microburst peaks
-    (function () {
+    chart("microburst peaks", function () {
       if (!ifs.length) { s.append(el("p", "note", "Microburst peaks: no interface series in this report.")); return; }
       var d = [S.t];
       var series = [xSeries(tu)];
@@ -581,7 +604,7 @@ const PAGE_JS: &str = r##""use strict";
         scales: { y: { range: zeroTo } },
         axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
       }, d);
-    })();
+    });
 
     if (MB) microburstTable(s);
   });
@@ -613,7 +636,7 @@ const PAGE_JS: &str = r##""use strict";
       if (!top.length) return;
       var d = el("details", null, el("summary", null, "Largest bursts on " + i.name + " " + i.direction + " (" + top.length + ")"));
       d.append(table([{ h: "At", num: true }, { h: "Duration", num: true }, { h: "Bytes", num: true }, { h: "Peak", num: true }, { h: "Peak % link", num: true }],
-        top.map(function (b) { return [at(b.at_ns), dur(b.duration_ns), bytes(b.bytes), rate(b.peak_bps), pct(b.peak_percent)]; })));
+        top.map(function (b) { return [at(b.at_ns), dur(b.duration_ns), bytes(b.bytes), rate(b.peak_bps), pct(b.peak_percent)]; }), "narrow"));
       s.append(d);
     });
   }
@@ -622,22 +645,35 @@ const PAGE_JS: &str = r##""use strict";
   section("flows", "Top flows by bytes", function (s) {
     if (!flows.length) { s.append(el("p", "note", "No RoCEv2 flows.")); return; }
     var shown = flows.slice(0, 20);
-    s.append(table([{ h: "#", num: true }, { h: "Source \u2192 destination" }, { h: "sport", num: true }, { h: "Dest QP" },
+    var tagged = shown.some(function (f) { return arr(f.pcp).length > 0; });
+    var cols = [{ h: "#", num: true }, { h: "Source \u2192 destination" }, { h: "sport", num: true }, { h: "Dest QP" },
       { h: "Rate", num: true }, { h: "Packets", num: true }, { h: "Bytes", num: true }, { h: "CE %", num: true },
       { h: "CNPs", num: true }, { h: "NAKs", num: true }, { h: "RNR", num: true }, { h: "PSN gaps", num: true },
-      { h: "Retx", num: true }, { h: "DSCP" }], shown.map(function (f, k) {
+      { h: "Retx", num: true }, { h: "DSCP" }];
+    if (tagged) cols.push({ h: "PCP" });
+    s.append(table(cols, shown.map(function (f, k) {
       var ops = f.ops || {}, psn = f.psn || {}, ecn = f.ecn || {};
       var ce = share(ecn.ce || 0, f.packets || 0);
       var via = f.mirror ? "  [" + mirrorName(f.mirror) + "]" : "";
-      return [k + 1,
-        { v: f.src_ip + " \u2192 " + f.dst_ip + (f.direction === "egress" ? " (tx)" : "") + via, cls: "flow" },
+      var dscp = arr(f.dscp).join(", ") || "-";
+      if (arr(f.cnp_dscp).length) dscp += "; CNPs " + f.cnp_dscp.join(", ");
+      var row = [k + 1,
+        { v: flowCell(f, via), cls: "flow" },
         f.udp_src_port, { v: hex(f.dest_qp), cls: "mono" }, rate(f.rate_bps), int(f.packets), bytes(f.bytes),
         { v: ce > 0 ? pct(ce, 2) : "0", cls: ce > 0 ? "warn" : "" },
         int(ops.cnp), { v: int(ops.nak), cls: ops.nak > 0 ? "bad" : "" }, { v: int(ops.rnr_nak), cls: ops.rnr_nak > 0 ? "bad" : "" },
         { v: int(psn.gaps), cls: psn.gaps > 0 ? "bad" : "", title: int(psn.missing) + " PSNs missing" },
         { v: int(psn.regressions), cls: psn.regressions > 0 ? "bad" : "" },
-        arr(f.dscp).join(", ") || "-"];
+        dscp];
+      if (tagged) {
+        var pcp = arr(f.pcp).join(", ");
+        if (f.untagged) pcp = pcp ? pcp + ", untagged" : "untagged";
+        row.push(pcp || "-");
+      }
+      return row;
     })));
+    s.append(el("p", "muted", "Rate: bytes over the whole window. CE %: share of the flow's packets marked CE. " +
+      "NAKs: PSN sequence errors; RNR: receiver not ready; PSN gaps: packets missing before a later one; Retx: PSN going back (retransmission)."));
     if (flows.length > shown.length) {
       s.append(el("p", "note", (flows.length - shown.length) + " more flows are in the JSON report."));
     }
@@ -724,7 +760,7 @@ const PAGE_JS: &str = r##""use strict";
         { label: bu.name, values: axisNums(bu.div), size: 60 }],
     }, d);
     s.append(table([{ h: "Uplink", num: true }, { h: "Flows", num: true }, { h: "Bytes", num: true }, { h: "Share", num: true }],
-      up.map(function (u) { return [u.uplink, int(u.flows), bytes(u.bytes), pct(share(u.bytes, totalBytes))]; })));
+      up.map(function (u) { return [u.uplink, int(u.flows), bytes(u.bytes), pct(share(u.bytes, totalBytes))]; }), "narrow"));
   });
 
   page.append(el("footer", null, (R.schema || "report") + " \u00b7 drawn with uPlot 1.6.32 (MIT) \u00b7 the full JSON report is embedded in this page (script id=\"report\")."));

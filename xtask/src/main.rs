@@ -26,6 +26,8 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     ("ip", "iproute2"),
     ("tshark", "tshark"),
     ("setpriv", "util-linux"),
+    // tests/html_report.rs renders the HTML report in headless Chromium (/usr/bin/chromium).
+    ("chromium", "chromium"),
 ];
 
 #[derive(Parser)]
