@@ -959,6 +959,8 @@ pub struct QpStream {
     pub ce_every: u32,
     /// When set, every frame of this QP is cut to this many bytes (a truncating mirror session).
     pub snap: Option<usize>,
+    /// DSCP the responder sends its CNPs with ([`CNP_DSCP`] unless [`QpStream::with_cnp_dscp`]).
+    cnp_dscp: u8,
     transport: u8,
     next_psn: u32,
     /// The observer's acceptable range for the next request PSN, once it saw a request.
@@ -1002,6 +1004,7 @@ impl QpStream {
             pmtu: SCENARIO_PMTU,
             ce_every: 0,
             snap: None,
+            cnp_dscp: CNP_DSCP,
             transport,
             next_psn: first_psn & MASK24,
             expect: None,
@@ -1036,6 +1039,13 @@ impl QpStream {
     pub fn with_udp_src_port(mut self, port: u16) -> Self {
         self.req.udp_src_port = port;
         self.resp.udp_src_port = port;
+        self
+    }
+
+    /// Sets the DSCP of the responder's CNPs (by default [`CNP_DSCP`]), e.g. 0 for a NIC whose
+    /// CNPs are left in best effort.
+    pub fn with_cnp_dscp(mut self, dscp: u8) -> Self {
+        self.cnp_dscp = dscp & 63;
         self
     }
 
@@ -1295,7 +1305,7 @@ impl QpStream {
     }
 
     /// The responder (notification point) sends a CNP to the requester's QP: opcode 0x81, BECN,
-    /// P_Key 0xFFFF, PSN 0, DSCP 48, Not-ECT.
+    /// P_Key 0xFFFF, PSN 0, DSCP 48 (or the one set with [`QpStream::with_cnp_dscp`]), Not-ECT.
     pub fn cnp(&mut self, w: &mut Workload) {
         self.ce_since_cnp = 0;
         self.last_cnp_ns = Some(w.next_ts());
@@ -1310,7 +1320,7 @@ impl QpStream {
         };
         f.ext = Ext::default();
         f.payload_len = 0;
-        f.dscp = CNP_DSCP;
+        f.dscp = self.cnp_dscp;
         f.ecn = NOT_ECT;
         self.push(w, &f, OpClass::Cnp, PsnEvent::None);
     }
@@ -1847,6 +1857,54 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "pfc",
         "RoCE on 4 QPs with a PFC storm on priority 3 (refreshed, then XON), PFC on priorities 3+4, an empty class-enable vector, and 802.3x PAUSE",
     ),
+    (
+        "rules-clean",
+        "a well-configured fabric: 12 QPs, DSCP 26 ECT(0), CE answered by CNPs in DSCP 48, one short pause on priority 3; no rule fires (replay --link-speed 10G --uplinks 4)",
+    ),
+    (
+        "rule-ce-without-cnp",
+        "CE-marked WRITEs whose receiver ACKs but sends no CNP (rule ce-without-cnp)",
+    ),
+    (
+        "rule-not-ect",
+        "three senders in DSCP 26, one of them Not-ECT while the others are ECT(0) (rule not-ect)",
+    ),
+    (
+        "rule-cnp-priority",
+        "CE marks answered by CNPs sent in best-effort DSCP 0 (rule cnp-priority)",
+    ),
+    (
+        "rule-dscp-mix",
+        "RoCE data in DSCP 26 and in DSCP 0, all ECT(0) (rule dscp-mix)",
+    ),
+    (
+        "rule-loss",
+        "two drops in DSCP 26: PSN gaps, NAKs (sequence error), go-back-N (rule loss)",
+    ),
+    (
+        "rule-rnr",
+        "SENDs answered by RNR NAKs and sent again, no drop (rules rnr and loss: the retry is a PSN regression)",
+    ),
+    (
+        "rule-pfc-storm",
+        "RoCE in DSCP 26 while priority 3 is paused again every 12 us, ~85% of the time (rule pfc-storm)",
+    ),
+    (
+        "rule-pfc-idle-priority",
+        "untagged RoCE (priority 3) and a few pauses on priority 5 (rule pfc-idle-priority)",
+    ),
+    (
+        "rule-incast",
+        "six senders to one receiver, 10% CE, CNPs in DSCP 48 (rule incast)",
+    ),
+    (
+        "rule-microburst",
+        "4 KiB WRITEs back to back at ~96% of 10 Gb/s for ~500 us (rule microburst, with --link-speed 10G)",
+    ),
+    (
+        "rule-ecmp-imbalance",
+        "16 QPs between two hosts on one UDP source port: one uplink of 4 takes them all (rule ecmp-imbalance, with --uplinks 4)",
+    ),
 ];
 
 /// The names of [`SCENARIOS`], in order.
@@ -1868,6 +1926,18 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "mixed-dscp" => mixed_dscp(&mut w),
         "ipv6-vlan" => ipv6_vlan(&mut w),
         "pfc" => pfc_scenario(&mut w),
+        "rules-clean" => rules_clean(&mut w),
+        "rule-ce-without-cnp" => rule_ce_without_cnp(&mut w),
+        "rule-not-ect" => rule_not_ect(&mut w),
+        "rule-cnp-priority" => rule_cnp_priority(&mut w),
+        "rule-dscp-mix" => rule_dscp_mix(&mut w),
+        "rule-loss" => rule_loss(&mut w),
+        "rule-rnr" => rule_rnr(&mut w),
+        "rule-pfc-storm" => rule_pfc_storm(&mut w),
+        "rule-pfc-idle-priority" => rule_pfc_idle_priority(&mut w),
+        "rule-incast" => rule_incast(&mut w),
+        "rule-microburst" => rule_microburst(&mut w),
+        "rule-ecmp-imbalance" => rule_ecmp_imbalance(&mut w),
         _ => return None,
     }
     Some(w)
@@ -2497,6 +2567,311 @@ fn ipv6_vlan(w: &mut Workload) {
         for (i, qp) in qps.iter_mut().enumerate() {
             everyday_op(w, qp, round + i);
             qp.cnp_rate_limited(w, CNP_INTERVAL_NS);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule scenarios: one per rule of the findings engine, each made to fire exactly that rule when
+// replayed with `--link-speed 10G --uplinks 4`, and `rules-clean`, which fires none.
+// ---------------------------------------------------------------------------------------------
+
+/// Spacing of the rule scenarios' frames: PMTU-sized frames (about 1.1 KB on the wire) 2 us
+/// apart load a 10 Gb/s link to about 45%, far below the microburst threshold (90%).
+pub const RULE_FRAME_GAP_NS: u64 = 2_000;
+
+/// A RoCE QP of the rule scenarios: RC between 198.18.`net`.`hosts[0]` and `hosts[1]`, DSCP 26
+/// ECT(0) both ways.
+fn rule_qp(net: u8, hosts: [u8; 2], qpns: [u32; 2], first_psn: u32) -> QpStream {
+    qp_v4(wire::TRANSPORT_RC, net, hosts, qpns, first_psn)
+}
+
+/// The switch port of 198.18.`net`.0/24 that sends PFC frames in the rule scenarios.
+fn rule_switch_port(net: u8) -> [u8; 6] {
+    host_mac(u16::from(net) << 8 | 0xFE)
+}
+
+fn rules_clean(w: &mut Workload) {
+    // Six clients (198.18.40.1-6), two QPs each, to two servers (clients 1-3 to .101, 4-6 to
+    // .102: three senders per receiver at most): WRITEs, SENDs and READs in DSCP 26 ECT(0),
+    // coalesced ACKs. Two QPs cross a congested hop (a CE mark on every 6th request), their
+    // receivers answer with CNPs in DSCP 48 (one per 50 us at most). One XOFF on priority 3
+    // (52 us at 10 Gb/s) and its XON. Frames 3 us apart (the pauses stay far below 1000 frames/s).
+    // The QP numbers (and so the UDP source ports) are ones a crc32 5-tuple hash over 4 uplinks
+    // spreads about as well as random hashing would (the median of the random trials): some
+    // choices are unlucky, as on a real fabric.
+    w.set_frame_gap(3_000);
+    let port = rule_switch_port(40);
+    let mut qps: Vec<QpStream> = (0..12u32)
+        .map(|i| {
+            let client = 1 + (i % 6) as u8;
+            let server = if client <= 3 { 101 } else { 102 };
+            let qpns = [0x401E + i, 0x411E + 7 * i];
+            rule_qp(40, [client, server], qpns, 0x1000 * i + 5)
+        })
+        .collect();
+    qps[1].ce_every = 6;
+    qps[10].ce_every = 6;
+    for round in 0..16 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            everyday_op(w, qp, round + 3 * i);
+            qp.cnp_rate_limited(w, CNP_INTERVAL_NS);
+        }
+        match round {
+            5 => w.push_pause(&pfc(port, 0x08, quanta_at(3, 0x0400)), None),
+            6 => w.push_pause(&pfc(port, 0x08, quanta_at(3, 0)), None),
+            _ => {}
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_ce_without_cnp(w: &mut Workload) {
+    // Two senders (198.18.41.1-2) WRITE to one receiver (.100) over a congested hop: every 4th
+    // request is CE-marked. The receiver ACKs but its notification point is off: no CNP.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps: Vec<QpStream> = (0..2u32)
+        .map(|i| rule_qp(41, [1 + i as u8, 100], [0x4101 + i, 0x4181 + i], 100 * i))
+        .collect();
+    for qp in &mut qps {
+        qp.ce_every = 4;
+    }
+    for _ in 0..30 {
+        for qp in &mut qps {
+            qp.write(w, 4096);
+            qp.ack_if_due(w, 8);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_not_ect(w: &mut Workload) {
+    // Three senders (198.18.42.1-3) WRITE to three receivers (.101-.103) in DSCP 26: the first
+    // two ECT(0), the third Not-ECT (ECN off on its NIC; its receiver's ACKs too).
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps: Vec<QpStream> = (0..3u32)
+        .map(|i| {
+            let h = 1 + i as u8;
+            rule_qp(42, [h, 100 + h], [0x4201 + i, 0x4281 + i], 10 * i)
+        })
+        .collect();
+    qps[2] = qps[2].clone().with_tos(DATA_DSCP, NOT_ECT);
+    for step in 0..20 {
+        for qp in &mut qps {
+            qp.write(w, [4096, 2048, 8192][step % 3]);
+            qp.ack_if_due(w, 8);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_cnp_priority(w: &mut Workload) {
+    // Two senders (198.18.43.1-2) WRITE to two receivers (.101-.102) over a congested hop (every
+    // 5th request CE-marked); the receivers answer with CNPs (one per 50 us at most), but in
+    // best-effort DSCP 0.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps: Vec<QpStream> = (0..2u32)
+        .map(|i| {
+            let h = 1 + i as u8;
+            let mut qp =
+                rule_qp(43, [h, 100 + h], [0x4301 + i, 0x4381 + i], 7 * i).with_cnp_dscp(0);
+            qp.ce_every = 5;
+            qp
+        })
+        .collect();
+    for _ in 0..24 {
+        for qp in &mut qps {
+            qp.write(w, 4096);
+            qp.ack_if_due(w, 8);
+            qp.cnp_rate_limited(w, CNP_INTERVAL_NS);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_dscp_mix(w: &mut Workload) {
+    // Three senders (198.18.44.1-3) WRITE to three receivers (.101-.103), all ECT(0): two in
+    // DSCP 26, the third left in best-effort DSCP 0 (both directions). No congestion.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps: Vec<QpStream> = (0..3u32)
+        .map(|i| {
+            let h = 1 + i as u8;
+            rule_qp(44, [h, 100 + h], [0x4401 + i, 0x4481 + i], 3 * i)
+        })
+        .collect();
+    qps[2] = qps[2].clone().with_tos(0, ECT0);
+    for step in 0..20 {
+        for qp in &mut qps {
+            qp.write(w, [2048, 4096][step % 2]);
+            qp.ack_if_due(w, 8);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_loss(w: &mut Workload) {
+    // Two senders (198.18.45.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0); packets
+    // are dropped twice on the way: PSN gaps, NAKs (PSN sequence error) and go-back-N.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps: Vec<QpStream> = (0..2u32)
+        .map(|i| {
+            let h = 1 + i as u8;
+            rule_qp(45, [h, 100 + h], [0x4501 + i, 0x4581 + i], 0x100 * i)
+        })
+        .collect();
+    for round in 0..20 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            match (i, round) {
+                (0, 5) => go_back_n(w, qp, 4096, 2, 8192),
+                (1, 12) => go_back_n(w, qp, 2048, 1, 4096),
+                _ => {
+                    qp.write(w, 4096);
+                    qp.ack_if_due(w, 8);
+                }
+            }
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_rnr(w: &mut Workload) {
+    // Two senders (198.18.46.1-2) SEND to two receivers (.101-.102) in DSCP 26 ECT(0). Twice
+    // the second receiver has no receive posted: an RNR NAK, and the requester sends the SEND
+    // again after its RNR timer (the same PSN: the observer counts the retry as a
+    // retransmission). No packet is lost.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps: Vec<QpStream> = (0..2u32)
+        .map(|i| {
+            let h = 1 + i as u8;
+            rule_qp(46, [h, 100 + h], [0x4601 + i, 0x4681 + i], 0x200 * i)
+        })
+        .collect();
+    for round in 0..20 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            match (i, round) {
+                (1, 6) | (1, 14) => {
+                    let psn = qp.send(w, 512);
+                    qp.nak(w, psn, SYNDROME_RNR_NAK);
+                    qp.retransmit_from(w, psn);
+                    qp.ack(w, psn);
+                }
+                _ => {
+                    qp.send(w, 2048);
+                    qp.ack_if_due(w, 8);
+                }
+            }
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_pfc_storm(w: &mut Workload) {
+    // Two senders (198.18.47.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0), untagged
+    // (priority 3), while a switch port keeps priority 3 paused: an XOFF of 192 quanta (9.8 us at
+    // 10 Gb/s) every 12 us (some 90,000 frames/s, ~85% of the time paused), released by an XON
+    // at the end.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let port = rule_switch_port(47);
+    let mut qps: Vec<QpStream> = (0..2u32)
+        .map(|i| {
+            let h = 1 + i as u8;
+            rule_qp(47, [h, 100 + h], [0x4701 + i, 0x4781 + i], 11 * i)
+        })
+        .collect();
+    for step in 0..40 {
+        for qp in &mut qps {
+            qp.write(w, 2048);
+            qp.ack_if_due(w, 8);
+        }
+        let q3 = if step == 39 { 0 } else { 0x00C0 };
+        w.push_pause(&pfc(port, 0x08, quanta_at(3, q3)), None);
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_pfc_idle_priority(w: &mut Workload) {
+    // Two senders (198.18.48.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0), untagged
+    // (priority 3), frames 50 us apart; a switch port pauses priority 5, which carries no RoCE,
+    // three times (256 quanta each): a few frames, no storm.
+    w.set_frame_gap(50_000);
+    let port = rule_switch_port(48);
+    let mut qps: Vec<QpStream> = (0..2u32)
+        .map(|i| {
+            let h = 1 + i as u8;
+            rule_qp(48, [h, 100 + h], [0x4801 + i, 0x4881 + i], 13 * i)
+        })
+        .collect();
+    for step in 0..40 {
+        for qp in &mut qps {
+            qp.write(w, 2048);
+            qp.ack_if_due(w, 8);
+        }
+        if step % 12 == 6 {
+            w.push_pause(&pfc(port, 0x20, quanta_at(5, 0x0100)), None);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_incast(w: &mut Workload) {
+    // Six senders (198.18.49.1-6) WRITE to one receiver (.100) whose port congests: every 10th
+    // request CE-marked; the receiver answers with CNPs in DSCP 48 (one per 50 us per QP at
+    // most). Frames 2 us apart: no microburst.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps: Vec<QpStream> = (0..6u32)
+        .map(|i| {
+            let mut qp = rule_qp(49, [1 + i as u8, 100], [0x4901 + i, 0x4981 + i], 17 * i);
+            qp.ce_every = 10;
+            qp
+        })
+        .collect();
+    for _ in 0..24 {
+        for qp in &mut qps {
+            qp.write(w, 4096);
+            qp.ack_if_due(w, 16);
+            qp.cnp_rate_limited(w, CNP_INTERVAL_NS);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+fn rule_microburst(w: &mut Workload) {
+    // One sender (198.18.50.1) WRITEs 4 KiB messages to one receiver (.2) in DSCP 26 ECT(0):
+    // 2 us apart, then back to back for about 500 us (PMTU frames 900 ns apart, some 96% of
+    // 10 Gb/s), then 2 us apart again.
+    let mut qp = rule_qp(50, [1, 2], [0x5001, 0x5081], 0);
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    for _ in 0..10 {
+        qp.write(w, 4096);
+        qp.ack_if_due(w, 8);
+    }
+    w.set_frame_gap(900);
+    for _ in 0..140 {
+        qp.write(w, 4096);
+        qp.ack_if_due(w, 32);
+    }
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    for _ in 0..10 {
+        qp.write(w, 4096);
+        qp.ack_if_due(w, 8);
+    }
+    let last = qp.last_psn();
+    qp.ack(w, last);
+}
+
+fn rule_ecmp_imbalance(w: &mut Workload) {
+    // Sixteen QPs between one pair of hosts (198.18.51.1 to .2) in DSCP 26 ECT(0), all with
+    // the same UDP source port (overridden instead of varied per QP): one 5-tuple each way, so
+    // a 5-tuple hash puts every QP's data on one uplink.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps: Vec<QpStream> = (0..16u32)
+        .map(|i| rule_qp(51, [1, 2], [0x5101 + i, 0x5181 + i], 1000 * i).with_udp_src_port(0xC000))
+        .collect();
+    for _ in 0..8 {
+        for qp in &mut qps {
+            qp.write(w, 4096);
+            qp.ack_if_due(w, 8);
         }
     }
     ack_all(w, &mut qps);
@@ -3272,6 +3647,41 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 6);
+    }
+
+    #[test]
+    fn rule_scenarios_are_deterministic_and_cnps_keep_dscp_48_unless_told() {
+        let rules: Vec<&str> = scenario_names()
+            .filter(|n| n.starts_with("rule-") || *n == "rules-clean")
+            .collect();
+        assert_eq!(rules.len(), 12, "{rules:?}");
+        for (name, w) in all_scenarios() {
+            if rules.contains(&name) {
+                let again = scenario(name).unwrap();
+                assert_eq!(w.truth, again.truth, "{name}");
+                assert!(
+                    w.frames
+                        .iter()
+                        .zip(&again.frames)
+                        .all(|(x, y)| x.bytes == y.bytes && x.ts_ns == y.ts_ns),
+                    "{name}: not deterministic"
+                );
+            }
+            if name == "corpus" {
+                // Its every-opcode frames include a hand-built CNP in DSCP 26.
+                continue;
+            }
+            let want = if name == "rule-cnp-priority" {
+                1
+            } else {
+                1 << CNP_DSCP
+            };
+            for s in w.truth.flows.values() {
+                if s.ops[OpClass::Cnp as usize] > 0 {
+                    assert_eq!(s.cnp_dscp_mask, want, "{name}");
+                }
+            }
+        }
     }
 
     #[test]
