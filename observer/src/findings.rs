@@ -373,7 +373,13 @@ impl Thresholds {
                 .to_string()
                 .lines()
                 .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('|') && !l.chars().all(|c| c == '^'))
+                .filter(|l| {
+                    // Drop the snippet: `|`, `N | text` and `^^^` lines.
+                    let snippet = l
+                        .split_once('|')
+                        .is_some_and(|(n, _)| n.trim().chars().all(|c| c.is_ascii_digit()));
+                    !l.is_empty() && !snippet && !l.chars().all(|c| c == '^')
+                })
                 .collect::<Vec<_>>()
                 .join(" "),
         })?;
@@ -828,7 +834,19 @@ fn dscp_mix(r: &Report, t: &Thresholds) -> Outcome {
 fn loss(r: &Report, t: &Thresholds, ctx: &Context) -> Outcome {
     let gaps: u64 = r.flows.iter().map(|f| f.psn.gaps).sum();
     let missing: u64 = r.flows.iter().map(|f| f.psn.missing).sum();
-    let retx: u64 = r.flows.iter().map(|f| f.psn.regressions).sum();
+    // A SEND retried after an RNR NAK reuses its PSN: a regression, but nothing was lost.
+    // Per host pair, regressions up to the RNR NAKs coming back are those retries.
+    let mut rnr_back: BTreeMap<(IpAddr, IpAddr), u64> = BTreeMap::new();
+    let mut retx_of: BTreeMap<(IpAddr, IpAddr), u64> = BTreeMap::new();
+    for f in &r.flows {
+        *rnr_back.entry((f.dst_ip, f.src_ip)).or_default() += f.ops.rnr_nak;
+        *retx_of.entry((f.src_ip, f.dst_ip)).or_default() += f.psn.regressions;
+    }
+    let rnr_retries: u64 = retx_of
+        .iter()
+        .map(|(pair, n)| (*n).min(rnr_back.get(pair).copied().unwrap_or(0)))
+        .sum();
+    let retx: u64 = r.flows.iter().map(|f| f.psn.regressions).sum::<u64>() - rnr_retries;
     let naks: u64 = r.flows.iter().map(|f| f.ops.nak).sum();
     let events = gaps + retx + naks;
     if events < t.loss.min_events {
@@ -840,10 +858,9 @@ fn loss(r: &Report, t: &Thresholds, ctx: &Context) -> Outcome {
         .flows
         .iter()
         .map(|f| {
-            (
-                f.psn.gaps + f.psn.regressions + f.ops.nak,
-                FlowRef::of_flow(f),
-            )
+            let retries = rnr_back.get(&(f.src_ip, f.dst_ip)).copied().unwrap_or(0);
+            let own = f.psn.regressions.saturating_sub(retries);
+            (f.psn.gaps + own + f.ops.nak, FlowRef::of_flow(f))
         })
         .filter(|(n, _)| *n > 0)
         .collect();
@@ -878,6 +895,7 @@ fn loss(r: &Report, t: &Thresholds, ctx: &Context) -> Outcome {
             ("psns_missing", missing.into()),
             ("naks", naks.into()),
             ("retransmissions", retx.into()),
+            ("rnr_retries_not_counted", rnr_retries.into()),
             ("lossless_class_configured", lossless.into()),
         ]
         .into_iter()
@@ -935,7 +953,8 @@ fn pfc_storm(r: &Report, t: &Thresholds) -> Outcome {
                 .counts
                 .pause_ns
                 .filter(|_| window > 0.0)
-                .map(|ns| ns as f64 / (window * 1e9) * 100.0);
+                // Refreshes before the previous pause ran out overlap: at most all the time.
+                .map(|ns| (ns as f64 / (window * 1e9) * 100.0).min(100.0));
             let rate = (window > 0.0).then(|| p.counts.frames as f64 / window);
             if share.is_some_and(|s| s >= c.min_pause_percent)
                 || rate.is_some_and(|f| f >= c.min_frames_per_s)
@@ -968,7 +987,7 @@ fn pfc_storm(r: &Report, t: &Thresholds) -> Outcome {
         ),
         vec![
             ("storms", storms.clone().into()),
-            ("window_seconds", round2(window).into()),
+            ("window_seconds", window.into()),
             (
                 "link_speed_bps",
                 pfc.link_speed_bps

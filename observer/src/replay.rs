@@ -119,6 +119,8 @@ pub struct Replay {
     pub warnings: Vec<String>,
     /// Time series and microbursts, when asked for ([`Replay::with_timeline`]).
     pub timeline: Option<crate::series::Timeline>,
+    /// A file has begun and its first frame is still to come: the latest timestamp before it.
+    file_began: Option<u64>,
 }
 
 /// The name under which frames of unsupported pcapng interfaces appear in `totals.skipped`.
@@ -206,6 +208,7 @@ impl Replay {
             .collect::<Vec<_>>()
             .join(" ");
         self.files.push(name.to_string());
+        self.file_began = self.last_ts_ns;
         if let Some(t) = &mut self.timeline {
             t.begin_source(name, &self.agg.flows);
         }
@@ -233,6 +236,17 @@ impl Replay {
     /// One frame: `data` as captured, `orig_len` its length on the wire before any snaplen.
     #[inline]
     fn frame(&mut self, link: Link, data: &[u8], orig_len: u32, ts_ns: u64) {
+        if let Some(last) = self.file_began.take()
+            && ts_ns < last
+        {
+            // This file overlaps the ones before it in time: another observation point of the
+            // same flows, not their continuation (a rotated capture starts after the last
+            // one). PSN continuity starts afresh, else the first request of each flow seen
+            // again would count as a retransmission.
+            for s in self.agg.flows.values_mut() {
+                s.psn_valid = 0;
+            }
+        }
         self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
         if let Some(t) = &mut self.timeline {
