@@ -262,19 +262,12 @@ fn load(cap: u32) -> Result<Ebpf, String> {
     // Microburst slots on, as `diagnose` runs: BPF_PROG_TEST_RUN runs XDP on the loopback
     // device, so each measured frame also pays its slot's clock read and atomic add.
     let lo = roce_observer::live::if_index("lo").map_err(|e| e.to_string())?;
-    let mut ifaces: aya::maps::Array<_, observer_common::BurstIface> = aya::maps::Array::try_from(
-        ebpf.map_mut(maps::BURST_IFACES)
-            .ok_or("no BURST_IFACES map")?,
+    roce_observer::live::observe_bursts(
+        &mut ebpf,
+        &[("lo", lo)],
+        roce_observer::series::DEFAULT_SLOT_NS,
     )
     .map_err(|e| e.to_string())?;
-    let value = observer_common::BurstIface {
-        ring: 0,
-        ifindex: lo,
-        slot_ns: roce_observer::series::DEFAULT_SLOT_NS,
-    };
-    ifaces
-        .set(lo % observer_common::BURST_IFACE_SLOTS, value, 0)
-        .map_err(|e| format!("BURST_IFACES: {e}"))?;
     Ok(ebpf)
 }
 

@@ -11,7 +11,7 @@ use std::{
     process::{Command, ExitStatus},
 };
 
-use integration_tests::output;
+use integration_tests::{Scratch, output};
 use observer_common::{FlowKey, FlowStats, OpClass};
 use roce_observer::{
     findings::{Check, CheckStatus, Finding, RULES, Severity},
@@ -25,34 +25,6 @@ const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
 /// The flags every rule scenario is built for.
 const FLAGS: [&str; 4] = ["--link-speed", "10G", "--uplinks", "4"];
-
-/// A scratch folder removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("roce-findings-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// Writes `content` to the file `name`; its path.
-    fn file(&self, name: &str, content: &str) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, content).unwrap();
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The scenario `name` (built by the library) and the pcap written from it.
 fn capture(dir: &Scratch, name: &str) -> (Workload, PathBuf) {
@@ -162,7 +134,7 @@ fn ip(s: &str) -> IpAddr {
 /// `fired` check, a title, summary and hint, the other rules passed or skipped, and every rule
 /// checked once. Returns the truth and the report.
 fn rule_scenario(name: &str, expected: &[&str]) -> (Workload, Report) {
-    let dir = Scratch::new(name);
+    let dir = Scratch::new(&format!("findings-{name}"));
     let (w, path) = capture(&dir, name);
     let r = replay_json(&[path], &FLAGS);
     let want: BTreeSet<&str> = expected.iter().copied().collect();
@@ -579,7 +551,7 @@ fn the_real_captures_together_fire_nothing() {
 
 #[test]
 fn a_raised_threshold_silences_ce_without_cnp() {
-    let dir = Scratch::new("threshold");
+    let dir = Scratch::new("findings-threshold");
     let (w, pcap) = capture(&dir, "rule-ce-without-cnp");
     let ce = w.truth.counters.ce_packets;
     // At the scenario's CE count (all its marks on one host pair would reach it) it still fires.
@@ -605,7 +577,7 @@ fn a_raised_threshold_silences_ce_without_cnp() {
 
 #[test]
 fn a_disabled_rule_is_silent_and_skipped() {
-    let dir = Scratch::new("disabled");
+    let dir = Scratch::new("findings-disabled");
     let (_, pcap) = capture(&dir, "rule-loss");
     let rules = dir.file("rules.toml", "disabled = [\"loss\"]\n");
     let r = replay_json(
@@ -626,7 +598,7 @@ fn a_disabled_rule_is_silent_and_skipped() {
 
 #[test]
 fn bad_rules_files_are_one_line_errors_naming_the_file() {
-    let dir = Scratch::new("bad-rules");
+    let dir = Scratch::new("findings-bad-rules");
     let (_, pcap) = capture(&dir, "rule-loss");
     for (name, text, want) in [
         (
@@ -670,7 +642,7 @@ fn bad_rules_files_are_one_line_errors_naming_the_file() {
 
 #[test]
 fn the_terminal_report_leads_with_the_findings_without_colour_on_a_pipe() {
-    let dir = Scratch::new("terminal");
+    let dir = Scratch::new("findings-terminal");
     let (_, pcap) = capture(&dir, "rule-loss");
     let r = replay_json(std::slice::from_ref(&pcap), &FLAGS);
     let loss = finding(&r, "loss");
@@ -708,7 +680,7 @@ fn the_terminal_report_leads_with_the_findings_without_colour_on_a_pipe() {
 
 #[test]
 fn the_time_series_sums_to_the_totals() {
-    let dir = Scratch::new("series");
+    let dir = Scratch::new("findings-series");
     let mut files: Vec<PathBuf> = ["rules-clean", "rule-loss", "rule-pfc-idle-priority"]
         .into_iter()
         .map(|name| capture(&dir, name).1)
@@ -745,7 +717,7 @@ fn the_time_series_sums_to_the_totals() {
 
 #[test]
 fn an_interval_below_10ms_is_a_one_line_error() {
-    let dir = Scratch::new("interval");
+    let dir = Scratch::new("findings-interval");
     let (_, pcap) = capture(&dir, "rule-loss");
     let (status, out, err) = run_replay(&[pcap], &["--json", "--interval", "5ms"]);
     assert_eq!(status.code(), Some(1), "{err}");

@@ -14,6 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use integration_tests::Scratch;
 use roce_observer::{
     aggregate::Aggregate,
     ecmp::{EcmpOptions, analyse},
@@ -44,27 +45,6 @@ fn require_chromium(test: &str) -> bool {
         "\n*** SKIPPED {test}: {CHROMIUM} missing: install chromium (cargo xtask setup, as root) ***\n"
     );
     false
-}
-
-/// A scratch folder removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("roce-html-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The target directory (target/debug/deps/this-test -> target).
@@ -525,7 +505,7 @@ fn full_report_renders_every_chart_without_errors() {
     if !require_chromium(test) {
         return;
     }
-    let dir = Scratch::new("full");
+    let dir = Scratch::new("html-full");
     let report = full_report();
     assert!(report.series.as_ref().unwrap().t.len() > 1);
     let (page, dom) = dump_dom(&dir, &report, "full");
@@ -592,7 +572,7 @@ fn a_plain_report_renders_without_charts_or_errors() {
     if !require_chromium("a_plain_report_renders_without_charts_or_errors") {
         return;
     }
-    let dir = Scratch::new("plain");
+    let dir = Scratch::new("html-plain");
     let Demo { agg, secs, .. } = demo(1);
     let report = Report::new(&agg, Source::live(vec!["eth0".into()], "auto"), secs);
     assert!(report.series.is_none() && report.findings.is_empty());
@@ -635,7 +615,7 @@ fn a_single_interval_still_charts() {
     if !require_chromium("a_single_interval_still_charts") {
         return;
     }
-    let dir = Scratch::new("single");
+    let dir = Scratch::new("html-single");
     let Demo {
         agg,
         secs,

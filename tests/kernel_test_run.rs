@@ -7,7 +7,7 @@ use integration_tests::{load_program, require_root, truth_aggregate, xdp_mut};
 use observer_common::{programs, wire::ETH_HEADER_LEN};
 use roce_observer::{
     aggregate::Aggregate,
-    live::read_maps,
+    live::{monotonic_ns, read_maps},
     synth::{self, Ip, RoceFrame},
 };
 
@@ -177,7 +177,7 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     if !require_root("kernel_burst_slots_count_every_frame_on_the_wire") {
         return;
     }
-    use observer_common::{BURST_RING_SLOTS, BurstIface, BurstSlot, maps};
+    use observer_common::{BURST_RING_SLOTS, BurstSlot, maps};
     let frames: Vec<Vec<u8>> = synth::scenario("demo")
         .unwrap()
         .frames
@@ -208,18 +208,7 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     // BPF_PROG_TEST_RUN runs XDP on the loopback device's first queue.
     let lo = roce_observer::live::if_index("lo").unwrap();
     let slot_ns = 1_000_000;
-    {
-        let mut ifaces: aya::maps::Array<_, BurstIface> =
-            aya::maps::Array::try_from(ebpf.map_mut(maps::BURST_IFACES).unwrap()).unwrap();
-        let value = BurstIface {
-            ring: 0,
-            ifindex: lo,
-            slot_ns,
-        };
-        ifaces
-            .set(lo % observer_common::BURST_IFACE_SLOTS, value, 0)
-            .unwrap();
-    }
+    roce_observer::live::observe_bursts(&mut ebpf, &[("lo", lo)], slot_ns).unwrap();
     let before = monotonic_ns() / slot_ns;
     for f in &frames {
         run(&ebpf, f);
@@ -257,15 +246,6 @@ fn baseline_program_counts_frames_and_passes() {
     let counts: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(map).unwrap();
     let total: u64 = counts.get(&0, 0).unwrap().iter().sum();
     assert_eq!(total, 1000);
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Every program of the object passes the verifier: the ones `diagnose` attaches and the

@@ -6,33 +6,13 @@ use std::{
     process::{Command, Stdio},
 };
 
-use integration_tests::{output, truth_aggregate};
+use integration_tests::{Scratch, output, truth_aggregate};
 use roce_observer::{
     report::{Flow, Report},
     synth,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
-
-/// A scratch folder removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("roce-replay-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn synth_to(dir: &Scratch, scenario: &str) -> PathBuf {
     let path = dir.path(&format!("{scenario}.pcap"));
@@ -57,7 +37,7 @@ fn sorted(flows: &[Flow]) -> Vec<Flow> {
 
 #[test]
 fn replay_of_a_synth_capture_equals_its_ground_truth() {
-    let dir = Scratch::new("truth");
+    let dir = Scratch::new("replay-truth");
     let w = synth::scenario("e2e").unwrap();
     let path = synth_to(&dir, "e2e");
     let (status, out, err) =
@@ -125,7 +105,7 @@ fn replay_of_a_synth_capture_equals_its_ground_truth() {
 
 #[test]
 fn standard_input_gives_the_same_report() {
-    let dir = Scratch::new("stdin");
+    let dir = Scratch::new("replay-stdin");
     let path = synth_to(&dir, "demo");
     let (_, from_file, _) = output(Command::new(CLI).arg("replay").arg(&path).arg("--json"));
     let mut child = Command::new(CLI)
@@ -157,7 +137,7 @@ fn standard_input_gives_the_same_report() {
 
 #[test]
 fn a_cut_capture_reports_what_it_holds_with_one_warning() {
-    let dir = Scratch::new("cut");
+    let dir = Scratch::new("replay-cut");
     let path = synth_to(&dir, "demo");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.truncate(bytes.len() - 7);
@@ -185,7 +165,7 @@ fn a_cut_capture_reports_what_it_holds_with_one_warning() {
 
 #[test]
 fn unusable_inputs_are_one_line_errors() {
-    let dir = Scratch::new("bad");
+    let dir = Scratch::new("replay-bad");
     let junk = dir.path("junk.pcap");
     std::fs::write(&junk, b"this is not a capture").unwrap();
     for (args, want) in [

@@ -286,32 +286,12 @@ impl Observer {
             .load(EBPF_OBJECT)
             .map_err(|e| load_error(&e))?;
         if config.burst_slot_ns > 0 {
-            let mut ifaces: aya::maps::Array<_, BurstIface> = aya::maps::Array::try_from(
-                ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::ReadMap {
-                    map: maps::BURST_IFACES,
-                    detail: "missing".into(),
-                })?,
-            )
-            .map_err(|e| LiveError::Load(chain(&e)))?;
-            let mut taken: Vec<(u32, &String)> = Vec::new();
-            for (i, iface) in config.interfaces.iter().enumerate() {
-                let ifindex = if_index(iface)?;
-                let at = ifindex % BURST_IFACE_SLOTS;
-                if let Some((_, other)) = taken.iter().find(|(a, _)| *a == at) {
-                    return Err(LiveError::BurstMap(format!(
-                        "interfaces '{other}' and '{iface}' share microburst entry {at} (ifindex modulo {BURST_IFACE_SLOTS}); use --burst-slot off or observe them in two processes"
-                    )));
-                }
-                taken.push((at, iface));
-                let value = BurstIface {
-                    ring: 2 * i as u32,
-                    ifindex,
-                    slot_ns: config.burst_slot_ns,
-                };
-                ifaces
-                    .set(at, value, 0)
-                    .map_err(|e| LiveError::Load(chain(&e)))?;
-            }
+            let named = config
+                .interfaces
+                .iter()
+                .map(|i| Ok((i.as_str(), if_index(i)?)))
+                .collect::<Result<Vec<_>, LiveError>>()?;
+            observe_bursts(&mut ebpf, &named, config.burst_slot_ns)?;
         }
         let name = config.vantage.program();
         let prog: &mut Xdp = ebpf
@@ -484,6 +464,42 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
         }
     }
     Ok(agg)
+}
+
+/// Has the loaded object keep microburst slots of `slot_ns` for `interfaces` (name, ifindex):
+/// interface i gets rings 2i (ingress) and 2i + 1 (egress). Two interfaces in one entry of the
+/// ifindex-modulo array are refused.
+pub fn observe_bursts(
+    ebpf: &mut Ebpf,
+    interfaces: &[(&str, u32)],
+    slot_ns: u64,
+) -> Result<(), LiveError> {
+    let mut ifaces: aya::maps::Array<_, BurstIface> =
+        aya::maps::Array::try_from(ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::ReadMap {
+            map: maps::BURST_IFACES,
+            detail: "missing".into(),
+        })?)
+        .map_err(|e| LiveError::Load(chain(&e)))?;
+    for (i, (name, ifindex)) in interfaces.iter().enumerate() {
+        let at = ifindex % BURST_IFACE_SLOTS;
+        if let Some((other, _)) = interfaces[..i]
+            .iter()
+            .find(|(_, o)| o % BURST_IFACE_SLOTS == at)
+        {
+            return Err(LiveError::BurstMap(format!(
+                "interfaces '{other}' and '{name}' share microburst entry {at} (ifindex modulo {BURST_IFACE_SLOTS}); use --burst-slot off or observe them in two processes"
+            )));
+        }
+        let value = BurstIface {
+            ring: 2 * i as u32,
+            ifindex: *ifindex,
+            slot_ns,
+        };
+        ifaces
+            .set(at, value, 0)
+            .map_err(|e| LiveError::Load(chain(&e)))?;
+    }
+    Ok(())
 }
 
 /// What reading a ring slot found.

@@ -235,19 +235,6 @@ impl SeriesBuilder {
         }
     }
 
-    pub fn interval_ns(&self) -> u64 {
-        self.interval_ns
-    }
-
-    pub fn start_ns(&self) -> u64 {
-        self.start_ns
-    }
-
-    /// Intervals with data so far (the open one included).
-    pub fn intervals(&self) -> usize {
-        self.open + 1
-    }
-
     /// The interval `ts_ns` falls in (times before the start fall in the first).
     pub fn index_of(&self, ts_ns: u64) -> usize {
         (ts_ns.saturating_sub(self.start_ns) / self.interval_ns) as usize
@@ -487,10 +474,6 @@ impl BurstTracker {
         }
     }
 
-    pub fn slot_ns(&self) -> u64 {
-        self.slot_ns
-    }
-
     /// Per-packet feed (replay): a frame of `frame_len` bytes at `ts_ns`. Frames a little out
     /// of order count in the open slot.
     pub fn frame(&mut self, ts_ns: u64, frame_len: u64) {
@@ -635,11 +618,6 @@ impl BurstTracker {
                 .map(|(_, p)| self.rate(*p))
                 .collect(),
         }
-    }
-
-    /// Intervals this tracker has bytes for.
-    pub fn intervals(&self) -> usize {
-        self.per_interval.len()
     }
 }
 
@@ -811,15 +789,11 @@ impl Timeline {
         if let Some(cur) = self.cur.take() {
             self.absorb(cur, flows);
         }
-        let mut interfaces: Vec<InterfaceSeries> =
+        // Trackers keep at most MAX_INTERVALS intervals; `finish` pads them to the series.
+        let interfaces: Vec<InterfaceSeries> =
             self.trackers.iter_mut().map(BurstTracker::series).collect();
         let series = self.done.map(|b| {
             let n = interfaces.iter().map(|i| i.bps.len()).max().unwrap_or(0);
-            let n = n.min(MAX_INTERVALS as usize);
-            for i in &mut interfaces {
-                i.bps.truncate(n.max(b.intervals()));
-                i.peak_bps.truncate(n.max(b.intervals()));
-            }
             b.finish(n, interfaces, self.config.series_flows)
         });
         let bursts = microbursts(
