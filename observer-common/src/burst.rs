@@ -4,6 +4,8 @@
 
 use core::mem::size_of;
 
+use crate::parse::{OpClass, RocePacket};
+
 /// Slots in one interface-direction ring (a power of two): at 100 us slots, 819 ms of history,
 /// far more than the reader's period.
 pub const BURST_RING_SLOTS: u32 = 8192;
@@ -52,9 +54,64 @@ pub const fn burst_index(ring: u32, slot: u64) -> u32 {
     ring * BURST_RING_SLOTS + (slot as u32 & (BURST_RING_SLOTS - 1))
 }
 
+/// Entries of `IFACE_COUNTERS`: one per ring (interface slot i: ingress 2i, egress 2i + 1).
+pub const IFACE_COUNTER_SLOTS: u32 = 2 * MAX_BURST_IFACES;
+
+/// Per-interface, per-direction totals (value of the per-CPU `IFACE_COUNTERS` at the
+/// interface's ring): every frame, and the RoCEv2 packets among them by ECN codepoint and
+/// operation class. Kept whether microburst slots are kept or not; an interface re-created
+/// under the same name keeps its entry, so the totals continue.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IfaceCounters {
+    pub frames: u64,
+    /// Frame lengths as seen (no preamble, FCS or gap).
+    pub frame_bytes: u64,
+    pub roce_packets: u64,
+    /// From the IP length fields, as `FlowStats::bytes`.
+    pub roce_bytes: u64,
+    /// Indexed by the ECN codepoint: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+    pub ecn: [u64; 4],
+    /// Indexed by [`OpClass`].
+    pub ops: [u64; OpClass::COUNT],
+}
+const _: () = assert!(size_of::<IfaceCounters>() == (8 + OpClass::COUNT) * 8);
+
+impl IfaceCounters {
+    /// Accounts one frame of `len` bytes.
+    #[inline(always)]
+    pub fn frame(&mut self, len: u32) {
+        self.frames += 1;
+        self.frame_bytes += len as u64;
+    }
+
+    /// Accounts one RoCEv2 packet (after [`frame`](Self::frame)).
+    #[inline(always)]
+    pub fn roce(&mut self, p: &RocePacket) {
+        self.roce_packets += 1;
+        self.roce_bytes += p.ip_len as u64;
+        self.ecn[(p.ecn() & 3) as usize] += 1;
+        self.ops[p.op_class() as usize] += 1;
+    }
+
+    pub fn merge(&mut self, o: &IfaceCounters) {
+        self.frames += o.frames;
+        self.frame_bytes += o.frame_bytes;
+        self.roce_packets += o.roce_packets;
+        self.roce_bytes += o.roce_bytes;
+        for (a, b) in self.ecn.iter_mut().zip(o.ecn) {
+            *a += b;
+        }
+        for (a, b) in self.ops.iter_mut().zip(o.ops) {
+            *a += b;
+        }
+    }
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: repr(C), no padding (asserted above), every bit pattern valid.
     unsafe impl aya::Pod for super::BurstSlot {}
     unsafe impl aya::Pod for super::BurstIface {}
+    unsafe impl aya::Pod for super::IfaceCounters {}
 }

@@ -10,8 +10,8 @@ pub mod pause;
 pub mod wire;
 
 pub use burst::{
-    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, MAX_BURST_IFACES, WIRE_OVERHEAD,
-    burst_index,
+    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, IFACE_COUNTER_SLOTS, IfaceCounters,
+    MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
 };
 pub use flow::{
     Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MirrorOf,
@@ -39,6 +39,8 @@ pub mod maps {
     pub const BURSTS: &str = "BURSTS";
     /// ifindex % BURST_IFACE_SLOTS -> BurstIface (an array).
     pub const BURST_IFACES: &str = "BURST_IFACES";
+    /// Per-CPU `IfaceCounters` per observed interface and direction (indexed like the rings).
+    pub const IFACE_COUNTERS: &str = "IFACE_COUNTERS";
 }
 
 /// Program names in the kernel object.

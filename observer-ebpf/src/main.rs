@@ -26,9 +26,9 @@ mod kernel {
     };
     use observer_common::{
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS,
-        DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MAX_PAUSE_SENDERS,
-        Mirror, Pause, PauseKey, PauseStats, RocePacket, SkipReason, TickClock, WIRE_OVERHEAD,
-        burst_index,
+        DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, IFACE_COUNTER_SLOTS,
+        IfaceCounters, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, RocePacket,
+        SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
     };
@@ -75,6 +75,12 @@ mod kernel {
     /// verifier inlines its lookup); frames of other interfaces keep no slots.
     #[map(name = "BURST_IFACES")]
     static BURST_IFACES: Array<BurstIface> = Array::with_max_entries(BURST_IFACE_SLOTS, 0);
+
+    /// Per observed interface and direction (indexed like the rings): every frame, and the
+    /// RoCEv2 packets by ECN codepoint and operation class.
+    #[map(name = "IFACE_COUNTERS")]
+    static IFACE_COUNTERS: PerCpuArray<IfaceCounters> =
+        PerCpuArray::with_max_entries(IFACE_COUNTER_SLOTS, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -189,18 +195,23 @@ mod kernel {
         }
     }
 
+    /// The observed interface `ifindex` is (its entry in BURST_IFACES), if it is one.
+    #[inline(always)]
+    fn observed(ifindex: u32) -> Option<&'static BurstIface> {
+        match BURST_IFACES.get(ifindex % BURST_IFACE_SLOTS) {
+            Some(iface) if iface.ifindex == ifindex => Some(iface),
+            _ => None,
+        }
+    }
+
     /// Adds a frame of `len` bytes to the microburst slot of its interface, direction and time:
     /// every CPU adds to the same slot atomically; the reader zeroes complete slots.
     #[inline(always)]
-    fn account_burst(ifindex: u32, egress: bool, len: u32) {
-        let Some(iface) = BURST_IFACES.get(ifindex % BURST_IFACE_SLOTS) else {
-            return;
-        };
-        if iface.ifindex != ifindex || iface.slot_ns == 0 {
+    fn account_burst(iface: &BurstIface, ring: u32, len: u32) {
+        if iface.slot_ns == 0 {
             return;
         }
         let slot = unsafe { bpf_ktime_get_ns() } / iface.slot_ns;
-        let ring = iface.ring + egress as u32;
         if let Some(s) = BURSTS.get_ptr_mut(burst_index(ring, slot)) {
             let tag = slot;
             // SAFETY: a live array value; the tag is written by every CPU with the same value
@@ -218,13 +229,29 @@ mod kernel {
         }
     }
 
-    /// Accounts the frame in the counters, the flow cache and the flow table; whether it is a
-    /// copy (decapsulated from GRE/ERSPAN, or RoCE). `egress`: a transmitted frame (TC).
+    /// Accounts the frame in the interface's counters and microburst slot, the counters, the
+    /// flow cache and the flow table; whether it is a copy (decapsulated from GRE/ERSPAN, or
+    /// RoCE). `egress`: a transmitted frame (TC).
     macro_rules! account {
         ($ctx:expr, $egress:expr, $ifindex:expr, $len:expr) => {{
-            account_burst($ifindex, $egress, $len);
+            let iface = match observed($ifindex) {
+                Some(iface) => {
+                    let ring = iface.ring + $egress as u32;
+                    account_burst(iface, ring, $len);
+                    IFACE_COUNTERS.get_ptr_mut(ring)
+                }
+                None => None,
+            };
+            if let Some(c) = iface {
+                // SAFETY: this CPU's value.
+                unsafe { (*c).frame($len) };
+            }
             let (roce, copy) = parse_and_count!($ctx, $egress);
             if let Some((p, counters)) = roce {
+                if let Some(c) = iface {
+                    // SAFETY: this CPU's value.
+                    unsafe { (*c).roce(&p) };
+                }
                 let mut key = FlowKey::of(&p);
                 if $egress {
                     key.mirror |= DIRECTION_EGRESS;

@@ -23,7 +23,8 @@ use aya::{
 };
 use observer_common::{
     BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS,
-    FlowKey, FlowSlot, FlowStats, MAX_BURST_IFACES, PauseKey, PauseStats, maps, programs,
+    FlowKey, FlowSlot, FlowStats, IfaceCounters, MAX_BURST_IFACES, PauseKey, PauseStats, maps,
+    programs,
 };
 
 use crate::{EBPF_OBJECT, aggregate::Aggregate};
@@ -216,9 +217,11 @@ pub fn if_index(name: &str) -> Result<u32, LiveError> {
 
 const CAP_NET_ADMIN: u32 = 12;
 const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
-/// Checks the effective capabilities XDP needs: CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN.
+/// Checks the effective capabilities live capture needs: CAP_BPF and CAP_PERFMON (or
+/// CAP_SYS_ADMIN for both) and CAP_NET_ADMIN.
 pub fn check_privileges() -> Result<(), LiveError> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let eff = status
@@ -234,6 +237,10 @@ pub fn check_privileges() -> Result<(), LiveError> {
     if !has(CAP_NET_ADMIN) {
         missing.push("CAP_NET_ADMIN");
     }
+    // Without it the verifier refuses the program's pointer arithmetic on packet data.
+    if !has(CAP_PERFMON) && !has(CAP_SYS_ADMIN) {
+        missing.push("CAP_PERFMON");
+    }
     if missing.is_empty() {
         Ok(())
     } else {
@@ -245,32 +252,70 @@ pub fn check_privileges() -> Result<(), LiveError> {
     }
 }
 
+/// One interface the observer is attached to (or was: `ifindex` 0 while it is gone).
+struct Attached {
+    name: String,
+    ifindex: u32,
+    xdp: Option<XdpLinkId>,
+    /// Host mode: the TC egress link.
+    egress: Option<SchedClassifierLinkId>,
+    /// Mirror mode: promiscuous mode held (dropped after the links).
+    _promiscuous: Option<Promiscuous>,
+}
+
+/// What [`Observer::check_interfaces`] found and did about an interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IfaceEvent {
+    /// The interface went away: its links went with it.
+    Gone { iface: String },
+    /// The interface (re-)appeared under its name with a new ifindex and was attached again.
+    Reattached { iface: String, ifindex: u32 },
+    /// It came back but attaching failed (tried again at the next check).
+    ReattachFailed { iface: String, error: String },
+    /// Its operational state changed (`up`: IFF_UP and IFF_RUNNING).
+    Link { iface: String, up: bool },
+}
+
 /// The observer attached to its interfaces. Dropping it detaches every program it attached
 /// (and only those).
 pub struct Observer {
     ebpf: Ebpf,
     config: LiveConfig,
-    links: Vec<XdpLinkId>,
-    /// Host mode: the TC egress links, one per interface.
-    egress_links: Vec<SchedClassifierLinkId>,
-    /// Mirror mode: promiscuous mode held on each interface (dropped after the links).
-    _promiscuous: Vec<Promiscuous>,
+    /// Indexed by interface slot (rings 2i and 2i + 1, counters likewise); None: a free slot.
+    slots: Vec<Option<Attached>>,
+    /// Slots the microburst rings were sized for.
+    ring_slots: usize,
+    /// Last operational state seen per slot (for `Link` events).
+    oper: Vec<Option<bool>>,
 }
 
 impl Observer {
     /// Checks privileges and interfaces, loads the object, attaches XDP everywhere (all or none).
     pub fn attach(config: LiveConfig) -> Result<Self, LiveError> {
-        if config.max_flows == 0 || config.max_flows > MAX_FLOWS_LIMIT {
-            return Err(LiveError::MaxFlows {
-                got: config.max_flows,
-                max: MAX_FLOWS_LIMIT,
-            });
-        }
         for (i, iface) in config.interfaces.iter().enumerate() {
             if config.interfaces[..i].contains(iface) {
                 return Err(LiveError::DuplicateInterface(iface.clone()));
             }
             if_index(iface)?;
+        }
+        let mut observer = Self::load(config)?;
+        let names = observer.config.interfaces.clone();
+        observer.config.interfaces.clear();
+        for iface in &names {
+            // On error, dropping the observer detaches what was attached so far.
+            observer.add_interface(iface)?;
+        }
+        Ok(observer)
+    }
+
+    /// Checks privileges, loads the object and its programs, attaches to nothing yet. The
+    /// microburst rings are sized for `config.interfaces.len()` interfaces (at least one).
+    pub fn load(config: LiveConfig) -> Result<Self, LiveError> {
+        if config.max_flows == 0 || config.max_flows > MAX_FLOWS_LIMIT {
+            return Err(LiveError::MaxFlows {
+                got: config.max_flows,
+                max: MAX_FLOWS_LIMIT,
+            });
         }
         if config.interfaces.len() > MAX_BURST_IFACES as usize {
             return Err(LiveError::TooManyInterfaces {
@@ -279,20 +324,17 @@ impl Observer {
             });
         }
         check_privileges()?;
-        let rings = 2 * config.interfaces.len().max(1) as u32;
+        let ring_slots = if config.burst_slot_ns > 0 {
+            config.interfaces.len().max(1)
+        } else {
+            0
+        };
+        let rings = 2 * ring_slots.max(1) as u32;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(maps::FLOWS, config.max_flows)
             .map_max_entries(maps::BURSTS, rings * BURST_RING_SLOTS)
             .load(EBPF_OBJECT)
             .map_err(|e| load_error(&e))?;
-        if config.burst_slot_ns > 0 {
-            let named = config
-                .interfaces
-                .iter()
-                .map(|i| Ok((i.as_str(), if_index(i)?)))
-                .collect::<Result<Vec<_>, LiveError>>()?;
-            observe_bursts(&mut ebpf, &named, config.burst_slot_ns)?;
-        }
         let name = config.vantage.program();
         let prog: &mut Xdp = ebpf
             .program_mut(name)
@@ -300,21 +342,6 @@ impl Observer {
             .try_into()
             .map_err(|e: ProgramError| load_error(&e))?;
         prog.load().map_err(|e| load_error(&e))?;
-        let mut promiscuous = Vec::new();
-        if let Vantage::Mirror { .. } = config.vantage {
-            for iface in &config.interfaces {
-                promiscuous.push(Promiscuous::enable(iface)?);
-            }
-        }
-        let mut links = Vec::new();
-        for iface in &config.interfaces {
-            // On error, dropping `ebpf` detaches what was attached so far.
-            links.push(
-                prog.attach(iface, config.mode.xdp())
-                    .map_err(|e| attach_error(iface, config.mode, &e))?,
-            );
-        }
-        let mut egress_links = Vec::new();
         if config.vantage == Vantage::Host {
             let tc: &mut SchedClassifier = ebpf
                 .program_mut(programs::OBSERVE_EGRESS)
@@ -322,35 +349,95 @@ impl Observer {
                 .try_into()
                 .map_err(|e: ProgramError| load_error(&e))?;
             tc.load().map_err(|e| load_error(&e))?;
-            for iface in &config.interfaces {
-                egress_links.push(attach_egress(tc, iface, config.tc_hook)?);
-            }
         }
         Ok(Self {
             ebpf,
             config,
-            links,
-            egress_links,
-            _promiscuous: promiscuous,
+            slots: Vec::new(),
+            ring_slots,
+            oper: Vec::new(),
         })
     }
 
-    /// Detaches from every interface now (the maps stay readable): a snapshot taken afterwards
-    /// is final and races no packet.
-    pub fn detach(&mut self) -> Result<(), LiveError> {
+    /// Attaches to one more interface: its slot (rings and counters 2 slot, 2 slot + 1).
+    pub fn add_interface(&mut self, iface: &str) -> Result<usize, LiveError> {
+        if self.config.interfaces.iter().any(|i| i == iface) {
+            return Err(LiveError::DuplicateInterface(iface.to_string()));
+        }
+        let slot = match self.slots.iter().position(Option::is_none) {
+            Some(free) => free,
+            None if self.slots.len() < MAX_BURST_IFACES as usize => {
+                self.slots.push(None);
+                self.oper.push(None);
+                self.slots.len() - 1
+            }
+            None => {
+                return Err(LiveError::TooManyInterfaces {
+                    got: self.slots.len() + 1,
+                    max: MAX_BURST_IFACES,
+                });
+            }
+        };
+        if self.config.burst_slot_ns > 0 && slot >= self.ring_slots {
+            return Err(LiveError::BurstMap(format!(
+                "no microburst ring left for '{iface}' (the rings were sized for {} interfaces at start)",
+                self.ring_slots
+            )));
+        }
+        let attached = self.attach_slot(iface, slot)?;
+        self.oper[slot] = link_up(iface);
+        self.slots[slot] = Some(attached);
+        self.config.interfaces.push(iface.to_string());
+        Ok(slot)
+    }
+
+    /// Registers the interface for its counters (and slots), then attaches the programs.
+    fn attach_slot(&mut self, iface: &str, slot: usize) -> Result<Attached, LiveError> {
+        let ifindex = if_index(iface)?;
+        let others: Vec<(String, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != slot)
+            .filter_map(|(_, a)| a.as_ref())
+            .filter(|a| a.ifindex != 0)
+            .map(|a| (a.name.clone(), a.ifindex))
+            .collect();
+        if let Some((other, _)) = others
+            .iter()
+            .find(|(_, o)| o % BURST_IFACE_SLOTS == ifindex % BURST_IFACE_SLOTS)
+        {
+            return Err(LiveError::BurstMap(format!(
+                "interfaces '{other}' and '{iface}' share counter entry {} (ifindex modulo {BURST_IFACE_SLOTS}); observe them in two processes",
+                ifindex % BURST_IFACE_SLOTS
+            )));
+        }
+        register_interface(&mut self.ebpf, slot, ifindex, self.config.burst_slot_ns)?;
+        let mut attached = Attached {
+            name: iface.to_string(),
+            ifindex,
+            xdp: None,
+            egress: None,
+            _promiscuous: None,
+        };
+        if let Vantage::Mirror { .. } = self.config.vantage {
+            attached._promiscuous = Some(Promiscuous::enable(iface)?);
+        }
         let name = self.config.vantage.program();
         let prog: &mut Xdp = self
             .ebpf
             .program_mut(name)
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| LiveError::Load(format!("no program {name}")))?;
-        for (link, iface) in self.links.drain(..).zip(&self.config.interfaces) {
-            prog.detach(link).map_err(|e| LiveError::Detach {
-                iface: iface.clone(),
-                detail: chain(&e),
-            })?;
+        match prog.attach(iface, self.config.mode.xdp()) {
+            Ok(link) => attached.xdp = Some(link),
+            Err(e) => {
+                let e = attach_error(iface, self.config.mode, &e);
+                let _ = self.release(&mut attached, true);
+                return Err(e);
+            }
         }
-        if !self.egress_links.is_empty() {
+        if self.config.vantage == Vantage::Host {
             let tc: &mut SchedClassifier = self
                 .ebpf
                 .program_mut(programs::OBSERVE_EGRESS)
@@ -358,27 +445,198 @@ impl Observer {
                 .ok_or_else(|| {
                     LiveError::Load(format!("no program {}", programs::OBSERVE_EGRESS))
                 })?;
-            for (link, iface) in self.egress_links.drain(..).zip(&self.config.interfaces) {
-                tc.detach(link).map_err(|e| LiveError::Detach {
-                    iface: iface.clone(),
-                    detail: format!("TC egress: {}", chain(&e)),
-                })?;
+            match attach_egress(tc, iface, self.config.tc_hook) {
+                Ok(link) => attached.egress = Some(link),
+                Err(e) => {
+                    let _ = self.release(&mut attached, true);
+                    return Err(e);
+                }
             }
         }
-        Ok(())
+        Ok(attached)
+    }
+
+    /// Detaches `a`'s links; `present`: the interface is still there (errors matter). Errors of
+    /// an interface that is gone are expected: its links went with it.
+    fn release(&mut self, a: &mut Attached, present: bool) -> Result<(), LiveError> {
+        let name = self.config.vantage.program();
+        let mut first = Ok(());
+        if let Some(link) = a.xdp.take()
+            && let Some(prog) = self
+                .ebpf
+                .program_mut(name)
+                .and_then(|p| <&mut Xdp>::try_from(p).ok())
+            && let Err(e) = prog.detach(link)
+            && present
+        {
+            first = Err(LiveError::Detach {
+                iface: a.name.clone(),
+                detail: chain(&e),
+            });
+        }
+        if let Some(link) = a.egress.take()
+            && let Some(tc) = self
+                .ebpf
+                .program_mut(programs::OBSERVE_EGRESS)
+                .and_then(|p| <&mut SchedClassifier>::try_from(p).ok())
+            && let Err(e) = tc.detach(link)
+            && present
+            && first.is_ok()
+        {
+            first = Err(LiveError::Detach {
+                iface: a.name.clone(),
+                detail: format!("TC egress: {}", chain(&e)),
+            });
+        }
+        a._promiscuous = None;
+        if a.ifindex != 0 {
+            unregister_interface(&mut self.ebpf, a.ifindex);
+        }
+        first
+    }
+
+    /// Detaches from `iface` and frees its slot (a later interface may take it: readers of the
+    /// slot's counters must take their current values as the new start).
+    pub fn remove_interface(&mut self, iface: &str) -> Result<(), LiveError> {
+        let slot = self
+            .slot_of(iface)
+            .ok_or_else(|| LiveError::UnknownInterface(iface.to_string()))?;
+        let mut a = self.slots[slot].take().expect("slot_of found it");
+        self.oper[slot] = None;
+        self.config.interfaces.retain(|i| i != iface);
+        let present = a.ifindex != 0 && if_index(&a.name).ok() == Some(a.ifindex);
+        self.release(&mut a, present)
+    }
+
+    /// The slot of an attached interface.
+    pub fn slot_of(&self, iface: &str) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|a| a.as_ref().is_some_and(|a| a.name == iface))
+    }
+
+    /// (slot, name, ifindex (0 while gone), attached) of every interface.
+    pub fn interfaces(&self) -> impl Iterator<Item = (usize, &str, u32, bool)> {
+        self.slots.iter().enumerate().filter_map(|(i, a)| {
+            a.as_ref()
+                .map(|a| (i, a.name.as_str(), a.ifindex, a.xdp.is_some()))
+        })
+    }
+
+    /// Finds interfaces that went away, came back under their name (a new ifindex) or changed
+    /// operational state, and re-attaches to those that came back. Cheap: one ioctl and one
+    /// name lookup per interface.
+    pub fn check_interfaces(&mut self) -> Vec<IfaceEvent> {
+        let mut events = Vec::new();
+        for slot in 0..self.slots.len() {
+            let Some((name, ifindex)) = self.slots[slot]
+                .as_ref()
+                .map(|a| (a.name.clone(), a.ifindex))
+            else {
+                continue;
+            };
+            let now = if_index(&name).unwrap_or(0);
+            if now != ifindex {
+                let mut a = self.slots[slot].take().expect("checked above");
+                if ifindex != 0 {
+                    // Gone, or re-created meanwhile: either way the old links are dead.
+                    let _ = self.release(&mut a, false);
+                    a.ifindex = 0;
+                    events.push(IfaceEvent::Gone {
+                        iface: name.clone(),
+                    });
+                }
+                if now != 0 {
+                    match self.attach_slot(&name, slot) {
+                        Ok(fresh) => {
+                            a = fresh;
+                            events.push(IfaceEvent::Reattached {
+                                iface: name.clone(),
+                                ifindex: now,
+                            });
+                        }
+                        Err(e) => events.push(IfaceEvent::ReattachFailed {
+                            iface: name.clone(),
+                            error: e.to_string(),
+                        }),
+                    }
+                }
+                self.slots[slot] = Some(a);
+            }
+            let up = link_up(&name);
+            if up != self.oper[slot] {
+                if let Some(up) = up
+                    && self.oper[slot].is_some()
+                {
+                    events.push(IfaceEvent::Link {
+                        iface: name.clone(),
+                        up,
+                    });
+                }
+                self.oper[slot] = up;
+            }
+        }
+        events
+    }
+
+    /// Whether the interface of `slot` is operationally up (None: gone).
+    pub fn link_up(&self, slot: usize) -> Option<bool> {
+        self.oper.get(slot).copied().flatten()
+    }
+
+    /// Detaches from every interface now (the maps stay readable): a snapshot taken afterwards
+    /// is final and races no packet.
+    pub fn detach(&mut self) -> Result<(), LiveError> {
+        let mut first = Ok(());
+        for slot in 0..self.slots.len() {
+            if let Some(mut a) = self.slots[slot].take() {
+                let present = a.ifindex != 0 && if_index(&a.name).ok() == Some(a.ifindex);
+                let r = self.release(&mut a, present);
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+        }
+        first
     }
 
     pub fn config(&self) -> &LiveConfig {
         &self.config
     }
 
-    /// The microburst rings mapped into memory (ring 2i: interface i ingress, 2i + 1: egress);
-    /// none when the configuration keeps no slots.
+    /// The loaded object (maps to read).
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    /// Per-interface counters of `slot`, summed over CPUs: [ingress, egress].
+    pub fn iface_counters(&self, slot: usize) -> Result<[IfaceCounters; 2], LiveError> {
+        let read_err = |e: aya::maps::MapError| LiveError::ReadMap {
+            map: maps::IFACE_COUNTERS,
+            detail: chain(&e),
+        };
+        let counters: PerCpuArray<_, IfaceCounters> =
+            PerCpuArray::try_from(map(&self.ebpf, maps::IFACE_COUNTERS)?).map_err(read_err)?;
+        let mut out = [IfaceCounters::default(); 2];
+        for (dir, total) in out.iter_mut().enumerate() {
+            for c in counters
+                .get(&(2 * slot as u32 + dir as u32), 0)
+                .map_err(read_err)?
+                .iter()
+            {
+                total.merge(c);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The microburst rings mapped into memory (ring 2i: interface slot i ingress, 2i + 1:
+    /// egress); none when the configuration keeps no slots.
     pub fn burst_reader(&self) -> Result<Option<BurstReader>, LiveError> {
         if self.config.burst_slot_ns == 0 {
             return Ok(None);
         }
-        let rings = 2 * self.config.interfaces.len();
+        let rings = 2 * self.ring_slots;
         let data = match map(&self.ebpf, maps::BURSTS)? {
             aya::maps::Map::Array(data) => data,
             _ => return Err(LiveError::BurstMap("BURSTS is not an array".into())),
@@ -390,6 +648,37 @@ impl Observer {
     /// monotonic clock to Unix-epoch nanoseconds.
     pub fn snapshot(&self) -> Result<Aggregate, LiveError> {
         read_maps(&self.ebpf, monotonic_to_unix_offset())
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        let _ = self.detach();
+    }
+}
+
+/// Whether `iface` is up and running (IFF_UP and IFF_RUNNING), None when it does not exist.
+pub fn link_up(iface: &str) -> Option<bool> {
+    let name = CString::new(iface).ok()?;
+    if name.as_bytes().len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: a datagram socket for the ioctl, closed by OwnedFd; ifreq zeroed then named.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let socket = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (d, s) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
+            *d = *s as libc::c_char;
+        }
+        if libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) != 0 {
+            return None;
+        }
+        let flags = req.ifr_ifru.ifru_flags as libc::c_int;
+        Some(flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0)
     }
 }
 
@@ -466,20 +755,14 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
     Ok(agg)
 }
 
-/// Has the loaded object keep microburst slots of `slot_ns` for `interfaces` (name, ifindex):
-/// interface i gets rings 2i (ingress) and 2i + 1 (egress). Two interfaces in one entry of the
-/// ifindex-modulo array are refused.
+/// Has the loaded object count the interfaces `interfaces` (name, ifindex) and keep their
+/// microburst slots of `slot_ns` (0: none): interface i gets slot i (rings and counters 2i and
+/// 2i + 1). Two interfaces in one entry of the ifindex-modulo array are refused.
 pub fn observe_bursts(
     ebpf: &mut Ebpf,
     interfaces: &[(&str, u32)],
     slot_ns: u64,
 ) -> Result<(), LiveError> {
-    let mut ifaces: aya::maps::Array<_, BurstIface> =
-        aya::maps::Array::try_from(ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::ReadMap {
-            map: maps::BURST_IFACES,
-            detail: "missing".into(),
-        })?)
-        .map_err(|e| LiveError::Load(chain(&e)))?;
     for (i, (name, ifindex)) in interfaces.iter().enumerate() {
         let at = ifindex % BURST_IFACE_SLOTS;
         if let Some((other, _)) = interfaces[..i]
@@ -490,16 +773,46 @@ pub fn observe_bursts(
                 "interfaces '{other}' and '{name}' share microburst entry {at} (ifindex modulo {BURST_IFACE_SLOTS}); use --burst-slot off or observe them in two processes"
             )));
         }
-        let value = BurstIface {
-            ring: 2 * i as u32,
-            ifindex: *ifindex,
-            slot_ns,
-        };
-        ifaces
-            .set(at, value, 0)
-            .map_err(|e| LiveError::Load(chain(&e)))?;
+        register_interface(ebpf, i, *ifindex, slot_ns)?;
     }
     Ok(())
+}
+
+fn burst_ifaces(
+    ebpf: &mut Ebpf,
+) -> Result<aya::maps::Array<&mut aya::maps::MapData, BurstIface>, LiveError> {
+    aya::maps::Array::try_from(ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::ReadMap {
+        map: maps::BURST_IFACES,
+        detail: "missing".into(),
+    })?)
+    .map_err(|e| LiveError::Load(chain(&e)))
+}
+
+/// Points the kernel's entry for `ifindex` at interface slot `slot`.
+fn register_interface(
+    ebpf: &mut Ebpf,
+    slot: usize,
+    ifindex: u32,
+    slot_ns: u64,
+) -> Result<(), LiveError> {
+    let value = BurstIface {
+        ring: 2 * slot as u32,
+        ifindex,
+        slot_ns,
+    };
+    burst_ifaces(ebpf)?
+        .set(ifindex % BURST_IFACE_SLOTS, value, 0)
+        .map_err(|e| LiveError::Load(chain(&e)))
+}
+
+/// Clears the kernel's entry for `ifindex` (if it is still that interface's).
+fn unregister_interface(ebpf: &mut Ebpf, ifindex: u32) {
+    if let Ok(mut ifaces) = burst_ifaces(ebpf) {
+        let at = ifindex % BURST_IFACE_SLOTS;
+        if ifaces.get(&at, 0).is_ok_and(|v| v.ifindex == ifindex) {
+            let _ = ifaces.set(at, BurstIface::default(), 0);
+        }
+    }
 }
 
 /// What reading a ring slot found.
