@@ -45,6 +45,10 @@ enum Command {
     /// Model how a switch's ECMP hash spreads the observed flows (live or from captures) over
     /// its uplinks, against an ideal random hash; pair connections and check source ports.
     Ecmp(EcmpArgs),
+    /// Run continuously as a sidecar: export per-interface and per-QP counters as OpenMetrics
+    /// on /metrics (loopback by default), /healthz, optionally JSON lines; re-attach to
+    /// interfaces that come back; SIGHUP reloads --config, SIGTERM/SIGINT detach and exit.
+    Run(crate::daemon::RunArgs),
 }
 
 #[derive(Args, Debug)]
@@ -474,6 +478,7 @@ pub fn main() -> ExitCode {
         Command::Synth(a) => synth_file(a),
         Command::Demo(a) => demo(a),
         Command::Ecmp(a) => ecmp(a),
+        Command::Run(a) => crate::daemon::run(a).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,7 +5,9 @@
 //! the same [`aggregate::Aggregate`], from which [`report`] builds the JSON and terminal reports.
 
 pub mod aggregate;
+pub mod bpfsys;
 pub mod cli;
+pub mod daemon;
 pub mod ecmp;
 pub mod findings;
 pub mod html;

@@ -1,9 +1,10 @@
 //! Developer and CI tasks: `cargo xtask setup | test | demo | bench`.
 //!
 //! `setup` provisions everything the build and the tests need (the nightly toolchain with
-//! rust-src, a project-local bpf-linker built against the nightly's own LLVM, and the Debian
-//! packages the privileged tests call); every other subcommand runs it first and then runs cargo
-//! with `target/tools/bin` at the front of PATH, so that aya-build finds that bpf-linker.
+//! rust-src, a project-local bpf-linker built against the nightly's own LLVM, the Debian
+//! packages the privileged tests call, and a Python virtualenv with the packages the tests
+//! import); every other subcommand runs it first and then runs cargo with `target/tools/bin` at
+//! the front of PATH, so that aya-build finds that bpf-linker.
 //!
 //! This crate must not depend on the observer crates: it has to build before bpf-linker exists.
 
@@ -28,7 +29,15 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     ("setpriv", "util-linux"),
     // tests/html_report.rs renders the HTML report in headless Chromium (/usr/bin/chromium).
     ("chromium", "chromium"),
+    // tests/deploy.rs: `promtool check rules` and `promtool test rules` on deploy/prometheus.
+    // Debian ships promtool only inside the server package; its postinst asks to start
+    // prometheus.service, which policy-rc.d (or a container without systemd) declines.
+    ("promtool", "prometheus"),
 ];
+
+/// Python packages of the tools virtualenv (`target/tools/venv`): tests/deploy.rs parses the
+/// Kubernetes manifests with PyYAML; prometheus-client parses the exported OpenMetrics text.
+const PYTHON_PACKAGES: &[&str] = &["prometheus-client==0.26.0", "PyYAML==6.0.4"];
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "roce-observer developer and CI tasks")]
@@ -255,6 +264,7 @@ fn setup(ws: &Workspace) -> Result<()> {
     let sysroot = rust_src()?;
     bpf_linker(ws, &vv, &sysroot)?;
     debian_packages(ws)?;
+    python_venv(ws)?;
     println!("setup: done in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
 }
@@ -472,6 +482,72 @@ fn debian_packages(ws: &Workspace) -> Result<()> {
     Ok(())
 }
 
+/// Step 5: `target/tools/venv` with PYTHON_PACKAGES, left alone when it already imports them at
+/// the pinned versions.
+fn python_venv(ws: &Workspace) -> Result<()> {
+    let venv = ws.tools.join("venv");
+    let python = venv.join("bin").join("python");
+    let pins = PYTHON_PACKAGES.join(", ");
+    let check = venv_check_script(PYTHON_PACKAGES);
+    let ready = |python: &Path| {
+        Command::new(python)
+            .args(["-c", &check])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ready(&python) {
+        println!("setup: python venv ok ({pins})");
+        return Ok(());
+    }
+    if !python.is_file() {
+        println!("setup: creating {}", venv.display());
+        checked(
+            Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .stdin(Stdio::null()),
+        )
+        .context("creating the tools virtualenv (Debian: apt-get install python3-venv)")?;
+    }
+    println!("setup: installing {pins} into {}", venv.display());
+    checked(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(PYTHON_PACKAGES)
+            .stdin(Stdio::null()),
+    )?;
+    if !ready(&python) {
+        bail!(
+            "installed {pins} but `{} -c {check:?}` still fails",
+            python.display()
+        );
+    }
+    println!("setup: python venv ok ({pins})");
+    Ok(())
+}
+
+/// A Python snippet that succeeds when every `name==version` pin is installed at that version
+/// and the modules the tests use import.
+fn venv_check_script(pins: &[&str]) -> String {
+    let mut script = String::from("import importlib.metadata as m, prometheus_client, yaml\n");
+    for pin in pins {
+        let (name, version) = pin.split_once("==").expect("pins are name==version");
+        script.push_str(&format!(
+            "assert m.version({name:?}) == {version:?}, {pin:?}\n"
+        ));
+    }
+    script
+}
+
 fn find_in_path(path: &OsString, cmd: &str) -> Option<PathBuf> {
     std::env::split_paths(path)
         .map(|d| d.join(cmd))
@@ -615,6 +691,18 @@ dependencies:
         );
         assert_eq!(args(&["xtask", "demo", "--json"]), ["--json"]);
         assert!(args(&["xtask", "test"]).is_empty());
+    }
+
+    #[test]
+    fn venv_check_asserts_every_pin() {
+        let script = venv_check_script(&["prometheus-client==0.26.0", "PyYAML==6.0.4"]);
+        assert_eq!(
+            script,
+            "import importlib.metadata as m, prometheus_client, yaml\n\
+             assert m.version(\"prometheus-client\") == \"0.26.0\", \"prometheus-client==0.26.0\"\n\
+             assert m.version(\"PyYAML\") == \"6.0.4\", \"PyYAML==6.0.4\"\n"
+        );
+        assert!(PYTHON_PACKAGES.iter().all(|p| p.split_once("==").is_some()));
     }
 
     #[test]

@@ -1,0 +1,376 @@
+//! `roce-observer run` settings: command-line flags over an optional TOML file (`--config`,
+//! read again on SIGHUP), validated into a [`RunConfig`].
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::live::{AttachMode, TcHook, Vantage};
+
+/// Default address of the metrics endpoint: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+pub const DEFAULT_MAX_SERIES: usize = 100;
+pub const MAX_MAX_SERIES: usize = 10_000;
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The daemon's default flow table: large enough for the QPs of a busy GPU host.
+pub const DEFAULT_RUN_MAX_FLOWS: u32 = 65_536;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("config file {path}: {detail}")]
+    Parse { path: PathBuf, detail: String },
+    #[error("{what}: {detail}")]
+    Invalid { what: String, detail: String },
+}
+
+/// Where the observer sits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunMode {
+    #[default]
+    Host,
+    Mirror,
+}
+
+/// `roce-observer run` flags; each overrides the config file's key of the same name.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RunArgs {
+    /// Interface to observe (repeat for several; replaces the config file's list).
+    #[arg(long = "iface", short = 'i', value_name = "IF")]
+    pub iface: Vec<String>,
+    /// TOML file with the same keys as these flags (snake_case); read again on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// host (default) or mirror (a SPAN/ERSPAN destination port).
+    #[arg(long, value_enum)]
+    pub mode: Option<RunMode>,
+    /// Mirror mode only: drop the copies after accounting.
+    #[arg(long)]
+    pub consume: bool,
+    /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
+    #[arg(long, value_parser = crate::cli::parse_duration, value_name = "DURATION")]
+    pub interval: Option<Duration>,
+    /// Address of the metrics endpoint (default 127.0.0.1:9477: loopback only; any other
+    /// address exposes unauthenticated metrics to the network).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Queue pairs exported as their own series (the top K by recent bytes); all others are
+    /// summed in one `qp="rest"` series (default 100; 0: only the rest).
+    #[arg(long, value_name = "K")]
+    pub max_series: Option<usize>,
+    /// Append one JSON line per interval (deltas) to FILE (re-opened on SIGHUP).
+    #[arg(long, value_name = "FILE")]
+    pub jsonl: Option<PathBuf>,
+    /// error, warn, info (default), debug or trace; or a tracing filter. Without it the
+    /// ROCE_OBSERVER_LOG environment variable is used.
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Flows unchanged this long are deleted from the kernel table (default 5m).
+    #[arg(long, value_parser = crate::cli::parse_duration, value_name = "DURATION")]
+    pub idle_timeout: Option<Duration>,
+    /// Capacity of the kernel flow table (LRU; default 65536).
+    #[arg(long, value_name = "N")]
+    pub max_flows: Option<u32>,
+    #[arg(long, value_enum)]
+    pub xdp_mode: Option<AttachMode>,
+    /// Host mode: the TC egress hook (auto, tcx, clsact).
+    #[arg(long, value_enum, value_name = "HOOK")]
+    pub tc_hook: Option<TcHook>,
+}
+
+/// The config file: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    iface: Option<Vec<String>>,
+    mode: Option<RunMode>,
+    consume: Option<bool>,
+    interval: Option<String>,
+    listen: Option<String>,
+    max_series: Option<usize>,
+    jsonl: Option<PathBuf>,
+    log_level: Option<String>,
+    idle_timeout: Option<String>,
+    max_flows: Option<u32>,
+    xdp_mode: Option<String>,
+    tc_hook: Option<String>,
+}
+
+/// Validated settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunConfig {
+    pub ifaces: Vec<String>,
+    pub vantage: Vantage,
+    pub interval: Duration,
+    pub listen: SocketAddr,
+    pub max_series: usize,
+    pub jsonl: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub idle_timeout: Duration,
+    pub max_flows: u32,
+    pub xdp_mode: AttachMode,
+    pub tc_hook: TcHook,
+}
+
+fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        what: what.into(),
+        detail: detail.into(),
+    }
+}
+
+fn value_enum<T: clap::ValueEnum>(path: &Path, key: &str, v: &str) -> Result<T, ConfigError> {
+    T::from_str(v, true).map_err(|_| ConfigError::Parse {
+        path: path.to_path_buf(),
+        detail: format!(
+            "{key} = '{v}': expected one of {}",
+            T::value_variants()
+                .iter()
+                .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
+impl RunConfig {
+    /// The flags over the config file (read now).
+    pub fn load(args: &RunArgs) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+                    path: path.clone(),
+                    error,
+                })?;
+                let file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                    path: path.clone(),
+                    // The message only: the source snippet would span lines.
+                    detail: e.message().to_string(),
+                })?;
+                Some((path.as_path(), file))
+            }
+            None => None,
+        };
+        Self::merge(args, file)
+    }
+
+    fn merge(args: &RunArgs, file: Option<(&Path, FileConfig)>) -> Result<Self, ConfigError> {
+        let (path, f) = match file {
+            Some((p, f)) => (p.to_path_buf(), f),
+            None => (PathBuf::from("(none)"), FileConfig::default()),
+        };
+        let parse_err = |detail: String| ConfigError::Parse {
+            path: path.clone(),
+            detail,
+        };
+        let ifaces = if args.iface.is_empty() {
+            f.iface.unwrap_or_default()
+        } else {
+            args.iface.clone()
+        };
+        if ifaces.is_empty() {
+            return Err(invalid(
+                "no interface to observe",
+                "give --iface IF (repeatable) or iface = [\"IF\"] in the config file",
+            ));
+        }
+        for (i, iface) in ifaces.iter().enumerate() {
+            if ifaces[..i].contains(iface) {
+                return Err(invalid(
+                    format!("interface '{iface}'"),
+                    "given twice".to_string(),
+                ));
+            }
+        }
+        let mode = args.mode.or(f.mode).unwrap_or_default();
+        let consume = args.consume || f.consume.unwrap_or(false);
+        let vantage = match mode {
+            RunMode::Host if consume => {
+                return Err(invalid("consume", "only in mirror mode"));
+            }
+            RunMode::Host => Vantage::Host,
+            RunMode::Mirror => Vantage::Mirror { consume },
+        };
+        let duration = |key: &str, v: &Option<String>| -> Result<Option<Duration>, ConfigError> {
+            v.as_deref()
+                .map(|s| {
+                    crate::cli::parse_duration(s).map_err(|e| parse_err(format!("{key}: {e}")))
+                })
+                .transpose()
+        };
+        let interval = match args.interval {
+            Some(d) => d,
+            None => duration("interval", &f.interval)?.unwrap_or(DEFAULT_INTERVAL),
+        };
+        if interval < MIN_INTERVAL {
+            return Err(invalid(
+                "interval",
+                format!("{interval:?} is below the minimum of 100ms"),
+            ));
+        }
+        let idle_timeout = match args.idle_timeout {
+            Some(d) => d,
+            None => duration("idle_timeout", &f.idle_timeout)?.unwrap_or(DEFAULT_IDLE_TIMEOUT),
+        };
+        if idle_timeout < interval {
+            return Err(invalid(
+                "idle timeout",
+                format!("{idle_timeout:?} is shorter than the interval ({interval:?})"),
+            ));
+        }
+        let listen = match (args.listen, &f.listen) {
+            (Some(a), _) => a,
+            (None, Some(s)) => s
+                .parse()
+                .map_err(|_| parse_err(format!("listen = '{s}' is not ADDR:PORT")))?,
+            (None, None) => DEFAULT_LISTEN.parse().expect("a valid address"),
+        };
+        let max_series = args
+            .max_series
+            .or(f.max_series)
+            .unwrap_or(DEFAULT_MAX_SERIES);
+        if max_series > MAX_MAX_SERIES {
+            return Err(invalid(
+                "max series",
+                format!("{max_series} is above {MAX_MAX_SERIES}"),
+            ));
+        }
+        let max_flows = args
+            .max_flows
+            .or(f.max_flows)
+            .unwrap_or(DEFAULT_RUN_MAX_FLOWS);
+        let xdp_mode = match (args.xdp_mode, &f.xdp_mode) {
+            (Some(m), _) => m,
+            (None, Some(s)) => value_enum(&path, "xdp_mode", s)?,
+            (None, None) => AttachMode::Auto,
+        };
+        let tc_hook = match (args.tc_hook, &f.tc_hook) {
+            (Some(h), _) => h,
+            (None, Some(s)) => value_enum(&path, "tc_hook", s)?,
+            (None, None) => TcHook::Auto,
+        };
+        let log_level = args.log_level.clone().or(f.log_level);
+        if let Some(level) = &log_level {
+            tracing_subscriber::EnvFilter::try_new(level)
+                .map_err(|e| invalid(format!("log level '{level}'"), e.to_string()))?;
+        }
+        Ok(Self {
+            ifaces,
+            vantage,
+            interval,
+            listen,
+            max_series,
+            jsonl: args.jsonl.clone().or(f.jsonl),
+            log_level,
+            idle_timeout,
+            max_flows,
+            xdp_mode,
+            tc_hook,
+        })
+    }
+
+    /// Drains a flow may stay unchanged before it is deleted.
+    pub fn idle_drains(&self) -> u32 {
+        (self.idle_timeout.as_secs_f64() / self.interval.as_secs_f64()).ceil() as u32
+    }
+
+    /// Settings a reload cannot change (they are fixed when the kernel object is loaded or
+    /// the listener bound): the names of those that differ.
+    pub fn fixed_changes(&self, new: &RunConfig) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.listen != new.listen {
+            v.push("listen");
+        }
+        if self.vantage != new.vantage {
+            v.push("mode/consume");
+        }
+        if self.max_flows != new.max_flows {
+            v.push("max_flows");
+        }
+        if self.xdp_mode != new.xdp_mode {
+            v.push("xdp_mode");
+        }
+        if self.tc_hook != new.tc_hook {
+            v.push("tc_hook");
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let args = RunArgs {
+            interval: Some(Duration::from_secs(2)),
+            ..RunArgs::default()
+        };
+        let f = file(
+            "iface = [\"eth0\", \"eth1\"]\ninterval = \"30s\"\nmax_series = 7\nlisten = \"0.0.0.0:9000\"\nmode = \"mirror\"\nconsume = true\n",
+        );
+        let c = RunConfig::merge(&args, Some((Path::new("c.toml"), f))).unwrap();
+        assert_eq!(c.ifaces, ["eth0", "eth1"]);
+        assert_eq!(c.interval, Duration::from_secs(2));
+        assert_eq!(c.max_series, 7);
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.vantage, Vantage::Mirror { consume: true });
+        assert_eq!(c.idle_drains(), 150);
+    }
+
+    #[test]
+    fn defaults_listen_on_loopback() {
+        let args = RunArgs {
+            iface: vec!["eth0".into()],
+            ..RunArgs::default()
+        };
+        let c = RunConfig::merge(&args, None).unwrap();
+        assert!(c.listen.ip().is_loopback());
+        assert_eq!(c.interval, DEFAULT_INTERVAL);
+        assert_eq!(c.max_series, DEFAULT_MAX_SERIES);
+    }
+
+    #[test]
+    fn bad_values_are_one_line_errors() {
+        let args = RunArgs::default();
+        for (text, want) in [
+            ("", "no interface"),
+            ("iface = [\"a\"]\ninterval = \"5\u{3bc}s\"", "interval"),
+            ("iface = [\"a\"]\ninterval = \"10ms\"", "below the minimum"),
+            ("iface = [\"a\"]\nlisten = \"localhost\"", "ADDR:PORT"),
+            ("iface = [\"a\"]\nxdp_mode = \"fast\"", "expected one of"),
+            ("iface = [\"a\", \"a\"]", "given twice"),
+            (
+                "iface = [\"a\"]\nidle_timeout = \"1s\"",
+                "shorter than the interval",
+            ),
+            ("iface = [\"a\"]\nconsume = true", "only in mirror mode"),
+            ("iface = [\"a\"]\nmax_series = 100000", "above"),
+            ("iface = [\"a\"]\nlog_level = \"[[\"", "log level"),
+        ] {
+            let e = RunConfig::merge(&args, Some((Path::new("c.toml"), file(text))))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        assert!(toml::from_str::<FileConfig>("ifaces = []").is_err());
+    }
+}

@@ -1,0 +1,438 @@
+//! The metrics endpoint's content: one [`Snapshot`] per drain, encoded on each scrape by the
+//! `prometheus-client` crate (OpenMetrics text, or the Prometheus text format for scrapers
+//! that do not ask for OpenMetrics).
+
+use std::sync::{Arc, Mutex};
+
+use observer_common::{DIRECTION_EGRESS, FlowKey, IfaceCounters, MirrorOf, OpClass, SkipReason};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
+    registry::{Registry, Unit},
+};
+
+use super::flows::{Counts, METRIC_NAMES, SeriesRow};
+use crate::report::ip_of;
+
+/// One observed interface.
+#[derive(Clone, Debug, Default)]
+pub struct IfaceRow {
+    pub name: String,
+    pub attached: bool,
+    pub up: bool,
+    pub reattachments: u64,
+    /// Cumulative: [rx, tx].
+    pub counters: [IfaceCounters; 2],
+}
+
+/// Everything the endpoint shows, as of the last drain.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub mode: &'static str,
+    /// Host mode has a tx direction (TC egress).
+    pub egress: bool,
+    pub interfaces: Vec<IfaceRow>,
+    pub series: Vec<SeriesRow>,
+    pub rest: Counts,
+    pub interval_seconds: f64,
+    pub max_series: usize,
+    pub drain_seconds: f64,
+    pub drains: u64,
+    pub table_entries: usize,
+    pub table_capacity: u32,
+    pub flows: usize,
+    pub evictions: u64,
+    pub unattributed_packets: u64,
+    pub aged: u64,
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    pub skipped: [u64; SkipReason::COUNT],
+    pub reloads_ok: u64,
+    pub reloads_failed: u64,
+}
+
+/// Labels of a flow's series.
+pub fn flow_labels(key: &FlowKey) -> [(&'static str, String); 6] {
+    let mirror = match MirrorOf::of(key.mirror) {
+        MirrorOf::Direct => String::new(),
+        MirrorOf::Session(id) => format!("erspan-{id}"),
+        MirrorOf::Kind(k) => k.name().to_string(),
+    };
+    [
+        ("src", ip_of(key.src_ip).to_string()),
+        ("dst", ip_of(key.dst_ip).to_string()),
+        ("qp", key.dest_qp.to_string()),
+        ("sport", key.udp_src_port.to_string()),
+        (
+            "dir",
+            if key.mirror & DIRECTION_EGRESS != 0 {
+                "tx"
+            } else {
+                "rx"
+            }
+            .to_string(),
+        ),
+        ("mirror", mirror),
+    ]
+}
+
+/// Labels of the rest series.
+pub fn rest_labels() -> [(&'static str, String); 6] {
+    [
+        ("src", String::new()),
+        ("dst", String::new()),
+        ("qp", "rest".to_string()),
+        ("sport", String::new()),
+        ("dir", String::new()),
+        ("mirror", String::new()),
+    ]
+}
+
+/// ECN codepoint names, indexed by the codepoint.
+pub const ECN_NAMES: [&str; 4] = ["not_ect", "ect1", "ect0", "ce"];
+
+/// Encodes the shared snapshot on every scrape.
+#[derive(Debug)]
+pub struct SnapshotCollector(pub Arc<Mutex<Snapshot>>);
+
+fn counter_family<L: prometheus_client::encoding::EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    rows: impl IntoIterator<Item = (L, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    v: N,
+) -> Result<(), std::fmt::Error>
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    let g = ConstGauge::new(v);
+    g.encode(enc.encode_descriptor(name, help, unit, MetricType::Gauge)?)
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    v: u64,
+) -> Result<(), std::fmt::Error> {
+    ConstCounter::new(v).encode(enc.encode_descriptor(name, help, unit, MetricType::Counter)?)
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.lock().map_err(|_| std::fmt::Error)?;
+        let dirs: &[(usize, &str)] = if s.egress {
+            &[(0, "rx"), (1, "tx")]
+        } else {
+            &[(0, "rx")]
+        };
+        let per_iface = |f: &dyn Fn(&IfaceCounters) -> u64| {
+            let mut rows = Vec::new();
+            for i in &s.interfaces {
+                for (d, dir) in dirs {
+                    rows.push((
+                        [("iface", i.name.clone()), ("dir", dir.to_string())],
+                        f(&i.counters[*d]),
+                    ));
+                }
+            }
+            rows
+        };
+        counter_family(
+            &mut enc,
+            "roce_iface_frames",
+            "Frames seen on the interface (RoCE or not)",
+            None,
+            per_iface(&|c| c.frames),
+        )?;
+        counter_family(
+            &mut enc,
+            "roce_iface_frame",
+            "Bytes of the frames seen on the interface (Ethernet frame length)",
+            Some(&Unit::Bytes),
+            per_iface(&|c| c.frame_bytes),
+        )?;
+        counter_family(
+            &mut enc,
+            "roce_packets",
+            "RoCEv2 packets",
+            None,
+            per_iface(&|c| c.roce_packets),
+        )?;
+        counter_family(
+            &mut enc,
+            "roce",
+            "RoCEv2 bytes (IP length)",
+            Some(&Unit::Bytes),
+            per_iface(&|c| c.roce_bytes),
+        )?;
+        {
+            let mut rows = Vec::new();
+            for i in &s.interfaces {
+                for (d, dir) in dirs {
+                    for (cp, name) in ECN_NAMES.iter().enumerate() {
+                        rows.push((
+                            [
+                                ("iface", i.name.clone()),
+                                ("dir", dir.to_string()),
+                                ("ecn", name.to_string()),
+                            ],
+                            i.counters[*d].ecn[cp],
+                        ));
+                    }
+                }
+            }
+            counter_family(
+                &mut enc,
+                "roce_ecn_packets",
+                "RoCEv2 packets by ECN codepoint",
+                None,
+                rows,
+            )?;
+        }
+        {
+            let mut rows = Vec::new();
+            for i in &s.interfaces {
+                for (d, dir) in dirs {
+                    for op in OpClass::ALL {
+                        rows.push((
+                            [
+                                ("iface", i.name.clone()),
+                                ("dir", dir.to_string()),
+                                ("op", op.name().to_string()),
+                            ],
+                            i.counters[*d].ops[op as usize],
+                        ));
+                    }
+                }
+            }
+            counter_family(
+                &mut enc,
+                "roce_op_packets",
+                "RoCEv2 packets by operation class (cnp, nak, rnr_nak, ack, send, write, ...)",
+                None,
+                rows,
+            )?;
+        }
+        for (m, (name, help)) in METRIC_NAMES.iter().enumerate() {
+            let (family, unit) = match *name {
+                "bytes" => ("roce_qp".to_string(), Some(Unit::Bytes)),
+                _ => (format!("roce_qp_{name}"), None),
+            };
+            let rows = s
+                .series
+                .iter()
+                .map(|r| (flow_labels(&r.key), r.counts.0[m]))
+                .chain(std::iter::once((rest_labels(), s.rest.0[m])));
+            counter_family(
+                &mut enc,
+                &family,
+                &format!("{help}, per queue pair (top K by recent bytes, and qp=\"rest\")"),
+                unit.as_ref(),
+                rows,
+            )?;
+        }
+        // Self metrics.
+        {
+            let mut m = enc.encode_descriptor(
+                "roce_observer",
+                "The observer: version and mode",
+                None,
+                MetricType::Info,
+            )?;
+            m.encode_info(&[
+                ("version", env!("CARGO_PKG_VERSION").to_string()),
+                ("mode", s.mode.to_string()),
+            ])?;
+        }
+        for (name, help, f) in [
+            (
+                "roce_observer_interface_attached",
+                "1 while the observer is attached to the interface",
+                (|i: &IfaceRow| i.attached as i64) as fn(&IfaceRow) -> i64,
+            ),
+            (
+                "roce_observer_interface_up",
+                "1 while the interface is up and running",
+                |i: &IfaceRow| i.up as i64,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for i in &s.interfaces {
+                ConstGauge::new(f(i)).encode(m.encode_family(&[("iface", i.name.clone())])?)?;
+            }
+        }
+        counter_family(
+            &mut enc,
+            "roce_observer_reattachments",
+            "Times the observer attached again to an interface re-created under its name",
+            None,
+            s.interfaces
+                .iter()
+                .map(|i| ([("iface", i.name.clone())], i.reattachments)),
+        )?;
+        gauge(
+            &mut enc,
+            "roce_observer_drain",
+            "Time the last interval's drain of the kernel maps took",
+            Some(&Unit::Seconds),
+            s.drain_seconds,
+        )?;
+        counter(
+            &mut enc,
+            "roce_observer_drains",
+            "Drains of the kernel maps",
+            None,
+            s.drains,
+        )?;
+        gauge(
+            &mut enc,
+            "roce_observer_interval",
+            "The drain interval",
+            Some(&Unit::Seconds),
+            s.interval_seconds,
+        )?;
+        gauge(
+            &mut enc,
+            "roce_observer_flows_tracked",
+            "Flows the daemon tracks (in the kernel flow table or its per-CPU cache, or gone but not yet aged out)",
+            None,
+            s.flows as i64,
+        )?;
+        gauge(
+            &mut enc,
+            "roce_observer_flow_table_entries",
+            "Entries in the kernel flow table at the last drain (flows held only in the per-CPU cache in front of it are not entries yet)",
+            None,
+            s.table_entries as i64,
+        )?;
+        gauge(
+            &mut enc,
+            "roce_observer_flow_table_capacity",
+            "Capacity of the kernel flow table",
+            None,
+            i64::from(s.table_capacity),
+        )?;
+        gauge(
+            &mut enc,
+            "roce_observer_flow_table_fill_ratio",
+            "Entries over capacity of the kernel flow table",
+            None,
+            s.table_entries as f64 / f64::from(s.table_capacity.max(1)),
+        )?;
+        counter(
+            &mut enc,
+            "roce_observer_flow_evictions",
+            "Flows a drain saw in the kernel table that the table then evicted (LRU) before the daemon aged them out (flows inserted and evicted between two drains are not seen: their packets are in roce_observer_unattributed_packets_total)",
+            None,
+            s.evictions,
+        )?;
+        counter(
+            &mut enc,
+            "roce_observer_unattributed_packets",
+            "RoCEv2 packets in the totals that no flow holds (evicted before a drain read them, or refused by a full table); they are in the qp=\"rest\" series",
+            None,
+            s.unattributed_packets,
+        )?;
+        counter(
+            &mut enc,
+            "roce_observer_flows_aged",
+            "Idle flows the daemon deleted from the kernel table",
+            None,
+            s.aged,
+        )?;
+        gauge(
+            &mut enc,
+            "roce_observer_series",
+            "Queue pairs exported as their own series now",
+            None,
+            s.series.len() as i64,
+        )?;
+        gauge(
+            &mut enc,
+            "roce_observer_max_series",
+            "The most queue pairs exported as their own series",
+            None,
+            s.max_series as i64,
+        )?;
+        {
+            let c = ConstCounter::new(s.cpu_seconds);
+            c.encode(enc.encode_descriptor(
+                "roce_observer_cpu",
+                "CPU time the daemon used (user and system)",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?)?;
+        }
+        gauge(
+            &mut enc,
+            "roce_observer_resident_memory",
+            "Resident memory of the daemon",
+            Some(&Unit::Bytes),
+            s.resident_bytes as i64,
+        )?;
+        counter_family(
+            &mut enc,
+            "roce_observer_skipped_frames",
+            "Frames that are not RoCEv2, by reason (not_ip, not_udp and other_port are ordinary traffic; the others are malformed or unsupported)",
+            None,
+            SkipReason::ALL
+                .iter()
+                .map(|r| ([("reason", r.name().to_string())], s.skipped[*r as usize])),
+        )?;
+        counter_family(
+            &mut enc,
+            "roce_observer_config_reloads",
+            "Config reloads (SIGHUP) by result",
+            None,
+            [
+                ([("result", "ok".to_string())], s.reloads_ok),
+                ([("result", "error".to_string())], s.reloads_failed),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// A registry holding the snapshot collector.
+pub fn registry(snapshot: Arc<Mutex<Snapshot>>) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(SnapshotCollector(snapshot)));
+    r
+}
+
+/// The exposition, OpenMetrics unless `prometheus_text`.
+pub fn encode(registry: &Registry, prometheus_text: bool) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    if prometheus_text {
+        prometheus_client::encoding::prometheus_text::encode(&mut out, registry)?;
+    } else {
+        prometheus_client::encoding::text::encode(&mut out, registry)?;
+    }
+    Ok(out)
+}
+
+/// Sum of a snapshot's series and rest (tests: it equals the interface totals).
+pub fn series_sum(s: &Snapshot) -> Counts {
+    let mut c = s.rest;
+    for r in &s.series {
+        c.add(&r.counts);
+    }
+    c
+}
