@@ -227,6 +227,56 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     assert_eq!(ring_bytes(&ebpf, 1).0, 0, "the egress ring");
 }
 
+/// Per-interface counters in the kernel: every frame of an observed interface, and its RoCEv2
+/// packets by ECN codepoint and operation class, with or without microburst slots; frames of
+/// other interfaces count nothing.
+#[test]
+fn kernel_interface_counters_count_every_frame() {
+    if !require_root("kernel_interface_counters_count_every_frame") {
+        return;
+    }
+    use observer_common::{IfaceCounters, maps};
+    let w = synth::scenario("e2e").unwrap();
+    let mut ebpf = load_observer();
+    let read = |ebpf: &aya::Ebpf, i: u32| -> IfaceCounters {
+        let m: aya::maps::PerCpuArray<_, IfaceCounters> =
+            aya::maps::PerCpuArray::try_from(ebpf.map(maps::IFACE_COUNTERS).unwrap()).unwrap();
+        let mut total = IfaceCounters::default();
+        for c in m.get(&i, 0).unwrap().iter() {
+            total.merge(c);
+        }
+        total
+    };
+    for f in w.frames.iter().take(10) {
+        run(&ebpf, &f.bytes);
+    }
+    assert_eq!(read(&ebpf, 0), IfaceCounters::default(), "not observed");
+    let lo = roce_observer::live::if_index("lo").unwrap();
+    // Slot width 0: counters without microburst slots.
+    roce_observer::live::observe_bursts(&mut ebpf, &[("lo", lo)], 0).unwrap();
+    for f in &w.frames {
+        run(&ebpf, &f.bytes);
+    }
+    let got = read(&ebpf, 0);
+    let mut want = IfaceCounters {
+        frames: w.frames.len() as u64,
+        frame_bytes: w.frames.iter().map(|f| f.bytes.len() as u64).sum(),
+        roce_packets: w.truth.counters.roce_packets,
+        roce_bytes: w.truth.counters.roce_bytes,
+        ..IfaceCounters::default()
+    };
+    for s in w.truth.flows.values() {
+        for (a, b) in want.ecn.iter_mut().zip(s.ecn) {
+            *a += b;
+        }
+        for (a, b) in want.ops.iter_mut().zip(s.ops) {
+            *a += b;
+        }
+    }
+    assert_eq!(got, want);
+    assert_eq!(read(&ebpf, 1), IfaceCounters::default(), "egress");
+}
+
 #[test]
 fn baseline_program_counts_frames_and_passes() {
     if !require_root("baseline_program_counts_frames_and_passes") {
