@@ -33,6 +33,11 @@ impl Daemon {
     /// Starts `run ARGS` in `ns` (as `nobody` with only the three capabilities when
     /// `unprivileged`), waits until it serves.
     fn start(ns: &Netns, args: &[&str], unprivileged: bool) -> Self {
+        Self::start_env(ns, args, unprivileged, None)
+    }
+
+    /// As `start`, with ROCE_OBSERVER_LOG set to `log` (unset when None).
+    fn start_env(ns: &Netns, args: &[&str], unprivileged: bool, log: Option<&str>) -> Self {
         let mut cmd = if unprivileged {
             let caps = "-all,+bpf,+net_admin,+perfmon";
             let mut c = ns.command("setpriv");
@@ -53,6 +58,7 @@ impl Daemon {
             .arg("run")
             .args(args)
             .env_remove("ROCE_OBSERVER_LOG")
+            .envs(log.map(|l| ("ROCE_OBSERVER_LOG", l)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -1015,6 +1021,13 @@ fn endpoints_listener_and_errors() {
         ),
         1.0
     );
+    let (status, log) = d.stop();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("DEBUG"), "{log}");
+    // The level from the environment: debug lines (the drains).
+    let d = Daemon::start_env(&lab.ns, &["-i", "rx0"], false, Some("debug"));
+    d.wait_log("DEBUG drained", 0);
+    // SIGTERM right after the start (handlers are set before attaching): a clean exit.
     let (status, log) = d.stop();
     assert!(status.success(), "{log}");
     let d = Daemon::start(&lab.ns, &["-i", "rx0", "--listen", "0.0.0.0:9477"], false);

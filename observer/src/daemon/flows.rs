@@ -13,6 +13,8 @@
 //!   so packets of evicted flows are in it; held so that it never goes back.
 
 use observer_common::{FlowKey, FlowStats, OpClass};
+use std::{cmp::Reverse, collections::BinaryHeap};
+
 use rustc_hash::FxHashMap;
 
 /// Metrics kept per flow.
@@ -55,7 +57,7 @@ pub const METRIC_NAMES: [(&str, &str); METRICS] = [
 ];
 
 /// One value per metric.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Counts(pub [u64; METRICS]);
 
 impl Counts {
@@ -89,7 +91,7 @@ impl Counts {
     }
 
     /// Field by field maximum.
-    pub fn max(&self, o: &Counts) -> Counts {
+    pub fn each_max(&self, o: &Counts) -> Counts {
         let mut d = *self;
         for (a, b) in d.0.iter_mut().zip(o.0) {
             *a = (*a).max(b);
@@ -291,7 +293,7 @@ impl FlowBook {
             for v in per_cpu.iter().filter(|v| v.packets > 0) {
                 read.add(&Counts::of(v));
             }
-            s.last = s.last.max(&read);
+            s.last = s.last.each_max(&read);
         }
         self.retired.add(&s.cum());
         self.members.retain(|m| m.key != *key);
@@ -303,8 +305,10 @@ impl FlowBook {
     pub fn finish(&mut self, totals: &Counts) -> Drained {
         let epoch = self.epoch;
         let mut sum = self.retired;
+        // This drain's growth of the members, and of the K fastest other flows (a bounded
+        // min-heap: no allocation per active flow).
         let mut deltas: FxHashMap<FlowKey, Counts> = FxHashMap::default();
-        let mut candidates: Vec<(u64, FlowKey)> = Vec::new();
+        let mut fastest: BinaryHeap<Reverse<(u64, FlowKey, Counts)>> = BinaryHeap::new();
         let member_keys: FxHashMap<FlowKey, usize> = self
             .members
             .iter()
@@ -345,7 +349,7 @@ impl FlowBook {
                 if let Some(c) = cache {
                     read.add(c);
                 }
-                let next = s.last.max(&read);
+                let next = s.last.each_max(&read);
                 delta = next.minus(&s.last);
                 s.last = next;
                 if !delta.is_zero() {
@@ -361,9 +365,11 @@ impl FlowBook {
                 if !delta.is_zero() {
                     deltas.insert(*key, delta);
                 }
-            } else if delta.0[BYTES] > 0 || delta.0[PACKETS] > 0 {
-                candidates.push((delta.0[BYTES], *key));
-                deltas.insert(*key, delta);
+            } else if self.max_series > 0 && (delta.0[BYTES] > 0 || delta.0[PACKETS] > 0) {
+                fastest.push(Reverse((delta.0[BYTES], *key, delta)));
+                if fastest.len() > self.max_series {
+                    fastest.pop();
+                }
             }
         }
         // Packets the totals have and no flow has.
@@ -373,6 +379,13 @@ impl FlowBook {
         for m in &mut self.members {
             m.delta_bytes = deltas.get(&m.key).map_or(0, |d| d.0[BYTES]);
         }
+        let candidates: Vec<(u64, FlowKey)> = fastest
+            .into_iter()
+            .map(|Reverse((bytes, key, delta))| {
+                deltas.insert(key, delta);
+                (bytes, key)
+            })
+            .collect();
         self.rank(candidates, &deltas);
         let mut grand = sum;
         for m in 0..TOTALLED {
@@ -400,7 +413,7 @@ impl FlowBook {
                 .then(b.counts.0[BYTES].cmp(&a.counts.0[BYTES]))
                 .then(a.key.cmp(&b.key))
         });
-        let rest = self.rest.max(&grand.minus(&in_series));
+        let rest = self.rest.each_max(&grand.minus(&in_series));
         let rest_delta = rest.minus(&self.rest);
         self.rest = rest;
         self.cache_last = std::mem::take(&mut self.cache_now);

@@ -130,6 +130,21 @@ impl Health {
 pub fn run(args: RunArgs) -> Result<(), DaemonError> {
     let config = RunConfig::load(&args)?;
     let log = init_logging(config.log_level.as_deref())?;
+    // Signal handlers first: a SIGTERM during start-up must detach, not kill.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _in_runtime = runtime.enter();
+        let make = |kind| signal(kind).map_err(|e| DaemonError::Runtime(e.to_string()));
+        Signals {
+            term: make(SignalKind::terminate())?,
+            int: make(SignalKind::interrupt())?,
+            hup: make(SignalKind::hangup())?,
+        }
+    };
     let mut live = LiveConfig::new(config.ifaces.clone());
     live.mode = config.xdp_mode;
     live.vantage = config.vantage;
@@ -186,23 +201,28 @@ pub fn run(args: RunArgs) -> Result<(), DaemonError> {
         .name("collector".into())
         .spawn(move || collector.run(rx, wake_rx))
         .map_err(|e| DaemonError::Runtime(e.to_string()))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
-    runtime.block_on(serve(listener, snapshot, health, tx, wake_tx, worker))
+    runtime.block_on(serve(
+        listener, snapshot, health, signals, tx, wake_tx, worker,
+    ))
 }
 
 /// Serves HTTP and forwards signals until the collector ends; its result.
+/// The signals the daemon handles, registered before it attaches.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
 async fn serve(
     listener: std::net::TcpListener,
     snapshot: Arc<Mutex<Snapshot>>,
     health: Arc<Health>,
+    signals: Signals,
     tx: mpsc::Sender<Command>,
     mut wake: UnixStream,
     worker: std::thread::JoinHandle<Result<(), DaemonError>>,
 ) -> Result<(), DaemonError> {
-    use tokio::signal::unix::{SignalKind, signal};
     let registry = Arc::new(metrics::registry(snapshot));
     let app = axum::Router::new()
         .route(
@@ -240,11 +260,11 @@ async fn serve(
             })
             .await
     });
-    let mut term =
-        signal(SignalKind::terminate()).map_err(|e| DaemonError::Runtime(e.to_string()))?;
-    let mut int =
-        signal(SignalKind::interrupt()).map_err(|e| DaemonError::Runtime(e.to_string()))?;
-    let mut hup = signal(SignalKind::hangup()).map_err(|e| DaemonError::Runtime(e.to_string()))?;
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+    } = signals;
     let (end_tx, mut end_rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let _ = end_tx.send(worker.join());
