@@ -47,6 +47,10 @@ struct Args {
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Measure `roce_observe` as `run` attaches it: per-interface counters, no microburst
+    /// slots (by default as `diagnose` does: slots on).
+    #[arg(long)]
+    no_burst_slots: bool,
 }
 
 /// Frames of the cases, from the shared generator (`roce_observer::synth`).
@@ -240,7 +244,7 @@ fn udp_dst_port(f: &[u8]) -> Option<u16> {
     ))
 }
 
-fn load(cap: u32) -> Result<Ebpf, String> {
+fn load(cap: u32, slots: bool) -> Result<Ebpf, String> {
     let mut ebpf = EbpfLoader::new()
         .map_max_entries(maps::FLOWS, cap)
         .map_max_entries(maps::FLOWS_SHARED, cap)
@@ -259,13 +263,18 @@ fn load(cap: u32) -> Result<Ebpf, String> {
             .map_err(|e| format!("program {name}: {e}"))?;
         prog.load().map_err(|e| format!("loading {name}: {e}"))?;
     }
-    // Microburst slots on, as `diagnose` runs: BPF_PROG_TEST_RUN runs XDP on the loopback
-    // device, so each measured frame also pays its slot's clock read and atomic add.
+    // The loopback device is observed (BPF_PROG_TEST_RUN runs XDP there), so each measured
+    // frame pays its interface counters and, with slots on as `diagnose` runs, its slot's clock
+    // read and atomic add.
     let lo = roce_observer::live::if_index("lo").map_err(|e| e.to_string())?;
     roce_observer::live::observe_bursts(
         &mut ebpf,
         &[("lo", lo)],
-        roce_observer::series::DEFAULT_SLOT_NS,
+        if slots {
+            roce_observer::series::DEFAULT_SLOT_NS
+        } else {
+            0
+        },
     )
     .map_err(|e| e.to_string())?;
     Ok(ebpf)
@@ -360,7 +369,7 @@ fn run_all(args: &Args, cases: &[Case]) -> Result<Vec<[Vec<f64>; 4]>, String> {
     let mut samples: Vec<[Vec<f64>; 4]> = cases.iter().map(|_| Default::default()).collect();
     for run in 0..args.runs {
         eprintln!("bench: run {}/{}", run + 1, args.runs);
-        let base_obj = load(cap)?;
+        let base_obj = load(cap, !args.no_burst_slots)?;
         for (ci, case) in cases.iter().enumerate() {
             let base = measure(
                 prog(&base_obj, programs::BASELINE),
@@ -373,7 +382,7 @@ fn run_all(args: &Args, cases: &[Case]) -> Result<Vec<[Vec<f64>; 4]>, String> {
         // A fresh object per observer: FLOWS is shared by the cached and the uncached program,
         // and the new-flow frames must be new to each.
         for (oi, name) in OBSERVERS.iter().enumerate() {
-            let ebpf = load(cap)?;
+            let ebpf = load(cap, !args.no_burst_slots)?;
             for (ci, case) in cases.iter().enumerate() {
                 let before = if case.repeated {
                     0

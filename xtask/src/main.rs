@@ -62,8 +62,9 @@ enum Cmd {
     },
     /// Setup, then run the BPF_PROG_TEST_RUN benchmark (extra arguments go to the bench binary),
     /// then the replay throughput benchmark on whole and on 160-byte frames (bench-replay), then
-    /// the spread of direct RoCE and mirror copies over CPUs under RPS (bench-rss); only --json
-    /// is passed on to those.
+    /// the spread of direct RoCE and mirror copies over CPUs under RPS (bench-rss), then the
+    /// CPU, drain time and memory of `roce-observer run` at 10k, 100k and 1M flows beside the
+    /// idle daemon (bench-daemon, about 3 minutes); only --json is passed on to those.
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
@@ -126,9 +127,10 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             let json: Vec<OsString> = args.iter().filter(|a| *a == "--json").cloned().collect();
             // The kernel benchmark, then offline replay throughput on whole frames and on a
             // header-only (160-byte snaplen) capture as mirrors and sniffers take, then how
-            // receive steering spreads direct RoCE and mirror copies over CPUs; of the extra
-            // arguments only --json applies to the runs after the first.
-            let runs: [(&str, Vec<OsString>); 4] = [
+            // receive steering spreads direct RoCE and mirror copies over CPUs, then the
+            // daemon's cost by tracked flows; of the extra arguments only --json applies to the
+            // runs after the first.
+            let runs: [(&str, Vec<OsString>); 5] = [
                 ("bench", args),
                 (
                     "bench-replay",
@@ -138,7 +140,8 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     "bench-replay",
                     [&["--snaplen".into(), "160".into()][..], &json].concat(),
                 ),
-                ("bench-rss", json),
+                ("bench-rss", json.clone()),
+                ("bench-daemon", json),
             ];
             for (bin, bin_args) in runs {
                 let code = status(

@@ -19,8 +19,9 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 pub const DEFAULT_MAX_SERIES: usize = 100;
 pub const MAX_MAX_SERIES: usize = 10_000;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-/// The daemon's default flow table: large enough for the QPs of a busy GPU host.
-pub const DEFAULT_RUN_MAX_FLOWS: u32 = 65_536;
+/// The daemon's default flow table (as `diagnose`'s). The kernel allocates it in full at start,
+/// per possible CPU: max_flows x (112 + 216 x CPUs) bytes, 454 MB at 16384 on 128 CPUs.
+pub const DEFAULT_RUN_MAX_FLOWS: u32 = observer_common::DEFAULT_MAX_FLOWS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -80,7 +81,8 @@ pub struct RunArgs {
     /// Flows unchanged this long are deleted from the kernel table (default 5m).
     #[arg(long, value_parser = crate::cli::parse_duration, value_name = "DURATION")]
     pub idle_timeout: Option<Duration>,
-    /// Capacity of the kernel flow table (LRU; default 65536).
+    /// Capacity of the kernel flow table (LRU; default 16384). The kernel allocates it in full,
+    /// per possible CPU: max_flows x (112 + 216 x CPUs) bytes.
     #[arg(long, value_name = "N")]
     pub max_flows: Option<u32>,
     #[arg(long, value_enum)]

@@ -1,0 +1,1192 @@
+//! `cargo xtask bench` (last part): the cost of `roce-observer run`, the continuous sidecar, by
+//! the number of flows it tracks.
+//!
+//! Each case starts the real daemon (the release `roce-observer` binary) in a lab namespace,
+//! observing `rx0` with a 10 s interval and a flow table of 1<<20 entries, fills the table with N
+//! distinct flows (one RC SEND-only frame per flow, from 198.18.0.0/16 to 198.19.255.254, dest
+//! QPs 1..=N, sent on `tx0` through one AF_PACKET socket), waits until a drain has read the full
+//! table, then measures over a window of 3 intervals (exactly 3 drains):
+//! - CPU: the daemon process's utime + stime (/proc/PID/stat, every thread) over the window's
+//!   wall time, as a percentage of one core, and as a multiple of the same daemon with no flows
+//!   (the `idle` case, measured the same way in the same run);
+//! - drain time: `roce_observer_drain_seconds` scraped after each of the window's drains
+//!   (median and max);
+//! - memory: VmRSS and VmHWM (/proc/PID/status) at the end of the window, and the kernel memory
+//!   of the daemon's BPF maps (`memlock` of their fdinfo).
+//!
+//! Drains are found by scraping `/metrics` (a few scrapes around each expected drain, counted in
+//! the figures: a Prometheus server would scrape about as often). The target is below 1% of one
+//! core at 10k flows: printed as PASS or MISS, never a failure (timing on a shared machine is
+//! noisy). The bench fails on errors: the daemon dying or not exiting 0 on SIGTERM, the table
+//! not filling (fewer than 95% of the flows tracked), a scrape failing.
+//!
+//! With `--traffic`, each size is measured a second time with a sender thread refreshing all
+//! flows round robin at `--traffic-rate` frames per second during the window (rows labelled
+//! `+traffic`).
+
+use std::{
+    ffi::CString,
+    io::{Read, Write},
+    net::{Ipv4Addr, SocketAddr, TcpStream},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitCode, ExitStatus, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use observer_common::wire::op;
+use roce_observer::{
+    lab::{Lab, pin_current_thread},
+    synth::{Ip, RoceFrame},
+};
+
+/// CPU and memory of `roce-observer run` at 10k, 100k and 1M flows (needs root).
+#[derive(clap::Parser)]
+#[command(name = "bench-daemon")]
+struct Args {
+    /// Flow counts to measure (comma-separated); an idle case (0 flows) always comes first.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [10_000u32, 100_000, 1_000_000],
+        value_parser = clap::value_parser!(u32).range(1..=MAX_FLOWS as i64 - 1),
+    )]
+    flows: Vec<u32>,
+    /// The daemon's drain interval.
+    #[arg(long, default_value = "10s", value_parser = roce_observer::cli::parse_duration)]
+    interval: Duration,
+    /// Drains (intervals) per measurement window.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=30))]
+    window: u32,
+    /// Also measure every size with traffic refreshing the flows during the window.
+    #[arg(long)]
+    traffic: bool,
+    /// Frames per second of the `--traffic` sender.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    traffic_rate: u32,
+    /// The daemon binary (default: the release `roce-observer` next to this executable, built
+    /// first when missing or older than this executable).
+    #[arg(long, value_name = "PATH")]
+    daemon: Option<PathBuf>,
+    /// Print the figures as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The daemon's flow table capacity (`--max-flows`).
+const MAX_FLOWS: u32 = 1 << 20;
+/// The metrics endpoint inside the lab namespace (a fresh namespace: the port is free).
+const PORT: u16 = 19477;
+/// Flows at which the CPU target applies, and the target (% of one core).
+const TARGET_FLOWS: u32 = 10_000;
+const TARGET_CPU_PERCENT: f64 = 1.0;
+/// A table holding fewer than this share of the flows sent is an error.
+const MIN_FILL: f64 = 0.95;
+/// Destination of every flow; sources are 198.18.0.0/16.
+const DST: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
+
+// ---------------------------------------------------------------------------------------------
+// The flows and their sender.
+// ---------------------------------------------------------------------------------------------
+
+/// Flow `i` (0-based): an RC SEND-only frame to dest QP i + 1 from 198.18.(i>>8).(i&255) (the
+/// QP alone makes the flows distinct), with PSN `psn`.
+fn flow_frame(i: u32, psn: u32) -> Vec<u8> {
+    let src = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + (i & 0xFFFF));
+    let mut f = RoceFrame::new(Ip::v4(src, DST), op::SEND_ONLY, i + 1);
+    f.bth.psn = psn & 0x00FF_FFFF;
+    f.payload_len = 64;
+    f.to_bytes()
+}
+
+/// An AF_PACKET socket bound to one interface (create it inside the lab namespace).
+struct PacketSocket {
+    fd: OwnedFd,
+}
+
+impl PacketSocket {
+    fn open(iface: &str) -> Result<Self, String> {
+        let name = CString::new(iface).map_err(|_| format!("bad interface name {iface:?}"))?;
+        // SAFETY: a valid NUL-terminated string.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if ifindex == 0 {
+            return Err(format!("no interface {iface}"));
+        }
+        // SAFETY: plain socket(2); protocol 0: this socket only sends.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(format!(
+                "socket(AF_PACKET): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_ifindex = ifindex as i32;
+        // SAFETY: a valid sockaddr_ll of the given size.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&raw const addr).cast::<libc::sockaddr>(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(format!(
+                "bind to {iface}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(Self { fd })
+    }
+
+    /// Sends one frame, retrying while the device queue is full.
+    fn send(&self, frame: &[u8]) -> Result<(), String> {
+        let mut busy = 0u32;
+        loop {
+            // SAFETY: the pointer and length describe `frame`.
+            let n =
+                unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR) if busy < 10_000 => {
+                    busy += 1;
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                _ => return Err(format!("send on {}: {e}", Lab::TX)),
+            }
+        }
+    }
+}
+
+/// Frames after which a fill sender yields for [`FILL_PAUSE`]: the kernel handles each frame as
+/// it is sent (the softirq runs when the send returns), and a short breather now and then keeps
+/// the veth's 256-entry XDP ring from overflowing when a noisy neighbour delays that.
+const FILL_BATCH: u32 = 256;
+const FILL_PAUSE: Duration = Duration::from_micros(50);
+/// Fill senders (each on its own CPU, when allowed).
+const FILL_THREADS: usize = 2;
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Result<Vec<usize>, String> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_ISSET stays inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(format!(
+                "sched_getaffinity: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|c| libc::CPU_ISSET(*c, &set))
+            .collect())
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(format!(
+                "pinning a sender to CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Sends flows `0..n` once (PSN `psn`) from up to [`FILL_THREADS`] threads, each pinned to its
+/// own CPU and sending its own contiguous share of the flows (every flow's frames on one CPU, as
+/// a NIC's RSS keeps a flow on one queue). Must be called inside the lab namespace.
+fn fill(n: u32, psn: u32) -> Result<(), String> {
+    let cpus = allowed_cpus()?;
+    let threads = FILL_THREADS.min(cpus.len()).max(1) as u32;
+    let share = n.div_ceil(threads);
+    std::thread::scope(|s| {
+        let senders: Vec<_> = (0..threads)
+            .map(|t| {
+                let cpu = cpus[t as usize % cpus.len()];
+                s.spawn(move || {
+                    pin_to(cpu)?;
+                    let sock = PacketSocket::open(Lab::TX)?;
+                    let flows = t * share..((t + 1) * share).min(n);
+                    for (k, i) in flows.enumerate() {
+                        sock.send(&flow_frame(i, psn))?;
+                        if (k as u32 + 1).is_multiple_of(FILL_BATCH) {
+                            std::thread::sleep(FILL_PAUSE);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        senders.into_iter().try_for_each(|h| {
+            h.join()
+                .map_err(|_| "a sender thread panicked".to_string())?
+        })
+    })
+}
+
+/// A background sender refreshing flows `0..n` round robin at `rate` frames/s (PSNs rising by
+/// one per round), until stopped.
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<Result<(), String>>,
+}
+
+impl Traffic {
+    /// Must be called inside the lab namespace (the thread inherits it).
+    fn start(n: u32, rate: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let (stop_t, sent_t) = (stop.clone(), sent.clone());
+        let thread = std::thread::spawn(move || {
+            pin_current_thread().map_err(|e| format!("pinning the traffic sender: {e}"))?;
+            let sock = PacketSocket::open(Lab::TX)?;
+            let started = Instant::now();
+            // Rounds start at PSN 1 (the fill sent PSN 0).
+            let (mut i, mut round, mut total) = (0u32, 1u32, 0u64);
+            while !stop_t.load(Ordering::Relaxed) {
+                // Frames due by now; sent in bursts every ~2 ms.
+                let due = (started.elapsed().as_secs_f64() * f64::from(rate)) as u64;
+                while total < due {
+                    sock.send(&flow_frame(i, round))?;
+                    total += 1;
+                    i += 1;
+                    if i == n {
+                        i = 0;
+                        round += 1;
+                    }
+                }
+                sent_t.store(total, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Ok(())
+        });
+        Self { stop, sent, thread }
+    }
+
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    fn stop(self) -> Result<u64, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| "the traffic thread panicked".to_string())??;
+        Ok(self.sent.load(Ordering::Relaxed))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The daemon.
+// ---------------------------------------------------------------------------------------------
+
+/// `roce-observer run` in the lab namespace; killed on drop if still running.
+struct Daemon {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    /// `ip netns exec NS BIN run ...` (it execs the daemon: the child's pid is the daemon's).
+    fn start(ns: &str, bin: &Path, interval: Duration) -> Result<Self, String> {
+        let interval = format!("{}ms", interval.as_millis());
+        let max_flows = MAX_FLOWS.to_string();
+        let listen = format!("127.0.0.1:{PORT}");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(bin)
+            .args(["run", "-i", Lab::RX, "--interval", &interval])
+            .args(["--max-flows", &max_flows, "--idle-timeout", "1h"])
+            .args(["--listen", &listen, "--max-series", "100"])
+            .env_remove("ROCE_OBSERVER_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let sink = log.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    sink.lock().expect("log lock").push(line);
+                }
+            });
+        }
+        Ok(Self { child, log })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last lines of its log.
+    fn log_tail(&self) -> String {
+        let log = self.log.lock().expect("log lock");
+        if log.is_empty() {
+            return "(nothing on its stderr)".into();
+        }
+        let from = log.len().saturating_sub(15);
+        log[from..].join("\n")
+    }
+
+    /// An error if the daemon has exited.
+    fn check_alive(&mut self) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => {
+                // Let the log reader catch up.
+                std::thread::sleep(Duration::from_millis(100));
+                Err(format!(
+                    "the daemon exited ({status}):\n{}",
+                    self.log_tail()
+                ))
+            }
+            Err(e) => Err(format!("waiting for the daemon: {e}")),
+        }
+    }
+
+    /// Scrapes /metrics (must be called inside the lab namespace); an error if the daemon died.
+    fn scrape(&mut self) -> Result<Metrics, String> {
+        self.check_alive()?;
+        scrape().map_err(|e| {
+            let alive = self.check_alive().err().unwrap_or_default();
+            format!("scraping /metrics: {e} {alive}")
+        })
+    }
+
+    /// Waits (up to `timeout`) until it serves /metrics; the first scrape.
+    fn wait_serving(&mut self, timeout: Duration) -> Result<Metrics, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_alive()?;
+            match scrape() {
+                Ok(m) => return Ok(m),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!(
+                        "the daemon did not serve /metrics within {timeout:?}: {e}\n{}",
+                        self.log_tail()
+                    ));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Scrapes every `poll` from `not_before` on until `roce_observer_drains_total` exceeds
+    /// `drains` (a drain ended); that scrape, and the number of scrapes taken.
+    fn wait_drain(
+        &mut self,
+        drains: u64,
+        not_before: Instant,
+        poll: Duration,
+        timeout: Duration,
+    ) -> Result<(Metrics, u32), String> {
+        let deadline = Instant::now() + timeout;
+        if let Some(d) = not_before.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+        let mut scrapes = 0;
+        loop {
+            let m = self.scrape()?;
+            scrapes += 1;
+            if m.value("roce_observer_drains_total")? as u64 > drains {
+                return Ok((m, scrapes));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "no drain after drain {drains} within {timeout:?}:\n{}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(poll);
+        }
+    }
+
+    /// SIGTERM, then waits for the exit: the time it took; an error unless it exits 0.
+    fn stop(mut self) -> Result<Duration, String> {
+        let started = Instant::now();
+        // SAFETY: signalling our own child.
+        if unsafe { libc::kill(self.pid() as libc::pid_t, libc::SIGTERM) } != 0 {
+            return Err(format!(
+                "SIGTERM to the daemon: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let deadline = started + Duration::from_secs(60);
+        let status: ExitStatus = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) if Instant::now() > deadline => {
+                    return Err(format!(
+                        "the daemon did not exit within 60 s of SIGTERM:\n{}",
+                        self.log_tail()
+                    ));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(format!("waiting for the daemon: {e}")),
+            }
+        };
+        let took = started.elapsed();
+        if !status.success() {
+            std::thread::sleep(Duration::from_millis(100));
+            return Err(format!(
+                "the daemon exited with {status} on SIGTERM:\n{}",
+                self.log_tail()
+            ));
+        }
+        Ok(took)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One scrape: samples as (name, labels, value).
+struct Metrics(Vec<(String, String, f64)>);
+
+impl Metrics {
+    /// Parses the Prometheus text format (the default without an Accept header).
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut samples = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (series, value) = line
+                .rsplit_once(' ')
+                .ok_or_else(|| format!("bad sample line {line:?}"))?;
+            let value: f64 = value
+                .parse()
+                .map_err(|_| format!("bad sample value in {line:?}"))?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, l)) => (n, l.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            samples.push((name.to_string(), labels.to_string(), value));
+        }
+        Ok(Self(samples))
+    }
+
+    /// The value of the sample `name` whose labels contain every `with` (`key="value"`).
+    fn labelled(&self, name: &str, with: &[&str]) -> Result<f64, String> {
+        self.0
+            .iter()
+            .find(|(n, l, _)| n == name && with.iter().all(|w| l.contains(w)))
+            .map(|s| s.2)
+            .ok_or_else(|| format!("no sample {name} {with:?} in the scrape"))
+    }
+
+    fn value(&self, name: &str) -> Result<f64, String> {
+        self.labelled(name, &[])
+    }
+
+    /// RoCE packets the observer counted on rx0.
+    fn rx_packets(&self) -> Result<u64, String> {
+        self.labelled("roce_packets_total", &["iface=\"rx0\"", "dir=\"rx\""])
+            .map(|v| v as u64)
+    }
+}
+
+/// GET /metrics from 127.0.0.1:PORT of the calling thread's namespace.
+fn scrape() -> Result<Metrics, String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], PORT));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("sending the request: {e}"))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .map_err(|e| format!("reading the response: {e}"))?;
+    let text = String::from_utf8(raw).map_err(|_| "the response is not UTF-8".to_string())?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("not an HTTP response")?;
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    if status != "200" {
+        return Err(format!("HTTP status {status}"));
+    }
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Err("a chunked response (not handled here)".into());
+    }
+    Metrics::parse(body)
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc.
+// ---------------------------------------------------------------------------------------------
+
+/// CPU time of a process (all its threads), in seconds.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    user: f64,
+    system: f64,
+}
+
+impl Cpu {
+    fn total(&self) -> f64 {
+        self.user + self.system
+    }
+
+    fn since(&self, earlier: &Cpu) -> Cpu {
+        Cpu {
+            user: self.user - earlier.user,
+            system: self.system - earlier.system,
+        }
+    }
+}
+
+/// utime and stime of a process (/proc/PID/stat, in clock ticks).
+fn cpu_time(pid: u32) -> Result<Cpu, String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+    // Fields after the command name (which may hold spaces and parentheses): state is field 3,
+    // utime field 14, stime field 15.
+    let rest = &stat[stat.rfind(')').ok_or("bad /proc/PID/stat")? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64, String> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| format!("bad /proc/{pid}/stat field {}", i + 3))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return Err("sysconf(_SC_CLK_TCK) failed".into());
+    }
+    Ok(Cpu {
+        user: ticks(11)? as f64 / hz as f64,
+        system: ticks(12)? as f64 / hz as f64,
+    })
+}
+
+/// VmRSS and VmHWM of a process, in KiB.
+fn memory_kib(pid: u32) -> Result<(u64, u64), String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    let field = |name: &str| -> Result<u64, String> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| format!("no {name} in /proc/{pid}/status"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Kernel memory of the BPF maps a process holds open (sum of `memlock` over the fdinfo of its
+/// map descriptors), in bytes, and that of the largest map.
+fn bpf_map_memory(pid: u32) -> (u64, u64) {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return (0, 0);
+    };
+    let mut seen = std::collections::BTreeMap::new();
+    for entry in dir.flatten() {
+        let Ok(info) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        if !info.lines().any(|l| l.starts_with("map_type:")) {
+            continue;
+        }
+        let field = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        // One map may be open under several descriptors: count it once.
+        if let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:")) {
+            seen.insert(id, memlock);
+        }
+    }
+    (
+        seen.values().sum(),
+        seen.values().copied().max().unwrap_or(0),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cases.
+// ---------------------------------------------------------------------------------------------
+
+struct Outcome {
+    label: String,
+    flows: u32,
+    traffic: bool,
+    /// `roce_observer_flows_tracked` and `..._flow_table_entries` at the end of the window.
+    tracked: u64,
+    table_entries: u64,
+    evictions: u64,
+    /// Frames sent to fill the table, and those of them the observer did not count.
+    fill_frames: u64,
+    fill_lost: u64,
+    fill_seconds: f64,
+    /// Spawn to the first answered scrape, and the CPU time used by then.
+    startup_seconds: f64,
+    startup_cpu_seconds: f64,
+    /// The daemon's CPU time over the window.
+    cpu: Cpu,
+    wall_seconds: f64,
+    /// The daemon's own `roce_observer_cpu_seconds_total` over the window (a cross-check).
+    self_cpu_seconds: f64,
+    drain_seconds: Vec<f64>,
+    scrapes: u32,
+    /// VmRSS and VmHWM at the start and the end of the window.
+    rss_start_kib: u64,
+    hwm_start_kib: u64,
+    rss_kib: u64,
+    hwm_kib: u64,
+    maps_bytes: u64,
+    flow_map_bytes: u64,
+    traffic_frames: u64,
+    stop_seconds: f64,
+}
+
+impl Outcome {
+    fn cpu_percent(&self) -> f64 {
+        self.cpu.total() / self.wall_seconds * 100.0
+    }
+
+    fn drain_ms(&self) -> (f64, f64) {
+        let mut d = self.drain_seconds.clone();
+        d.sort_by(f64::total_cmp);
+        let median = match d.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => d[n / 2],
+            n => (d[n / 2 - 1] + d[n / 2]) / 2.0,
+        };
+        (median * 1e3, d.last().copied().unwrap_or(0.0) * 1e3)
+    }
+}
+
+/// The tracked flows a full table must show.
+fn fill_target(n: u32) -> u64 {
+    (f64::from(n) * MIN_FILL).ceil() as u64
+}
+
+/// One case, inside the lab namespace: start, fill, wait for a drain of the full table, measure
+/// a window of `window` drains, stop.
+fn measure(
+    ns: &str,
+    bin: &Path,
+    flows: u32,
+    traffic: Option<u32>,
+    interval: Duration,
+    window: u32,
+) -> Result<Outcome, String> {
+    let spawned = Instant::now();
+    let mut daemon = Daemon::start(ns, bin, interval)?;
+    let pid = daemon.pid();
+    let mut m = daemon.wait_serving(Duration::from_secs(60))?;
+    let startup_seconds = spawned.elapsed().as_secs_f64();
+    let startup_cpu_seconds = cpu_time(pid)?.total();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    if exe.file_name() != bin.file_name() {
+        return Err(format!(
+            "pid {pid} runs {} (expected {}): `ip netns exec` did not exec the daemon",
+            exe.display(),
+            bin.display()
+        ));
+    }
+    let poll = Duration::from_millis(50);
+    let patience = interval * 3 + Duration::from_secs(30);
+    let (mut fill_seconds, mut fill_lost) = (0.0, 0);
+    if flows > 0 {
+        let before = m.rx_packets()?;
+        let started = Instant::now();
+        fill(flows, 0)?;
+        fill_seconds = started.elapsed().as_secs_f64();
+        // A drain that started before the fill ended may have missed some flows: wait for
+        // drains until the table shows them (at most three).
+        let mut drains = daemon.scrape()?.value("roce_observer_drains_total")? as u64;
+        for _ in 0..3 {
+            (m, _) = daemon.wait_drain(drains, Instant::now(), poll, patience)?;
+            drains = m.value("roce_observer_drains_total")? as u64;
+            if m.value("roce_observer_flows_tracked")? as u64 >= u64::from(flows) {
+                break;
+            }
+        }
+        fill_lost = u64::from(flows).saturating_sub(m.rx_packets()? - before);
+        let tracked = m.value("roce_observer_flows_tracked")? as u64;
+        if tracked < fill_target(flows) {
+            return Err(format!(
+                "the flow table did not fill: {tracked} of {flows} flows tracked \
+                 ({} table entries, {} evictions, {fill_lost} frames not counted)",
+                m.value("roce_observer_flow_table_entries")?,
+                m.value("roce_observer_flow_evictions_total")?
+            ));
+        }
+    }
+    // `m` is the scrape right after a drain: the window starts here.
+    let sender = traffic.map(|rate| Traffic::start(flows, rate));
+    let (rss_start_kib, hwm_start_kib) = memory_kib(pid)?;
+    let cpu0 = cpu_time(pid)?;
+    let t0 = Instant::now();
+    let self_cpu0 = m.value("roce_observer_cpu_seconds_total")?;
+    let mut drains = m.value("roce_observer_drains_total")? as u64;
+    let mut drain_seconds = Vec::new();
+    let mut scrapes = 0;
+    let mut seen = t0;
+    for _ in 0..window {
+        // The next drain ends about one interval after this one did: scrape from shortly
+        // before.
+        let not_before = seen + interval.saturating_sub(Duration::from_millis(100));
+        let (next, n) = daemon.wait_drain(drains, not_before, poll, patience)?;
+        seen = Instant::now();
+        scrapes += n;
+        let now = next.value("roce_observer_drains_total")? as u64;
+        if now != drains + 1 {
+            eprintln!(
+                "bench-daemon: {} flows: drains went from {drains} to {now} within one interval",
+                flows
+            );
+        }
+        drains = now;
+        drain_seconds.push(next.value("roce_observer_drain_seconds")?);
+        m = next;
+    }
+    let cpu1 = cpu_time(pid)?;
+    let wall_seconds = t0.elapsed().as_secs_f64();
+    let traffic_frames = match sender {
+        Some(s) => {
+            let sent = s.sent();
+            s.stop()?;
+            sent
+        }
+        None => 0,
+    };
+    let (rss_kib, hwm_kib) = memory_kib(pid)?;
+    let (maps_bytes, flow_map_bytes) = bpf_map_memory(pid);
+    let outcome = Outcome {
+        label: match (flows, traffic.is_some()) {
+            (0, _) => "idle".into(),
+            (n, false) => n.to_string(),
+            (n, true) => format!("{n}+traffic"),
+        },
+        flows,
+        traffic: traffic.is_some(),
+        tracked: m.value("roce_observer_flows_tracked")? as u64,
+        table_entries: m.value("roce_observer_flow_table_entries")? as u64,
+        evictions: m.value("roce_observer_flow_evictions_total")? as u64,
+        fill_frames: u64::from(flows),
+        fill_lost,
+        fill_seconds,
+        startup_seconds,
+        startup_cpu_seconds,
+        cpu: cpu1.since(&cpu0),
+        wall_seconds,
+        self_cpu_seconds: m.value("roce_observer_cpu_seconds_total")? - self_cpu0,
+        drain_seconds,
+        scrapes,
+        rss_start_kib,
+        hwm_start_kib,
+        rss_kib,
+        hwm_kib,
+        maps_bytes,
+        flow_map_bytes,
+        traffic_frames,
+        stop_seconds: 0.0,
+    };
+    let stop_seconds = daemon.stop()?.as_secs_f64();
+    Ok(Outcome {
+        stop_seconds,
+        ..outcome
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The daemon binary.
+// ---------------------------------------------------------------------------------------------
+
+fn modified(p: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// The release `roce-observer` next to this executable (target/release), built with cargo first
+/// when it is missing or older than this executable (which links the same library: a newer
+/// bench means the daemon may be stale; the build is a no-op when it is not).
+fn daemon_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let dir = exe.parent().ok_or("current_exe has no directory")?;
+    let release = if dir.file_name().is_some_and(|n| n == "release") {
+        dir.to_path_buf()
+    } else {
+        dir.parent().unwrap_or(dir).join("release")
+    };
+    let bin = release.join("roce-observer");
+    let stale = match (modified(&bin), modified(&exe)) {
+        (Some(b), Some(e)) => b < e,
+        _ => true,
+    };
+    if stale {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .ok_or("no workspace root")?;
+        eprintln!("bench-daemon: building the release roce-observer");
+        let status = Command::new(cargo)
+            .current_dir(root)
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--package",
+                "roce-observer",
+            ])
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "cargo build --release --package roce-observer failed ({status}); \
+                 build it yourself or pass --daemon PATH"
+            ));
+        }
+    }
+    if !bin.is_file() {
+        return Err(format!("no daemon binary at {}", bin.display()));
+    }
+    Ok(bin)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+// ---------------------------------------------------------------------------------------------
+
+fn environment() -> [(&'static str, String); 2] {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    [("kernel", kernel), ("cpus", cpus.to_string())]
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Bytes of userspace resident memory per flow above the idle daemon.
+fn rss_per_flow(o: &Outcome, idle: &Outcome) -> Option<f64> {
+    (o.flows > 0)
+        .then(|| (o.rss_kib as f64 - idle.rss_kib as f64) * 1024.0 / f64::from(o.flows.max(1)))
+}
+
+/// Bytes of kernel map memory per flow-table entry (the table is preallocated: by capacity).
+fn map_bytes_per_entry(o: &Outcome) -> f64 {
+    o.flow_map_bytes as f64 / f64::from(MAX_FLOWS)
+}
+
+fn verdict(outcomes: &[Outcome]) -> Option<(f64, bool)> {
+    outcomes
+        .iter()
+        .find(|o| o.flows == TARGET_FLOWS && !o.traffic)
+        .map(|o| (o.cpu_percent(), o.cpu_percent() < TARGET_CPU_PERCENT))
+}
+
+fn print_json(args: &Args, bin: &Path, outcomes: &[Outcome], took: Duration) {
+    let idle = &outcomes[0];
+    let env: serde_json::Map<String, serde_json::Value> = environment()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.into()))
+        .collect();
+    let target = verdict(outcomes);
+    let json = serde_json::json!({
+        "environment": env,
+        "daemon": bin.display().to_string(),
+        "interval_seconds": args.interval.as_secs_f64(),
+        "window_intervals": args.window,
+        "max_flows": MAX_FLOWS,
+        "target": {
+            "flows": TARGET_FLOWS,
+            "cpu_percent_below": TARGET_CPU_PERCENT,
+            "cpu_percent": target.map(|t| t.0),
+            "met": target.map(|t| t.1),
+        },
+        "bench_seconds": took.as_secs_f64(),
+        "results": outcomes.iter().map(|o| {
+            let (median, max) = o.drain_ms();
+            serde_json::json!({
+                "case": o.label,
+                "flows": o.flows,
+                "traffic": o.traffic,
+                "traffic_rate": o.traffic.then_some(args.traffic_rate),
+                "traffic_frames": o.traffic_frames,
+                "tracked": o.tracked,
+                "table_entries": o.table_entries,
+                "evictions": o.evictions,
+                "fill_frames": o.fill_frames,
+                "fill_lost": o.fill_lost,
+                "fill_seconds": o.fill_seconds,
+                "startup_seconds": o.startup_seconds,
+                "startup_cpu_seconds": o.startup_cpu_seconds,
+                "window_seconds": o.wall_seconds,
+                "cpu_seconds": o.cpu.total(),
+                "cpu_user_seconds": o.cpu.user,
+                "cpu_system_seconds": o.cpu.system,
+                "cpu_percent_of_core": o.cpu_percent(),
+                "self_reported_cpu_seconds": o.self_cpu_seconds,
+                "x_idle": (idle.cpu.total() > 0.0).then(|| o.cpu_percent() / idle.cpu_percent()),
+                "drain_ms": {"median": median, "max": max,
+                    "all": o.drain_seconds.iter().map(|d| d * 1e3).collect::<Vec<_>>()},
+                "scrapes_in_window": o.scrapes,
+                "rss_bytes": o.rss_kib * 1024,
+                "hwm_bytes": o.hwm_kib * 1024,
+                "rss_bytes_at_window_start": o.rss_start_kib * 1024,
+                "hwm_bytes_at_window_start": o.hwm_start_kib * 1024,
+                "rss_bytes_per_flow_over_idle": rss_per_flow(o, idle),
+                "bpf_maps_bytes": o.maps_bytes,
+                "flow_map_bytes": o.flow_map_bytes,
+                "stop_seconds": o.stop_seconds,
+            })
+        }).collect::<Vec<_>>(),
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json).expect("serializable")
+    );
+}
+
+fn print_table(args: &Args, bin: &Path, outcomes: &[Outcome], took: Duration) {
+    let idle = &outcomes[0];
+    println!(
+        "roce-observer run: CPU and memory by tracked flows ({}, interval {:?}, window {} \
+         intervals, --max-flows {MAX_FLOWS}, --max-series 100)",
+        bin.display(),
+        args.interval,
+        args.window
+    );
+    let env: Vec<String> = environment()
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    println!("{}", env.join(", "));
+    println!(
+        "{:<16} {:>8} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>8} {:>9} {:>7}",
+        "case",
+        "flows",
+        "tracked",
+        "cpu%",
+        "x idle",
+        "drain ms",
+        "drain max",
+        "RSS MiB",
+        "HWM MiB",
+        "B/flow",
+        "target"
+    );
+    for o in outcomes {
+        let (median, max) = o.drain_ms();
+        let x_idle = if idle.cpu.total() > 0.0 {
+            format!("{:.1}", o.cpu_percent() / idle.cpu_percent())
+        } else {
+            "-".into()
+        };
+        let per_flow = rss_per_flow(o, idle).map_or("-".into(), |b| format!("{b:.0}"));
+        let target = if o.flows == TARGET_FLOWS && !o.traffic {
+            if o.cpu_percent() < TARGET_CPU_PERCENT {
+                "PASS"
+            } else {
+                "MISS"
+            }
+        } else {
+            ""
+        };
+        println!(
+            "{:<16} {:>8} {:>8} {:>7.3}% {:>7} {:>9.2} {:>9.2} {:>8.1} {:>8.1} {:>9} {:>7}",
+            o.label,
+            o.flows,
+            o.tracked,
+            o.cpu_percent(),
+            x_idle,
+            median,
+            max,
+            o.rss_kib as f64 / 1024.0,
+            o.hwm_kib as f64 / 1024.0,
+            per_flow,
+            target
+        );
+    }
+    println!();
+    println!(
+        "{:<16} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}",
+        "case",
+        "user s",
+        "sys s",
+        "entries",
+        "evicted",
+        "lost",
+        "fill s",
+        "startup s",
+        "start cpu",
+        "window s",
+        "scrapes",
+        "stop s"
+    );
+    for o in outcomes {
+        println!(
+            "{:<16} {:>8.2} {:>8.2} {:>9} {:>9} {:>9} {:>10.2} {:>10.2} {:>9.2} {:>9.1} {:>9} {:>8.2}",
+            o.label,
+            o.cpu.user,
+            o.cpu.system,
+            o.table_entries,
+            o.evictions,
+            o.fill_lost,
+            o.fill_seconds,
+            o.startup_seconds,
+            o.startup_cpu_seconds,
+            o.wall_seconds,
+            o.scrapes,
+            o.stop_seconds
+        );
+    }
+    println!(
+        "BPF maps (kernel, preallocated): {:.1} MiB, of which the flow table {:.1} MiB ({:.0} B \
+         per entry of capacity)",
+        idle.maps_bytes as f64 / MIB,
+        idle.flow_map_bytes as f64 / MIB,
+        map_bytes_per_entry(idle)
+    );
+    for o in outcomes.iter().filter(|o| o.traffic) {
+        println!(
+            "{}: {} frames sent during the window ({:.0}/s)",
+            o.label,
+            o.traffic_frames,
+            o.traffic_frames as f64 / o.wall_seconds
+        );
+    }
+    // SAFETY: sysconf has no preconditions.
+    let tick = 1.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    println!(
+        "cpu% = utime+stime of the daemon (/proc/PID/stat, {:.0} ms ticks: +-{:.3}% over the \
+         window) over the window's wall time; the daemon's own \
+         roce_observer_cpu_seconds_total agrees within {:.2} s",
+        tick * 1e3,
+        tick / idle.wall_seconds * 100.0,
+        outcomes
+            .iter()
+            .map(|o| (o.self_cpu_seconds - o.cpu.total()).abs())
+            .fold(0.0, f64::max)
+    );
+    match verdict(outcomes) {
+        Some((cpu, met)) => println!(
+            "target: below {TARGET_CPU_PERCENT}% of one core at {TARGET_FLOWS} flows: {} \
+             ({cpu:.3}%)",
+            if met { "PASS" } else { "MISS" }
+        ),
+        None => println!("target: {TARGET_FLOWS} flows not measured"),
+    }
+    println!("bench took {:.0} s", took.as_secs_f64());
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let started = Instant::now();
+    let bin = match &args.daemon {
+        Some(p) => p.clone(),
+        None => daemon_binary()?,
+    };
+    let bin = std::fs::canonicalize(&bin).map_err(|e| format!("{}: {e}", bin.display()))?;
+    let lab = Lab::create("ro-dmn").map_err(|e| format!("creating the lab namespace: {e}"))?;
+    // The metrics endpoint listens on the namespace's loopback, down in a fresh namespace.
+    let up = lab
+        .ns
+        .command("ip")
+        .args(["link", "set", "lo", "up"])
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if !up.status.success() {
+        return Err(format!(
+            "ip link set lo up: {}",
+            String::from_utf8_lossy(&up.stderr).trim()
+        ));
+    }
+    let mut cases: Vec<(u32, Option<u32>)> = vec![(0, None)];
+    for &n in &args.flows {
+        cases.push((n, None));
+        if args.traffic {
+            cases.push((n, Some(args.traffic_rate)));
+        }
+    }
+    let (interval, window) = (args.interval, args.window);
+    let mut outcomes = Vec::new();
+    for (flows, traffic) in cases {
+        let label = if flows == 0 {
+            "idle".to_string()
+        } else {
+            flows.to_string()
+        };
+        eprintln!(
+            "bench-daemon: [{:>5.1} s] {label}{}",
+            started.elapsed().as_secs_f64(),
+            if traffic.is_some() {
+                " with traffic"
+            } else {
+                ""
+            }
+        );
+        // The whole case runs on a thread inside the namespace (the scrapes, the sockets).
+        let (ns, b) = (lab.ns.name().to_string(), bin.clone());
+        let outcome = lab
+            .ns
+            .run_in(move || measure(&ns, &b, flows, traffic, interval, window))
+            .map_err(|e| e.to_string())??;
+        outcomes.push(outcome);
+    }
+    drop(lab);
+    let took = started.elapsed();
+    if args.json {
+        print_json(args, &bin, &outcomes, took);
+    } else {
+        print_table(args, &bin, &outcomes, took);
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = <Args as clap::Parser>::parse();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "bench-daemon: needs root (network namespace, XDP, AF_PACKET); run as root: cargo \
+             xtask bench"
+        );
+        return ExitCode::FAILURE;
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-daemon: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
