@@ -376,17 +376,20 @@ mod kernel {
                 counters.flow_insert_failures += slot.stats.packets;
             }
         }
-        slot.key = *key;
         let (lo, hi, valid) = match FLOWS.get_ptr(key) {
             // SAFETY: a live map value of this CPU.
             Some(prev) => unsafe { ((*prev).psn_next_lo, (*prev).psn_next_hi, (*prev).psn_valid) },
             None => (0, 0, 0),
         };
+        // Stats zeroed before the key changes, so that a reader on another CPU (the daemon's
+        // drain) does not pair the new key with the old flow's counts. Program order only (the
+        // BPF target has no compiler fence); the reader also drops keys torn mid-write.
         // SAFETY: zeroing plain integers in place (no 200-byte temporary on the stack).
         unsafe { core::ptr::write_bytes(&mut slot.stats as *mut FlowStats, 0, 1) };
         slot.stats.psn_next_lo = lo;
         slot.stats.psn_next_hi = hi;
         slot.stats.psn_valid = valid;
+        slot.key = *key;
     }
 
     /// Benchmark only: the observer without the cache, every packet looked up in `$flows`.

@@ -384,7 +384,7 @@ impl Observer {
                 self.ring_slots
             )));
         }
-        let attached = self.attach_slot(iface, slot)?;
+        let attached = self.attach_slot(iface, slot, true)?;
         self.oper[slot] = link_up(iface);
         self.slots[slot] = Some(attached);
         self.config.interfaces.push(iface.to_string());
@@ -392,7 +392,14 @@ impl Observer {
     }
 
     /// Registers the interface for its counters (and slots), then attaches the programs.
-    fn attach_slot(&mut self, iface: &str, slot: usize) -> Result<Attached, LiveError> {
+    /// `fresh`: a new interface in the slot, whose counters start from zero (not one re-created
+    /// under the same name, whose counters go on).
+    fn attach_slot(
+        &mut self,
+        iface: &str,
+        slot: usize,
+        fresh: bool,
+    ) -> Result<Attached, LiveError> {
         let ifindex = if_index(iface)?;
         let others: Vec<(String, u32)> = self
             .slots
@@ -412,6 +419,9 @@ impl Observer {
                 ifindex % BURST_IFACE_SLOTS
             )));
         }
+        if fresh {
+            zero_iface_counters(&mut self.ebpf, slot)?;
+        }
         register_interface(&mut self.ebpf, slot, ifindex, self.config.burst_slot_ns)?;
         let mut attached = Attached {
             name: iface.to_string(),
@@ -421,7 +431,13 @@ impl Observer {
             _promiscuous: None,
         };
         if let Vantage::Mirror { .. } = self.config.vantage {
-            attached._promiscuous = Some(Promiscuous::enable(iface)?);
+            match Promiscuous::enable(iface) {
+                Ok(p) => attached._promiscuous = Some(p),
+                Err(e) => {
+                    let _ = self.release(&mut attached, true);
+                    return Err(e);
+                }
+            }
         }
         let name = self.config.vantage.program();
         let prog: &mut Xdp = self
@@ -547,7 +563,7 @@ impl Observer {
                     });
                 }
                 if now != 0 {
-                    match self.attach_slot(&name, slot) {
+                    match self.attach_slot(&name, slot, false) {
                         Ok(fresh) => {
                             a = fresh;
                             events.push(IfaceEvent::Reattached {
@@ -786,6 +802,29 @@ fn burst_ifaces(
         detail: "missing".into(),
     })?)
     .map_err(|e| LiveError::Load(chain(&e)))
+}
+
+/// Zeroes the per-interface counters of interface slot `slot` (no interface is registered
+/// there: nothing writes them meanwhile).
+fn zero_iface_counters(ebpf: &mut Ebpf, slot: usize) -> Result<(), LiveError> {
+    let fail = |detail: String| LiveError::ReadMap {
+        map: maps::IFACE_COUNTERS,
+        detail,
+    };
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| fail(e.to_string()))?;
+    let mut counters: PerCpuArray<_, IfaceCounters> = PerCpuArray::try_from(
+        ebpf.map_mut(maps::IFACE_COUNTERS)
+            .ok_or_else(|| fail("missing".into()))?,
+    )
+    .map_err(|e| fail(chain(&e)))?;
+    for dir in 0..2 {
+        let zero = aya::maps::PerCpuValues::try_from(vec![IfaceCounters::default(); cpus])
+            .map_err(|e| fail(e.to_string()))?;
+        counters
+            .set(2 * slot as u32 + dir, zero, 0)
+            .map_err(|e| fail(chain(&e)))?;
+    }
+    Ok(())
 }
 
 /// Points the kernel's entry for `ifindex` at interface slot `slot`.

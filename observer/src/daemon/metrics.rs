@@ -45,6 +45,7 @@ pub struct Snapshot {
     pub evictions: u64,
     pub unattributed_packets: u64,
     pub aged: u64,
+    pub demotions: u64,
     pub cpu_seconds: f64,
     pub resident_bytes: u64,
     pub skipped: [u64; SkipReason::COUNT],
@@ -353,9 +354,16 @@ impl Collector for SnapshotCollector {
         counter(
             &mut enc,
             "roce_observer_flows_aged",
-            "Idle flows the daemon deleted from the kernel table",
+            "Idle flows the daemon forgot (and deleted from the kernel table when there)",
             None,
             s.aged,
+        )?;
+        counter(
+            &mut enc,
+            "roce_observer_series_demotions",
+            "Per-QP series that stopped (displaced from the top K, or aged out); their counts stay with them, so afterwards the series plus qp=\"rest\" sum to less than the totals (their rates always add up)",
+            None,
+            s.demotions,
         )?;
         gauge(
             &mut enc,
@@ -410,22 +418,59 @@ impl Collector for SnapshotCollector {
     }
 }
 
-/// A registry holding the snapshot collector.
-pub fn registry(snapshot: Arc<Mutex<Snapshot>>) -> Registry {
-    let mut r = Registry::default();
-    r.register_collector(Box::new(SnapshotCollector(snapshot)));
-    r
+/// One snapshot encoded both ways.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    pub openmetrics: axum::body::Bytes,
+    pub prometheus_text: axum::body::Bytes,
 }
 
-/// The exposition, OpenMetrics unless `prometheus_text`.
-pub fn encode(registry: &Registry, prometheus_text: bool) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
-    if prometheus_text {
-        prometheus_client::encoding::prometheus_text::encode(&mut out, registry)?;
-    } else {
-        prometheus_client::encoding::text::encode(&mut out, registry)?;
+/// Encodes each snapshot once, when it is published (by the collector thread); a scrape only
+/// takes the last encoding, so scrapes neither wait for an encoding nor hold up a drain.
+pub struct Publisher {
+    registry: Registry,
+    snapshot: Arc<Mutex<Snapshot>>,
+    current: Arc<Mutex<Arc<Exposition>>>,
+}
+
+impl Default for Publisher {
+    fn default() -> Self {
+        let snapshot = Arc::new(Mutex::new(Snapshot::default()));
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(SnapshotCollector(snapshot.clone())));
+        Self {
+            registry,
+            snapshot,
+            current: Arc::new(Mutex::new(Arc::new(Exposition::default()))),
+        }
     }
-    Ok(out)
+}
+
+impl Publisher {
+    /// What scrapes read.
+    pub fn exposition(&self) -> Arc<Mutex<Arc<Exposition>>> {
+        self.current.clone()
+    }
+
+    /// Publishes `s`.
+    pub fn publish(&self, s: Snapshot) -> Result<(), std::fmt::Error> {
+        self.update(|old| *old = s)
+    }
+
+    /// Changes the published snapshot and publishes it again.
+    pub fn update(&self, f: impl FnOnce(&mut Snapshot)) -> Result<(), std::fmt::Error> {
+        f(&mut *self.snapshot.lock().map_err(|_| std::fmt::Error)?);
+        let mut openmetrics = String::new();
+        prometheus_client::encoding::text::encode(&mut openmetrics, &self.registry)?;
+        let mut prometheus_text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut prometheus_text, &self.registry)?;
+        let e = Arc::new(Exposition {
+            openmetrics: openmetrics.into(),
+            prometheus_text: prometheus_text.into(),
+        });
+        *self.current.lock().map_err(|_| std::fmt::Error)? = e;
+        Ok(())
+    }
 }
 
 /// Sum of a snapshot's series and rest (tests: it equals the interface totals).

@@ -162,7 +162,8 @@ pub fn run(args: RunArgs) -> Result<(), DaemonError> {
         .map_err(|e| DaemonError::Runtime(e.to_string()))?;
     let jsonl = config.jsonl.as_deref().map(open_jsonl).transpose()?;
     let observer = Observer::attach(live)?;
-    let snapshot = Arc::new(Mutex::new(Snapshot::default()));
+    let publisher = metrics::Publisher::default();
+    let exposition = publisher.exposition();
     let health = Arc::new(Health {
         last_drain_ns: AtomicU64::new(crate::live::monotonic_ns()),
         interval_ns: AtomicU64::new(config.interval.as_nanos() as u64),
@@ -192,7 +193,7 @@ pub fn run(args: RunArgs) -> Result<(), DaemonError> {
         config,
         args,
         jsonl,
-        snapshot.clone(),
+        publisher,
         health.clone(),
         log,
     );
@@ -202,7 +203,7 @@ pub fn run(args: RunArgs) -> Result<(), DaemonError> {
         .spawn(move || collector.run(rx, wake_rx))
         .map_err(|e| DaemonError::Runtime(e.to_string()))?;
     runtime.block_on(serve(
-        listener, snapshot, health, signals, tx, wake_tx, worker,
+        listener, exposition, health, signals, tx, wake_tx, worker,
     ))
 }
 
@@ -216,20 +217,19 @@ struct Signals {
 
 async fn serve(
     listener: std::net::TcpListener,
-    snapshot: Arc<Mutex<Snapshot>>,
+    exposition: Arc<Mutex<Arc<metrics::Exposition>>>,
     health: Arc<Health>,
     signals: Signals,
     tx: mpsc::Sender<Command>,
     mut wake: UnixStream,
     worker: std::thread::JoinHandle<Result<(), DaemonError>>,
 ) -> Result<(), DaemonError> {
-    let registry = Arc::new(metrics::registry(snapshot));
     let app = axum::Router::new()
         .route(
             "/metrics",
             axum::routing::get({
-                let registry = registry.clone();
-                move |headers: axum::http::HeaderMap| async move { scrape(&registry, &headers) }
+                let exposition = exposition.clone();
+                move |headers: axum::http::HeaderMap| async move { scrape(&exposition, &headers) }
             }),
         )
         .route(
@@ -291,7 +291,7 @@ async fn serve(
 }
 
 fn scrape(
-    registry: &prometheus_client::registry::Registry,
+    exposition: &Mutex<Arc<metrics::Exposition>>,
     headers: &axum::http::HeaderMap,
 ) -> axum::response::Response {
     use axum::{http::header::CONTENT_TYPE, response::IntoResponse};
@@ -299,24 +299,28 @@ fn scrape(
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/openmetrics-text"));
-    match metrics::encode(registry, !openmetrics) {
-        Ok(body) => (
+    let Ok(e) = exposition.lock().map(|e| e.clone()) else {
+        return (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "the metrics are unavailable\n",
+        )
+            .into_response();
+    };
+    if openmetrics {
+        (
             [(
                 CONTENT_TYPE,
-                if openmetrics {
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8"
-                } else {
-                    "text/plain; version=0.0.4; charset=utf-8"
-                },
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
             )],
-            body,
+            e.openmetrics.clone(),
         )
-            .into_response(),
-        Err(_) => (
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            "cannot encode the metrics\n",
+            .into_response()
+    } else {
+        (
+            [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            e.prometheus_text.clone(),
         )
-            .into_response(),
+            .into_response()
     }
 }
 
@@ -404,7 +408,7 @@ struct Collector {
     config: RunConfig,
     args: RunArgs,
     jsonl: Option<BufWriter<File>>,
-    snapshot: Arc<Mutex<Snapshot>>,
+    publisher: metrics::Publisher,
     health: Arc<Health>,
     log: LogHandle,
     book: FlowBook,
@@ -417,6 +421,10 @@ struct Collector {
     last_drain: Instant,
     /// Per-QP deltas and the rest of the last drain, for the JSON lines.
     drained: flows::Drained,
+    /// Interfaces a reload named that do not exist yet: attached when they appear.
+    pending: Vec<String>,
+    /// The last re-attach error per interface (logged once per reason).
+    attach_errors: std::collections::HashMap<String, String>,
 }
 
 impl Collector {
@@ -425,7 +433,7 @@ impl Collector {
         config: RunConfig,
         args: RunArgs,
         jsonl: Option<BufWriter<File>>,
-        snapshot: Arc<Mutex<Snapshot>>,
+        publisher: metrics::Publisher,
         health: Arc<Health>,
         log: LogHandle,
     ) -> Self {
@@ -435,7 +443,7 @@ impl Collector {
             config,
             args,
             jsonl,
-            snapshot,
+            publisher,
             health,
             log,
             book,
@@ -446,6 +454,8 @@ impl Collector {
             reloads_failed: 0,
             last_drain: Instant::now(),
             drained: flows::Drained::default(),
+            pending: Vec::new(),
+            attach_errors: std::collections::HashMap::new(),
         };
         c.sync_ifaces();
         c
@@ -474,11 +484,11 @@ impl Collector {
         }
         for (slot, name) in now {
             if !self.ifaces.iter().any(|t| t.slot == slot) {
-                let base = self.observer.iface_counters(slot).unwrap_or_default();
+                // The observer zeroed the slot's counters before attaching to it.
                 self.ifaces.push(IfaceTrack {
                     name,
                     slot,
-                    base,
+                    base: [IfaceCounters::default(); 2],
                     cum: [IfaceCounters::default(); 2],
                     prev: [IfaceCounters::default(); 2],
                     reattachments: 0,
@@ -512,8 +522,11 @@ impl Collector {
                 match cmd {
                     Command::Stop(signal) => return self.stop(signal),
                     Command::Reload => {
+                        let interval = self.config.interval;
                         self.reload();
-                        next = Instant::now() + self.config.interval;
+                        if self.config.interval != interval {
+                            next = Instant::now() + self.config.interval;
+                        }
                     }
                 }
             }
@@ -543,21 +556,43 @@ impl Collector {
     }
 
     fn check_interfaces(&mut self) {
-        let events = self.observer.check_interfaces();
-        let changed = !events.is_empty();
+        let mut events = self.observer.check_interfaces();
+        let mut appeared = false;
+        for iface in std::mem::take(&mut self.pending) {
+            match self.observer.add_interface(&iface) {
+                Ok(_) => {
+                    info!(%iface, "interface appeared: attached");
+                    appeared = true;
+                }
+                Err(LiveError::UnknownInterface(_)) => self.pending.push(iface),
+                Err(e) => events.push(IfaceEvent::ReattachFailed {
+                    iface,
+                    error: e.to_string(),
+                }),
+            }
+        }
+        if appeared {
+            self.sync_ifaces();
+        }
+        let changed = !events.is_empty() || appeared;
         for event in events {
             match event {
                 IfaceEvent::Gone { iface } => {
                     warn!(%iface, "interface gone; will re-attach when it comes back")
                 }
                 IfaceEvent::Reattached { iface, ifindex } => {
+                    self.attach_errors.remove(&iface);
                     if let Some(t) = self.ifaces.iter_mut().find(|t| t.name == iface) {
                         t.reattachments += 1;
                     }
                     info!(%iface, ifindex, "interface re-created: re-attached")
                 }
                 IfaceEvent::ReattachFailed { iface, error } => {
-                    error!(%iface, "cannot re-attach: {error}")
+                    // Tried again at every check: logged when the reason changes.
+                    if self.attach_errors.get(&iface) != Some(&error) {
+                        error!(%iface, "cannot re-attach: {error}");
+                        self.attach_errors.insert(iface, error);
+                    }
                 }
                 IfaceEvent::Link { iface, up } => {
                     if up {
@@ -571,20 +606,30 @@ impl Collector {
         if changed {
             // The endpoint shows the states at once, not at the next drain.
             let rows = self.iface_rows();
-            if let Ok(mut s) = self.snapshot.lock() {
+            let published = self.publisher.update(|s| {
                 for row in rows {
-                    if let Some(r) = s.interfaces.iter_mut().find(|r| r.name == row.name) {
-                        r.attached = row.attached;
-                        r.up = row.up;
-                        r.reattachments = row.reattachments;
+                    match s.interfaces.iter_mut().find(|r| r.name == row.name) {
+                        Some(r) => {
+                            r.attached = row.attached;
+                            r.up = row.up;
+                            r.reattachments = row.reattachments;
+                        }
+                        None => s.interfaces.push(row),
                     }
                 }
+            });
+            if published.is_err() {
+                error!("cannot encode the metrics");
             }
         }
     }
 
     /// The interfaces' states and cumulative counters.
     fn iface_rows(&self) -> Vec<IfaceRow> {
+        let pending = self.pending.iter().map(|name| IfaceRow {
+            name: name.clone(),
+            ..IfaceRow::default()
+        });
         self.ifaces
             .iter()
             .map(|t| {
@@ -600,6 +645,7 @@ impl Collector {
                     counters: t.cum,
                 }
             })
+            .chain(pending)
             .collect()
     }
 
@@ -616,7 +662,16 @@ impl Collector {
             warn!("reload: {what} changes only with a restart; keeping the running value");
         }
         let old: Vec<String> = self.observer.config().interfaces.clone();
+        self.pending.retain(|i| new.ifaces.contains(i));
         for iface in old.iter().filter(|i| !new.ifaces.contains(i)) {
+            // Its counts up to now stay in the totals.
+            if let Some(t) = self.ifaces.iter_mut().find(|t| t.name == *iface)
+                && let Ok(now) = self.observer.iface_counters(t.slot)
+            {
+                for ((cum, now), base) in t.cum.iter_mut().zip(&now).zip(&t.base) {
+                    *cum = minus(now, base);
+                }
+            }
             match self.observer.remove_interface(iface) {
                 Ok(()) => info!(%iface, "reload: detached"),
                 Err(e) => error!(%iface, "reload: {e}"),
@@ -626,6 +681,12 @@ impl Collector {
         for iface in new.ifaces.iter().filter(|i| !old.contains(i)) {
             match self.observer.add_interface(iface) {
                 Ok(_) => info!(%iface, "reload: attached"),
+                Err(LiveError::UnknownInterface(_)) => {
+                    if !self.pending.contains(iface) {
+                        self.pending.push(iface.clone());
+                    }
+                    warn!(%iface, "reload: no such interface yet; attaching when it appears");
+                }
                 Err(e) => {
                     failed = true;
                     error!(%iface, "reload: {e}")
@@ -698,21 +759,19 @@ impl Collector {
             book.table_entry(k, v)
         })
         .map_err(|e| DaemonError::Drain(e.to_string()))?;
-        bpfsys::percpu_array_for_each::<FlowSlot>(cache_fd, BATCH, |_, slots| {
-            for s in slots {
+        bpfsys::percpu_array_for_each::<FlowSlot>(cache_fd, BATCH, |index, slots| {
+            // A slot read while the kernel gives it to another flow can pair a torn key with
+            // stats: a key that does not hash to its slot is one.
+            for s in slots.iter().filter(|s| s.key.slot() == index) {
                 book.cache_slot(&s.key, &s.stats);
             }
         })
         .map_err(|e| DaemonError::Drain(e.to_string()))?;
         let drained = self.book.finish(&totals);
         // Idle flows: deleted with their last values (nothing lost in between).
-        for (key, in_table) in self.book.idle() {
-            let last = if in_table {
-                bpfsys::percpu_hash_take::<FlowKey, FlowStats>(flows_fd, &key)
-                    .map_err(|e| DaemonError::Drain(e.to_string()))?
-            } else {
-                None
-            };
+        for key in self.book.idle() {
+            let last = bpfsys::percpu_hash_take::<FlowKey, FlowStats>(flows_fd, &key)
+                .map_err(|e| DaemonError::Drain(e.to_string()))?;
             self.book.retire(&key, last.as_deref());
         }
         let mut skipped = [0u64; SkipReason::COUNT];
@@ -737,6 +796,7 @@ impl Collector {
             evictions: drained.evictions,
             unattributed_packets: drained.unattributed_packets,
             aged: drained.aged,
+            demotions: drained.demotions,
             cpu_seconds: cpu_seconds(),
             resident_bytes: resident_bytes(),
             skipped,
@@ -761,8 +821,8 @@ impl Collector {
             "drained"
         );
         self.drained = drained;
-        if let Ok(mut s) = self.snapshot.lock() {
-            *s = snapshot;
+        if self.publisher.publish(snapshot).is_err() {
+            error!("cannot encode the metrics");
         }
         self.health
             .last_drain_ns
@@ -815,6 +875,7 @@ fn json_line(
             "flow_evictions": s.evictions,
             "unattributed_packets": s.unattributed_packets,
             "flows_aged": s.aged,
+            "series_demotions": s.demotions,
             "series": s.series.len(),
             "cpu_seconds": s.cpu_seconds,
             "resident_bytes": s.resident_bytes,
