@@ -16,51 +16,8 @@ use std::{
     process::Command,
 };
 
-use integration_tests::{Scratch, output};
+use integration_tests::{EXPORTED_METRICS, Scratch, output};
 use serde_json::Value;
-
-/// Every series name `roce-observer run` exports (counters with their `_total`), as specified
-/// for the daemon. Keep in step with the daemon's metrics.
-const METRICS: &[&str] = &[
-    // Per interface.
-    "roce_iface_frames_total",
-    "roce_iface_frame_bytes_total",
-    "roce_packets_total",
-    "roce_bytes_total",
-    "roce_ecn_packets_total",
-    "roce_op_packets_total",
-    // Per queue pair (top K plus qp="rest").
-    "roce_qp_packets_total",
-    "roce_qp_bytes_total",
-    "roce_qp_ce_packets_total",
-    "roce_qp_cnp_packets_total",
-    "roce_qp_nak_packets_total",
-    "roce_qp_rnr_nak_packets_total",
-    "roce_qp_psn_gaps_total",
-    "roce_qp_psn_missing_total",
-    "roce_qp_retransmissions_total",
-    // The daemon itself.
-    "roce_observer_info",
-    "roce_observer_interface_attached",
-    "roce_observer_interface_up",
-    "roce_observer_reattachments_total",
-    "roce_observer_drain_seconds",
-    "roce_observer_drains_total",
-    "roce_observer_flows_tracked",
-    "roce_observer_flow_table_entries",
-    "roce_observer_flow_table_capacity",
-    "roce_observer_flow_table_fill_ratio",
-    "roce_observer_flow_evictions_total",
-    "roce_observer_unattributed_packets_total",
-    "roce_observer_flows_aged_total",
-    "roce_observer_series",
-    "roce_observer_max_series",
-    "roce_observer_cpu_seconds_total",
-    "roce_observer_resident_memory_bytes",
-    "roce_observer_skipped_frames_total",
-    "roce_observer_config_reloads_total",
-    "roce_observer_interval_seconds",
-];
 
 /// The keys of the `run --config` TOML file: the long flags in snake_case.
 const CONFIG_KEYS: &[&str] = &[
@@ -191,7 +148,7 @@ fn metric_scan_finds_names_not_recording_rules() {
 
 #[test]
 fn rules_and_dashboard_use_only_exported_metrics() {
-    let known: BTreeSet<&str> = METRICS.iter().copied().collect();
+    let known: BTreeSet<&str> = EXPORTED_METRICS.iter().copied().collect();
     for rel in [
         "prometheus/roce-observer.rules.yml",
         "prometheus/roce-observer.rules.test.yml",

@@ -649,8 +649,14 @@ fn soak_flaps_recreation_nonroot() {
     // Health.
     assert_eq!(get(&lab.ns, "/healthz", None).0, 200);
     // Every metric the deployment files use (alert and recording rules, the dashboard) is one
-    // the daemon exports.
+    // the daemon exports, and the daemon exports exactly the documented list.
     deploy_metrics_exported(&samples);
+    let names: std::collections::BTreeSet<&str> = samples.iter().map(|s| s.name.as_str()).collect();
+    let listed: std::collections::BTreeSet<&str> = integration_tests::EXPORTED_METRICS
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(names, listed);
 
     // Resident memory flat: the last sample within 2 MiB of the first (after warm-up).
     eprintln!("soak: RSS kB at the end of each phase: {rss:?}");
