@@ -280,7 +280,14 @@ async fn serve(
             _ = hup.recv() => send(Command::Reload),
             r = &mut end_rx => break match r {
                 Ok(Ok(r)) => r,
-                Ok(Err(_)) => Err(DaemonError::Runtime("the collector thread panicked".into())),
+                Ok(Err(panic)) => Err(DaemonError::Runtime(format!(
+                    "the collector thread panicked: {}",
+                    panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default()
+                ))),
                 Err(_) => Err(DaemonError::Runtime("the collector thread vanished".into())),
             },
         }
@@ -983,7 +990,8 @@ fn wait(netlink: Option<BorrowedFd<'_>>, wake: BorrowedFd<'_>, timeout: Duration
             revents: 0,
         });
     }
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // Rounded up: rounding down would spin for the last fraction of a millisecond.
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
     // SAFETY: a valid array of pollfd.
     let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     if rc <= 0 {
