@@ -1092,3 +1092,64 @@ fn endpoints_listener_and_errors() {
     let (status, log) = d.stop();
     assert!(status.success(), "{log}");
 }
+
+#[test]
+fn mirror_mode_counts_erspan_copies_per_session() {
+    if !require_root("mirror_mode_counts_erspan_copies_per_session") {
+        return;
+    }
+    use roce_observer::synth::Encap;
+    let lab = lab("ro-sidemirror");
+    let promiscuous = || integration_tests::link_details(&lab.ns, "rx0").contains("promiscuity 1");
+    assert!(!promiscuous());
+    let w = synth::scenario("loss").unwrap();
+    let mut copies = w.clone();
+    for f in &mut copies.frames {
+        f.bytes = synth::encapsulate(
+            &f.bytes,
+            Encap::ErspanII {
+                session: 42,
+                truncated: false,
+            },
+        );
+    }
+    let d = Daemon::start(
+        &lab.ns,
+        &[
+            "-i",
+            "rx0",
+            "--mode",
+            "mirror",
+            "--interval",
+            "500ms",
+            "--max-series",
+            "100",
+        ],
+        false,
+    );
+    assert!(promiscuous());
+    send_on(&lab.ns, Lab::TX, &copies);
+    let s = wait_drains(&lab.ns, 3.0);
+    assert_eq!(one(&s, "roce_observer_info", &[("mode", "mirror")]), 1.0);
+    let packets: u64 = w.truth.flows.values().map(|f| f.packets).sum();
+    assert_eq!(sum(&s, "roce_packets_total", &[("iface", "rx0")]), packets);
+    // Mirror mode has no TC egress direction.
+    assert_eq!(
+        s.iter()
+            .filter(|x| x.name == "roce_packets_total" && x.labels["dir"] == "tx")
+            .count(),
+        0
+    );
+    // Every flow has its own series (fewer than --max-series), labelled with the session.
+    assert_eq!(
+        sum(&s, "roce_qp_packets_total", &[("mirror", "erspan-42")]),
+        packets
+    );
+    assert_eq!(
+        sum(&s, "roce_qp_psn_gaps_total", &[]),
+        w.truth.flows.values().map(|f| f.psn_gaps).sum::<u64>()
+    );
+    let (status, log) = d.stop();
+    assert!(status.success(), "{log}");
+    assert!(!promiscuous());
+}

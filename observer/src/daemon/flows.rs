@@ -11,8 +11,8 @@
 //!   largest values read. A value read lower than before (a cache slot written back between the
 //!   table read and the cache read) is held until the next read catches up.
 //! - A series starts at 0 in the drain its flow is promoted (that drain's growth goes to the
-//!   rest). A demoted or aged series stops where it was; its last drain's growth goes to the
-//!   rest. So, once series have come and gone, the series plus the rest are less than the
+//!   rest), or, for a flow new in that drain, with all of its counts. A demoted or aged series
+//!   stops where it was; its last drain's growth goes to the rest. So, once series have come and gone, the series plus the rest are less than the
 //!   totals by the counts of the series gone ([`Drained::demotions`] counts them).
 //! - The rest grows by the growth of `grand` minus the series' growth. `grand` is the flows'
 //!   sum (with the flows aged out), plus, for the metrics the kernel also counts per interface
@@ -171,7 +171,7 @@ struct Member {
 pub struct SeriesRow {
     pub key: FlowKey,
     pub counts: Counts,
-    /// Growth in the last drain (0 in the drain it was promoted).
+    /// Growth in the last drain (0 in the drain a flow with earlier counts was promoted).
     pub delta: Counts,
 }
 
@@ -360,7 +360,7 @@ impl FlowBook {
             .enumerate()
             .map(|(i, m)| (m.key, i))
             .collect();
-        let mut fastest: BinaryHeap<Reverse<(u64, FlowKey)>> = BinaryHeap::new();
+        let mut fastest: BinaryHeap<Reverse<(u64, FlowKey, Counts)>> = BinaryHeap::new();
         for key in self.cache_now.keys() {
             self.states.entry(*key).or_insert_with(|| FlowState {
                 last_change: epoch,
@@ -420,7 +420,7 @@ impl FlowBook {
             if let Some(i) = member_index.get(key) {
                 member_delta[*i] = delta;
             } else if self.max_series > 0 && (delta.0[BYTES] > 0 || delta.0[PACKETS] > 0) {
-                fastest.push(Reverse((delta.0[BYTES], *key)));
+                fastest.push(Reverse((delta.0[BYTES], *key, delta)));
                 if fastest.len() > self.max_series {
                     fastest.pop();
                 }
@@ -445,7 +445,10 @@ impl FlowBook {
             .zip(&member_delta)
             .map(|(m, d)| (m.key, *d))
             .collect();
-        let candidates: Vec<(u64, FlowKey)> = fastest.into_iter().map(|Reverse(c)| c).collect();
+        let candidates: Vec<(u64, FlowKey, Counts)> =
+            fastest.into_iter().map(|Reverse(c)| c).collect();
+        let grew: FxHashMap<FlowKey, Counts> =
+            candidates.iter().map(|(_, k, d)| (*k, *d)).collect();
         self.rank(candidates);
         let mut series = Vec::with_capacity(self.members.len());
         let mut continuing = Counts::default();
@@ -455,8 +458,13 @@ impl FlowBook {
                 .get(&m.key)
                 .map(FlowState::cum)
                 .unwrap_or_default();
-            // A series promoted in this drain starts at 0: its growth is the rest's.
-            let delta = before.get(&m.key).copied().unwrap_or_default();
+            // A series promoted in this drain starts at 0 (its growth is the rest's), unless
+            // its flow is new: then it starts with the flow's counts, all of them this drain's.
+            let delta = match before.get(&m.key) {
+                Some(d) => *d,
+                None if m.promo.is_zero() => grew.get(&m.key).copied().unwrap_or_default(),
+                None => Counts::default(),
+            };
             continuing.add(&delta);
             series.push(SeriesRow {
                 key: m.key,
@@ -493,9 +501,16 @@ impl FlowBook {
     /// Top K by this drain's bytes, sticky: a member stays until a flow grows more than twice
     /// as fast as the slowest member, or it is aged out; free places go to the fastest flows.
     /// A promoted flow's series starts at its counts now.
-    fn rank(&mut self, mut candidates: Vec<(u64, FlowKey)>) {
-        let promo_of = |states: &FxHashMap<FlowKey, FlowState>, key: &FlowKey| {
-            states.get(key).map(FlowState::cum).unwrap_or_default()
+    fn rank(&mut self, mut candidates: Vec<(u64, FlowKey, Counts)>) {
+        // A flow with counts before this drain starts its series at its counts now; a new
+        // flow at 0 (its series has all of its counts).
+        let promo_of = |states: &FxHashMap<FlowKey, FlowState>, key: &FlowKey, delta: &Counts| {
+            let cum = states.get(key).map(FlowState::cum).unwrap_or_default();
+            if cum.minus(delta).is_zero() {
+                Counts::default()
+            } else {
+                cum
+            }
         };
         // Too many after a reload: drop the slowest.
         if self.members.len() > self.max_series {
@@ -505,9 +520,9 @@ impl FlowBook {
         }
         candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         candidates.truncate(self.max_series);
-        for (delta_bytes, key) in candidates {
+        for (delta_bytes, key, delta) in candidates {
             if self.members.len() < self.max_series {
-                let promo = promo_of(&self.states, &key);
+                let promo = promo_of(&self.states, &key, &delta);
                 self.members.push(Member {
                     key,
                     promo,
@@ -525,7 +540,7 @@ impl FlowBook {
             if delta_bytes <= m.delta_bytes.saturating_mul(2) {
                 break;
             }
-            let promo = promo_of(&self.states, &key);
+            let promo = promo_of(&self.states, &key, &delta);
             self.members[slowest] = Member {
                 key,
                 promo,
@@ -703,6 +718,29 @@ mod tests {
             assert_eq!(d.evictions, 0);
             assert_eq!(instant(&d), n);
         }
+    }
+
+    #[test]
+    fn a_new_flow_series_has_all_its_counts_an_old_one_starts_at_zero() {
+        let mut book = FlowBook::new(1, 100);
+        book.begin();
+        book.table_entry(&key(1), &[stats(10, 1)]);
+        let d = book.finish(&totals(10));
+        assert_eq!(d.series[0].counts.0[PACKETS], 10);
+        assert_eq!(exported(&d).0[PACKETS], 10);
+        assert_eq!(d.rest.0[PACKETS], 0);
+        // Flow 2 had counts before it outgrew flow 1: its series starts at 0.
+        book.begin();
+        book.table_entry(&key(1), &[stats(30, 1)]);
+        book.table_entry(&key(2), &[stats(5, 1)]);
+        assert_eq!(book.finish(&totals(35)).series[0].key, key(1));
+        book.begin();
+        book.table_entry(&key(1), &[stats(31, 1)]);
+        book.table_entry(&key(2), &[stats(105, 1)]);
+        let d = book.finish(&totals(136));
+        assert_eq!(d.series[0].key, key(2));
+        assert_eq!(d.series[0].counts.0[PACKETS], 0);
+        assert_eq!(exported(&d).0[PACKETS], 101);
     }
 
     #[test]
