@@ -25,10 +25,8 @@
 //! `+traffic`).
 
 use std::{
-    ffi::CString,
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddr, TcpStream},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::{Path, PathBuf},
     process::{Child, Command, ExitCode, ExitStatus, Stdio},
     sync::{
@@ -41,7 +39,7 @@ use std::{
 use observer_common::wire::op;
 use roce_observer::{
     lab::{Lab, pin_current_thread},
-    synth::{Ip, RoceFrame},
+    synth::{Ip, PacketSocket, RoceFrame},
 };
 
 /// CPU and memory of `roce-observer run` at 10k, 100k and 1M flows (needs root).
@@ -103,72 +101,6 @@ fn flow_frame(i: u32, psn: u32) -> Vec<u8> {
     f.to_bytes()
 }
 
-/// An AF_PACKET socket bound to one interface (create it inside the lab namespace).
-struct PacketSocket {
-    fd: OwnedFd,
-}
-
-impl PacketSocket {
-    fn open(iface: &str) -> Result<Self, String> {
-        let name = CString::new(iface).map_err(|_| format!("bad interface name {iface:?}"))?;
-        // SAFETY: a valid NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(format!("no interface {iface}"));
-        }
-        // SAFETY: plain socket(2); protocol 0: this socket only sends.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(format!(
-                "socket(AF_PACKET): {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        // SAFETY: a fresh descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_ll is plain data; all-zero is valid.
-        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_ifindex = ifindex as i32;
-        // SAFETY: a valid sockaddr_ll of the given size.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&raw const addr).cast::<libc::sockaddr>(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(format!(
-                "bind to {iface}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(Self { fd })
-    }
-
-    /// Sends one frame, retrying while the device queue is full.
-    fn send(&self, frame: &[u8]) -> Result<(), String> {
-        let mut busy = 0u32;
-        loop {
-            // SAFETY: the pointer and length describe `frame`.
-            let n =
-                unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR) if busy < 10_000 => {
-                    busy += 1;
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-                _ => return Err(format!("send on {}: {e}", Lab::TX)),
-            }
-        }
-    }
-}
-
 /// Frames after which a fill sender yields for [`FILL_PAUSE`]: the kernel handles each frame as
 /// it is sent (the softirq runs when the send returns), and a short breather now and then keeps
 /// the veth's 256-entry XDP ring from overflowing when a noisy neighbour delays that.
@@ -177,44 +109,11 @@ const FILL_PAUSE: Duration = Duration::from_micros(50);
 /// Fill senders (each on its own CPU, when allowed).
 const FILL_THREADS: usize = 2;
 
-/// The CPUs this process may run on.
-fn allowed_cpus() -> Result<Vec<usize>, String> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_ISSET stays inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(format!(
-                "sched_getaffinity: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok((0..libc::CPU_SETSIZE as usize)
-            .filter(|c| libc::CPU_ISSET(*c, &set))
-            .collect())
-    }
-}
-
-/// Pins the calling thread to `cpu`.
-fn pin_to(cpu: usize) -> Result<(), String> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(format!(
-                "pinning a sender to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Sends flows `0..n` once (PSN `psn`) from up to [`FILL_THREADS`] threads, each pinned to its
 /// own CPU and sending its own contiguous share of the flows (every flow's frames on one CPU, as
 /// a NIC's RSS keeps a flow on one queue). Must be called inside the lab namespace.
 fn fill(n: u32, psn: u32) -> Result<(), String> {
-    let cpus = allowed_cpus()?;
+    let cpus = roce_observer::lab::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))?;
     let threads = FILL_THREADS.min(cpus.len()).max(1) as u32;
     let share = n.div_ceil(threads);
     std::thread::scope(|s| {
@@ -222,11 +121,13 @@ fn fill(n: u32, psn: u32) -> Result<(), String> {
             .map(|t| {
                 let cpu = cpus[t as usize % cpus.len()];
                 s.spawn(move || {
-                    pin_to(cpu)?;
-                    let sock = PacketSocket::open(Lab::TX)?;
+                    roce_observer::lab::pin_current_thread_to(cpu)
+                        .map_err(|e| format!("pinning a sender to CPU {cpu}: {e}"))?;
+                    let sock = PacketSocket::open(Lab::TX).map_err(|e| e.to_string())?;
                     let flows = t * share..((t + 1) * share).min(n);
                     for (k, i) in flows.enumerate() {
-                        sock.send(&flow_frame(i, psn))?;
+                        sock.send(&flow_frame(i, psn), k)
+                            .map_err(|e| e.to_string())?;
                         if (k as u32 + 1).is_multiple_of(FILL_BATCH) {
                             std::thread::sleep(FILL_PAUSE);
                         }
@@ -258,7 +159,7 @@ impl Traffic {
         let (stop_t, sent_t) = (stop.clone(), sent.clone());
         let thread = std::thread::spawn(move || {
             pin_current_thread().map_err(|e| format!("pinning the traffic sender: {e}"))?;
-            let sock = PacketSocket::open(Lab::TX)?;
+            let sock = PacketSocket::open(Lab::TX).map_err(|e| e.to_string())?;
             let started = Instant::now();
             // Rounds start at PSN 1 (the fill sent PSN 0).
             let (mut i, mut round, mut total) = (0u32, 1u32, 0u64);
@@ -266,7 +167,8 @@ impl Traffic {
                 // Frames due by now; sent in bursts every ~2 ms.
                 let due = (started.elapsed().as_secs_f64() * f64::from(rate)) as u64;
                 while total < due {
-                    sock.send(&flow_frame(i, round))?;
+                    sock.send(&flow_frame(i, round), total as usize)
+                        .map_err(|e| e.to_string())?;
                     total += 1;
                     i += 1;
                     if i == n {

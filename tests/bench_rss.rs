@@ -178,23 +178,6 @@ impl Outcome {
     }
 }
 
-/// The CPUs this process may run on (the RPS mask, and where the sender is pinned).
-fn allowed_cpus() -> Result<Vec<usize>, String> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_ISSET stays inside it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(format!(
-                "sched_getaffinity: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok((0..libc::CPU_SETSIZE as usize)
-            .filter(|c| libc::CPU_ISSET(*c, &set))
-            .collect())
-    }
-}
-
 /// A CPU set in the kernel's cpumask format: hex, in comma-separated 32-bit groups, highest
 /// first (what rps_cpus reads and writes).
 fn cpumask(cpus: &[usize]) -> String {
@@ -445,7 +428,9 @@ fn environment() -> [(&'static str, String); 2] {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let allowed = allowed_cpus()?;
+    // The RPS mask, and where the sender is pinned.
+    let allowed =
+        roce_observer::lab::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))?;
     if allowed.len() < 2 {
         return Err(format!(
             "needs at least 2 CPUs to measure spreading (this process may use {})",

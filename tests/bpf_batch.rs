@@ -49,19 +49,7 @@ struct ElemAttr {
 
 fn sys_bpf<A>(cmd: u32, attr: &mut A) -> io::Result<libc::c_long> {
     // SAFETY: attr is a bpf_attr prefix whose pointers the callers keep valid.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd as libc::c_long,
-            (attr as *mut A).cast::<libc::c_void>(),
-            size_of::<A>() as libc::c_long,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
+    unsafe { roce_observer::bpfsys::sys_bpf(cmd, attr) }
 }
 
 fn create_map<K, V>(map_type: u32, max_entries: u32) -> OwnedFd {

@@ -23,6 +23,22 @@ use roce_observer::{
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 const PORT: u16 = 9477;
 
+/// The CLI in `ns` as `nobody` (uid and gid 65534, no groups) with only the capabilities
+/// `caps` (setpriv syntax: inheritable, ambient and bounding).
+fn as_nobody(ns: &Netns, caps: &str) -> Command {
+    let mut c = ns.command("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        &format!("--inh-caps={caps}"),
+        &format!("--ambient-caps={caps}"),
+        &format!("--bounding-set={caps}"),
+        CLI,
+    ]);
+    c
+}
+
 /// The daemon in a namespace, its stderr collected line by line.
 struct Daemon {
     child: Child,
@@ -39,18 +55,7 @@ impl Daemon {
     /// As `start`, with ROCE_OBSERVER_LOG set to `log` (unset when None).
     fn start_env(ns: &Netns, args: &[&str], unprivileged: bool, log: Option<&str>) -> Self {
         let mut cmd = if unprivileged {
-            let caps = "-all,+bpf,+net_admin,+perfmon";
-            let mut c = ns.command("setpriv");
-            c.args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                &format!("--inh-caps={caps}"),
-                &format!("--ambient-caps={caps}"),
-                &format!("--bounding-set={caps}"),
-                CLI,
-            ]);
-            c
+            as_nobody(ns, "-all,+bpf,+net_admin,+perfmon")
         } else {
             ns.command(CLI)
         };
@@ -432,6 +437,16 @@ fn send_for(ns: &Netns, traffic: &mut Traffic, sent: &mut Sent, dur: Duration) {
     }
 }
 
+/// Takes `dev` down and up again; the daemon must log rx0 going down and coming back (from log
+/// line `at` on). The log line after.
+fn flap(ns: &Netns, daemon: &Daemon, dev: &str, at: usize) -> usize {
+    ip(ns, &["link", "set", dev, "down"]);
+    let at = daemon.wait_log("link down iface=rx0", at);
+    std::thread::sleep(Duration::from_millis(500));
+    ip(ns, &["link", "set", dev, "up"]);
+    daemon.wait_log("link up iface=rx0", at)
+}
+
 /// A lab whose loopback is up (the metrics endpoint listens there).
 fn lab(prefix: &str) -> Lab {
     let lab = Lab::create(prefix).unwrap();
@@ -567,20 +582,12 @@ fn soak_flaps_recreation_nonroot() {
     send_for(&lab.ns, &mut traffic, &mut sent, phase);
     rss.push(daemon.rss_kb());
     // Flap 1: rx0 itself.
-    ip(&lab.ns, &["link", "set", "rx0", "down"]);
-    at = daemon.wait_log("link down iface=rx0", at);
-    std::thread::sleep(Duration::from_millis(500));
-    ip(&lab.ns, &["link", "set", "rx0", "up"]);
-    at = daemon.wait_log("link up iface=rx0", at);
+    at = flap(&lab.ns, &daemon, "rx0", at);
 
     send_for(&lab.ns, &mut traffic, &mut sent, phase);
     rss.push(daemon.rss_kb());
     // Flap 2: the peer (rx0 loses its carrier).
-    ip(&lab.ns, &["link", "set", "tx0", "down"]);
-    at = daemon.wait_log("link down iface=rx0", at);
-    std::thread::sleep(Duration::from_millis(500));
-    ip(&lab.ns, &["link", "set", "tx0", "up"]);
-    at = daemon.wait_log("link up iface=rx0", at);
+    at = flap(&lab.ns, &daemon, "tx0", at);
 
     send_for(&lab.ns, &mut traffic, &mut sent, phase);
     rss.push(daemon.rss_kb());
@@ -1022,18 +1029,7 @@ fn endpoints_listener_and_errors() {
     assert!(run(&["-i", "rx0", "--interval", "10ms"]).contains("below the minimum of 100ms"));
     // Only CAP_BPF and CAP_NET_ADMIN: CAP_PERFMON is named.
     let caps = "-all,+bpf,+net_admin";
-    let (status, _, err) = output(lab.ns.command("setpriv").args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        &format!("--inh-caps={caps}"),
-        &format!("--ambient-caps={caps}"),
-        &format!("--bounding-set={caps}"),
-        CLI,
-        "run",
-        "-i",
-        "rx0",
-    ]));
+    let (status, _, err) = output(as_nobody(&lab.ns, caps).args(["run", "-i", "rx0"]));
     assert_eq!(status.code(), Some(1));
     assert!(
         err.contains("CAP_PERFMON") && !err.contains("CAP_BPF+"),

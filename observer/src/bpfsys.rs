@@ -167,7 +167,7 @@ pub fn percpu_hash_for_each<K: Pod, V: Pod>(
         stats.syscalls += 1;
         // SAFETY: key and next are key_size bytes (checked against the map).
         match unsafe { sys_bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(stats),
             Err(e) => return Err(BpfSysError::new("BPF_MAP_GET_NEXT_KEY", map, e)),
         }
@@ -304,7 +304,7 @@ fn for_each_batched<K: Pod, V: Pod>(
         // SAFETY: keys and vals hold `count` keys and per-CPU values of the sizes the map has
         // (checked); the tokens hold max(key_size, 8) bytes.
         let end = match unsafe { sys_bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) } {
-            Ok(()) => false,
+            Ok(_) => false,
             Err(e) => match e.raw_os_error() {
                 Some(libc::ENOENT) => true,
                 // A hash bucket holds more entries than fit: retry it with room for them.
@@ -466,7 +466,7 @@ unsafe fn lookup<K>(
         ..ElemAttr::default()
     };
     // SAFETY: the caller's contract.
-    unsafe { sys_bpf(cmd, &mut attr) }
+    unsafe { sys_bpf(cmd, &mut attr) }.map(|_| ())
 }
 
 fn ptr_u64<T>(p: &T) -> u64 {
@@ -475,9 +475,12 @@ fn ptr_u64<T>(p: &T) -> u64 {
 
 /// bpf(2) with `attr` as a prefix of `union bpf_attr` (the kernel zero-fills the rest).
 ///
+/// The bpf(2) system call with `attr` (a `bpf_attr` prefix): its non-negative result (a new
+/// fd for the commands that create one).
+///
 /// # Safety
 /// The pointers in `attr` must be valid for what the kernel reads and writes for `cmd`.
-unsafe fn sys_bpf<A>(cmd: u32, attr: &mut A) -> Result<(), io::Error> {
+pub unsafe fn sys_bpf<A>(cmd: u32, attr: &mut A) -> Result<libc::c_long, io::Error> {
     // SAFETY: attr is a live #[repr(C)] bpf_attr prefix of size_of::<A>() bytes; the pointers
     // inside are the caller's contract.
     let rc = unsafe {
@@ -491,7 +494,7 @@ unsafe fn sys_bpf<A>(cmd: u32, attr: &mut A) -> Result<(), io::Error> {
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(())
+        Ok(rc)
     }
 }
 

@@ -156,26 +156,39 @@ impl Lab {
     }
 }
 
-/// Pins the calling thread to the first CPU it may run on. On veth, XDP runs on the sending
-/// CPU: a sender that migrates would spread one flow over several per-CPU values, which a NIC's
-/// RSS never does.
-pub fn pin_current_thread() -> Result<(), std::io::Error> {
-    // SAFETY: zeroed cpu_set_t values are valid; the CPU_* macros stay inside them.
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> Result<Vec<usize>, std::io::Error> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_ISSET stays inside it.
     unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let Some(cpu) = (0..libc::CPU_SETSIZE as usize).find(|c| libc::CPU_ISSET(*c, &allowed))
-        else {
-            return Err(std::io::Error::other("no CPU allowed"));
-        };
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|c| libc::CPU_ISSET(*c, &set))
+            .collect())
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread_to(cpu: usize) -> Result<(), std::io::Error> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays inside it.
+    unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, size, &set) != 0 {
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
+}
+
+/// Pins the calling thread to the first CPU it may run on. On veth, XDP runs on the sending
+/// CPU: a sender that migrates would spread one flow over several per-CPU values, which a NIC's
+/// RSS never does.
+pub fn pin_current_thread() -> Result<(), std::io::Error> {
+    let first = *allowed_cpus()?
+        .first()
+        .ok_or_else(|| std::io::Error::other("no CPU allowed"))?;
+    pin_current_thread_to(first)
 }

@@ -2886,45 +2886,9 @@ fn rule_ecmp_imbalance(w: &mut Workload) {
 /// receiving veth ring never overflows. Returns the number of frames sent. Frames shorter than an
 /// Ethernet header are refused by the kernel (use BPF_PROG_TEST_RUN for those).
 pub fn send(iface: &str, frames: &[Frame]) -> Result<usize, SynthError> {
-    let unknown = || SynthError::UnknownInterface(iface.to_string());
-    let name = CString::new(iface).map_err(|_| unknown())?;
-    // SAFETY: `name` is a valid NUL-terminated string.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if ifindex == 0 {
-        return Err(unknown());
-    }
-    let socket_err = |what, source: io::Error| match source.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => SynthError::NeedsCapNetRaw(iface.to_string()),
-        _ => SynthError::Socket {
-            iface: iface.to_string(),
-            what,
-            source,
-        },
-    };
-    // SAFETY: plain socket(2) call; protocol 0: this socket only sends.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(socket_err("socket(AF_PACKET)", io::Error::last_os_error()));
-    }
-    // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_ifindex = ifindex as i32;
-    // SAFETY: `addr` is a valid sockaddr_ll of the given size.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&raw const addr).cast::<libc::sockaddr>(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(socket_err("bind", io::Error::last_os_error()));
-    }
+    let socket = PacketSocket::open(iface)?;
     for (index, frame) in frames.iter().enumerate() {
-        send_one(&fd, frame, index, iface)?;
+        socket.send(&frame.bytes, index)?;
         if (index + 1) % SEND_BATCH == 0 {
             std::thread::sleep(SEND_PAUSE);
         }
@@ -2932,38 +2896,93 @@ pub fn send(iface: &str, frames: &[Frame]) -> Result<usize, SynthError> {
     Ok(frames.len())
 }
 
-fn send_one(fd: &OwnedFd, frame: &Frame, index: usize, iface: &str) -> Result<(), SynthError> {
-    let len = frame.bytes.len();
-    let mut busy = 0;
-    loop {
-        // SAFETY: the pointer and length describe `frame.bytes`.
-        let n = unsafe { libc::send(fd.as_raw_fd(), frame.bytes.as_ptr().cast(), len, 0) };
-        if n >= 0 {
-            let sent = n as usize;
-            if sent != len {
-                return Err(SynthError::ShortSend {
-                    iface: iface.to_string(),
-                    index,
-                    len,
-                    sent,
-                });
-            }
-            return Ok(());
+/// An AF_PACKET raw socket bound to one interface, that only sends (open it in the namespace of
+/// the interface).
+pub struct PacketSocket {
+    fd: OwnedFd,
+    iface: String,
+}
+
+impl PacketSocket {
+    pub fn open(iface: &str) -> Result<Self, SynthError> {
+        let unknown = || SynthError::UnknownInterface(iface.to_string());
+        let name = CString::new(iface).map_err(|_| unknown())?;
+        // SAFETY: `name` is a valid NUL-terminated string.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if ifindex == 0 {
+            return Err(unknown());
         }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => {}
-            Some(libc::ENOBUFS) | Some(libc::EAGAIN) if busy < 10_000 => {
-                busy += 1;
-                std::thread::sleep(Duration::from_micros(100));
+        let socket_err = |what, source: io::Error| match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => SynthError::NeedsCapNetRaw(iface.to_string()),
+            _ => SynthError::Socket {
+                iface: iface.to_string(),
+                what,
+                source,
+            },
+        };
+        // SAFETY: plain socket(2) call; protocol 0: this socket only sends.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(socket_err("socket(AF_PACKET)", io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_ifindex = ifindex as i32;
+        // SAFETY: `addr` is a valid sockaddr_ll of the given size.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&raw const addr).cast::<libc::sockaddr>(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(socket_err("bind", io::Error::last_os_error()));
+        }
+        Ok(Self {
+            fd,
+            iface: iface.to_string(),
+        })
+    }
+
+    /// Sends one frame (`index`: its position, for errors), retrying while the device queue
+    /// is full.
+    pub fn send(&self, bytes: &[u8], index: usize) -> Result<(), SynthError> {
+        let len = bytes.len();
+        let mut busy = 0;
+        loop {
+            // SAFETY: the pointer and length describe `bytes`.
+            let n = unsafe { libc::send(self.fd.as_raw_fd(), bytes.as_ptr().cast(), len, 0) };
+            if n >= 0 {
+                let sent = n as usize;
+                if sent != len {
+                    return Err(SynthError::ShortSend {
+                        iface: self.iface.clone(),
+                        index,
+                        len,
+                        sent,
+                    });
+                }
+                return Ok(());
             }
-            _ => {
-                return Err(SynthError::Send {
-                    iface: iface.to_string(),
-                    index,
-                    len,
-                    source: err,
-                });
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::ENOBUFS) | Some(libc::EAGAIN) if busy < 10_000 => {
+                    busy += 1;
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                _ => {
+                    return Err(SynthError::Send {
+                        iface: self.iface.clone(),
+                        index,
+                        len,
+                        source: err,
+                    });
+                }
             }
         }
     }
