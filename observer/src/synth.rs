@@ -2587,6 +2587,22 @@ fn rule_qp(net: u8, hosts: [u8; 2], qpns: [u32; 2], first_psn: u32) -> QpStream 
     qp_v4(wire::TRANSPORT_RC, net, hosts, qpns, first_psn)
 }
 
+/// `n` RC QPs of a rule scenario, sender 198.18.`net`.(1 + i) to receiver .(101 + i), QP
+/// numbers `qp_base + i` and `qp_base + 0x80 + i`, first PSN `psn_step * i`.
+fn rule_pairs(net: u8, n: u32, qp_base: u32, psn_step: u32) -> Vec<QpStream> {
+    (0..n)
+        .map(|i| {
+            let h = 1 + i as u8;
+            rule_qp(
+                net,
+                [h, 100 + h],
+                [qp_base + i, qp_base + 0x80 + i],
+                psn_step * i,
+            )
+        })
+        .collect()
+}
+
 /// The switch port of 198.18.`net`.0/24 that sends PFC frames in the rule scenarios.
 fn rule_switch_port(net: u8) -> [u8; 6] {
     host_mac(u16::from(net) << 8 | 0xFE)
@@ -2650,12 +2666,7 @@ fn rule_not_ect(w: &mut Workload) {
     // Three senders (198.18.42.1-3) WRITE to three receivers (.101-.103) in DSCP 26: the first
     // two ECT(0), the third Not-ECT (ECN off on its NIC; its receiver's ACKs too).
     w.set_frame_gap(RULE_FRAME_GAP_NS);
-    let mut qps: Vec<QpStream> = (0..3u32)
-        .map(|i| {
-            let h = 1 + i as u8;
-            rule_qp(42, [h, 100 + h], [0x4201 + i, 0x4281 + i], 10 * i)
-        })
-        .collect();
+    let mut qps = rule_pairs(42, 3, 0x4201, 10);
     qps[2] = qps[2].clone().with_tos(DATA_DSCP, NOT_ECT);
     for step in 0..20 {
         for qp in &mut qps {
@@ -2671,11 +2682,10 @@ fn rule_cnp_priority(w: &mut Workload) {
     // 5th request CE-marked); the receivers answer with CNPs (one per 50 us at most), but in
     // best-effort DSCP 0.
     w.set_frame_gap(RULE_FRAME_GAP_NS);
-    let mut qps: Vec<QpStream> = (0..2u32)
-        .map(|i| {
-            let h = 1 + i as u8;
-            let mut qp =
-                rule_qp(43, [h, 100 + h], [0x4301 + i, 0x4381 + i], 7 * i).with_cnp_dscp(0);
+    let mut qps: Vec<QpStream> = rule_pairs(43, 2, 0x4301, 7)
+        .into_iter()
+        .map(|qp| {
+            let mut qp = qp.with_cnp_dscp(0);
             qp.ce_every = 5;
             qp
         })
@@ -2694,12 +2704,7 @@ fn rule_dscp_mix(w: &mut Workload) {
     // Three senders (198.18.44.1-3) WRITE to three receivers (.101-.103), all ECT(0): two in
     // DSCP 26, the third left in best-effort DSCP 0 (both directions). No congestion.
     w.set_frame_gap(RULE_FRAME_GAP_NS);
-    let mut qps: Vec<QpStream> = (0..3u32)
-        .map(|i| {
-            let h = 1 + i as u8;
-            rule_qp(44, [h, 100 + h], [0x4401 + i, 0x4481 + i], 3 * i)
-        })
-        .collect();
+    let mut qps = rule_pairs(44, 3, 0x4401, 3);
     qps[2] = qps[2].clone().with_tos(0, ECT0);
     for step in 0..20 {
         for qp in &mut qps {
@@ -2714,12 +2719,7 @@ fn rule_loss(w: &mut Workload) {
     // Two senders (198.18.45.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0); packets
     // are dropped twice on the way: PSN gaps, NAKs (PSN sequence error) and go-back-N.
     w.set_frame_gap(RULE_FRAME_GAP_NS);
-    let mut qps: Vec<QpStream> = (0..2u32)
-        .map(|i| {
-            let h = 1 + i as u8;
-            rule_qp(45, [h, 100 + h], [0x4501 + i, 0x4581 + i], 0x100 * i)
-        })
-        .collect();
+    let mut qps = rule_pairs(45, 2, 0x4501, 0x100);
     for round in 0..20 {
         for (i, qp) in qps.iter_mut().enumerate() {
             match (i, round) {
@@ -2741,12 +2741,7 @@ fn rule_rnr(w: &mut Workload) {
     // again after its RNR timer (the same PSN: the observer counts the retry as a
     // retransmission). No packet is lost.
     w.set_frame_gap(RULE_FRAME_GAP_NS);
-    let mut qps: Vec<QpStream> = (0..2u32)
-        .map(|i| {
-            let h = 1 + i as u8;
-            rule_qp(46, [h, 100 + h], [0x4601 + i, 0x4681 + i], 0x200 * i)
-        })
-        .collect();
+    let mut qps = rule_pairs(46, 2, 0x4601, 0x200);
     for round in 0..20 {
         for (i, qp) in qps.iter_mut().enumerate() {
             match (i, round) {
@@ -2773,12 +2768,7 @@ fn rule_pfc_storm(w: &mut Workload) {
     // at the end.
     w.set_frame_gap(RULE_FRAME_GAP_NS);
     let port = rule_switch_port(47);
-    let mut qps: Vec<QpStream> = (0..2u32)
-        .map(|i| {
-            let h = 1 + i as u8;
-            rule_qp(47, [h, 100 + h], [0x4701 + i, 0x4781 + i], 11 * i)
-        })
-        .collect();
+    let mut qps = rule_pairs(47, 2, 0x4701, 11);
     for step in 0..40 {
         for qp in &mut qps {
             qp.write(w, 2048);
@@ -2796,12 +2786,7 @@ fn rule_pfc_idle_priority(w: &mut Workload) {
     // three times (256 quanta each): a few frames, no storm.
     w.set_frame_gap(50_000);
     let port = rule_switch_port(48);
-    let mut qps: Vec<QpStream> = (0..2u32)
-        .map(|i| {
-            let h = 1 + i as u8;
-            rule_qp(48, [h, 100 + h], [0x4801 + i, 0x4881 + i], 13 * i)
-        })
-        .collect();
+    let mut qps = rule_pairs(48, 2, 0x4801, 13);
     for step in 0..40 {
         for qp in &mut qps {
             qp.write(w, 2048);
