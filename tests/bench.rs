@@ -488,10 +488,7 @@ fn main() -> ExitCode {
     );
 
     if args.json {
-        let env: serde_json::Map<String, serde_json::Value> = environment()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.into()))
-            .collect();
+        let env = integration_tests::environment_json(&environment());
         let json = serde_json::json!({
             "environment": env,
             "repeat": args.repeat,
@@ -525,11 +522,7 @@ fn main() -> ExitCode {
             "BPF_PROG_TEST_RUN, median of {} runs; repeated cases: repeat {}; new flow: {} flows x repeat 1",
             args.runs, args.repeat, args.new_flows
         );
-        let env: Vec<String> = environment()
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        println!("{}", env.join(", "));
+        println!("{}", integration_tests::environment_line(&environment()));
         println!(
             "{:<26} {:<21} {:>10} {:>12} {:>7}",
             "case", "program", "ns/packet", "baseline ns", "ratio"

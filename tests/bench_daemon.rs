@@ -788,14 +788,6 @@ fn daemon_binary() -> Result<PathBuf, String> {
 // Output.
 // ---------------------------------------------------------------------------------------------
 
-fn environment() -> [(&'static str, String); 2] {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into());
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    [("kernel", kernel), ("cpus", cpus.to_string())]
-}
-
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Bytes of userspace resident memory per flow above the idle daemon.
@@ -818,10 +810,7 @@ fn verdict(outcomes: &[Outcome]) -> Option<(f64, bool)> {
 
 fn print_json(args: &Args, bin: &Path, outcomes: &[Outcome], took: Duration) {
     let idle = &outcomes[0];
-    let env: serde_json::Map<String, serde_json::Value> = environment()
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.into()))
-        .collect();
+    let env = integration_tests::environment_json(&integration_tests::bench_environment());
     let target = verdict(outcomes);
     let json = serde_json::json!({
         "environment": env,
@@ -888,11 +877,10 @@ fn print_table(args: &Args, bin: &Path, outcomes: &[Outcome], took: Duration) {
         args.interval,
         args.window
     );
-    let env: Vec<String> = environment()
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
-    println!("{}", env.join(", "));
+    println!(
+        "{}",
+        integration_tests::environment_line(&integration_tests::bench_environment())
+    );
     println!(
         "{:<16} {:>8} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>8} {:>9} {:>7}",
         "case",
@@ -1076,19 +1064,7 @@ fn run(args: &Args) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args = <Args as clap::Parser>::parse();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "bench-daemon: needs root (network namespace, XDP, AF_PACKET); run as root: cargo \
-             xtask bench"
-        );
-        return ExitCode::FAILURE;
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-daemon: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    integration_tests::bench_main("bench-daemon", "network namespace, XDP, AF_PACKET", || {
+        run(&args)
+    })
 }

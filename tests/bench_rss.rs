@@ -419,14 +419,6 @@ fn measure(ns: String, mask: String, rounds: u32) -> Result<(usize, Vec<Outcome>
     Ok((sender_cpu, outcomes))
 }
 
-fn environment() -> [(&'static str, String); 2] {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into());
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    [("kernel", kernel), ("cpus", cpus.to_string())]
-}
-
 fn run(args: &Args) -> Result<(), String> {
     // The RPS mask, and where the sender is pinned.
     let allowed =
@@ -460,10 +452,7 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let frames_per_round = outcomes[0].sent / u64::from(rounds);
     if args.json {
-        let env: serde_json::Map<String, serde_json::Value> = environment()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.into()))
-            .collect();
+        let env = integration_tests::environment_json(&integration_tests::bench_environment());
         let json = serde_json::json!({
             "environment": env,
             "scenario": SCENARIO,
@@ -499,11 +488,10 @@ fn run(args: &Args) -> Result<(), String> {
             "RSS spreading on veth: {SCENARIO} ({frames_per_round} frames) x {rounds}, RPS on rx0 over CPUs {mask}, \
              observer in generic (skb) XDP mode, sender pinned to CPU {sender_cpu}"
         );
-        let env: Vec<String> = environment()
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        println!("{}", env.join(", "));
+        println!(
+            "{}",
+            integration_tests::environment_line(&integration_tests::bench_environment())
+        );
         let cpu_cols: Vec<String> = allowed.iter().map(|c| format!("CPU {c}")).collect();
         println!(
             "{:<18} {:<4} {:>7} {:>7} {:>5} {}  conclusion",
@@ -547,18 +535,5 @@ fn run(args: &Args) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args = <Args as clap::Parser>::parse();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "bench-rss: needs root (network namespace, XDP, sysfs); run as root: cargo xtask bench"
-        );
-        return ExitCode::FAILURE;
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-rss: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    integration_tests::bench_main("bench-rss", "network namespace, XDP, sysfs", || run(&args))
 }

@@ -102,6 +102,68 @@ pub fn output(cmd: &mut Command) -> (ExitStatus, String, String) {
     )
 }
 
+/// Runs `cmd` with `input` on its standard input (written whole, then closed) and its output
+/// captured.
+pub fn run_with_input(cmd: &mut Command, input: &[u8]) -> std::io::Result<std::process::Output> {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(input)?;
+    child.wait_with_output()
+}
+
+/// What a benchmark's figures depend on besides the code: the kernel and the CPUs.
+pub fn bench_environment() -> [(&'static str, String); 2] {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    [("kernel", kernel), ("cpus", cpus.to_string())]
+}
+
+/// A benchmark's environment as a JSON object.
+pub fn environment_json(env: &[(&str, String)]) -> serde_json::Map<String, serde_json::Value> {
+    env.iter()
+        .map(|(k, v)| (k.to_string(), v.clone().into()))
+        .collect()
+}
+
+/// A benchmark's environment as one line: `kernel 6.18, cpus 2`.
+pub fn environment_line(env: &[(&str, String)]) -> String {
+    env.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `main` of a privileged benchmark `name`: refuses to run without root (saying it needs
+/// it for `needs`), runs `run`, and prints its error as `name: error` with a failing exit.
+pub fn bench_main(
+    name: &str,
+    needs: &str,
+    run: impl FnOnce() -> Result<(), String>,
+) -> std::process::ExitCode {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("{name}: needs root ({needs}); run as root: cargo xtask bench");
+        return std::process::ExitCode::FAILURE;
+    }
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// `ip -d link show DEV` inside the namespace.
 pub fn link_details(ns: &Netns, dev: &str) -> String {
     let (status, out, err) = output(ns.command("ip").args(["-d", "link", "show", dev]));

@@ -1,12 +1,8 @@
 //! `roce-observer synth` and `roce-observer replay` as a user runs them: no privileges needed.
 
-use std::{
-    io::Write,
-    path::PathBuf,
-    process::{Command, Stdio},
-};
+use std::{path::PathBuf, process::Command};
 
-use integration_tests::{Scratch, output, truth_aggregate};
+use integration_tests::{Scratch, output, run_with_input, truth_aggregate};
 use roce_observer::{
     report::{Flow, Report},
     synth,
@@ -108,20 +104,11 @@ fn standard_input_gives_the_same_report() {
     let dir = Scratch::new("replay-stdin");
     let path = synth_to(&dir, "demo");
     let (_, from_file, _) = output(Command::new(CLI).arg("replay").arg(&path).arg("--json"));
-    let mut child = Command::new(CLI)
-        .args(["replay", "-", "--json"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&std::fs::read(&path).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_with_input(
+        Command::new(CLI).args(["replay", "-", "--json"]),
+        &std::fs::read(&path).unwrap(),
+    )
+    .unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{Scratch, output, require_root};
+use integration_tests::{Scratch, output, require_root, run_with_input};
 use observer_common::{FlowStats, OpClass, SkipReason, wire};
 use roce_observer::{
     lab::{Lab, Netns},
@@ -219,20 +219,11 @@ fn parse(text: &str, openmetrics: bool) -> Vec<Sample> {
     let script = format!(
         "import sys, json\nfrom {module} import text_string_to_metric_families\nout = []\nfor fam in text_string_to_metric_families(sys.stdin.read()):\n    for s in fam.samples:\n        out.append([s.name, s.labels, s.value])\nprint(json.dumps(out))\n"
     );
-    let mut child = Command::new(python())
-        .args(["-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_with_input(
+        Command::new(python()).args(["-c", &script]),
+        text.as_bytes(),
+    )
+    .expect("run the Python parser");
     assert!(
         out.status.success(),
         "the parser rejected the exposition: {}\n{text}",
@@ -762,27 +753,21 @@ fn deploy_metrics_exported(samples: &[Sample]) {
 /// `promtool check metrics` on a Prometheus-text exposition, when promtool is installed (setup
 /// installs it; under CI its absence fails).
 fn promtool_lint(text: &str) {
-    let Ok(mut child) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "promtool is missing under CI (cargo xtask setup installs it)"
-        );
-        eprintln!("\n*** promtool not installed: the exposition lint is SKIPPED ***\n");
-        return;
+    let out = match run_with_input(
+        Command::new("promtool").args(["check", "metrics"]),
+        text.as_bytes(),
+    ) {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "promtool is missing under CI (cargo xtask setup installs it)"
+            );
+            eprintln!("\n*** promtool not installed: the exposition lint is SKIPPED ***\n");
+            return;
+        }
+        Err(e) => panic!("promtool check metrics: {e}"),
     };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
     let report = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
