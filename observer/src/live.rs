@@ -63,6 +63,14 @@ pub enum LiveError {
     TooManyInterfaces { got: usize, max: u32 },
     #[error("cannot map the microburst slots into memory: {0}")]
     BurstMap(String),
+    #[error(
+        "interfaces '{first}' and '{second}' share the kernel's interface entry {entry} (ifindex modulo {BURST_IFACE_SLOTS}); observe them in two processes"
+    )]
+    EntryClash {
+        first: String,
+        second: String,
+        entry: u32,
+    },
 }
 
 /// XDP attach mode.
@@ -401,24 +409,15 @@ impl Observer {
         fresh: bool,
     ) -> Result<Attached, LiveError> {
         let ifindex = if_index(iface)?;
-        let others: Vec<(String, u32)> = self
+        let others = self
             .slots
             .iter()
             .enumerate()
             .filter(|(i, _)| *i != slot)
             .filter_map(|(_, a)| a.as_ref())
             .filter(|a| a.ifindex != 0)
-            .map(|a| (a.name.clone(), a.ifindex))
-            .collect();
-        if let Some((other, _)) = others
-            .iter()
-            .find(|(_, o)| o % BURST_IFACE_SLOTS == ifindex % BURST_IFACE_SLOTS)
-        {
-            return Err(LiveError::BurstMap(format!(
-                "interfaces '{other}' and '{iface}' share counter entry {} (ifindex modulo {BURST_IFACE_SLOTS}); observe them in two processes",
-                ifindex % BURST_IFACE_SLOTS
-            )));
-        }
+            .map(|a| (a.name.as_str(), a.ifindex));
+        check_entry_clash(others, iface, ifindex)?;
         if fresh {
             zero_iface_counters(&mut self.ebpf, slot)?;
         }
@@ -773,25 +772,37 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
 
 /// Has the loaded object count the interfaces `interfaces` (name, ifindex) and keep their
 /// microburst slots of `slot_ns` (0: none): interface i gets slot i (rings and counters 2i and
-/// 2i + 1). Two interfaces in one entry of the ifindex-modulo array are refused.
+/// 2i + 1). Two interfaces in one entry of the ifindex-modulo array are refused. (For a bare
+/// loaded object, as the kernel tests and the benchmark use; the observer registers its
+/// interfaces one by one as it attaches.)
 pub fn observe_bursts(
     ebpf: &mut Ebpf,
     interfaces: &[(&str, u32)],
     slot_ns: u64,
 ) -> Result<(), LiveError> {
     for (i, (name, ifindex)) in interfaces.iter().enumerate() {
-        let at = ifindex % BURST_IFACE_SLOTS;
-        if let Some((other, _)) = interfaces[..i]
-            .iter()
-            .find(|(_, o)| o % BURST_IFACE_SLOTS == at)
-        {
-            return Err(LiveError::BurstMap(format!(
-                "interfaces '{other}' and '{name}' share microburst entry {at} (ifindex modulo {BURST_IFACE_SLOTS}); use --burst-slot off or observe them in two processes"
-            )));
-        }
+        check_entry_clash(interfaces[..i].iter().copied(), name, *ifindex)?;
         register_interface(ebpf, i, *ifindex, slot_ns)?;
     }
     Ok(())
+}
+
+/// Refuses `name` (`ifindex`) when one of `others` (name, ifindex) has the same entry in the
+/// kernel's ifindex-modulo interface array.
+fn check_entry_clash<'a>(
+    mut others: impl Iterator<Item = (&'a str, u32)>,
+    name: &str,
+    ifindex: u32,
+) -> Result<(), LiveError> {
+    let entry = ifindex % BURST_IFACE_SLOTS;
+    match others.find(|(_, o)| o % BURST_IFACE_SLOTS == entry) {
+        Some((other, _)) => Err(LiveError::EntryClash {
+            first: other.to_string(),
+            second: name.to_string(),
+            entry,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn burst_ifaces(
@@ -1129,6 +1140,19 @@ mod tests {
         }
     }
     impl std::error::Error for Errno {}
+
+    #[test]
+    fn interfaces_in_one_kernel_entry_are_refused() {
+        let others = [("eth0", 5), ("eth1", 6)];
+        assert!(check_entry_clash(others.iter().copied(), "eth2", 7).is_ok());
+        let e = check_entry_clash(others.iter().copied(), "veth9", 5 + BURST_IFACE_SLOTS)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "interfaces 'eth0' and 'veth9' share the kernel's interface entry 5 (ifindex modulo 4096); observe them in two processes"
+        );
+    }
 
     #[test]
     fn verifier_logs_become_one_line() {

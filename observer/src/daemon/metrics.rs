@@ -472,12 +472,3 @@ impl Publisher {
         Ok(())
     }
 }
-
-/// Sum of a snapshot's series and rest (tests: it equals the interface totals).
-pub fn series_sum(s: &Snapshot) -> Counts {
-    let mut c = s.rest;
-    for r in &s.series {
-        c.add(&r.counts);
-    }
-    c
-}
