@@ -347,9 +347,8 @@ fn open_jsonl(path: &Path) -> Result<BufWriter<File>, DaemonError> {
 struct IfaceTrack {
     name: String,
     slot: usize,
-    /// The slot's kernel values when this interface took it.
-    base: [IfaceCounters; 2],
-    /// Cumulative since then (the kernel keeps the slot's values across re-creation).
+    /// The slot's kernel values: cumulative, since the observer zeroes a slot before a new
+    /// interface takes it, and keeps them across the interface's re-creation.
     cum: [IfaceCounters; 2],
     /// At the previous drain (for the JSON-lines deltas).
     prev: [IfaceCounters; 2],
@@ -426,8 +425,6 @@ struct Collector {
     reloads_ok: u64,
     reloads_failed: u64,
     last_drain: Instant,
-    /// Per-QP deltas and the rest of the last drain, for the JSON lines.
-    drained: flows::Drained,
     /// Interfaces a reload named that do not exist yet: attached when they appear.
     pending: Vec<String>,
     /// The last re-attach error per interface (logged once per reason).
@@ -460,7 +457,6 @@ impl Collector {
             reloads_ok: 0,
             reloads_failed: 0,
             last_drain: Instant::now(),
-            drained: flows::Drained::default(),
             pending: Vec::new(),
             attach_errors: std::collections::HashMap::new(),
         };
@@ -495,7 +491,6 @@ impl Collector {
                 self.ifaces.push(IfaceTrack {
                     name,
                     slot,
-                    base: [IfaceCounters::default(); 2],
                     cum: [IfaceCounters::default(); 2],
                     prev: [IfaceCounters::default(); 2],
                     reattachments: 0,
@@ -675,9 +670,7 @@ impl Collector {
             if let Some(t) = self.ifaces.iter_mut().find(|t| t.name == *iface)
                 && let Ok(now) = self.observer.iface_counters(t.slot)
             {
-                for ((cum, now), base) in t.cum.iter_mut().zip(&now).zip(&t.base) {
-                    *cum = minus(now, base);
-                }
+                t.cum = now;
             }
             match self.observer.remove_interface(iface) {
                 Ok(()) => info!(%iface, "reload: detached"),
@@ -752,9 +745,9 @@ impl Collector {
         for t in &mut self.ifaces {
             let now = self.observer.iface_counters(t.slot)?;
             t.prev = t.cum;
-            for ((cum, now), base) in t.cum.iter_mut().zip(&now).zip(&t.base) {
-                *cum = minus(now, base);
-                totals.add(&totalled(cum));
+            t.cum = now;
+            for dir in &t.cum {
+                totals.add(&totalled(dir));
             }
         }
         let ebpf = self.observer.ebpf();
@@ -791,7 +784,7 @@ impl Collector {
             mode: self.observer.config().vantage.name(),
             egress: self.observer.config().vantage == crate::live::Vantage::Host,
             interfaces,
-            series: drained.series.clone(),
+            series: drained.series,
             rest: drained.rest,
             interval_seconds: self.config.interval.as_secs_f64(),
             max_series: self.config.max_series,
@@ -811,7 +804,7 @@ impl Collector {
             reloads_failed: self.reloads_failed,
         };
         if let Some(w) = self.jsonl.as_mut() {
-            let line = json_line(&snapshot, &self.ifaces, &drained, elapsed);
+            let line = json_line(&snapshot, &self.ifaces, &drained.rest_delta, elapsed);
             let written = serde_json::to_writer(&mut *w, &line)
                 .map_err(std::io::Error::other)
                 .and_then(|()| w.write_all(b"\n"))
@@ -824,10 +817,9 @@ impl Collector {
             drain_ms = drain_seconds * 1e3,
             flows = drained.flows,
             table = drained.table_entries,
-            series = drained.series.len(),
+            series = snapshot.series.len(),
             "drained"
         );
-        self.drained = drained;
         if self.publisher.publish(snapshot).is_err() {
             error!("cannot encode the metrics");
         }
@@ -838,10 +830,11 @@ impl Collector {
     }
 }
 
+/// The JSON line of a drain: its snapshot's deltas (`rest_delta`: the rest's).
 fn json_line(
     s: &Snapshot,
     ifaces: &[IfaceTrack],
-    drained: &flows::Drained,
+    rest_delta: &Counts,
     elapsed: Duration,
 ) -> serde_json::Value {
     let dirs: &[(usize, &str)] = if s.egress {
@@ -855,7 +848,7 @@ fn json_line(
             interfaces.push(iface_json(&t.name, dir, &minus(&t.cum[*d], &t.prev[*d])));
         }
     }
-    let qps: Vec<serde_json::Value> = drained
+    let qps: Vec<serde_json::Value> = s
         .series
         .iter()
         .filter(|r| !r.delta.is_zero())
@@ -873,7 +866,7 @@ fn json_line(
         "interval_seconds": elapsed.as_secs_f64(),
         "interfaces": interfaces,
         "qps": qps,
-        "rest": counts_json(&drained.rest_delta),
+        "rest": counts_json(rest_delta),
         "observer": {
             "drain_seconds": s.drain_seconds,
             "flows_tracked": s.flows,
