@@ -53,12 +53,12 @@ struct Args {
     no_burst_slots: bool,
 }
 
-/// Frames of the cases, from the shared generator (`roce_observer::synth`).
+/// Frames of the cases, from the shared generator (`roce_observer::source::synth`).
 mod frames {
     use std::net::Ipv4Addr;
 
     use observer_common::{SkipReason, wire};
-    use roce_observer::synth::{self, Encap, Ip, RoceFrame};
+    use roce_observer::source::synth::{self, Encap, Ip, RoceFrame};
 
     fn ip() -> Ip {
         Ip::v4(Ipv4Addr::new(198, 18, 10, 1), Ipv4Addr::new(198, 18, 10, 2))
@@ -266,12 +266,12 @@ fn load(cap: u32, slots: bool) -> Result<Ebpf, String> {
     // The loopback device is observed (BPF_PROG_TEST_RUN runs XDP there), so each measured
     // frame pays its interface counters and, with slots on as `diagnose` runs, its slot's clock
     // read and atomic add.
-    let lo = roce_observer::live::if_index("lo").map_err(|e| e.to_string())?;
-    roce_observer::live::observe_bursts(
+    let lo = roce_observer::source::live::if_index("lo").map_err(|e| e.to_string())?;
+    roce_observer::source::live::observe_bursts(
         &mut ebpf,
         &[("lo", lo)],
         if slots {
-            roce_observer::series::DEFAULT_SLOT_NS
+            roce_observer::analysis::series::DEFAULT_SLOT_NS
         } else {
             0
         },
@@ -338,7 +338,7 @@ fn measure(p: &Xdp, name: &str, case: &Case, repeat: u32) -> Result<f64, String>
 fn flow_count(ebpf: &Ebpf, program: &str) -> Result<usize, String> {
     let err = |e: aya::maps::MapError| format!("reading flow table: {e}");
     Ok(match program {
-        programs::OBSERVE => roce_observer::live::read_maps(ebpf, 0)
+        programs::OBSERVE => roce_observer::source::live::read_maps(ebpf, 0)
             .map_err(|e| e.to_string())?
             .flows
             .len(),

@@ -39,7 +39,7 @@ use std::{
 use observer_common::wire::op;
 use roce_observer::{
     lab::{Lab, pin_current_thread},
-    synth::{Ip, PacketSocket, RoceFrame},
+    source::synth::{Ip, PacketSocket, RoceFrame},
 };
 
 /// CPU and memory of `roce-observer run` at 10k, 100k and 1M flows (needs root).
@@ -55,7 +55,7 @@ struct Args {
     )]
     flows: Vec<u32>,
     /// The daemon's drain interval.
-    #[arg(long, default_value = "10s", value_parser = roce_observer::cli::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = roce_observer::units::parse_duration)]
     interval: Duration,
     /// Drains (intervals) per measurement window.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=30))]
@@ -766,14 +766,14 @@ fn daemon_binary() -> Result<PathBuf, String> {
                 "--quiet",
                 "--release",
                 "--package",
-                "roce-observer",
+                "roce-observer-cli",
             ])
             .stdout(Stdio::null())
             .status()
             .map_err(|e| format!("cannot run cargo: {e}"))?;
         if !status.success() {
             return Err(format!(
-                "cargo build --release --package roce-observer failed ({status}); \
+                "cargo build --release --package roce-observer-cli failed ({status}); \
                  build it yourself or pass --daemon PATH"
             ));
         }

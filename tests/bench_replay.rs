@@ -28,8 +28,8 @@ use std::{
 
 use observer_common::{FlowKey, wire};
 use roce_observer::{
-    replay::Replay,
-    synth::{CE, CNP_DSCP, ECT0, Ip, NOT_ECT, RoceFrame, SYNDROME_ACK},
+    source::replay::Replay,
+    source::synth::{CE, CNP_DSCP, ECT0, Ip, NOT_ECT, RoceFrame, SYNDROME_ACK},
 };
 
 const TARGET_FPS: f64 = 5e6;
@@ -90,7 +90,7 @@ fn qps() -> Vec<Qp> {
             let a = Ipv4Addr::new(198, 18, 0, 1 + (i % 8) as u8);
             let b = Ipv4Addr::new(198, 18, 1, 1 + (i / 8) as u8);
             let (lqpn, rqpn) = (0x100 + i, 0x200 + i);
-            let sport = roce_observer::synth::rdma_udp_sport(lqpn, rqpn);
+            let sport = roce_observer::source::synth::rdma_udp_sport(lqpn, rqpn);
             let mut req = RoceFrame::new(
                 Ip::v4(a, b),
                 wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE,
@@ -312,7 +312,8 @@ fn main() -> ExitCode {
     let path = file.0.display().to_string();
     let mut secs = Vec::new();
     for _ in 0..args.runs {
-        let mut r = Replay::with_timeline(roce_observer::series::TimelineConfig::default());
+        let mut r =
+            Replay::with_timeline(roce_observer::analysis::series::TimelineConfig::default());
         let start = Instant::now();
         let res = r.file(&path, false);
         let s = start.elapsed().as_secs_f64();

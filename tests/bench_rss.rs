@@ -43,7 +43,7 @@ use observer_common::{Counters, maps, programs};
 use roce_observer::{
     EBPF_OBJECT,
     lab::{Lab, pin_current_thread},
-    synth::{self, Encap, Frame},
+    source::synth::{self, Encap, Frame},
 };
 
 /// Spread of mirror copies over CPUs under receive steering (needs root).

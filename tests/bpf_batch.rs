@@ -1,4 +1,4 @@
-//! roce_observer::bpfsys against real kernel maps, made here with raw BPF_MAP_CREATE and filled
+//! roce_observer::source::live::bpfsys against real kernel maps, made here with raw BPF_MAP_CREATE and filled
 //! with BPF_MAP_UPDATE_ELEM: every entry exactly once with every CPU's value (values differ per
 //! CPU, so a slot or stride mix-up shows), batching visible in the syscall count, the
 //! key-at-a-time walk agreeing, take, and one-line errors on what is not the expected map.
@@ -12,7 +12,7 @@ use std::{
 
 use integration_tests::{median, require_root};
 use observer_common::{FlowKey, FlowSlot, FlowStats};
-use roce_observer::bpfsys::{
+use roce_observer::source::live::bpfsys::{
     BatchStats, percpu_array_for_each, percpu_array_get, percpu_hash_for_each, percpu_hash_take,
     possible_cpus,
 };
@@ -49,7 +49,7 @@ struct ElemAttr {
 
 fn sys_bpf<A>(cmd: u32, attr: &mut A) -> io::Result<libc::c_long> {
     // SAFETY: attr is a bpf_attr prefix whose pointers the callers keep valid.
-    unsafe { roce_observer::bpfsys::sys_bpf(cmd, attr) }
+    unsafe { roce_observer::source::live::bpfsys::sys_bpf(cmd, attr) }
 }
 
 fn create_map<K, V>(map_type: u32, max_entries: u32) -> OwnedFd {

@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    roce_observer::cli::main()
+    roce_observer_cli::main()
 }

@@ -20,13 +20,13 @@ use std::{
 };
 
 use integration_tests::output;
-use roce_observer::report::{Ecn, Flow, Ops, Report};
+use roce_observer::model::{Ecn, Flow, Ops, Report};
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
 /// The synthetic scenarios compared: the user scenarios (complete frames only) and "demo".
 fn scenarios() -> impl Iterator<Item = &'static str> {
-    roce_observer::synth::USER_SCENARIOS
+    roce_observer::source::synth::USER_SCENARIOS
         .into_iter()
         .chain(["demo"])
 }
@@ -804,7 +804,7 @@ fn synth_scenarios_match_tshark() {
 /// each, the observer keys on the destination port alone.
 #[test]
 fn low_source_ports_match_tshark_with_decode_as() {
-    use roce_observer::synth::{self, Ip, QpStream, Workload};
+    use roce_observer::source::synth::{self, Ip, QpStream, Workload};
     if !have_tshark("low_source_ports_match_tshark_with_decode_as") {
         return;
     }

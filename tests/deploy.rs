@@ -497,7 +497,7 @@ fn check_config(what: &str, text: &str) -> toml::Table {
     }
     for k in ["interval", "idle_timeout"] {
         if let Some(v) = config.get(k) {
-            roce_observer::cli::parse_duration(v.as_str().unwrap())
+            roce_observer::units::parse_duration(v.as_str().unwrap())
                 .unwrap_or_else(|e| panic!("{what}: {k}: {e}"));
         }
     }

@@ -6,9 +6,9 @@ use std::{collections::BTreeSet, path::PathBuf};
 use integration_tests::pcap_frames;
 use observer_common::{FlowKey, Transport, parse};
 use roce_observer::{
-    ecmp::{SourcePort, pair, rdma_udp_sport},
-    replay::Replay,
-    report::{Report, Source},
+    analysis::ecmp::{SourcePort, pair, rdma_udp_sport},
+    model::{Report, Source},
+    source::replay::Replay,
 };
 
 #[test]
@@ -32,13 +32,15 @@ fn every_rc_connection_of_the_real_captures_pairs() {
             .collect();
         let mut r = Replay::new();
         r.file(file.to_str().unwrap(), false).unwrap();
-        let report = Report::new(&r.agg, Source::pcap(vec![], vec![]), r.window_seconds());
+        let report = r
+            .agg
+            .report(Source::pcap(vec![], vec![]), r.window_seconds());
         let p = pair(&report.flows);
         let paired: BTreeSet<usize> = p.connections.iter().flat_map(|c| c.flows).collect();
         for (i, f) in report.flows.iter().enumerate() {
             let key = rc.iter().any(|k| {
-                roce_observer::report::ip_of(k.src_ip) == f.src_ip
-                    && roce_observer::report::ip_of(k.dst_ip) == f.dst_ip
+                roce_observer::model::ip_of(k.src_ip) == f.src_ip
+                    && roce_observer::model::ip_of(k.dst_ip) == f.dst_ip
                     && k.udp_src_port == f.udp_src_port
                     && k.dest_qp == f.dest_qp
             });
@@ -220,7 +222,7 @@ fn ecmp_command_on_a_capture() {
 #[test]
 fn ecmp_command_live() {
     use integration_tests::Diagnose;
-    use roce_observer::{lab::Lab, synth};
+    use roce_observer::{lab::Lab, source::synth};
     if !integration_tests::require_root("ecmp_command_live") {
         return;
     }

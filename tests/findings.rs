@@ -14,10 +14,10 @@ use std::{
 use integration_tests::{Scratch, output};
 use observer_common::{FlowKey, FlowStats, OpClass};
 use roce_observer::{
-    findings::{Check, CheckStatus, Finding, RULES, Severity},
-    report::Report,
-    series::FlowRef,
-    synth::{self, Workload},
+    analysis::findings::{Check, CheckStatus, Finding, RULES, Severity},
+    analysis::series::FlowRef,
+    model::Report,
+    source::synth::{self, Workload},
 };
 use serde_json::Value;
 

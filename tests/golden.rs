@@ -95,11 +95,15 @@ fn cases(scenarios: &[String], shared: &[String]) -> Vec<Case> {
     v.push(Case {
         name: "html rules-clean".into(),
         base: Base::Synth,
-        args: args("replay rules-clean.pcap --link-speed 10G --uplinks 4 --html /dev/stdout --json"),
+        args: args(
+            "replay rules-clean.pcap --link-speed 10G --uplinks 4 --html /dev/stdout --json",
+        ),
         file: "html/rules-clean.html-and-json".into(),
     });
     for f in shared {
-        let stem = f.trim_start_matches("../shared/captures/").replace('/', "_");
+        let stem = f
+            .trim_start_matches("../shared/captures/")
+            .replace('/', "_");
         v.push(Case {
             name: format!("replay {f} json"),
             base: Base::Shared,
@@ -115,7 +119,11 @@ fn cases(scenarios: &[String], shared: &[String]) -> Vec<Case> {
     }
     let real: Vec<&String> = shared.iter().filter(|f| f.contains("/real/")).collect();
     if !real.is_empty() {
-        let all = real.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ");
+        let all = real
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
         v.push(Case {
             name: "replay real together json".into(),
             base: Base::Shared,
@@ -159,11 +167,13 @@ fn outputs_equal_the_golden_files() {
         .collect();
     assert!(scenarios.len() >= 20, "{list}");
     for s in &scenarios {
-        let (status, _, err) = output(
-            Command::new(CLI)
-                .current_dir(scratch.path(""))
-                .args(["synth", "--scenario", s, "-o", &format!("{s}.pcap")]),
-        );
+        let (status, _, err) = output(Command::new(CLI).current_dir(scratch.path("")).args([
+            "synth",
+            "--scenario",
+            s,
+            "-o",
+            &format!("{s}.pcap"),
+        ]));
         assert!(status.success(), "synth {s}: {err}");
     }
     let root = workspace_root();

@@ -1,4 +1,4 @@
-//! `roce_observer::html::render`: the self-contained HTML report, opened in headless Chromium.
+//! `roce_observer::render::html::render`: the self-contained HTML report, opened in headless Chromium.
 //!
 //! The page marks itself when done (`body[data-rendered="1"]`, `body[data-charts=N]`) and counts
 //! its own errors (`body[data-errors]`, `<pre id="errors">`), so the DOM Chromium dumps says
@@ -17,12 +17,12 @@ use std::{
 use integration_tests::Scratch;
 use roce_observer::{
     aggregate::Aggregate,
-    ecmp::{EcmpOptions, analyse},
-    findings::{Check, Finding},
-    html,
-    report::{Flow, Report, Source},
-    series::{Microbursts, Series},
-    synth,
+    analysis::ecmp::{EcmpOptions, analyse},
+    analysis::findings::{Check, Finding},
+    analysis::series::{Microbursts, Series},
+    model::{Flow, Report, Source},
+    render::html,
+    source::synth,
 };
 use serde_json::{Value, json};
 
@@ -253,10 +253,10 @@ fn demo(intervals: u64) -> Demo {
     }
     let secs = (last - first) as f64 / 1e9;
     let src = Source::pcap(Vec::new(), Vec::new());
-    let whole = Report::new(&agg, src.clone(), secs);
+    let whole = agg.report(src.clone(), secs);
     let slices: Vec<Report> = slices
         .iter()
-        .map(|a| Report::new(a, src.clone(), interval_s))
+        .map(|a| a.report(src.clone(), interval_s))
         .collect();
 
     let total = metrics(
@@ -403,8 +403,7 @@ fn full_report() -> Report {
         series,
         bursts,
     } = demo(24);
-    let mut r = Report::new(
-        &agg,
+    let mut r = agg.report(
         Source::pcap(
             vec!["/captures/rack7-leaf3.pcap".into()],
             vec![format!("capture cut short: {INJECTION}")],
@@ -475,7 +474,7 @@ fn full_report() -> Report {
         ),
     ];
     let fired = ["ce-without-cnp", "loss", "microburst", "dscp-mix"];
-    r.checks = roce_observer::findings::RULES
+    r.checks = roce_observer::analysis::findings::RULES
         .iter()
         .map(|(rule, _)| {
             let (status, note) = if fired.contains(rule) {
@@ -542,7 +541,7 @@ fn full_report_renders_every_chart_without_errors() {
     );
     assert!(!dom.contains("<script>alert") && !dom.contains("<img"));
     // Tables: checks (every rule), top flows (dest QP in hex), ECMP uplinks.
-    for (rule, _) in roce_observer::findings::RULES {
+    for (rule, _) in roce_observer::analysis::findings::RULES {
         assert!(dom.contains(&format!(">{rule}<")), "check {rule}");
     }
     let qp = format!("0x{:06x}", report.flows[0].dest_qp);
@@ -574,7 +573,7 @@ fn a_plain_report_renders_without_charts_or_errors() {
     }
     let dir = Scratch::new("html-plain");
     let Demo { agg, secs, .. } = demo(1);
-    let report = Report::new(&agg, Source::live(vec!["eth0".into()], "auto"), secs);
+    let report = agg.report(Source::live(vec!["eth0".into()], "auto"), secs);
     assert!(report.series.is_none() && report.findings.is_empty());
     let (page, dom) = dump_dom(&dir, &report, "plain");
     assert_rendered(&page, &dom, 0);
@@ -582,11 +581,7 @@ fn a_plain_report_renders_without_charts_or_errors() {
     assert!(dom.contains("Live capture on eth0"));
 
     // Nothing at all: no flows, a zero window.
-    let empty = Report::new(
-        &Aggregate::new(),
-        Source::pcap(vec!["empty.pcap".into()], Vec::new()),
-        0.0,
-    );
+    let empty = Aggregate::new().report(Source::pcap(vec!["empty.pcap".into()], Vec::new()), 0.0);
     let (page, dom) = dump_dom(&dir, &empty, "empty");
     assert_rendered(&page, &dom, 0);
     assert!(dom.contains("No RoCEv2 flows"));
@@ -597,7 +592,7 @@ fn a_plain_report_renders_without_charts_or_errors() {
     for f in &w.frames {
         let _ = agg.push(&f.bytes, f.ts_ns);
     }
-    let mut pfc = Report::new(&agg, Source::pcap(vec!["pfc.pcap".into()], Vec::new()), 1.0);
+    let mut pfc = agg.report(Source::pcap(vec!["pfc.pcap".into()], Vec::new()), 1.0);
     let p = pfc.pfc.as_mut().expect("a pfc section");
     p.set_link_speed(Some(100_000_000_000));
     let mac = p.sources[0].src_mac.clone();
@@ -623,11 +618,7 @@ fn a_single_interval_still_charts() {
         bursts,
     } = demo(1);
     assert_eq!(series.t.len(), 1);
-    let mut report = Report::new(
-        &agg,
-        Source::pcap(vec!["one.pcap".into()], Vec::new()),
-        secs,
-    );
+    let mut report = agg.report(Source::pcap(vec!["one.pcap".into()], Vec::new()), secs);
     report.series = Some(series);
     report.microbursts = Some(bursts);
     let (page, dom) = dump_dom(&dir, &report, "single");

@@ -7,8 +7,8 @@ use integration_tests::{load_program, require_root, truth_aggregate, xdp_mut};
 use observer_common::{programs, wire::ETH_HEADER_LEN};
 use roce_observer::{
     aggregate::Aggregate,
-    live::{monotonic_ns, read_maps},
-    synth::{self, Ip, RoceFrame},
+    source::live::{monotonic_ns, read_maps},
+    source::synth::{self, Ip, RoceFrame},
 };
 
 const XDP_PASS: u32 = 2;
@@ -206,9 +206,9 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     };
     assert_eq!(ring_bytes(&ebpf, 0).0, 0, "an interface not observed");
     // BPF_PROG_TEST_RUN runs XDP on the loopback device's first queue.
-    let lo = roce_observer::live::if_index("lo").unwrap();
+    let lo = roce_observer::source::live::if_index("lo").unwrap();
     let slot_ns = 1_000_000;
-    roce_observer::live::observe_bursts(&mut ebpf, &[("lo", lo)], slot_ns).unwrap();
+    roce_observer::source::live::observe_bursts(&mut ebpf, &[("lo", lo)], slot_ns).unwrap();
     let before = monotonic_ns() / slot_ns;
     for f in &frames {
         run(&ebpf, f);
@@ -251,9 +251,9 @@ fn kernel_interface_counters_count_every_frame() {
         run(&ebpf, &f.bytes);
     }
     assert_eq!(read(&ebpf, 0), IfaceCounters::default(), "not observed");
-    let lo = roce_observer::live::if_index("lo").unwrap();
+    let lo = roce_observer::source::live::if_index("lo").unwrap();
     // Slot width 0: counters without microburst slots.
-    roce_observer::live::observe_bursts(&mut ebpf, &[("lo", lo)], 0).unwrap();
+    roce_observer::source::live::observe_bursts(&mut ebpf, &[("lo", lo)], 0).unwrap();
     for f in &w.frames {
         run(&ebpf, &f.bytes);
     }

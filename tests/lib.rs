@@ -6,7 +6,8 @@ use std::{
     process::{Child, Command, ExitStatus, Stdio},
 };
 
-use roce_observer::{aggregate::Aggregate, cli::ATTACHED, lab::Netns, synth::Truth};
+use roce_observer::{aggregate::Aggregate, lab::Netns, source::synth::Truth};
+use roce_observer_cli::ATTACHED;
 
 /// True when the test may run privileged code. Not root: skip loudly, except under CI
 /// (CI runs as root, so a skip there is a failure).
@@ -208,8 +209,8 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Report flows without what depends on timing (times, rate), in a fixed order.
-pub fn timeless(flows: &[roce_observer::report::Flow]) -> Vec<roce_observer::report::Flow> {
-    let mut v: Vec<roce_observer::report::Flow> = flows
+pub fn timeless(flows: &[roce_observer::model::Flow]) -> Vec<roce_observer::model::Flow> {
+    let mut v: Vec<roce_observer::model::Flow> = flows
         .iter()
         .cloned()
         .map(|mut f| {

@@ -10,14 +10,14 @@ use integration_tests::{
 use roce_observer::{
     aggregate::Aggregate,
     lab::Lab,
-    report::{Report, Source},
-    synth,
+    model::{Report, Source},
+    source::synth,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
 fn expected(truth: &Aggregate, report: &Report) -> Report {
-    Report::new(truth, report.source.clone(), report.window.seconds)
+    truth.report(report.source.clone(), report.window.seconds)
 }
 
 fn send(lab: &Lab, dev: &str, w: &synth::Workload) -> usize {
@@ -128,7 +128,7 @@ fn diagnose_json_equals_ground_truth() {
     let rx_in = mb
         .interfaces
         .iter()
-        .find(|i| i.name == "rx0" && i.direction == roce_observer::report::Direction::Ingress)
+        .find(|i| i.name == "rx0" && i.direction == roce_observer::model::Direction::Ingress)
         .expect("rx0 ingress");
     assert_eq!(rx_in.bytes, wire, "microburst bytes");
     assert_eq!(rx_in.lost_slots, 0);
@@ -137,7 +137,7 @@ fn diagnose_json_equals_ground_truth() {
     let iface_series = series
         .interfaces
         .iter()
-        .find(|i| i.name == "rx0" && i.direction == roce_observer::report::Direction::Ingress)
+        .find(|i| i.name == "rx0" && i.direction == roce_observer::model::Direction::Ingress)
         .expect("rx0 series");
     let iface_bytes: f64 = iface_series.bps.iter().sum::<f64>() * series.interval_s / 8.0;
     assert!(
@@ -149,7 +149,10 @@ fn diagnose_json_equals_ground_truth() {
         rx_in.peak_bps
     );
     // The findings ran: every rule has a check; the workload's loss is found.
-    assert_eq!(report.checks.len(), roce_observer::findings::RULES.len());
+    assert_eq!(
+        report.checks.len(),
+        roce_observer::analysis::findings::RULES.len()
+    );
     assert!(
         report.findings.iter().any(|f| f.rule == "loss"),
         "{:?}",
@@ -356,12 +359,12 @@ fn host_mode_sees_egress_and_ingress_and_changes_nothing() {
     assert!(
         pfc.sources
             .iter()
-            .any(|s| s.direction == roce_observer::report::Direction::Egress)
+            .any(|s| s.direction == roce_observer::model::Direction::Egress)
     );
     let egress_flows = report
         .flows
         .iter()
-        .filter(|f| f.direction == roce_observer::report::Direction::Egress)
+        .filter(|f| f.direction == roce_observer::model::Direction::Egress)
         .count();
     assert_eq!(
         egress_flows,
@@ -423,7 +426,7 @@ fn egress_observer_passes_on_and_leaves_foreign_programs_alone() {
         vec![foreign_id],
         "the foreign program stays"
     );
-    let theirs = roce_observer::live::read_maps(&foreign, 0).unwrap();
+    let theirs = roce_observer::source::live::read_maps(&foreign, 0).unwrap();
     assert_eq!(
         theirs.counters.egress_frames,
         w.frames.len() as u64,
@@ -519,7 +522,7 @@ fn clsact_egress_passes_on_to_the_next_filter_and_leaves_it() {
     assert_eq!(report.totals, want.totals);
     assert_eq!(timeless(&report.flows), timeless(&want.flows));
     assert_eq!(clsact_filters(&lab, "tx0"), before, "only ours removed");
-    let theirs = roce_observer::live::read_maps(&foreign, 0).unwrap();
+    let theirs = roce_observer::source::live::read_maps(&foreign, 0).unwrap();
     assert_eq!(
         theirs.counters.egress_frames,
         w.frames.len() as u64,
@@ -619,7 +622,7 @@ fn egress_of_non_linear_udp_is_parsed() {
         .iter()
         .find(|f| f.dest_qp == 0x00ABCD)
         .unwrap_or_else(|| panic!("no egress flow: {out}"));
-    assert_eq!(f.direction, roce_observer::report::Direction::Egress);
+    assert_eq!(f.direction, roce_observer::model::Direction::Egress);
     assert_eq!(
         (f.src_ip, f.dst_ip, f.udp_src_port),
         (src.into(), dst.into(), sport)

@@ -9,10 +9,10 @@ use integration_tests::{load_program, output, require_root, xdp_mut};
 use observer_common::{FlowKey, MirrorOf, programs};
 use roce_observer::{
     aggregate::Aggregate,
-    live::read_maps,
-    replay::Replay,
-    report::{Report, Source},
-    synth::{self, Encap},
+    model::{Report, Source},
+    source::live::read_maps,
+    source::replay::Replay,
+    source::synth::{self, Encap},
 };
 
 const ENCAPS: [Encap; 5] = [
@@ -265,11 +265,9 @@ fn real_erspan_captures_decode_as_tshark_says() {
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         let c = &r.agg.counters;
         // Through the report, as a user reads them.
-        let report = Report::new(
-            &r.agg,
-            Source::pcap(r.files.clone(), vec![]),
-            r.window_seconds(),
-        );
+        let report = r
+            .agg
+            .report(Source::pcap(r.files.clone(), vec![]), r.window_seconds());
         let mirror = report.totals.mirror.clone().expect("mirror totals");
         let name = file.file_name().unwrap().to_string_lossy().to_string();
         assert_eq!(

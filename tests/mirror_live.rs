@@ -10,8 +10,8 @@ use observer_common::{FlowKey, mirror_key, parse::Mirror, parse::MirrorKind};
 use roce_observer::{
     aggregate::Aggregate,
     lab::{Lab, pin_current_thread},
-    report::Report,
-    synth::{self, Encap, Frame},
+    model::Report,
+    source::synth::{self, Encap, Frame},
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
@@ -106,7 +106,7 @@ fn mirror_mode_counts_erspan_copies_exactly_and_restores_promiscuous_mode() {
     assert!(!has_xdp(&lab.ns, "rx0"));
     let r: Report = serde_json::from_str(&out).unwrap();
     assert_eq!(r.source.mode.as_deref(), Some("mirror"));
-    let want = Report::new(&mirrored_truth(&w, 42), r.source.clone(), r.window.seconds);
+    let want = mirrored_truth(&w, 42).report(r.source.clone(), r.window.seconds);
     assert_eq!(r.totals, want.totals);
     assert_eq!(timeless(&r.flows), timeless(&want.flows));
     assert!(
@@ -181,7 +181,7 @@ fn consume_drops_only_in_mirror_mode() {
 }
 
 /// The `pfc` section without times (first/last seen).
-fn timeless_pfc(r: &Report) -> Option<roce_observer::report::PfcReport> {
+fn timeless_pfc(r: &Report) -> Option<roce_observer::model::PfcReport> {
     r.pfc.clone().map(|mut p| {
         for s in &mut p.sources {
             s.first_seen_ns = 0;
@@ -284,7 +284,7 @@ fn pfc_per_priority_exact_direct_and_through_erspan() {
         let (status, out, err) = d.finish();
         assert!(status.success(), "{args:?}: {err}");
         let r: Report = serde_json::from_str(&out).unwrap();
-        let mut want = Report::new(truth, r.source.clone(), r.window.seconds);
+        let mut want = truth.report(r.source.clone(), r.window.seconds);
         want.set_link_speed(speed);
         assert_eq!(r.totals, want.totals, "{args:?}");
         assert_eq!(timeless(&r.flows), timeless(&want.flows), "{args:?}");

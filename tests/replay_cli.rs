@@ -4,8 +4,8 @@ use std::{path::PathBuf, process::Command};
 
 use integration_tests::{Scratch, output, run_with_input, truth_aggregate};
 use roce_observer::{
-    report::{Flow, Report},
-    synth,
+    model::{Flow, Report},
+    source::synth,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
@@ -51,11 +51,7 @@ fn replay_of_a_synth_capture_equals_its_ground_truth() {
     // Capture time, not wall time: the window spans the first to the last frame.
     let span = w.frames.last().unwrap().ts_ns - w.frames[0].ts_ns;
     assert_eq!(r.window.seconds, span as f64 / 1e9);
-    let mut want = Report::new(
-        &truth_aggregate(&w.truth),
-        r.source.clone(),
-        r.window.seconds,
-    );
+    let mut want = truth_aggregate(&w.truth).report(r.source.clone(), r.window.seconds);
     want.set_link_speed(Some(400_000_000_000));
     assert_eq!(r.totals, want.totals);
     // PAUSE / PFC senders, with the capture's times (the generator records none).

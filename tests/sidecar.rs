@@ -17,7 +17,7 @@ use integration_tests::{Scratch, output, require_root, run_with_input};
 use observer_common::{FlowStats, OpClass, SkipReason, wire};
 use roce_observer::{
     lab::{Lab, Netns},
-    synth::{self, Ip, QpStream, Workload, host_mac},
+    source::synth::{self, Ip, QpStream, Workload, host_mac},
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
@@ -506,7 +506,7 @@ fn check_against(samples: &[Sample], sent: &Sent, max_series: usize) {
                 .iter()
                 .find(|(k, _)| {
                     k.dest_qp.to_string() == s.labels["qp"]
-                        && roce_observer::report::ip_of(k.src_ip).to_string() == s.labels["src"]
+                        && roce_observer::model::ip_of(k.src_ip).to_string() == s.labels["src"]
                 })
                 .unwrap_or_else(|| panic!("a series of no sent flow: {s:?}"));
             assert!(s.value as u64 <= f(key.1), "{s:?}");
@@ -1079,7 +1079,7 @@ fn mirror_mode_counts_erspan_copies_per_session() {
     if !require_root("mirror_mode_counts_erspan_copies_per_session") {
         return;
     }
-    use roce_observer::synth::Encap;
+    use roce_observer::source::synth::Encap;
     let lab = lab("ro-sidemirror");
     let promiscuous = || integration_tests::link_details(&lab.ns, "rx0").contains("promiscuity 1");
     assert!(!promiscuous());

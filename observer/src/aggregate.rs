@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use observer_common::{
     Counters, FlowKey, FlowStats, Parsed, PauseKey, PauseStats, RocePacket, SkipReason, parse_frame,
 };
@@ -115,6 +116,62 @@ impl Aggregate {
             flows,
             pauses,
             counters: self.counters,
+        }
+    }
+}
+
+impl Aggregate {
+    /// The report of this aggregate: every flow, largest first, and the totals.
+    pub fn report(&self, source: Source, window_seconds: f64) -> Report {
+        let agg = self;
+        let c = &agg.counters;
+        let mut flows: Vec<Flow> = agg
+            .flows
+            .iter()
+            .map(|(k, s)| Flow::new(k, s, window_seconds))
+            .collect();
+        flows.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.packets.cmp(&a.packets))
+                .then(a.src_ip.cmp(&b.src_ip))
+                .then(a.dst_ip.cmp(&b.dst_ip))
+                .then(a.dest_qp.cmp(&b.dest_qp))
+                .then(a.udp_src_port.cmp(&b.udp_src_port))
+                .then(a.direction.cmp(&b.direction))
+        });
+        Report {
+            schema: SCHEMA.to_string(),
+            source,
+            window: Window {
+                seconds: window_seconds,
+            },
+            totals: Totals {
+                frames: c.frames,
+                roce_packets: c.roce_packets,
+                roce_bytes: c.roce_bytes,
+                ce_packets: c.ce_packets,
+                cnp_packets: c.cnp_packets,
+                flow_insert_failures: c.flow_insert_failures,
+                evicted_packets: c
+                    .roce_packets
+                    .saturating_sub(c.flow_insert_failures)
+                    .saturating_sub(agg.flows.values().map(|s| s.packets).sum()),
+                egress_frames: c.egress_frames,
+                pause_insert_failures: c.pause_insert_failures,
+                skipped: SkipReason::ALL
+                    .iter()
+                    .map(|r| (r.name().to_string(), c.skipped[*r as usize]))
+                    .collect(),
+                mirror: MirrorTotals::of(c),
+            },
+            flows,
+            pfc: PfcReport::new(&agg.pauses),
+            ecmp: None,
+            series: None,
+            microbursts: None,
+            findings: Vec::new(),
+            checks: Vec::new(),
         }
     }
 }

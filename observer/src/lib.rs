@@ -1,22 +1,29 @@
 //! roce-observer: an eBPF/XDP observer for RoCEv2 traffic.
 //!
 //! The kernel program (observer-ebpf) and this library share one parser and one per-flow update
-//! (observer-common). Live capture ([`live`]), synthetic traffic ([`synth`]) and tests all end in
-//! the same [`aggregate::Aggregate`], from which [`report`] builds the JSON and terminal reports.
+//! (observer-common). The library is layered, each layer using only those before it:
+//!
+//! - [`model`]: the report and every section's type (serde, observer-common);
+//! - [`source`]: where frames come from: [`source::live`] (the kernel programs and their maps),
+//!   [`source::replay`] (pcap, pcapng) and [`source::synth`] (generated traffic);
+//! - [`aggregate`]: the one aggregation path, to a flow table and counters;
+//! - [`analysis`]: time series and microbursts, ECMP models, the findings rules;
+//! - [`pipeline`]: a report from a source and the analysis options (replay, a live session);
+//! - [`render`]: the terminal table, findings, ECMP view, JSON and the HTML page;
+//! - [`daemon`]: the continuous sidecar (`run`): flow book, OpenMetrics, HTTP, signals.
+//!
+//! [`units`] parses durations, link speeds and slot widths; [`lab`] builds network-namespace
+//! labs for the demo and the tests.
 
 pub mod aggregate;
-pub mod bpfsys;
-pub mod cli;
+pub mod analysis;
 pub mod daemon;
-pub mod ecmp;
-pub mod findings;
-pub mod html;
 pub mod lab;
-pub mod live;
-pub mod replay;
-pub mod report;
-pub mod series;
-pub mod synth;
+pub mod model;
+pub mod pipeline;
+pub mod render;
+pub mod source;
+pub mod units;
 
 /// The kernel object built by build.rs (aya-build, bpfel-unknown-none).
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));

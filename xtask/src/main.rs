@@ -110,7 +110,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             let code =
                 status(
                     ws.cargo()
-                        .args(["build", "--release", "--package", "roce-observer"]),
+                        .args(["build", "--release", "--package", "roce-observer-cli"]),
                 )?;
             if code != ExitCode::SUCCESS {
                 return Ok(code);

@@ -7,10 +7,12 @@ use std::{
     time::Duration,
 };
 
-use clap::Args;
 use serde::Deserialize;
 
-use crate::live::{AttachMode, TcHook, Vantage};
+use crate::{
+    source::live::{AttachMode, TcHook, Vantage},
+    units::Named,
+};
 
 /// Default address of the metrics endpoint: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
@@ -37,7 +39,7 @@ pub enum ConfigError {
 }
 
 /// Where the observer sits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunMode {
     #[default]
@@ -45,50 +47,49 @@ pub enum RunMode {
     Mirror,
 }
 
-/// `roce-observer run` flags; each overrides the config file's key of the same name.
-#[derive(Args, Debug, Clone, Default)]
-pub struct RunArgs {
+impl Named for RunMode {
+    const ALL: &'static [Self] = &[Self::Host, Self::Mirror];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Mirror => "mirror",
+        }
+    }
+}
+
+/// What the command line says for `roce-observer run`; each set field overrides the config file's
+/// key of the same name.
+#[derive(Debug, Clone, Default)]
+pub struct RunOverrides {
     /// Interface to observe (repeat for several; replaces the config file's list).
-    #[arg(long = "iface", short = 'i', value_name = "IF")]
     pub iface: Vec<String>,
     /// TOML file with the same keys as these flags (snake_case); read again on SIGHUP.
-    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// host (default) or mirror (a SPAN/ERSPAN destination port).
-    #[arg(long, value_enum)]
     pub mode: Option<RunMode>,
     /// Mirror mode only: drop the copies after accounting.
-    #[arg(long)]
     pub consume: bool,
     /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
-    #[arg(long, value_parser = crate::cli::parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,
     /// Address of the metrics endpoint (default 127.0.0.1:9477: loopback only; any other
     /// address exposes unauthenticated metrics to the network).
-    #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
     /// Queue pairs exported as their own series (the top K by recent bytes); all others are
     /// summed in one `qp="rest"` series (default 100; 0: only the rest).
-    #[arg(long, value_name = "K")]
     pub max_series: Option<usize>,
     /// Append one JSON line per interval (deltas) to FILE (re-opened on SIGHUP).
-    #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
     /// error, warn, info (default), debug or trace; or a tracing filter. Without it the
     /// ROCE_OBSERVER_LOG environment variable is used.
-    #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
     /// Flows unchanged this long are deleted from the kernel table (default 5m).
-    #[arg(long, value_parser = crate::cli::parse_duration, value_name = "DURATION")]
     pub idle_timeout: Option<Duration>,
     /// Capacity of the kernel flow table (LRU; default 16384). The kernel allocates it in full,
     /// per possible CPU: max_flows x (112 + 216 x CPUs) bytes.
-    #[arg(long, value_name = "N")]
     pub max_flows: Option<u32>,
-    #[arg(long, value_enum)]
     pub xdp_mode: Option<AttachMode>,
     /// Host mode: the TC egress hook (auto, tcx, clsact).
-    #[arg(long, value_enum, value_name = "HOOK")]
     pub tc_hook: Option<TcHook>,
 }
 
@@ -133,23 +134,16 @@ fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
     }
 }
 
-fn value_enum<T: clap::ValueEnum>(path: &Path, key: &str, v: &str) -> Result<T, ConfigError> {
-    T::from_str(v, true).map_err(|_| ConfigError::Parse {
+fn value_enum<T: Named>(path: &Path, key: &str, v: &str) -> Result<T, ConfigError> {
+    T::parse(v).ok_or_else(|| ConfigError::Parse {
         path: path.to_path_buf(),
-        detail: format!(
-            "{key} = '{v}': expected one of {}",
-            T::value_variants()
-                .iter()
-                .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        detail: format!("{key} = '{v}': expected one of {}", T::names()),
     })
 }
 
 impl RunConfig {
     /// The flags over the config file (read now).
-    pub fn load(args: &RunArgs) -> Result<Self, ConfigError> {
+    pub fn load(args: &RunOverrides) -> Result<Self, ConfigError> {
         let file = match &args.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
@@ -168,7 +162,7 @@ impl RunConfig {
         Self::merge(args, file)
     }
 
-    fn merge(args: &RunArgs, file: Option<(&Path, FileConfig)>) -> Result<Self, ConfigError> {
+    fn merge(args: &RunOverrides, file: Option<(&Path, FileConfig)>) -> Result<Self, ConfigError> {
         let (path, f) = match file {
             Some((p, f)) => (p.to_path_buf(), f),
             None => (PathBuf::from("(none)"), FileConfig::default()),
@@ -208,7 +202,7 @@ impl RunConfig {
         let duration = |key: &str, v: &Option<String>| -> Result<Option<Duration>, ConfigError> {
             v.as_deref()
                 .map(|s| {
-                    crate::cli::parse_duration(s).map_err(|e| parse_err(format!("{key}: {e}")))
+                    crate::units::parse_duration(s).map_err(|e| parse_err(format!("{key}: {e}")))
                 })
                 .transpose()
         };
@@ -321,9 +315,9 @@ mod tests {
 
     #[test]
     fn flags_override_the_file() {
-        let args = RunArgs {
+        let args = RunOverrides {
             interval: Some(Duration::from_secs(2)),
-            ..RunArgs::default()
+            ..RunOverrides::default()
         };
         let f = file(
             "iface = [\"eth0\", \"eth1\"]\ninterval = \"30s\"\nmax_series = 7\nlisten = \"0.0.0.0:9000\"\nmode = \"mirror\"\nconsume = true\n",
@@ -339,9 +333,9 @@ mod tests {
 
     #[test]
     fn defaults_listen_on_loopback() {
-        let args = RunArgs {
+        let args = RunOverrides {
             iface: vec!["eth0".into()],
-            ..RunArgs::default()
+            ..RunOverrides::default()
         };
         let c = RunConfig::merge(&args, None).unwrap();
         assert!(c.listen.ip().is_loopback());
@@ -351,7 +345,7 @@ mod tests {
 
     #[test]
     fn bad_values_are_one_line_errors() {
-        let args = RunArgs::default();
+        let args = RunOverrides::default();
         for (text, want) in [
             ("", "no interface"),
             ("iface = [\"a\"]\ninterval = \"5\u{3bc}s\"", "interval"),

@@ -13,7 +13,7 @@ use prometheus_client::{
 };
 
 use super::flows::{Counts, METRIC_NAMES, SeriesRow};
-use crate::report::ip_of;
+use crate::model::ip_of;
 
 /// One observed interface.
 #[derive(Clone, Debug, Default)]

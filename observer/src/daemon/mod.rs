@@ -33,14 +33,11 @@ use serde_json::json;
 use tracing::{debug, error, info, warn};
 use tracing_subscriber::{EnvFilter, Registry as TracingRegistry, layer::SubscriberExt, reload};
 
-pub use config::{RunArgs, RunConfig};
+pub use config::{RunConfig, RunOverrides};
 use flows::{BYTES, CE, CNP, Counts, FlowBook, METRIC_NAMES, NAK, PACKETS, RNR_NAK};
 use metrics::{IfaceRow, Snapshot, flow_labels};
 
-use crate::{
-    bpfsys,
-    live::{IfaceEvent, LiveConfig, LiveError, Observer},
-};
+use crate::source::live::{IfaceEvent, LiveConfig, LiveError, Observer, bpfsys};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -112,8 +109,8 @@ struct Health {
 impl Health {
     /// Healthy while drains keep coming: at most two intervals and 10 s late.
     fn check(&self) -> Result<(), String> {
-        let age =
-            crate::live::monotonic_ns().saturating_sub(self.last_drain_ns.load(Ordering::Relaxed));
+        let age = crate::source::live::monotonic_ns()
+            .saturating_sub(self.last_drain_ns.load(Ordering::Relaxed));
         let limit = 2 * self.interval_ns.load(Ordering::Relaxed) + 10_000_000_000;
         if age <= limit {
             Ok(())
@@ -127,7 +124,7 @@ impl Health {
 }
 
 /// Runs until SIGTERM or SIGINT.
-pub fn run(args: RunArgs) -> Result<(), DaemonError> {
+pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     let config = RunConfig::load(&args)?;
     let log = init_logging(config.log_level.as_deref())?;
     // Signal handlers first: a SIGTERM during start-up must detach, not kill.
@@ -165,7 +162,7 @@ pub fn run(args: RunArgs) -> Result<(), DaemonError> {
     let publisher = metrics::Publisher::default();
     let exposition = publisher.exposition();
     let health = Arc::new(Health {
-        last_drain_ns: AtomicU64::new(crate::live::monotonic_ns()),
+        last_drain_ns: AtomicU64::new(crate::source::live::monotonic_ns()),
         interval_ns: AtomicU64::new(config.interval.as_nanos() as u64),
     });
     if !config.listen.ip().is_loopback() {
@@ -412,7 +409,7 @@ fn counts_json(c: &Counts) -> serde_json::Map<String, serde_json::Value> {
 struct Collector {
     observer: Observer,
     config: RunConfig,
-    args: RunArgs,
+    args: RunOverrides,
     jsonl: Option<BufWriter<File>>,
     publisher: metrics::Publisher,
     health: Arc<Health>,
@@ -435,7 +432,7 @@ impl Collector {
     fn new(
         observer: Observer,
         config: RunConfig,
-        args: RunArgs,
+        args: RunOverrides,
         jsonl: Option<BufWriter<File>>,
         publisher: metrics::Publisher,
         health: Arc<Health>,
@@ -782,7 +779,7 @@ impl Collector {
         let interfaces = self.iface_rows();
         let snapshot = Snapshot {
             mode: self.observer.config().vantage.name(),
-            egress: self.observer.config().vantage == crate::live::Vantage::Host,
+            egress: self.observer.config().vantage == crate::source::live::Vantage::Host,
             interfaces,
             series: drained.series,
             rest: drained.rest,
@@ -825,7 +822,7 @@ impl Collector {
         }
         self.health
             .last_drain_ns
-            .store(crate::live::monotonic_ns(), Ordering::Relaxed);
+            .store(crate::source::live::monotonic_ns(), Ordering::Relaxed);
         Ok(())
     }
 }
@@ -862,7 +859,7 @@ fn json_line(
         })
         .collect();
     json!({
-        "time": crate::live::unix_ns() as f64 / 1e9,
+        "time": crate::source::live::unix_ns() as f64 / 1e9,
         "interval_seconds": elapsed.as_secs_f64(),
         "interfaces": interfaces,
         "qps": qps,

@@ -2,16 +2,15 @@
 //! model, per-uplink load against the random ideal, connection pairing and source ports, two
 //! tiers, and what would bring the busiest uplink under a target.
 
-use std::fmt::Write as _;
-
-use serde::{Deserialize, Serialize};
-
 use super::{
     hash::{Bucket, Fields, FlowFields, HashFn, HashModel},
     pairing::{SourcePort, pair, rdma_udp_sport},
     predict::{Balance, FlowLoad, balance, mean_balance, random_trials, spread, two_tiers},
 };
-use crate::report::Flow;
+use crate::model::{
+    Flow,
+    ecmp::{Connections, EcmpReport, Model, Tier2, Uplink, WhatIf},
+};
 
 /// What to model.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,87 +49,6 @@ impl Default for EcmpOptions {
             top_k: 8,
         }
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct EcmpReport {
-    pub model: Model,
-    /// Flows modelled (mirror copies and host egress included as seen).
-    pub flows: u64,
-    /// Per uplink, by bytes (the measured rates of one window) and by flows.
-    pub uplinks: Vec<Uplink>,
-    pub balance_bytes: Balance,
-    pub balance_flows: Balance,
-    /// The same flows under an ideal random hash (mean of the trials).
-    pub random_bytes: Balance,
-    /// Share of the random trials whose busiest uplink (max/mean by bytes) was lighter than
-    /// the model's: 0.5 is typical of a random hash, near 1 is worse than nearly all.
-    pub random_percentile: f64,
-    /// "as good as random", "2.1x worse than random would be" (the model's excess of max/mean
-    /// over 1, against random's), "better than random", or why there is nothing to judge.
-    pub verdict: String,
-    /// Of the `top_k` largest flows, how many share an uplink with another of them.
-    pub top_k: usize,
-    pub top_k_colliding: usize,
-    pub connections: Connections,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tier2: Option<Tier2>,
-    pub what_if: WhatIf,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Model {
-    pub uplinks: u32,
-    pub hash: String,
-    pub fields: String,
-    pub seed: u32,
-    pub bucket: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Uplink {
-    pub uplink: u32,
-    pub bytes: u64,
-    pub flows: u64,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Connections {
-    pub paired: usize,
-    pub unpaired_flows: usize,
-    pub conforming: usize,
-    pub overridden: usize,
-    /// Paired connections whose 5-tuple other QPs share.
-    pub shared_tuple: usize,
-    /// Flows sharing their 5-tuple with a flow to another QP (paired or not): no entropy.
-    pub shared_tuple_flows: usize,
-    /// Flows to QP 1 (UD connection management), never paired.
-    pub qp1_flows: usize,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Tier2 {
-    pub uplinks: u32,
-    pub hash: String,
-    pub seed: u32,
-    pub bucket: String,
-    /// Per spine (leaf uplink), the balance of its flows over its own uplinks by bytes.
-    pub spines: Vec<Balance>,
-    /// Spines that received several flows but use fewer than half the uplinks a random hash
-    /// would have used for them: polarization.
-    pub polarized: usize,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WhatIf {
-    pub target: f64,
-    /// max/mean by bytes with the destination QP added to the hash.
-    pub with_dest_qp: f64,
-    /// The fewest QPs per connection (NCCL_IB_QPS_PER_CONNECTION, 1 to 16) from which on, up to
-    /// 16, max/mean stays under the target: each paired connection split into that many, an
-    /// equal share apiece, both directions of QP j on the drivers' port for QPNs (a + j, b + j);
-    /// unpaired flows stay as they are (1: as measured). None if no such count.
-    pub qps_per_connection: Option<u32>,
 }
 
 fn fields_of(f: &Flow) -> FlowFields {
@@ -281,9 +199,9 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
             .count();
         Tier2 {
             uplinks: n2,
-            hash: hash_name(hash2),
+            hash: crate::units::Named::name(hash2).to_string(),
             seed: seed2,
-            bucket: bucket_name(bucket2),
+            bucket: crate::units::Named::name(bucket2).to_string(),
             spines: spines.iter().map(|sp| balance(&sp.weight)).collect(),
             polarized,
         }
@@ -309,10 +227,10 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
     EcmpReport {
         model: Model {
             uplinks: n,
-            hash: hash_name(o.hash),
-            fields: fields_name(o.fields),
+            hash: crate::units::Named::name(o.hash).to_string(),
+            fields: crate::units::Named::name(o.fields).to_string(),
             seed: o.seed,
-            bucket: bucket_name(o.bucket),
+            bucket: crate::units::Named::name(o.bucket).to_string(),
         },
         flows: fl.len() as u64,
         uplinks: (0..n as usize)
@@ -339,120 +257,10 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
     }
 }
 
-fn bucket_name(b: Bucket) -> String {
-    match b {
-        Bucket::Modulo => "modulo".into(),
-        Bucket::UpperBits => "upper-bits".into(),
-    }
-}
-
-fn hash_name(h: HashFn) -> String {
-    use clap::ValueEnum;
-    h.to_possible_value()
-        .map_or_else(|| format!("{h:?}"), |v| v.get_name().to_string())
-}
-
-fn fields_name(f: Fields) -> String {
-    use clap::ValueEnum;
-    f.to_possible_value()
-        .map_or_else(|| format!("{f:?}"), |v| v.get_name().to_string())
-}
-
-impl EcmpReport {
-    /// The terminal view: the model, a bar per uplink, the verdict, pairing, tier 2, what-if.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let m = &self.model;
-        let _ = writeln!(
-            out,
-            "ECMP model: {} uplinks, {} of {}, seed {:#x}, {}; {} flows",
-            m.uplinks, m.hash, m.fields, m.seed, m.bucket, self.flows
-        );
-        let total: u64 = self.uplinks.iter().map(|u| u.bytes).sum();
-        let max = self
-            .uplinks
-            .iter()
-            .map(|u| u.bytes)
-            .max()
-            .unwrap_or(0)
-            .max(1);
-        for u in &self.uplinks {
-            let bar = "#".repeat((u.bytes * 40 / max) as usize);
-            let share = if total > 0 {
-                u.bytes as f64 * 100.0 / total as f64
-            } else {
-                0.0
-            };
-            let _ = writeln!(
-                out,
-                "  uplink {:>3} {:<40} {:>5.1}% {:>6} flows",
-                u.uplink, bar, share, u.flows
-            );
-        }
-        let b = &self.balance_bytes;
-        let r = &self.random_bytes;
-        let _ = writeln!(
-            out,
-            "max/mean {:.2} (random hash: {:.2}; busier than {:.0}% of random placements), CV {:.2}, Jain {:.3}, idle uplinks {}: {}",
-            b.max_over_mean,
-            r.max_over_mean,
-            self.random_percentile * 100.0,
-            b.cv,
-            b.jain,
-            b.idle,
-            self.verdict
-        );
-        let _ = writeln!(
-            out,
-            "top {} flows: {} share an uplink with another of them",
-            self.top_k, self.top_k_colliding
-        );
-        let c = &self.connections;
-        let _ = writeln!(
-            out,
-            "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {} flows unpaired, {} flows sharing a 5-tuple, {} to QP 1",
-            c.paired,
-            c.conforming,
-            c.overridden,
-            c.shared_tuple,
-            c.unpaired_flows,
-            c.shared_tuple_flows,
-            c.qp1_flows
-        );
-        if let Some(t) = &self.tier2 {
-            let _ = writeln!(
-                out,
-                "tier 2: {} uplinks per spine, {} seed {:#x} {}: {} of {} spines polarized (under half the uplinks a random hash would use)",
-                t.uplinks,
-                t.hash,
-                t.seed,
-                t.bucket,
-                t.polarized,
-                t.spines.len()
-            );
-        }
-        let w = &self.what_if;
-        if self.flows == 0 {
-            return out;
-        }
-        let qps = match w.qps_per_connection {
-            Some(1) => "the flows as they are already do".to_string(),
-            Some(k) => format!("{k} QPs per connection would"),
-            None => "16 QPs per connection would not".to_string(),
-        };
-        let _ = writeln!(
-            out,
-            "what-if (target max/mean {:.2}): destination QP in the hash gives {:.2}; {qps}",
-            w.target, w.with_dest_qp
-        );
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Direction, Ecn, Ops, Psn};
+    use crate::model::{Direction, Ecn, Ops, Psn};
 
     fn flow(sport: u16, qp: u32, bytes: u64) -> Flow {
         Flow {
@@ -494,7 +302,7 @@ mod tests {
         // that port would share it too: only the destination QP in the hash helps.
         assert_eq!(r.what_if.qps_per_connection, None, "{:?}", r.what_if);
         assert_eq!(r.connections.shared_tuple_flows, 32);
-        let text = r.render();
+        let text = crate::render::ecmp::render(&r);
         assert!(
             text.contains("uplink   0") && text.contains("worse than random"),
             "{text}"
@@ -546,7 +354,7 @@ mod tests {
         let empty = analyse(&[], &EcmpOptions::default());
         assert_eq!(empty.verdict, "no RoCEv2 flows to model");
         assert_eq!(empty.what_if.qps_per_connection, None);
-        assert!(empty.render().contains("no RoCEv2 flows to model"));
+        assert!(crate::render::ecmp::render(&empty).contains("no RoCEv2 flows to model"));
     }
 
     #[test]

@@ -13,65 +13,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    report::{Direction, Flow, Report},
-    series::FlowRef,
-};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Info,
-    Warning,
-    Critical,
-}
-
-impl Severity {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Info => "info",
-            Self::Warning => "warning",
-            Self::Critical => "critical",
-        }
-    }
-}
-
-/// One finding.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    /// The rule's name (see [`RULES`]).
-    pub rule: String,
-    pub severity: Severity,
-    pub title: String,
-    /// One line with the numbers.
-    pub summary: String,
-    /// The numbers behind the finding, by name.
-    pub evidence: BTreeMap<String, serde_json::Value>,
-    /// The flows involved (at most [`MAX_FLOWS_NAMED`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub flows: Vec<FlowRef>,
-    /// What to look at.
-    pub hint: String,
-}
-
-/// Whether a rule ran and what it concluded.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Check {
-    pub rule: String,
-    /// "fired", "passed" or "skipped".
-    pub status: CheckStatus,
-    /// Why it was skipped, or what it looked at.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub note: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckStatus {
-    Fired,
-    Passed,
-    Skipped,
-}
+pub use crate::model::findings::{Check, CheckStatus, Finding, Severity};
+use crate::model::{Direction, Flow, FlowRef, Report};
 
 /// Flows named in one finding at most.
 pub const MAX_FLOWS_NAMED: usize = 20;
@@ -1212,68 +1155,13 @@ fn flow_table_full(r: &Report, t: &Thresholds) -> Outcome {
     )
 }
 
-/// The findings as terminal text, most severe first; `color`: ANSI colours.
-pub fn render(findings: &[Finding], checks: &[Check], color: bool) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let paint = |s: Severity| -> (&str, &str) {
-        if !color {
-            return ("", "");
-        }
-        match s {
-            Severity::Critical => ("\x1b[1;31m", "\x1b[0m"),
-            Severity::Warning => ("\x1b[1;33m", "\x1b[0m"),
-            Severity::Info => ("\x1b[1;36m", "\x1b[0m"),
-        }
-    };
-    if findings.is_empty() {
-        let ran = checks
-            .iter()
-            .filter(|c| c.status != CheckStatus::Skipped)
-            .count();
-        let _ = writeln!(out, "findings: none ({ran} checks passed)");
-    } else {
-        let _ = writeln!(out, "findings:");
-    }
-    for f in findings {
-        let (on, off) = paint(f.severity);
-        let _ = writeln!(
-            out,
-            "  {on}{:<8}{off} {} [{}]",
-            f.severity.name().to_uppercase(),
-            f.title,
-            f.rule
-        );
-        let _ = writeln!(out, "           {}", f.summary);
-        for flow in f.flows.iter().take(5) {
-            let _ = writeln!(out, "           - {flow}");
-        }
-        if f.flows.len() > 5 {
-            let _ = writeln!(
-                out,
-                "           - ... {} more flows (--json)",
-                f.flows.len() - 5
-            );
-        }
-        let _ = writeln!(out, "           hint: {}", f.hint);
-    }
-    let skipped: Vec<&Check> = checks
-        .iter()
-        .filter(|c| c.status == CheckStatus::Skipped)
-        .collect();
-    for c in skipped {
-        let _ = writeln!(out, "  not checked: {}: {}", c.rule, c.note);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_example_rules_file_spells_the_defaults() {
-        let t = Thresholds::parse(include_str!("../../rules.example.toml"), "example").unwrap();
+        let t = Thresholds::parse(include_str!("../../../../rules.example.toml"), "example").unwrap();
         assert_eq!(t, Thresholds::default());
         assert_eq!(
             Thresholds::parse("", "empty").unwrap(),
@@ -1316,11 +1204,7 @@ mod tests {
     #[test]
     fn every_rule_has_a_check_and_disabled_rules_are_skipped() {
         let agg = crate::aggregate::Aggregate::new();
-        let r = Report::new(
-            &agg,
-            crate::report::Source::pcap(Vec::new(), Vec::new()),
-            0.0,
-        );
+        let r = agg.report(crate::model::Source::pcap(Vec::new(), Vec::new()), 0.0);
         let (findings, checks) = evaluate(&r, &Thresholds::default());
         assert!(findings.is_empty());
         assert_eq!(

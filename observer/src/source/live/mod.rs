@@ -27,7 +27,9 @@ use observer_common::{
     programs,
 };
 
-use crate::{EBPF_OBJECT, aggregate::Aggregate};
+pub mod bpfsys;
+
+use crate::{EBPF_OBJECT, aggregate::Aggregate, units::Named};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
@@ -74,7 +76,7 @@ pub enum LiveError {
 }
 
 /// XDP attach mode.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttachMode {
     /// Native when the driver supports it, generic otherwise (the kernel decides).
     #[default]
@@ -85,15 +87,19 @@ pub enum AttachMode {
     Native,
 }
 
-impl AttachMode {
-    pub const fn name(self) -> &'static str {
+impl crate::units::Named for AttachMode {
+    const ALL: &'static [Self] = &[Self::Auto, Self::Skb, Self::Native];
+
+    fn name(self) -> &'static str {
         match self {
             Self::Auto => "auto",
             Self::Skb => "skb",
             Self::Native => "native",
         }
     }
+}
 
+impl AttachMode {
     const fn xdp(self) -> XdpMode {
         match self {
             Self::Auto => XdpMode::Default,
@@ -104,7 +110,7 @@ impl AttachMode {
 }
 
 /// Which TC egress hook host mode uses.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TcHook {
     /// tcx on kernels from 6.6, clsact before.
     #[default]
@@ -114,6 +120,18 @@ pub enum TcHook {
     /// A filter on the clsact qdisc (added when missing, left afterwards), ahead of the
     /// filters already there.
     Clsact,
+}
+
+impl crate::units::Named for TcHook {
+    const ALL: &'static [Self] = &[Self::Auto, Self::Tcx, Self::Clsact];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Tcx => "tcx",
+            Self::Clsact => "clsact",
+        }
+    }
 }
 
 /// Where the observer sits.
@@ -166,7 +184,7 @@ impl LiveConfig {
             vantage: Vantage::Host,
             max_flows: DEFAULT_MAX_FLOWS,
             tc_hook: TcHook::Auto,
-            burst_slot_ns: crate::series::DEFAULT_SLOT_NS,
+            burst_slot_ns: crate::analysis::series::DEFAULT_SLOT_NS,
         }
     }
 }
@@ -595,6 +613,7 @@ impl Observer {
     }
 
     /// Whether the interface of `slot` is operationally up (None: gone).
+
     pub fn link_up(&self, slot: usize) -> Option<bool> {
         self.oper.get(slot).copied().flatten()
     }
@@ -669,6 +688,24 @@ impl Observer {
 impl Drop for Observer {
     fn drop(&mut self) {
         let _ = self.detach();
+    }
+}
+
+/// The speed the interfaces report (sysfs, Mb/s), in bits/s, when they all report the same.
+pub fn interfaces_speed(ifaces: &[String]) -> Option<u64> {
+    let speeds: Vec<Option<u64>> = ifaces
+        .iter()
+        .map(|i| {
+            std::fs::read_to_string(format!("/sys/class/net/{i}/speed"))
+                .ok()
+                .and_then(|s| s.trim().parse::<i64>().ok())
+                .filter(|mbps| *mbps > 0)
+                .map(|mbps| mbps as u64 * 1_000_000)
+        })
+        .collect();
+    match speeds.first() {
+        Some(Some(first)) if speeds.iter().all(|s| *s == Some(*first)) => Some(*first),
+        _ => None,
     }
 }
 

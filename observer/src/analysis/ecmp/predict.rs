@@ -2,6 +2,7 @@
 //! random hash (seeded Monte Carlo), and two tiers (leaf then spine) to expose polarization.
 
 use super::hash::{FlowFields, HashModel};
+pub use crate::model::ecmp::Balance;
 
 /// A flow and its weight (bytes, or a measured rate).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -38,19 +39,6 @@ pub fn spread(flows: &[FlowLoad], model: &HashModel, n: u32) -> Spread {
         s.add(model.member(&f.fields, n) as usize, f.weight);
     }
     s
-}
-
-/// Balance of a load vector.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Balance {
-    /// Largest load over the mean: 1 is perfect, N is everything on one of N.
-    pub max_over_mean: f64,
-    /// Standard deviation over the mean.
-    pub cv: f64,
-    /// Jain's fairness index: (sum x)^2 / (n sum x^2), 1 is perfect, 1/n is one member.
-    pub jain: f64,
-    /// Members with no load.
-    pub idle: u32,
 }
 
 /// The balance of `loads` (all zero: perfectly balanced, nothing to balance).
@@ -164,7 +152,7 @@ pub fn two_tiers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ecmp::{Bucket, Fields, HashFn, rdma_udp_sport};
+    use crate::analysis::ecmp::{Bucket, Fields, HashFn, rdma_udp_sport};
     use std::net::Ipv4Addr;
 
     fn flows(ports: impl IntoIterator<Item = u16>) -> Vec<FlowLoad> {

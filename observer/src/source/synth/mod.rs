@@ -680,7 +680,7 @@ fn icrc(frame: &[u8], l: &Layout, ipv6: bool) -> u32 {
 }
 
 // The drivers' source-port rule lives with the ECMP analysis; the generator uses it.
-pub use crate::ecmp::{flow_label_to_udp_sport, rdma_udp_sport};
+pub use crate::analysis::ecmp::{flow_label_to_udp_sport, rdma_udp_sport};
 
 /// A locally administered unicast MAC 02:00:00:00:hi:lo.
 pub fn host_mac(id: u16) -> [u8; 6] {

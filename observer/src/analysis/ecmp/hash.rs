@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 /// The hash function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HashFn {
     /// CRC-32 (IEEE 802.3, reflected, polynomial 0x04C11DB7).
     Crc32,
@@ -31,26 +31,66 @@ impl HashFn {
 }
 
 /// The header fields hashed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fields {
     /// Source and destination IP, protocol (UDP), source and destination port.
-    #[value(name = "5tuple")]
     FiveTuple,
     /// The 5-tuple and the BTH destination QP (switches with RoCE-aware "enhanced ECMP").
-    #[value(name = "5tuple+qp")]
     FiveTupleQp,
     /// Source and destination IP only.
-    #[value(name = "ip")]
     IpPair,
 }
 
 /// How a hash value picks one of N members.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Bucket {
     /// hash mod N.
     Modulo,
     /// The upper bits: (hash x N) >> width, which for N a power of two is the top log2(N) bits.
     UpperBits,
+}
+
+impl crate::units::Named for HashFn {
+    const ALL: &'static [Self] = &[
+        Self::Crc32,
+        Self::Crc32c,
+        Self::Crc16Ccitt,
+        Self::XorFold,
+        Self::Toeplitz,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Crc32 => "crc32",
+            Self::Crc32c => "crc32c",
+            Self::Crc16Ccitt => "crc16-ccitt",
+            Self::XorFold => "xor-fold",
+            Self::Toeplitz => "toeplitz",
+        }
+    }
+}
+
+impl crate::units::Named for Fields {
+    const ALL: &'static [Self] = &[Self::FiveTuple, Self::FiveTupleQp, Self::IpPair];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::FiveTuple => "5tuple",
+            Self::FiveTupleQp => "5tuple+qp",
+            Self::IpPair => "ip",
+        }
+    }
+}
+
+impl crate::units::Named for Bucket {
+    const ALL: &'static [Self] = &[Self::Modulo, Self::UpperBits];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Modulo => "modulo",
+            Self::UpperBits => "upper-bits",
+        }
+    }
 }
 
 /// The RSS specification's example key (40 bytes), the default of `--hash toeplitz`.

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, net::IpAddr};
 
-use crate::report::Flow;
+use crate::model::Flow;
 
 /// The UDP source port Linux RDMA drivers (mlx5, irdma, hns, rxe) give an RC/UC connection:
 /// `rdma_calc_flow_label` then `rdma_flow_label_to_udp_sport`. Symmetric in the two QPNs, so
@@ -159,7 +159,7 @@ pub fn pair(flows: &[Flow]) -> Pairing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Direction, Ecn, Ops, Psn};
+    use crate::model::{Direction, Ecn, Ops, Psn};
 
     fn flow(src: &str, dst: &str, sport: u16, dest_qp: u32) -> Flow {
         Flow {

@@ -118,7 +118,7 @@ pub struct Replay {
     /// Non-fatal problems: part-way breaks, unsupported pcapng interfaces.
     pub warnings: Vec<String>,
     /// Time series and microbursts, when asked for ([`Replay::with_timeline`]).
-    pub timeline: Option<crate::series::Timeline>,
+    pub timeline: Option<crate::analysis::series::Timeline>,
     /// A file has begun and its first frame is still to come: the latest timestamp before it.
     file_began: Option<u64>,
 }
@@ -132,9 +132,9 @@ impl Replay {
     }
 
     /// A replay that also builds the time series and microburst slots.
-    pub fn with_timeline(config: crate::series::TimelineConfig) -> Self {
+    pub fn with_timeline(config: crate::analysis::series::TimelineConfig) -> Self {
         Self {
-            timeline: Some(crate::series::Timeline::new(config)),
+            timeline: Some(crate::analysis::series::Timeline::new(config)),
             ..Self::default()
         }
     }
@@ -732,7 +732,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::synth::{self, Frame};
+    use crate::source::synth::{self, Frame};
 
     fn demo() -> Vec<Frame> {
         synth::scenario("demo").unwrap().frames

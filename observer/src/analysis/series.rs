@@ -8,15 +8,14 @@
 //!   [`observer_common::BurstSlot`]), replay from the frames' timestamps. It keeps the peak slot,
 //!   runs of slots above a share of the link speed (bursts) and per-interval peaks.
 
-use std::{collections::HashMap, net::IpAddr};
+use std::collections::HashMap;
 
 use observer_common::{FlowKey, FlowStats, OpClass};
-use serde::{Deserialize, Serialize};
 
-use crate::{
-    aggregate::FlowMap,
-    report::{Direction, ip_of},
+pub use crate::model::series::{
+    Burst, FlowRef, FlowSeries, InterfaceBursts, InterfaceSeries, Metrics, Microbursts, Series,
 };
+use crate::{aggregate::FlowMap, model::Direction};
 
 /// Bytes a frame occupies on the wire besides the frame the observer sees (preamble, FCS, gap).
 pub const WIRE_OVERHEAD: u64 = observer_common::WIRE_OVERHEAD as u64;
@@ -85,124 +84,23 @@ impl Delta {
     }
 }
 
-/// Per-interval metrics, one value per interval (columns, as charting libraries take them).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Metrics {
-    /// RoCE throughput (IP bytes), bits/s.
-    pub bps: Vec<f64>,
-    pub packets: Vec<u64>,
-    /// CE-marked share of the packets, 0..1.
-    pub ce_fraction: Vec<f64>,
-    pub cnp_per_s: Vec<f64>,
-    /// NAKs and RNR NAKs.
-    pub naks: Vec<u64>,
-    pub psn_gaps: Vec<u64>,
-    pub retransmissions: Vec<u64>,
-}
-
-impl Metrics {
-    fn of(deltas: &[Delta], interval_s: f64) -> Self {
-        let mut m = Metrics::default();
-        for d in deltas {
-            m.bps.push(d.bytes as f64 * 8.0 / interval_s);
-            m.packets.push(d.packets);
-            m.ce_fraction.push(if d.packets == 0 {
-                0.0
-            } else {
-                d.ce as f64 / d.packets as f64
-            });
-            m.cnp_per_s.push(d.cnp as f64 / interval_s);
-            m.naks.push(d.naks);
-            m.psn_gaps.push(d.gaps);
-            m.retransmissions.push(d.retransmissions);
-        }
-        m
+/// The metrics of each interval from its deltas.
+fn metrics_of(deltas: &[Delta], interval_s: f64) -> Metrics {
+    let mut m = Metrics::default();
+    for d in deltas {
+        m.bps.push(d.bytes as f64 * 8.0 / interval_s);
+        m.packets.push(d.packets);
+        m.ce_fraction.push(if d.packets == 0 {
+            0.0
+        } else {
+            d.ce as f64 / d.packets as f64
+        });
+        m.cnp_per_s.push(d.cnp as f64 / interval_s);
+        m.naks.push(d.naks);
+        m.psn_gaps.push(d.gaps);
+        m.retransmissions.push(d.retransmissions);
     }
-}
-
-/// The `series` section of the report.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Series {
-    pub interval_s: f64,
-    /// Start of the first interval: Unix-epoch ns (live), the first frame's timestamp (replay).
-    pub start_ns: u64,
-    /// Start of each interval, seconds after `start_ns`.
-    pub t: Vec<f64>,
-    /// Every RoCE flow together.
-    pub total: Metrics,
-    /// Per interface and direction: every frame's bytes on the wire (RoCE or not).
-    pub interfaces: Vec<InterfaceSeries>,
-    /// The largest flows by bytes.
-    pub flows: Vec<FlowSeries>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct InterfaceSeries {
-    pub name: String,
-    pub direction: Direction,
-    /// Wire rate: frame bytes plus preamble, FCS and inter-frame gap, bits/s.
-    pub bps: Vec<f64>,
-    /// The busiest microburst slot of each interval, as a rate in bits/s.
-    pub peak_bps: Vec<f64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FlowSeries {
-    #[serde(flatten)]
-    pub flow: FlowRef,
-    #[serde(flatten)]
-    pub metrics: Metrics,
-}
-
-/// A flow's identity as reports name it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct FlowRef {
-    pub src_ip: IpAddr,
-    pub dst_ip: IpAddr,
-    pub udp_src_port: u16,
-    pub dest_qp: u32,
-    #[serde(default)]
-    pub direction: Direction,
-}
-
-impl FlowRef {
-    pub fn of_key(k: &FlowKey) -> Self {
-        Self {
-            src_ip: ip_of(k.src_ip),
-            dst_ip: ip_of(k.dst_ip),
-            udp_src_port: k.udp_src_port,
-            dest_qp: k.dest_qp,
-            direction: Direction::of(k.mirror),
-        }
-    }
-
-    pub fn of_flow(f: &crate::report::Flow) -> Self {
-        Self {
-            src_ip: f.src_ip,
-            dst_ip: f.dst_ip,
-            udp_src_port: f.udp_src_port,
-            dest_qp: f.dest_qp,
-            direction: f.direction,
-        }
-    }
-}
-
-impl std::fmt::Display for FlowRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} -> {} QP 0x{:06x} sport {}{}",
-            self.src_ip,
-            self.dst_ip,
-            self.dest_qp,
-            self.udp_src_port,
-            if self.direction == Direction::Egress {
-                " (tx)"
-            } else {
-                ""
-            }
-        )
-    }
+    m
 }
 
 /// Builds the flow part of a [`Series`] from successive flow tables.
@@ -335,7 +233,7 @@ impl SeriesBuilder {
                 }
                 FlowSeries {
                     flow: FlowRef::of_key(&key),
-                    metrics: Metrics::of(&deltas, interval_s),
+                    metrics: metrics_of(&deltas, interval_s),
                 }
             })
             .collect();
@@ -351,59 +249,11 @@ impl SeriesBuilder {
             interval_s,
             start_ns: self.start_ns,
             t: (0..n).map(|i| i as f64 * interval_s).collect(),
-            total: Metrics::of(&self.total, interval_s),
+            total: metrics_of(&self.total, interval_s),
             interfaces,
             flows,
         }
     }
-}
-
-/// The `microbursts` section of the report.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Microbursts {
-    pub slot_ns: u64,
-    /// The link speed shares are computed for; absent when unknown (no bursts then, only peaks).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link_speed_bps: Option<u64>,
-    /// A slot is busy at or above this share of the link speed; a burst is a run of busy slots.
-    pub threshold_percent: f64,
-    pub interfaces: Vec<InterfaceBursts>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct InterfaceBursts {
-    pub name: String,
-    pub direction: Direction,
-    /// Wire bytes (frames plus preamble, FCS and gap) in the slots seen.
-    pub bytes: u64,
-    /// The busiest slot as a rate, bits/s.
-    pub peak_bps: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peak_percent: Option<f64>,
-    /// Start of the busiest slot (the report's clock).
-    pub peak_at_ns: u64,
-    /// Slots at or above the threshold.
-    pub busy_slots: u64,
-    /// Runs of busy slots.
-    pub bursts: u64,
-    pub longest_burst_ns: u64,
-    pub longest_burst_at_ns: u64,
-    /// The bursts with the highest peaks, highest first.
-    pub top: Vec<Burst>,
-    /// Slots the kernel's ring had already reused when read (their bytes are lost here):
-    /// the reader fell behind.
-    #[serde(default)]
-    pub lost_slots: u64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Burst {
-    pub at_ns: u64,
-    pub duration_ns: u64,
-    pub bytes: u64,
-    pub peak_bps: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peak_percent: Option<f64>,
 }
 
 /// Slot accounting of one interface and direction.

@@ -1,0 +1,102 @@
+//! The analysis flags `diagnose` and `replay` share: time series, microbursts, findings, the
+//! HTML report and the ECMP model of the ecmp-imbalance rule.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Result, bail};
+use clap::Args;
+use roce_observer::{
+    analysis::{
+        ecmp::{EcmpOptions, Fields, HashFn},
+        findings::Thresholds,
+    },
+    pipeline::AnalysisOptions,
+    units::{parse_duration, parse_slot},
+};
+
+use crate::value_enums::{FieldsArg, HashArg};
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct AnalysisArgs {
+    /// Interval of the time series: 1s by default; down to 100ms live, 10ms in replay.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: Option<Duration>,
+    /// Microburst slot width (10us to 100ms; default 100us), or `off`.
+    #[arg(long, value_parser = parse_slot, value_name = "DURATION")]
+    pub burst_slot: Option<u64>,
+    /// Rule thresholds (TOML; every key optional, see rules.example.toml).
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<String>,
+    /// Also write a self-contained HTML report with charts to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Model the switch's ECMP over N uplinks for the ecmp-imbalance check (see `ecmp` for
+    /// the full analysis).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub uplinks: Option<u32>,
+    /// The switch's ECMP hash (with --uplinks).
+    #[arg(long, value_enum, value_name = "HASH")]
+    pub ecmp_hash: Option<HashArg>,
+    /// The fields the switch hashes (with --uplinks).
+    #[arg(long, value_enum, value_name = "FIELDS")]
+    pub ecmp_fields: Option<FieldsArg>,
+    /// The switch's hash seed (with --uplinks).
+    #[arg(long, value_parser = crate::ecmp::parse_u32, value_name = "SEED")]
+    pub ecmp_seed: Option<u32>,
+    /// No colours in the terminal report (also when NO_COLOR is set or stdout is no terminal).
+    #[arg(long)]
+    pub no_color: bool,
+}
+
+impl AnalysisArgs {
+    /// Checks the flags that depend on each other; `min_interval` of this source.
+    pub fn validate(&self, min_interval: Duration, source: &str) -> Result<()> {
+        if let Some(i) = self.interval
+            && i < min_interval
+        {
+            bail!(
+                "--interval {}ms is below {}'s shortest, {}ms",
+                i.as_millis(),
+                source,
+                min_interval.as_millis()
+            );
+        }
+        if self.uplinks.is_none()
+            && (self.ecmp_hash.is_some() || self.ecmp_fields.is_some() || self.ecmp_seed.is_some())
+        {
+            bail!("--ecmp-hash, --ecmp-fields and --ecmp-seed need --uplinks");
+        }
+        if let (Some(HashArg::Crc16Ccitt), Some(seed)) = (self.ecmp_hash, self.ecmp_seed)
+            && seed > 0xFFFF
+        {
+            bail!("--ecmp-seed {seed:#x} does not fit CRC-16 (at most 0xffff)");
+        }
+        Ok(())
+    }
+
+    /// The library's options: the rules file read, the ECMP model set up.
+    pub fn options(&self) -> Result<AnalysisOptions> {
+        let thresholds = match &self.rules {
+            Some(path) => Thresholds::load(path)?,
+            None => Thresholds::default(),
+        };
+        let ecmp = self.uplinks.map(|uplinks| EcmpOptions {
+            uplinks,
+            hash: self.ecmp_hash.map_or(HashFn::Crc32, Into::into),
+            fields: self.ecmp_fields.map_or(Fields::FiveTuple, Into::into),
+            seed: self.ecmp_seed.unwrap_or(0),
+            ..EcmpOptions::default()
+        });
+        Ok(AnalysisOptions {
+            interval_ns: self.interval.map(|d| d.as_nanos() as u64),
+            slot_ns: self.burst_slot,
+            thresholds,
+            ecmp,
+        })
+    }
+
+    pub fn color(&self) -> bool {
+        use std::io::IsTerminal;
+        !self.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
+    }
+}

@@ -1,0 +1,91 @@
+//! The `roce-observer` command line: clap arguments, one module per subcommand, each turning its
+//! flags into the library's options and printing what the library returns. `main.rs` is one line
+//! calling [`main`]; errors become one line on stderr and a non-zero exit, never a panic.
+
+mod analysis_args;
+mod demo;
+mod diagnose;
+mod ecmp;
+mod generate;
+mod output;
+mod replay;
+mod run;
+mod synth;
+mod value_enums;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use diagnose::ATTACHED;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "roce-observer",
+    version,
+    about = "Observe RoCEv2 traffic per queue pair with eBPF/XDP: throughput, ECN/CE marks, CNPs, ACK/NAK/RNR, PSN gaps and retransmissions"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Attach to interfaces for a while and report the top queue pairs.
+    Diagnose(diagnose::DiagnoseArgs),
+    /// Send a synthetic RoCEv2 scenario as raw Ethernet frames on an interface.
+    Generate(generate::GenerateArgs),
+    /// Analyse capture files (pcap or pcapng; `-` reads standard input) without privileges.
+    Replay(replay::ReplayArgs),
+    /// Write a synthetic scenario as a pcap file.
+    Synth(synth::SynthArgs),
+    /// Run the built-in lab: a network namespace with a veth pair, synthetic RoCEv2 traffic
+    /// (one congested QP, one lossy QP), observed live.
+    Demo(demo::DemoArgs),
+    /// Model how a switch's ECMP hash spreads the observed flows (live or from captures) over
+    /// its uplinks, against an ideal random hash; pair connections and check source ports.
+    Ecmp(ecmp::EcmpArgs),
+    /// Run continuously as a sidecar: export per-interface and per-QP counters as OpenMetrics
+    /// on /metrics (loopback by default), /healthz, optionally JSON lines; re-attach to
+    /// interfaces that come back; SIGHUP reloads --config, SIGTERM/SIGINT detach and exit.
+    Run(run::RunArgs),
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Diagnose(a) => diagnose::diagnose(a),
+        Command::Generate(a) => generate::generate(a),
+        Command::Replay(a) => replay::replay(a),
+        Command::Synth(a) => synth::synth(a),
+        Command::Demo(a) => demo::demo(a),
+        Command::Ecmp(a) => ecmp::ecmp(a),
+        Command::Run(a) => run::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader of standard output went away (`roce-observer replay ... | head`): nothing
+        // is wrong, and nothing more can be said.
+        Err(e) if output::is_closed_stdout(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("roce-observer: error: {e:#}");
+            match e.downcast_ref::<output::UsageError>() {
+                Some(_) => ExitCode::from(2),
+                None => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

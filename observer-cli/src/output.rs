@@ -1,0 +1,113 @@
+//! What the commands write: the report on standard output (table or JSON), the HTML page and
+//! other files, never over a file the same run reads, and a quiet exit when the reader of
+//! standard output has gone (`| head`).
+
+use std::{
+    io::Write,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result};
+use roce_observer::{model::Report, render};
+
+/// A flag combination refused before anything runs (exit status 2, as clap's own).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Standard output's reader went away.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output closed")]
+pub struct ClosedStdout;
+
+/// True when `e` is (or was caused by) standard output's reader going away.
+pub fn is_closed_stdout(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<ClosedStdout>())
+}
+
+/// True when `e` or one of its sources is an I/O error of a closed pipe.
+pub fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Writes to standard output; a closed pipe becomes [`ClosedStdout`].
+pub fn stdout(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match write(&mut out).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ClosedStdout.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("cannot write to standard output")),
+    }
+}
+
+/// Refuses an output file that is one of the inputs (the same file, by any path or link):
+/// writing it would destroy what the run reads.
+pub fn refuse_overwrite(flag: &str, output: &Path, inputs: &[PathBuf]) -> Result<()> {
+    let Ok(out) = std::fs::metadata(output) else {
+        return Ok(());
+    };
+    if !out.is_file() {
+        // A device (/dev/stdout, /dev/null) or a pipe: nothing is overwritten.
+        return Ok(());
+    }
+    for input in inputs {
+        if let Ok(i) = std::fs::metadata(input)
+            && (i.dev(), i.ino()) == (out.dev(), out.ino())
+        {
+            return Err(UsageError(format!(
+                "{flag} {} is an input of this run ({}): refusing to overwrite it",
+                output.display(),
+                input.display()
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Prints the report: JSON, or the findings, table and time-series summary.
+pub fn print_report(report: &Report, json: bool, top: usize, color: bool) -> Result<()> {
+    stdout(|out| {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, report)?;
+            writeln!(out)
+        } else {
+            // Findings first: what the run concluded, then the numbers behind it.
+            writeln!(
+                out,
+                "{}",
+                render::findings::render(&report.findings, &report.checks, color)
+            )?;
+            write!(out, "{}", render::table::render_table(report, top))?;
+            write!(out, "{}", render::table::render_timeline(report))
+        }
+    })
+}
+
+/// Prints the warnings that did not stop the run (they are in `source.warnings` too).
+pub fn print_warnings(report: &Report) {
+    for w in &report.source.warnings {
+        eprintln!("roce-observer: warning: {w}");
+    }
+}
+
+/// Writes the HTML report when `--html` asked for it.
+pub fn write_html(report: &Report, path: Option<&Path>) -> Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, render::html::render(report))
+            .with_context(|| format!("cannot write the HTML report {}", path.display()))?;
+        eprintln!("roce-observer: wrote the HTML report to {}", path.display());
+    }
+    Ok(())
+}

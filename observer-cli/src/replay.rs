@@ -1,0 +1,53 @@
+//! `roce-observer replay`: capture files through the same parser, aggregation and analysis.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Result;
+use clap::Args;
+use roce_observer::{
+    analysis::series::MIN_REPLAY_INTERVAL_NS, pipeline::replay_report, units::parse_link_speed,
+};
+
+use crate::{analysis_args::AnalysisArgs, output};
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// Capture files (pcap or pcapng; Ethernet, Linux cooked SLL/SLL2, raw IP), `-` for stdin.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<String>,
+    /// Rows in the table.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// Print the roce-observer/report/v1 JSON (every flow) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress line on stderr (it is only shown for large files on a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Speed of the links (100G, 25G, 400G, 10000M): turns pause quanta into time, and
+    /// microburst slots into shares of the link.
+    #[arg(long, value_parser = parse_link_speed, value_name = "SPEED")]
+    pub link_speed: Option<u64>,
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
+}
+
+pub fn replay(a: ReplayArgs) -> Result<()> {
+    a.analysis
+        .validate(Duration::from_nanos(MIN_REPLAY_INTERVAL_NS), "replay")?;
+    if let Some(html) = &a.analysis.html {
+        let inputs: Vec<PathBuf> = a
+            .files
+            .iter()
+            .filter(|f| *f != "-")
+            .chain(&a.analysis.rules)
+            .map(Into::into)
+            .collect();
+        output::refuse_overwrite("--html", html, &inputs)?;
+    }
+    let options = a.analysis.options()?;
+    let report = replay_report(&a.files, !a.no_progress, a.link_speed, Some(&options))?;
+    output::print_warnings(&report);
+    output::write_html(&report, a.analysis.html.as_deref())?;
+    output::print_report(&report, a.json, a.top, a.analysis.color())
+}

@@ -1,0 +1,87 @@
+//! `roce-observer run`: the continuous sidecar. The flags override the config file's keys of
+//! the same name; the library merges and validates them (and again on SIGHUP).
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::Result;
+use clap::Args;
+use roce_observer::{daemon, daemon::config::RunOverrides, units::parse_duration};
+
+use crate::{
+    output,
+    value_enums::{ModeArg, TcHookArg, XdpModeArg},
+};
+
+/// `roce-observer run` flags; each overrides the config file's key of the same name.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RunArgs {
+    /// Interface to observe (repeat for several; replaces the config file's list).
+    #[arg(long = "iface", short = 'i', value_name = "IF")]
+    pub iface: Vec<String>,
+    /// TOML file with the same keys as these flags (snake_case); read again on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// host (default) or mirror (a SPAN/ERSPAN destination port).
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
+    /// Mirror mode only: drop the copies after accounting.
+    #[arg(long)]
+    pub consume: bool,
+    /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: Option<Duration>,
+    /// Address of the metrics endpoint (default 127.0.0.1:9477: loopback only; any other
+    /// address exposes unauthenticated metrics to the network).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Queue pairs exported as their own series (the top K by recent bytes); all others are
+    /// summed in one `qp="rest"` series (default 100; 0: only the rest).
+    #[arg(long, value_name = "K")]
+    pub max_series: Option<usize>,
+    /// Append one JSON line per interval (deltas) to FILE (re-opened on SIGHUP).
+    #[arg(long, value_name = "FILE")]
+    pub jsonl: Option<PathBuf>,
+    /// error, warn, info (default), debug or trace; or a tracing filter. Without it the
+    /// ROCE_OBSERVER_LOG environment variable is used.
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Flows unchanged this long are deleted from the kernel table (default 5m).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub idle_timeout: Option<Duration>,
+    /// Capacity of the kernel flow table (LRU; default 16384). The kernel allocates it in full,
+    /// per possible CPU: max_flows x (112 + 216 x CPUs) bytes.
+    #[arg(long, value_name = "N")]
+    pub max_flows: Option<u32>,
+    #[arg(long, value_enum)]
+    pub xdp_mode: Option<XdpModeArg>,
+    /// Host mode: the TC egress hook (auto, tcx, clsact).
+    #[arg(long, value_enum, value_name = "HOOK")]
+    pub tc_hook: Option<TcHookArg>,
+}
+
+impl From<RunArgs> for RunOverrides {
+    fn from(a: RunArgs) -> Self {
+        Self {
+            iface: a.iface,
+            config: a.config,
+            mode: a.mode.map(Into::into),
+            consume: a.consume,
+            interval: a.interval,
+            listen: a.listen,
+            max_series: a.max_series,
+            jsonl: a.jsonl,
+            log_level: a.log_level,
+            idle_timeout: a.idle_timeout,
+            max_flows: a.max_flows,
+            xdp_mode: a.xdp_mode.map(Into::into),
+            tc_hook: a.tc_hook.map(Into::into),
+        }
+    }
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    if let (Some(jsonl), Some(config)) = (&a.jsonl, &a.config) {
+        output::refuse_overwrite("--jsonl", jsonl, std::slice::from_ref(config))?;
+    }
+    Ok(daemon::run(a.into())?)
+}

@@ -1,0 +1,63 @@
+//! `roce-observer synth`: a synthetic scenario written as a pcap file.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, anyhow};
+use clap::Args;
+use roce_observer::source::synth;
+
+use crate::output;
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Scenario name (see --list).
+    #[arg(long, required_unless_present = "list")]
+    pub scenario: Option<String>,
+    /// Output pcap file (`-` for standard output).
+    #[arg(short, long, value_name = "FILE", required_unless_present = "list")]
+    pub output: Option<PathBuf>,
+    /// List the scenarios.
+    #[arg(long)]
+    pub list: bool,
+}
+
+/// The scenarios, a line each.
+pub fn list_scenarios() -> Result<()> {
+    output::stdout(|out| {
+        for (name, what) in synth::SCENARIOS {
+            writeln!(out, "{name:<12} {what}")?;
+        }
+        Ok(())
+    })
+}
+
+/// The scenario called `name`, or an error listing the known ones.
+pub fn scenario(name: &str) -> Result<synth::Workload> {
+    synth::scenario(name).ok_or_else(|| {
+        let names: Vec<&str> = synth::SCENARIOS.iter().map(|(n, _)| *n).collect();
+        anyhow!("unknown scenario '{name}' (known: {})", names.join(", "))
+    })
+}
+
+pub fn synth(a: SynthArgs) -> Result<()> {
+    let (Some(name), Some(out)) = (a.scenario, a.output) else {
+        return list_scenarios();
+    };
+    let w = scenario(&name)?;
+    if out.as_os_str() == "-" {
+        return match synth::write_pcap(std::io::stdout().lock(), &w.frames) {
+            Err(e) if output::is_broken_pipe(&e) => Err(output::ClosedStdout.into()),
+            r => Ok(r?),
+        };
+    }
+    let f =
+        std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    synth::write_pcap(std::io::BufWriter::new(f), &w.frames)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!(
+        "roce-observer: wrote {} frames of scenario '{name}' to {}",
+        w.frames.len(),
+        out.display()
+    );
+    Ok(())
+}

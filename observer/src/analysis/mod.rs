@@ -1,0 +1,6 @@
+//! What the aggregate means: time series and microbursts, ECMP hash models, and the findings
+//! rules.
+
+pub mod ecmp;
+pub mod findings;
+pub mod series;

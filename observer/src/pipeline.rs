@@ -1,0 +1,330 @@
+//! How a report is made, whatever asks for it (the CLI, the tests): a source's frames through
+//! the aggregate into a [`Report`], then the time series and microbursts, the link speed, the
+//! ECMP model and the findings.
+//!
+//! - [`replay_report`]: capture files, read to the end.
+//! - [`LiveSession`]: the kernel programs attached to interfaces for a while, their maps and
+//!   microburst rings sampled as time goes on, then detached and reported.
+//!
+//! Nothing here prints: warnings go to `report.source.warnings`, and the caller says what it
+//! likes about them.
+
+use std::time::{Duration, Instant};
+
+use crate::{
+    analysis::{
+        ecmp::EcmpOptions,
+        findings::{self, Thresholds},
+        series::{
+            DEFAULT_INTERVAL_NS, DEFAULT_SLOT_NS, MAX_INTERVALS, SERIES_FLOWS, Timeline,
+            TimelineConfig,
+        },
+    },
+    model::{Direction, Report, Source},
+    source::{
+        live::{
+            self, AttachMode, BurstReader, LiveConfig, LiveError, Observer, SlotRead, TcHook,
+            Vantage,
+        },
+        replay::{Replay, ReplayError, UNSUPPORTED_LINK_TYPE},
+    },
+    units::Named as _,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    #[error(transparent)]
+    Live(#[from] LiveError),
+    #[error("cannot start the runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot watch SIGTERM")]
+    Signal(#[source] std::io::Error),
+}
+
+/// What is worked out beyond the counts: the time series and microbursts, the ECMP model the
+/// ecmp-imbalance rule judges, and the findings' thresholds (`diagnose` and `replay` alike).
+#[derive(Clone, Debug, Default)]
+pub struct AnalysisOptions {
+    /// Interval of the time series; the default is one second.
+    pub interval_ns: Option<u64>,
+    /// Microburst slot width; 0: no slots; the default is 100 us.
+    pub slot_ns: Option<u64>,
+    pub thresholds: Thresholds,
+    /// The switch's ECMP as modelled for the ecmp-imbalance rule; none: not modelled.
+    pub ecmp: Option<EcmpOptions>,
+}
+
+impl AnalysisOptions {
+    /// The series and microburst settings for links of `link_speed_bps`.
+    pub fn timeline(&self, link_speed_bps: Option<u64>) -> TimelineConfig {
+        TimelineConfig {
+            interval_ns: self.interval_ns.unwrap_or(DEFAULT_INTERVAL_NS),
+            slot_ns: self.slot_ns.unwrap_or(DEFAULT_SLOT_NS),
+            link_speed_bps,
+            threshold_percent: self.thresholds.microburst.share_percent,
+            series_flows: SERIES_FLOWS,
+        }
+    }
+}
+
+/// Adds the ECMP model (when asked for) and the findings to a report whose counts, series and
+/// link speed are final.
+pub fn conclude(report: &mut Report, options: &AnalysisOptions) {
+    if let Some(ecmp) = &options.ecmp {
+        report.ecmp = Some(crate::analysis::ecmp::analyse(&report.flows, ecmp));
+    }
+    let (findings, checks) = findings::evaluate(report, &options.thresholds);
+    report.findings = findings;
+    report.checks = checks;
+}
+
+/// Sets the report's link speed; when pause frames were seen but no speed is known, says why in
+/// `source.warnings`.
+pub fn apply_link_speed(report: &mut Report, speed: Option<u64>, why_unknown: &str) {
+    report.set_link_speed(speed);
+    if report.pfc.is_some() && speed.is_none() {
+        report.source.warnings.push(format!(
+            "PAUSE / PFC frames seen but no pause times: {why_unknown}"
+        ));
+    }
+}
+
+/// Replays capture files (`-` is standard input) into a report. With `analysis`, the time series,
+/// microbursts, link speed and findings too; without, the counts alone. Frames of unsupported
+/// pcapng interfaces are counted under `skipped.unsupported_link_type`.
+pub fn replay_report(
+    files: &[String],
+    progress: bool,
+    link_speed: Option<u64>,
+    analysis: Option<&AnalysisOptions>,
+) -> Result<Report, PipelineError> {
+    let mut replay = match analysis {
+        Some(a) => Replay::with_timeline(a.timeline(link_speed)),
+        None => Replay::new(),
+    };
+    for file in files {
+        replay.file(file, progress)?;
+    }
+    if replay.timeline.as_ref().is_some_and(|t| t.overflowed()) {
+        replay.warnings.push(format!(
+            "the capture spans more than {MAX_INTERVALS} intervals: the time series stops there (give a longer --interval)"
+        ));
+    }
+    let window = replay.window_seconds();
+    let mut report = replay.agg.report(
+        Source::pcap(replay.files.clone(), replay.warnings.clone()),
+        window,
+    );
+    if replay.unsupported_link_frames > 0 {
+        report.totals.skipped.insert(
+            UNSUPPORTED_LINK_TYPE.to_string(),
+            replay.unsupported_link_frames,
+        );
+    }
+    if let Some(t) = replay.timeline.take() {
+        let (series, bursts) = t.finish(&replay.agg.flows);
+        report.series = series;
+        report.microbursts = bursts;
+    }
+    if let Some(a) = analysis {
+        apply_link_speed(&mut report, link_speed, "give --link-speed");
+        conclude(&mut report, a);
+    }
+    Ok(report)
+}
+
+/// Where and how to observe live.
+#[derive(Clone, Debug)]
+pub struct LiveOptions {
+    pub interfaces: Vec<String>,
+    pub xdp_mode: AttachMode,
+    pub vantage: Vantage,
+    /// Capacity of the kernel flow table.
+    pub max_flows: u32,
+    pub tc_hook: TcHook,
+    /// The links' speed; none: host mode reads the interfaces' own.
+    pub link_speed: Option<u64>,
+}
+
+/// Why an observation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The duration ran out.
+    Elapsed,
+    /// SIGINT (Ctrl-C).
+    Interrupted,
+    /// SIGTERM.
+    Terminated,
+}
+
+/// The kernel programs attached to interfaces, sampled interval by interval into a time series
+/// and slot by slot into microbursts; [`LiveSession::finish`] detaches and reports.
+pub struct LiveSession {
+    options: LiveOptions,
+    analysis: AnalysisOptions,
+    observer: Observer,
+    timeline: Timeline,
+    /// The tracker of each kernel ring (2i: interface i ingress, 2i + 1: its egress in host
+    /// mode), if any.
+    rings: Vec<Option<usize>>,
+    reader: Option<BurstReader>,
+    speed: Option<u64>,
+    why_unknown: &'static str,
+    started: Instant,
+}
+
+impl LiveSession {
+    /// Attaches to the interfaces.
+    pub fn attach(options: LiveOptions, analysis: AnalysisOptions) -> Result<Self, PipelineError> {
+        let (speed, why_unknown) = match (options.link_speed, options.vantage) {
+            (Some(s), _) => (Some(s), ""),
+            (None, Vantage::Host) => (
+                live::interfaces_speed(&options.interfaces),
+                "the interfaces report no common speed; give --link-speed",
+            ),
+            (None, Vantage::Mirror { .. }) => (
+                None,
+                "a mirror port's speed is not the mirrored links'; give --link-speed",
+            ),
+        };
+        let timeline_config = analysis.timeline(speed);
+        let config = LiveConfig {
+            interfaces: options.interfaces.clone(),
+            mode: options.xdp_mode,
+            vantage: options.vantage,
+            max_flows: options.max_flows,
+            tc_hook: options.tc_hook,
+            burst_slot_ns: timeline_config.slot_ns,
+        };
+        let observer = Observer::attach(config)?;
+        let mut timeline =
+            Timeline::starting(timeline_config, live::unix_ns(), &Default::default());
+        let offset = live::monotonic_to_unix_offset();
+        let mut rings = Vec::new();
+        for iface in &options.interfaces {
+            rings.push(Some(timeline.add_tracker(
+                iface.clone(),
+                Direction::Ingress,
+                offset,
+            )));
+            rings.push(
+                (options.vantage == Vantage::Host)
+                    .then(|| timeline.add_tracker(iface.clone(), Direction::Egress, offset)),
+            );
+        }
+        let reader = observer.burst_reader()?;
+        Ok(Self {
+            options,
+            analysis,
+            observer,
+            timeline,
+            rings,
+            reader,
+            speed,
+            why_unknown,
+            started: Instant::now(),
+        })
+    }
+
+    /// Moves the microburst slots the kernel has completed (up to slot `upto`, or all of them
+    /// but the current one) into the timeline.
+    fn feed(&mut self, upto: Option<u64>) {
+        let Some(reader) = self.reader.as_mut() else {
+            return;
+        };
+        let (rings, timeline) = (&self.rings, &mut self.timeline);
+        let mut take = |ring: usize, read: SlotRead| {
+            if let Some(Some(t)) = rings.get(ring) {
+                match read {
+                    SlotRead::Bytes(slot, bytes) => timeline.trackers[*t].slot(slot, bytes),
+                    SlotRead::Lost(n) => timeline.trackers[*t].lost(n),
+                }
+            }
+        };
+        match upto {
+            Some(u) => reader.drain_until(u, &mut take),
+            None => reader.drain(&mut take),
+        }
+    }
+
+    /// Samples the rings and, at each interval's end, the flow table.
+    fn tick(&mut self) -> Result<(), PipelineError> {
+        self.feed(None);
+        let now = live::unix_ns();
+        if self.timeline.due(now) {
+            let agg = self.observer.snapshot()?;
+            self.timeline.advance(now, &agg.flows);
+        }
+        Ok(())
+    }
+
+    /// Observes for `duration`, or until SIGINT or SIGTERM, whichever comes first.
+    pub fn observe(&mut self, duration: Duration) -> Result<Ended, PipelineError> {
+        let period = self
+            .reader
+            .as_ref()
+            .map_or(Duration::from_millis(100), |r| r.period())
+            .min(Duration::from_millis(100));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(PipelineError::Runtime)?;
+        rt.block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .map_err(PipelineError::Signal)?;
+            let deadline = tokio::time::sleep(duration);
+            tokio::pin!(deadline);
+            let mut every = tokio::time::interval(period);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => return Ok(Ended::Elapsed),
+                    _ = tokio::signal::ctrl_c() => return Ok(Ended::Interrupted),
+                    _ = term.recv() => return Ok(Ended::Terminated),
+                    _ = every.tick() => self.tick()?,
+                }
+            }
+        })
+    }
+
+    /// Detaches and reports: totals, flows, PFC, the time series and microbursts, the link
+    /// speed, the ECMP model and the findings.
+    pub fn finish(mut self) -> Result<Report, PipelineError> {
+        self.observer.detach()?;
+        let window = self.started.elapsed().as_secs_f64();
+        if let Some(slot_ns) = self.reader.as_ref().map(BurstReader::slot_ns) {
+            // Detached: every slot is complete.
+            let upto = live::monotonic_ns() / slot_ns + 2;
+            self.feed(Some(upto));
+        }
+        self.reader = None;
+        let agg = self.observer.snapshot()?;
+        let o = &self.options;
+        let mut source = Source::live(o.interfaces.clone(), o.xdp_mode.name());
+        source.mode = Some(o.vantage.name().to_string());
+        let mut report = agg.report(source, window);
+        let (series, bursts) = self.timeline.finish(&agg.flows);
+        report.series = series;
+        report.microbursts = bursts;
+        // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
+        let mirrored = report
+            .pfc
+            .iter()
+            .flat_map(|p| &p.sources)
+            .any(|s| s.mirror.is_some());
+        let (speed, why_unknown) = if o.link_speed.is_none() && mirrored {
+            (
+                None,
+                "some came inside mirror copies, whose links' speed is unknown; give --link-speed",
+            )
+        } else {
+            (self.speed, self.why_unknown)
+        };
+        apply_link_speed(&mut report, speed, why_unknown);
+        conclude(&mut report, &self.analysis);
+        Ok(report)
+    }
+}

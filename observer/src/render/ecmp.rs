@@ -1,0 +1,94 @@
+//! The terminal view of the ECMP analysis.
+
+use std::fmt::Write as _;
+
+use crate::model::ecmp::EcmpReport;
+
+/// The terminal view: the model, a bar per uplink, the verdict, pairing, tier 2, what-if.
+pub fn render(report: &EcmpReport) -> String {
+    let mut out = String::new();
+    let m = &report.model;
+    let _ = writeln!(
+        out,
+        "ECMP model: {} uplinks, {} of {}, seed {:#x}, {}; {} flows",
+        m.uplinks, m.hash, m.fields, m.seed, m.bucket, report.flows
+    );
+    let total: u64 = report.uplinks.iter().map(|u| u.bytes).sum();
+    let max = report
+        .uplinks
+        .iter()
+        .map(|u| u.bytes)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    for u in &report.uplinks {
+        let bar = "#".repeat((u.bytes * 40 / max) as usize);
+        let share = if total > 0 {
+            u.bytes as f64 * 100.0 / total as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "  uplink {:>3} {:<40} {:>5.1}% {:>6} flows",
+            u.uplink, bar, share, u.flows
+        );
+    }
+    let b = &report.balance_bytes;
+    let r = &report.random_bytes;
+    let _ = writeln!(
+        out,
+        "max/mean {:.2} (random hash: {:.2}; busier than {:.0}% of random placements), CV {:.2}, Jain {:.3}, idle uplinks {}: {}",
+        b.max_over_mean,
+        r.max_over_mean,
+        report.random_percentile * 100.0,
+        b.cv,
+        b.jain,
+        b.idle,
+        report.verdict
+    );
+    let _ = writeln!(
+        out,
+        "top {} flows: {} share an uplink with another of them",
+        report.top_k, report.top_k_colliding
+    );
+    let c = &report.connections;
+    let _ = writeln!(
+        out,
+        "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {} flows unpaired, {} flows sharing a 5-tuple, {} to QP 1",
+        c.paired,
+        c.conforming,
+        c.overridden,
+        c.shared_tuple,
+        c.unpaired_flows,
+        c.shared_tuple_flows,
+        c.qp1_flows
+    );
+    if let Some(t) = &report.tier2 {
+        let _ = writeln!(
+            out,
+            "tier 2: {} uplinks per spine, {} seed {:#x} {}: {} of {} spines polarized (under half the uplinks a random hash would use)",
+            t.uplinks,
+            t.hash,
+            t.seed,
+            t.bucket,
+            t.polarized,
+            t.spines.len()
+        );
+    }
+    let w = &report.what_if;
+    if report.flows == 0 {
+        return out;
+    }
+    let qps = match w.qps_per_connection {
+        Some(1) => "the flows as they are already do".to_string(),
+        Some(k) => format!("{k} QPs per connection would"),
+        None => "16 QPs per connection would not".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "what-if (target max/mean {:.2}): destination QP in the hash gives {:.2}; {qps}",
+        w.target, w.with_dest_qp
+    );
+    out
+}

@@ -1,0 +1,371 @@
+//! The terminal table: totals, the top flows, PFC / PAUSE senders, skip reasons, and the time
+//! series and microburst summary.
+
+use std::fmt::Write as _;
+
+use crate::model::{Direction, FlowMirror, PfcReport, Report, percent};
+
+/// The terminal table: totals, the top `top` flows by bytes, skip reasons.
+/// The terminal table: totals, the top `top` flows by bytes, skip reasons.
+pub fn render_table(report: &Report, top: usize) -> String {
+    let mut out = String::new();
+    let t = &report.totals;
+    let names = if report.source.files.is_empty() {
+        &report.source.interfaces
+    } else {
+        &report.source.files
+    };
+    let src = match names.as_slice() {
+        [] => report.source.kind.clone(),
+        names => format!("{} {}", report.source.kind, names.join(",")),
+    };
+    let _ = writeln!(
+        out,
+        "roce-observer: {src}, {:.1} s: {} frames, {} RoCEv2 packets ({}), {} flows",
+        report.window.seconds,
+        t.frames,
+        t.roce_packets,
+        human_bytes(t.roce_bytes),
+        report.flows.len()
+    );
+    let _ = writeln!(
+        out,
+        "  CE-marked {} ({:.2}%), CNPs {}, NAKs {}, RNR NAKs {}, PSN gaps {} (~{} PSNs missing), retransmissions {}",
+        t.ce_packets,
+        percent(t.ce_packets, t.roce_packets),
+        t.cnp_packets,
+        report.flows.iter().map(|f| f.ops.nak).sum::<u64>(),
+        report.flows.iter().map(|f| f.ops.rnr_nak).sum::<u64>(),
+        report.flows.iter().map(|f| f.psn.gaps).sum::<u64>(),
+        report.flows.iter().map(|f| f.psn.missing).sum::<u64>(),
+        report.flows.iter().map(|f| f.psn.regressions).sum::<u64>(),
+    );
+    if t.egress_frames > 0 {
+        let _ = writeln!(
+            out,
+            "  {} of the frames seen leaving the host (TC egress): flows marked (tx)",
+            t.egress_frames
+        );
+    }
+    if t.pause_insert_failures > 0 {
+        let _ = writeln!(
+            out,
+            "  pause table full: {} PAUSE / PFC frames counted in mac_control only",
+            t.pause_insert_failures
+        );
+    }
+    if t.flow_insert_failures + t.evicted_packets > 0 {
+        let _ = writeln!(
+            out,
+            "  flow table full: {} packets counted in totals only (raise --max-flows)",
+            t.flow_insert_failures + t.evicted_packets
+        );
+    }
+    if !report.flows.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<41} {:>5} {:>8} {:>11} {:>8} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5}",
+            "SOURCE -> DESTINATION",
+            "SPORT",
+            "DEST QP",
+            "RATE",
+            "PACKETS",
+            "CE%",
+            "CNPs",
+            "NAKs",
+            "RNR",
+            "GAPS",
+            "RETX"
+        );
+        for f in report.flows.iter().take(top) {
+            let tx = if f.direction == Direction::Egress {
+                " (tx)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "{:<41} {:>5} {:>8} {:>11} {:>8} {:>6.2} {:>6} {:>5} {:>5} {:>5} {:>5}",
+                format!("{} -> {}{tx}", f.src_ip, f.dst_ip),
+                f.udp_src_port,
+                format!("0x{:06x}", f.dest_qp),
+                human_rate(f.rate_bps),
+                f.packets,
+                f.ce_percent(),
+                f.ops.cnp,
+                f.ops.nak,
+                f.ops.rnr_nak,
+                f.psn.gaps,
+                f.psn.regressions
+            );
+        }
+        if report.flows.len() > top {
+            let _ = writeln!(
+                out,
+                "  ... {} more flows (--top N, or --json for all)",
+                report.flows.len() - top
+            );
+        }
+    }
+    if let Some(pfc) = &report.pfc {
+        render_pfc(&mut out, pfc, top);
+    }
+    let skipped: Vec<String> = t
+        .skipped
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    if !skipped.is_empty() {
+        let _ = writeln!(out, "\nnot RoCEv2: {}", skipped.join(", "));
+    }
+    out
+}
+
+/// The terminal summary of the time series and the microburst slots (empty without them).
+pub fn render_timeline(report: &Report) -> String {
+    let mut out = String::new();
+    if let Some(s) = &report.series {
+        let peak = |v: &[f64]| {
+            v.iter().enumerate().fold(
+                (0usize, 0.0f64),
+                |m, (i, x)| if *x > m.1 { (i, *x) } else { m },
+            )
+        };
+        let (ti, tp) = peak(&s.total.bps);
+        let (ci, cp) = peak(&s.total.ce_fraction);
+        let (ni, np) = peak(&s.total.cnp_per_s);
+        let at = |i: usize| s.t.get(i).copied().unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "\ntime series: {} intervals of {}: RoCE peak {} at +{:.2}s, CE peak {:.2}% at +{:.2}s, CNPs peak {:.0}/s at +{:.2}s",
+            s.t.len(),
+            human_duration((s.interval_s * 1e9).round() as u64),
+            human_rate(tp),
+            at(ti),
+            cp * 100.0,
+            at(ci),
+            np,
+            at(ni)
+        );
+    }
+    if let Some(m) = &report.microbursts {
+        let link = match m.link_speed_bps {
+            Some(bps) => format!(
+                "link {}, busy from {}%",
+                human_rate(bps as f64),
+                m.threshold_percent
+            ),
+            None => "link speed unknown: give --link-speed for bursts".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "\nMICROBURSTS ({} slots, {link})",
+            human_duration(m.slot_ns)
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:<7} {:>11} {:>7} {:>7} {:>9} {:>12}",
+            "INTERFACE", "DIR", "PEAK", "LINK%", "BURSTS", "LONGEST", "LOST SLOTS"
+        );
+        for i in &m.interfaces {
+            let _ = writeln!(
+                out,
+                "{:<16} {:<7} {:>11} {:>7} {:>7} {:>9} {:>12}",
+                i.name,
+                match i.direction {
+                    Direction::Ingress => "in",
+                    Direction::Egress => "out",
+                },
+                human_rate(i.peak_bps),
+                i.peak_percent
+                    .map_or("-".to_string(), |p| format!("{p:.1}")),
+                i.bursts,
+                if i.bursts > 0 {
+                    human_duration(i.longest_burst_ns)
+                } else {
+                    "-".to_string()
+                },
+                i.lost_slots
+            );
+        }
+    }
+    out
+}
+
+/// The PAUSE / PFC table: a row per sender and class.
+fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
+    let speed = match pfc.link_speed_bps {
+        Some(bps) => format!("pause time at {}", human_rate(bps as f64)),
+        None => "pause time unknown: give --link-speed".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "\nPFC / PAUSE from {} senders ({speed})",
+        pfc.sources.len()
+    );
+    let _ = writeln!(
+        out,
+        "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
+        "SOURCE MAC", "MIRROR", "PRIO", "FRAMES", "XON", "QUANTA", "PAUSE TIME"
+    );
+    for src in pfc.sources.iter().take(top) {
+        let mirror = match &src.mirror {
+            None if src.direction == Direction::Egress => "(tx)".to_string(),
+            None => "-".to_string(),
+            Some(FlowMirror {
+                session: Some(id), ..
+            }) => format!("session {id}"),
+            Some(m) => m.kind.clone().unwrap_or_default(),
+        };
+        let rows = src
+            .priorities
+            .iter()
+            .map(|p| (p.priority.to_string(), &p.counts))
+            .chain(src.link_pause.iter().map(|l| ("all".to_string(), l)));
+        for (class, c) in rows {
+            let _ = writeln!(
+                out,
+                "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
+                src.src_mac,
+                mirror,
+                class,
+                c.frames,
+                c.xon,
+                c.quanta,
+                c.pause_ns.map_or("-".to_string(), human_duration)
+            );
+        }
+        if src.priorities.is_empty() && src.link_pause.is_none() {
+            let _ = writeln!(
+                out,
+                "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
+                src.src_mac, mirror, "none", src.pfc_frames, 0, 0, "-"
+            );
+        }
+    }
+    if pfc.sources.len() > top {
+        let _ = writeln!(
+            out,
+            "  ... {} more senders (--top N, or --json for all)",
+            pfc.sources.len() - top
+        );
+    }
+}
+
+fn human_duration(ns: u64) -> String {
+    let v = ns as f64;
+    if v >= 1e9 {
+        format!("{:.2} s", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2} ms", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.2} us", v / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1000.0 && i < UNITS.len() - 1 {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+fn human_rate(bps: f64) -> String {
+    const UNITS: [&str; 5] = ["b/s", "kb/s", "Mb/s", "Gb/s", "Tb/s"];
+    let mut v = bps;
+    let mut i = 0;
+    while v >= 1000.0 && i < UNITS.len() - 1 {
+        v /= 1000.0;
+        i += 1;
+    }
+    format!("{v:.1} {}", UNITS[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv6Addr;
+
+    use observer_common::{FlowKey, FlowStats, OpClass, SkipReason};
+
+    use super::*;
+    use crate::{
+        aggregate::Aggregate,
+        model::{SCHEMA, Source, ip_of},
+    };
+
+    #[test]
+    fn v4_mapped_addresses_print_as_ipv4() {
+        let mut b = [0u8; 16];
+        b[10] = 0xFF;
+        b[11] = 0xFF;
+        b[12..].copy_from_slice(&[198, 18, 0, 2]);
+        assert_eq!(ip_of(b).to_string(), "198.18.0.2");
+        let v6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        assert_eq!(ip_of(v6.octets()).to_string(), "2001:db8::1");
+    }
+
+    #[test]
+    fn report_fields_follow_the_flow_stats() {
+        let mut agg = Aggregate::new();
+        let key = FlowKey {
+            dest_qp: 18,
+            udp_src_port: 49152,
+            ..Default::default()
+        };
+        let mut s = FlowStats {
+            packets: 10,
+            bytes: 1000,
+            ecn: [1, 2, 3, 4],
+            dscp_mask: (1 << 26) | (1 << 48),
+            psn_gaps: 1,
+            psn_missing: 3,
+            psn_regressions: 2,
+            ..Default::default()
+        };
+        s.ops[OpClass::Cnp as usize] = 5;
+        s.ops[OpClass::Nak as usize] = 1;
+        agg.flows.insert(key, s);
+        agg.counters.frames = 12;
+        agg.counters.skipped[SkipReason::NotIp as usize] = 2;
+        let r = agg.report(Source::live(vec!["veth0".into()], "auto"), 2.0);
+        let f = &r.flows[0];
+        assert_eq!(
+            (f.ecn.not_ect, f.ecn.ect1, f.ecn.ect0, f.ecn.ce),
+            (1, 2, 3, 4)
+        );
+        assert_eq!((f.ops.cnp, f.ops.nak, f.ops.send), (5, 1, 0));
+        assert_eq!(f.dscp, vec![26, 48]);
+        assert_eq!(f.rate_bps, 4000.0);
+        assert_eq!(r.totals.skipped["not_ip"], 2);
+        assert_eq!(r.totals.skipped.len(), SkipReason::COUNT);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["schema"], SCHEMA);
+        assert_eq!(json["flows"][0]["psn"]["missing"], 3);
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(r.totals.evicted_packets, 0);
+        let mut evicted = agg.clone();
+        evicted.counters.roce_packets = 25;
+        let e = evicted.report(r.source.clone(), 2.0);
+        assert_eq!(e.totals.evicted_packets, 15);
+        assert!(
+            render_table(&e, 5).contains("flow table full: 15 packets"),
+            "{}",
+            render_table(&e, 5)
+        );
+        let table = render_table(&r, 10);
+        assert!(table.contains("0x000012"), "{table}");
+        assert!(table.contains("not RoCEv2: not_ip 2"), "{table}");
+    }
+}

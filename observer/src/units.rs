@@ -1,0 +1,150 @@
+//! Units people type: durations (`10s`, `500ms`), link speeds (`100G`, `400Gb/s`) and microburst
+//! slot widths (`100us`, `off`). Errors are one sentence naming what was typed.
+
+use std::time::Duration;
+
+/// A choice spelled by a name in flags and config files (`--xdp-mode skb`, `tc_hook = "tcx"`).
+/// The CLI's clap enums convert to these; config files parse them with [`Named::parse`].
+pub trait Named: Copy + 'static {
+    /// Every choice, in the order help texts list them.
+    const ALL: &'static [Self];
+
+    fn name(self) -> &'static str;
+
+    /// The choice named `s` (ASCII case ignored).
+    fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|v| v.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// "a, b, c": the names, for messages.
+    fn names() -> String {
+        Self::ALL
+            .iter()
+            .map(|v| v.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1h` or a number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (use 10s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("'{s}': unknown unit '{unit}' (use ms, s, m, h)")),
+    };
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(format!("'{s}': the duration must be positive"));
+    }
+    if secs > 365.0 * 86400.0 {
+        return Err(format!("'{s}': at most a year"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses a link speed in bits/s: a number with a unit K, M, G or T (bits per second), optionally
+/// followed by `b/s` or `bps`: `100G`, `25G`, `400Gb/s`, `10000M`.
+pub fn parse_link_speed(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("b/s")
+        .or_else(|| lower.strip_suffix("bps"))
+        .unwrap_or(&lower);
+    let bad = || format!("'{t}' is not a link speed (use 100G, 25G, 400G or 10000M)");
+    if !body.is_ascii() {
+        return Err(bad());
+    }
+    let (num, unit) = body.split_at(body.len().saturating_sub(1));
+    let scale: f64 = match unit {
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "t" => 1e12,
+        _ => return Err(bad()),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let bps = v * scale;
+    if !(1e6..=1e13).contains(&bps) {
+        return Err(format!("'{t}': a link speed between 1M and 10T"));
+    }
+    Ok(bps.round() as u64)
+}
+
+/// A microburst slot width in ns: `off`, or 10us to 100ms.
+pub fn parse_slot(s: &str) -> Result<u64, String> {
+    if s.trim() == "off" {
+        return Ok(0);
+    }
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("us") {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e6)
+    } else {
+        return Err(format!(
+            "'{t}' is not a slot width (use 100us, 1ms, or off)"
+        ));
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{t}' is not a slot width (use 100us, 1ms, or off)"))?;
+    let ns = (v * scale).round();
+    if !(10_000.0..=100_000_000.0).contains(&ns) {
+        return Err(format!("'{t}': a slot width between 10us and 100ms"));
+    }
+    Ok(ns as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert_eq!(
+            parse_duration("9999h"),
+            Err("'9999h': at most a year".to_string())
+        );
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn link_speeds() {
+        assert_eq!(parse_link_speed("100G"), Ok(100_000_000_000));
+        assert_eq!(parse_link_speed("25g"), Ok(25_000_000_000));
+        assert_eq!(parse_link_speed("400Gb/s"), Ok(400_000_000_000));
+        assert_eq!(parse_link_speed("10000M"), Ok(10_000_000_000));
+        assert_eq!(parse_link_speed("2.5Gbps"), Ok(2_500_000_000));
+        assert_eq!(parse_link_speed("1T"), Ok(1_000_000_000_000));
+        for bad in [
+            "100", "fast", "G", "-1G", "100X", "0G", "100T", "100€", "1µ", "€", "",
+        ] {
+            assert!(parse_link_speed(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_link_speed("100"),
+            Err("'100' is not a link speed (use 100G, 25G, 400G or 10000M)".to_string())
+        );
+    }
+}
