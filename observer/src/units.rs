@@ -3,6 +3,20 @@
 
 use std::time::Duration;
 
+/// `n` and the noun, plural unless `n` is 1: "1 flow", "2 flows", "0 flows".
+pub fn count(n: u64, word: &str) -> String {
+    format!("{n} {}", noun(n, word))
+}
+
+/// The noun for `n` of it: plural (with an s) unless `n` is 1.
+pub fn noun(n: u64, word: &str) -> String {
+    if n == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
+    }
+}
+
 /// A choice spelled by a name in flags and config files (`--xdp-mode skb`, `tc_hook = "tcx"`).
 /// The CLI's clap enums convert to these; config files parse them with [`Named::parse`].
 pub trait Named: Copy + 'static {

@@ -385,6 +385,12 @@ pub struct Psn {
     pub regressions: u64,
 }
 
+/// A queue pair number as the table, the findings and the metrics labels show it, and as tshark
+/// prints it: `0x` and six hex digits (a QPN is 24 bits). JSON keeps the number.
+pub fn qp_hex(qp: u32) -> String {
+    format!("0x{qp:06x}")
+}
+
 /// IPv4 addresses travel v4-mapped; reports show them in their usual form.
 pub fn ip_of(bytes: [u8; 16]) -> IpAddr {
     let v6 = Ipv6Addr::from(bytes);

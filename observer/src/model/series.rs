@@ -93,10 +93,10 @@ impl std::fmt::Display for FlowRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} -> {} QP 0x{:06x} sport {}{}",
+            "{} -> {} QP {} sport {}{}",
             self.src_ip,
             self.dst_ip,
-            self.dest_qp,
+            super::qp_hex(self.dest_qp),
             self.udp_src_port,
             if self.direction == Direction::Egress {
                 " (tx)"

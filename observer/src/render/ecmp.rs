@@ -2,7 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::model::ecmp::EcmpReport;
+use crate::{
+    model::ecmp::EcmpReport,
+    units::{count, noun},
+};
 
 /// The terminal view: the model, a bar per uplink, the verdict, pairing, tier 2, what-if.
 pub fn render(report: &EcmpReport) -> String {
@@ -10,8 +13,13 @@ pub fn render(report: &EcmpReport) -> String {
     let m = &report.model;
     let _ = writeln!(
         out,
-        "ECMP model: {} uplinks, {} of {}, seed {:#x}, {}; {} flows",
-        m.uplinks, m.hash, m.fields, m.seed, m.bucket, report.flows
+        "ECMP model: {}, {} of {}, seed {:#x}, {}; {}",
+        count(m.uplinks.into(), "uplink"),
+        m.hash,
+        m.fields,
+        m.seed,
+        m.bucket,
+        count(report.flows, "flow")
     );
     let total: u64 = report.uplinks.iter().map(|u| u.bytes).sum();
     let max = report
@@ -30,8 +38,12 @@ pub fn render(report: &EcmpReport) -> String {
         };
         let _ = writeln!(
             out,
-            "  uplink {:>3} {:<40} {:>5.1}% {:>6} flows",
-            u.uplink, bar, share, u.flows
+            "  uplink {:>3} {:<40} {:>5.1}% {:>6} {}",
+            u.uplink,
+            bar,
+            share,
+            u.flows,
+            noun(u.flows, "flow")
         );
     }
     let b = &report.balance_bytes;
@@ -49,26 +61,27 @@ pub fn render(report: &EcmpReport) -> String {
     );
     let _ = writeln!(
         out,
-        "top {} flows: {} share an uplink with another of them",
-        report.top_k, report.top_k_colliding
+        "top {}: {} share an uplink with another of them",
+        count(report.top_k as u64, "flow"),
+        report.top_k_colliding
     );
     let c = &report.connections;
     let _ = writeln!(
         out,
-        "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {} flows unpaired, {} flows sharing a 5-tuple, {} to QP 1",
+        "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {} unpaired, {} sharing a 5-tuple, {} to QP 1",
         c.paired,
         c.conforming,
         c.overridden,
         c.shared_tuple,
-        c.unpaired_flows,
-        c.shared_tuple_flows,
-        c.qp1_flows
+        count(c.unpaired_flows as u64, "flow"),
+        count(c.shared_tuple_flows as u64, "flow"),
+        count(c.qp1_flows as u64, "flow")
     );
     if let Some(t) = &report.tier2 {
         let _ = writeln!(
             out,
-            "tier 2: {} uplinks per spine, {} seed {:#x} {}: {} of {} spines polarized (under half the uplinks a random hash would use)",
-            t.uplinks,
+            "tier 2: {} per spine, {} seed {:#x} {}: {} of {} spines polarized (under half the uplinks a random hash would use)",
+            count(t.uplinks.into(), "uplink"),
             t.hash,
             t.seed,
             t.bucket,

@@ -3,9 +3,46 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{Direction, FlowMirror, PfcReport, Report, percent};
+use comfy_table::{CellAlignment, ColumnConstraint, Table, presets::NOTHING};
 
-/// The terminal table: totals, the top `top` flows by bytes, skip reasons.
+use crate::{
+    model::{Direction, FlowMirror, PfcReport, Report, percent, qp_hex},
+    units::{count, noun},
+};
+
+/// How a column's cells line up.
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// Columns as wide as their widest cell (long interface names, file names and IPv6 addresses
+/// included), two spaces apart, no borders; lines end without trailing blanks.
+fn columns(headers: &[(&str, Align)], rows: Vec<Vec<String>>) -> String {
+    let mut t = Table::new();
+    t.load_style(NOTHING);
+    t.set_header(headers.iter().map(|(h, _)| *h));
+    for row in rows {
+        t.add_row(row);
+    }
+    for (i, (_, align)) in headers.iter().enumerate() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(match align {
+                Align::Left => CellAlignment::Left,
+                Align::Right => CellAlignment::Right,
+            });
+            c.set_padding((if i > 0 { 2 } else { 0 }, 0));
+            c.set_constraint(ColumnConstraint::ContentWidth);
+        }
+    }
+    let mut out = String::new();
+    for line in t.lines() {
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}
+
 /// The terminal table: totals, the top `top` flows by bytes, skip reasons.
 pub fn render_table(report: &Report, top: usize) -> String {
     let mut out = String::new();
@@ -21,23 +58,26 @@ pub fn render_table(report: &Report, top: usize) -> String {
     };
     let _ = writeln!(
         out,
-        "roce-observer: {src}, {:.1} s: {} frames, {} RoCEv2 packets ({}), {} flows",
+        "roce-observer: {src}, {:.1} s: {}, {} ({}), {}",
         report.window.seconds,
-        t.frames,
-        t.roce_packets,
+        count(t.frames, "frame"),
+        count(t.roce_packets, "RoCEv2 packet"),
         human_bytes(t.roce_bytes),
-        report.flows.len()
+        count(report.flows.len() as u64, "flow")
     );
     let _ = writeln!(
         out,
-        "  CE-marked {} ({:.2}%), CNPs {}, NAKs {}, RNR NAKs {}, PSN gaps {} (~{} PSNs missing), retransmissions {}",
+        "  CE-marked {} ({:.2}%), CNPs {}, NAKs {}, RNR NAKs {}, PSN gaps {} (~{} missing), retransmissions {}",
         t.ce_packets,
         percent(t.ce_packets, t.roce_packets),
         t.cnp_packets,
         report.flows.iter().map(|f| f.ops.nak).sum::<u64>(),
         report.flows.iter().map(|f| f.ops.rnr_nak).sum::<u64>(),
         report.flows.iter().map(|f| f.psn.gaps).sum::<u64>(),
-        report.flows.iter().map(|f| f.psn.missing).sum::<u64>(),
+        count(
+            report.flows.iter().map(|f| f.psn.missing).sum::<u64>(),
+            "PSN"
+        ),
         report.flows.iter().map(|f| f.psn.regressions).sum::<u64>(),
     );
     if t.egress_frames > 0 {
@@ -62,48 +102,55 @@ pub fn render_table(report: &Report, top: usize) -> String {
         );
     }
     if !report.flows.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n{:<41} {:>5} {:>8} {:>11} {:>8} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5}",
-            "SOURCE -> DESTINATION",
-            "SPORT",
-            "DEST QP",
-            "RATE",
-            "PACKETS",
-            "CE%",
-            "CNPs",
-            "NAKs",
-            "RNR",
-            "GAPS",
-            "RETX"
-        );
-        for f in report.flows.iter().take(top) {
-            let tx = if f.direction == Direction::Egress {
-                " (tx)"
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                out,
-                "{:<41} {:>5} {:>8} {:>11} {:>8} {:>6.2} {:>6} {:>5} {:>5} {:>5} {:>5}",
-                format!("{} -> {}{tx}", f.src_ip, f.dst_ip),
-                f.udp_src_port,
-                format!("0x{:06x}", f.dest_qp),
-                human_rate(f.rate_bps),
-                f.packets,
-                f.ce_percent(),
-                f.ops.cnp,
-                f.ops.nak,
-                f.ops.rnr_nak,
-                f.psn.gaps,
-                f.psn.regressions
-            );
-        }
+        use Align::{Left, Right};
+        let rows = report
+            .flows
+            .iter()
+            .take(top)
+            .map(|f| {
+                let tx = if f.direction == Direction::Egress {
+                    " (tx)"
+                } else {
+                    ""
+                };
+                vec![
+                    format!("{} -> {}{tx}", f.src_ip, f.dst_ip),
+                    f.udp_src_port.to_string(),
+                    qp_hex(f.dest_qp),
+                    human_rate(f.rate_bps),
+                    f.packets.to_string(),
+                    format!("{:.2}", f.ce_percent()),
+                    f.ops.cnp.to_string(),
+                    f.ops.nak.to_string(),
+                    f.ops.rnr_nak.to_string(),
+                    f.psn.gaps.to_string(),
+                    f.psn.regressions.to_string(),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&columns(
+            &[
+                ("SOURCE -> DESTINATION", Left),
+                ("SPORT", Right),
+                ("DEST QP", Right),
+                ("RATE", Right),
+                ("PACKETS", Right),
+                ("CE%", Right),
+                ("CNPs", Right),
+                ("NAKs", Right),
+                ("RNR", Right),
+                ("GAPS", Right),
+                ("RETX", Right),
+            ],
+            rows,
+        ));
         if report.flows.len() > top {
             let _ = writeln!(
                 out,
-                "  ... {} more flows (--top N, or --json for all)",
-                report.flows.len() - top
+                "  ... {} more {} (--top N, or --json for all)",
+                report.flows.len() - top,
+                noun((report.flows.len() - top) as u64, "flow")
             );
         }
     }
@@ -138,8 +185,8 @@ pub fn render_timeline(report: &Report) -> String {
         let at = |i: usize| s.t.get(i).copied().unwrap_or(0.0);
         let _ = writeln!(
             out,
-            "\ntime series: {} intervals of {}: RoCE peak {} at +{:.2}s, CE peak {:.2}% at +{:.2}s, CNPs peak {:.0}/s at +{:.2}s",
-            s.t.len(),
+            "\ntime series: {} of {}: RoCE peak {} at +{:.2}s, CE peak {:.2}% at +{:.2}s, CNPs peak {:.0}/s at +{:.2}s",
+            count(s.t.len() as u64, "interval"),
             human_duration((s.interval_s * 1e9).round() as u64),
             human_rate(tp),
             at(ti),
@@ -163,52 +210,60 @@ pub fn render_timeline(report: &Report) -> String {
             "\nMICROBURSTS ({} slots, {link})",
             human_duration(m.slot_ns)
         );
-        let _ = writeln!(
-            out,
-            "{:<16} {:<7} {:>11} {:>7} {:>7} {:>9} {:>12}",
-            "INTERFACE", "DIR", "PEAK", "LINK%", "BURSTS", "LONGEST", "LOST SLOTS"
-        );
-        for i in &m.interfaces {
-            let _ = writeln!(
-                out,
-                "{:<16} {:<7} {:>11} {:>7} {:>7} {:>9} {:>12}",
-                i.name,
-                match i.direction {
-                    Direction::Ingress => "in",
-                    Direction::Egress => "out",
-                },
-                human_rate(i.peak_bps),
-                i.peak_percent
-                    .map_or("-".to_string(), |p| format!("{p:.1}")),
-                i.bursts,
-                if i.bursts > 0 {
-                    human_duration(i.longest_burst_ns)
-                } else {
-                    "-".to_string()
-                },
-                i.lost_slots
-            );
-        }
+        use Align::{Left, Right};
+        let rows = m
+            .interfaces
+            .iter()
+            .map(|i| {
+                vec![
+                    i.name.clone(),
+                    match i.direction {
+                        Direction::Ingress => "in",
+                        Direction::Egress => "out",
+                    }
+                    .to_string(),
+                    human_rate(i.peak_bps),
+                    i.peak_percent
+                        .map_or("-".to_string(), |p| format!("{p:.1}")),
+                    i.bursts.to_string(),
+                    if i.bursts > 0 {
+                        human_duration(i.longest_burst_ns)
+                    } else {
+                        "-".to_string()
+                    },
+                    i.lost_slots.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&columns(
+            &[
+                ("INTERFACE", Left),
+                ("DIR", Left),
+                ("PEAK", Right),
+                ("LINK%", Right),
+                ("BURSTS", Right),
+                ("LONGEST", Right),
+                ("LOST SLOTS", Right),
+            ],
+            rows,
+        ));
     }
     out
 }
 
 /// The PAUSE / PFC table: a row per sender and class.
 fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
+    use Align::{Left, Right};
     let speed = match pfc.link_speed_bps {
         Some(bps) => format!("pause time at {}", human_rate(bps as f64)),
         None => "pause time unknown: give --link-speed".to_string(),
     };
     let _ = writeln!(
         out,
-        "\nPFC / PAUSE from {} senders ({speed})",
-        pfc.sources.len()
+        "\nPFC / PAUSE from {} ({speed})",
+        count(pfc.sources.len() as u64, "sender")
     );
-    let _ = writeln!(
-        out,
-        "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
-        "SOURCE MAC", "MIRROR", "PRIO", "FRAMES", "XON", "QUANTA", "PAUSE TIME"
-    );
+    let mut rows = Vec::new();
     for src in pfc.sources.iter().take(top) {
         let mirror = match &src.mirror {
             None if src.direction == Direction::Egress => "(tx)".to_string(),
@@ -218,37 +273,52 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
             }) => format!("session {id}"),
             Some(m) => m.kind.clone().unwrap_or_default(),
         };
-        let rows = src
+        let classes = src
             .priorities
             .iter()
             .map(|p| (p.priority.to_string(), &p.counts))
             .chain(src.link_pause.iter().map(|l| ("all".to_string(), l)));
-        for (class, c) in rows {
-            let _ = writeln!(
-                out,
-                "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
-                src.src_mac,
-                mirror,
+        for (class, c) in classes {
+            rows.push(vec![
+                src.src_mac.clone(),
+                mirror.clone(),
                 class,
-                c.frames,
-                c.xon,
-                c.quanta,
-                c.pause_ns.map_or("-".to_string(), human_duration)
-            );
+                c.frames.to_string(),
+                c.xon.to_string(),
+                c.quanta.to_string(),
+                c.pause_ns.map_or("-".to_string(), human_duration),
+            ]);
         }
         if src.priorities.is_empty() && src.link_pause.is_none() {
-            let _ = writeln!(
-                out,
-                "{:<17} {:<10} {:>5} {:>8} {:>6} {:>12} {:>12}",
-                src.src_mac, mirror, "none", src.pfc_frames, 0, 0, "-"
-            );
+            rows.push(vec![
+                src.src_mac.clone(),
+                mirror,
+                "none".to_string(),
+                src.pfc_frames.to_string(),
+                "0".to_string(),
+                "0".to_string(),
+                "-".to_string(),
+            ]);
         }
     }
+    out.push_str(&columns(
+        &[
+            ("SOURCE MAC", Left),
+            ("MIRROR", Left),
+            ("PRIO", Right),
+            ("FRAMES", Right),
+            ("XON", Right),
+            ("QUANTA", Right),
+            ("PAUSE TIME", Right),
+        ],
+        rows,
+    ));
     if pfc.sources.len() > top {
         let _ = writeln!(
             out,
-            "  ... {} more senders (--top N, or --json for all)",
-            pfc.sources.len() - top
+            "  ... {} more {} (--top N, or --json for all)",
+            pfc.sources.len() - top,
+            noun((pfc.sources.len() - top) as u64, "sender")
         );
     }
 }

@@ -1161,7 +1161,8 @@ mod tests {
 
     #[test]
     fn the_example_rules_file_spells_the_defaults() {
-        let t = Thresholds::parse(include_str!("../../../../rules.example.toml"), "example").unwrap();
+        let t =
+            Thresholds::parse(include_str!("../../../../rules.example.toml"), "example").unwrap();
         assert_eq!(t, Thresholds::default());
         assert_eq!(
             Thresholds::parse("", "empty").unwrap(),
