@@ -115,3 +115,20 @@ pub const PSN_MASK: u32 = 0x00FF_FFFF;
 /// ceil(L / 4096) and ceil(L / 256) PSNs (at least one).
 pub const PMTU_MIN: u32 = 256;
 pub const PMTU_MAX: u32 = 4096;
+
+/// The UDP source port Linux RDMA drivers (mlx5, irdma, hns, rxe) give an RC/UC connection:
+/// `rdma_calc_flow_label` then `rdma_flow_label_to_udp_sport`. Symmetric in the two QPNs, so
+/// both directions use the same port.
+pub const fn rdma_udp_sport(lqpn: u32, rqpn: u32) -> u16 {
+    let mut fl = lqpn as u64 * rqpn as u64;
+    fl ^= fl >> 20;
+    fl ^= fl >> 40;
+    flow_label_to_udp_sport((fl & 0xF_FFFF) as u32)
+}
+
+/// The UDP source port derived from a 20-bit flow label (a GRH flow label overrides the QPN
+/// rule).
+pub const fn flow_label_to_udp_sport(flow_label: u32) -> u16 {
+    let fl = flow_label & 0xF_FFFF;
+    (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) | 0xC000) as u16
+}

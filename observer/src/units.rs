@@ -18,7 +18,7 @@ pub fn noun(n: u64, word: &str) -> String {
 }
 
 /// A choice spelled by a name in flags and config files (`--xdp-mode skb`, `tc_hook = "tcx"`).
-/// The CLI's clap enums convert to these; config files parse them with [`Named::parse`].
+/// The CLI's argument enums convert to these; config files parse them with [`Named::parse`].
 pub trait Named: Copy + 'static {
     /// Every choice, in the order help texts list them.
     const ALL: &'static [Self];

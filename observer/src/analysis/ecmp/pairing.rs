@@ -6,22 +6,7 @@ use std::{collections::BTreeMap, net::IpAddr};
 
 use crate::model::Flow;
 
-/// The UDP source port Linux RDMA drivers (mlx5, irdma, hns, rxe) give an RC/UC connection:
-/// `rdma_calc_flow_label` then `rdma_flow_label_to_udp_sport`. Symmetric in the two QPNs, so
-/// both directions use the same port.
-pub fn rdma_udp_sport(lqpn: u32, rqpn: u32) -> u16 {
-    let mut fl = u64::from(lqpn) * u64::from(rqpn);
-    fl ^= fl >> 20;
-    fl ^= fl >> 40;
-    flow_label_to_udp_sport((fl & 0xF_FFFF) as u32)
-}
-
-/// The UDP source port derived from a 20-bit flow label (a GRH flow label overrides the QPN
-/// rule).
-pub fn flow_label_to_udp_sport(flow_label: u32) -> u16 {
-    let fl = flow_label & 0xF_FFFF;
-    (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) | 0xC000) as u16
-}
+pub use observer_common::wire::{flow_label_to_udp_sport, rdma_udp_sport};
 
 /// What the source port of a connection says about its ECMP entropy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

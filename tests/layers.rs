@@ -1,0 +1,264 @@
+//! The library's layout holds: each layer uses only the layers below it, no two modules use each
+//! other (directly or round a circle), `model/` stands on its own, and the library has neither
+//! clap (the CLI's) nor anyhow (the binaries' edge).
+//!
+//! Modules are files (`a/b.rs` or `a/b/mod.rs` is `a::b`); a use is any `crate::a::b` or
+//! `super::` path outside the unit tests. A module and its own parent or children may use each
+//! other (a `mod.rs` re-exports its children, which use its shared items).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+/// The layers, lowest first: a module may use its own layer's modules and those listed before.
+const LAYERS: &[&[&str]] = &[
+    &["units", "model"],
+    &["aggregate"],
+    &["source", "lab"],
+    &["analysis"],
+    &["render"],
+    &["pipeline", "daemon"],
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../observer/src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `analysis/findings/mod.rs` → ["analysis", "findings"].
+fn module_of(file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src()).unwrap();
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.last().is_some_and(|l| l == "mod" || l == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code without comments, string literals and the unit tests.
+fn code(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    text.lines()
+        .map(|l| {
+            let l = l.split("//").next().unwrap_or("");
+            // Drop string literals (crude, enough for paths in messages).
+            let mut out = String::new();
+            let mut in_str = false;
+            for c in l.chars() {
+                if c == '"' {
+                    in_str = !in_str;
+                } else if !in_str {
+                    out.push(c);
+                }
+            }
+            out
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Paths the code names: `crate::a::b::c` and `super::x`, and the items of grouped imports
+/// (`use crate::{a::b, c::{d, e}}`), each as a list of segments from the crate root.
+fn used_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let bytes: Vec<char> = code.chars().collect();
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    // Expands a path starting at `i` (after a prefix) into out, handling `{...}` groups.
+    fn expand(chars: &[char], mut i: usize, prefix: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+        let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let mut path = prefix;
+        loop {
+            while i < chars.len() && chars[i].is_whitespace() {
+                i += 1;
+            }
+            if i < chars.len() && chars[i] == '{' {
+                i += 1;
+                loop {
+                    while i < chars.len() && (chars[i].is_whitespace() || chars[i] == ',') {
+                        i += 1;
+                    }
+                    if i >= chars.len() || chars[i] == '}' {
+                        return i + 1;
+                    }
+                    i = expand(chars, i, path.clone(), out);
+                }
+            }
+            let start = i;
+            while i < chars.len() && is_ident(chars[i]) {
+                i += 1;
+            }
+            if start == i {
+                out.push(path);
+                return i;
+            }
+            path.push(chars[start..i].iter().collect());
+            if i + 1 < chars.len() && chars[i] == ':' && chars[i + 1] == ':' {
+                i += 2;
+                continue;
+            }
+            out.push(path);
+            return i;
+        }
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest: String = bytes[i..bytes.len().min(i + 7)].iter().collect();
+        let prev_ident = i > 0 && is_ident(bytes[i - 1]);
+        if !prev_ident && rest.starts_with("crate::") {
+            i = expand(&bytes, i + 7, Vec::new(), &mut out);
+        } else if !prev_ident && rest.starts_with("super::") {
+            let mut base = module.to_vec();
+            let mut j = i;
+            while bytes[j..].iter().collect::<String>().starts_with("super::") {
+                base.pop();
+                j += 7;
+            }
+            i = expand(&bytes, j, base, &mut out);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The longest module that is a prefix of `path`.
+fn resolve(path: &[String], modules: &BTreeSet<Vec<String>>) -> Option<Vec<String>> {
+    (1..=path.len())
+        .rev()
+        .map(|n| path[..n].to_vec())
+        .find(|p| modules.contains(p))
+}
+
+fn layer(m: &[String]) -> usize {
+    LAYERS
+        .iter()
+        .position(|l| l.contains(&m[0].as_str()))
+        .unwrap_or_else(|| panic!("top-level module {} is in no layer of tests/layers.rs", m[0]))
+}
+
+fn related(a: &[String], b: &[String]) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+#[test]
+fn the_library_is_layered_without_cycles() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files.sort();
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .map(|f| module_of(f))
+        .filter(|m| !m.is_empty())
+        .collect();
+    let mut uses: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let m = module_of(f);
+        let rel = f.strip_prefix(src()).unwrap().display().to_string();
+        for word in ["clap", "anyhow"] {
+            if text.contains(word) {
+                problems.push(format!("{rel} mentions {word}: the library has neither"));
+            }
+        }
+        if m.is_empty() {
+            continue;
+        }
+        let code = code(&text);
+        for p in used_paths(&code, &m) {
+            let Some(target) = resolve(&p, &modules) else {
+                continue;
+            };
+            if related(&m, &target) {
+                continue;
+            }
+            if m[0] == "model" {
+                problems.push(format!(
+                    "{rel} uses crate::{}: model/ stands on its own",
+                    target.join("::")
+                ));
+            }
+            if layer(&target) > layer(&m) {
+                problems.push(format!(
+                    "{rel} ({}) uses {} of a higher layer",
+                    m[0],
+                    target.join("::")
+                ));
+            }
+            uses.entry(m.clone()).or_default().insert(target);
+        }
+    }
+    // Cycles: a depth-first search over the use graph.
+    fn visit(
+        n: &Vec<String>,
+        uses: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        stack: &mut Vec<Vec<String>>,
+        done: &mut BTreeSet<Vec<String>>,
+        cycles: &mut Vec<String>,
+    ) {
+        if let Some(at) = stack.iter().position(|s| s == n) {
+            let names: Vec<String> = stack[at..]
+                .iter()
+                .chain(std::iter::once(n))
+                .map(|m| m.join("::"))
+                .collect();
+            cycles.push(names.join(" -> "));
+            return;
+        }
+        if !done.insert(n.clone()) {
+            return;
+        }
+        stack.push(n.clone());
+        for m in uses.get(n).into_iter().flatten() {
+            visit(m, uses, stack, done, cycles);
+        }
+        stack.pop();
+    }
+    let mut cycles = Vec::new();
+    let mut done = BTreeSet::new();
+    for m in &modules {
+        visit(m, &uses, &mut Vec::new(), &mut done, &mut cycles);
+    }
+    for c in cycles {
+        problems.push(format!("import cycle: {c}"));
+    }
+    assert!(
+        uses.values().map(BTreeSet::len).sum::<usize>() > 20,
+        "the scan found almost no uses: {uses:?}"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_scan_sees_grouped_imports_and_super() {
+    let m = vec!["analysis".to_string(), "series".to_string()];
+    let code = "use crate::{aggregate::FlowMap, model::{Direction, series::X}};\nuse super::findings::Y;";
+    let got = used_paths(code, &m);
+    let want: Vec<Vec<String>> = [
+        &["aggregate", "FlowMap"][..],
+        &["model", "Direction"],
+        &["model", "series", "X"],
+        &["analysis", "findings", "Y"],
+    ]
+    .iter()
+    .map(|p| p.iter().map(|s| s.to_string()).collect())
+    .collect();
+    assert_eq!(got, want);
+}

@@ -1,0 +1,292 @@
+//! What a newcomer meets first, tried as they would: a plain `cargo build` after the setup, the
+//! README's first look, outputs that never overwrite inputs, `| head`.
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use integration_tests::{Scratch, output};
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is one level below the workspace")
+        .to_path_buf()
+}
+
+/// PATH without any folder that holds a bpf-linker (the project's tools folder among them).
+fn path_without_bpf_linker() -> String {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| !d.join("bpf-linker").exists())
+        .collect();
+    std::env::join_paths(dirs)
+        .unwrap()
+        .into_string()
+        .unwrap()
+}
+
+/// The tracked sources of the workspace copied to `dir` (a fresh clone's files).
+fn copy_sources(dir: &Path) {
+    let root = workspace();
+    let (status, files, err) = output(
+        Command::new("git")
+            .current_dir(&root)
+            .args(["ls-files", "-z", "--", ".", ":!tests/golden"]),
+    );
+    assert!(status.success(), "git ls-files: {err}");
+    for f in files.split('\0').filter(|f| !f.is_empty()) {
+        let to = dir.join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let from = root.join(f);
+        if from.is_file() {
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+}
+
+/// `cargo check -p roce-observer` in the copy, with the build script (and so the kernel
+/// programs' build) run, and no bpf-linker on PATH.
+fn cargo_check(dir: &Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(dir)
+        .args(["check", "--quiet", "--package", "roce-observer"])
+        .env("PATH", path_without_bpf_linker())
+        .env("CARGO_TARGET_DIR", workspace().join("target/newcomer-check"))
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn a_plain_cargo_build_finds_the_setup_bpf_linker_or_says_to_run_the_setup() {
+    let tools = workspace().join("target/tools");
+    if !tools.join("bin/bpf-linker").is_file() {
+        panic!("no target/tools/bin/bpf-linker: cargo xtask test runs the setup first");
+    }
+    let scratch = Scratch::new("newcomer-build");
+    let dir = scratch.path("ws");
+    copy_sources(&dir);
+
+    // Before the setup: one line saying what to do, no backtrace.
+    let (ok, text) = cargo_check(&dir);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(
+            "bpf-linker not found (neither on PATH nor in target/tools/bin): run `cargo xtask setup` once"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("stack backtrace"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains("bpf-linker")).count(),
+        1,
+        "{text}"
+    );
+
+    // After it (its tools folder in place): the build works without PATH changes, and the
+    // kernel programs' sub-build says nothing.
+    std::fs::create_dir_all(dir.join("target")).unwrap();
+    std::os::unix::fs::symlink(&tools, dir.join("target/tools")).unwrap();
+    let (ok, text) = cargo_check(&dir);
+    assert!(ok, "{text}");
+    assert!(
+        !text.contains("warning: roce-observer@"),
+        "the eBPF sub-build's lines leak into the build output:\n{text}"
+    );
+}
+
+/// The README's first look: the capture it names is the demo scenario, and the output it shows
+/// is what the command prints.
+#[test]
+fn the_readme_first_look_shows_what_replay_prints() {
+    let root = workspace();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        (150..=250).contains(&lines),
+        "README.md is a front page of 150-250 lines, not {lines}"
+    );
+    let first_block = readme.split("```").nth(1).unwrap_or_default();
+    assert!(
+        first_block.contains("cargo xtask demo") && first_block.contains("cargo xtask test"),
+        "the README's first commands are the demo and the tests:\n{first_block}"
+    );
+
+    let scratch = Scratch::new("newcomer-readme");
+    let synth = scratch.path("demo.pcap");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["synth", "--scenario", "demo", "-o"])
+            .arg(&synth),
+    );
+    assert!(status.success(), "{err}");
+    assert!(
+        std::fs::read(&synth).unwrap() == std::fs::read(root.join("examples/demo.pcap")).unwrap(),
+        "examples/demo.pcap is not `synth --scenario demo` any more: write it again"
+    );
+
+    let (status, printed, err) = output(
+        Command::new(CLI)
+            .current_dir(&root)
+            .args(["replay", "examples/demo.pcap"]),
+    );
+    assert!(status.success(), "{err}");
+    let marker = "<!-- OUTPUT: replay examples/demo.pcap -->\n```\n";
+    let at = readme
+        .find(marker)
+        .expect("the README marks the output block")
+        + marker.len();
+    let shown = &readme[at..at + readme[at..].find("```").unwrap()];
+    assert_eq!(
+        shown, printed,
+        "README.md's output block differs from `roce-observer replay examples/demo.pcap`"
+    );
+}
+
+#[test]
+fn no_output_flag_overwrites_an_input() {
+    let scratch = Scratch::new("newcomer-overwrite");
+    let cap = scratch.path("cap.pcap");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["synth", "--scenario", "rule-loss", "-o"])
+            .arg(&cap),
+    );
+    assert!(status.success(), "{err}");
+    let before = std::fs::read(&cap).unwrap();
+    let rules = scratch.file("rules.toml", "[loss]\n");
+    let link = scratch.path("link.pcap");
+    std::os::unix::fs::symlink(&cap, &link).unwrap();
+    let config = scratch.file("run.toml", "iface = [\"lo\"]\n");
+
+    let cases: Vec<(Vec<String>, &Path)> = vec![
+        (
+            vec!["replay".into(), cap.display().to_string(), "--html".into(), cap.display().to_string()],
+            &cap,
+        ),
+        // Another path to the same file.
+        (
+            vec!["replay".into(), cap.display().to_string(), "--html".into(), link.display().to_string()],
+            &cap,
+        ),
+        (
+            vec![
+                "replay".into(),
+                cap.display().to_string(),
+                "--rules".into(),
+                rules.display().to_string(),
+                "--html".into(),
+                rules.display().to_string(),
+            ],
+            &rules,
+        ),
+        (
+            vec![
+                "diagnose".into(),
+                "--iface".into(),
+                "lo".into(),
+                "--rules".into(),
+                rules.display().to_string(),
+                "--html".into(),
+                rules.display().to_string(),
+            ],
+            &rules,
+        ),
+        (
+            vec![
+                "run".into(),
+                "--config".into(),
+                config.display().to_string(),
+                "--jsonl".into(),
+                config.display().to_string(),
+            ],
+            &config,
+        ),
+    ];
+    for (args, input) in cases {
+        let kept = std::fs::read(input).unwrap();
+        let (status, out, err) = output(Command::new(CLI).args(&args));
+        assert_eq!(status.code(), Some(2), "{args:?}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(
+            err.starts_with("roce-observer: error: ") && err.contains("refusing to overwrite it"),
+            "{args:?}: {err}"
+        );
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(std::fs::read(input).unwrap(), kept, "{args:?}: input changed");
+    }
+    assert_eq!(std::fs::read(&cap).unwrap(), before);
+
+    // A new file, or a device, is written as before.
+    let html = scratch.path("report.html");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .arg("replay")
+            .arg(&cap)
+            .arg("--html")
+            .arg(&html),
+    );
+    assert!(status.success(), "{err}");
+    assert!(std::fs::read_to_string(&html).unwrap().starts_with("<!DOCTYPE html>"));
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .arg("replay")
+            .arg(&cap)
+            .args(["--html", "/dev/null"]),
+    );
+    assert!(status.success(), "{err}");
+}
+
+/// Reads `keep` bytes of `args`' standard output, closes the pipe, and returns the exit
+/// status and standard error.
+fn read_then_close(args: &[&str], dir: &Path, keep: usize) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(CLI)
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut buf = vec![0u8; keep];
+    stdout.read_exact(&mut buf).unwrap();
+    drop(stdout);
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    (child.wait().unwrap(), err)
+}
+
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    let scratch = Scratch::new("newcomer-pipe");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .current_dir(scratch.path(""))
+            .args(["synth", "--scenario", "many-qps", "-o", "many.pcap"]),
+    );
+    assert!(status.success(), "{err}");
+    // Each writes far more than a pipe holds (64 KiB), so the writer meets the closed pipe.
+    for args in [
+        &["replay", "many.pcap", "--json", "--no-progress"][..],
+        &["replay", "many.pcap", "--top", "100000", "--no-color"],
+        &["synth", "--scenario", "many-qps", "-o", "-"],
+        &["ecmp", "--uplinks", "4", "--pcap", "many.pcap", "--json"],
+    ] {
+        let (status, err) = read_then_close(args, &scratch.path(""), 100);
+        assert!(status.success(), "{args:?}: {status}: {err}");
+        assert!(err.is_empty(), "{args:?}: nothing on stderr, not: {err}");
+    }
+}
