@@ -54,7 +54,7 @@ fn copy_sources(dir: &Path) {
 fn cargo_check(dir: &Path) -> (bool, String) {
     let out = Command::new(env!("CARGO"))
         .current_dir(dir)
-        .args(["check", "--quiet", "--package", "roce-observer"])
+        .args(["check", "--package", "roce-observer"])
         .env("PATH", path_without_bpf_linker())
         .env("CARGO_TARGET_DIR", workspace().join("target/newcomer-check"))
         .env_remove("RUST_BACKTRACE")

@@ -169,10 +169,7 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
     let analysis = analyse(&report.flows, &options);
     if a.json {
         report.ecmp = Some(analysis);
-        output::stdout(|out| {
-            serde_json::to_writer_pretty(&mut *out, &report)?;
-            writeln!(out)
-        })
+        output::stdout(|out| roce_observer::render::json::write(&report, out))
     } else {
         output::stdout(|out| write!(out, "{}", roce_observer::render::ecmp::render(&analysis)))
     }

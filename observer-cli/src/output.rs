@@ -80,8 +80,7 @@ pub fn refuse_overwrite(flag: &str, output: &Path, inputs: &[PathBuf]) -> Result
 pub fn print_report(report: &Report, json: bool, top: usize, color: bool) -> Result<()> {
     stdout(|out| {
         if json {
-            serde_json::to_writer_pretty(&mut *out, report)?;
-            writeln!(out)
+            render::json::write(report, out)
         } else {
             // Findings first: what the run concluded, then the numbers behind it.
             writeln!(

@@ -1,7 +1,8 @@
 //! A report drawn for people: the terminal table, the findings, the ECMP view and the HTML
-//! page. (The JSON is the report itself, serialised.)
+//! page, and the JSON.
 
 pub mod ecmp;
 pub mod findings;
 pub mod html;
+pub mod json;
 pub mod table;
