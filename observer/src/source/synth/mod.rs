@@ -20,7 +20,8 @@
 //!   writers, checksums and the ICRC;
 //! - `workload`: frames and their truth ([`Workload`], [`Truth`], [`PsnEvent`]);
 //! - `qp`: the sequenced traffic of one queue pair ([`QpStream`]);
-//! - `noise`: frames the observer must skip, one or more per [`SkipReason`](observer_common::SkipReason);
+//! - `noise`: frames the observer must skip, at least one per
+//!   [`SkipReason`](observer_common::SkipReason);
 //! - `encap`: mirror encapsulation ([`Encap`]) and MAC control (PAUSE and PFC) frames;
 //! - `scenarios`: the named workloads, one file per family;
 //! - `output`: the raw socket and the pcap writer.
