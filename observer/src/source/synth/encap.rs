@@ -78,7 +78,7 @@ pub fn pause_frame(src: [u8; 6], quanta: u16) -> Vec<u8> {
     mac_control_frame(src, wire::MAC_CONTROL_PAUSE, &quanta.to_be_bytes())
 }
 
-/// A PFC frame's description for [`Workload::push_pause`].
+/// A PFC frame's description for [`Workload::push_pause`](super::Workload::push_pause).
 pub fn pfc(src: [u8; 6], class_enable: u8, quanta: [u16; 8]) -> Pause {
     Pause {
         src_mac: src,
@@ -88,7 +88,7 @@ pub fn pfc(src: [u8; 6], class_enable: u8, quanta: [u16; 8]) -> Pause {
     }
 }
 
-/// An 802.3x PAUSE frame's description for [`Workload::push_pause`].
+/// An 802.3x PAUSE frame's description for [`Workload::push_pause`](super::Workload::push_pause).
 pub fn link_pause(src: [u8; 6], quanta: u16) -> Pause {
     let mut q = [0; 8];
     q[0] = quanta;

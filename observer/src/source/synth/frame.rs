@@ -350,7 +350,8 @@ impl RoceFrame {
         self.layout().bth()
     }
 
-    /// Offset just after the BTH: a copy cut shorter than this is [`SkipReason::Truncated`].
+    /// Offset just after the BTH: a copy cut shorter than this is
+    /// [`SkipReason::Truncated`](observer_common::SkipReason::Truncated).
     pub fn bth_end(&self) -> usize {
         self.layout().bth_end()
     }
