@@ -1,0 +1,532 @@
+//! Queue pair streams: [`QpStream`] emits the correctly sequenced requests of one RC/UC/XRC queue
+//! pair and the responder's answers, and injects loss and go-back-N retransmission, recording each
+//! PSN event into the truth as it injects it.
+
+use std::collections::VecDeque;
+
+use observer_common::wire::{self, op};
+use observer_common::{Bth, OpClass, VlanTag};
+
+use super::frame::{Ext, Ip, RoceFrame, intended_class};
+use super::workload::{PsnEvent, Workload};
+use super::{
+    CE, CNP_DSCP, DEFAULT_PKEY, MASK24, NOT_ECT, SCENARIO_PMTU, SYNDROME_ACK,
+    flow_label_to_udp_sport, rdma_udp_sport,
+};
+
+/// PSNs a READ of `len` bytes consumes at path MTU `pmtu`: ceil(len / pmtu), at least 1.
+fn read_psns(len: u32, pmtu: u32) -> u32 {
+    len.div_ceil(pmtu.max(1)).max(1)
+}
+
+/// (a - b) mod 2^24.
+fn psn_sub(a: u32, b: u32) -> u32 {
+    a.wrapping_sub(b) & MASK24
+}
+
+/// Opcodes (low 5 bits) of the packets of a multi-packet message.
+#[derive(Clone, Copy)]
+struct Segments {
+    first: u8,
+    middle: u8,
+    last: u8,
+    only: u8,
+}
+
+const WRITE: Segments = Segments {
+    first: op::WRITE_FIRST,
+    middle: op::WRITE_MIDDLE,
+    last: op::WRITE_LAST,
+    only: op::WRITE_ONLY,
+};
+const WRITE_IMM: Segments = Segments {
+    last: op::WRITE_LAST_IMM,
+    only: op::WRITE_ONLY_IMM,
+    ..WRITE
+};
+const SEND: Segments = Segments {
+    first: op::SEND_FIRST,
+    middle: op::SEND_MIDDLE,
+    last: op::SEND_LAST,
+    only: op::SEND_ONLY,
+};
+const SEND_IMM: Segments = Segments {
+    last: op::SEND_LAST_IMM,
+    only: op::SEND_ONLY_IMM,
+    ..SEND
+};
+const SEND_INV: Segments = Segments {
+    last: op::SEND_LAST_INV,
+    only: op::SEND_ONLY_INV,
+    ..SEND
+};
+const READ_RESPONSE: Segments = Segments {
+    first: op::READ_RESPONSE_FIRST,
+    middle: op::READ_RESPONSE_MIDDLE,
+    last: op::READ_RESPONSE_LAST,
+    only: op::READ_RESPONSE_ONLY,
+};
+
+/// Requests kept for go-back-N retransmission.
+const HISTORY: usize = 4096;
+
+/// One RC/UC/XRC queue pair: emits correctly sequenced request packets (requester to responder) and
+/// the responder's ACKs, NAKs, READ responses and CNPs, and lets a scenario inject loss (a gap of n
+/// PSNs) and go-back-N retransmission, recording those events into the truth as it injects them.
+///
+/// The PSN events follow the observer's rules (rocev2-wire.md): requests of RC/UC/XRC only; a READ
+/// of L bytes makes the next request PSN acceptable anywhere in [psn + ceil(L/4096),
+/// psn + ceil(L/256)] (the stream itself advances by ceil(L/pmtu)); beyond that a jump is one gap,
+/// missing = the distance past the end of that range; a backward step is one regression.
+#[derive(Clone, Debug)]
+pub struct QpStream {
+    /// Template of the requester's packets (addresses, tags, TOS, ports, P_Key, dest QP). Its `ext`
+    /// supplies the per-QP values of every request (XRC SRQ, EE context).
+    pub req: RoceFrame,
+    /// Template of the responder's packets (the reverse direction, dest QP = requester's QP).
+    pub resp: RoceFrame,
+    /// Path MTU used to segment messages and READ responses.
+    pub pmtu: u32,
+    /// When non-zero, every `ce_every`-th new request is CE-marked (a congested path).
+    pub ce_every: u32,
+    /// When set, every frame of this QP is cut to this many bytes (a truncating mirror session).
+    pub snap: Option<usize>,
+    /// DSCP the responder sends its CNPs with ([`CNP_DSCP`] unless [`QpStream::with_cnp_dscp`]).
+    cnp_dscp: u8,
+    transport: u8,
+    next_psn: u32,
+    /// The observer's acceptable range for the next request PSN, once it saw a request.
+    expect: Option<(u32, u32)>,
+    drop_next: u32,
+    msn: u32,
+    requests: u64,
+    ce_since_cnp: u32,
+    /// Capture timestamp of the last CNP.
+    last_cnp_ns: Option<u64>,
+    since_ack: u32,
+    va: u64,
+    history: VecDeque<RoceFrame>,
+}
+
+impl QpStream {
+    /// A queue pair of `transport` (`wire::TRANSPORT_RC`, `_UC` or `_XRC`) from `macs[0]`/`ip.src`
+    /// (QP `qpns[0]`) to `macs[1]`/`ip.dst` (QP `qpns[1]`), starting at `first_psn`, with DSCP 26
+    /// ECT(0), P_Key 0xFFFF, PMTU 1024 and the UDP source port the Linux drivers would choose
+    /// (from the flow label when an IPv6 one is set).
+    pub fn new(transport: u8, ip: Ip, macs: [[u8; 6]; 2], qpns: [u32; 2], first_psn: u32) -> Self {
+        let transport = transport & 0xE0;
+        let sport = match ip {
+            Ip::V6 { flow_label, .. } if flow_label & 0xF_FFFF != 0 => {
+                flow_label_to_udp_sport(flow_label)
+            }
+            _ => rdma_udp_sport(qpns[0], qpns[1]),
+        };
+        let mut req = RoceFrame::new(ip, transport | op::SEND_ONLY, qpns[1]);
+        req.src_mac = macs[0];
+        req.dst_mac = macs[1];
+        req.udp_src_port = sport;
+        let mut resp = req.clone();
+        resp.src_mac = macs[1];
+        resp.dst_mac = macs[0];
+        resp.ip = ip.reversed();
+        resp.bth.dest_qp = qpns[0] & MASK24;
+        Self {
+            req,
+            resp,
+            pmtu: SCENARIO_PMTU,
+            ce_every: 0,
+            snap: None,
+            cnp_dscp: CNP_DSCP,
+            transport,
+            next_psn: first_psn & MASK24,
+            expect: None,
+            drop_next: 0,
+            msn: 0,
+            requests: 0,
+            ce_since_cnp: 0,
+            last_cnp_ns: None,
+            since_ack: 0,
+            va: 0x7F00_0000_0000 | (u64::from(qpns[0]) << 24),
+            history: VecDeque::new(),
+        }
+    }
+
+    /// Sets the VLAN tags of both directions.
+    pub fn with_vlans(mut self, vlans: &[VlanTag]) -> Self {
+        self.req.vlans = vlans.to_vec();
+        self.resp.vlans = vlans.to_vec();
+        self
+    }
+
+    /// Sets DSCP and ECN of both directions.
+    pub fn with_tos(mut self, dscp: u8, ecn: u8) -> Self {
+        for f in [&mut self.req, &mut self.resp] {
+            f.dscp = dscp;
+            f.ecn = ecn;
+        }
+        self
+    }
+
+    /// Sets the UDP source port of both directions.
+    pub fn with_udp_src_port(mut self, port: u16) -> Self {
+        self.req.udp_src_port = port;
+        self.resp.udp_src_port = port;
+        self
+    }
+
+    /// Sets the DSCP of the responder's CNPs (by default [`CNP_DSCP`]), e.g. 0 for a NIC whose
+    /// CNPs are left in best effort.
+    pub fn with_cnp_dscp(mut self, dscp: u8) -> Self {
+        self.cnp_dscp = dscp & 63;
+        self
+    }
+
+    /// The PSN the next new request gets.
+    pub fn next_psn(&self) -> u32 {
+        self.next_psn
+    }
+
+    /// The PSN of the most recent request.
+    pub fn last_psn(&self) -> u32 {
+        psn_sub(self.next_psn, 1)
+    }
+
+    /// The next `n` request packets are lost upstream of the observation point: they consume PSNs
+    /// (and stay available for retransmission) but are not emitted.
+    pub fn lose_next(&mut self, n: u32) {
+        self.drop_next += n;
+    }
+
+    /// Emits one request packet with operation `low_op` (low 5 bits; the transport is the QP's) and
+    /// returns its PSN. AckReq is set on packets that end a message.
+    pub fn request(&mut self, w: &mut Workload, low_op: u8, ext: Ext, payload_len: usize) -> u32 {
+        let low = low_op & 0x1F;
+        let mut f = self.req.clone();
+        f.bth.opcode = self.transport | low;
+        f.bth.psn = self.next_psn;
+        f.bth.ack_req = !matches!(
+            low,
+            op::SEND_FIRST | op::SEND_MIDDLE | op::WRITE_FIRST | op::WRITE_MIDDLE
+        );
+        f.ext = Ext {
+            xrc_srq: self.req.ext.xrc_srq,
+            ee_ctx: self.req.ext.ee_ctx,
+            ..ext
+        };
+        f.payload_len = payload_len;
+        self.requests += 1;
+        if self.ce_every != 0 && self.requests.is_multiple_of(u64::from(self.ce_every)) {
+            f.ecn = CE;
+        }
+        self.emit_request(w, f)
+    }
+
+    fn emit_request(&mut self, w: &mut Workload, f: RoceFrame) -> u32 {
+        let psn = f.bth.psn & MASK24;
+        let is_read = f.bth.opcode & 0x1F == op::READ_REQUEST;
+        let consumed = if is_read {
+            read_psns(f.ext.dma_len, self.pmtu)
+        } else {
+            1
+        };
+        self.next_psn = psn.wrapping_add(consumed) & MASK24;
+        self.history.push_back(f.clone());
+        if self.history.len() > HISTORY {
+            self.history.pop_front();
+        }
+        if self.drop_next > 0 {
+            self.drop_next -= 1;
+            return psn;
+        }
+        let keep = self.snap.unwrap_or(usize::MAX);
+        let class = intended_class(f.bth.opcode, 0);
+        let mut event = PsnEvent::None;
+        let tracked = matches!(
+            self.transport,
+            wire::TRANSPORT_RC | wire::TRANSPORT_UC | wire::TRANSPORT_XRC
+        );
+        if tracked && class.is_request() && keep >= f.bth_end() {
+            event = self.psn_event(psn);
+            let (lo, hi) = match (is_read, keep >= f.headers_end()) {
+                (true, true) => (
+                    read_psns(f.ext.dma_len, wire::PMTU_MAX),
+                    read_psns(f.ext.dma_len, wire::PMTU_MIN),
+                ),
+                // The observer cannot see the DMA length of a READ cut inside its RETH.
+                (true, false) => (1, (1 << 23) - 1),
+                _ => (1, 1),
+            };
+            self.expect = Some((psn.wrapping_add(lo) & MASK24, psn.wrapping_add(hi) & MASK24));
+        }
+        if f.ecn == CE {
+            self.ce_since_cnp += 1;
+        }
+        self.since_ack += 1;
+        self.push(w, &f, class, event);
+        psn
+    }
+
+    fn psn_event(&self, psn: u32) -> PsnEvent {
+        let Some((lo, hi)) = self.expect else {
+            return PsnEvent::None;
+        };
+        let ahead = psn_sub(psn, lo);
+        if ahead <= psn_sub(hi, lo) {
+            PsnEvent::None
+        } else if ahead < 1 << 23 {
+            PsnEvent::Gap {
+                missing: psn_sub(psn, hi),
+            }
+        } else {
+            PsnEvent::Regression
+        }
+    }
+
+    fn push(&self, w: &mut Workload, f: &RoceFrame, class: OpClass, event: PsnEvent) {
+        match self.snap {
+            Some(keep) => w.push_cut(f, class, event, keep),
+            None => w.push_roce_psn(f, class, event),
+        }
+    }
+
+    fn message(&mut self, w: &mut Workload, ops: Segments, len: usize, ext: Ext) -> u32 {
+        let pmtu = self.pmtu.max(1) as usize;
+        let n = len.div_ceil(pmtu).max(1);
+        let mut psn = self.next_psn;
+        for i in 0..n {
+            let low = match i {
+                _ if n == 1 => ops.only,
+                0 => ops.first,
+                _ if i == n - 1 => ops.last,
+                _ => ops.middle,
+            };
+            let payload = if i == n - 1 { len - i * pmtu } else { pmtu };
+            psn = self.request(w, low, ext, payload);
+        }
+        self.msn = (self.msn + 1) & MASK24;
+        psn
+    }
+
+    fn remote(&mut self, len: usize) -> Ext {
+        let ext = Ext {
+            va: self.va,
+            rkey: 0x0001_2345,
+            dma_len: len as u32,
+            ..Ext::default()
+        };
+        self.va += len as u64;
+        ext
+    }
+
+    /// An RDMA WRITE of `len` bytes (first/middle/last or only); returns the last PSN.
+    pub fn write(&mut self, w: &mut Workload, len: usize) -> u32 {
+        let ext = self.remote(len);
+        self.message(w, WRITE, len, ext)
+    }
+
+    /// An RDMA WRITE with immediate (last-imm or only-imm).
+    pub fn write_imm(&mut self, w: &mut Workload, len: usize, imm: u32) -> u32 {
+        let ext = Ext {
+            imm,
+            ..self.remote(len)
+        };
+        self.message(w, WRITE_IMM, len, ext)
+    }
+
+    /// A SEND of `len` bytes.
+    pub fn send(&mut self, w: &mut Workload, len: usize) -> u32 {
+        self.message(w, SEND, len, Ext::default())
+    }
+
+    /// A SEND with immediate.
+    pub fn send_imm(&mut self, w: &mut Workload, len: usize, imm: u32) -> u32 {
+        let ext = Ext {
+            imm,
+            ..Ext::default()
+        };
+        self.message(w, SEND_IMM, len, ext)
+    }
+
+    /// A SEND with invalidate of `rkey`.
+    pub fn send_inv(&mut self, w: &mut Workload, len: usize, rkey: u32) -> u32 {
+        let ext = Ext {
+            rkey,
+            ..Ext::default()
+        };
+        self.message(w, SEND_INV, len, ext)
+    }
+
+    /// An RDMA READ request of `dma_len` bytes followed by its responses (first/middle/last or
+    /// only, one per PMTU, AETH on first/last/only); returns the request PSN.
+    pub fn read(&mut self, w: &mut Workload, dma_len: u32) -> u32 {
+        let ext = self.remote(dma_len as usize);
+        let psn = self.request(w, op::READ_REQUEST, ext, 0);
+        self.msn = (self.msn + 1) & MASK24;
+        let pmtu = self.pmtu.max(1) as usize;
+        let len = dma_len as usize;
+        let n = len.div_ceil(pmtu).max(1);
+        for i in 0..n {
+            let low = match i {
+                _ if n == 1 => READ_RESPONSE.only,
+                0 => READ_RESPONSE.first,
+                _ if i == n - 1 => READ_RESPONSE.last,
+                _ => READ_RESPONSE.middle,
+            };
+            let payload = if i == n - 1 { len - i * pmtu } else { pmtu };
+            let ext = self.aeth(SYNDROME_ACK);
+            self.response(w, low, psn.wrapping_add(i as u32), ext, payload);
+        }
+        psn
+    }
+
+    /// An atomic (`op::COMPARE_SWAP` or `op::FETCH_ADD`) and its ATOMIC ACKNOWLEDGE; returns the
+    /// request PSN.
+    pub fn atomic(&mut self, w: &mut Workload, low_op: u8, swap_add: u64, compare: u64) -> u32 {
+        let ext = Ext {
+            swap_add,
+            compare,
+            ..self.remote(8)
+        };
+        let psn = self.request(w, low_op, ext, 0);
+        self.msn = (self.msn + 1) & MASK24;
+        let ack = Ext {
+            atomic_orig: compare,
+            ..self.aeth(SYNDROME_ACK)
+        };
+        self.response(w, op::ATOMIC_ACKNOWLEDGE, psn, ack, 0);
+        psn
+    }
+
+    fn aeth(&self, syndrome: u8) -> Ext {
+        Ext {
+            syndrome,
+            msn: self.msn,
+            ..Ext::default()
+        }
+    }
+
+    fn response(&mut self, w: &mut Workload, low_op: u8, psn: u32, ext: Ext, payload_len: usize) {
+        let mut f = self.resp.clone();
+        f.bth.opcode = self.transport | (low_op & 0x1F);
+        f.bth.psn = psn & MASK24;
+        f.ext = ext;
+        f.payload_len = payload_len;
+        let class = intended_class(f.bth.opcode, ext.syndrome);
+        self.push(w, &f, class, PsnEvent::None);
+    }
+
+    /// The responder acknowledges everything up to `psn` (one coalesced ACK).
+    pub fn ack(&mut self, w: &mut Workload, psn: u32) {
+        self.since_ack = 0;
+        let ext = self.aeth(SYNDROME_ACK);
+        self.response(w, op::ACKNOWLEDGE, psn, ext, 0);
+    }
+
+    /// ACKs the most recent request when at least `every` requests arrived since the last ACK.
+    pub fn ack_if_due(&mut self, w: &mut Workload, every: u32) {
+        if self.since_ack >= every.max(1) {
+            let psn = self.last_psn();
+            self.ack(w, psn);
+        }
+    }
+
+    /// The responder sends an ACKNOWLEDGE with `syndrome` (NAK or RNR NAK) naming `psn`.
+    pub fn nak(&mut self, w: &mut Workload, psn: u32, syndrome: u8) {
+        let ext = self.aeth(syndrome);
+        self.response(w, op::ACKNOWLEDGE, psn, ext, 0);
+    }
+
+    /// The responder (notification point) sends a CNP to the requester's QP: opcode 0x81, BECN,
+    /// P_Key 0xFFFF, PSN 0, DSCP 48 (or the one set with [`QpStream::with_cnp_dscp`]), Not-ECT.
+    pub fn cnp(&mut self, w: &mut Workload) {
+        self.ce_since_cnp = 0;
+        self.last_cnp_ns = Some(w.next_ts());
+        let mut f = self.resp.clone();
+        f.bth = Bth {
+            opcode: wire::OPCODE_CNP,
+            becn: true,
+            pkey: DEFAULT_PKEY,
+            dest_qp: self.resp.bth.dest_qp,
+            psn: 0,
+            ..Bth::default()
+        };
+        f.ext = Ext::default();
+        f.payload_len = 0;
+        f.dscp = self.cnp_dscp;
+        f.ecn = NOT_ECT;
+        self.push(w, &f, OpClass::Cnp, PsnEvent::None);
+    }
+
+    /// Sends a CNP if any request was CE-marked since the last one (a rate-limited notification
+    /// point); returns whether it did.
+    pub fn cnp_if_marked(&mut self, w: &mut Workload) -> bool {
+        let marked = self.ce_since_cnp > 0;
+        if marked {
+            self.cnp(w);
+        }
+        marked
+    }
+
+    /// Like a NIC's notification point with a per-QP CNP timer: sends a CNP if a request was
+    /// CE-marked since the last call and the last CNP lies at least `interval_ns` of capture time
+    /// back; marks seen while the timer runs are dropped. Returns whether it sent one.
+    pub fn cnp_rate_limited(&mut self, w: &mut Workload, interval_ns: u64) -> bool {
+        if self.ce_since_cnp == 0 {
+            return false;
+        }
+        let due = self
+            .last_cnp_ns
+            .is_none_or(|last| w.next_ts() - last >= interval_ns);
+        if due {
+            self.cnp(w);
+        } else {
+            self.ce_since_cnp = 0;
+        }
+        due
+    }
+
+    /// Go-back-N: re-emits every remembered request from `psn` on, in order, and returns how many.
+    /// The first one steps back (a regression unless nothing after it was seen). Returns 0 when
+    /// `psn` is not a remembered request PSN.
+    pub fn retransmit_from(&mut self, w: &mut Workload, psn: u32) -> usize {
+        let Some(pos) = self.history.iter().position(|f| f.bth.psn == psn) else {
+            return 0;
+        };
+        let frames: Vec<RoceFrame> = self.history.drain(pos..).collect();
+        let n = frames.len();
+        for f in frames {
+            self.emit_request(w, f);
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::synth::scenarios::qp_v4;
+
+    #[test]
+    fn read_consumes_psns_by_pmtu_and_responses_use_them() {
+        let mut w = Workload::default();
+        let mut qp = qp_v4(wire::TRANSPORT_RC, 9, [1, 2], [1, 2], 100);
+        let psn = qp.read(&mut w, 65536);
+        assert_eq!(psn, 100);
+        assert_eq!(qp.next_psn(), 164);
+        assert_eq!(w.len(), 1 + 64);
+        qp.write(&mut w, 1024);
+        assert_eq!(w.truth.flows[&qp.req.flow_key()].psn_gaps, 0);
+        // A loss right after a READ: the observer accepts up to ceil(65536/256) = 256 PSNs past
+        // the READ's PSN while the stream moved on by 64, so 100 lost PSNs go unnoticed and 300
+        // show as a gap of 64 + 300 - 256.
+        qp.read(&mut w, 65536);
+        qp.lose_next(100);
+        qp.write(&mut w, 101 * 1024);
+        assert_eq!(w.truth.flows[&qp.req.flow_key()].psn_gaps, 0);
+        qp.read(&mut w, 65536);
+        qp.lose_next(300);
+        qp.write(&mut w, 301 * 1024);
+        let s = w.truth.flows[&qp.req.flow_key()];
+        assert_eq!((s.psn_gaps, s.psn_missing), (1, 64 + 300 - 256));
+    }
+}

@@ -1,0 +1,434 @@
+//! Scenarios: the named workloads of [`SCENARIOS`], built by [`scenario`], and the helpers the
+//! scenario families share (queue pairs between documentation addresses, everyday traffic,
+//! go-back-N). One file per family:
+//!
+//! - `demo`: `demo` and `e2e` (demo plus every feature the observer handles);
+//! - `corpus`: `corpus` (every opcode and truncation offset) and `many-qps`;
+//! - `traffic`: the user scenarios of a fabric's life: `clean`, `incast`, `loss`, `mixed-dscp`,
+//!   `ipv6-vlan`;
+//! - `pfc`: `pfc`, pauses beside RoCE;
+//! - `rules`: `rules-clean` and one `rule-*` scenario per rule of the findings engine.
+
+use super::SYNDROME_NAK_SEQ;
+use super::frame::{Ip, host_mac, v4};
+use super::qp::QpStream;
+use super::workload::Workload;
+
+mod corpus;
+mod demo;
+mod pfc;
+mod rules;
+mod traffic;
+
+pub use pfc::PFC_SENDERS;
+pub use rules::RULE_FRAME_GAP_NS;
+
+use corpus::{corpus, many_qps};
+use demo::{demo, e2e};
+use pfc::pfc_scenario;
+use rules::{
+    rule_ce_without_cnp, rule_cnp_priority, rule_dscp_mix, rule_ecmp_imbalance, rule_incast,
+    rule_loss, rule_microburst, rule_not_ect, rule_pfc_idle_priority, rule_pfc_storm, rule_rnr,
+    rules_clean,
+};
+use traffic::{clean, incast, ipv6_vlan, loss, mixed_dscp};
+
+/// The scenarios meant to be written to capture files: plain, complete frames only (no
+/// deliberately broken ones), so any dissector must agree with the truth on every frame.
+pub const USER_SCENARIOS: [&str; 7] = [
+    "clean",
+    "incast",
+    "loss",
+    "mixed-dscp",
+    "ipv6-vlan",
+    "many-qps",
+    "pfc",
+];
+
+/// (name, one-line description) of every scenario.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    (
+        "demo",
+        "RC RDMA WRITEs with coalesced ACKs, one congested QP (CE marks, CNPs), one lossy QP (gap, NAK, go-back-N)",
+    ),
+    (
+        "e2e",
+        "demo plus IPv6, 802.1Q and QinQ, READ, SEND imm/inv, UD, atomics, RNR NAK, XRC, UC, ECN variants, mirror-truncated copies, PFC and PAUSE (also inside ERSPAN III), noise for every skip reason",
+    ),
+    (
+        "corpus",
+        "e2e plus every opcode, ECN and DSCP, IPv4 options, and frames truncated at every byte offset (for BPF_PROG_TEST_RUN)",
+    ),
+    ("many-qps", "1000 RC QPs doing a few RDMA WRITEs each"),
+    (
+        "clean",
+        "6 RC QPs between 5 hosts: RDMA WRITE (also with immediate), SEND, READ with responses, coalesced ACKs; DSCP 26 ECT(0), no CE, no loss",
+    ),
+    (
+        "incast",
+        "8 senders WRITE to one receiver whose port congests: a growing share of CE marks, CNPs (DSCP 48, BECN) to each sender's QP at most one per 50 us, frames 500 ns apart",
+    ),
+    (
+        "loss",
+        "4 RC QPs with loss: PSN gaps answered by NAKs (PSN sequence error) and go-back-N retransmission, and an RNR NAK with its retransmission",
+    ),
+    (
+        "mixed-dscp",
+        "RC QPs on DSCP 0, 10, 26, 34 and 46 with Not-ECT, ECT(1), ECT(0) and CE, CNPs on DSCP 48, and a flow re-marked from DSCP 26 to 34 mid-stream",
+    ),
+    (
+        "ipv6-vlan",
+        "IPv6 (with and without flow label), 802.1Q (PCP 3) and QinQ (0x88A8 + 0x8100) flows, IPv4 and IPv6, interleaved with untagged IPv4",
+    ),
+    (
+        "pfc",
+        "RoCE on 4 QPs with a PFC storm on priority 3 (refreshed, then XON), PFC on priorities 3+4, an empty class-enable vector, and 802.3x PAUSE",
+    ),
+    (
+        "rules-clean",
+        "a well-configured fabric: 12 QPs, DSCP 26 ECT(0), CE answered by CNPs in DSCP 48, one short pause on priority 3; no rule fires (replay --link-speed 10G --uplinks 4)",
+    ),
+    (
+        "rule-ce-without-cnp",
+        "CE-marked WRITEs whose receiver ACKs but sends no CNP (rule ce-without-cnp)",
+    ),
+    (
+        "rule-not-ect",
+        "three senders in DSCP 26, one of them Not-ECT while the others are ECT(0) (rule not-ect)",
+    ),
+    (
+        "rule-cnp-priority",
+        "CE marks answered by CNPs sent in best-effort DSCP 0 (rule cnp-priority)",
+    ),
+    (
+        "rule-dscp-mix",
+        "RoCE data in DSCP 26 and in DSCP 0, all ECT(0) (rule dscp-mix)",
+    ),
+    (
+        "rule-loss",
+        "two drops in DSCP 26: PSN gaps, NAKs (sequence error), go-back-N (rule loss)",
+    ),
+    (
+        "rule-rnr",
+        "SENDs answered by RNR NAKs and sent again, no drop (rules rnr and loss: the retry is a PSN regression)",
+    ),
+    (
+        "rule-pfc-storm",
+        "RoCE in DSCP 26 while priority 3 is paused again every 12 us, ~85% of the time (rule pfc-storm)",
+    ),
+    (
+        "rule-pfc-idle-priority",
+        "untagged RoCE (priority 3) and a few pauses on priority 5 (rule pfc-idle-priority)",
+    ),
+    (
+        "rule-incast",
+        "six senders to one receiver, 10% CE, CNPs in DSCP 48 (rule incast)",
+    ),
+    (
+        "rule-microburst",
+        "4 KiB WRITEs back to back at ~96% of 10 Gb/s for ~500 us (rule microburst, with --link-speed 10G)",
+    ),
+    (
+        "rule-ecmp-imbalance",
+        "16 QPs between two hosts on one UDP source port: one uplink of 4 takes them all (rule ecmp-imbalance, with --uplinks 4)",
+    ),
+];
+
+/// The names of [`SCENARIOS`], in order.
+pub fn scenario_names() -> impl Iterator<Item = &'static str> {
+    SCENARIOS.iter().map(|(name, _)| *name)
+}
+
+/// Builds the named scenario of [`SCENARIOS`] (deterministic).
+pub fn scenario(name: &str) -> Option<Workload> {
+    let mut w = Workload::default();
+    match name {
+        "demo" => demo(&mut w),
+        "e2e" => e2e(&mut w),
+        "corpus" => corpus(&mut w),
+        "many-qps" => many_qps(&mut w),
+        "clean" => clean(&mut w),
+        "incast" => incast(&mut w),
+        "loss" => loss(&mut w),
+        "mixed-dscp" => mixed_dscp(&mut w),
+        "ipv6-vlan" => ipv6_vlan(&mut w),
+        "pfc" => pfc_scenario(&mut w),
+        "rules-clean" => rules_clean(&mut w),
+        "rule-ce-without-cnp" => rule_ce_without_cnp(&mut w),
+        "rule-not-ect" => rule_not_ect(&mut w),
+        "rule-cnp-priority" => rule_cnp_priority(&mut w),
+        "rule-dscp-mix" => rule_dscp_mix(&mut w),
+        "rule-loss" => rule_loss(&mut w),
+        "rule-rnr" => rule_rnr(&mut w),
+        "rule-pfc-storm" => rule_pfc_storm(&mut w),
+        "rule-pfc-idle-priority" => rule_pfc_idle_priority(&mut w),
+        "rule-incast" => rule_incast(&mut w),
+        "rule-microburst" => rule_microburst(&mut w),
+        "rule-ecmp-imbalance" => rule_ecmp_imbalance(&mut w),
+        _ => return None,
+    }
+    Some(w)
+}
+
+/// An IPv4 RC QP between hosts 198.18.`net`.`a` and 198.18.`net`.`b`.
+pub(super) fn qp_v4(
+    transport: u8,
+    net: u8,
+    hosts: [u8; 2],
+    qpns: [u32; 2],
+    first_psn: u32,
+) -> QpStream {
+    let ip = Ip::v4(v4(net, hosts[0]), v4(net, hosts[1]));
+    let mac = |h: u8| host_mac(u16::from(net) << 8 | u16::from(h));
+    QpStream::new(
+        transport,
+        ip,
+        [mac(hosts[0]), mac(hosts[1])],
+        qpns,
+        first_psn,
+    )
+}
+
+/// The responder of each QP acknowledges its last request (the end of a scenario).
+fn ack_all<'a>(w: &mut Workload, qps: impl IntoIterator<Item = &'a mut QpStream>) {
+    for qp in qps {
+        let last = qp.last_psn();
+        qp.ack(w, last);
+    }
+}
+
+/// One step of a QP's ordinary traffic, chosen by `step`: WRITEs, SENDs (plain and with
+/// immediate) and READs of varied sizes; the responder ACKs every 8 requests (coalesced).
+fn everyday_op(w: &mut Workload, qp: &mut QpStream, step: usize) {
+    const SIZES: [usize; 7] = [4096, 1024, 16384, 300, 8192, 2048, 32768];
+    let len = SIZES[step % SIZES.len()];
+    match step % 6 {
+        0 | 3 => {
+            qp.write(w, len);
+        }
+        1 => {
+            qp.send(w, len.min(4096));
+        }
+        2 => {
+            qp.read(w, (len as u32).max(512));
+            return;
+        }
+        4 => {
+            qp.write_imm(w, len, 0xC1EA_0000 | step as u32);
+        }
+        _ => {
+            qp.send_imm(w, 64, step as u32);
+        }
+    }
+    qp.ack_if_due(w, 8);
+}
+
+/// Minimum capture time between two CNPs of one flow (the NICs' per-QP CNP timer).
+pub const CNP_INTERVAL_NS: u64 = 50_000;
+
+/// Loses `lost` request packets after the QP's next `before` bytes of WRITE, lets `after` more
+/// bytes arrive out of order, then the responder NAKs the first missing PSN and the requester
+/// goes back to it; finally the responder ACKs everything.
+fn go_back_n(w: &mut Workload, qp: &mut QpStream, before: usize, lost: u32, after: usize) {
+    qp.write(w, before);
+    let first = qp.next_psn();
+    qp.lose_next(lost);
+    qp.write(w, after);
+    qp.nak(w, first, SYNDROME_NAK_SEQ);
+    qp.retransmit_from(w, first);
+    let last = qp.last_psn();
+    qp.ack(w, last);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use etherparse::{NetSlice, SlicedPacket};
+    use observer_common::{FlowKey, FlowStats, OpClass, PauseKey, SkipReason, parse, wire};
+
+    use super::*;
+    use crate::source::synth::{FRAME_GAP_NS, Truth};
+
+    pub(super) fn all_scenarios() -> Vec<(&'static str, Workload)> {
+        SCENARIOS
+            .iter()
+            .map(|(name, _)| (*name, scenario(name).expect("listed scenario builds")))
+            .collect()
+    }
+
+    /// What observer-common computes for the frames (the cross-check), with the fields the truth
+    /// leaves out zeroed.
+    fn parsed_truth(w: &Workload) -> Truth {
+        let mut t = Truth::default();
+        for f in &w.frames {
+            let parsed = observer_common::parse_frame(f.bytes.as_slice());
+            let r = parsed.result;
+            t.counters.record(&r);
+            t.counters.record_mirror(&parsed.mirror);
+            if let Some(p) = parsed.pause(f.bytes.as_slice()) {
+                t.pauses
+                    .entry(PauseKey::of(&p, &parsed.mirror))
+                    .or_default()
+                    .record(&p, 0);
+            }
+            if let Ok(p) = &r {
+                t.flows
+                    .entry(FlowKey::of(p))
+                    .or_default()
+                    .record(p, f.ts_ns);
+            }
+        }
+        for s in t.flows.values_mut() {
+            s.first_seen_ns = 0;
+            s.last_seen_ns = 0;
+            s.psn_next_lo = 0;
+            s.psn_next_hi = 0;
+            s.psn_valid = 0;
+        }
+        t
+    }
+
+    #[test]
+    fn parser_agrees_with_truth_in_every_scenario() {
+        for (name, w) in all_scenarios() {
+            let got = parsed_truth(&w);
+            assert_eq!(got.counters, w.truth.counters, "{name}: counters");
+            for (key, want) in &w.truth.flows {
+                assert_eq!(got.flows.get(key), Some(want), "{name}: flow {key:?}");
+            }
+            assert_eq!(got.flows.len(), w.truth.flows.len(), "{name}: flow count");
+            assert_eq!(got.pauses, w.truth.pauses, "{name}: pauses");
+        }
+    }
+
+    pub(super) fn class_totals(t: &Truth) -> [u64; OpClass::COUNT] {
+        let mut ops = [0; OpClass::COUNT];
+        for s in t.flows.values() {
+            for (a, b) in ops.iter_mut().zip(s.ops) {
+                *a += b;
+            }
+        }
+        ops
+    }
+
+    pub(super) fn cnp_count(w: &Workload) -> u64 {
+        w.truth.counters.cnp_packets
+    }
+
+    pub(super) fn sum_flows(w: &Workload, f: impl Fn(&FlowStats) -> u64) -> u64 {
+        w.truth.flows.values().map(f).sum()
+    }
+
+    #[test]
+    fn scenario_frames_are_plausible() {
+        for (name, w) in all_scenarios() {
+            assert!(!w.is_empty(), "{name}");
+            for pair in w.frames.windows(2) {
+                assert!(pair[0].ts_ns < pair[1].ts_ns, "{name}: timestamps");
+            }
+            for (i, f) in w.frames.iter().enumerate() {
+                if f.bytes.len() >= 12 {
+                    let src = f.bytes[6];
+                    assert_eq!(src & 3, 2, "{name} frame {i}: source MAC {src:#x}");
+                }
+                let parsed = SlicedPacket::from_ethernet(&f.bytes);
+                if let Ok(SlicedPacket {
+                    net: Some(NetSlice::Ipv4(ip)),
+                    ..
+                }) = parsed
+                {
+                    let h = ip.header();
+                    assert_eq!(
+                        h.header_checksum(),
+                        h.to_header().calc_header_checksum(),
+                        "{name} frame {i}"
+                    );
+                }
+            }
+            for key in w.truth.flows.keys() {
+                for ip in [key.src_ip, key.dst_ip] {
+                    let v4_bench = ip[..12]
+                        == Ipv4Addr::UNSPECIFIED.to_ipv6_mapped().octets()[..12]
+                        && ip[12] == 198
+                        && (ip[13] & 0xFE) == 18;
+                    let v6_doc = ip[..4] == [0x20, 0x01, 0x0d, 0xb8];
+                    assert!(v4_bench || v6_doc, "{name}: address {ip:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn scenarios_are_deterministic_and_sized() {
+        let a = scenario("e2e").unwrap();
+        let b = scenario("e2e").unwrap();
+        assert_eq!(a.truth, b.truth);
+        assert!(
+            a.frames
+                .iter()
+                .zip(&b.frames)
+                .all(|(x, y)| x.bytes == y.bytes)
+        );
+        let demo = scenario("demo").unwrap();
+        assert!(
+            (500..4000).contains(&demo.len()),
+            "demo has {} frames",
+            demo.len()
+        );
+        let many = scenario("many-qps").unwrap();
+        let requesters = many
+            .truth
+            .flows
+            .values()
+            .filter(|s| s.ops[OpClass::Write as usize] > 0)
+            .count();
+        assert_eq!(requesters, 1000);
+        assert!(scenario("no-such-scenario").is_none());
+    }
+
+    #[test]
+    fn user_scenarios_are_deterministic_whole_and_sized() {
+        let names: Vec<&str> = scenario_names().collect();
+        for name in USER_SCENARIOS {
+            assert!(names.contains(&name), "{name} not in SCENARIOS");
+            let w = scenario(name).unwrap();
+            let again = scenario(name).unwrap();
+            assert_eq!(w.truth, again.truth, "{name}");
+            assert!(
+                w.frames
+                    .iter()
+                    .zip(&again.frames)
+                    .all(|(x, y)| x.bytes == y.bytes && x.ts_ns == y.ts_ns),
+                "{name}: not deterministic"
+            );
+            if name != "many-qps" {
+                assert!((300..5000).contains(&w.len()), "{name}: {} frames", w.len());
+            }
+            // Only RoCE, and PAUSE / PFC frames (whole, each itemized in the pause table).
+            let c = &w.truth.counters;
+            let pauses: u64 = w.truth.pauses.values().map(|s| s.frames_total()).sum();
+            assert_eq!(c.skipped[SkipReason::MacControl as usize], pauses, "{name}");
+            assert_eq!(c.roce_packets + pauses, c.frames, "{name}: skipped frames");
+            for (i, f) in w.frames.iter().enumerate() {
+                if f.bytes[12..14] == wire::ETHERTYPE_MAC_CONTROL.to_be_bytes() {
+                    assert_eq!(f.bytes.len(), 60, "{name} frame {i}");
+                    continue;
+                }
+                let p = parse(f.bytes.as_slice()).unwrap();
+                assert_eq!(
+                    p.ip_len as usize + 14 + 4 * usize::from(p.vlan_count),
+                    f.bytes.len()
+                );
+                assert!(
+                    p.udp_src_port >= 1024,
+                    "{name} frame {i}: port {}",
+                    p.udp_src_port
+                );
+            }
+            for pair in w.frames.windows(2) {
+                assert!(pair[1].ts_ns - pair[0].ts_ns <= FRAME_GAP_NS, "{name}");
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Frames and their ground truth: a [`Workload`] appends each frame together with what the
+//! observer must count for it ([`Truth`]), from the generator's intent: the operation class it
+//! chose, the [`PsnEvent`] it injected, the [`SkipReason`] it broke a frame for.
+
+use std::collections::BTreeMap;
+
+use observer_common::wire::op;
+use observer_common::{
+    Counters, FlowKey, FlowStats, LINK_PAUSE, OpClass, Pause, PauseKey, PauseStats, SkipReason,
+    mirror_key,
+};
+
+use super::encap::{Encap, encapsulate, pause_frame, pfc_frame};
+use super::frame::{ExtHeader, RoceFrame, ext_headers};
+use super::{BASE_TS_NS, CE, FRAME_GAP_NS};
+
+/// Frames plus independent ground truth.
+#[derive(Clone, Debug, Default)]
+pub struct Workload {
+    pub frames: Vec<Frame>,
+    pub truth: Truth,
+    /// Spacing of the frames' timestamps; 0 means [`FRAME_GAP_NS`].
+    frame_gap_ns: u64,
+}
+
+/// One frame and its capture timestamp (strictly increasing within a workload).
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub bytes: Vec<u8>,
+    pub ts_ns: u64,
+}
+
+/// What the observer must report. In `flows`, `first_seen_ns`, `last_seen_ns`, `psn_next_lo`,
+/// `psn_next_hi` and `psn_valid` are left 0; `counters.flow_insert_failures` is 0. In `pauses`,
+/// `first_seen_ns` and `last_seen_ns` are left 0.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Truth {
+    pub flows: BTreeMap<FlowKey, FlowStats>,
+    pub pauses: BTreeMap<PauseKey, PauseStats>,
+    pub counters: Counters,
+}
+
+/// What a request packet does to its flow's PSN continuity, as the generator injected it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PsnEvent {
+    /// In sequence, not a tracked request, or the flow's first request.
+    #[default]
+    None,
+    /// A forward jump: `missing` PSNs beyond the expected range never arrived.
+    Gap { missing: u32 },
+    /// A backward step (retransmission or duplicate).
+    Regression,
+}
+
+impl Workload {
+    /// Appends a RoCE frame and accounts it with `class` (no PSN event).
+    pub fn push_roce(&mut self, frame: &RoceFrame, class: OpClass) {
+        self.push_roce_psn(frame, class, PsnEvent::None);
+    }
+
+    /// Appends a RoCE frame and accounts it with `class` and the PSN `event` it causes.
+    pub fn push_roce_psn(&mut self, frame: &RoceFrame, class: OpClass, event: PsnEvent) {
+        self.account_roce(frame, class, event);
+        self.push_frame(frame.to_bytes());
+    }
+
+    /// Appends the first `keep` bytes of `frame`, like a mirror that truncates copies. Cut before
+    /// the end of the BTH it is skipped as [`SkipReason::Truncated`]; otherwise it is a RoCE packet
+    /// with its full IP length, `class` (the class of the whole frame; an ACKNOWLEDGE cut inside its
+    /// AETH counts as [`OpClass::Ack`], its syndrome being invisible) and `event`.
+    pub fn push_cut(&mut self, frame: &RoceFrame, class: OpClass, event: PsnEvent, keep: usize) {
+        let mut bytes = frame.to_bytes();
+        bytes.truncate(keep);
+        if keep < frame.bth_end() {
+            self.push_noise(bytes, SkipReason::Truncated);
+            return;
+        }
+        let aeth_cut = frame.bth.opcode & 0x1F == op::ACKNOWLEDGE
+            && ext_headers(frame.bth.opcode).contains(&ExtHeader::Aeth)
+            && keep < frame.headers_end();
+        let class = if aeth_cut { OpClass::Ack } else { class };
+        self.account_roce(frame, class, event);
+        self.push_frame(bytes);
+    }
+
+    /// Appends a frame the observer must skip for `reason`.
+    pub fn push_noise(&mut self, bytes: Vec<u8>, reason: SkipReason) {
+        self.truth.counters.frames += 1;
+        self.truth.counters.skipped[reason as usize] += 1;
+        self.push_frame(bytes);
+    }
+
+    /// A mirror copy (ERSPAN session `session`, or none for ERSPAN I / GRE TEB) whose inner
+    /// frame is skipped for `reason`.
+    pub fn push_mirror_noise(&mut self, bytes: Vec<u8>, reason: SkipReason, session: Option<u16>) {
+        match session {
+            Some(id) => self.truth.counters.mirror_sessions[usize::from(id & 0x03FF)] += 1,
+            None => self.truth.counters.mirror_sessionless += 1,
+        }
+        self.push_noise(bytes, reason);
+    }
+
+    /// Appends a PAUSE / PFC frame, as a mirror copy through `encap` when given, and accounts
+    /// it: per enabled priority (PFC) or as 802.3x PAUSE, a frame, its quanta, XON when 0.
+    pub fn push_pause(&mut self, pause: &Pause, encap: Option<Encap>) {
+        let frame = if pause.is_pfc() {
+            pfc_frame(pause.src_mac, pause.class_enable, pause.quanta)
+        } else {
+            pause_frame(pause.src_mac, pause.quanta[0])
+        };
+        let mirror = encap.map(Encap::mirror);
+        let key = PauseKey {
+            src_mac: pause.src_mac,
+            mirror: mirror.as_ref().map_or(0, mirror_key),
+        };
+        let s = self.truth.pauses.entry(key).or_default();
+        let mut count = |class: usize, quanta: u16| {
+            s.frames[class] += 1;
+            s.quanta[class] += u64::from(quanta);
+            s.xon[class] += u64::from(quanta == 0);
+        };
+        if pause.is_pfc() {
+            s.pfc_frames += 1;
+            for (p, &quanta) in pause.quanta.iter().enumerate() {
+                if pause.class_enable & (1 << p) != 0 {
+                    count(p, quanta);
+                }
+            }
+        } else {
+            count(LINK_PAUSE, pause.quanta[0]);
+        }
+        match encap {
+            None => self.push_noise(frame, SkipReason::MacControl),
+            Some(e) => {
+                let m = e.mirror();
+                self.truth.counters.mirror_truncated += u64::from(m.truncated);
+                self.push_mirror_noise(encapsulate(&frame, e), SkipReason::MacControl, m.session);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Spaces the timestamps of the frames appended from now on `gap_ns` apart (at least 1 ns;
+    /// the default is [`FRAME_GAP_NS`]).
+    pub fn set_frame_gap(&mut self, gap_ns: u64) {
+        self.frame_gap_ns = gap_ns.max(1);
+    }
+
+    /// The capture timestamp the next appended frame gets.
+    pub fn next_ts(&self) -> u64 {
+        let gap = match self.frame_gap_ns {
+            0 => FRAME_GAP_NS,
+            gap => gap,
+        };
+        self.frames.last().map_or(BASE_TS_NS, |f| f.ts_ns + gap)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    fn push_frame(&mut self, bytes: Vec<u8>) {
+        let ts_ns = self.next_ts();
+        self.frames.push(Frame { bytes, ts_ns });
+    }
+
+    fn account_roce(&mut self, frame: &RoceFrame, class: OpClass, event: PsnEvent) {
+        let ip_len = u64::from(frame.ip_len());
+        let ecn = frame.ecn & 3;
+        let f = self.truth.flows.entry(frame.flow_key()).or_default();
+        f.packets += 1;
+        f.bytes += ip_len;
+        f.ecn[usize::from(ecn)] += 1;
+        f.ops[class as usize] += 1;
+        f.dscp_mask |= 1 << (frame.dscp & 63);
+        if class == OpClass::Cnp {
+            f.cnp_dscp_mask |= 1 << (frame.dscp & 63);
+        }
+        f.pcp_mask |= match frame.vlans.first() {
+            Some(tag) => 1 << (tag.pcp & 7),
+            None => observer_common::UNTAGGED,
+        };
+        match event {
+            PsnEvent::None => {}
+            PsnEvent::Gap { missing } => {
+                f.psn_gaps += 1;
+                f.psn_missing += u64::from(missing);
+            }
+            PsnEvent::Regression => f.psn_regressions += 1,
+        }
+        let c = &mut self.truth.counters;
+        c.frames += 1;
+        c.roce_packets += 1;
+        c.roce_bytes += ip_len;
+        c.ce_packets += u64::from(ecn == CE);
+        c.cnp_packets += u64::from(class == OpClass::Cnp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::synth::SYNDROME_NAK_SEQ;
+    use crate::source::synth::frame::opcode_frame;
+    use observer_common::wire;
+
+    #[test]
+    fn push_cut_decides_from_the_offset() {
+        let mut nak = opcode_frame(wire::TRANSPORT_RC | op::ACKNOWLEDGE, SYNDROME_NAK_SEQ, 7);
+        nak.payload_len = 0;
+        let mut w = Workload::default();
+        let bth_end = nak.bth_end();
+        for keep in [
+            bth_end - 1,
+            bth_end,
+            bth_end + 3,
+            bth_end + 4,
+            nak.frame_len(),
+        ] {
+            w.push_cut(&nak, OpClass::Nak, PsnEvent::None, keep);
+        }
+        let s = w.truth.flows[&nak.flow_key()];
+        assert_eq!(w.truth.counters.skipped[SkipReason::Truncated as usize], 1);
+        assert_eq!(
+            (s.ops[OpClass::Ack as usize], s.ops[OpClass::Nak as usize]),
+            (2, 2)
+        );
+        assert_eq!(s.bytes, 4 * u64::from(nak.ip_len()));
+    }
+}
