@@ -227,7 +227,10 @@ fn generate(path: &Path, frames: u64, snaplen: u32) -> std::io::Result<Written> 
 }
 
 /// Checks a replay against what was written; the problems found.
-fn check(r: &Replay, w: &Written) -> Vec<String> {
+fn check<O: roce_observer::source::replay::FrameObserver>(
+    r: &Replay<O>,
+    w: &Written,
+) -> Vec<String> {
     let mut bad = Vec::new();
     let c = &r.agg.counters;
     let mut expect = |what: &str, got: u64, want: u64| {
@@ -312,8 +315,9 @@ fn main() -> ExitCode {
     let path = file.0.display().to_string();
     let mut secs = Vec::new();
     for _ in 0..args.runs {
-        let mut r =
-            Replay::with_timeline(roce_observer::analysis::series::TimelineConfig::default());
+        let mut r = Replay::observed(roce_observer::analysis::series::Timeline::new(
+            roce_observer::analysis::series::TimelineConfig::default(),
+        ));
         let start = Instant::now();
         let res = r.file(&path, false);
         let s = start.elapsed().as_secs_f64();

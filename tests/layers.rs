@@ -81,7 +81,12 @@ fn used_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
     let bytes: Vec<char> = code.chars().collect();
     let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     // Expands a path starting at `i` (after a prefix) into out, handling `{...}` groups.
-    fn expand(chars: &[char], mut i: usize, prefix: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+    fn expand(
+        chars: &[char],
+        mut i: usize,
+        prefix: Vec<String>,
+        out: &mut Vec<Vec<String>>,
+    ) -> usize {
         let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
         let mut path = prefix;
         loop {
@@ -150,7 +155,12 @@ fn layer(m: &[String]) -> usize {
     LAYERS
         .iter()
         .position(|l| l.contains(&m[0].as_str()))
-        .unwrap_or_else(|| panic!("top-level module {} is in no layer of tests/layers.rs", m[0]))
+        .unwrap_or_else(|| {
+            panic!(
+                "top-level module {} is in no layer of tests/layers.rs",
+                m[0]
+            )
+        })
 }
 
 fn related(a: &[String], b: &[String]) -> bool {
@@ -249,7 +259,8 @@ fn the_library_is_layered_without_cycles() {
 #[test]
 fn the_scan_sees_grouped_imports_and_super() {
     let m = vec!["analysis".to_string(), "series".to_string()];
-    let code = "use crate::{aggregate::FlowMap, model::{Direction, series::X}};\nuse super::findings::Y;";
+    let code =
+        "use crate::{aggregate::FlowMap, model::{Direction, series::X}};\nuse super::findings::Y;";
     let got = used_paths(code, &m);
     let want: Vec<Vec<String>> = [
         &["aggregate", "FlowMap"][..],

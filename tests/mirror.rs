@@ -9,7 +9,7 @@ use integration_tests::{load_program, output, require_root, xdp_mut};
 use observer_common::{FlowKey, MirrorOf, programs};
 use roce_observer::{
     aggregate::Aggregate,
-    model::{Report, Source},
+    model::Source,
     source::live::read_maps,
     source::replay::Replay,
     source::synth::{self, Encap},

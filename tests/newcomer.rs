@@ -24,20 +24,19 @@ fn path_without_bpf_linker() -> String {
     let dirs: Vec<PathBuf> = std::env::split_paths(&path)
         .filter(|d| !d.join("bpf-linker").exists())
         .collect();
-    std::env::join_paths(dirs)
-        .unwrap()
-        .into_string()
-        .unwrap()
+    std::env::join_paths(dirs).unwrap().into_string().unwrap()
 }
 
 /// The tracked sources of the workspace copied to `dir` (a fresh clone's files).
 fn copy_sources(dir: &Path) {
     let root = workspace();
-    let (status, files, err) = output(
-        Command::new("git")
-            .current_dir(&root)
-            .args(["ls-files", "-z", "--", ".", ":!tests/golden"]),
-    );
+    let (status, files, err) = output(Command::new("git").current_dir(&root).args([
+        "ls-files",
+        "-z",
+        "--",
+        ".",
+        ":!tests/golden",
+    ]));
     assert!(status.success(), "git ls-files: {err}");
     for f in files.split('\0').filter(|f| !f.is_empty()) {
         let to = dir.join(f);
@@ -56,7 +55,10 @@ fn cargo_check(dir: &Path) -> (bool, String) {
         .current_dir(dir)
         .args(["check", "--package", "roce-observer"])
         .env("PATH", path_without_bpf_linker())
-        .env("CARGO_TARGET_DIR", workspace().join("target/newcomer-check"))
+        .env(
+            "CARGO_TARGET_DIR",
+            workspace().join("target/newcomer-check"),
+        )
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::null())
         .output()
@@ -173,12 +175,22 @@ fn no_output_flag_overwrites_an_input() {
 
     let cases: Vec<(Vec<String>, &Path)> = vec![
         (
-            vec!["replay".into(), cap.display().to_string(), "--html".into(), cap.display().to_string()],
+            vec![
+                "replay".into(),
+                cap.display().to_string(),
+                "--html".into(),
+                cap.display().to_string(),
+            ],
             &cap,
         ),
         // Another path to the same file.
         (
-            vec!["replay".into(), cap.display().to_string(), "--html".into(), link.display().to_string()],
+            vec![
+                "replay".into(),
+                cap.display().to_string(),
+                "--html".into(),
+                link.display().to_string(),
+            ],
             &cap,
         ),
         (
@@ -225,7 +237,11 @@ fn no_output_flag_overwrites_an_input() {
             "{args:?}: {err}"
         );
         assert!(out.is_empty(), "{args:?}: {out}");
-        assert_eq!(std::fs::read(input).unwrap(), kept, "{args:?}: input changed");
+        assert_eq!(
+            std::fs::read(input).unwrap(),
+            kept,
+            "{args:?}: input changed"
+        );
     }
     assert_eq!(std::fs::read(&cap).unwrap(), before);
 
@@ -239,7 +255,11 @@ fn no_output_flag_overwrites_an_input() {
             .arg(&html),
     );
     assert!(status.success(), "{err}");
-    assert!(std::fs::read_to_string(&html).unwrap().starts_with("<!DOCTYPE html>"));
+    assert!(
+        std::fs::read_to_string(&html)
+            .unwrap()
+            .starts_with("<!DOCTYPE html>")
+    );
     let (status, _, err) = output(
         Command::new(CLI)
             .arg("replay")
@@ -265,18 +285,25 @@ fn read_then_close(args: &[&str], dir: &Path, keep: usize) -> (std::process::Exi
     stdout.read_exact(&mut buf).unwrap();
     drop(stdout);
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     (child.wait().unwrap(), err)
 }
 
 #[test]
 fn a_closed_pipe_ends_the_output_quietly() {
     let scratch = Scratch::new("newcomer-pipe");
-    let (status, _, err) = output(
-        Command::new(CLI)
-            .current_dir(scratch.path(""))
-            .args(["synth", "--scenario", "many-qps", "-o", "many.pcap"]),
-    );
+    let (status, _, err) = output(Command::new(CLI).current_dir(scratch.path("")).args([
+        "synth",
+        "--scenario",
+        "many-qps",
+        "-o",
+        "many.pcap",
+    ]));
     assert!(status.success(), "{err}");
     // Each writes far more than a pipe holds (64 KiB), so the writer meets the closed pipe.
     for args in [

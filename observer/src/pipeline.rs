@@ -26,7 +26,7 @@ use crate::{
             self, AttachMode, BurstReader, LiveConfig, LiveError, Observer, SlotRead, TcHook,
             Vantage,
         },
-        replay::{Replay, ReplayError, UNSUPPORTED_LINK_TYPE},
+        replay::{FrameObserver, Replay, ReplayError, UNSUPPORTED_LINK_TYPE},
     },
     units::Named as _,
 };
@@ -100,22 +100,46 @@ pub fn replay_report(
     link_speed: Option<u64>,
     analysis: Option<&AnalysisOptions>,
 ) -> Result<Report, PipelineError> {
-    let mut replay = match analysis {
-        Some(a) => Replay::with_timeline(a.timeline(link_speed)),
-        None => Replay::new(),
+    let Some(a) = analysis else {
+        let replay = read(Replay::new(), files, progress)?;
+        return Ok(replay_counts(&replay));
     };
-    for file in files {
-        replay.file(file, progress)?;
-    }
-    if replay.timeline.as_ref().is_some_and(|t| t.overflowed()) {
+    let mut replay = read(
+        Replay::observed(Timeline::new(a.timeline(link_speed))),
+        files,
+        progress,
+    )?;
+    if replay.observer.overflowed() {
         replay.warnings.push(format!(
             "the capture spans more than {MAX_INTERVALS} intervals: the time series stops there (give a longer --interval)"
         ));
     }
-    let window = replay.window_seconds();
+    let mut report = replay_counts(&replay);
+    let (series, bursts) = replay.observer.finish(&replay.agg.flows);
+    report.series = series;
+    report.microbursts = bursts;
+    apply_link_speed(&mut report, link_speed, "give --link-speed");
+    conclude(&mut report, a);
+    Ok(report)
+}
+
+/// Reads every file into `replay`.
+fn read<O: FrameObserver>(
+    mut replay: Replay<O>,
+    files: &[String],
+    progress: bool,
+) -> Result<Replay<O>, PipelineError> {
+    for file in files {
+        replay.file(file, progress)?;
+    }
+    Ok(replay)
+}
+
+/// The report of what a replay counted: totals, flows and PFC, over the capture's time span.
+fn replay_counts<O: FrameObserver>(replay: &Replay<O>) -> Report {
     let mut report = replay.agg.report(
         Source::pcap(replay.files.clone(), replay.warnings.clone()),
-        window,
+        replay.window_seconds(),
     );
     if replay.unsupported_link_frames > 0 {
         report.totals.skipped.insert(
@@ -123,16 +147,7 @@ pub fn replay_report(
             replay.unsupported_link_frames,
         );
     }
-    if let Some(t) = replay.timeline.take() {
-        let (series, bursts) = t.finish(&replay.agg.flows);
-        report.series = series;
-        report.microbursts = bursts;
-    }
-    if let Some(a) = analysis {
-        apply_link_speed(&mut report, link_speed, "give --link-speed");
-        conclude(&mut report, a);
-    }
-    Ok(report)
+    report
 }
 
 /// Where and how to observe live.

@@ -655,6 +655,18 @@ impl Timeline {
     }
 }
 
+/// Replay feeds the timeline frame by frame.
+impl crate::source::replay::FrameObserver for Timeline {
+    fn begin_source(&mut self, name: &str, flows: &FlowMap) {
+        Timeline::begin_source(self, name, flows);
+    }
+
+    #[inline]
+    fn frame(&mut self, ts_ns: u64, len: u64, flows: &FlowMap) {
+        Timeline::frame(self, ts_ns, len, flows);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use std::{
 
 use pcap_file::PcapError;
 
-use crate::aggregate::Aggregate;
+use crate::aggregate::{Aggregate, FlowMap};
 
 mod feed;
 mod link;
@@ -49,9 +49,24 @@ pub enum ReplayError {
     Header { file: String, detail: String },
 }
 
-/// Everything replayed so far, over one or more files.
+/// What watches the frames as they are read, beside the aggregate (the pipeline's time series
+/// and microbursts): told when a file begins and of each frame before it is accounted.
+pub trait FrameObserver {
+    /// A capture file named `name` begins; `flows` is the flow table so far.
+    fn begin_source(&mut self, name: &str, flows: &FlowMap);
+    /// A frame of `len` bytes on the wire at `ts_ns`; `flows` is the flow table before it.
+    fn frame(&mut self, ts_ns: u64, len: u64, flows: &FlowMap);
+}
+
+/// No observer: the counts alone.
+impl FrameObserver for () {
+    fn begin_source(&mut self, _: &str, _: &FlowMap) {}
+    fn frame(&mut self, _: u64, _: u64, _: &FlowMap) {}
+}
+
+/// Everything replayed so far, over one or more files, and the observer of its frames.
 #[derive(Debug, Default)]
-pub struct Replay {
+pub struct Replay<O = ()> {
     pub agg: Aggregate,
     pub files: Vec<String>,
     /// Earliest and latest capture timestamps (Unix-epoch ns) of any frame.
@@ -61,8 +76,8 @@ pub struct Replay {
     pub unsupported_link_frames: u64,
     /// Non-fatal problems: part-way breaks, unsupported pcapng interfaces.
     pub warnings: Vec<String>,
-    /// Time series and microbursts, when asked for ([`Replay::with_timeline`]).
-    pub timeline: Option<crate::analysis::series::Timeline>,
+    /// Told of every frame ([`Replay::observed`]).
+    pub observer: O,
     /// A file has begun and its first frame is still to come: the latest timestamp before it.
     file_began: Option<u64>,
 }
@@ -71,15 +86,24 @@ pub struct Replay {
 pub const UNSUPPORTED_LINK_TYPE: &str = "unsupported_link_type";
 
 impl Replay {
+    /// A replay that counts, with no observer.
     pub fn new() -> Self {
         Self::default()
     }
+}
 
-    /// A replay that also builds the time series and microburst slots.
-    pub fn with_timeline(config: crate::analysis::series::TimelineConfig) -> Self {
+impl<O: FrameObserver> Replay<O> {
+    /// A replay whose frames `observer` also sees.
+    pub fn observed(observer: O) -> Self {
         Self {
-            timeline: Some(crate::analysis::series::Timeline::new(config)),
-            ..Self::default()
+            agg: Aggregate::default(),
+            files: Vec::new(),
+            first_ts_ns: None,
+            last_ts_ns: None,
+            unsupported_link_frames: 0,
+            warnings: Vec::new(),
+            observer,
+            file_began: None,
         }
     }
 
@@ -153,9 +177,7 @@ impl Replay {
             .join(" ");
         self.files.push(name.to_string());
         self.file_began = self.last_ts_ns;
-        if let Some(t) = &mut self.timeline {
-            t.begin_source(name, &self.agg.flows);
-        }
+        self.observer.begin_source(name, &self.agg.flows);
         let mut ctx = Ctx {
             name,
             unknown_interfaces: Vec::new(),
@@ -193,10 +215,8 @@ impl Replay {
         }
         self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
-        if let Some(t) = &mut self.timeline {
-            let len = orig_len.max(data.len() as u32);
-            t.frame(ts_ns, u64::from(len), &self.agg.flows);
-        }
+        let len = orig_len.max(data.len() as u32);
+        self.observer.frame(ts_ns, u64::from(len), &self.agg.flows);
         let _ = self.agg.push_parsed(link.parse(data), data, ts_ns);
     }
 

@@ -5,9 +5,9 @@ use std::io::Read;
 
 use pcap_file::{PcapError, TsResolution, pcap::PcapParser};
 
-use super::{Ctx, Feed, Link, Replay, ReplayError, Step};
+use super::{Ctx, Feed, FrameObserver, Link, Replay, ReplayError, Step};
 
-impl Replay {
+impl<O: FrameObserver> Replay<O> {
     pub(super) fn pcap<R: Read>(
         &mut self,
         mut feed: Feed<'_, R>,

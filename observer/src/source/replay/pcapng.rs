@@ -12,9 +12,11 @@ use pcap_file::{
     },
 };
 
-use super::{Ctx, Feed, FeedError, Link, Replay, ReplayError, Step, UNSUPPORTED_LINK_TYPE};
+use super::{
+    Ctx, Feed, FeedError, FrameObserver, Link, Replay, ReplayError, Step, UNSUPPORTED_LINK_TYPE,
+};
 
-impl Replay {
+impl<O: FrameObserver> Replay<O> {
     pub(super) fn pcapng<R: Read>(
         &mut self,
         mut feed: Feed<'_, R>,

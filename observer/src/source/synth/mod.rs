@@ -55,7 +55,7 @@ pub use scenarios::{
 pub use workload::{Frame, PsnEvent, Truth, Workload};
 
 // The drivers' source-port rule lives with the ECMP analysis; the generator uses it.
-pub use crate::analysis::ecmp::{flow_label_to_udp_sport, rdma_udp_sport};
+pub use observer_common::wire::{flow_label_to_udp_sport, rdma_udp_sport};
 
 const MASK24: u32 = wire::PSN_MASK;
 /// AETH syndrome of a plain ACK with an unlimited credit count.
