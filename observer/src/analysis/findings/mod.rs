@@ -47,8 +47,6 @@ mod rules {
     pub mod rnr;
 }
 
-use rules::*;
-
 /// The rules' thresholds tables (the fields of [`Thresholds`]).
 pub use rules::{
     ce_without_cnp::CeWithoutCnp, cnp_priority::CnpPriority, dscp_mix::DscpMix,
@@ -74,8 +72,10 @@ pub struct About {
 
 /// One rule: what it is and how it judges a report.
 pub trait Rule: Sync {
+    /// Its `ABOUT` constant (the rule file's).
     fn about(&self) -> &'static About;
 
+    /// Its name in findings, checks and `disabled`.
     fn name(&self) -> &'static str {
         self.about().name
     }
@@ -99,10 +99,11 @@ pub trait Rule: Sync {
 /// in and findings of one severity keep): [`rules()`] and [`RULES`].
 macro_rules! registry {
     ($($module:ident::$rule:ident),+ $(,)?) => {
-        static REGISTRY: &[&dyn Rule] = &[$(&$module::$rule),+];
+        static REGISTRY: &[&dyn Rule] = &[$(&rules::$module::$rule),+];
 
         /// The rules, in the order they run, with a line each.
-        pub const RULES: &[(&str, &str)] = &[$(($module::ABOUT.name, $module::ABOUT.summary)),+];
+        pub const RULES: &[(&str, &str)] =
+            &[$((rules::$module::ABOUT.name, rules::$module::ABOUT.summary)),+];
     };
 }
 

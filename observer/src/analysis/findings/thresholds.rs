@@ -4,10 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    RULES, ce_without_cnp::CeWithoutCnp, cnp_priority::CnpPriority, dscp_mix::DscpMix,
-    ecmp_imbalance::EcmpImbalance, flow_table_full::FlowTableFull, incast::Incast, loss::Loss,
-    microburst::Microburst, not_ect::NotEct, pfc_idle_priority::PfcIdlePriority,
-    pfc_storm::PfcStorm, rnr::Rnr,
+    CeWithoutCnp, CnpPriority, DscpMix, EcmpImbalance, FlowTableFull, Incast, Loss, Microburst,
+    NotEct, PfcIdlePriority, PfcStorm, RULES, Rnr,
 };
 
 /// Rule thresholds: the TOML file given with `--rules` (every key optional, unknown keys are
