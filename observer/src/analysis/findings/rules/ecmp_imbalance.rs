@@ -1,0 +1,101 @@
+//! ECMP load worse than random hashing would give (needs the ECMP model, `--uplinks`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, round2},
+    model::Report,
+};
+
+pub const ABOUT: About = About {
+    name: "ecmp-imbalance",
+    summary: "ECMP load worse than random hashing would give",
+    scenario: Some("rule-ecmp-imbalance"),
+};
+
+/// The rule ([`ABOUT`]): `ecmp_imbalance` below, with its [`EcmpImbalance`] table.
+pub struct EcmpImbalanceRule;
+
+impl Rule for EcmpImbalanceRule {
+    fn about(&self) -> &'static About {
+        &ABOUT
+    }
+
+    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
+        ecmp_imbalance(r, &t.ecmp_imbalance)
+    }
+}
+
+/// The `[ecmp_imbalance]` table of the rules file, every key optional.
+/// The defaults are its `Default` below; `rules.example.toml` spells them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EcmpImbalance {
+    /// Percentile of random hashing's max/mean from which the observed balance is worse.
+    pub min_percentile: f64,
+}
+
+impl Default for EcmpImbalance {
+    fn default() -> Self {
+        Self {
+            min_percentile: 95.0,
+        }
+    }
+}
+
+fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
+    let Some(e) = &r.ecmp else {
+        return Outcome::Skipped(
+            "no ECMP model: give --uplinks N (and the switch's --hash, --fields, --seed)".into(),
+        );
+    };
+    let worse = e.verdict.ends_with("worse than random would be");
+    let percentile = e.random_percentile * 100.0;
+    if !worse || percentile < c.min_percentile {
+        return Outcome::Passed(format!(
+            "{}: max/mean {:.2} (random {:.2}), percentile {percentile:.0}",
+            e.verdict, e.balance_bytes.max_over_mean, e.random_bytes.max_over_mean
+        ));
+    }
+    finding(
+        ABOUT.name,
+        Severity::Warning,
+        "ECMP imbalance worse than random hashing",
+        format!(
+            "{} uplinks, {} hash on {}: busiest uplink at {:.2}x the mean where random hashing gives {:.2}x ({})",
+            e.model.uplinks,
+            e.model.hash,
+            e.model.fields,
+            e.balance_bytes.max_over_mean,
+            e.random_bytes.max_over_mean,
+            e.verdict
+        ),
+        vec![
+            (
+                "max_over_mean",
+                round2(e.balance_bytes.max_over_mean).into(),
+            ),
+            (
+                "random_max_over_mean",
+                round2(e.random_bytes.max_over_mean).into(),
+            ),
+            ("random_percentile", round2(percentile).into()),
+            ("idle_uplinks", e.balance_bytes.idle.into()),
+            ("colliding_top_flows", e.top_k_colliding.into()),
+        ],
+        Vec::new(),
+        "Few large RoCE flows with little entropy collide on uplinks: use more QPs per connection (NCCL_IB_QPS_PER_CONNECTION), let the NIC vary the UDP source port per QP, or hash on the destination QP where the switch supports it; the ecmp command's what-if shows what each would give.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::findings::testing::{report, run, skipped};
+
+    #[test]
+    fn without_an_ecmp_model_it_is_skipped() {
+        let note = skipped(run(&EcmpImbalanceRule, &report(), &Thresholds::default()));
+        assert!(note.contains("--uplinks"), "{note}");
+    }
+}

@@ -1,0 +1,122 @@
+//! RoCE data sent Not-ECT where ECN is in use: switches cannot mark it, DCQCN never sees
+//! congestion for these flows.
+
+use std::{collections::BTreeSet, net::IpAddr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    analysis::findings::{
+        About, Context, Outcome, Rule, Severity, Thresholds, data_packets, finding, list, pct,
+    },
+    model::{FlowRef, Report},
+};
+
+pub const ABOUT: About = About {
+    name: "not-ect",
+    summary: "RoCE data sent Not-ECT where ECN is in use (ECN not enabled at the sender)",
+    scenario: Some("rule-not-ect"),
+};
+
+/// The rule ([`ABOUT`]): `not_ect` below, with its [`NotEct`] table.
+pub struct NotEctRule;
+
+impl Rule for NotEctRule {
+    fn about(&self) -> &'static About {
+        &ABOUT
+    }
+
+    fn evaluate(&self, r: &Report, t: &Thresholds, ctx: &Context) -> Outcome {
+        not_ect(r, &t.not_ect, ctx)
+    }
+}
+
+/// The `[not_ect]` table of the rules file, every key optional.
+/// The defaults are its `Default` below; `rules.example.toml` spells them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotEct {
+    /// Not-ECT share of a flow's data packets from which it counts.
+    pub min_percent: f64,
+    /// Data packets a flow needs to be judged.
+    pub min_packets: u64,
+}
+
+impl Default for NotEct {
+    fn default() -> Self {
+        Self {
+            min_percent: 50.0,
+            min_packets: 10,
+        }
+    }
+}
+
+fn not_ect(r: &Report, c: &NotEct, ctx: &Context) -> Outcome {
+    if !(ctx.ecn_in_use || ctx.dscp_in_use) {
+        return Outcome::Skipped(
+            "no ECN marking, no CNP and no RoCE DSCP besides 0 anywhere: no RoCE QoS is configured at this observation point (typical of Soft-RoCE and labs), so ECN settings are not judged".into(),
+        );
+    }
+    let mut offenders = Vec::new();
+    for f in &r.flows {
+        let data = data_packets(f);
+        if data < c.min_packets {
+            continue;
+        }
+        // CNPs are Not-ECT by design; the rest of the flow's packets are its own.
+        let own = f.packets.saturating_sub(f.ops.cnp);
+        let not_ect = f.ecn.not_ect.saturating_sub(f.ops.cnp).min(own);
+        let share = pct(not_ect, own);
+        if share >= c.min_percent {
+            offenders.push((FlowRef::of_flow(f), share, data));
+        }
+    }
+    if offenders.is_empty() {
+        return Outcome::Passed("RoCE data is sent ECN-capable".into());
+    }
+    let senders: BTreeSet<IpAddr> = offenders.iter().map(|o| o.0.src_ip).collect();
+    let packets: u64 = offenders.iter().map(|o| o.2).sum();
+    finding(
+        ABOUT.name,
+        Severity::Warning,
+        "RoCE data sent Not-ECT: ECN is off at these senders",
+        format!(
+            "{} flows from {} senders ({}) send their data Not-ECT ({packets} data packets), while ECN is in use here",
+            offenders.len(),
+            senders.len(),
+            list(&senders)
+        ),
+        vec![
+            ("flows", offenders.len().into()),
+            ("senders", list(&senders).into()),
+            ("data_packets", packets.into()),
+        ],
+        offenders.into_iter().map(|o| o.0).collect(),
+        "Switches cannot CE-mark Not-ECT packets (they drop or pause them instead), so DCQCN never sees congestion for these flows: enable ECN for RoCE on the sending NICs (e.g. mlx5: /sys/class/net/<if>/ecn/roce_rp/enable/<prio> = 1, or the traffic class's ECN setting) and check the DSCP/TOS the application or RDMA-CM sets.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::findings::testing::{fired, flow, passed, report, run, skipped};
+
+    #[test]
+    fn not_ect_data_fires_only_where_ecn_is_in_use() {
+        let t = Thresholds::default();
+        let mut r = report();
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.send, f.ecn.not_ect) = (20, 20, 20);
+        r.flows.push(f);
+        let note = skipped(run(&NotEctRule, &r, &t));
+        assert!(note.contains("no RoCE QoS"), "{note}");
+        let mut ecn = flow("10.0.0.3", "10.0.0.2");
+        (ecn.packets, ecn.ops.send, ecn.ecn.ect0) = (20, 20, 20);
+        r.flows.push(ecn);
+        let f = fired(run(&NotEctRule, &r, &t));
+        assert_eq!(f.evidence["senders"], "10.0.0.1");
+        assert_eq!(f.evidence["data_packets"], 20);
+        r.flows.remove(0);
+        passed(run(&NotEctRule, &r, &t));
+    }
+}

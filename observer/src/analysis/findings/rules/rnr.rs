@@ -1,0 +1,96 @@
+//! RNR NAKs: receivers with no receive posted (an application problem, not the network).
+
+use std::{collections::BTreeSet, net::IpAddr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, list},
+    model::{FlowRef, Report},
+};
+
+pub const ABOUT: About = About {
+    name: "rnr",
+    summary: "RNR NAKs: the receiver had no receive posted (an application problem, not the network)",
+    scenario: Some("rule-rnr"),
+};
+
+/// The rule ([`ABOUT`]): `rnr` below, with its [`Rnr`] table.
+pub struct RnrRule;
+
+impl Rule for RnrRule {
+    fn about(&self) -> &'static About {
+        &ABOUT
+    }
+
+    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
+        rnr(r, &t.rnr)
+    }
+}
+
+/// The `[rnr]` table of the rules file, every key optional.
+/// The defaults are its `Default` below; `rules.example.toml` spells them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Rnr {
+    /// RNR NAKs, over all flows, from which the rule fires.
+    pub min_rnr_naks: u64,
+}
+
+impl Default for Rnr {
+    fn default() -> Self {
+        Self { min_rnr_naks: 1 }
+    }
+}
+
+fn rnr(r: &Report, c: &Rnr) -> Outcome {
+    let total: u64 = r.flows.iter().map(|f| f.ops.rnr_nak).sum();
+    if total == 0 || total < c.min_rnr_naks {
+        return Outcome::Passed(format!("{total} RNR NAKs"));
+    }
+    let flows: Vec<FlowRef> = r
+        .flows
+        .iter()
+        .filter(|f| f.ops.rnr_nak > 0)
+        .map(FlowRef::of_flow)
+        .collect();
+    let receivers: BTreeSet<IpAddr> = flows.iter().map(|f| f.src_ip).collect();
+    finding(
+        ABOUT.name,
+        Severity::Warning,
+        "RNR NAKs: receivers not ready (an application problem, not the network)",
+        format!(
+            "{total} RNR NAKs from {} receivers ({})",
+            receivers.len(),
+            list(&receivers)
+        ),
+        vec![
+            ("rnr_naks", total.into()),
+            ("receivers", list(&receivers).into()),
+        ],
+        flows,
+        "A SEND arrived with no receive buffer posted, and the sender waits out its RNR timer: the application (or NCCL/UCX) must post receives ahead of the traffic, use a larger receive queue or SRQ, or a shorter min_rnr_timer. The network is not at fault.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::findings::testing::{fired, flow, passed, report, run};
+
+    #[test]
+    fn rnr_naks_fire_from_the_threshold() {
+        let mut r = report();
+        let mut f = flow("10.0.0.2", "10.0.0.1");
+        (f.packets, f.ops.rnr_nak) = (3, 3);
+        r.flows.push(f);
+        let f = fired(run(&RnrRule, &r, &Thresholds::default()));
+        assert_eq!(f.evidence["rnr_naks"], 3);
+        assert_eq!(f.evidence["receivers"], "10.0.0.2");
+        let t = Thresholds {
+            rnr: Rnr { min_rnr_naks: 4 },
+            ..Thresholds::default()
+        };
+        assert_eq!(passed(run(&RnrRule, &r, &t)), "3 RNR NAKs");
+    }
+}
