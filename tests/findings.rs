@@ -262,7 +262,7 @@ fn dscp_mix_fires_on_data_in_dscp_26_and_0() {
     assert!(f.title.contains("best effort"), "{}", f.title);
     let dscps = evidence_strings(f, "dscps");
     assert_eq!(dscps.len(), 2, "{dscps:?}");
-    assert!(dscps[0].starts_with("DSCP 0: ") && dscps[0].ends_with("1 flows"));
+    assert!(dscps[0].starts_with("DSCP 0: ") && dscps[0].ends_with("1 flow"));
     assert!(dscps[1].starts_with("DSCP 26: ") && dscps[1].ends_with("2 flows"));
     // The data flow in DSCP 0.
     assert_eq!(
@@ -413,7 +413,7 @@ fn microburst_fires_on_frames_back_to_back_near_line_rate() {
     let per = evidence_strings(f, "interfaces");
     assert_eq!(per.len(), 1, "{per:?}");
     assert!(
-        per[0].contains("rule-microburst.pcap in: 1 bursts"),
+        per[0].contains("rule-microburst.pcap in: 1 burst,"),
         "{per:?}"
     );
     let mb = r.microbursts.as_ref().unwrap();

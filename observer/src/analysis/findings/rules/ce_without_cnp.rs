@@ -8,6 +8,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{
         About, Context, Outcome, Rule, Severity, Thresholds, data_packets, finding, list,
@@ -103,16 +104,18 @@ fn ce_without_cnp(r: &Report, c: &CeWithoutCnp) -> Outcome {
     let receivers: BTreeSet<IpAddr> = offenders.iter().map(|o| o.1).collect();
     let pairs: Vec<String> = offenders
         .iter()
-        .map(|o| format!("{} -> {}: {} CE, {} CNPs back", o.0, o.1, o.2, o.3))
+        .map(|o| format!("{} -> {}: {} CE, {} back", o.0, o.1, o.2, count(o.3, "CNP")))
         .collect();
     finding(
         ABOUT.name,
         Severity::Critical,
         "CE marks without CNPs: the receivers do not react to congestion",
         format!(
-            "{marks} CE-marked packets to {} receivers ({}) drew {cnps} CNPs back",
-            receivers.len(),
-            list(&receivers)
+            "{} to {} ({}) drew {} back",
+            count(marks, "CE-marked packet"),
+            count(receivers.len() as u64, "receiver"),
+            list(&receivers),
+            count(cnps, "CNP")
         ),
         vec![
             ("ce_packets", marks.into()),

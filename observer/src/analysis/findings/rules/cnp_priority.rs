@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{
         About, Context, Outcome, Rule, Severity, Thresholds, data_dscps, data_packets, finding,
@@ -53,7 +54,7 @@ fn cnp_priority(r: &Report, c: &CnpPriority) -> Outcome {
         return Outcome::Passed("no CNPs seen".into());
     }
     if cnps < c.min_cnps {
-        return Outcome::Passed(format!("only {cnps} CNPs seen"));
+        return Outcome::Passed(format!("only {} seen", count(cnps, "CNP")));
     }
     let data: BTreeSet<u8> = r
         .flows
@@ -92,8 +93,8 @@ fn cnp_priority(r: &Report, c: &CnpPriority) -> Outcome {
         Severity::Warning,
         "CNPs are not prioritized",
         format!(
-            "CNPs of {} flows travel {what}; CNP DSCPs seen: {}",
-            best_effort.len() + same_class.len(),
+            "CNPs of {} travel {what}; CNP DSCPs seen: {}",
+            count((best_effort.len() + same_class.len()) as u64, "flow"),
             list(&cnp_dscps)
         ),
         vec![

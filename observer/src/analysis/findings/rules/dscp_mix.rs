@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{
         About, Context, Outcome, Rule, Severity, Thresholds, data_dscps, data_packets, finding,
@@ -81,7 +82,13 @@ fn dscp_mix(r: &Report, c: &DscpMix) -> Outcome {
     let with_zero = used.iter().any(|u| u.0 == 0);
     let per: Vec<String> = used
         .iter()
-        .map(|(d, b, n)| format!("DSCP {d}: {:.1}% of bytes, {n} flows", pct(*b, total)))
+        .map(|(d, b, n)| {
+            format!(
+                "DSCP {d}: {:.1}% of bytes, {}",
+                pct(*b, total),
+                count(*n as u64, "flow")
+            )
+        })
         .collect();
     let mut flows = remarked;
     if with_zero {
@@ -101,8 +108,8 @@ fn dscp_mix(r: &Report, c: &DscpMix) -> Outcome {
             "RoCE data spread over several DSCPs"
         },
         format!(
-            "RoCE data travels in {} DSCPs ({})",
-            used.len(),
+            "RoCE data travels in {} ({})",
+            count(used.len() as u64, "DSCP"),
             list(used.iter().map(|u| u.0))
         ),
         vec![("dscps", per.into())],

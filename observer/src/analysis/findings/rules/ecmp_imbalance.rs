@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, round2},
     model::Report,
@@ -62,8 +63,8 @@ fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
         Severity::Warning,
         "ECMP imbalance worse than random hashing",
         format!(
-            "{} uplinks, {} hash on {}: busiest uplink at {:.2}x the mean where random hashing gives {:.2}x ({})",
-            e.model.uplinks,
+            "{}, {} hash on {}: busiest uplink at {:.2}x the mean where random hashing gives {:.2}x ({})",
+            count(e.model.uplinks.into(), "uplink"),
             e.model.hash,
             e.model.fields,
             e.balance_bytes.max_over_mean,

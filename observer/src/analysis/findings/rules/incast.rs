@@ -7,6 +7,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{
         About, Context, Outcome, Rule, Severity, Thresholds, data_packets, finding, pct,
@@ -75,7 +76,7 @@ fn incast(r: &Report, c: &Incast) -> Outcome {
     }
     let per: Vec<String> = hits
         .iter()
-        .map(|(d, s, ce, _)| format!("{d}: {s} senders, {ce:.1}% CE"))
+        .map(|(d, s, ce, _)| format!("{d}: {}, {ce:.1}% CE", count(*s as u64, "sender")))
         .collect();
     finding(
         ABOUT.name,

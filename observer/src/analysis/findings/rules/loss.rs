@@ -5,6 +5,7 @@ use std::{collections::BTreeMap, net::IpAddr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{
         About, Context, Finding, MAX_FLOWS_NAMED, Outcome, Rule, Severity, Thresholds,
@@ -72,7 +73,8 @@ fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
     let events = gaps + retx + naks;
     if events < c.min_events {
         return Outcome::Passed(format!(
-            "no PSN gap, NAK or retransmission ({events} events)"
+            "no PSN gap, NAK or retransmission ({})",
+            count(events, "event")
         ));
     }
     let mut flows: Vec<(u64, FlowRef)> = r
@@ -108,8 +110,12 @@ fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
             "Packet loss in RoCE traffic".into()
         },
         summary: format!(
-            "{gaps} PSN gaps (~{missing} PSNs missing), {naks} NAKs, {retx} retransmissions on {} flows",
-            flows.len()
+            "{} (~{} missing), {}, {} on {}",
+            count(gaps, "PSN gap"),
+            count(missing, "PSN"),
+            count(naks, "NAK"),
+            count(retx, "retransmission"),
+            count(flows.len() as u64, "flow")
         ),
         evidence: [
             ("psn_gaps", gaps.into()),

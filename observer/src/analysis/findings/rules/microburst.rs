@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
     model::{Direction, Report},
@@ -76,13 +77,13 @@ fn microburst(r: &Report, c: &Microburst) -> Outcome {
         .iter()
         .map(|i| {
             format!(
-                "{} {}: {} bursts, peak {:.1}%, longest {} us",
+                "{} {}: {}, peak {:.1}%, longest {} us",
                 i.name,
                 match i.direction {
                     Direction::Ingress => "in",
                     Direction::Egress => "out",
                 },
-                i.bursts,
+                count(i.bursts, "burst"),
                 i.peak_percent.unwrap_or(0.0),
                 i.longest_burst_ns / 1000
             )

@@ -5,6 +5,7 @@ use std::{collections::BTreeSet, net::IpAddr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{
         About, Context, Outcome, Rule, Severity, Thresholds, data_packets, finding, list, pct,
@@ -81,10 +82,11 @@ fn not_ect(r: &Report, c: &NotEct, ctx: &Context) -> Outcome {
         Severity::Warning,
         "RoCE data sent Not-ECT: ECN is off at these senders",
         format!(
-            "{} flows from {} senders ({}) send their data Not-ECT ({packets} data packets), while ECN is in use here",
-            offenders.len(),
-            senders.len(),
-            list(&senders)
+            "{} from {} ({}) send their data Not-ECT ({}), while ECN is in use here",
+            count(offenders.len() as u64, "flow"),
+            count(senders.len() as u64, "sender"),
+            list(&senders),
+            count(packets, "data packet")
         ),
         vec![
             ("flows", offenders.len().into()),

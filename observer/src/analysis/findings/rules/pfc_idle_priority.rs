@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, list},
     model::Report,
@@ -73,14 +74,19 @@ fn pfc_idle_priority(r: &Report, c: &PfcIdlePriority) -> Outcome {
     }
     let per: Vec<String> = idle
         .iter()
-        .map(|(p, n)| format!("priority {p}: {n} pause frames"))
+        .map(|(p, n)| format!("priority {p}: {}", count(*n, "pause frame")))
         .collect();
     finding(
         ABOUT.name,
         Severity::Warning,
         "PFC pauses on priorities that carry no RoCE",
         format!(
-            "pauses on priorities {} while RoCE uses {}",
+            "pauses on {} {} while RoCE uses {}",
+            if idle.len() == 1 {
+                "priority"
+            } else {
+                "priorities"
+            },
             list(idle.keys()),
             list(&roce)
         ),

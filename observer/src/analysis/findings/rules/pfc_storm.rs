@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
     model::Report,
@@ -66,10 +67,10 @@ fn pfc_storm(r: &Report, c: &PfcStorm) -> Outcome {
                 || rate.is_some_and(|f| f >= c.min_frames_per_s)
             {
                 storms.push(format!(
-                    "{} priority {}: {} frames{}{}",
+                    "{} priority {}: {}{}{}",
                     src.src_mac,
                     p.priority,
-                    p.counts.frames,
+                    count(p.counts.frames, "frame"),
                     rate.map_or(String::new(), |f| format!(" ({f:.0}/s)")),
                     share.map_or(String::new(), |s| format!(", paused {s:.1}% of the time")),
                 ));
@@ -87,8 +88,11 @@ fn pfc_storm(r: &Report, c: &PfcStorm) -> Outcome {
         Severity::Critical,
         "PFC pause storm",
         format!(
-            "{} sender-priorities pause heavily: {}",
-            storms.len(),
+            "{} heavily: {}",
+            match storms.len() {
+                1 => "1 sender-priority pauses".to_string(),
+                n => format!("{n} sender-priorities pause"),
+            },
             storms[0]
         ),
         vec![

@@ -4,6 +4,7 @@ use std::{collections::BTreeSet, net::IpAddr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::count;
 use crate::{
     analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, list},
     model::{FlowRef, Report},
@@ -60,8 +61,9 @@ fn rnr(r: &Report, c: &Rnr) -> Outcome {
         Severity::Warning,
         "RNR NAKs: receivers not ready (an application problem, not the network)",
         format!(
-            "{total} RNR NAKs from {} receivers ({})",
-            receivers.len(),
+            "{} from {} ({})",
+            count(total, "RNR NAK"),
+            count(receivers.len() as u64, "receiver"),
             list(&receivers)
         ),
         vec![
