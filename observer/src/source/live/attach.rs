@@ -5,7 +5,7 @@ use std::io;
 
 use aya::programs::{ProgramError, SchedClassifier, TcAttachType, tc::SchedClassifierLinkId};
 
-use super::{AttachMode, LiveError, TcHook, error::chain};
+use super::{AttachMode, LiveError, TcHook};
 use crate::units::Named;
 
 fn os_error(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
@@ -36,10 +36,6 @@ pub(super) fn attach_egress(
         },
         util::KernelVersion,
     };
-    let fail = |detail: String| LiveError::TcAttach {
-        iface: iface.to_string(),
-        detail,
-    };
     let tcx = match hook {
         TcHook::Auto => KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0)),
         TcHook::Tcx => true,
@@ -51,7 +47,10 @@ pub(super) fn attach_egress(
         if let Err(e) = aya::programs::tc::qdisc_add_clsact(iface) {
             // EEXIST: the qdisc is there already, which is what we need.
             if os_error(&e) != Some(libc::EEXIST) {
-                return Err(fail(chain(&e)));
+                return Err(LiveError::Clsact {
+                    iface: iface.to_string(),
+                    source: e,
+                });
             }
         }
         TcAttachOptions::Netlink(NlOptions::default())
@@ -59,14 +58,17 @@ pub(super) fn attach_egress(
     tc.attach_with_options(iface, TcAttachType::Egress, options)
         .map_err(|e| match e {
             ProgramError::UnknownInterface { name } => LiveError::UnknownInterface(name),
-            e => fail(chain(&e)),
+            source => LiveError::TcAttach {
+                iface: iface.to_string(),
+                source,
+            },
         })
 }
 
-pub(super) fn attach_error(iface: &str, mode: AttachMode, e: &ProgramError) -> LiveError {
+pub(super) fn attach_error(iface: &str, mode: AttachMode, e: ProgramError) -> LiveError {
     match e {
-        ProgramError::UnknownInterface { name } => LiveError::UnknownInterface(name.clone()),
-        _ => match os_error(e) {
+        ProgramError::UnknownInterface { name } => LiveError::UnknownInterface(name),
+        source => match os_error(&source) {
             Some(libc::EBUSY) | Some(libc::EEXIST) => LiveError::XdpBusy(iface.to_string()),
             Some(libc::EOPNOTSUPP) if mode == AttachMode::Native => LiveError::ModeUnsupported {
                 iface: iface.to_string(),
@@ -74,7 +76,7 @@ pub(super) fn attach_error(iface: &str, mode: AttachMode, e: &ProgramError) -> L
             },
             _ => LiveError::Attach {
                 iface: iface.to_string(),
-                detail: chain(e),
+                source,
             },
         },
     }

@@ -3,12 +3,15 @@
 
 use std::{io, os::fd::AsRawFd};
 
-use aya::{Ebpf, maps::PerCpuArray};
+use aya::{
+    Ebpf,
+    maps::{MapError, PerCpuArray},
+};
 use observer_common::{
     BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, IfaceCounters, maps,
 };
 
-use super::{LiveError, clock::monotonic_ns, error::chain};
+use super::{LiveError, clock::monotonic_ns};
 
 /// Has the loaded object count the interfaces `interfaces` (name, ifindex) and keep their
 /// microburst slots of `slot_ns` (0: none): interface i gets slot i (rings and counters 2i and
@@ -48,32 +51,33 @@ pub(super) fn check_entry_clash<'a>(
 fn burst_ifaces(
     ebpf: &mut Ebpf,
 ) -> Result<aya::maps::Array<&mut aya::maps::MapData, BurstIface>, LiveError> {
-    aya::maps::Array::try_from(ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::ReadMap {
+    aya::maps::Array::try_from(ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::BadMap {
         map: maps::BURST_IFACES,
-        detail: "missing".into(),
+        problem: "missing",
     })?)
-    .map_err(|e| LiveError::Load(chain(&e)))
+    .map_err(LiveError::InterfaceMap)
 }
 
 /// Zeroes the per-interface counters of interface slot `slot` (no interface is registered
 /// there: nothing writes them meanwhile).
 pub(super) fn zero_iface_counters(ebpf: &mut Ebpf, slot: usize) -> Result<(), LiveError> {
-    let fail = |detail: String| LiveError::ReadMap {
+    let fail = |source: MapError| LiveError::MapAccess {
         map: maps::IFACE_COUNTERS,
-        detail,
+        source,
     };
-    let cpus = aya::util::nr_cpus().map_err(|(_, e)| fail(e.to_string()))?;
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| fail(e.into()))?;
     let mut counters: PerCpuArray<_, IfaceCounters> = PerCpuArray::try_from(
         ebpf.map_mut(maps::IFACE_COUNTERS)
-            .ok_or_else(|| fail("missing".into()))?,
+            .ok_or(LiveError::BadMap {
+                map: maps::IFACE_COUNTERS,
+                problem: "missing",
+            })?,
     )
-    .map_err(|e| fail(chain(&e)))?;
+    .map_err(fail)?;
     for dir in 0..2 {
         let zero = aya::maps::PerCpuValues::try_from(vec![IfaceCounters::default(); cpus])
-            .map_err(|e| fail(e.to_string()))?;
-        counters
-            .set(2 * slot as u32 + dir, zero, 0)
-            .map_err(|e| fail(chain(&e)))?;
+            .map_err(|e| fail(e.into()))?;
+        counters.set(2 * slot as u32 + dir, zero, 0).map_err(fail)?;
     }
     Ok(())
 }
@@ -92,7 +96,7 @@ pub(super) fn register_interface(
     };
     burst_ifaces(ebpf)?
         .set(ifindex % BURST_IFACE_SLOTS, value, 0)
-        .map_err(|e| LiveError::Load(chain(&e)))
+        .map_err(LiveError::InterfaceMap)
 }
 
 /// Clears the kernel's entry for `ifindex` (if it is still that interface's).
@@ -149,7 +153,7 @@ impl BurstReader {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(LiveError::BurstMap(io::Error::last_os_error().to_string()));
+            return Err(LiveError::BurstMap(io::Error::last_os_error()));
         }
         let now = monotonic_ns() / slot_ns;
         Ok(Self {

@@ -27,14 +27,14 @@ mod netdev;
 
 pub use bursts::{BurstReader, SlotRead, observe_bursts};
 pub use clock::{monotonic_ns, monotonic_to_unix_offset, unix_ns};
-pub use error::LiveError;
-pub use maps::read_maps;
+pub use error::{LiveError, OneLine};
+pub use maps::{FlowSink, iface_counters, read_counters, read_flows, read_maps, take_flow};
 pub use netdev::{Promiscuous, check_privileges, if_index, interfaces_speed, link_up};
 
 use self::{
     attach::{attach_egress, attach_error},
     bursts::{check_entry_clash, register_interface, unregister_interface, zero_iface_counters},
-    error::{chain, load_error},
+    error::load_error,
 };
 use crate::{EBPF_OBJECT, aggregate::Aggregate};
 
@@ -241,14 +241,14 @@ impl Observer {
         let name = config.vantage.program();
         let prog: &mut Xdp = ebpf
             .program_mut(name)
-            .ok_or_else(|| LiveError::Load(format!("no program {name}")))?
+            .ok_or(LiveError::MissingProgram(name))?
             .try_into()
             .map_err(|e: ProgramError| load_error(&e))?;
         prog.load().map_err(|e| load_error(&e))?;
         if config.vantage == Vantage::Host {
             let tc: &mut SchedClassifier = ebpf
                 .program_mut(programs::OBSERVE_EGRESS)
-                .ok_or_else(|| LiveError::Load(format!("no program {}", programs::OBSERVE_EGRESS)))?
+                .ok_or(LiveError::MissingProgram(programs::OBSERVE_EGRESS))?
                 .try_into()
                 .map_err(|e: ProgramError| load_error(&e))?;
             tc.load().map_err(|e| load_error(&e))?;
@@ -282,10 +282,10 @@ impl Observer {
             }
         };
         if self.config.burst_slot_ns > 0 && slot >= self.ring_slots {
-            return Err(LiveError::BurstMap(format!(
-                "no microburst ring left for '{iface}' (the rings were sized for {} interfaces at start)",
-                self.ring_slots
-            )));
+            return Err(LiveError::NoBurstRing {
+                iface: iface.to_string(),
+                rings: self.ring_slots,
+            });
         }
         let attached = self.attach_slot(iface, slot, true)?;
         self.oper[slot] = link_up(iface);
@@ -338,11 +338,11 @@ impl Observer {
             .ebpf
             .program_mut(name)
             .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| LiveError::Load(format!("no program {name}")))?;
+            .ok_or(LiveError::MissingProgram(name))?;
         match prog.attach(iface, self.config.mode.xdp()) {
             Ok(link) => attached.xdp = Some(link),
             Err(e) => {
-                let e = attach_error(iface, self.config.mode, &e);
+                let e = attach_error(iface, self.config.mode, e);
                 let _ = self.release(&mut attached, true);
                 return Err(e);
             }
@@ -352,9 +352,7 @@ impl Observer {
                 .ebpf
                 .program_mut(programs::OBSERVE_EGRESS)
                 .and_then(|p| p.try_into().ok())
-                .ok_or_else(|| {
-                    LiveError::Load(format!("no program {}", programs::OBSERVE_EGRESS))
-                })?;
+                .ok_or(LiveError::MissingProgram(programs::OBSERVE_EGRESS))?;
             match attach_egress(tc, iface, self.config.tc_hook) {
                 Ok(link) => attached.egress = Some(link),
                 Err(e) => {
@@ -381,7 +379,7 @@ impl Observer {
         {
             first = Err(LiveError::Detach {
                 iface: a.name.clone(),
-                detail: chain(&e),
+                source: e,
             });
         }
         if let Some(link) = a.egress.take()
@@ -393,9 +391,9 @@ impl Observer {
             && present
             && first.is_ok()
         {
-            first = Err(LiveError::Detach {
+            first = Err(LiveError::DetachEgress {
                 iface: a.name.clone(),
-                detail: format!("TC egress: {}", chain(&e)),
+                source: e,
             });
         }
         a._promiscuous = None;
@@ -467,7 +465,7 @@ impl Observer {
                         }
                         Err(e) => events.push(IfaceEvent::ReattachFailed {
                             iface: name.clone(),
-                            error: e.to_string(),
+                            error: OneLine(&e).to_string(),
                         }),
                     }
                 }
@@ -522,7 +520,7 @@ impl Observer {
 
     /// Per-interface counters of `slot`, summed over CPUs: [ingress, egress].
     pub fn iface_counters(&self, slot: usize) -> Result<[IfaceCounters; 2], LiveError> {
-        maps::iface_counters(&self.ebpf, slot)
+        iface_counters(&self.ebpf, slot)
     }
 
     /// The microburst rings mapped into memory (ring 2i: interface slot i ingress, 2i + 1:
@@ -534,7 +532,12 @@ impl Observer {
         let rings = 2 * self.ring_slots;
         let data = match maps::map(&self.ebpf, map_names::BURSTS)? {
             aya::maps::Map::Array(data) => data,
-            _ => return Err(LiveError::BurstMap("BURSTS is not an array".into())),
+            _ => {
+                return Err(LiveError::BadMap {
+                    map: map_names::BURSTS,
+                    problem: "not an array",
+                });
+            }
         };
         BurstReader::new(data, rings, self.config.burst_slot_ns).map(Some)
     }

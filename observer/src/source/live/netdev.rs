@@ -18,9 +18,9 @@ pub struct Promiscuous {
 
 impl Promiscuous {
     pub fn enable(iface: &str) -> Result<Self, LiveError> {
-        let fail = |e: io::Error| LiveError::Promiscuous {
+        let fail = |source| LiveError::Promiscuous {
             iface: iface.to_string(),
-            detail: e.to_string(),
+            source,
         };
         let index = if_index(iface)?;
         // SAFETY: plain socket/setsockopt calls; protocol 0: the socket receives nothing.
