@@ -1,14 +1,14 @@
 //! `roce-observer run`: the continuous sidecar. A collector thread owns the attached observer:
 //! every interval it drains the kernel maps (batched reads), turns them into cumulative
 //! per-interface and per-QP counters (top K plus the rest), ages idle flows out of the kernel
-//! table, and publishes a [`metrics::Snapshot`]; a tokio runtime serves `/metrics` and
+//! table, and publishes a [`openmetrics::Snapshot`]; a tokio runtime serves `/metrics` and
 //! `/healthz` and turns signals into commands (SIGTERM/SIGINT: detach and exit, SIGHUP: reload
 //! the config file). Interfaces that go away and come back are attached again by themselves
 //! (netlink link events, and a check every interval).
 
 pub mod config;
-pub mod flows;
-pub mod metrics;
+pub mod flowbook;
+pub mod openmetrics;
 
 use std::{
     fs::File,
@@ -34,8 +34,8 @@ use tracing::{debug, error, info, warn};
 use tracing_subscriber::{EnvFilter, Registry as TracingRegistry, layer::SubscriberExt, reload};
 
 pub use config::{RunConfig, RunOverrides};
-use flows::{BYTES, CE, CNP, Counts, FlowBook, METRIC_NAMES, NAK, PACKETS, RNR_NAK};
-use metrics::{IfaceRow, Snapshot, flow_labels};
+use flowbook::{BYTES, CE, CNP, Counts, FlowBook, METRIC_NAMES, NAK, PACKETS, RNR_NAK};
+use openmetrics::{IfaceRow, Snapshot, flow_labels};
 
 use crate::source::live::{IfaceEvent, LiveConfig, LiveError, Observer, bpfsys};
 
@@ -159,7 +159,7 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         .map_err(|e| DaemonError::Runtime(e.to_string()))?;
     let jsonl = config.jsonl.as_deref().map(open_jsonl).transpose()?;
     let observer = Observer::attach(live)?;
-    let publisher = metrics::Publisher::default();
+    let publisher = openmetrics::Publisher::default();
     let exposition = publisher.exposition();
     let health = Arc::new(Health {
         last_drain_ns: AtomicU64::new(crate::source::live::monotonic_ns()),
@@ -214,7 +214,7 @@ struct Signals {
 
 async fn serve(
     listener: std::net::TcpListener,
-    exposition: Arc<Mutex<Arc<metrics::Exposition>>>,
+    exposition: Arc<Mutex<Arc<openmetrics::Exposition>>>,
     health: Arc<Health>,
     signals: Signals,
     tx: mpsc::Sender<Command>,
@@ -295,7 +295,7 @@ async fn serve(
 }
 
 fn scrape(
-    exposition: &Mutex<Arc<metrics::Exposition>>,
+    exposition: &Mutex<Arc<openmetrics::Exposition>>,
     headers: &axum::http::HeaderMap,
 ) -> axum::response::Response {
     use axum::{http::header::CONTENT_TYPE, response::IntoResponse};
@@ -411,7 +411,7 @@ struct Collector {
     config: RunConfig,
     args: RunOverrides,
     jsonl: Option<BufWriter<File>>,
-    publisher: metrics::Publisher,
+    publisher: openmetrics::Publisher,
     health: Arc<Health>,
     log: LogHandle,
     book: FlowBook,
@@ -434,7 +434,7 @@ impl Collector {
         config: RunConfig,
         args: RunOverrides,
         jsonl: Option<BufWriter<File>>,
-        publisher: metrics::Publisher,
+        publisher: openmetrics::Publisher,
         health: Arc<Health>,
         log: LogHandle,
     ) -> Self {

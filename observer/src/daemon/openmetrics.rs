@@ -12,7 +12,7 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use super::flows::{Counts, METRIC_NAMES, SeriesRow};
+use super::flowbook::{Counts, METRIC_NAMES, SeriesRow};
 use crate::model::ip_of;
 
 /// One observed interface.
