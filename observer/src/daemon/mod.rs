@@ -26,9 +26,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use observer_common::{
-    Counters, FlowKey, FlowSlot, FlowStats, IfaceCounters, OpClass, SkipReason, maps,
-};
+use observer_common::{FlowKey, FlowStats, IfaceCounters, OpClass, SkipReason};
 use serde_json::json;
 use tracing::{debug, error, info, warn};
 use tracing_subscriber::{EnvFilter, Registry as TracingRegistry, layer::SubscriberExt, reload};
@@ -37,7 +35,7 @@ pub use config::{RunConfig, RunOverrides};
 use flowbook::{BYTES, CE, CNP, Counts, FlowBook, METRIC_NAMES, NAK, PACKETS, RNR_NAK};
 use openmetrics::{IfaceRow, Snapshot, flow_labels};
 
-use crate::source::live::{IfaceEvent, LiveConfig, LiveError, Observer, bpfsys};
+use crate::source::live::{self, FlowSink, IfaceEvent, LiveConfig, LiveError, Observer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -59,13 +57,7 @@ pub enum DaemonError {
     Logging(String),
     #[error("cannot start the daemon: {0}")]
     Runtime(String),
-    #[error("cannot read the kernel maps: {0}")]
-    Drain(String),
 }
-
-/// Flow-table entries per batched read (a few hundred: the buffers stay in cache; measured
-/// faster than 4096).
-const BATCH: u32 = 256;
 
 /// Environment variable with a tracing filter (used when no log level is configured).
 pub const LOG_ENV: &str = "ROCE_OBSERVER_LOG";
@@ -747,32 +739,16 @@ impl Collector {
                 totals.add(&totalled(dir));
             }
         }
-        let ebpf = self.observer.ebpf();
-        let flows_fd = map_fd(ebpf, maps::FLOWS)?;
-        let cache_fd = map_fd(ebpf, maps::FLOW_CACHE)?;
         self.book.begin();
-        let book = &mut self.book;
-        bpfsys::percpu_hash_for_each::<FlowKey, FlowStats>(flows_fd, BATCH, |k, v| {
-            book.table_entry(k, v)
-        })
-        .map_err(|e| DaemonError::Drain(e.to_string()))?;
-        bpfsys::percpu_array_for_each::<FlowSlot>(cache_fd, BATCH, |index, slots| {
-            // A slot read while the kernel gives it to another flow can pair a torn key with
-            // stats: a key that does not hash to its slot is one.
-            for s in slots.iter().filter(|s| s.key.slot() == index) {
-                book.cache_slot(&s.key, &s.stats);
-            }
-        })
-        .map_err(|e| DaemonError::Drain(e.to_string()))?;
+        live::read_flows(self.observer.ebpf(), &mut self.book)?;
         let drained = self.book.finish(&totals);
         // Idle flows: deleted with their last values (nothing lost in between).
         for key in self.book.idle() {
-            let last = bpfsys::percpu_hash_take::<FlowKey, FlowStats>(flows_fd, &key)
-                .map_err(|e| DaemonError::Drain(e.to_string()))?;
+            let last = live::take_flow(self.observer.ebpf(), &key)?;
             self.book.retire(&key, last.as_deref());
         }
         let mut skipped = [0u64; SkipReason::COUNT];
-        let counters = read_counters(self.observer.ebpf())?;
+        let counters = live::read_counters(self.observer.ebpf())?;
         skipped.copy_from_slice(&counters.skipped);
         self.drains += 1;
         let drain_seconds = started.elapsed().as_secs_f64();
@@ -827,6 +803,17 @@ impl Collector {
     }
 }
 
+/// The book reads the flow maps.
+impl FlowSink for FlowBook {
+    fn table_entry(&mut self, key: &FlowKey, per_cpu: &[FlowStats]) {
+        FlowBook::table_entry(self, key, per_cpu);
+    }
+
+    fn cache_slot(&mut self, key: &FlowKey, stats: &FlowStats) {
+        FlowBook::cache_slot(self, key, stats);
+    }
+}
+
 /// The JSON line of a drain: its snapshot's deltas (`rest_delta`: the rest's).
 fn json_line(
     s: &Snapshot,
@@ -878,27 +865,6 @@ fn json_line(
             "resident_bytes": s.resident_bytes,
         },
     })
-}
-
-fn map_fd<'a>(ebpf: &'a aya::Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, DaemonError> {
-    use aya::maps::Map;
-    match ebpf.map(name) {
-        Some(Map::PerCpuLruHashMap(d) | Map::PerCpuHashMap(d) | Map::PerCpuArray(d)) => {
-            Ok(d.fd().as_fd())
-        }
-        _ => Err(DaemonError::Drain(format!("no per-CPU map {name}"))),
-    }
-}
-
-fn read_counters(ebpf: &aya::Ebpf) -> Result<Counters, DaemonError> {
-    let fd = map_fd(ebpf, maps::COUNTERS)?;
-    let mut total = Counters::default();
-    for c in bpfsys::percpu_array_get::<Counters>(fd, 0)
-        .map_err(|e| DaemonError::Drain(e.to_string()))?
-    {
-        total.merge(&c);
-    }
-    Ok(total)
 }
 
 /// This process's CPU time (user + system, every thread).
