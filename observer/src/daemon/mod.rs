@@ -35,7 +35,7 @@ pub use config::{RunConfig, RunOverrides};
 use flowbook::{BYTES, CE, CNP, Counts, FlowBook, METRIC_NAMES, NAK, PACKETS, RNR_NAK};
 use openmetrics::{IfaceRow, Snapshot, flow_labels};
 
-use crate::source::live::{self, FlowSink, IfaceEvent, LiveConfig, LiveError, Observer};
+use crate::source::live::{self, FlowSink, IfaceEvent, LiveConfig, LiveError, Observer, OneLine};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -43,20 +43,28 @@ pub enum DaemonError {
     Config(#[from] config::ConfigError),
     #[error(transparent)]
     Live(#[from] LiveError),
-    #[error("cannot listen on {addr}: {error}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         addr: std::net::SocketAddr,
-        error: std::io::Error,
+        #[source]
+        source: std::io::Error,
     },
-    #[error("cannot open the JSON-lines file {path}: {error}")]
+    #[error("cannot open the JSON-lines file {path}")]
     Jsonl {
         path: PathBuf,
-        error: std::io::Error,
+        #[source]
+        source: std::io::Error,
     },
-    #[error("cannot set up logging: {0}")]
-    Logging(String),
-    #[error("cannot start the daemon: {0}")]
-    Runtime(String),
+    #[error("cannot set up logging")]
+    Logging(#[source] tracing::subscriber::SetGlobalDefaultError),
+    /// The runtime, the signal handlers, the listener, the collector thread and its wake-up
+    /// socket.
+    #[error("cannot start the daemon")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot start the daemon: the collector thread panicked: {0}")]
+    CollectorPanicked(String),
+    #[error("cannot start the daemon: the collector thread vanished")]
+    CollectorVanished,
 }
 
 /// Environment variable with a tracing filter (used when no log level is configured).
@@ -80,8 +88,7 @@ fn init_logging(level: Option<&str>) -> Result<LogHandle, DaemonError> {
             .with_ansi(std::io::stderr().is_terminal())
             .with_target(false),
     );
-    tracing::subscriber::set_global_default(subscriber)
-        .map_err(|e| DaemonError::Logging(e.to_string()))?;
+    tracing::subscriber::set_global_default(subscriber).map_err(DaemonError::Logging)?;
     Ok(handle)
 }
 
@@ -123,11 +130,11 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+        .map_err(DaemonError::Runtime)?;
     let signals = {
         use tokio::signal::unix::{SignalKind, signal};
         let _in_runtime = runtime.enter();
-        let make = |kind| signal(kind).map_err(|e| DaemonError::Runtime(e.to_string()));
+        let make = |kind| signal(kind).map_err(DaemonError::Runtime);
         Signals {
             term: make(SignalKind::terminate())?,
             int: make(SignalKind::interrupt())?,
@@ -142,13 +149,13 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     // No microburst slots: they cost a clock read per frame, too much to leave running.
     live.burst_slot_ns = 0;
     let listener =
-        std::net::TcpListener::bind(config.listen).map_err(|error| DaemonError::Bind {
+        std::net::TcpListener::bind(config.listen).map_err(|source| DaemonError::Bind {
             addr: config.listen,
-            error,
+            source,
         })?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+        .map_err(DaemonError::Runtime)?;
     let jsonl = config.jsonl.as_deref().map(open_jsonl).transpose()?;
     let observer = Observer::attach(live)?;
     let publisher = openmetrics::Publisher::default();
@@ -173,10 +180,10 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         "attached; serving /metrics and /healthz"
     );
     let (tx, rx) = mpsc::channel();
-    let (wake_tx, wake_rx) = UnixStream::pair().map_err(|e| DaemonError::Runtime(e.to_string()))?;
+    let (wake_tx, wake_rx) = UnixStream::pair().map_err(DaemonError::Runtime)?;
     wake_rx
         .set_nonblocking(true)
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+        .map_err(DaemonError::Runtime)?;
     let mut collector = Collector::new(
         observer,
         config,
@@ -190,7 +197,7 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     let worker = std::thread::Builder::new()
         .name("collector".into())
         .spawn(move || collector.run(rx, wake_rx))
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+        .map_err(DaemonError::Runtime)?;
     runtime.block_on(serve(
         listener, exposition, health, signals, tx, wake_tx, worker,
     ))
@@ -239,8 +246,7 @@ async fn serve(
                 "roce-observer: /metrics (OpenMetrics or Prometheus text), /healthz\n"
             }),
         );
-    let listener = tokio::net::TcpListener::from_std(listener)
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(DaemonError::Runtime)?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -269,15 +275,14 @@ async fn serve(
             _ = hup.recv() => send(Command::Reload),
             r = &mut end_rx => break match r {
                 Ok(Ok(r)) => r,
-                Ok(Err(panic)) => Err(DaemonError::Runtime(format!(
-                    "the collector thread panicked: {}",
+                Ok(Err(panic)) => Err(DaemonError::CollectorPanicked(
                     panic
                         .downcast_ref::<&str>()
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default()
-                ))),
-                Err(_) => Err(DaemonError::Runtime("the collector thread vanished".into())),
+                        .unwrap_or_default(),
+                )),
+                Err(_) => Err(DaemonError::CollectorVanished),
             },
         }
     };
@@ -326,9 +331,9 @@ fn open_jsonl(path: &Path) -> Result<BufWriter<File>, DaemonError> {
         .append(true)
         .open(path)
         .map(BufWriter::new)
-        .map_err(|error| DaemonError::Jsonl {
+        .map_err(|source| DaemonError::Jsonl {
             path: path.to_path_buf(),
-            error,
+            source,
         })
 }
 
@@ -524,7 +529,7 @@ impl Collector {
             if Instant::now() >= next {
                 self.check_interfaces();
                 if let Err(e) = self.drain() {
-                    error!("{e}");
+                    error!("{}", OneLine(&e));
                 }
                 next += self.config.interval;
                 if next < Instant::now() {
@@ -558,7 +563,7 @@ impl Collector {
                 Err(LiveError::UnknownInterface(_)) => self.pending.push(iface),
                 Err(e) => events.push(IfaceEvent::ReattachFailed {
                     iface,
-                    error: e.to_string(),
+                    error: OneLine(&e).to_string(),
                 }),
             }
         }
@@ -645,7 +650,10 @@ impl Collector {
             Ok(c) => c,
             Err(e) => {
                 self.reloads_failed += 1;
-                error!("reload failed, keeping the running configuration: {e}");
+                error!(
+                    "reload failed, keeping the running configuration: {}",
+                    OneLine(&e)
+                );
                 return;
             }
         };
@@ -663,7 +671,7 @@ impl Collector {
             }
             match self.observer.remove_interface(iface) {
                 Ok(()) => info!(%iface, "reload: detached"),
-                Err(e) => error!(%iface, "reload: {e}"),
+                Err(e) => error!(%iface, "reload: {}", OneLine(&e)),
             }
         }
         let mut failed = false;
@@ -678,7 +686,7 @@ impl Collector {
                 }
                 Err(e) => {
                     failed = true;
-                    error!(%iface, "reload: {e}")
+                    error!(%iface, "reload: {}", OneLine(&e))
                 }
             }
         }
@@ -697,7 +705,7 @@ impl Collector {
             Ok(j) => j,
             Err(e) => {
                 failed = true;
-                error!("reload: {e}");
+                error!("reload: {}", OneLine(&e));
                 None
             }
         };
