@@ -21,7 +21,7 @@ use super::{
     http::Health,
     logging::{LogHandle, log_filter},
     netlink,
-    openmetrics::{self, IfaceRow, Snapshot, flow_labels},
+    openmetrics::{self, IfaceRow, Snapshot, flow_fields},
     procfs::{cpu_seconds, resident_bytes},
     signals::Command,
 };
@@ -551,10 +551,11 @@ fn json_line(
         .iter()
         .filter(|r| !r.delta.is_zero())
         .map(|r| {
-            let mut o: serde_json::Map<String, serde_json::Value> = flow_labels(&r.key)
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.into()))
-                .collect();
+            let mut o: serde_json::Map<String, serde_json::Value> =
+                flow_fields(&r.key, r.key.dest_qp.to_string())
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.into()))
+                    .collect();
             o.extend(counts_json(&r.delta));
             o.into()
         })
