@@ -488,7 +488,6 @@ impl Observer {
     }
 
     /// Whether the interface of `slot` is operationally up (None: gone).
-
     pub fn link_up(&self, slot: usize) -> Option<bool> {
         self.oper.get(slot).copied().flatten()
     }
