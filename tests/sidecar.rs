@@ -505,7 +505,7 @@ fn check_against(samples: &[Sample], sent: &Sent, max_series: usize) {
                 .flows
                 .iter()
                 .find(|(k, _)| {
-                    k.dest_qp.to_string() == s.labels["qp"]
+                    format!("0x{:06x}", k.dest_qp) == s.labels["qp"]
                         && roce_observer::model::ip_of(k.src_ip).to_string() == s.labels["src"]
                 })
                 .unwrap_or_else(|| panic!("a series of no sent flow: {s:?}"));

@@ -1,43 +1,38 @@
 //! `roce-observer run`: the continuous sidecar. A collector thread owns the attached observer:
 //! every interval it drains the kernel maps (batched reads), turns them into cumulative
 //! per-interface and per-QP counters (top K plus the rest), ages idle flows out of the kernel
-//! table, and publishes a [`metrics::Snapshot`]; a tokio runtime serves `/metrics` and
+//! table, and publishes a [`openmetrics::Snapshot`]; a tokio runtime serves `/metrics` and
 //! `/healthz` and turns signals into commands (SIGTERM/SIGINT: detach and exit, SIGHUP: reload
 //! the config file). Interfaces that go away and come back are attached again by themselves
 //! (netlink link events, and a check every interval).
 
+mod collector;
 pub mod config;
-pub mod flows;
-pub mod metrics;
+pub mod flowbook;
+mod http;
+mod logging;
+mod netlink;
+pub mod openmetrics;
+mod procfs;
+mod signals;
 
 use std::{
-    fs::File,
-    io::{BufWriter, Write},
-    os::{
-        fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
-        unix::net::UnixStream,
-    },
-    path::{Path, PathBuf},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-        mpsc,
-    },
-    time::{Duration, Instant},
+    os::unix::net::UnixStream,
+    path::PathBuf,
+    sync::{Arc, Mutex, atomic::AtomicU64, mpsc},
 };
 
-use observer_common::{
-    Counters, FlowKey, FlowSlot, FlowStats, IfaceCounters, OpClass, SkipReason, maps,
-};
-use serde_json::json;
-use tracing::{debug, error, info, warn};
-use tracing_subscriber::{EnvFilter, Registry as TracingRegistry, layer::SubscriberExt, reload};
+use tracing::{info, warn};
 
+use collector::{Collector, open_jsonl};
 pub use config::{RunConfig, RunOverrides};
-use flows::{BYTES, CE, CNP, Counts, FlowBook, METRIC_NAMES, NAK, PACKETS, RNR_NAK};
-use metrics::{IfaceRow, Snapshot, flow_labels};
+use http::Health;
+pub use logging::LOG_ENV;
+use logging::init_logging;
+pub use procfs::{cpu_seconds, resident_bytes};
+use signals::{Command, Signals};
 
-use crate::source::live::{IfaceEvent, LiveConfig, LiveError, Observer, bpfsys};
+use crate::source::live::{self, LiveConfig, LiveError, Observer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -45,82 +40,28 @@ pub enum DaemonError {
     Config(#[from] config::ConfigError),
     #[error(transparent)]
     Live(#[from] LiveError),
-    #[error("cannot listen on {addr}: {error}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         addr: std::net::SocketAddr,
-        error: std::io::Error,
+        #[source]
+        source: std::io::Error,
     },
-    #[error("cannot open the JSON-lines file {path}: {error}")]
+    #[error("cannot open the JSON-lines file {path}")]
     Jsonl {
         path: PathBuf,
-        error: std::io::Error,
+        #[source]
+        source: std::io::Error,
     },
-    #[error("cannot set up logging: {0}")]
-    Logging(String),
-    #[error("cannot start the daemon: {0}")]
-    Runtime(String),
-    #[error("cannot read the kernel maps: {0}")]
-    Drain(String),
-}
-
-/// Flow-table entries per batched read (a few hundred: the buffers stay in cache; measured
-/// faster than 4096).
-const BATCH: u32 = 256;
-
-/// Environment variable with a tracing filter (used when no log level is configured).
-pub const LOG_ENV: &str = "ROCE_OBSERVER_LOG";
-
-type LogHandle = reload::Handle<EnvFilter, TracingRegistry>;
-
-fn log_filter(level: Option<&str>) -> EnvFilter {
-    match level {
-        Some(l) => EnvFilter::try_new(l).unwrap_or_else(|_| EnvFilter::new("info")),
-        None => EnvFilter::try_from_env(LOG_ENV).unwrap_or_else(|_| EnvFilter::new("info")),
-    }
-}
-
-fn init_logging(level: Option<&str>) -> Result<LogHandle, DaemonError> {
-    use std::io::IsTerminal;
-    let (layer, handle) = reload::Layer::new(log_filter(level));
-    let subscriber = tracing_subscriber::registry().with(layer).with(
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_target(false),
-    );
-    tracing::subscriber::set_global_default(subscriber)
-        .map_err(|e| DaemonError::Logging(e.to_string()))?;
-    Ok(handle)
-}
-
-/// What the signal handlers ask of the collector.
-enum Command {
-    Stop(&'static str),
-    Reload,
-}
-
-/// Shared between the collector and the HTTP handlers.
-struct Health {
-    /// CLOCK_MONOTONIC ns of the last drain (or of the start).
-    last_drain_ns: AtomicU64,
-    interval_ns: AtomicU64,
-}
-
-impl Health {
-    /// Healthy while drains keep coming: at most two intervals and 10 s late.
-    fn check(&self) -> Result<(), String> {
-        let age = crate::source::live::monotonic_ns()
-            .saturating_sub(self.last_drain_ns.load(Ordering::Relaxed));
-        let limit = 2 * self.interval_ns.load(Ordering::Relaxed) + 10_000_000_000;
-        if age <= limit {
-            Ok(())
-        } else {
-            Err(format!(
-                "stale: the last drain of the kernel maps was {:.1} s ago",
-                age as f64 / 1e9
-            ))
-        }
-    }
+    #[error("cannot set up logging")]
+    Logging(#[source] tracing::subscriber::SetGlobalDefaultError),
+    /// The runtime, the signal handlers, the listener, the collector thread and its wake-up
+    /// socket.
+    #[error("cannot start the daemon")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot start the daemon: the collector thread panicked: {0}")]
+    CollectorPanicked(String),
+    #[error("cannot start the daemon: the collector thread vanished")]
+    CollectorVanished,
 }
 
 /// Runs until SIGTERM or SIGINT.
@@ -131,16 +72,10 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+        .map_err(DaemonError::Runtime)?;
     let signals = {
-        use tokio::signal::unix::{SignalKind, signal};
         let _in_runtime = runtime.enter();
-        let make = |kind| signal(kind).map_err(|e| DaemonError::Runtime(e.to_string()));
-        Signals {
-            term: make(SignalKind::terminate())?,
-            int: make(SignalKind::interrupt())?,
-            hup: make(SignalKind::hangup())?,
-        }
+        Signals::register()?
     };
     let mut live = LiveConfig::new(config.ifaces.clone());
     live.mode = config.xdp_mode;
@@ -150,19 +85,19 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     // No microburst slots: they cost a clock read per frame, too much to leave running.
     live.burst_slot_ns = 0;
     let listener =
-        std::net::TcpListener::bind(config.listen).map_err(|error| DaemonError::Bind {
+        std::net::TcpListener::bind(config.listen).map_err(|source| DaemonError::Bind {
             addr: config.listen,
-            error,
+            source,
         })?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+        .map_err(DaemonError::Runtime)?;
     let jsonl = config.jsonl.as_deref().map(open_jsonl).transpose()?;
     let observer = Observer::attach(live)?;
-    let publisher = metrics::Publisher::default();
+    let publisher = openmetrics::Publisher::default();
     let exposition = publisher.exposition();
     let health = Arc::new(Health {
-        last_drain_ns: AtomicU64::new(crate::source::live::monotonic_ns()),
+        last_drain_ns: AtomicU64::new(live::monotonic_ns()),
         interval_ns: AtomicU64::new(config.interval.as_nanos() as u64),
     });
     if !config.listen.ip().is_loopback() {
@@ -181,10 +116,10 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         "attached; serving /metrics and /healthz"
     );
     let (tx, rx) = mpsc::channel();
-    let (wake_tx, wake_rx) = UnixStream::pair().map_err(|e| DaemonError::Runtime(e.to_string()))?;
+    let (wake_tx, wake_rx) = UnixStream::pair().map_err(DaemonError::Runtime)?;
     wake_rx
         .set_nonblocking(true)
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+        .map_err(DaemonError::Runtime)?;
     let mut collector = Collector::new(
         observer,
         config,
@@ -198,796 +133,24 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     let worker = std::thread::Builder::new()
         .name("collector".into())
         .spawn(move || collector.run(rx, wake_rx))
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
+        .map_err(DaemonError::Runtime)?;
     runtime.block_on(serve(
         listener, exposition, health, signals, tx, wake_tx, worker,
     ))
 }
 
 /// Serves HTTP and forwards signals until the collector ends; its result.
-/// The signals the daemon handles, registered before it attaches.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
 async fn serve(
     listener: std::net::TcpListener,
-    exposition: Arc<Mutex<Arc<metrics::Exposition>>>,
+    exposition: Arc<Mutex<Arc<openmetrics::Exposition>>>,
     health: Arc<Health>,
     signals: Signals,
     tx: mpsc::Sender<Command>,
-    mut wake: UnixStream,
+    wake: UnixStream,
     worker: std::thread::JoinHandle<Result<(), DaemonError>>,
 ) -> Result<(), DaemonError> {
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            axum::routing::get({
-                let exposition = exposition.clone();
-                move |headers: axum::http::HeaderMap| async move { scrape(&exposition, &headers) }
-            }),
-        )
-        .route(
-            "/healthz",
-            axum::routing::get({
-                let health = health.clone();
-                move || async move {
-                    match health.check() {
-                        Ok(()) => (axum::http::StatusCode::OK, "ok\n".to_string()),
-                        Err(e) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, e + "\n"),
-                    }
-                }
-            }),
-        )
-        .route(
-            "/",
-            axum::routing::get(|| async {
-                "roce-observer: /metrics (OpenMetrics or Prometheus text), /healthz\n"
-            }),
-        );
-    let listener = tokio::net::TcpListener::from_std(listener)
-        .map_err(|e| DaemonError::Runtime(e.to_string()))?;
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = done_rx.await;
-            })
-            .await
-    });
-    let Signals {
-        mut term,
-        mut int,
-        mut hup,
-    } = signals;
-    let (end_tx, mut end_rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = end_tx.send(worker.join());
-    });
-    let mut send = |c: Command| {
-        let _ = tx.send(c);
-        let _ = wake.write_all(&[1]);
-    };
-    let result = loop {
-        tokio::select! {
-            _ = term.recv() => send(Command::Stop("SIGTERM")),
-            _ = int.recv() => send(Command::Stop("SIGINT")),
-            _ = hup.recv() => send(Command::Reload),
-            r = &mut end_rx => break match r {
-                Ok(Ok(r)) => r,
-                Ok(Err(panic)) => Err(DaemonError::Runtime(format!(
-                    "the collector thread panicked: {}",
-                    panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default()
-                ))),
-                Err(_) => Err(DaemonError::Runtime("the collector thread vanished".into())),
-            },
-        }
-    };
-    let _ = done_tx.send(());
-    let _ = server.await;
+    let server = http::Server::start(listener, exposition, health)?;
+    let result = signals.forward(tx, wake, worker).await;
+    server.stop().await;
     result
-}
-
-fn scrape(
-    exposition: &Mutex<Arc<metrics::Exposition>>,
-    headers: &axum::http::HeaderMap,
-) -> axum::response::Response {
-    use axum::{http::header::CONTENT_TYPE, response::IntoResponse};
-    let openmetrics = headers
-        .get(axum::http::header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("application/openmetrics-text"));
-    let Ok(e) = exposition.lock().map(|e| e.clone()) else {
-        return (
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            "the metrics are unavailable\n",
-        )
-            .into_response();
-    };
-    if openmetrics {
-        (
-            [(
-                CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            e.openmetrics.clone(),
-        )
-            .into_response()
-    } else {
-        (
-            [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            e.prometheus_text.clone(),
-        )
-            .into_response()
-    }
-}
-
-fn open_jsonl(path: &Path) -> Result<BufWriter<File>, DaemonError> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map(BufWriter::new)
-        .map_err(|error| DaemonError::Jsonl {
-            path: path.to_path_buf(),
-            error,
-        })
-}
-
-/// One interface's cumulative counters.
-struct IfaceTrack {
-    name: String,
-    slot: usize,
-    /// The slot's kernel values: cumulative, since the observer zeroes a slot before a new
-    /// interface takes it, and keeps them across the interface's re-creation.
-    cum: [IfaceCounters; 2],
-    /// At the previous drain (for the JSON-lines deltas).
-    prev: [IfaceCounters; 2],
-    reattachments: u64,
-}
-
-fn minus(a: &IfaceCounters, b: &IfaceCounters) -> IfaceCounters {
-    let s = |x: u64, y: u64| x.saturating_sub(y);
-    let mut d = IfaceCounters {
-        frames: s(a.frames, b.frames),
-        frame_bytes: s(a.frame_bytes, b.frame_bytes),
-        roce_packets: s(a.roce_packets, b.roce_packets),
-        roce_bytes: s(a.roce_bytes, b.roce_bytes),
-        ..IfaceCounters::default()
-    };
-    for i in 0..4 {
-        d.ecn[i] = s(a.ecn[i], b.ecn[i]);
-    }
-    for i in 0..OpClass::COUNT {
-        d.ops[i] = s(a.ops[i], b.ops[i]);
-    }
-    d
-}
-
-/// The per-flow metrics the kernel also counts per interface.
-fn totalled(c: &IfaceCounters) -> Counts {
-    let mut t = Counts::default();
-    t.0[PACKETS] = c.roce_packets;
-    t.0[BYTES] = c.roce_bytes;
-    t.0[CE] = c.ecn[3];
-    t.0[CNP] = c.ops[OpClass::Cnp as usize];
-    t.0[NAK] = c.ops[OpClass::Nak as usize];
-    t.0[RNR_NAK] = c.ops[OpClass::RnrNak as usize];
-    t
-}
-
-fn iface_json(name: &str, dir: &str, d: &IfaceCounters) -> serde_json::Value {
-    json!({
-        "iface": name,
-        "dir": dir,
-        "frames": d.frames,
-        "frame_bytes": d.frame_bytes,
-        "packets": d.roce_packets,
-        "bytes": d.roce_bytes,
-        "ecn": {"not_ect": d.ecn[0], "ect1": d.ecn[1], "ect0": d.ecn[2], "ce": d.ecn[3]},
-        "cnp_packets": d.ops[OpClass::Cnp as usize],
-        "nak_packets": d.ops[OpClass::Nak as usize],
-        "rnr_nak_packets": d.ops[OpClass::RnrNak as usize],
-    })
-}
-
-fn counts_json(c: &Counts) -> serde_json::Map<String, serde_json::Value> {
-    METRIC_NAMES
-        .iter()
-        .zip(c.0)
-        .map(|((name, _), v)| (name.to_string(), v.into()))
-        .collect()
-}
-
-/// The collector thread's state.
-struct Collector {
-    observer: Observer,
-    config: RunConfig,
-    args: RunOverrides,
-    jsonl: Option<BufWriter<File>>,
-    publisher: metrics::Publisher,
-    health: Arc<Health>,
-    log: LogHandle,
-    book: FlowBook,
-    ifaces: Vec<IfaceTrack>,
-    /// Cumulative totals of interfaces no longer observed.
-    removed: Counts,
-    drains: u64,
-    reloads_ok: u64,
-    reloads_failed: u64,
-    last_drain: Instant,
-    /// Interfaces a reload named that do not exist yet: attached when they appear.
-    pending: Vec<String>,
-    /// The last re-attach error per interface (logged once per reason).
-    attach_errors: std::collections::HashMap<String, String>,
-}
-
-impl Collector {
-    fn new(
-        observer: Observer,
-        config: RunConfig,
-        args: RunOverrides,
-        jsonl: Option<BufWriter<File>>,
-        publisher: metrics::Publisher,
-        health: Arc<Health>,
-        log: LogHandle,
-    ) -> Self {
-        let book = FlowBook::new(config.max_series, config.idle_drains());
-        let mut c = Self {
-            observer,
-            config,
-            args,
-            jsonl,
-            publisher,
-            health,
-            log,
-            book,
-            ifaces: Vec::new(),
-            removed: Counts::default(),
-            drains: 0,
-            reloads_ok: 0,
-            reloads_failed: 0,
-            last_drain: Instant::now(),
-            pending: Vec::new(),
-            attach_errors: std::collections::HashMap::new(),
-        };
-        c.sync_ifaces();
-        c
-    }
-
-    /// Tracks the observer's interfaces: a slot taken by another interface starts from the
-    /// slot's current values.
-    fn sync_ifaces(&mut self) {
-        let now: Vec<(usize, String)> = self
-            .observer
-            .interfaces()
-            .map(|(slot, name, _, _)| (slot, name.to_string()))
-            .collect();
-        let mut gone = Vec::new();
-        self.ifaces.retain(|t| {
-            let keep = now.iter().any(|(s, n)| *s == t.slot && *n == t.name);
-            if !keep {
-                gone.push(t.cum);
-            }
-            keep
-        });
-        for cum in gone {
-            for dir in &cum {
-                self.removed.add(&totalled(dir));
-            }
-        }
-        for (slot, name) in now {
-            if !self.ifaces.iter().any(|t| t.slot == slot) {
-                // The observer zeroed the slot's counters before attaching to it.
-                self.ifaces.push(IfaceTrack {
-                    name,
-                    slot,
-                    cum: [IfaceCounters::default(); 2],
-                    prev: [IfaceCounters::default(); 2],
-                    reattachments: 0,
-                });
-            }
-        }
-        self.ifaces.sort_by(|a, b| a.name.cmp(&b.name));
-    }
-
-    fn run(mut self, rx: mpsc::Receiver<Command>, mut wake: UnixStream) -> Result<(), DaemonError> {
-        let netlink = link_events();
-        if netlink.is_none() {
-            debug!("no netlink link events: interfaces are checked once per interval");
-        }
-        let mut next = Instant::now() + self.config.interval;
-        loop {
-            let timeout = next.saturating_duration_since(Instant::now());
-            let (link_event, woken) =
-                wait(netlink.as_ref().map(|f| f.as_fd()), wake.as_fd(), timeout);
-            if woken {
-                let mut buf = [0u8; 64];
-                while matches!(std::io::Read::read(&mut wake, &mut buf), Ok(n) if n > 0) {}
-            }
-            if link_event {
-                if let Some(fd) = &netlink {
-                    drain_socket(fd.as_fd());
-                }
-                self.check_interfaces();
-            }
-            while let Ok(cmd) = rx.try_recv() {
-                match cmd {
-                    Command::Stop(signal) => return self.stop(signal),
-                    Command::Reload => {
-                        let interval = self.config.interval;
-                        self.reload();
-                        if self.config.interval != interval {
-                            next = Instant::now() + self.config.interval;
-                        }
-                    }
-                }
-            }
-            if Instant::now() >= next {
-                self.check_interfaces();
-                if let Err(e) = self.drain() {
-                    error!("{e}");
-                }
-                next += self.config.interval;
-                if next < Instant::now() {
-                    next = Instant::now() + self.config.interval;
-                }
-            }
-        }
-    }
-
-    fn stop(mut self, signal: &str) -> Result<(), DaemonError> {
-        info!("{signal}: detaching");
-        let detached = self.observer.detach();
-        // After detaching, the last drain races no packet.
-        let drained = self.drain();
-        if detached.is_ok() && drained.is_ok() {
-            info!("detached from every interface; final counters published; exiting");
-        }
-        detached?;
-        drained
-    }
-
-    fn check_interfaces(&mut self) {
-        let mut events = self.observer.check_interfaces();
-        let mut appeared = false;
-        for iface in std::mem::take(&mut self.pending) {
-            match self.observer.add_interface(&iface) {
-                Ok(_) => {
-                    info!(%iface, "interface appeared: attached");
-                    appeared = true;
-                }
-                Err(LiveError::UnknownInterface(_)) => self.pending.push(iface),
-                Err(e) => events.push(IfaceEvent::ReattachFailed {
-                    iface,
-                    error: e.to_string(),
-                }),
-            }
-        }
-        if appeared {
-            self.sync_ifaces();
-        }
-        let changed = !events.is_empty() || appeared;
-        for event in events {
-            match event {
-                IfaceEvent::Gone { iface } => {
-                    warn!(%iface, "interface gone; will re-attach when it comes back")
-                }
-                IfaceEvent::Reattached { iface, ifindex } => {
-                    self.attach_errors.remove(&iface);
-                    if let Some(t) = self.ifaces.iter_mut().find(|t| t.name == iface) {
-                        t.reattachments += 1;
-                    }
-                    info!(%iface, ifindex, "interface re-created: re-attached")
-                }
-                IfaceEvent::ReattachFailed { iface, error } => {
-                    // Tried again at every check: logged when the reason changes.
-                    if self.attach_errors.get(&iface) != Some(&error) {
-                        error!(%iface, "cannot re-attach: {error}");
-                        self.attach_errors.insert(iface, error);
-                    }
-                }
-                IfaceEvent::Link { iface, up } => {
-                    if up {
-                        info!(%iface, "link up")
-                    } else {
-                        warn!(%iface, "link down")
-                    }
-                }
-            }
-        }
-        if changed {
-            // The endpoint shows the states at once, not at the next drain.
-            let rows = self.iface_rows();
-            let published = self.publisher.update(|s| {
-                for row in rows {
-                    match s.interfaces.iter_mut().find(|r| r.name == row.name) {
-                        Some(r) => {
-                            r.attached = row.attached;
-                            r.up = row.up;
-                            r.reattachments = row.reattachments;
-                        }
-                        None => s.interfaces.push(row),
-                    }
-                }
-            });
-            if published.is_err() {
-                error!("cannot encode the metrics");
-            }
-        }
-    }
-
-    /// The interfaces' states and cumulative counters.
-    fn iface_rows(&self) -> Vec<IfaceRow> {
-        let pending = self.pending.iter().map(|name| IfaceRow {
-            name: name.clone(),
-            ..IfaceRow::default()
-        });
-        self.ifaces
-            .iter()
-            .map(|t| {
-                let attached = self
-                    .observer
-                    .interfaces()
-                    .any(|(s, _, ifindex, attached)| s == t.slot && ifindex != 0 && attached);
-                IfaceRow {
-                    name: t.name.clone(),
-                    attached,
-                    up: self.observer.link_up(t.slot).unwrap_or(false),
-                    reattachments: t.reattachments,
-                    counters: t.cum,
-                }
-            })
-            .chain(pending)
-            .collect()
-    }
-
-    fn reload(&mut self) {
-        let new = match RunConfig::load(&self.args) {
-            Ok(c) => c,
-            Err(e) => {
-                self.reloads_failed += 1;
-                error!("reload failed, keeping the running configuration: {e}");
-                return;
-            }
-        };
-        for what in self.config.fixed_changes(&new) {
-            warn!("reload: {what} changes only with a restart; keeping the running value");
-        }
-        let old: Vec<String> = self.observer.config().interfaces.clone();
-        self.pending.retain(|i| new.ifaces.contains(i));
-        for iface in old.iter().filter(|i| !new.ifaces.contains(i)) {
-            // Its counts up to now stay in the totals.
-            if let Some(t) = self.ifaces.iter_mut().find(|t| t.name == *iface)
-                && let Ok(now) = self.observer.iface_counters(t.slot)
-            {
-                t.cum = now;
-            }
-            match self.observer.remove_interface(iface) {
-                Ok(()) => info!(%iface, "reload: detached"),
-                Err(e) => error!(%iface, "reload: {e}"),
-            }
-        }
-        let mut failed = false;
-        for iface in new.ifaces.iter().filter(|i| !old.contains(i)) {
-            match self.observer.add_interface(iface) {
-                Ok(_) => info!(%iface, "reload: attached"),
-                Err(LiveError::UnknownInterface(_)) => {
-                    if !self.pending.contains(iface) {
-                        self.pending.push(iface.clone());
-                    }
-                    warn!(%iface, "reload: no such interface yet; attaching when it appears");
-                }
-                Err(e) => {
-                    failed = true;
-                    error!(%iface, "reload: {e}")
-                }
-            }
-        }
-        self.sync_ifaces();
-        self.book.set_limits(new.max_series, new.idle_drains());
-        self.health
-            .interval_ns
-            .store(new.interval.as_nanos() as u64, Ordering::Relaxed);
-        if new.log_level != self.config.log_level
-            && let Err(e) = self.log.reload(log_filter(new.log_level.as_deref()))
-        {
-            error!("reload: log level: {e}");
-        }
-        // Re-opened every time: log rotation moves the file away and sends SIGHUP.
-        self.jsonl = match new.jsonl.as_deref().map(open_jsonl).transpose() {
-            Ok(j) => j,
-            Err(e) => {
-                failed = true;
-                error!("reload: {e}");
-                None
-            }
-        };
-        let keep = self.config.clone();
-        self.config = RunConfig {
-            listen: keep.listen,
-            vantage: keep.vantage,
-            max_flows: keep.max_flows,
-            xdp_mode: keep.xdp_mode,
-            tc_hook: keep.tc_hook,
-            ..new
-        };
-        if failed {
-            self.reloads_failed += 1;
-        } else {
-            self.reloads_ok += 1;
-            info!(
-                interfaces = ?self.config.ifaces,
-                interval = ?self.config.interval,
-                max_series = self.config.max_series,
-                "configuration reloaded"
-            );
-        }
-    }
-
-    /// One interval: reads the interface counters, then the flow table and cache; ages idle
-    /// flows; publishes the snapshot and the JSON line.
-    fn drain(&mut self) -> Result<(), DaemonError> {
-        let started = Instant::now();
-        let elapsed = started.duration_since(self.last_drain);
-        self.last_drain = started;
-        // Interface counters first: the flows read afterwards hold at least what they count.
-        let mut totals = self.removed;
-        for t in &mut self.ifaces {
-            let now = self.observer.iface_counters(t.slot)?;
-            t.prev = t.cum;
-            t.cum = now;
-            for dir in &t.cum {
-                totals.add(&totalled(dir));
-            }
-        }
-        let ebpf = self.observer.ebpf();
-        let flows_fd = map_fd(ebpf, maps::FLOWS)?;
-        let cache_fd = map_fd(ebpf, maps::FLOW_CACHE)?;
-        self.book.begin();
-        let book = &mut self.book;
-        bpfsys::percpu_hash_for_each::<FlowKey, FlowStats>(flows_fd, BATCH, |k, v| {
-            book.table_entry(k, v)
-        })
-        .map_err(|e| DaemonError::Drain(e.to_string()))?;
-        bpfsys::percpu_array_for_each::<FlowSlot>(cache_fd, BATCH, |index, slots| {
-            // A slot read while the kernel gives it to another flow can pair a torn key with
-            // stats: a key that does not hash to its slot is one.
-            for s in slots.iter().filter(|s| s.key.slot() == index) {
-                book.cache_slot(&s.key, &s.stats);
-            }
-        })
-        .map_err(|e| DaemonError::Drain(e.to_string()))?;
-        let drained = self.book.finish(&totals);
-        // Idle flows: deleted with their last values (nothing lost in between).
-        for key in self.book.idle() {
-            let last = bpfsys::percpu_hash_take::<FlowKey, FlowStats>(flows_fd, &key)
-                .map_err(|e| DaemonError::Drain(e.to_string()))?;
-            self.book.retire(&key, last.as_deref());
-        }
-        let mut skipped = [0u64; SkipReason::COUNT];
-        let counters = read_counters(self.observer.ebpf())?;
-        skipped.copy_from_slice(&counters.skipped);
-        self.drains += 1;
-        let drain_seconds = started.elapsed().as_secs_f64();
-        let interfaces = self.iface_rows();
-        let snapshot = Snapshot {
-            mode: self.observer.config().vantage.name(),
-            egress: self.observer.config().vantage == crate::source::live::Vantage::Host,
-            interfaces,
-            series: drained.series,
-            rest: drained.rest,
-            interval_seconds: self.config.interval.as_secs_f64(),
-            max_series: self.config.max_series,
-            drain_seconds,
-            drains: self.drains,
-            table_entries: drained.table_entries,
-            table_capacity: self.config.max_flows,
-            flows: drained.flows,
-            evictions: drained.evictions,
-            unattributed_packets: drained.unattributed_packets,
-            aged: drained.aged,
-            demotions: drained.demotions,
-            cpu_seconds: cpu_seconds(),
-            resident_bytes: resident_bytes(),
-            skipped,
-            reloads_ok: self.reloads_ok,
-            reloads_failed: self.reloads_failed,
-        };
-        if let Some(w) = self.jsonl.as_mut() {
-            let line = json_line(&snapshot, &self.ifaces, &drained.rest_delta, elapsed);
-            let written = serde_json::to_writer(&mut *w, &line)
-                .map_err(std::io::Error::other)
-                .and_then(|()| w.write_all(b"\n"))
-                .and_then(|()| w.flush());
-            if let Err(e) = written {
-                error!("cannot write the JSON-lines file: {e}");
-            }
-        }
-        debug!(
-            drain_ms = drain_seconds * 1e3,
-            flows = drained.flows,
-            table = drained.table_entries,
-            series = snapshot.series.len(),
-            "drained"
-        );
-        if self.publisher.publish(snapshot).is_err() {
-            error!("cannot encode the metrics");
-        }
-        self.health
-            .last_drain_ns
-            .store(crate::source::live::monotonic_ns(), Ordering::Relaxed);
-        Ok(())
-    }
-}
-
-/// The JSON line of a drain: its snapshot's deltas (`rest_delta`: the rest's).
-fn json_line(
-    s: &Snapshot,
-    ifaces: &[IfaceTrack],
-    rest_delta: &Counts,
-    elapsed: Duration,
-) -> serde_json::Value {
-    let dirs: &[(usize, &str)] = if s.egress {
-        &[(0, "rx"), (1, "tx")]
-    } else {
-        &[(0, "rx")]
-    };
-    let mut interfaces = Vec::new();
-    for t in ifaces {
-        for (d, dir) in dirs {
-            interfaces.push(iface_json(&t.name, dir, &minus(&t.cum[*d], &t.prev[*d])));
-        }
-    }
-    let qps: Vec<serde_json::Value> = s
-        .series
-        .iter()
-        .filter(|r| !r.delta.is_zero())
-        .map(|r| {
-            let mut o: serde_json::Map<String, serde_json::Value> = flow_labels(&r.key)
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.into()))
-                .collect();
-            o.extend(counts_json(&r.delta));
-            o.into()
-        })
-        .collect();
-    json!({
-        "time": crate::source::live::unix_ns() as f64 / 1e9,
-        "interval_seconds": elapsed.as_secs_f64(),
-        "interfaces": interfaces,
-        "qps": qps,
-        "rest": counts_json(rest_delta),
-        "observer": {
-            "drain_seconds": s.drain_seconds,
-            "flows_tracked": s.flows,
-            "flow_table_entries": s.table_entries,
-            "flow_table_capacity": s.table_capacity,
-            "flow_evictions": s.evictions,
-            "unattributed_packets": s.unattributed_packets,
-            "flows_aged": s.aged,
-            "series_demotions": s.demotions,
-            "series": s.series.len(),
-            "cpu_seconds": s.cpu_seconds,
-            "resident_bytes": s.resident_bytes,
-        },
-    })
-}
-
-fn map_fd<'a>(ebpf: &'a aya::Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, DaemonError> {
-    use aya::maps::Map;
-    match ebpf.map(name) {
-        Some(Map::PerCpuLruHashMap(d) | Map::PerCpuHashMap(d) | Map::PerCpuArray(d)) => {
-            Ok(d.fd().as_fd())
-        }
-        _ => Err(DaemonError::Drain(format!("no per-CPU map {name}"))),
-    }
-}
-
-fn read_counters(ebpf: &aya::Ebpf) -> Result<Counters, DaemonError> {
-    let fd = map_fd(ebpf, maps::COUNTERS)?;
-    let mut total = Counters::default();
-    for c in bpfsys::percpu_array_get::<Counters>(fd, 0)
-        .map_err(|e| DaemonError::Drain(e.to_string()))?
-    {
-        total.merge(&c);
-    }
-    Ok(total)
-}
-
-/// This process's CPU time (user + system, every thread).
-pub fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct.
-    unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut u) != 0 {
-            return 0.0;
-        }
-        let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-        t(u.ru_utime) + t(u.ru_stime)
-    }
-}
-
-/// This process's resident memory.
-pub fn resident_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64
-}
-
-/// A netlink socket subscribed to link events (RTMGRP_LINK), non-blocking; None if the kernel
-/// refuses (the interval's check then finds changes).
-fn link_events() -> Option<OwnedFd> {
-    // SAFETY: plain socket/bind calls on a zeroed sockaddr_nl.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            libc::NETLINK_ROUTE,
-        );
-        if fd < 0 {
-            return None;
-        }
-        let fd = OwnedFd::from_raw_fd(fd);
-        let mut addr: libc::sockaddr_nl = std::mem::zeroed();
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        addr.nl_groups = libc::RTMGRP_LINK as u32;
-        let rc = libc::bind(
-            fd.as_raw_fd(),
-            (&raw const addr).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        );
-        (rc == 0).then_some(fd)
-    }
-}
-
-/// Reads everything waiting on a non-blocking socket (the events only wake us).
-fn drain_socket(fd: BorrowedFd<'_>) {
-    let mut buf = [0u8; 8192];
-    loop {
-        // SAFETY: reading into a local buffer.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n <= 0 {
-            break;
-        }
-    }
-}
-
-/// Waits up to `timeout` for a link event or a wake-up: (link event, woken).
-fn wait(netlink: Option<BorrowedFd<'_>>, wake: BorrowedFd<'_>, timeout: Duration) -> (bool, bool) {
-    let mut fds = vec![libc::pollfd {
-        fd: wake.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    if let Some(n) = netlink {
-        fds.push(libc::pollfd {
-            fd: n.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-    }
-    // Rounded up: rounding down would spin for the last fraction of a millisecond.
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: a valid array of pollfd.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    if rc <= 0 {
-        return (false, false);
-    }
-    let woken = fds[0].revents != 0;
-    let link = fds.get(1).is_some_and(|f| f.revents != 0);
-    (link, woken)
 }

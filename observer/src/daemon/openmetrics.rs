@@ -1,6 +1,10 @@
 //! The metrics endpoint's content: one [`Snapshot`] per drain, encoded on each scrape by the
 //! `prometheus-client` crate (OpenMetrics text, or the Prometheus text format for scrapers
 //! that do not ask for OpenMetrics).
+//!
+//! Per-QP series (`roce_qp_*`) are labelled src, dst, qp, sport, dir and mirror; `qp` is the
+//! destination QP in the table's hex notation (`qp="0x0000ab"`, as tshark prints it), or `rest`
+//! for the aggregate of the flows that are not series of their own.
 
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +16,7 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use super::flows::{Counts, METRIC_NAMES, SeriesRow};
+use super::flowbook::{Counts, METRIC_NAMES, SeriesRow};
 use crate::model::ip_of;
 
 /// One observed interface.
@@ -53,8 +57,14 @@ pub struct Snapshot {
     pub reloads_failed: u64,
 }
 
-/// Labels of a flow's series.
+/// Labels of a flow's series: `qp` in the table's hex notation, as tshark prints it
+/// (`qp="0x0000ab"`).
 pub fn flow_labels(key: &FlowKey) -> [(&'static str, String); 6] {
+    flow_fields(key, format!("0x{:06x}", key.dest_qp))
+}
+
+/// A flow's fields with `qp` as given (the JSON lines keep the decimal number).
+pub fn flow_fields(key: &FlowKey, qp: String) -> [(&'static str, String); 6] {
     let mirror = match MirrorOf::of(key.mirror) {
         MirrorOf::Direct => String::new(),
         MirrorOf::Session(id) => format!("erspan-{id}"),
@@ -63,7 +73,7 @@ pub fn flow_labels(key: &FlowKey) -> [(&'static str, String); 6] {
     [
         ("src", ip_of(key.src_ip).to_string()),
         ("dst", ip_of(key.dst_ip).to_string()),
-        ("qp", key.dest_qp.to_string()),
+        ("qp", qp),
         ("sport", key.udp_src_port.to_string()),
         (
             "dir",
@@ -78,7 +88,7 @@ pub fn flow_labels(key: &FlowKey) -> [(&'static str, String); 6] {
     ]
 }
 
-/// Labels of the rest series.
+/// Labels of the rest series (`qp="rest"`).
 pub fn rest_labels() -> [(&'static str, String); 6] {
     [
         ("src", String::new()),
@@ -470,5 +480,31 @@ impl Publisher {
         });
         *self.current.lock().map_err(|_| std::fmt::Error)? = e;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qp_labels_are_hex_and_json_fields_decimal() {
+        let key = FlowKey {
+            dest_qp: 0xab,
+            ..FlowKey::default()
+        };
+        let qp = |fields: [(&'static str, String); 6]| {
+            fields.into_iter().find(|(k, _)| *k == "qp").unwrap().1
+        };
+        assert_eq!(qp(flow_labels(&key)), "0x0000ab");
+        assert_eq!(
+            qp(flow_labels(&FlowKey {
+                dest_qp: 0xff_ffff,
+                ..key
+            })),
+            "0xffffff"
+        );
+        assert_eq!(qp(flow_fields(&key, key.dest_qp.to_string())), "171");
+        assert_eq!(qp(rest_labels()), "rest");
     }
 }

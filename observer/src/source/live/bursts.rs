@@ -1,0 +1,239 @@
+//! Microbursts: the kernel's per-interface slot rings mapped into this process, and the
+//! registration of interfaces (their entry in the ifindex-modulo array, their counters).
+
+use std::{io, os::fd::AsRawFd};
+
+use aya::{
+    Ebpf,
+    maps::{MapError, PerCpuArray},
+};
+use observer_common::{
+    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, IfaceCounters, maps,
+};
+
+use super::{LiveError, clock::monotonic_ns};
+
+/// Has the loaded object count the interfaces `interfaces` (name, ifindex) and keep their
+/// microburst slots of `slot_ns` (0: none): interface i gets slot i (rings and counters 2i and
+/// 2i + 1). Two interfaces in one entry of the ifindex-modulo array are refused. (For a bare
+/// loaded object, as the kernel tests and the benchmark use; the observer registers its
+/// interfaces one by one as it attaches.)
+pub fn observe_bursts(
+    ebpf: &mut Ebpf,
+    interfaces: &[(&str, u32)],
+    slot_ns: u64,
+) -> Result<(), LiveError> {
+    for (i, (name, ifindex)) in interfaces.iter().enumerate() {
+        check_entry_clash(interfaces[..i].iter().copied(), name, *ifindex)?;
+        register_interface(ebpf, i, *ifindex, slot_ns)?;
+    }
+    Ok(())
+}
+
+/// Refuses `name` (`ifindex`) when one of `others` (name, ifindex) has the same entry in the
+/// kernel's ifindex-modulo interface array.
+pub(super) fn check_entry_clash<'a>(
+    mut others: impl Iterator<Item = (&'a str, u32)>,
+    name: &str,
+    ifindex: u32,
+) -> Result<(), LiveError> {
+    let entry = ifindex % BURST_IFACE_SLOTS;
+    match others.find(|(_, o)| o % BURST_IFACE_SLOTS == entry) {
+        Some((other, _)) => Err(LiveError::EntryClash {
+            first: other.to_string(),
+            second: name.to_string(),
+            entry,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn burst_ifaces(
+    ebpf: &mut Ebpf,
+) -> Result<aya::maps::Array<&mut aya::maps::MapData, BurstIface>, LiveError> {
+    aya::maps::Array::try_from(ebpf.map_mut(maps::BURST_IFACES).ok_or(LiveError::BadMap {
+        map: maps::BURST_IFACES,
+        problem: "missing",
+    })?)
+    .map_err(LiveError::InterfaceMap)
+}
+
+/// Zeroes the per-interface counters of interface slot `slot` (no interface is registered
+/// there: nothing writes them meanwhile).
+pub(super) fn zero_iface_counters(ebpf: &mut Ebpf, slot: usize) -> Result<(), LiveError> {
+    let fail = |source: MapError| LiveError::MapAccess {
+        map: maps::IFACE_COUNTERS,
+        source,
+    };
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| fail(e.into()))?;
+    let mut counters: PerCpuArray<_, IfaceCounters> = PerCpuArray::try_from(
+        ebpf.map_mut(maps::IFACE_COUNTERS)
+            .ok_or(LiveError::BadMap {
+                map: maps::IFACE_COUNTERS,
+                problem: "missing",
+            })?,
+    )
+    .map_err(fail)?;
+    for dir in 0..2 {
+        let zero = aya::maps::PerCpuValues::try_from(vec![IfaceCounters::default(); cpus])
+            .map_err(|e| fail(e.into()))?;
+        counters.set(2 * slot as u32 + dir, zero, 0).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// Points the kernel's entry for `ifindex` at interface slot `slot`.
+pub(super) fn register_interface(
+    ebpf: &mut Ebpf,
+    slot: usize,
+    ifindex: u32,
+    slot_ns: u64,
+) -> Result<(), LiveError> {
+    let value = BurstIface {
+        ring: 2 * slot as u32,
+        ifindex,
+        slot_ns,
+    };
+    burst_ifaces(ebpf)?
+        .set(ifindex % BURST_IFACE_SLOTS, value, 0)
+        .map_err(LiveError::InterfaceMap)
+}
+
+/// Clears the kernel's entry for `ifindex` (if it is still that interface's).
+pub(super) fn unregister_interface(ebpf: &mut Ebpf, ifindex: u32) {
+    if let Ok(mut ifaces) = burst_ifaces(ebpf) {
+        let at = ifindex % BURST_IFACE_SLOTS;
+        if ifaces.get(&at, 0).is_ok_and(|v| v.ifindex == ifindex) {
+            let _ = ifaces.set(at, BurstIface::default(), 0);
+        }
+    }
+}
+
+/// What reading a ring slot found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotRead {
+    /// The slot's wire bytes (non-zero).
+    Bytes(u64, u64),
+    /// Slots the ring had reused before they were read.
+    Lost(u64),
+}
+
+/// The kernel's microburst rings, mapped into this process: reads complete slots in order and
+/// zeroes them for the ring's next turn.
+pub struct BurstReader {
+    ptr: std::ptr::NonNull<BurstSlot>,
+    len_bytes: usize,
+    rings: usize,
+    slot_ns: u64,
+    /// Per ring, the next slot to read.
+    next: Vec<u64>,
+}
+
+// SAFETY: the mapping is owned by the reader and only touched through &mut self.
+unsafe impl Send for BurstReader {}
+
+impl BurstReader {
+    pub(super) fn new(
+        data: &aya::maps::MapData,
+        rings: usize,
+        slot_ns: u64,
+    ) -> Result<Self, LiveError> {
+        use std::os::fd::AsFd;
+        let len_bytes = rings * BURST_RING_SLOTS as usize * std::mem::size_of::<BurstSlot>();
+        let fd = data.fd().as_fd();
+        // SAFETY: mapping the map's value area (BPF_F_MMAPABLE), shared with the kernel.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(LiveError::BurstMap(io::Error::last_os_error()));
+        }
+        let now = monotonic_ns() / slot_ns;
+        Ok(Self {
+            ptr: std::ptr::NonNull::new(ptr.cast()).expect("mmap succeeded"),
+            len_bytes,
+            rings,
+            slot_ns,
+            next: vec![now; rings],
+        })
+    }
+
+    pub fn slot_ns(&self) -> u64 {
+        self.slot_ns
+    }
+
+    /// How often to drain so that no slot is reused before it is read: a quarter of a ring.
+    pub fn period(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos((self.slot_ns * BURST_RING_SLOTS as u64 / 4).max(1))
+    }
+
+    /// Reads every ring's slots before `upto` (exclusive): `f(ring, what)`. Live, `upto` is the
+    /// current slot less one (slots still being written stay); after detaching, any later slot.
+    pub fn drain_until(&mut self, upto: u64, mut f: impl FnMut(usize, SlotRead)) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let ring_len = BURST_RING_SLOTS as u64;
+        for ring in 0..self.rings {
+            let mut s = self.next[ring];
+            if upto > s + ring_len {
+                f(ring, SlotRead::Lost(upto - ring_len - s));
+                s = upto - ring_len;
+            }
+            while s < upto {
+                let i = ring * BURST_RING_SLOTS as usize + (s % ring_len) as usize;
+                // SAFETY: i < rings * BURST_RING_SLOTS, inside the mapping; the kernel writes
+                // the tag with plain stores and the bytes atomically.
+                unsafe {
+                    let e = self.ptr.as_ptr().add(i);
+                    let tag = std::ptr::read_volatile(&raw const (*e).slot);
+                    if tag == s {
+                        let bytes =
+                            AtomicU64::from_ptr(&raw mut (*e).bytes).swap(0, Ordering::AcqRel);
+                        if bytes > 0 {
+                            f(ring, SlotRead::Bytes(s, bytes));
+                        }
+                    }
+                }
+                s += 1;
+            }
+            self.next[ring] = s.max(self.next[ring]);
+        }
+    }
+
+    /// Reads the complete slots (all but the current one and the one before it).
+    pub fn drain(&mut self, f: impl FnMut(usize, SlotRead)) {
+        let now = monotonic_ns() / self.slot_ns;
+        self.drain_until(now.saturating_sub(1), f);
+    }
+}
+
+impl Drop for BurstReader {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len_bytes) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interfaces_in_one_kernel_entry_are_refused() {
+        let others = [("eth0", 5), ("eth1", 6)];
+        assert!(check_entry_clash(others.iter().copied(), "eth2", 7).is_ok());
+        let e = check_entry_clash(others.iter().copied(), "veth9", 5 + BURST_IFACE_SLOTS)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "interfaces 'eth0' and 'veth9' share the kernel's interface entry 5 (ifindex modulo 4096); observe them in two processes"
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! Reading the kernel maps: the one reader of the flow table, the flow cache, the pause table
+//! and the counters, for a snapshot ([`read_maps`]) and for the daemon's drains ([`read_flows`]).
+//!
+//! Every read goes through [`bpfsys`]: batched lookups (`BPF_MAP_LOOKUP_BATCH`, [`BATCH`]
+//! entries per syscall), one key at a time on kernels without them. A batch walk sees each hash
+//! bucket once while the programs update the map (a key-at-a-time walk can repeat entries when
+//! its current key is deleted under it).
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use aya::{Ebpf, maps::Map};
+use observer_common::{
+    Counters, FlowKey, FlowSlot, FlowStats, IfaceCounters, PauseKey, PauseStats, maps,
+};
+
+use super::{LiveError, bpfsys};
+use crate::aggregate::Aggregate;
+
+/// Entries per batched read (a few hundred: the buffers stay in cache; measured faster than
+/// 4096).
+const BATCH: u32 = 256;
+
+/// What reading the flow maps hands over: the flow table's entries, then the flow cache's slots.
+pub trait FlowSink {
+    /// A flow-table entry: one value per possible CPU.
+    fn table_entry(&mut self, key: &FlowKey, per_cpu: &[FlowStats]);
+    /// One CPU's flow-cache slot (empty ones included: no packets).
+    fn cache_slot(&mut self, key: &FlowKey, stats: &FlowStats);
+}
+
+/// Reads the flow table, then the per-CPU flow cache in front of it, into `sink`. A cache slot
+/// read while the kernel gives it to another flow can pair a torn key with stats: a key that
+/// does not hash to its slot is one, and is left out. While the programs run, a flow written back
+/// from the cache between the two reads can be missed or counted twice; detach first for a final
+/// read.
+pub fn read_flows(ebpf: &Ebpf, sink: &mut impl FlowSink) -> Result<(), LiveError> {
+    let flows = map_fd(ebpf, maps::FLOWS)?;
+    bpfsys::percpu_hash_for_each::<FlowKey, FlowStats>(flows, BATCH, |k, v| sink.table_entry(k, v))
+        .map_err(read_error(maps::FLOWS))?;
+    let cache = map_fd(ebpf, maps::FLOW_CACHE)?;
+    bpfsys::percpu_array_for_each::<FlowSlot>(cache, BATCH, |index, slots| {
+        for s in whole_slots(index, slots) {
+            sink.cache_slot(&s.key, &s.stats);
+        }
+    })
+    .map_err(read_error(maps::FLOW_CACHE))?;
+    Ok(())
+}
+
+/// The slots of cache entry `index` (one per CPU) whose key belongs there.
+fn whole_slots(index: u32, slots: &[FlowSlot]) -> impl Iterator<Item = &FlowSlot> {
+    slots.iter().filter(move |s| s.key.slot() == index)
+}
+
+/// Deletes `key` from the flow table: its last per-CPU values, none when it is not there.
+pub fn take_flow(ebpf: &Ebpf, key: &FlowKey) -> Result<Option<Vec<FlowStats>>, LiveError> {
+    bpfsys::percpu_hash_take::<FlowKey, FlowStats>(map_fd(ebpf, maps::FLOWS)?, key)
+        .map_err(read_error(maps::FLOWS))
+}
+
+/// The global counters, summed over CPUs.
+pub fn read_counters(ebpf: &Ebpf) -> Result<Counters, LiveError> {
+    let mut total = Counters::default();
+    for c in per_cpu(ebpf, maps::COUNTERS, 0)? {
+        total.merge(&c);
+    }
+    Ok(total)
+}
+
+/// Per-interface counters of interface slot `slot`, summed over CPUs: [ingress, egress].
+pub fn iface_counters(ebpf: &Ebpf, slot: usize) -> Result<[IfaceCounters; 2], LiveError> {
+    let mut out = [IfaceCounters::default(); 2];
+    for (dir, total) in out.iter_mut().enumerate() {
+        for c in per_cpu(ebpf, maps::IFACE_COUNTERS, 2 * slot as u32 + dir as u32)? {
+            total.merge(&c);
+        }
+    }
+    Ok(out)
+}
+
+/// Sums the observer's per-CPU maps of a loaded object (the counters, the flow table and the
+/// flow cache in front of it, the pause table); timestamps shifted by `ts_offset_ns` (0 keeps
+/// the kernel's monotonic clock). While the program runs, a flow written back from the cache
+/// between the two reads can be missed or counted twice; detach first for a final read.
+pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError> {
+    let mut agg = Aggregate::new();
+    agg.counters = read_counters(ebpf)?;
+    read_flows(
+        ebpf,
+        &mut Shifted {
+            agg: &mut agg,
+            by: ts_offset_ns,
+        },
+    )?;
+    let pauses = map_fd(ebpf, maps::PAUSES)?;
+    bpfsys::percpu_hash_for_each::<PauseKey, PauseStats>(pauses, BATCH, |key, per_cpu| {
+        for s in per_cpu {
+            let mut s = *s;
+            if s.frames_total() > 0 {
+                s.first_seen_ns = shift(s.first_seen_ns, ts_offset_ns);
+                s.last_seen_ns = shift(s.last_seen_ns, ts_offset_ns);
+            }
+            agg.merge_pause(*key, &s);
+        }
+    })
+    .map_err(read_error(maps::PAUSES))?;
+    Ok(agg)
+}
+
+/// Flows summed into an aggregate, their times shifted.
+struct Shifted<'a> {
+    agg: &'a mut Aggregate,
+    by: i128,
+}
+
+impl Shifted<'_> {
+    fn add(&mut self, key: &FlowKey, s: &FlowStats) {
+        let mut s = *s;
+        if s.packets > 0 {
+            s.first_seen_ns = shift(s.first_seen_ns, self.by);
+            s.last_seen_ns = shift(s.last_seen_ns, self.by);
+        }
+        self.agg.merge_flow(*key, &s);
+    }
+}
+
+impl FlowSink for Shifted<'_> {
+    fn table_entry(&mut self, key: &FlowKey, per_cpu: &[FlowStats]) {
+        for s in per_cpu {
+            self.add(key, s);
+        }
+    }
+
+    fn cache_slot(&mut self, key: &FlowKey, stats: &FlowStats) {
+        self.add(key, stats);
+    }
+}
+
+/// Index `index` of the per-CPU array `name`: one value per possible CPU.
+fn per_cpu<V: aya::Pod>(ebpf: &Ebpf, name: &'static str, index: u32) -> Result<Vec<V>, LiveError> {
+    bpfsys::percpu_array_get::<V>(map_fd(ebpf, name)?, index).map_err(read_error(name))
+}
+
+/// A per-CPU map of the loaded object, or `BadMap` naming it.
+fn map_fd<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, LiveError> {
+    match map(ebpf, name)? {
+        Map::PerCpuLruHashMap(d) | Map::PerCpuHashMap(d) | Map::PerCpuArray(d) => {
+            Ok(d.fd().as_fd())
+        }
+        _ => Err(LiveError::BadMap {
+            map: name,
+            problem: "not a per-CPU map",
+        }),
+    }
+}
+
+/// A map of the loaded object, or `BadMap` naming it.
+pub(super) fn map<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<&'a Map, LiveError> {
+    ebpf.map(name).ok_or(LiveError::BadMap {
+        map: name,
+        problem: "missing",
+    })
+}
+
+fn read_error(map: &'static str) -> impl Fn(bpfsys::BpfSysError) -> LiveError {
+    move |source| LiveError::ReadMap { map, source }
+}
+
+fn shift(ns: u64, by: i128) -> u64 {
+    (ns as i128 + by).clamp(0, u64::MAX as i128) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn torn_cache_slots_are_left_out() {
+        let key = FlowKey {
+            dest_qp: 0xab,
+            udp_src_port: 49152,
+            ..FlowKey::default()
+        };
+        let mut other = key;
+        other.dest_qp += 1;
+        assert_ne!(key.slot(), other.slot());
+        let slot = |key| FlowSlot {
+            key,
+            stats: FlowStats {
+                packets: 1,
+                ..FlowStats::default()
+            },
+        };
+        // CPU 0 holds the entry's flow, CPU 1 a key torn by a write for another entry.
+        let slots = [slot(key), slot(other)];
+        let whole: Vec<_> = whole_slots(key.slot(), &slots).map(|s| s.key).collect();
+        assert_eq!(whole, [key]);
+    }
+}
