@@ -7,7 +7,7 @@
 //! 802.3x PAUSE) frames, XON frames and summed quanta, from tshark's `macc` fields.
 //!
 //! The tshark side is independent of the observer: it maps BTH opcodes and AETH syndromes to
-//! operation classes from the wire specification (docs/rocev2-wire.md), not through
+//! operation classes from the wire specification (docs/wire.md), not through
 //! `observer_common`.
 
 use std::{

@@ -3,8 +3,7 @@
 use clap::ValueEnum;
 use roce_observer::{
     analysis::ecmp::{Bucket, Fields, HashFn},
-    daemon::config::RunMode,
-    source::live::{AttachMode, TcHook, Vantage},
+    source::live::{AttachMode, Mode, TcHook, Vantage},
 };
 
 /// XDP attach mode.
@@ -62,7 +61,7 @@ pub enum ModeArg {
     Mirror,
 }
 
-impl From<ModeArg> for RunMode {
+impl From<ModeArg> for Mode {
     fn from(a: ModeArg) -> Self {
         match a {
             ModeArg::Host => Self::Host,
@@ -75,13 +74,9 @@ impl ModeArg {
     /// The vantage point with `--consume`; consuming needs mirror mode (host mode never drops
     /// a packet).
     pub fn vantage(self, consume: bool) -> anyhow::Result<Vantage> {
-        match (self, consume) {
-            (Self::Host, true) => {
-                anyhow::bail!("--consume needs --mode mirror (host mode never drops a packet)")
-            }
-            (Self::Host, false) => Ok(Vantage::Host),
-            (Self::Mirror, consume) => Ok(Vantage::Mirror { consume }),
-        }
+        Vantage::of(self.into(), consume).ok_or_else(|| {
+            anyhow::anyhow!("--consume needs --mode mirror (host mode never drops a packet)")
+        })
     }
 }
 
@@ -179,7 +174,7 @@ mod tests {
     fn clap_names_are_the_library_names() {
         same_names::<XdpModeArg, AttachMode>();
         same_names::<TcHookArg, TcHook>();
-        same_names::<ModeArg, RunMode>();
+        same_names::<ModeArg, Mode>();
         same_names::<HashArg, HashFn>();
         same_names::<FieldsArg, Fields>();
         same_names::<BucketArg, Bucket>();

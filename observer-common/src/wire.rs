@@ -1,4 +1,4 @@
-//! RoCEv2 wire constants (see shared/docs/rocev2-wire.md; IBTA annex A17).
+//! RoCEv2 wire constants (see docs/wire.md; IBTA annex A17).
 
 pub const ETH_HEADER_LEN: usize = 14;
 pub const ETHERTYPE_IPV4: u16 = 0x0800;

@@ -1,6 +1,6 @@
 //! The parser and the flow accounting against hand-built frames.
 //!
-//! Expectations come from shared/docs/rocev2-wire.md and the IBTA header tables (IBTA annex A16/A17,
+//! Expectations come from docs/wire.md and the IBTA header tables (IBTA annex A16/A17,
 //! Linux rxe_opcode.c), never from the parser's own code.
 
 use observer_common::wire::op;

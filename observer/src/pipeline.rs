@@ -207,7 +207,7 @@ impl LiveSession {
         let timeline_config = analysis.timeline(speed);
         let config = LiveConfig {
             interfaces: options.interfaces.clone(),
-            mode: options.xdp_mode,
+            xdp_mode: options.xdp_mode,
             vantage: options.vantage,
             max_flows: options.max_flows,
             tc_hook: options.tc_hook,

@@ -98,6 +98,12 @@ pub fn parse_link_speed(s: &str) -> Result<u64, String> {
     Ok(bps.round() as u64)
 }
 
+/// The microburst slot width unless one is given: 100 us.
+pub const DEFAULT_SLOT_NS: u64 = 100_000;
+/// The narrowest slot (10 us) and the widest (100 ms).
+pub const MIN_SLOT_NS: u64 = 10_000;
+pub const MAX_SLOT_NS: u64 = 100_000_000;
+
 /// A microburst slot width in ns: `off`, or 10us to 100ms.
 pub fn parse_slot(s: &str) -> Result<u64, String> {
     if s.trim() == "off" {
@@ -117,7 +123,7 @@ pub fn parse_slot(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("'{t}' is not a slot width (use 100us, 1ms, or off)"))?;
     let ns = (v * scale).round();
-    if !(10_000.0..=100_000_000.0).contains(&ns) {
+    if !(MIN_SLOT_NS as f64..=MAX_SLOT_NS as f64).contains(&ns) {
         return Err(format!("'{t}': a slot width between 10us and 100ms"));
     }
     Ok(ns as u64)

@@ -29,7 +29,7 @@ pub const MIN_LIVE_INTERVAL_NS: u64 = 100_000_000;
 /// Most intervals a series holds; a longer capture needs a longer `--interval`.
 pub const MAX_INTERVALS: u64 = 100_000;
 /// Default microburst slot.
-pub const DEFAULT_SLOT_NS: u64 = 100_000;
+pub use crate::units::DEFAULT_SLOT_NS;
 /// Flows given their own series (the largest by bytes).
 pub const SERIES_FLOWS: usize = 10;
 /// Bursts listed per interface (the highest peaks).

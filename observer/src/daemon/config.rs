@@ -10,7 +10,7 @@ use std::{
 use serde::Deserialize;
 
 use crate::{
-    source::live::{AttachMode, TcHook, Vantage},
+    source::live::{AttachMode, Mode, TcHook, Vantage},
     units::Named,
 };
 
@@ -38,26 +38,6 @@ pub enum ConfigError {
     Invalid { what: String, detail: String },
 }
 
-/// Where the observer sits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunMode {
-    #[default]
-    Host,
-    Mirror,
-}
-
-impl Named for RunMode {
-    const ALL: &'static [Self] = &[Self::Host, Self::Mirror];
-
-    fn name(self) -> &'static str {
-        match self {
-            Self::Host => "host",
-            Self::Mirror => "mirror",
-        }
-    }
-}
-
 /// What the command line says for `roce-observer run`; each set field overrides the config file's
 /// key of the same name.
 #[derive(Debug, Clone, Default)]
@@ -67,7 +47,7 @@ pub struct RunOverrides {
     /// TOML file with the same keys as these flags (snake_case); read again on SIGHUP.
     pub config: Option<PathBuf>,
     /// host (default) or mirror (a SPAN/ERSPAN destination port).
-    pub mode: Option<RunMode>,
+    pub mode: Option<Mode>,
     /// Mirror mode only: drop the copies after accounting.
     pub consume: bool,
     /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
@@ -98,7 +78,7 @@ pub struct RunOverrides {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     iface: Option<Vec<String>>,
-    mode: Option<RunMode>,
+    mode: Option<Mode>,
     consume: Option<bool>,
     interval: Option<String>,
     listen: Option<String>,
@@ -192,13 +172,8 @@ impl RunConfig {
         }
         let mode = args.mode.or(f.mode).unwrap_or_default();
         let consume = args.consume || f.consume.unwrap_or(false);
-        let vantage = match mode {
-            RunMode::Host if consume => {
-                return Err(invalid("consume", "only in mirror mode"));
-            }
-            RunMode::Host => Vantage::Host,
-            RunMode::Mirror => Vantage::Mirror { consume },
-        };
+        let vantage =
+            Vantage::of(mode, consume).ok_or_else(|| invalid("consume", "only in mirror mode"))?;
         let duration = |key: &str, v: &Option<String>| -> Result<Option<Duration>, ConfigError> {
             v.as_deref()
                 .map(|s| {

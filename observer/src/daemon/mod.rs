@@ -78,7 +78,7 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         Signals::register()?
     };
     let mut live = LiveConfig::new(config.ifaces.clone());
-    live.mode = config.xdp_mode;
+    live.xdp_mode = config.xdp_mode;
     live.vantage = config.vantage;
     live.max_flows = config.max_flows;
     live.tc_hook = config.tc_hook;

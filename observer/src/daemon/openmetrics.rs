@@ -60,7 +60,7 @@ pub struct Snapshot {
 /// Labels of a flow's series: `qp` in the table's hex notation, as tshark prints it
 /// (`qp="0x0000ab"`).
 pub fn flow_labels(key: &FlowKey) -> [(&'static str, String); 6] {
-    flow_fields(key, format!("0x{:06x}", key.dest_qp))
+    flow_fields(key, crate::model::qp_hex(key.dest_qp))
 }
 
 /// A flow's fields with `qp` as given (the JSON lines keep the decimal number).

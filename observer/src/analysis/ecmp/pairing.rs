@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn the_drivers_source_port_rule() {
-        // Worked by hand from the rule in docs/rocev2-wire.md.
+        // Worked by hand from the rule in docs/wire.md.
         assert_eq!(rdma_udp_sport(0x11, 0x12), 0xC132);
         assert_eq!(rdma_udp_sport(0x000D40, 0x001A80), 0xE029);
         assert_eq!(rdma_udp_sport(0xABCDEF, 0x123456), 0xC3C8);

@@ -97,7 +97,28 @@ impl crate::units::Named for TcHook {
     }
 }
 
-/// Where the observer sits.
+/// Where the observer sits, as people choose it (`--mode`, `mode = "mirror"`); with `consume`
+/// it makes the [`Vantage`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Host,
+    Mirror,
+}
+
+impl crate::units::Named for Mode {
+    const ALL: &'static [Self] = &[Self::Host, Self::Mirror];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Mirror => "mirror",
+        }
+    }
+}
+
+/// Where the observer sits, and what it does with mirror copies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Vantage {
     /// On a host's own interface: every frame passes on unchanged.
@@ -110,6 +131,16 @@ pub enum Vantage {
 }
 
 impl Vantage {
+    /// The vantage of `mode` with `consume`; none for consuming in host mode (host mode never
+    /// drops a packet).
+    pub const fn of(mode: Mode, consume: bool) -> Option<Self> {
+        match (mode, consume) {
+            (Mode::Host, true) => None,
+            (Mode::Host, false) => Some(Self::Host),
+            (Mode::Mirror, consume) => Some(Self::Mirror { consume }),
+        }
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             Self::Host => "host",
@@ -130,7 +161,8 @@ impl Vantage {
 #[derive(Clone, Debug)]
 pub struct LiveConfig {
     pub interfaces: Vec<String>,
-    pub mode: AttachMode,
+    /// How XDP attaches (driver or generic); where the observer sits is `vantage`.
+    pub xdp_mode: AttachMode,
     pub vantage: Vantage,
     pub max_flows: u32,
     /// Host mode: the TC egress hook.
@@ -143,11 +175,11 @@ impl LiveConfig {
     pub fn new(interfaces: Vec<String>) -> Self {
         Self {
             interfaces,
-            mode: AttachMode::Auto,
+            xdp_mode: AttachMode::Auto,
             vantage: Vantage::Host,
             max_flows: DEFAULT_MAX_FLOWS,
             tc_hook: TcHook::Auto,
-            burst_slot_ns: crate::analysis::series::DEFAULT_SLOT_NS,
+            burst_slot_ns: crate::units::DEFAULT_SLOT_NS,
         }
     }
 }
@@ -339,10 +371,10 @@ impl Observer {
             .program_mut(name)
             .and_then(|p| p.try_into().ok())
             .ok_or(LiveError::MissingProgram(name))?;
-        match prog.attach(iface, self.config.mode.xdp()) {
+        match prog.attach(iface, self.config.xdp_mode.xdp()) {
             Ok(link) => attached.xdp = Some(link),
             Err(e) => {
-                let e = attach_error(iface, self.config.mode, e);
+                let e = attach_error(iface, self.config.xdp_mode, e);
                 let _ = self.release(&mut attached, true);
                 return Err(e);
             }

@@ -74,7 +74,7 @@ const HISTORY: usize = 4096;
 /// the responder's ACKs, NAKs, READ responses and CNPs, and lets a scenario inject loss (a gap of n
 /// PSNs) and go-back-N retransmission, recording those events into the truth as it injects them.
 ///
-/// The PSN events follow the observer's rules (rocev2-wire.md): requests of RC/UC/XRC only; a READ
+/// The PSN events follow the observer's rules (docs/wire.md): requests of RC/UC/XRC only; a READ
 /// of L bytes makes the next request PSN acceptable anywhere in [psn + ceil(L/4096),
 /// psn + ceil(L/256)] (the stream itself advances by ceil(L/pmtu)); beyond that a jump is one gap,
 /// missing = the distance past the end of that range; a backward step is one regression.
