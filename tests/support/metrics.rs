@@ -1,0 +1,46 @@
+//! The sidecar's exported metric names.
+
+/// Every sample name `roce-observer run` exports (counters with their `_total`): the sidecar
+/// test checks a scrape has exactly these, the deploy test that the rules and dashboard use
+/// only these.
+pub const EXPORTED_METRICS: &[&str] = &[
+    // Per interface.
+    "roce_iface_frames_total",
+    "roce_iface_frame_bytes_total",
+    "roce_packets_total",
+    "roce_bytes_total",
+    "roce_ecn_packets_total",
+    "roce_op_packets_total",
+    // Per queue pair (top K plus qp="rest").
+    "roce_qp_packets_total",
+    "roce_qp_bytes_total",
+    "roce_qp_ce_packets_total",
+    "roce_qp_cnp_packets_total",
+    "roce_qp_nak_packets_total",
+    "roce_qp_rnr_nak_packets_total",
+    "roce_qp_psn_gaps_total",
+    "roce_qp_psn_missing_total",
+    "roce_qp_retransmissions_total",
+    // The daemon itself.
+    "roce_observer_info",
+    "roce_observer_interface_attached",
+    "roce_observer_interface_up",
+    "roce_observer_reattachments_total",
+    "roce_observer_drain_seconds",
+    "roce_observer_drains_total",
+    "roce_observer_flows_tracked",
+    "roce_observer_flow_table_entries",
+    "roce_observer_flow_table_capacity",
+    "roce_observer_flow_table_fill_ratio",
+    "roce_observer_flow_evictions_total",
+    "roce_observer_unattributed_packets_total",
+    "roce_observer_flows_aged_total",
+    "roce_observer_series",
+    "roce_observer_max_series",
+    "roce_observer_series_demotions_total",
+    "roce_observer_cpu_seconds_total",
+    "roce_observer_resident_memory_bytes",
+    "roce_observer_skipped_frames_total",
+    "roce_observer_config_reloads_total",
+    "roce_observer_interval_seconds",
+];

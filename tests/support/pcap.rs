@@ -1,0 +1,81 @@
+//! Captures and ground truth: pcap frames, the shared captures, the generator's truth as an
+//! aggregate, and flows without their timing.
+
+use std::path::Path;
+
+use roce_observer::{aggregate::Aggregate, source::synth::Truth};
+
+/// The ground truth of a synthetic workload as an [`Aggregate`].
+pub fn truth_aggregate(t: &Truth) -> Aggregate {
+    Aggregate {
+        flows: t.flows.iter().map(|(k, v)| (*k, *v)).collect(),
+        pauses: t.pauses.clone(),
+        counters: t.counters,
+    }
+}
+
+/// Report flows without what depends on timing (times, rate), in a fixed order.
+pub fn timeless(flows: &[roce_observer::model::Flow]) -> Vec<roce_observer::model::Flow> {
+    let mut v: Vec<roce_observer::model::Flow> = flows
+        .iter()
+        .cloned()
+        .map(|mut f| {
+            f.first_seen_ns = 0;
+            f.last_seen_ns = 0;
+            f.rate_bps = 0.0;
+            f
+        })
+        .collect();
+    v.sort_by_key(|f| {
+        (
+            f.src_ip,
+            f.dst_ip,
+            f.dest_qp,
+            f.udp_src_port,
+            f.mirror.as_ref().and_then(|m| m.session),
+            f.direction,
+        )
+    });
+    v
+}
+
+/// The frames of a classic little-endian pcap file (what the shared captures are).
+pub fn pcap_frames(path: &std::path::Path) -> Vec<Vec<u8>> {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(
+        b[..4],
+        [0xD4, 0xC3, 0xB2, 0xA1],
+        "{}: a little-endian pcap",
+        path.display()
+    );
+    let mut frames = Vec::new();
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let caplen = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        frames.push(b[at + 16..at + 16 + caplen].to_vec());
+        at += 16 + caplen;
+    }
+    assert_eq!(at, b.len(), "{}: whole records", path.display());
+    frames
+}
+
+/// The files of `../shared/captures/SUB`, sorted; `None` (loudly) when the folder is missing
+/// outside CI, a failure under CI.
+pub fn shared_capture_files(test: &str, sub: &str) -> Option<Vec<std::path::PathBuf>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/captures")
+        .join(sub);
+    if !dir.is_dir() {
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: {} missing under CI", dir.display());
+        }
+        eprintln!("\n*** SKIPPED {test}: {} missing ***\n", dir.display());
+        return None;
+    }
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    Some(files)
+}
