@@ -20,7 +20,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 cd "$root"
-cargo build -q -p roce-observer
+cargo build -q -p roce-observer-cli
 bin="$root/target/debug/roce-observer"
 
 for name in $("$bin" synth --list | awk '{print $1}'); do

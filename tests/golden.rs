@@ -140,6 +140,17 @@ fn cases(scenarios: &[String], shared: &[String]) -> Vec<Case> {
     v
 }
 
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            collect(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
 /// What a run printed: stdout, then stderr and the exit code when either is not the plain
 /// success (a refused file is part of the behaviour too).
 fn observed(dir: &Path, case: &Case) -> String {
@@ -224,6 +235,20 @@ fn outputs_equal_the_golden_files() {
                 want.lines().nth(line).unwrap_or("<end>")
             ));
         }
+    }
+    if !update {
+        // Every file under tests/golden/ belongs to a case: a scenario or capture that went
+        // away must take its golden file with it, not leave it unchecked.
+        let mut files = Vec::new();
+        collect(&golden_dir(), &mut files);
+        let cased: std::collections::BTreeSet<PathBuf> =
+            cases.iter().map(|c| golden_dir().join(&c.file)).collect();
+        let orphans: Vec<String> = files
+            .iter()
+            .filter(|f| !cased.contains(*f))
+            .map(|f| f.display().to_string())
+            .collect();
+        assert!(orphans.is_empty(), "golden files of no case: {orphans:?}");
     }
     assert!(
         differing.is_empty(),

@@ -18,11 +18,25 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// PATH without any folder that holds a bpf-linker (the project's tools folder among them).
-fn path_without_bpf_linker() -> String {
+/// PATH with no bpf-linker on it: a folder that holds one (the project's tools folder, or
+/// `~/.cargo/bin` beside cargo and rustup) is replaced by a copy of its links without it.
+fn path_without_bpf_linker(scratch: &Path) -> String {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let dirs: Vec<PathBuf> = std::env::split_paths(&path)
-        .filter(|d| !d.join("bpf-linker").exists())
+        .enumerate()
+        .map(|(i, d)| {
+            if !d.join("bpf-linker").exists() {
+                return d;
+            }
+            let shadow = scratch.join(format!("path-{i}"));
+            let _ = std::fs::create_dir_all(&shadow);
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                if e.file_name() != "bpf-linker" {
+                    let _ = std::os::unix::fs::symlink(e.path(), shadow.join(e.file_name()));
+                }
+            }
+            shadow
+        })
         .collect();
     std::env::join_paths(dirs).unwrap().into_string().unwrap()
 }
@@ -54,7 +68,8 @@ fn cargo_check(dir: &Path) -> (bool, String) {
     let out = Command::new(env!("CARGO"))
         .current_dir(dir)
         .args(["check", "--package", "roce-observer"])
-        .env("PATH", path_without_bpf_linker())
+        .env("PATH", path_without_bpf_linker(dir.parent().unwrap()))
+        .env_remove("AYA_BUILD_SKIP")
         .env(
             "CARGO_TARGET_DIR",
             workspace().join("target/newcomer-check"),
@@ -245,6 +260,18 @@ fn no_output_flag_overwrites_an_input() {
     }
     assert_eq!(std::fs::read(&cap).unwrap(), before);
 
+    // Standard input redirected from the capture is the capture.
+    let out = Command::new(CLI)
+        .args(["replay", "-", "--html"])
+        .arg(&cap)
+        .stdin(std::fs::File::open(&cap).unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("refusing to overwrite it"), "{err}");
+    assert_eq!(std::fs::read(&cap).unwrap(), before);
+
     // A new file, or a device, is written as before.
     let html = scratch.path("report.html");
     let (status, _, err) = output(
@@ -311,6 +338,8 @@ fn a_closed_pipe_ends_the_output_quietly() {
         &["replay", "many.pcap", "--top", "100000", "--no-color"],
         &["synth", "--scenario", "many-qps", "-o", "-"],
         &["ecmp", "--uplinks", "4", "--pcap", "many.pcap", "--json"],
+        &["replay", "many.pcap", "--html", "/dev/stdout", "--no-progress"],
+        &["synth", "--scenario", "many-qps", "-o", "/dev/stdout"],
     ] {
         let (status, err) = read_then_close(args, &scratch.path(""), 100);
         assert!(status.success(), "{args:?}: {status}: {err}");

@@ -5,10 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roce_observer::{
-    replay::Replay,
-    report::{Report, Source},
-};
+use roce_observer::{model::Source, render::table::render_table, source::replay::Replay};
 
 fuzz_target!(|data: &[u8]| {
     let mut replay = Replay::new();
@@ -16,13 +13,12 @@ fuzz_target!(|data: &[u8]| {
     // Touch what a report would read.
     let _ = replay.window_seconds();
     let _ = replay.agg.comparable();
-    let mut report = Report::new(
-        &replay.agg,
+    let mut report = replay.agg.report(
         Source::pcap(replay.files.clone(), replay.warnings.clone()),
         replay.window_seconds(),
     );
     report.set_link_speed(Some(400_000_000_000));
-    let _ = report.render_table(5);
+    let _ = render_table(&report, 5);
     let _ = observer_common::parse(data);
     let parsed = observer_common::parse_frame(data);
     let _ = parsed.pause(data);

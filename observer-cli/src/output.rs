@@ -104,8 +104,11 @@ pub fn print_warnings(report: &Report) {
 /// Writes the HTML report when `--html` asked for it.
 pub fn write_html(report: &Report, path: Option<&Path>) -> Result<()> {
     if let Some(path) = path {
-        std::fs::write(path, render::html::render(report))
-            .with_context(|| format!("cannot write the HTML report {}", path.display()))?;
+        match std::fs::write(path, render::html::render(report)) {
+            // `--html /dev/stdout | head`: the reader went away.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Err(ClosedStdout.into()),
+            r => r.with_context(|| format!("cannot write the HTML report {}", path.display()))?,
+        }
         eprintln!("roce-observer: wrote the HTML report to {}", path.display());
     }
     Ok(())

@@ -36,11 +36,12 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     a.analysis
         .validate(Duration::from_nanos(MIN_REPLAY_INTERVAL_NS), "replay")?;
     if let Some(html) = &a.analysis.html {
+        // Standard input is a file too when redirected from one (`- < cap.pcap`).
         let inputs: Vec<PathBuf> = a
             .files
             .iter()
-            .filter(|f| *f != "-")
-            .chain(&a.analysis.rules)
+            .map(|f| if f == "-" { "/dev/stdin" } else { f.as_str() })
+            .chain(a.analysis.rules.as_deref())
             .map(Into::into)
             .collect();
         output::refuse_overwrite("--html", html, &inputs)?;

@@ -52,8 +52,11 @@ pub fn synth(a: SynthArgs) -> Result<()> {
     }
     let f =
         std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    synth::write_pcap(std::io::BufWriter::new(f), &w.frames)
-        .with_context(|| format!("cannot write {}", out.display()))?;
+    match synth::write_pcap(std::io::BufWriter::new(f), &w.frames) {
+        // `-o /dev/stdout | head`: the reader went away.
+        Err(e) if output::is_broken_pipe(&e) => return Err(output::ClosedStdout.into()),
+        r => r.with_context(|| format!("cannot write {}", out.display()))?,
+    }
     eprintln!(
         "roce-observer: wrote {} frames of scenario '{name}' to {}",
         w.frames.len(),

@@ -114,6 +114,15 @@ fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
     }
 }
 
+/// Whether two paths name one existing file (by any path or link).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
 fn value_enum<T: Named>(path: &Path, key: &str, v: &str) -> Result<T, ConfigError> {
     T::parse(v).ok_or_else(|| ConfigError::Parse {
         path: path.to_path_buf(),
@@ -237,13 +246,22 @@ impl RunConfig {
             tracing_subscriber::EnvFilter::try_new(level)
                 .map_err(|e| invalid(format!("log level '{level}'"), e.to_string()))?;
         }
+        let jsonl = args.jsonl.clone().or(f.jsonl);
+        if let (Some(j), Some(config)) = (&jsonl, &args.config)
+            && same_file(j, config)
+        {
+            return Err(invalid(
+                format!("jsonl {}", j.display()),
+                "is the config file: refusing to write over it",
+            ));
+        }
         Ok(Self {
             ifaces,
             vantage,
             interval,
             listen,
             max_series,
-            jsonl: args.jsonl.clone().or(f.jsonl),
+            jsonl,
             log_level,
             idle_timeout,
             max_flows,
@@ -304,6 +322,28 @@ mod tests {
         assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
         assert_eq!(c.vantage, Vantage::Mirror { consume: true });
         assert_eq!(c.idle_drains(), 150);
+    }
+
+    #[test]
+    fn the_json_lines_never_go_into_the_config_file() {
+        let dir = std::env::temp_dir().join(format!("roce-config-jsonl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("run.toml");
+        std::fs::write(&config, format!("iface = [\"lo\"]\njsonl = {:?}\n", config)).unwrap();
+        let e = RunConfig::load(&RunOverrides {
+            config: Some(config.clone()),
+            ..RunOverrides::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("is the config file"), "{e}");
+        let other = RunConfig::load(&RunOverrides {
+            config: Some(config.clone()),
+            jsonl: Some(dir.join("lines.jsonl")),
+            ..RunOverrides::default()
+        });
+        assert!(other.is_ok(), "{other:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
