@@ -140,6 +140,7 @@ impl SeriesBuilder {
 
     /// Time moves on to `ts_ns` with the flow table `flows`: when that is a later interval, the
     /// open one is closed with `flows` (what happened up to now) and the later one opened.
+    #[inline]
     pub fn advance(&mut self, ts_ns: u64, flows: &FlowMap) {
         let i = self.index_of(ts_ns);
         if i <= self.open {
@@ -326,6 +327,7 @@ impl BurstTracker {
 
     /// Per-packet feed (replay): a frame of `frame_len` bytes at `ts_ns`. Frames a little out
     /// of order count in the open slot.
+    #[inline]
     pub fn frame(&mut self, ts_ns: u64, frame_len: u64) {
         let slot = ts_ns / self.slot_ns;
         let wire = frame_len + WIRE_OVERHEAD;
