@@ -122,6 +122,19 @@ fn a_plain_cargo_build_finds_the_setup_bpf_linker_or_says_to_run_the_setup() {
         !text.contains("warning: roce-observer@"),
         "the eBPF sub-build's lines leak into the build output:\n{text}"
     );
+
+    // When the kernel programs do not build, their compiler's messages are shown.
+    let main = dir.join("observer-ebpf/src/main.rs");
+    let mut source = std::fs::read_to_string(&main).unwrap();
+    source.push_str("\ncompile_error!(\"newcomer test: broken on purpose\");\n");
+    std::fs::write(&main, source).unwrap();
+    let (ok, text) = cargo_check(&dir);
+    assert!(!ok, "{text}");
+    assert!(text.contains("newcomer test: broken on purpose"), "{text}");
+    assert!(
+        text.contains("building the kernel programs (observer-ebpf) failed"),
+        "{text}"
+    );
 }
 
 /// The README's first look: the capture it names is the demo scenario, and the output it shows
@@ -338,7 +351,13 @@ fn a_closed_pipe_ends_the_output_quietly() {
         &["replay", "many.pcap", "--top", "100000", "--no-color"],
         &["synth", "--scenario", "many-qps", "-o", "-"],
         &["ecmp", "--uplinks", "4", "--pcap", "many.pcap", "--json"],
-        &["replay", "many.pcap", "--html", "/dev/stdout", "--no-progress"],
+        &[
+            "replay",
+            "many.pcap",
+            "--html",
+            "/dev/stdout",
+            "--no-progress",
+        ],
         &["synth", "--scenario", "many-qps", "-o", "/dev/stdout"],
     ] {
         let (status, err) = read_then_close(args, &scratch.path(""), 100);

@@ -438,4 +438,92 @@ mod tests {
         assert!(table.contains("0x000012"), "{table}");
         assert!(table.contains("not RoCEv2: not_ip 2"), "{table}");
     }
+
+    /// Lines of the block under the header line `header` up to the next blank line.
+    fn block<'a>(text: &'a str, header: &str) -> Vec<&'a str> {
+        text.lines()
+            .skip_while(|l| !l.starts_with(header))
+            .take_while(|l| !l.is_empty() && !l.starts_with("  ..."))
+            .collect()
+    }
+
+    #[test]
+    fn columns_stay_aligned_with_long_names_and_plurals_are_right() {
+        let mut agg = Aggregate::new();
+        let v6 = |last: u8| {
+            let mut b: [u8; 16] = "2001:db8:ffff:ffff:ffff:ffff:ffff:0"
+                .parse::<Ipv6Addr>()
+                .unwrap()
+                .octets();
+            b[15] = last;
+            b
+        };
+        let stats = |packets| FlowStats {
+            packets,
+            bytes: packets * 1000,
+            ..Default::default()
+        };
+        agg.flows.insert(
+            FlowKey {
+                src_ip: v6(1),
+                dst_ip: v6(2),
+                dest_qp: 0xABCDEF,
+                udp_src_port: 49152,
+                ..Default::default()
+            },
+            stats(1_000_000),
+        );
+        agg.flows.insert(
+            FlowKey {
+                dest_qp: 1,
+                udp_src_port: 4791,
+                ..Default::default()
+            },
+            stats(1),
+        );
+        agg.counters.frames = 1;
+        agg.counters.roce_packets = 1;
+        let mut r = agg.report(Source::pcap(vec!["x.pcap".into()], Vec::new()), 1.0);
+        r.microbursts = Some(crate::model::series::Microbursts {
+            slot_ns: 100_000,
+            link_speed_bps: None,
+            threshold_percent: 90.0,
+            interfaces: ["a-rather-long-capture-file-name-from-rack-7.pcapng", "eth0"]
+                .iter()
+                .map(|name| crate::model::series::InterfaceBursts {
+                    name: name.to_string(),
+                    direction: Direction::Ingress,
+                    bytes: 0,
+                    peak_bps: 0.0,
+                    peak_percent: None,
+                    peak_at_ns: 0,
+                    busy_slots: 0,
+                    bursts: 0,
+                    longest_burst_ns: 0,
+                    longest_burst_at_ns: 0,
+                    top: Vec::new(),
+                    lost_slots: 0,
+                })
+                .collect(),
+        });
+        let text = format!("{}{}", render_table(&r, 1), render_timeline(&r));
+        for header in ["SOURCE -> DESTINATION", "INTERFACE"] {
+            let lines = block(&text, header);
+            assert!(lines.len() >= 2, "{header}: {text}");
+            // The last column is right-aligned: aligned rows are equally long.
+            assert!(
+                lines.iter().all(|l| l.len() == lines[0].len()),
+                "{header} columns out of line:\n{}",
+                lines.join("\n")
+            );
+        }
+        assert!(text.contains("0xabcdef"), "{text}");
+        assert!(text.contains(": 1 frame, 1 RoCEv2 packet ("), "{text}");
+        assert!(text.contains("2 flows\n"), "{text}");
+        assert!(text.contains("  ... 1 more flow (--top N"), "{text}");
+        let one = agg.report(Source::pcap(Vec::new(), Vec::new()), 1.0);
+        let mut single = one.clone();
+        single.flows.truncate(1);
+        assert!(render_table(&single, 5).contains(", 1 flow\n"));
+    }
 }
