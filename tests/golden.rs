@@ -10,7 +10,7 @@ use std::{
     process::Command,
 };
 
-use integration_tests::{Scratch, output, shared_capture_files};
+use integration_tests::{Scratch, files_under, output, shared_capture_files, workspace_root};
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
@@ -32,13 +32,6 @@ struct Case {
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is one level below the workspace")
-        .to_path_buf()
 }
 
 fn args(s: &str) -> Vec<String> {
@@ -140,17 +133,6 @@ fn cases(scenarios: &[String], shared: &[String]) -> Vec<Case> {
     v
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            collect(&p, out);
-        } else {
-            out.push(p);
-        }
-    }
-}
-
 /// What a run printed: stdout, then stderr and the exit code when either is not the plain
 /// success (a refused file is part of the behaviour too).
 fn observed(dir: &Path, case: &Case) -> String {
@@ -239,8 +221,7 @@ fn outputs_equal_the_golden_files() {
     if !update {
         // Every file under tests/golden/ belongs to a case: a scenario or capture that went
         // away must take its golden file with it, not leave it unchecked.
-        let mut files = Vec::new();
-        collect(&golden_dir(), &mut files);
+        let files = files_under(&golden_dir());
         let cased: std::collections::BTreeSet<PathBuf> =
             cases.iter().map(|c| golden_dir().join(&c.file)).collect();
         let orphans: Vec<String> = files

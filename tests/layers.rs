@@ -22,18 +22,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../observer/src")
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
+    integration_tests::workspace_root().join("observer/src")
 }
 
 /// `analysis/findings/mod.rs` → ["analysis", "findings"].
@@ -170,9 +159,10 @@ fn related(a: &[String], b: &[String]) -> bool {
 
 #[test]
 fn the_library_is_layered_without_cycles() {
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
-    files.sort();
+    let files: Vec<PathBuf> = integration_tests::files_under(&src())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
     let modules: BTreeSet<Vec<String>> = files
         .iter()
         .map(|f| module_of(f))

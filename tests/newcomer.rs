@@ -7,16 +7,9 @@ use std::{
     process::{Command, Stdio},
 };
 
-use integration_tests::{Scratch, output};
+use integration_tests::{Scratch, output, workspace_root};
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is one level below the workspace")
-        .to_path_buf()
-}
 
 /// PATH with no bpf-linker on it: a folder that holds one (the project's tools folder, or
 /// `~/.cargo/bin` beside cargo and rustup) is replaced by a copy of its links without it.
@@ -43,7 +36,7 @@ fn path_without_bpf_linker(scratch: &Path) -> String {
 
 /// The tracked sources of the workspace copied to `dir` (a fresh clone's files).
 fn copy_sources(dir: &Path) {
-    let root = workspace();
+    let root = workspace_root();
     let (status, files, err) = output(Command::new("git").current_dir(&root).args([
         "ls-files",
         "-z",
@@ -72,7 +65,7 @@ fn cargo_check(dir: &Path) -> (bool, String) {
         .env_remove("AYA_BUILD_SKIP")
         .env(
             "CARGO_TARGET_DIR",
-            workspace().join("target/newcomer-check"),
+            workspace_root().join("target/newcomer-check"),
         )
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::null())
@@ -88,7 +81,7 @@ fn cargo_check(dir: &Path) -> (bool, String) {
 
 #[test]
 fn a_plain_cargo_build_finds_the_setup_bpf_linker_or_says_to_run_the_setup() {
-    let tools = workspace().join("target/tools");
+    let tools = workspace_root().join("target/tools");
     if !tools.join("bin/bpf-linker").is_file() {
         panic!("no target/tools/bin/bpf-linker: cargo xtask test runs the setup first");
     }
@@ -141,7 +134,7 @@ fn a_plain_cargo_build_finds_the_setup_bpf_linker_or_says_to_run_the_setup() {
 /// is what the command prints.
 #[test]
 fn the_readme_first_look_shows_what_replay_prints() {
-    let root = workspace();
+    let root = workspace_root();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let lines = readme.lines().count();
     assert!(
@@ -201,63 +194,35 @@ fn no_output_flag_overwrites_an_input() {
     std::os::unix::fs::symlink(&cap, &link).unwrap();
     let config = scratch.file("run.toml", "iface = [\"lo\"]\n");
 
-    let cases: Vec<(Vec<String>, &Path)> = vec![
-        (
-            vec![
-                "replay".into(),
-                cap.display().to_string(),
-                "--html".into(),
-                cap.display().to_string(),
-            ],
-            &cap,
-        ),
+    // (arguments, the input the output would overwrite); the scratch paths have no blanks.
+    let (cap_s, link_s) = (cap.display(), link.display());
+    let (rules_s, config_s) = (rules.display(), config.display());
+    assert!(
+        !scratch
+            .path("")
+            .to_string_lossy()
+            .contains(char::is_whitespace)
+    );
+    let cases: Vec<(String, &Path)> = vec![
+        (format!("replay {cap_s} --html {cap_s}"), &cap),
         // Another path to the same file.
+        (format!("replay {cap_s} --html {link_s}"), &cap),
         (
-            vec![
-                "replay".into(),
-                cap.display().to_string(),
-                "--html".into(),
-                link.display().to_string(),
-            ],
-            &cap,
-        ),
-        (
-            vec![
-                "replay".into(),
-                cap.display().to_string(),
-                "--rules".into(),
-                rules.display().to_string(),
-                "--html".into(),
-                rules.display().to_string(),
-            ],
+            format!("replay {cap_s} --rules {rules_s} --html {rules_s}"),
             &rules,
         ),
         (
-            vec![
-                "diagnose".into(),
-                "--iface".into(),
-                "lo".into(),
-                "--rules".into(),
-                rules.display().to_string(),
-                "--html".into(),
-                rules.display().to_string(),
-            ],
+            format!("diagnose --iface lo --rules {rules_s} --html {rules_s}"),
             &rules,
         ),
         (
-            vec![
-                "run".into(),
-                "--config".into(),
-                config.display().to_string(),
-                "--jsonl".into(),
-                config.display().to_string(),
-            ],
+            format!("run --config {config_s} --jsonl {config_s}"),
             &config,
         ),
     ];
     for (args, input) in cases {
         let kept = std::fs::read(input).unwrap();
-        let (status, out, err) = output(Command::new(CLI).args(&args));
+        let (status, out, err) = output(Command::new(CLI).args(args.split_whitespace()));
         assert_eq!(status.code(), Some(2), "{args:?}: {out}{err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
         assert!(

@@ -66,10 +66,8 @@ impl AnalysisArgs {
         {
             bail!("--ecmp-hash, --ecmp-fields and --ecmp-seed need --uplinks");
         }
-        if let (Some(HashArg::Crc16Ccitt), Some(seed)) = (self.ecmp_hash, self.ecmp_seed)
-            && seed > 0xFFFF
-        {
-            bail!("--ecmp-seed {seed:#x} does not fit CRC-16 (at most 0xffff)");
+        if let (Some(hash), Some(seed)) = (self.ecmp_hash, self.ecmp_seed) {
+            hash.check_seed(seed, "--ecmp-seed")?;
         }
         Ok(())
     }

@@ -121,15 +121,9 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
             None
         }
     };
-    for (func, seed, flag) in [
-        (Some(a.hash), Some(a.seed), "--seed"),
-        (tier2.map(|t| t.1), tier2.map(|t| t.2), "--seed2"),
-    ] {
-        if let (Some(HashArg::Crc16Ccitt), Some(seed)) = (func, seed)
-            && seed > 0xFFFF
-        {
-            bail!("{flag} {seed:#x} does not fit CRC-16 (at most 0xffff)");
-        }
+    a.hash.check_seed(a.seed, "--seed")?;
+    if let Some((_, hash2, seed2, _)) = tier2 {
+        hash2.check_seed(seed2, "--seed2")?;
     }
     if !a.pcap.is_empty() && (a.duration.is_some() || a.mode.is_some()) {
         bail!("--duration and --mode apply to --iface, not --pcap");

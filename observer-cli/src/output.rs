@@ -4,12 +4,11 @@
 
 use std::{
     io::Write,
-    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
 
 use anyhow::{Context, Result};
-use roce_observer::{model::Report, render};
+use roce_observer::{model::Report, render, units::same_file};
 
 /// A flag combination refused before anything runs (exit status 2, as clap's own).
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +26,7 @@ pub fn is_closed_stdout(e: &anyhow::Error) -> bool {
 }
 
 /// True when `e` or one of its sources is an I/O error of a closed pipe.
-pub fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(err) = cur {
         if err
@@ -41,30 +40,33 @@ pub fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// `e`, or [`ClosedStdout`] when it comes from a closed pipe (`-o /dev/stdout | head` too).
+pub fn closed_pipe<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
+    if is_broken_pipe(&e) {
+        ClosedStdout.into()
+    } else {
+        e.into()
+    }
+}
+
 /// Writes to standard output; a closed pipe becomes [`ClosedStdout`].
 pub fn stdout(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    match write(&mut out).and_then(|()| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ClosedStdout.into()),
-        Err(e) => Err(anyhow::Error::new(e).context("cannot write to standard output")),
-    }
+    write(&mut out)
+        .and_then(|()| out.flush())
+        .map_err(closed_pipe)
+        .context("cannot write to standard output")
 }
 
 /// Refuses an output file that is one of the inputs (the same file, by any path or link):
 /// writing it would destroy what the run reads.
 pub fn refuse_overwrite(flag: &str, output: &Path, inputs: &[PathBuf]) -> Result<()> {
-    let Ok(out) = std::fs::metadata(output) else {
-        return Ok(());
-    };
-    if !out.is_file() {
-        // A device (/dev/stdout, /dev/null) or a pipe: nothing is overwritten.
+    if !output.is_file() {
+        // Not there yet, or a device (/dev/stdout, /dev/null) or a pipe: nothing is overwritten.
         return Ok(());
     }
     for input in inputs {
-        if let Ok(i) = std::fs::metadata(input)
-            && (i.dev(), i.ino()) == (out.dev(), out.ino())
-        {
+        if same_file(output, input) {
             return Err(UsageError(format!(
                 "{flag} {} is an input of this run ({}): refusing to overwrite it",
                 output.display(),
@@ -104,11 +106,9 @@ pub fn print_warnings(report: &Report) {
 /// Writes the HTML report when `--html` asked for it.
 pub fn write_html(report: &Report, path: Option<&Path>) -> Result<()> {
     if let Some(path) = path {
-        match std::fs::write(path, render::html::render(report)) {
-            // `--html /dev/stdout | head`: the reader went away.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Err(ClosedStdout.into()),
-            r => r.with_context(|| format!("cannot write the HTML report {}", path.display()))?,
-        }
+        std::fs::write(path, render::html::render(report))
+            .map_err(closed_pipe)
+            .with_context(|| format!("cannot write the HTML report {}", path.display()))?;
         eprintln!("roce-observer: wrote the HTML report to {}", path.display());
     }
     Ok(())

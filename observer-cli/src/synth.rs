@@ -45,18 +45,13 @@ pub fn synth(a: SynthArgs) -> Result<()> {
     };
     let w = scenario(&name)?;
     if out.as_os_str() == "-" {
-        return match synth::write_pcap(std::io::stdout().lock(), &w.frames) {
-            Err(e) if output::is_broken_pipe(&e) => Err(output::ClosedStdout.into()),
-            r => Ok(r?),
-        };
+        return synth::write_pcap(std::io::stdout().lock(), &w.frames).map_err(output::closed_pipe);
     }
     let f =
         std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    match synth::write_pcap(std::io::BufWriter::new(f), &w.frames) {
-        // `-o /dev/stdout | head`: the reader went away.
-        Err(e) if output::is_broken_pipe(&e) => return Err(output::ClosedStdout.into()),
-        r => r.with_context(|| format!("cannot write {}", out.display()))?,
-    }
+    synth::write_pcap(std::io::BufWriter::new(f), &w.frames)
+        .map_err(output::closed_pipe)
+        .with_context(|| format!("cannot write {}", out.display()))?;
     eprintln!(
         "roce-observer: wrote {} frames of scenario '{name}' to {}",
         w.frames.len(),

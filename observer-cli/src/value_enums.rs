@@ -95,6 +95,17 @@ pub enum HashArg {
     Toeplitz,
 }
 
+impl HashArg {
+    /// Refuses a seed wider than the hash value (only CRC-16 is narrower than 32 bits).
+    pub fn check_seed(self, seed: u32, flag: &str) -> anyhow::Result<()> {
+        let width = HashFn::from(self).width();
+        if width < 32 && seed >> width != 0 {
+            anyhow::bail!("{flag} {seed:#x} does not fit CRC-16 (at most 0xffff)");
+        }
+        Ok(())
+    }
+}
+
 impl From<HashArg> for HashFn {
     fn from(a: HashArg) -> Self {
         match a {

@@ -1,7 +1,17 @@
 //! Units people type: durations (`10s`, `500ms`), link speeds (`100G`, `400Gb/s`) and microburst
-//! slot widths (`100us`, `off`). Errors are one sentence naming what was typed.
+//! slot widths (`100us`, `off`); whether two file paths they typed are one file. Errors are one
+//! sentence naming what was typed.
 
-use std::time::Duration;
+use std::{path::Path, time::Duration};
+
+/// Whether two paths name one existing file (by any path, link or hard link).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
 
 /// `n` and the noun, plural unless `n` is 1: "1 flow", "2 flows", "0 flows".
 pub fn count(n: u64, word: &str) -> String {

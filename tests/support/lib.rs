@@ -6,6 +6,7 @@ mod bpf;
 mod cli;
 mod metrics;
 mod netns;
+mod paths;
 mod pcap;
 mod scratch;
 
@@ -14,5 +15,6 @@ pub use bpf::*;
 pub use cli::*;
 pub use metrics::*;
 pub use netns::*;
+pub use paths::*;
 pub use pcap::*;
 pub use scratch::*;

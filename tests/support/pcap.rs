@@ -1,8 +1,6 @@
 //! Captures and ground truth: pcap frames, the shared captures, the generator's truth as an
 //! aggregate, and flows without their timing.
 
-use std::path::Path;
-
 use roce_observer::{aggregate::Aggregate, source::synth::Truth};
 
 /// The ground truth of a synthetic workload as an [`Aggregate`].
@@ -62,9 +60,7 @@ pub fn pcap_frames(path: &std::path::Path) -> Vec<Vec<u8>> {
 /// The files of `../shared/captures/SUB`, sorted; `None` (loudly) when the folder is missing
 /// outside CI, a failure under CI.
 pub fn shared_capture_files(test: &str, sub: &str) -> Option<Vec<std::path::PathBuf>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/captures")
-        .join(sub);
+    let dir = crate::workspace_root().join("../shared/captures").join(sub);
     if !dir.is_dir() {
         if std::env::var_os("CI").is_some() {
             panic!("{test}: {} missing under CI", dir.display());

@@ -114,15 +114,6 @@ fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
     }
 }
 
-/// Whether two paths name one existing file (by any path or link).
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-        _ => false,
-    }
-}
-
 fn value_enum<T: Named>(path: &Path, key: &str, v: &str) -> Result<T, ConfigError> {
     T::parse(v).ok_or_else(|| ConfigError::Parse {
         path: path.to_path_buf(),
@@ -248,7 +239,7 @@ impl RunConfig {
         }
         let jsonl = args.jsonl.clone().or(f.jsonl);
         if let (Some(j), Some(config)) = (&jsonl, &args.config)
-            && same_file(j, config)
+            && crate::units::same_file(j, config)
         {
             return Err(invalid(
                 format!("jsonl {}", j.display()),

@@ -302,6 +302,20 @@ mod tests {
         }
     }
 
+    /// The scenario `name` built again gives `w` again: the same truth, frames and times.
+    pub(super) fn assert_deterministic(name: &str, w: &Workload) {
+        let again = scenario(name).unwrap();
+        assert_eq!(w.truth, again.truth, "{name}");
+        assert!(
+            w.frames.len() == again.frames.len()
+                && w.frames
+                    .iter()
+                    .zip(&again.frames)
+                    .all(|(x, y)| x.bytes == y.bytes && x.ts_ns == y.ts_ns),
+            "{name}: not deterministic"
+        );
+    }
+
     pub(super) fn class_totals(t: &Truth) -> [u64; OpClass::COUNT] {
         let mut ops = [0; OpClass::COUNT];
         for s in t.flows.values() {
@@ -393,15 +407,7 @@ mod tests {
         for name in USER_SCENARIOS {
             assert!(names.contains(&name), "{name} not in SCENARIOS");
             let w = scenario(name).unwrap();
-            let again = scenario(name).unwrap();
-            assert_eq!(w.truth, again.truth, "{name}");
-            assert!(
-                w.frames
-                    .iter()
-                    .zip(&again.frames)
-                    .all(|(x, y)| x.bytes == y.bytes && x.ts_ns == y.ts_ns),
-                "{name}: not deterministic"
-            );
+            assert_deterministic(name, &w);
             if name != "many-qps" {
                 assert!((300..5000).contains(&w.len()), "{name}: {} frames", w.len());
             }

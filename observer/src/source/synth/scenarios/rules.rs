@@ -300,8 +300,8 @@ mod tests {
     use observer_common::OpClass;
 
     use crate::source::synth::CNP_DSCP;
-    use crate::source::synth::scenarios::tests::all_scenarios;
-    use crate::source::synth::scenarios::{scenario, scenario_names};
+    use crate::source::synth::scenarios::scenario_names;
+    use crate::source::synth::scenarios::tests::{all_scenarios, assert_deterministic};
 
     #[test]
     fn rule_scenarios_are_deterministic_and_cnps_keep_dscp_48_unless_told() {
@@ -311,15 +311,7 @@ mod tests {
         assert_eq!(rules.len(), 12, "{rules:?}");
         for (name, w) in all_scenarios() {
             if rules.contains(&name) {
-                let again = scenario(name).unwrap();
-                assert_eq!(w.truth, again.truth, "{name}");
-                assert!(
-                    w.frames
-                        .iter()
-                        .zip(&again.frames)
-                        .all(|(x, y)| x.bytes == y.bytes && x.ts_ns == y.ts_ns),
-                    "{name}: not deterministic"
-                );
+                assert_deterministic(name, &w);
             }
             if name == "corpus" {
                 // Its every-opcode frames include a hand-built CNP in DSCP 26.
