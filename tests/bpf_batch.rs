@@ -119,7 +119,10 @@ fn stats(id: u32, cpu: usize) -> FlowStats {
         bytes: !(u64::from(id) << 8 | c),
         psn_gaps: c,
         last_seen_ns: u64::from(id) ^ (c << 40),
-        psn_next_hi: id,
+        seq_track: observer_common::SeqTrack {
+            next_hi: id,
+            ..Default::default()
+        },
         pcp_mask: 0x8000_0000 | cpu as u32,
         ..FlowStats::default()
     }

@@ -283,7 +283,7 @@ fn loss_fires_on_gaps_naks_and_go_back_n() {
     assert_eq!(f.severity, Severity::Critical);
     assert_eq!(f.evidence["lossless_class_configured"], Value::Bool(true));
     assert_eq!(evidence_u64(f, "psn_gaps"), sum(&w, |s| s.psn_gaps));
-    assert_eq!(evidence_u64(f, "psns_missing"), sum(&w, |s| s.psn_missing));
+    assert_eq!(evidence_u64(f, "psns_missing"), sum(&w, |s| s.seq.lost));
     assert_eq!(
         evidence_u64(f, "retransmissions"),
         sum(&w, |s| s.psn_regressions)
@@ -292,7 +292,7 @@ fn loss_fires_on_gaps_naks_and_go_back_n() {
     assert_eq!(
         (
             sum(&w, |s| s.psn_gaps),
-            sum(&w, |s| s.psn_missing),
+            sum(&w, |s| s.seq.lost),
             sum(&w, |s| op(s, OpClass::Nak))
         ),
         (2, 3, 2)

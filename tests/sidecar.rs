@@ -306,8 +306,8 @@ const QP_METRICS: [(&str, Field); 9] = [
         s.ops[OpClass::RnrNak as usize]
     }),
     ("roce_qp_psn_gaps_total", |s| s.psn_gaps),
-    ("roce_qp_psn_missing_total", |s| s.psn_missing),
-    ("roce_qp_retransmissions_total", |s| s.psn_regressions),
+    ("roce_qp_psn_missing_total", |s| s.seq.lost),
+    ("roce_qp_retransmissions_total", |s| s.seq.retransmissions),
 ];
 
 /// What the generator sent, summed over rounds.

@@ -3,9 +3,9 @@
 
 use core::mem::size_of;
 
-use crate::parse::{Mirror, MirrorKind, OpClass, RocePacket, SkipReason, Transport};
+use crate::parse::{Mirror, MirrorKind, OpClass, RocePacket, SkipReason};
+use crate::seq::{Seq, SeqClass, SeqCounts, SeqInput, SeqTrack};
 use crate::wire::ERSPAN_SESSIONS;
-use crate::wire::{PMTU_MAX, PMTU_MIN, PSN_MASK};
 
 /// One direction of one queue pair as seen on the wire.
 #[repr(C)]
@@ -97,11 +97,9 @@ pub struct FlowStats {
     pub ecn: [u64; 4],
     /// Indexed by [`OpClass`].
     pub ops: [u64; OpClass::COUNT],
-    /// Request PSNs that jumped forward (loss upstream of the observation point).
+    /// Request PSNs that jumped forward (opened a hole).
     pub psn_gaps: u64,
-    /// Lower-bound estimate of the PSNs missing in those gaps.
-    pub psn_missing: u64,
-    /// Request PSNs that went backwards (retransmission, go-back-N).
+    /// Request PSNs behind the expected one (out of order, duplicate, retransmitted).
     pub psn_regressions: u64,
     /// Bit d set when DSCP d was seen.
     pub dscp_mask: u64,
@@ -111,37 +109,58 @@ pub struct FlowStats {
     pub last_seen_ns: u64,
     /// Mirror copies with the ERSPAN truncated bit set.
     pub mirror_truncated: u64,
-    /// Expected next request PSN lies in [psn_next_lo, psn_next_hi] (a READ of unknown PMTU
-    /// consumes a range), valid once `psn_valid` is 1.
-    pub psn_next_lo: u32,
-    pub psn_next_hi: u32,
-    pub psn_valid: u32,
     /// Bit p set when a frame's outer VLAN tag had priority (PCP) p; bit 8 ([`UNTAGGED`]) when
     /// a frame had no tag.
     pub pcp_mask: u32,
+    pub _pad: u32,
+    /// The PSN analysis: counts (summed on merge) and continuation state (follows the more
+    /// recent view).
+    pub seq: SeqCounts,
+    pub seq_track: SeqTrack,
 }
-const _: () = assert!(size_of::<FlowStats>() == 25 * 8 + 16);
+const _: () =
+    assert!(size_of::<FlowStats>() == 24 * 8 + 8 + size_of::<SeqCounts>() + size_of::<SeqTrack>());
+
+/// `class` as an index the BPF verifier can bound. LLVM knows an enum's range and may compute
+/// the class with a table lookup whose result the verifier cannot bound, dropping any explicit
+/// check as redundant; a volatile read hides the range, so the check stays.
+#[inline(always)]
+pub fn class_index(class: OpClass) -> usize {
+    let raw = class as u8;
+    // SAFETY: reading a local u8.
+    let i = unsafe { core::ptr::read_volatile(&raw) } as usize;
+    if i < OpClass::COUNT {
+        i
+    } else {
+        OpClass::Other as usize
+    }
+}
 
 /// `FlowStats::pcp_mask` bit of an untagged frame.
 pub const UNTAGGED: u32 = 1 << 8;
 
-/// (a - b) mod 2^24.
-#[inline(always)]
-const fn psn_sub(a: u32, b: u32) -> u32 {
-    a.wrapping_sub(b) & PSN_MASK
-}
-
-/// PSNs a READ request of `len` bytes consumes for a path MTU of `pmtu`: ceil(len / pmtu), at least 1.
-#[inline(always)]
-const fn read_psns(len: u32, pmtu: u32) -> u32 {
-    let n = len.div_ceil(pmtu);
-    if n == 0 { 1 } else { n }
-}
-
 impl FlowStats {
-    /// Accounts one packet of this flow at time `now_ns`.
+    /// Accounts one packet of this flow at time `now_ns`; the class of a request's PSN.
     #[inline(always)]
-    pub fn record(&mut self, p: &RocePacket, now_ns: u64) {
+    pub fn record(&mut self, p: &RocePacket, now_ns: u64) -> SeqClass {
+        self.record_with(p, now_ns, |_| false)
+    }
+
+    /// [`record`](Self::record), with `cm_after(t)` saying whether connection-manager traffic
+    /// between the flow's hosts was seen after time `t` (asked only when a PSN jumps).
+    #[inline(always)]
+    pub fn record_with(
+        &mut self,
+        p: &RocePacket,
+        now_ns: u64,
+        cm_after: impl FnOnce(u64) -> bool,
+    ) -> SeqClass {
+        self.count_only(p, now_ns);
+        self.seq().packet(&SeqInput::of(p), now_ns, cm_after)
+    }
+
+    #[inline(always)]
+    fn count_only(&mut self, p: &RocePacket, now_ns: u64) {
         // Captures replayed out of order (several files, interleaved interfaces) can go back.
         if self.packets == 0 || now_ns < self.first_seen_ns {
             self.first_seen_ns = now_ns;
@@ -165,49 +184,29 @@ impl FlowStats {
             UNTAGGED
         };
         let class = p.op_class();
-        self.ops[class as usize] += 1;
+        self.ops[class_index(class)] += 1;
         if matches!(class, OpClass::Cnp) {
             self.cnp_dscp_mask |= 1u64 << (p.dscp() & 63);
         }
-        if class.is_request()
-            && matches!(
-                p.bth.transport(),
-                Transport::Rc | Transport::Uc | Transport::Xrc
-            )
-        {
-            self.track_psn(p.bth.psn & PSN_MASK, class, p.has_reth, p.reth_len);
-        }
     }
 
-    /// PSN continuity of request packets. ACK PSNs are coalesced by design and never come here.
+    /// Accounts one packet of this flow at time `now_ns`, all but the PSN analysis, and returns
+    /// the analysis's input (the kernel runs it apart: [`SeqInput`]).
     #[inline(always)]
-    /// `has_len`: the READ's RETH is there and `dma_len` is its length.
-    fn track_psn(&mut self, psn: u32, class: OpClass, has_len: bool, dma_len: u32) {
-        if self.psn_valid != 0 {
-            let ahead = psn_sub(psn, self.psn_next_lo);
-            let window = psn_sub(self.psn_next_hi, self.psn_next_lo);
-            if ahead <= window {
-                // In sequence.
-            } else if ahead < (1 << 23) {
-                self.psn_gaps += 1;
-                self.psn_missing += psn_sub(psn, self.psn_next_hi) as u64;
-            } else {
-                self.psn_regressions += 1;
-            }
+    pub fn count(&mut self, p: &RocePacket, now_ns: u64) -> SeqInput {
+        self.count_only(p, now_ns);
+        SeqInput::of(p)
+    }
+
+    /// The PSN analysis over this flow's fields.
+    #[inline(always)]
+    pub fn seq(&mut self) -> Seq<'_> {
+        Seq {
+            counts: &mut self.seq,
+            track: &mut self.seq_track,
+            gaps: &mut self.psn_gaps,
+            regressions: &mut self.psn_regressions,
         }
-        let (lo, hi) = match (class, has_len) {
-            (OpClass::ReadRequest, true) => {
-                // At most 2^31 bytes (the IBTA message limit): the window stays below 2^23.
-                let len = if dma_len > 1 << 31 { 1 << 31 } else { dma_len };
-                (read_psns(len, PMTU_MAX), read_psns(len, PMTU_MIN))
-            }
-            // A READ cut before its RETH: any length is possible, accept up to 2^23 - 1 ahead.
-            (OpClass::ReadRequest, false) => (1, (1 << 23) - 1),
-            _ => (1, 1),
-        };
-        self.psn_next_lo = psn.wrapping_add(lo) & PSN_MASK;
-        self.psn_next_hi = psn.wrapping_add(hi) & PSN_MASK;
-        self.psn_valid = 1;
     }
 
     /// Adds another partial view of the same flow (another CPU's value, or the cache slot being
@@ -222,9 +221,7 @@ impl FlowStats {
             self.first_seen_ns = o.first_seen_ns;
         }
         if o.last_seen_ns >= self.last_seen_ns {
-            self.psn_next_lo = o.psn_next_lo;
-            self.psn_next_hi = o.psn_next_hi;
-            self.psn_valid = o.psn_valid;
+            self.seq_track.assign(&o.seq_track);
             self.last_seen_ns = o.last_seen_ns;
         }
         self.packets += o.packets;
@@ -236,8 +233,8 @@ impl FlowStats {
             *a += b;
         }
         self.psn_gaps += o.psn_gaps;
-        self.psn_missing += o.psn_missing;
         self.psn_regressions += o.psn_regressions;
+        self.seq.merge(&o.seq);
         self.dscp_mask |= o.dscp_mask;
         self.cnp_dscp_mask |= o.cnp_dscp_mask;
         self.pcp_mask |= o.pcp_mask;
@@ -254,7 +251,7 @@ pub struct FlowSlot {
     pub key: FlowKey,
     pub stats: FlowStats,
 }
-const _: () = assert!(size_of::<FlowSlot>() == 40 + 216);
+const _: () = assert!(size_of::<FlowSlot>() == 40 + size_of::<FlowStats>());
 
 /// Slots of the flow cache (a power of two).
 pub const FLOW_CACHE_SLOTS: u32 = 4096;
@@ -310,13 +307,31 @@ fn to8(b: &[u8; 16], at: usize) -> [u8; 8] {
 }
 
 impl FlowStats {
+    /// The same stats without what depends on when and in which order packets were seen (the
+    /// times, the evidence times, the continuation state), holes still open counted as lost:
+    /// what ground truth can be compared to.
+    pub fn timeless(&self) -> Self {
+        let mut s = *self;
+        let (open, events) = s.seq_track.open_holes();
+        s.seq.lost = s.seq.lost.wrapping_add(open);
+        s.seq.lost_events = s.seq.lost_events.wrapping_add(events);
+        s.seq.timeout_max_ns = 0;
+        s.seq.timeout_at_ns = 0;
+        s.seq.violation_ns = 0;
+        s.seq.violation_psn = 0;
+        s.seq.violation_read_psn = 0;
+        s.seq.violation_mask = 0;
+        s.seq_track = SeqTrack::default();
+        s.first_seen_ns = 0;
+        s.last_seen_ns = 0;
+        s
+    }
+
     /// A fresh value that continues the PSN tracking of `prev` (the flow's table entry).
     #[inline(always)]
     pub fn continuing(prev: &FlowStats) -> Self {
         Self {
-            psn_next_lo: prev.psn_next_lo,
-            psn_next_hi: prev.psn_next_hi,
-            psn_valid: prev.psn_valid,
+            seq_track: prev.seq_track,
             ..Self::default()
         }
     }

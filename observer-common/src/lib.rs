@@ -7,6 +7,7 @@ pub mod burst;
 pub mod flow;
 pub mod parse;
 pub mod pause;
+pub mod seq;
 pub mod wire;
 
 pub use burst::{
@@ -22,6 +23,7 @@ pub use parse::{
     Transport, VlanTag, parse, parse_frame, parse_frame_from, parse_from,
 };
 pub use pause::{LINK_PAUSE, PAUSE_CLASSES, PauseKey, PauseStats};
+pub use seq::{SeqClass, SeqCounts, SeqInput, SeqTrack};
 
 /// Map names shared by the kernel object and the loader.
 pub mod maps {
@@ -41,6 +43,8 @@ pub mod maps {
     pub const BURST_IFACES: &str = "BURST_IFACES";
     /// Per-CPU `IfaceCounters` per observed interface and direction (indexed like the rings).
     pub const IFACE_COUNTERS: &str = "IFACE_COUNTERS";
+    /// Per-CPU scratch value the PSN analysis's input goes through.
+    pub const SEQ_INPUT: &str = "SEQ_INPUT";
 }
 
 /// Program names in the kernel object.

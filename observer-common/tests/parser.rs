@@ -6,7 +6,7 @@
 use observer_common::wire::op;
 use observer_common::{
     Aeth, Bth, Counters, FlowKey, FlowStats, LINK_PAUSE, OpClass, PauseStats, RocePacket,
-    SkipReason, Transport, VlanTag, parse, parse_frame,
+    SkipReason, Transport, VlanTag, parse, parse_frame, seq,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1449,9 +1449,9 @@ fn replay(pkts: &[RocePacket]) -> FlowStats {
     s
 }
 
-/// (gaps, missing, regressions)
+/// (gaps, missing, regressions); holes still open at the end are missing.
 fn psn(s: &FlowStats) -> (u64, u64, u64) {
-    (s.psn_gaps, s.psn_missing, s.psn_regressions)
+    (s.psn_gaps, s.timeless().seq.lost, s.psn_regressions)
 }
 
 fn sends(psns: &[u32]) -> Vec<RocePacket> {
@@ -1462,7 +1462,11 @@ fn sends(psns: &[u32]) -> Vec<RocePacket> {
 fn psn_in_sequence() {
     let s = replay(&sends(&(100..110).collect::<Vec<_>>()));
     assert_eq!(psn(&s), (0, 0, 0));
-    assert_eq!((s.psn_valid, s.psn_next_lo, s.psn_next_hi), (1, 110, 110));
+    let t = s.seq_track;
+    assert_eq!(
+        (t.flags & seq::F_VALID, t.next_lo, t.next_hi),
+        (1, 110, 110)
+    );
     assert_eq!(s.ops[OpClass::Send as usize], 10);
 }
 
@@ -1486,15 +1490,20 @@ fn psn_gap() {
 fn psn_duplicate_and_backwards() {
     assert_eq!(psn(&replay(&sends(&[0, 1, 1]))), (0, 0, 1));
     assert_eq!(psn(&replay(&sends(&[0, 1, 2, 3, 1]))), (0, 0, 1));
-    // The next expected PSN follows the latest request.
+    // A run of PSNs sent before is a go-back-N: both are retransmissions, and the expected
+    // PSN stays after the newest.
     let s = replay(&sends(&[0, 1, 2, 3, 1, 2]));
-    assert_eq!(psn(&s), (0, 0, 1));
-    assert_eq!(s.psn_next_lo, 3);
+    assert_eq!(psn(&s), (0, 0, 2));
+    assert_eq!((s.seq.duplicates, s.seq.retransmissions), (0, 2));
+    assert_eq!(s.seq_track.next_lo, 4);
 }
 
 #[test]
 fn psn_go_back_n() {
-    assert_eq!(psn(&replay(&sends(&[0, 1, 2, 5, 3, 4, 5, 6]))), (1, 2, 1));
+    // 3 and 4 lost before the observer, then resent with 5: nothing missing in the end.
+    let s = replay(&sends(&[0, 1, 2, 5, 3, 4, 5, 6]));
+    assert_eq!(psn(&s), (1, 0, 3));
+    assert_eq!((s.seq.retransmissions, s.seq.retx_episodes), (3, 1));
 }
 
 #[test]
@@ -1507,10 +1516,14 @@ fn psn_read_consumes_a_range() {
     }
     assert_eq!(after_read(257), (1, 1, 0));
     assert_eq!(after_read(300), (1, 44, 0));
-    assert_eq!(after_read(15), (0, 0, 1));
+    // Inside the 16 PSNs the READ consumes under any path MTU: a violation, not a regression.
+    assert_eq!(after_read(15), (0, 0, 0));
+    let s = replay(&[read(P, Some(65536)), send(P + 15)]);
+    assert_eq!(s.seq.violations, [1; 5]);
     assert_eq!(after_read(0), (0, 0, 1));
     let s = replay(&[read(P, Some(65536))]);
-    assert_eq!((s.psn_next_lo, s.psn_next_hi), (P + 16, P + 256));
+    let t = s.seq_track;
+    assert_eq!((t.next_lo, t.next_hi), (P + 16, P + 256));
 
     // Short READs consume one PSN, zero-length too.
     for len in [0, 1, 256] {
@@ -1527,7 +1540,8 @@ fn psn_read_consumes_a_range() {
     }
     // 4097 bytes: 2 (PMTU 4096) .. 17 (PMTU 256).
     let s = replay(&[read(P, Some(4097))]);
-    assert_eq!((s.psn_next_lo, s.psn_next_hi), (P + 2, P + 17));
+    let t = s.seq_track;
+    assert_eq!((t.next_lo, t.next_hi), (P + 2, P + 17));
 
     // A READ cut before its RETH accepts anything up to 2^23 - 1 ahead.
     assert_eq!(psn(&replay(&[read(P, None), send(P + 1)])), (0, 0, 0));
@@ -1546,17 +1560,22 @@ fn psn_wraps_at_2_pow_24() {
     );
     assert_eq!(psn(&replay(&sends(&[0xFF_FFFE, 0xFF_FFFF, 2]))), (1, 2, 0));
     assert_eq!(psn(&replay(&sends(&[1, 2, 0xFF_FFFF]))), (0, 0, 1));
-    // Modulo 2^24: up to 2^23 - 1 ahead of the expected PSN is a gap, further is backwards.
-    assert_eq!(psn(&replay(&sends(&[0, 1 << 23]))), (1, (1 << 23) - 1, 0));
-    assert_eq!(psn(&replay(&sends(&[0, (1 << 23) + 1]))), (0, 0, 1));
+    // Modulo 2^24: a jump of 2^20 or more either way is no sender's: a new incarnation.
+    assert_eq!(psn(&replay(&sends(&[0, 1 << 23]))), (0, 0, 0));
+    assert_eq!(replay(&sends(&[0, 1 << 23])).seq.resets, 1);
+    assert_eq!(psn(&replay(&sends(&[0, (1 << 23) + 1]))), (0, 0, 0));
+    assert_eq!(psn(&replay(&sends(&[0, 1000]))), (1, 999, 0));
     // A READ whose PSN range crosses the wrap.
     let r = read(0xFF_FFF8, Some(65536));
     let s = replay(&[r]);
-    assert_eq!((s.psn_next_lo, s.psn_next_hi), (8, 248));
+    let t = s.seq_track;
+    assert_eq!((t.next_lo, t.next_hi), (8, 248));
     assert_eq!(psn(&replay(&[r, send(8)])), (0, 0, 0));
     assert_eq!(psn(&replay(&[r, send(248)])), (0, 0, 0));
     assert_eq!(psn(&replay(&[r, send(249)])), (1, 1, 0));
-    assert_eq!(psn(&replay(&[r, send(7)])), (0, 0, 1));
+    // 7 is the READ's 16th PSN: inside its range under any path MTU.
+    assert_eq!(psn(&replay(&[r, send(7)])), (0, 0, 0));
+    assert_eq!(replay(&[r, send(7)]).seq.violations, [1; 5]);
 }
 
 #[test]
@@ -1576,7 +1595,9 @@ fn psn_of_responses_is_never_counted() {
         send(2),
     ]);
     assert_eq!(psn(&s), (0, 0, 0));
-    assert_eq!(s.psn_next_lo, 3);
+    assert_eq!(s.seq_track.next_lo, 3);
+    // The NAK with the sequence error code; the newest response PSN.
+    assert_eq!((s.seq.nak_seq, s.seq_track.resp_psn), (1, 900));
     let ops = |c: OpClass| s.ops[c as usize];
     assert_eq!(
         [
@@ -1592,20 +1613,21 @@ fn psn_of_responses_is_never_counted() {
     );
     // Only responses: no PSN state at all.
     let s = replay(&[ack(op::ACKNOWLEDGE, 10, 0), ack(op::ACKNOWLEDGE, 5, 0)]);
-    assert_eq!((psn(&s), s.psn_valid), ((0, 0, 0), 0));
+    assert_eq!((psn(&s), s.seq_track.flags & seq::F_VALID), ((0, 0, 0), 0));
 }
 
 #[test]
 fn psn_ud_is_never_counted_uc_and_xrc_are() {
     let ud: Vec<_> = [0, 10, 5, 5].iter().map(|&p| pkt(0x64, p)).collect();
     let s = replay(&ud);
-    assert_eq!((psn(&s), s.psn_valid), ((0, 0, 0), 0));
+    assert_eq!((psn(&s), s.seq_track.flags), ((0, 0, 0), 0));
     assert_eq!(s.ops[OpClass::Send as usize], 4);
 
+    // 4 opens a hole of two, 2 arrives late, 3 never does.
     let uc: Vec<_> = [0, 1, 4, 2].iter().map(|&p| pkt(0x24, p)).collect();
-    assert_eq!(psn(&replay(&uc)), (1, 2, 1));
+    assert_eq!(psn(&replay(&uc)), (1, 1, 1));
     let xrc: Vec<_> = [0, 1, 4, 2].iter().map(|&p| pkt(0xA4, p)).collect();
-    assert_eq!(psn(&replay(&xrc)), (1, 2, 1));
+    assert_eq!(psn(&replay(&xrc)), (1, 1, 1));
 }
 
 #[test]
@@ -1665,7 +1687,8 @@ fn flow_stats_merge() {
     assert_eq!((m.first_seen_ns, m.last_seen_ns), (100, 900));
     assert_eq!(m.dscp_mask, (1 << 26) | (1 << 48));
     // The continuation state follows the most recent view (b, last seen at 900).
-    assert_eq!((m.psn_next_lo, m.psn_next_hi, m.psn_valid), (13, 13, 1));
+    let t = m.seq_track;
+    assert_eq!((t.next_lo, t.next_hi, t.flags & seq::F_VALID), (13, 13, 1));
 
     let mut r = b;
     r.merge(&a);
@@ -1673,7 +1696,7 @@ fn flow_stats_merge() {
         (r.packets, r.first_seen_ns, r.last_seen_ns, r.dscp_mask),
         (4, 100, 900, m.dscp_mask)
     );
-    assert_eq!((r.psn_next_lo, psn(&r)), (13, (1, 1, 0)));
+    assert_eq!((r.seq_track.next_lo, psn(&r)), (13, (1, 1, 0)));
 
     // Merging into or from an empty view.
     let mut e = FlowStats::default();

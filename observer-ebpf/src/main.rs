@@ -28,7 +28,7 @@ mod kernel {
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS,
         DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, IFACE_COUNTER_SLOTS,
         IfaceCounters, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, RocePacket,
-        SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
+        SeqInput, SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
     };
@@ -81,6 +81,10 @@ mod kernel {
     #[map(name = "IFACE_COUNTERS")]
     static IFACE_COUNTERS: PerCpuArray<IfaceCounters> =
         PerCpuArray::with_max_entries(IFACE_COUNTER_SLOTS, 0);
+
+    /// One `SeqInput` per CPU: the PSN analysis's input goes through it (see `account_flow`).
+    #[map(name = "SEQ_INPUT")]
+    static SEQ_INPUT: PerCpuArray<SeqInput> = PerCpuArray::with_max_entries(1, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -167,7 +171,7 @@ mod kernel {
     #[inline(always)]
     #[allow(
         clippy::needless_borrows_for_generic_args,
-        reason = "by value would copy the 240-byte zero stats onto the 512-byte BPF stack"
+        reason = "by value would copy the zero stats onto the 512-byte BPF stack"
     )]
     fn record_pause(pause: &Pause, mirror: &Option<Mirror>, egress: bool, counters: &mut Counters) {
         if pause.opcode == 0 {
@@ -271,7 +275,18 @@ mod kernel {
             if slot.stats.packets == 0 || slot.key != *key {
                 take_slot(slot, key, counters);
             }
-            slot.stats.record(p, now_ns());
+            let now = now_ns();
+            let input = slot.stats.count(p, now);
+            // The analysis's input through a map: loaded back, it carries none of the ranges
+            // the parser's paths gave it, and the verifier merges those paths here.
+            if let Some(scratch) = SEQ_INPUT.get_ptr_mut(0) {
+                // SAFETY: this CPU's value.
+                let input = unsafe {
+                    core::ptr::write_volatile(scratch, input);
+                    core::ptr::read_volatile(scratch)
+                };
+                slot.stats.seq().packet(&input, now, |_| false);
+            }
         }
     }
 
@@ -347,7 +362,7 @@ mod kernel {
     #[inline(always)]
     #[allow(
         clippy::needless_borrows_for_generic_args,
-        reason = "by value would copy the 200-byte stats onto the 512-byte BPF stack"
+        reason = "by value would copy the 400-byte stats onto the 512-byte BPF stack"
     )]
     fn take_slot(slot: &mut FlowSlot, key: &FlowKey, counters: &mut Counters) {
         if slot.stats.packets != 0 {
@@ -376,19 +391,16 @@ mod kernel {
                 counters.flow_insert_failures += slot.stats.packets;
             }
         }
-        let (lo, hi, valid) = match FLOWS.get_ptr(key) {
-            // SAFETY: a live map value of this CPU.
-            Some(prev) => unsafe { ((*prev).psn_next_lo, (*prev).psn_next_hi, (*prev).psn_valid) },
-            None => (0, 0, 0),
-        };
         // Stats zeroed before the key changes, so that a reader on another CPU (the daemon's
         // drain) does not pair the new key with the old flow's counts. Program order only (the
         // BPF target has no compiler fence); the reader also drops keys torn mid-write.
-        // SAFETY: zeroing plain integers in place (no 200-byte temporary on the stack).
+        // SAFETY: zeroing plain integers in place (no 400-byte temporary on the stack).
         unsafe { core::ptr::write_bytes(&mut slot.stats as *mut FlowStats, 0, 1) };
-        slot.stats.psn_next_lo = lo;
-        slot.stats.psn_next_hi = hi;
-        slot.stats.psn_valid = valid;
+        // The PSN analysis continues from the table's value, map value to map value.
+        if let Some(prev) = FLOWS.get_ptr(key) {
+            // SAFETY: a live map value of this CPU.
+            slot.stats.seq_track.assign(unsafe { &(*prev).seq_track });
+        }
         slot.key = *key;
     }
 
@@ -410,7 +422,9 @@ mod kernel {
                 };
                 match stats {
                     // SAFETY: a live map value.
-                    Some(s) => unsafe { (*s).record(&p, now_ns()) },
+                    Some(s) => {
+                        unsafe { (*s).record(&p, now_ns()) };
+                    }
                     None => counters.flow_insert_failures += 1,
                 }
             }

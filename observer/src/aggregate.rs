@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use observer_common::{
-    Counters, FlowKey, FlowStats, Parsed, PauseKey, PauseStats, RocePacket, SkipReason, parse_frame,
+    Counters, DIRECTION_EGRESS, FlowKey, FlowStats, OpClass, Parsed, PauseKey, PauseStats,
+    RocePacket, SkipReason, parse_frame,
 };
 
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
@@ -52,8 +53,12 @@ impl Aggregate {
             let key = FlowKey::of(p);
             // A probe first: `entry` moves the key in and builds an entry on every packet.
             match self.flows.get_mut(&key) {
-                Some(stats) => stats.record(p, ts_ns),
-                None => self.flows.entry(key).or_default().record(p, ts_ns),
+                Some(stats) => {
+                    stats.record(p, ts_ns);
+                }
+                None => {
+                    self.flows.entry(key).or_default().record(p, ts_ns);
+                }
             }
         }
         result
@@ -89,19 +94,7 @@ impl Aggregate {
     /// The same aggregate with the fields that depend on when and in which order packets were
     /// seen (timestamps, PSN continuation state) cleared: what ground truth can be compared to.
     pub fn comparable(&self) -> Aggregate {
-        let flows = self
-            .flows
-            .iter()
-            .map(|(k, s)| {
-                let mut s = *s;
-                s.first_seen_ns = 0;
-                s.last_seen_ns = 0;
-                s.psn_next_lo = 0;
-                s.psn_next_hi = 0;
-                s.psn_valid = 0;
-                (*k, s)
-            })
-            .collect();
+        let flows = self.flows.iter().map(|(k, s)| (*k, s.timeless())).collect();
         let pauses = self
             .pauses
             .iter()
@@ -121,15 +114,109 @@ impl Aggregate {
 }
 
 impl Aggregate {
+    /// The flows of the report, each joined to its reverse direction (swapped addresses, the
+    /// same UDP source port and mirror): the path MTU either direction learned, responses
+    /// checked against the requests they answer, requests left unanswered, RNR retries.
+    fn linked_flows(&self, window_seconds: f64) -> Vec<Flow> {
+        use observer_common::seq::{F_ACKREQ, F_RESP, F_VALID, pmtu_of, psn_after, psn_sub};
+        type Tuple = ([u8; 16], [u8; 16], u16, u16);
+        let tuple = |k: &FlowKey| -> Tuple {
+            (
+                k.src_ip,
+                k.dst_ip,
+                k.udp_src_port,
+                k.mirror & !DIRECTION_EGRESS,
+            )
+        };
+        let mut by_tuple: HashMap<Tuple, Vec<&FlowKey>> = HashMap::new();
+        for k in self.flows.keys().filter(|k| k.dest_qp != 1) {
+            by_tuple.entry(tuple(k)).or_default().push(k);
+        }
+        // The observation's end: the newest packet of any flow.
+        let end = self
+            .flows
+            .values()
+            .map(|s| s.last_seen_ns)
+            .max()
+            .unwrap_or(0);
+        let reverse = |k: &FlowKey| -> Option<&FlowStats> {
+            let (src, dst, sport, mirror) = tuple(k);
+            match by_tuple.get(&(dst, src, sport, mirror)).map(Vec::as_slice) {
+                Some([r]) if k.dest_qp != 1 => self.flows.get(*r),
+                _ => None,
+            }
+        };
+        let mut flows: Vec<(FlowKey, Flow)> = self
+            .flows
+            .iter()
+            .map(|(k, s)| {
+                let mut f = Flow::new(k, s, window_seconds);
+                let Some(r) = reverse(k) else {
+                    return (*k, f);
+                };
+                let pmtu = pmtu_of(s.seq.pmtu_mask | r.seq.pmtu_mask);
+                f.psn = f.psn.with_pmtu(s, pmtu);
+                // A PSN sent again after an RNR NAK waited out the RNR timer: if the wait was
+                // shorter than the analysis can tell from a copy, the resend is no duplicate.
+                let rnr = r.ops[OpClass::RnrNak as usize].min(f.psn.duplicates);
+                f.psn.duplicates -= rnr;
+                f.psn.retransmissions += rnr;
+                f.psn.retransmission_episodes += rnr;
+                let (t, rt) = (&s.seq_track, &r.seq_track);
+                if t.flags & F_ACKREQ != 0 && end > t.ackreq_ns {
+                    let answered = rt.flags & F_RESP != 0
+                        && !psn_after(t.ackreq_psn, rt.resp_psn)
+                        && !psn_after(rt.resp_psn, psn_sub(t.next_hi, 1))
+                        && rt.resp_ns >= t.ackreq_ns;
+                    if !answered {
+                        f.psn.unanswered = Some(crate::model::Unanswered {
+                            since_ns: t.ackreq_ns,
+                            for_ns: end - t.ackreq_ns,
+                            psn: t.ackreq_psn,
+                            answered_psn: (rt.flags & F_RESP != 0).then_some(rt.resp_psn),
+                        });
+                    }
+                }
+                (*k, f)
+            })
+            .collect();
+        // Responses to PSNs no request used: the responder's flow carries the violation.
+        let sent_hi: HashMap<Tuple, u32> = self
+            .flows
+            .iter()
+            .filter(|(_, s)| s.seq_track.flags & F_VALID != 0)
+            .map(|(k, s)| (tuple(k), psn_sub(s.seq_track.next_hi, 1)))
+            .collect();
+        for (k, f) in &mut flows {
+            let s = &self.flows[k];
+            let t = &s.seq_track;
+            let (src, dst, sport, mirror) = tuple(k);
+            let requests = by_tuple.get(&(dst, src, sport, mirror)).map_or(0, Vec::len);
+            if t.flags & F_RESP == 0 || requests != 1 {
+                continue;
+            }
+            if let Some(hi) = sent_hi.get(&(dst, src, sport, mirror))
+                && psn_after(t.resp_psn, *hi)
+            {
+                f.psn.violations += 1;
+                if f.psn.first_violation.is_none() {
+                    f.psn.first_violation = Some(crate::model::Violation {
+                        at_ns: t.resp_ns,
+                        kind: crate::model::ViolationKind::ResponsePsnNeverSent,
+                        psn: t.resp_psn,
+                        other_psn: *hi,
+                    });
+                }
+            }
+        }
+        flows.into_iter().map(|(_, f)| f).collect()
+    }
+
     /// The report of this aggregate: every flow, largest first, and the totals.
     pub fn report(&self, source: Source, window_seconds: f64) -> Report {
         let agg = self;
         let c = &agg.counters;
-        let mut flows: Vec<Flow> = agg
-            .flows
-            .iter()
-            .map(|(k, s)| Flow::new(k, s, window_seconds))
-            .collect();
+        let mut flows = agg.linked_flows(window_seconds);
         flows.sort_by(|a, b| {
             b.bytes
                 .cmp(&a.bytes)

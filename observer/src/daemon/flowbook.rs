@@ -55,12 +55,15 @@ pub const METRIC_NAMES: [(&str, &str); METRICS] = [
     ("rnr_nak_packets", "RNR NAKs (receiver not ready)"),
     (
         "psn_gaps",
-        "Request PSNs that jumped forward (loss upstream of the observation point)",
+        "Request PSNs ahead of the expected one (each opened a hole: loss or reordering)",
     ),
-    ("psn_missing", "PSNs missing in those gaps (lower bound)"),
+    (
+        "psn_missing",
+        "PSNs confirmed lost (their hole left the analysis window unfilled)",
+    ),
     (
         "retransmissions",
-        "Request PSNs that went backwards (go-back-N retransmission)",
+        "Request PSNs sent again (go-back-N runs, resends after a timeout or RNR wait)",
     ),
 ];
 
@@ -78,8 +81,8 @@ impl Counts {
             s.ops[OpClass::Nak as usize],
             s.ops[OpClass::RnrNak as usize],
             s.psn_gaps,
-            s.psn_missing,
-            s.psn_regressions,
+            s.seq.lost,
+            s.seq.retransmissions,
         ])
     }
 

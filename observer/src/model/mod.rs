@@ -378,11 +378,170 @@ pub struct Ops {
     pub other: u64,
 }
 
+/// The PSN analysis of a flow's requests (RC, UC, XRC): every request packet is in order,
+/// ahead (opens a hole), out of order, a duplicate, a retransmission, a violation or the start
+/// of a new incarnation of the QP number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Psn {
+    /// Request PSNs ahead of the expected one (each opened a hole).
     pub gaps: u64,
+    /// PSNs confirmed lost: their hole left the analysis window unfilled, or was still open
+    /// when the flow (or an incarnation of its QP number) ended.
     pub missing: u64,
+    /// Request PSNs behind the expected one (out of order, duplicates, retransmissions).
     pub regressions: u64,
+    /// Late packets that filled a hole (reordering).
+    #[serde(default)]
+    pub out_of_order: u64,
+    /// PSNs seen again outside any resend (a mirror or tap copying a packet twice).
+    #[serde(default)]
+    pub duplicates: u64,
+    /// PSNs the sender sent again (a go-back-N run, or a resend after a timeout).
+    #[serde(default)]
+    pub retransmissions: u64,
+    /// Resend episodes (go-back-N runs and timeout resends).
+    #[serde(default)]
+    pub retransmission_episodes: u64,
+    /// Contiguous ranges of missing PSNs.
+    #[serde(default)]
+    pub lost_events: u64,
+    /// New incarnations of the QP number (QP reuse: a PSN jump no sender makes).
+    #[serde(default)]
+    pub resets: u64,
+    /// Requests inside a READ's consumed PSN range under the path MTU (0 while it is unknown).
+    #[serde(default)]
+    pub violations: u64,
+    /// The path MTU learned from FIRST and MIDDLE payloads (of this flow or its reverse
+    /// direction); null until learned.
+    #[serde(default)]
+    pub pmtu: Option<u32>,
+    /// NAKs with the PSN sequence error code this flow carried (the responder saw a hole).
+    #[serde(default)]
+    pub nak_seq_errors: u64,
+    /// The first violation (under the path MTU): when, the request's PSN and the READ's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_violation: Option<Violation>,
+    /// Requests still unanswered when the observation ended (no ACK, NAK or response in the
+    /// reverse direction covers the last one that asked for an answer): since when, for how
+    /// long. Absent when answered or when the reverse direction was not seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unanswered: Option<Unanswered>,
+    /// The longest wait without a request before a resend (a timeout or an RNR wait): when it
+    /// began and how long it lasted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_resend_wait: Option<Wait>,
+}
+
+/// A protocol violation with its place in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub at_ns: u64,
+    /// What is wrong: "request_inside_read" (the request's PSN lies in the READ's range) or
+    /// "response_psn_never_sent" (a response to a PSN no request used).
+    pub kind: ViolationKind,
+    pub psn: u32,
+    /// The READ's PSN (request inside a READ's range), or the newest request PSN sent
+    /// (response to a PSN never sent).
+    pub other_psn: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViolationKind {
+    RequestInsideRead,
+    ResponsePsnNeverSent,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unanswered {
+    pub since_ns: u64,
+    pub for_ns: u64,
+    /// The last request that asked for an answer.
+    pub psn: u32,
+    /// The newest response PSN seen back, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_psn: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wait {
+    pub at_ns: u64,
+    pub for_ns: u64,
+}
+
+impl Psn {
+    /// The analysis of `s`: holes still open count as missing.
+    pub fn of(s: &FlowStats) -> Self {
+        let (open, open_events) = s.seq_track.open_holes();
+        let c = &s.seq;
+        let pmtu = observer_common::seq::pmtu_of(c.pmtu_mask);
+        Self {
+            gaps: s.psn_gaps,
+            missing: c.lost.wrapping_add(open),
+            regressions: s.psn_regressions,
+            out_of_order: c.out_of_order,
+            duplicates: c.duplicates,
+            retransmissions: c.retransmissions,
+            retransmission_episodes: c.retx_episodes,
+            lost_events: c.lost_events.wrapping_add(open_events),
+            resets: c.resets,
+            violations: 0,
+            pmtu: None,
+            nak_seq_errors: c.nak_seq,
+            first_violation: None,
+            unanswered: None,
+            longest_resend_wait: (c.timeout_max_ns > 0).then_some(Wait {
+                at_ns: c.timeout_at_ns,
+                for_ns: c.timeout_max_ns,
+            }),
+        }
+        .with_pmtu(s, pmtu)
+    }
+
+    /// Sets the path MTU (learned here or from the reverse direction) and the violations under
+    /// it.
+    pub fn with_pmtu(mut self, s: &FlowStats, pmtu: Option<u32>) -> Self {
+        let c = &s.seq;
+        self.pmtu = pmtu;
+        // Overlaps under every candidate are violations whatever the path MTU.
+        self.violations = match pmtu {
+            Some(p) => violations_under(c, p),
+            None => u64::from(c.violations.iter().copied().min().unwrap_or(0)),
+        };
+        let k = pmtu.map_or(observer_common::seq::PMTUS as u32 - 1, |p| {
+            (p / 256).trailing_zeros()
+        });
+        self.first_violation = (c.violation_mask >> k & 1 != 0
+            && (pmtu.is_some() || c.violation_mask == 0b1_1111))
+            .then_some(Violation {
+                at_ns: c.violation_ns,
+                kind: ViolationKind::RequestInsideRead,
+                psn: c.violation_psn,
+                other_psn: c.violation_read_psn,
+            });
+        self
+    }
+
+    /// Adds another flow's analysis (totals); the path MTU stays if they agree.
+    pub fn add(&mut self, o: &Psn) {
+        self.gaps += o.gaps;
+        self.missing += o.missing;
+        self.regressions += o.regressions;
+        self.out_of_order += o.out_of_order;
+        self.duplicates += o.duplicates;
+        self.retransmissions += o.retransmissions;
+        self.retransmission_episodes += o.retransmission_episodes;
+        self.lost_events += o.lost_events;
+        self.resets += o.resets;
+        self.violations += o.violations;
+        self.nak_seq_errors += o.nak_seq_errors;
+    }
+}
+
+/// Requests inside a READ's range under path MTU `pmtu`.
+pub fn violations_under(c: &observer_common::SeqCounts, pmtu: u32) -> u64 {
+    let k = (pmtu / 256).trailing_zeros() as usize;
+    c.violations.get(k).map_or(0, |v| u64::from(*v))
 }
 
 /// A queue pair number as the table, the findings and the metrics labels show it, and as tshark
@@ -437,11 +596,7 @@ impl Flow {
                 ce: s.ecn[3],
             },
             ops: Ops::from_counts(&s.ops),
-            psn: Psn {
-                gaps: s.psn_gaps,
-                missing: s.psn_missing,
-                regressions: s.psn_regressions,
-            },
+            psn: Psn::of(s),
             dscp: (0..64u8).filter(|d| s.dscp_mask & (1 << d) != 0).collect(),
             cnp_dscp: (0..64u8)
                 .filter(|d| s.cnp_dscp_mask & (1 << d) != 0)

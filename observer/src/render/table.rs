@@ -399,10 +399,10 @@ mod tests {
             ecn: [1, 2, 3, 4],
             dscp_mask: (1 << 26) | (1 << 48),
             psn_gaps: 1,
-            psn_missing: 3,
             psn_regressions: 2,
             ..Default::default()
         };
+        s.seq.lost = 3;
         s.ops[OpClass::Cnp as usize] = 5;
         s.ops[OpClass::Nak as usize] = 1;
         agg.flows.insert(key, s);

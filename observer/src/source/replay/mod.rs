@@ -210,7 +210,7 @@ impl<O: FrameObserver> Replay<O> {
             // one). PSN continuity starts afresh, else the first request of each flow seen
             // again would count as a retransmission.
             for s in self.agg.flows.values_mut() {
-                s.psn_valid = 0;
+                s.seq_track = Default::default();
             }
         }
         self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));

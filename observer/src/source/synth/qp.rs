@@ -2,7 +2,7 @@
 //! pair and the responder's answers, and injects loss and go-back-N retransmission, recording each
 //! PSN event into the truth as it injects it.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use observer_common::wire::{self, op};
 use observer_common::{Bth, OpClass, VlanTag};
@@ -10,7 +10,7 @@ use observer_common::{Bth, OpClass, VlanTag};
 use super::frame::{Ext, Ip, RoceFrame, intended_class};
 use super::workload::{PsnEvent, Workload};
 use super::{
-    CE, CNP_DSCP, DEFAULT_PKEY, MASK24, NOT_ECT, SCENARIO_PMTU, SYNDROME_ACK,
+    CE, CNP_DSCP, DEFAULT_PKEY, MASK24, NOT_ECT, SCENARIO_PMTU, SYNDROME_ACK, SYNDROME_RNR_NAK,
     flow_label_to_udp_sport, rdma_udp_sport,
 };
 
@@ -70,6 +70,9 @@ const READ_RESPONSE: Segments = Segments {
 /// Requests kept for go-back-N retransmission.
 const HISTORY: usize = 4096;
 
+/// The RNR timer the generated requesters wait out (IBTA encoding 14: 1.28 ms).
+pub const RNR_WAIT_NS: u64 = 1_280_000;
+
 /// One RC/UC/XRC queue pair: emits correctly sequenced request packets (requester to responder) and
 /// the responder's ACKs, NAKs, READ responses and CNPs, and lets a scenario inject loss (a gap of n
 /// PSNs) and go-back-N retransmission, recording those events into the truth as it injects them.
@@ -98,6 +101,18 @@ pub struct QpStream {
     /// The observer's acceptable range for the next request PSN, once it saw a request.
     expect: Option<(u32, u32)>,
     drop_next: u32,
+    /// PSNs the observer saw skipped and has not seen since (lost, unless they come late).
+    holes: BTreeSet<u32>,
+    /// In a resend: whether the next resent packet behind the expected PSN starts the episode.
+    resending: Option<bool>,
+    /// What the next request is, when the scenario says so (a copy, a late packet).
+    intent: Option<PsnEvent>,
+    /// The request direction carried a FIRST or MIDDLE packet: the observer knows the PMTU.
+    pmtu_seen: bool,
+    /// The last READ request: PSN and DMA length.
+    last_read: Option<(u32, u32)>,
+    /// The request being emitted lies inside the last READ's range under these path MTUs.
+    overlap: u32,
     msn: u32,
     requests: u64,
     ce_since_cnp: u32,
@@ -141,6 +156,12 @@ impl QpStream {
             next_psn: first_psn & MASK24,
             expect: None,
             drop_next: 0,
+            holes: BTreeSet::new(),
+            resending: None,
+            intent: None,
+            pmtu_seen: false,
+            last_read: None,
+            overlap: 0,
             msn: 0,
             requests: 0,
             ce_since_cnp: 0,
@@ -246,17 +267,7 @@ impl QpStream {
             wire::TRANSPORT_RC | wire::TRANSPORT_UC | wire::TRANSPORT_XRC
         );
         if tracked && class.is_request() && keep >= f.bth_end() {
-            event = self.psn_event(psn);
-            let (lo, hi) = match (is_read, keep >= f.headers_end()) {
-                (true, true) => (
-                    read_psns(f.ext.dma_len, wire::PMTU_MAX),
-                    read_psns(f.ext.dma_len, wire::PMTU_MIN),
-                ),
-                // The observer cannot see the DMA length of a READ cut inside its RETH.
-                (true, false) => (1, (1 << 23) - 1),
-                _ => (1, 1),
-            };
-            self.expect = Some((psn.wrapping_add(lo) & MASK24, psn.wrapping_add(hi) & MASK24));
+            event = self.psn_event(&f, keep);
         }
         if f.ecn == CE {
             self.ce_since_cnp += 1;
@@ -266,26 +277,125 @@ impl QpStream {
         psn
     }
 
-    fn psn_event(&self, psn: u32) -> PsnEvent {
-        let Some((lo, hi)) = self.expect else {
-            return PsnEvent::None;
-        };
-        let ahead = psn_sub(psn, lo);
-        if ahead <= psn_sub(hi, lo) {
-            PsnEvent::None
-        } else if ahead < 1 << 23 {
-            PsnEvent::Gap {
-                missing: psn_sub(psn, hi),
+    /// What the observer must make of request `f` (cut to `keep` bytes): the scenario's
+    /// intent, within what the observer can see (the expected range, the holes it saw).
+    fn psn_event(&mut self, f: &RoceFrame, keep: usize) -> PsnEvent {
+        let psn = f.bth.psn & MASK24;
+        let is_read = f.bth.opcode & 0x1F == op::READ_REQUEST;
+        if matches!(
+            f.bth.opcode & 0x1F,
+            op::SEND_FIRST | op::SEND_MIDDLE | op::WRITE_FIRST | op::WRITE_MIDDLE
+        ) {
+            self.pmtu_seen = true;
+        }
+        let forced = self.intent.take();
+        let overlap = match self.last_read {
+            Some((read_psn, len)) if !is_read => {
+                let off = psn_sub(psn, read_psn);
+                let mask = (0..5u32)
+                    .filter(|k| off > 0 && off < 1 << 23 && off < read_psns(len, 256 << k))
+                    .fold(0, |m, k| m | 1 << k);
+                (mask != 0).then_some(mask)
             }
-        } else {
-            PsnEvent::Regression
+            _ => None,
+        };
+        self.overlap = overlap.unwrap_or(0);
+        // A violation under every candidate path MTU, or under the one the observer knows.
+        if let Some(mask) = overlap
+            && (mask == 0b1_1111
+                || (self.pmtu_seen && mask & observer_common::seq::pmtu_bit(self.pmtu) != 0))
+        {
+            return PsnEvent::Violation;
+        }
+        match (self.expect, forced) {
+            (_, Some(PsnEvent::NewIncarnation)) | (None, _) => {
+                let first = self.expect.is_none();
+                self.holes.clear();
+                self.advance(psn, f, keep);
+                if first {
+                    PsnEvent::None
+                } else {
+                    PsnEvent::NewIncarnation
+                }
+            }
+            (Some((lo, hi)), forced) => {
+                let ahead = psn_sub(psn, lo);
+                if ahead <= psn_sub(hi, lo) {
+                    self.advance(psn, f, keep);
+                    PsnEvent::None
+                } else if ahead < 1 << 23 {
+                    let mut p = hi;
+                    while p != psn {
+                        self.holes.insert(p);
+                        p = (p + 1) & MASK24;
+                    }
+                    self.advance(psn, f, keep);
+                    PsnEvent::Gap
+                } else {
+                    let filled = self.holes.remove(&psn);
+                    match (self.resending, forced) {
+                        (Some(first), _) => {
+                            self.resending = Some(false);
+                            PsnEvent::Retransmission { episode: first }
+                        }
+                        (None, Some(e)) => e,
+                        (None, None) if filled => PsnEvent::OutOfOrder,
+                        (None, None) => PsnEvent::Duplicate,
+                    }
+                }
+            }
         }
     }
 
-    fn push(&self, w: &mut Workload, f: &RoceFrame, class: OpClass, event: PsnEvent) {
+    /// The observer's expected range after request `f` at `psn`: a READ of a PMTU it does not
+    /// know consumes 1 to 16 times as many PSNs as one it knows.
+    fn advance(&mut self, psn: u32, f: &RoceFrame, keep: usize) {
+        let is_read = f.bth.opcode & 0x1F == op::READ_REQUEST;
+        let (lo, hi) = match (is_read, keep >= f.headers_end()) {
+            (true, true) if self.pmtu_seen => {
+                let n = read_psns(f.ext.dma_len, self.pmtu);
+                (n, n)
+            }
+            (true, true) => (
+                read_psns(f.ext.dma_len, wire::PMTU_MAX),
+                read_psns(f.ext.dma_len, wire::PMTU_MIN),
+            ),
+            // The observer cannot see the DMA length of a READ cut inside its RETH.
+            (true, false) => (1, (1 << 23) - 1),
+            _ => (1, 1),
+        };
+        self.last_read = match (is_read, keep >= f.headers_end()) {
+            (true, true) => Some((psn, f.ext.dma_len)),
+            (true, false) => None,
+            _ => self.last_read,
+        };
+        self.expect = Some((psn.wrapping_add(lo) & MASK24, psn.wrapping_add(hi) & MASK24));
+    }
+
+    /// The holes the observer saw and never saw filled: lost PSNs and their contiguous ranges.
+    pub fn lost(&self) -> (u64, u64) {
+        let events = self
+            .holes
+            .iter()
+            .filter(|&&p| !self.holes.contains(&(p.wrapping_sub(1) & MASK24)))
+            .count();
+        (self.holes.len() as u64, events as u64)
+    }
+
+    fn push(&mut self, w: &mut Workload, f: &RoceFrame, class: OpClass, event: PsnEvent) {
         match self.snap {
             Some(keep) => w.push_cut(f, class, event, keep),
             None => w.push_roce_psn(f, class, event),
+        }
+        if self.overlap != 0 {
+            w.overlap(&self.req.flow_key(), self.overlap);
+            self.overlap = 0;
+        }
+        if class.is_request() && self.expect.is_some() {
+            let (lost, events) = self.lost();
+            if let Some(s) = w.truth.flows.get_mut(&self.req.flow_key()) {
+                (s.seq.lost, s.seq.lost_events) = (lost, events);
+            }
         }
     }
 
@@ -485,6 +595,15 @@ impl QpStream {
         due
     }
 
+    /// The responder has no receive posted for the request at `psn`: it answers with an RNR NAK,
+    /// the requester waits out the RNR timer and sends it again, the responder ACKs it.
+    pub fn rnr_retry(&mut self, w: &mut Workload, psn: u32) {
+        self.nak(w, psn, SYNDROME_RNR_NAK);
+        w.wait(RNR_WAIT_NS);
+        self.retransmit_from(w, psn);
+        self.ack(w, psn);
+    }
+
     /// Go-back-N: re-emits every remembered request from `psn` on, in order, and returns how many.
     /// The first one steps back (a regression unless nothing after it was seen). Returns 0 when
     /// `psn` is not a remembered request PSN.
@@ -494,9 +613,11 @@ impl QpStream {
         };
         let frames: Vec<RoceFrame> = self.history.drain(pos..).collect();
         let n = frames.len();
+        self.resending = Some(true);
         for f in frames {
             self.emit_request(w, f);
         }
+        self.resending = None;
         n
     }
 }
@@ -517,8 +638,8 @@ mod tests {
         qp.write(&mut w, 1024);
         assert_eq!(w.truth.flows[&qp.req.flow_key()].psn_gaps, 0);
         // A loss right after a READ: the observer accepts up to ceil(65536/256) = 256 PSNs past
-        // the READ's PSN while the stream moved on by 64, so 100 lost PSNs go unnoticed and 300
-        // show as a gap of 64 + 300 - 256.
+        // the READ's PSN while the stream moved on by 64 (no FIRST or MIDDLE packet told it the
+        // PMTU), so 100 lost PSNs go unnoticed and 300 show as a gap of 64 + 300 - 256.
         qp.read(&mut w, 65536);
         qp.lose_next(100);
         qp.write(&mut w, 101 * 1024);
@@ -527,6 +648,6 @@ mod tests {
         qp.lose_next(300);
         qp.write(&mut w, 301 * 1024);
         let s = w.truth.flows[&qp.req.flow_key()];
-        assert_eq!((s.psn_gaps, s.psn_missing), (1, 64 + 300 - 256));
+        assert_eq!((s.psn_gaps, s.seq.lost), (1, 64 + 300 - 256));
     }
 }

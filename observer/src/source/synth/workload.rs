@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use observer_common::wire::op;
+use observer_common::wire::{self, op};
 use observer_common::{
     Counters, FlowKey, FlowStats, LINK_PAUSE, OpClass, Pause, PauseKey, PauseStats, SkipReason,
     mirror_key,
@@ -21,6 +21,8 @@ pub struct Workload {
     pub truth: Truth,
     /// Spacing of the frames' timestamps; 0 means [`FRAME_GAP_NS`].
     frame_gap_ns: u64,
+    /// Added once to the gap before the next frame ([`Workload::wait`]).
+    wait_ns: u64,
 }
 
 /// One frame and its capture timestamp (strictly increasing within a workload).
@@ -40,16 +42,27 @@ pub struct Truth {
     pub counters: Counters,
 }
 
-/// What a request packet does to its flow's PSN continuity, as the generator injected it.
+/// What the generator did with a request packet, as the PSN analysis must classify it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PsnEvent {
     /// In sequence, not a tracked request, or the flow's first request.
     #[default]
     None,
-    /// A forward jump: `missing` PSNs beyond the expected range never arrived.
-    Gap { missing: u32 },
-    /// A backward step (retransmission or duplicate).
-    Regression,
+    /// Ahead of the expected PSN: some before it were lost upstream (or are late).
+    Gap,
+    /// A late packet filling a hole (reordered).
+    OutOfOrder,
+    /// A copy of a packet already sent, outside any resend.
+    Duplicate,
+    /// Sent again by the sender; `episode` on the first of a resend run (a run must resend at
+    /// least one PSN the observer saw, or come after a timeout, to be known as one).
+    Retransmission { episode: bool },
+    /// Inside a READ's consumed range under the path MTU the observer knows: a violation, which
+    /// moves nothing else. (Overlaps under candidate path MTUs are counted apart, whatever the
+    /// class: [`Workload::overlap`].)
+    Violation,
+    /// A new incarnation of the QP number.
+    NewIncarnation,
 }
 
 impl Workload {
@@ -149,13 +162,30 @@ impl Workload {
         self.frame_gap_ns = gap_ns.max(1);
     }
 
+    /// Request `key` lies inside a READ's consumed range under the path MTUs of `mask` (bit k:
+    /// 256 << k).
+    pub fn overlap(&mut self, key: &observer_common::FlowKey, mask: u32) {
+        if let Some(f) = self.truth.flows.get_mut(key) {
+            for (k, v) in f.seq.violations.iter_mut().enumerate() {
+                *v += mask >> k & 1;
+            }
+        }
+    }
+
+    /// The next frame comes `ns` later than it would (a sender waiting out a timer).
+    pub fn wait(&mut self, ns: u64) {
+        self.wait_ns += ns;
+    }
+
     /// The capture timestamp the next appended frame gets.
     pub fn next_ts(&self) -> u64 {
         let gap = match self.frame_gap_ns {
             0 => FRAME_GAP_NS,
             gap => gap,
         };
-        self.frames.last().map_or(BASE_TS_NS, |f| f.ts_ns + gap)
+        self.frames
+            .last()
+            .map_or(BASE_TS_NS, |f| f.ts_ns + gap + self.wait_ns)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -164,6 +194,7 @@ impl Workload {
 
     fn push_frame(&mut self, bytes: Vec<u8>) {
         let ts_ns = self.next_ts();
+        self.wait_ns = 0;
         self.frames.push(Frame { bytes, ts_ns });
     }
 
@@ -185,11 +216,33 @@ impl Workload {
         };
         match event {
             PsnEvent::None => {}
-            PsnEvent::Gap { missing } => {
-                f.psn_gaps += 1;
-                f.psn_missing += u64::from(missing);
+            PsnEvent::Gap => f.psn_gaps += 1,
+            PsnEvent::OutOfOrder => {
+                f.psn_regressions += 1;
+                f.seq.out_of_order += 1;
             }
-            PsnEvent::Regression => f.psn_regressions += 1,
+            PsnEvent::Duplicate => {
+                f.psn_regressions += 1;
+                f.seq.duplicates += 1;
+            }
+            PsnEvent::Retransmission { episode } => {
+                f.psn_regressions += 1;
+                f.seq.retransmissions += 1;
+                f.seq.retx_episodes += u64::from(episode);
+            }
+            PsnEvent::Violation => {}
+            PsnEvent::NewIncarnation => f.seq.resets += 1,
+        }
+        // FIRST and MIDDLE packets carry one path MTU; NAKs with the sequence error code.
+        if matches!(
+            frame.bth.opcode & 0x1F,
+            0x00 | 0x01 | 0x06 | 0x07 | 0x0D | 0x0E
+        ) && frame.bth.opcode & 0xE0 != wire::TRANSPORT_UD
+        {
+            f.seq.pmtu_mask |= observer_common::seq::pmtu_bit(frame.payload_len as u32);
+        }
+        if class == OpClass::Nak && frame.ext.syndrome == 0x60 {
+            f.seq.nak_seq += 1;
         }
         let c = &mut self.truth.counters;
         c.frames += 1;

@@ -11,7 +11,7 @@ use crate::source::synth::frame::{Ext, Ip, RoceFrame, host_mac, tag, v4, v6};
 use crate::source::synth::noise::{basic_noise, mirror_noise};
 use crate::source::synth::qp::QpStream;
 use crate::source::synth::workload::Workload;
-use crate::source::synth::{ECT1, NOT_ECT, SYNDROME_NAK_SEQ, SYNDROME_RNR_NAK};
+use crate::source::synth::{ECT1, NOT_ECT, SYNDROME_NAK_SEQ};
 
 pub(super) fn demo(w: &mut Workload) {
     const RC: u8 = wire::TRANSPORT_RC;
@@ -123,9 +123,7 @@ pub(super) fn e2e(w: &mut Workload) {
     let last = ops.last_psn();
     ops.ack(w, last);
     let psn = ops.send(w, 256);
-    ops.nak(w, psn, SYNDROME_RNR_NAK);
-    ops.retransmit_from(w, psn);
-    ops.ack(w, psn);
+    ops.rnr_retry(w, psn);
 
     // UD SENDs with DETH (no PSN tracking, no ACKs).
     let mut ud = RoceFrame::new(
@@ -256,13 +254,15 @@ mod tests {
     }
 
     #[test]
-    fn lossy_demo_qp_has_one_gap_of_three_and_one_regression() {
+    fn lossy_demo_qp_has_one_gap_and_one_go_back_n_run() {
         let w = scenario("demo").unwrap();
         let key = qp_v4(wire::TRANSPORT_RC, 0, [7, 8], [0x0E02, 0x1B02], 0)
             .req
             .flow_key();
         let s = w.truth.flows[&key];
-        assert_eq!((s.psn_gaps, s.psn_missing, s.psn_regressions), (1, 3, 1));
+        // Three lost before the mirror, five more seen, then all eight sent again.
+        assert_eq!((s.psn_gaps, s.seq.lost, s.psn_regressions), (1, 0, 8));
+        assert_eq!((s.seq.retransmissions, s.seq.retx_episodes), (8, 1));
         assert_eq!(s.ops[OpClass::Nak as usize], 0, "NAKs flow the other way");
         let others: u64 = w
             .truth

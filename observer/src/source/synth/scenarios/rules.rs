@@ -8,7 +8,7 @@ use crate::source::synth::encap::{pfc, quanta_at};
 use crate::source::synth::frame::host_mac;
 use crate::source::synth::qp::QpStream;
 use crate::source::synth::workload::Workload;
-use crate::source::synth::{DATA_DSCP, ECT0, NOT_ECT, SYNDROME_RNR_NAK};
+use crate::source::synth::{DATA_DSCP, ECT0, NOT_ECT};
 
 /// Spacing of the rule scenarios' frames: PMTU-sized frames (about 1.1 KB on the wire) 2 us
 /// apart load a 10 Gb/s link to about 45%, far below the microburst threshold (90%).
@@ -180,9 +180,7 @@ pub(super) fn rule_rnr(w: &mut Workload) {
             match (i, round) {
                 (1, 6) | (1, 14) => {
                     let psn = qp.send(w, 512);
-                    qp.nak(w, psn, SYNDROME_RNR_NAK);
-                    qp.retransmit_from(w, psn);
-                    qp.ack(w, psn);
+                    qp.rnr_retry(w, psn);
                 }
                 _ => {
                     qp.send(w, 2048);

@@ -7,7 +7,7 @@ use super::{CNP_INTERVAL_NS, ack_all, everyday_op, go_back_n, qp_v4};
 use crate::source::synth::frame::{Ip, host_mac, tag, v6};
 use crate::source::synth::qp::QpStream;
 use crate::source::synth::workload::Workload;
-use crate::source::synth::{DATA_DSCP, ECT0, ECT1, NOT_ECT, SYNDROME_RNR_NAK};
+use crate::source::synth::{DATA_DSCP, ECT0, ECT1, NOT_ECT};
 
 /// An IPv6 queue pair between 2001:db8::`hosts[0]` and 2001:db8::`hosts[1]` (MACs 02:..:hi:lo of
 /// the same numbers).
@@ -93,9 +93,7 @@ pub(super) fn loss(w: &mut Workload) {
                 // out the RNR timer and sends it again.
                 (2, 12) => {
                     let psn = qp.send(w, 512);
-                    qp.nak(w, psn, SYNDROME_RNR_NAK);
-                    qp.retransmit_from(w, psn);
-                    qp.ack(w, psn);
+                    qp.rnr_retry(w, psn);
                 }
                 (3, 15) => go_back_n(w, qp, 512, 3, 16384),
                 _ => everyday_op(w, qp, round + i),
@@ -254,8 +252,13 @@ mod tests {
         assert!(ops[OpClass::Nak as usize] >= 3);
         assert_eq!(ops[OpClass::RnrNak as usize], 1);
         assert_eq!(sum_flows(&w, |s| s.psn_gaps), 4);
-        assert_eq!(sum_flows(&w, |s| s.psn_missing), 2 + 1 + 1 + 3);
-        assert_eq!(sum_flows(&w, |s| s.psn_regressions), 5);
+        // Every lost PSN was sent again: four go-back-N runs and an RNR retry, nothing missing.
+        assert_eq!(sum_flows(&w, |s| s.seq.lost), 0);
+        assert_eq!(sum_flows(&w, |s| s.seq.retx_episodes), 5);
+        assert_eq!(
+            sum_flows(&w, |s| s.psn_regressions),
+            sum_flows(&w, |s| s.seq.retransmissions)
+        );
         assert_eq!(w.truth.counters.ce_packets, 0);
     }
 

@@ -1,0 +1,277 @@
+//! The PSN analysis on sequences whose truth is known by construction: each test states what
+//! the sender did (reordered, copied, went back, lost, reused the QP) and checks the class of
+//! every packet and the counts.
+
+use observer_common::seq::{REUSE_IDLE_NS, Request, Seq, SeqClass, WINDOW};
+use observer_common::{FlowStats, OpClass};
+
+use SeqClass::*;
+
+const US: u64 = 1_000;
+
+fn send(psn: u32) -> Request {
+    Request {
+        psn: psn & 0xFF_FFFF,
+        class: OpClass::Send,
+        has_len: false,
+        read_len: 0,
+        wants_answer: true,
+    }
+}
+
+fn read(psn: u32, len: u32) -> Request {
+    Request {
+        psn,
+        class: OpClass::ReadRequest,
+        has_len: true,
+        read_len: len,
+        wants_answer: true,
+    }
+}
+
+/// A flow's analysis, fed one request at a time.
+#[derive(Default)]
+struct Flow {
+    s: FlowStats,
+    now: u64,
+}
+
+impl Flow {
+    fn seq(&mut self) -> Seq<'_> {
+        Seq {
+            counts: &mut self.s.seq,
+            track: &mut self.s.seq_track,
+            gaps: &mut self.s.psn_gaps,
+            regressions: &mut self.s.psn_regressions,
+        }
+    }
+
+    /// One request `gap_ns` after the previous one.
+    fn at(&mut self, gap_ns: u64, r: Request) -> SeqClass {
+        self.now += gap_ns;
+        let now = self.now;
+        self.seq().request(&r, now, |_| false)
+    }
+
+    fn psns(&mut self, psns: impl IntoIterator<Item = u32>) -> Vec<SeqClass> {
+        psns.into_iter().map(|p| self.at(US, send(p))).collect()
+    }
+
+    fn lost(&self) -> u64 {
+        self.s.seq.lost + self.s.seq_track.open_holes().0
+    }
+}
+
+#[test]
+fn in_order_is_nothing_but_in_order() {
+    let mut f = Flow::default();
+    assert!(f.psns(0..200).iter().all(|c| *c == InOrder));
+    let c = f.s.seq;
+    assert_eq!(
+        (c.out_of_order, c.duplicates, c.retransmissions, f.lost()),
+        (0, 0, 0, 0)
+    );
+    assert_eq!((f.s.psn_gaps, f.s.psn_regressions), (0, 0));
+}
+
+#[test]
+fn reordering_is_out_of_order_not_loss() {
+    let mut f = Flow::default();
+    let got = f.psns([0, 1, 3, 2, 4, 6, 5, 7]);
+    assert_eq!(
+        got,
+        [
+            InOrder, InOrder, Ahead, OutOfOrder, InOrder, Ahead, OutOfOrder, InOrder
+        ]
+    );
+    assert_eq!(f.s.seq.out_of_order, 2);
+    assert_eq!(
+        (f.s.seq.retransmissions, f.s.seq.duplicates, f.lost()),
+        (0, 0, 0)
+    );
+    // A burst delayed together (three late packets in a row) fills holes: still reordering.
+    let mut f = Flow::default();
+    let got = f.psns([0, 4, 1, 2, 3, 5]);
+    assert_eq!(
+        got,
+        [InOrder, Ahead, OutOfOrder, OutOfOrder, OutOfOrder, InOrder]
+    );
+    assert_eq!((f.s.seq.out_of_order, f.s.seq.retransmissions), (3, 0));
+}
+
+#[test]
+fn exact_duplicate_copies_are_duplicates() {
+    let mut f = Flow::default();
+    let got = f.psns([0, 0, 1, 1, 2, 2, 3]);
+    assert_eq!(
+        got,
+        [
+            InOrder, Duplicate, InOrder, Duplicate, InOrder, Duplicate, InOrder
+        ]
+    );
+    // Two taps merged with a lag: each copy comes one packet late.
+    let mut f = Flow::default();
+    let got = f.psns([0, 1, 0, 2, 1, 3, 2, 4, 3]);
+    assert_eq!(got.iter().filter(|c| **c == Duplicate).count(), 4);
+    assert_eq!(
+        (f.s.seq.duplicates, f.s.seq.retransmissions, f.lost()),
+        (4, 0, 0)
+    );
+}
+
+#[test]
+fn go_back_n_is_a_retransmission_run() {
+    // Loss after the tap: everything was seen, then the sender went back to 5.
+    let mut f = Flow::default();
+    f.psns(0..10);
+    let got = f.psns(5..12);
+    assert_eq!(got[0], Duplicate, "not known as a run yet");
+    assert!(got[1..5].iter().all(|c| *c == Retransmission));
+    assert_eq!(got[5..], [InOrder, InOrder]);
+    let c = f.s.seq;
+    assert_eq!(
+        (c.retransmissions, c.duplicates, c.retx_episodes),
+        (5, 0, 1)
+    );
+    // Loss before the tap: 5 never passed, the resend fills it and repeats the rest.
+    let mut f = Flow::default();
+    f.psns((0..5).chain(6..10));
+    let got = f.psns(5..11);
+    assert_eq!(got[0], OutOfOrder);
+    assert_eq!(got[1], Retransmission);
+    let c = f.s.seq;
+    assert_eq!(
+        (c.retransmissions, c.out_of_order, c.retx_episodes, f.lost()),
+        (5, 0, 1, 0)
+    );
+    assert_eq!(f.s.psn_gaps, 1);
+}
+
+#[test]
+fn a_resend_after_a_timeout_is_a_retransmission() {
+    let mut f = Flow::default();
+    f.psns(0..10);
+    assert_eq!(f.at(50_000 * US, send(9)), Retransmission);
+    assert_eq!(f.s.seq.timeout_max_ns, 50_000 * US);
+    assert_eq!(f.s.seq.retx_episodes, 1);
+    assert_eq!(f.at(US, send(10)), InOrder);
+}
+
+#[test]
+fn holes_that_leave_the_window_are_lost_and_open_ones_count_at_the_end() {
+    let mut f = Flow::default();
+    f.psns((0..5).chain(6..10));
+    assert_eq!(f.s.seq.lost, 0);
+    assert_eq!(f.s.seq_track.open_holes(), (1, 1));
+    f.psns(10..100);
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (1, 1));
+    assert_eq!(f.s.seq_track.open_holes(), (0, 0));
+    // Two ranges (20-22 and 40) lost far apart: two events, four PSNs.
+    let mut f = Flow::default();
+    f.psns((0..20).chain(23..40).chain(41..200));
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (4, 2));
+    // A jump beyond the window: its PSNs leave at once.
+    let mut f = Flow::default();
+    f.psns([0, 1, 2, 200, 201]);
+    assert_eq!(
+        (f.lost(), f.s.seq.lost_events + f.s.seq_track.open_holes().1),
+        (197, 1)
+    );
+}
+
+#[test]
+fn reordering_beyond_the_window_is_late_not_lost() {
+    let mut f = Flow::default();
+    f.psns((0..10).chain(11..11 + WINDOW + 20));
+    assert_eq!(f.s.seq.lost, 1);
+    assert_eq!(f.at(US, send(10)), OutOfOrder);
+    assert_eq!(
+        (f.s.seq.lost, f.s.seq.out_of_order, f.s.seq.retransmissions),
+        (0, 1, 0)
+    );
+    // A go-back beyond the window resends what was seen: retransmission.
+    let mut f = Flow::default();
+    f.psns(0..200);
+    assert_eq!(f.at(US, send(100)), Retransmission);
+    assert_eq!(f.at(US, send(101)), Retransmission);
+}
+
+#[test]
+fn qp_reuse_starts_a_new_incarnation() {
+    // Far jump.
+    let mut f = Flow::default();
+    f.psns(0..10);
+    assert_eq!(f.at(US, send(0x50_0000)), NewIncarnation);
+    assert_eq!(f.psns(0x50_0001..0x50_0005), [InOrder; 4]);
+    assert_eq!((f.s.seq.resets, f.s.psn_gaps, f.lost()), (1, 0, 0));
+    // Near jump (beyond the window) after the QP was idle.
+    let mut f = Flow::default();
+    f.psns(1000..1010);
+    assert_eq!(f.at(REUSE_IDLE_NS, send(500)), NewIncarnation);
+    assert_eq!(f.at(REUSE_IDLE_NS, send(7000)), NewIncarnation);
+    assert_eq!(
+        (f.s.seq.resets, f.s.seq.retransmissions, f.s.psn_regressions),
+        (2, 0, 0)
+    );
+    // Connection-manager traffic between the hosts since the last request: a new connection.
+    let mut f = Flow::default();
+    f.psns(0..10);
+    f.now += US;
+    let now = f.now;
+    assert_eq!(f.seq().request(&send(3000), now, |_| true), NewIncarnation);
+    // Without it, the same jump soon after is loss.
+    let mut f = Flow::default();
+    f.psns(0..10);
+    assert_eq!(f.at(US, send(3000)), Ahead);
+}
+
+#[test]
+fn psn_wrap_is_in_order() {
+    let mut f = Flow::default();
+    let got = f.psns([0xFF_FFFE, 0xFF_FFFF, 0, 2, 1, 3]);
+    assert_eq!(got, [InOrder, InOrder, InOrder, Ahead, OutOfOrder, InOrder]);
+    let mut f = Flow::default();
+    f.psns(0xFF_FFF0..0xFF_FFFF + 5);
+    let got = f.psns([0xFF_FFFE, 0xFF_FFFF, 0, 1, 2, 3, 4, 5]);
+    // Sent up to 3 (after the wrap); the sender went back to 0xFFFFFE.
+    assert_eq!(got[0], Duplicate);
+    assert!(got[1..6].iter().all(|c| *c == Retransmission));
+    assert_eq!(got[6..], [InOrder, InOrder]);
+    assert_eq!((f.s.seq.retransmissions, f.s.seq.duplicates), (6, 0));
+}
+
+#[test]
+fn a_request_inside_a_reads_range_is_a_violation_under_the_known_pmtu() {
+    // Path MTU unknown: the READ of 3000 bytes consumes 1 to 12 PSNs; a SEND two PSNs on is
+    // in range, and counted as an overlap for path MTUs 256, 512 and 1024.
+    let mut f = Flow::default();
+    f.psns(90..100);
+    assert_eq!(f.at(US, read(100, 3000)), InOrder);
+    assert_eq!(f.at(US, send(102)), InOrder);
+    assert_eq!(f.s.seq.violations, [1, 1, 1, 0, 0]);
+    assert_eq!(f.s.seq.violation_mask, 0b111);
+    assert_eq!(
+        (f.s.seq.violation_psn, f.s.seq.violation_read_psn),
+        (102, 100)
+    );
+    // Path MTU 1024 known (a FIRST packet carried 1024 bytes): the READ consumes 100-102, the
+    // next request must be 103.
+    let mut f = Flow::default();
+    f.s.seq.pmtu_mask = 1 << 2;
+    f.psns(90..100);
+    f.at(US, read(100, 3000));
+    assert_eq!(f.at(US, send(102)), Violation);
+    assert_eq!(f.at(US, send(103)), InOrder);
+    // A READ re-requested from the middle of its range (partial responses) is no violation.
+    let mut f = Flow::default();
+    f.s.seq.pmtu_mask = 1 << 2;
+    f.psns(90..100);
+    f.at(US, read(100, 3000));
+    assert_ne!(f.at(US, read(101, 2000)), Violation);
+    assert_eq!(f.s.seq.violations, [0; 5]);
+    // With the path MTU known, a READ's next PSN is exact: a request after it skipped is a gap.
+    let mut f = Flow::default();
+    f.s.seq.pmtu_mask = 1 << 2;
+    f.at(US, read(100, 3000));
+    assert_eq!(f.at(US, send(104)), Ahead);
+}
