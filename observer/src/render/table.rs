@@ -7,7 +7,7 @@ use comfy_table::{CellAlignment, ColumnConstraint, Table, presets::NOTHING};
 
 use crate::{
     model::{Direction, FlowMirror, PfcReport, Report, percent, qp_hex},
-    units::{count, noun},
+    units::{count, duration, duration_s, noun},
 };
 
 /// How a column's cells line up.
@@ -58,8 +58,8 @@ pub fn render_table(report: &Report, top: usize) -> String {
     };
     let _ = writeln!(
         out,
-        "roce-observer: {src}, {:.1} s: {}, {} ({}), {}",
-        report.window.seconds,
+        "roce-observer: {src}, {}: {}, {} ({}), {}",
+        window(report.window.seconds),
         count(t.frames, "frame"),
         count(t.roce_packets, "RoCEv2 packet"),
         human_bytes(t.roce_bytes),
@@ -103,6 +103,7 @@ pub fn render_table(report: &Report, top: usize) -> String {
     }
     if !report.flows.is_empty() {
         use Align::{Left, Right};
+        let peaks = report.flows.iter().any(|f| f.peak_rate_bps.is_some());
         let rows = report
             .flows
             .iter()
@@ -113,11 +114,16 @@ pub fn render_table(report: &Report, top: usize) -> String {
                 } else {
                     ""
                 };
-                vec![
+                let mut row = vec![
                     format!("{} -> {}{tx}", f.src_ip, f.dst_ip),
                     f.udp_src_port.to_string(),
                     qp_hex(f.dest_qp),
-                    human_rate(f.rate_bps),
+                    f.active_rate_bps.map_or("-".to_string(), human_rate),
+                ];
+                if peaks {
+                    row.push(f.peak_rate_bps.map_or("-".to_string(), human_rate));
+                }
+                row.extend([
                     f.packets.to_string(),
                     format!("{:.2}", f.ce_percent()),
                     f.ops.cnp.to_string(),
@@ -125,24 +131,34 @@ pub fn render_table(report: &Report, top: usize) -> String {
                     f.ops.rnr_nak.to_string(),
                     f.psn.gaps.to_string(),
                     f.psn.regressions.to_string(),
-                ]
+                ]);
+                row
             })
             .collect();
+        let mut headers = vec![
+            ("SOURCE -> DESTINATION", Left),
+            ("SPORT", Right),
+            ("DEST QP", Right),
+            ("RATE", Right),
+        ];
+        if peaks {
+            headers.push(("PEAK", Right));
+        }
         out.push('\n');
         out.push_str(&columns(
             &[
-                ("SOURCE -> DESTINATION", Left),
-                ("SPORT", Right),
-                ("DEST QP", Right),
-                ("RATE", Right),
-                ("PACKETS", Right),
-                ("CE%", Right),
-                ("CNPs", Right),
-                ("NAKs", Right),
-                ("RNR", Right),
-                ("GAPS", Right),
-                ("RETX", Right),
-            ],
+                headers.as_slice(),
+                &[
+                    ("PACKETS", Right),
+                    ("CE%", Right),
+                    ("CNPs", Right),
+                    ("NAKs", Right),
+                    ("RNR", Right),
+                    ("GAPS", Right),
+                    ("RETX", Right),
+                ],
+            ]
+            .concat(),
             rows,
         ));
         if report.flows.len() > top {
@@ -182,12 +198,17 @@ pub fn render_timeline(report: &Report) -> String {
         let (ti, tp) = peak(&s.total.bps);
         let (ci, cp) = peak(&s.total.ce_fraction);
         let (ni, np) = peak(&s.total.cnp_per_s);
-        let at = |i: usize| s.t.get(i).copied().unwrap_or(0.0);
+        let at = |i: usize| duration_s(s.t.get(i).copied().unwrap_or(0.0));
+        let fitted = if s.interval_fitted {
+            format!(" (fitted to the {} span)", duration_s(s.span_s))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "\ntime series: {} of {}: RoCE peak {} at +{:.2}s, CE peak {:.2}% at +{:.2}s, CNPs peak {:.0}/s at +{:.2}s",
+            "\ntime series: {} of {}{fitted}: RoCE peak {} at +{}, CE peak {:.2}% at +{}, CNPs peak {:.0}/s at +{}",
             count(s.t.len() as u64, "interval"),
-            human_duration((s.interval_s * 1e9).round() as u64),
+            duration_s(s.interval_s),
             human_rate(tp),
             at(ti),
             cp * 100.0,
@@ -205,11 +226,7 @@ pub fn render_timeline(report: &Report) -> String {
             ),
             None => "link speed unknown: give --link-speed for bursts".to_string(),
         };
-        let _ = writeln!(
-            out,
-            "\nMICROBURSTS ({} slots, {link})",
-            human_duration(m.slot_ns)
-        );
+        let _ = writeln!(out, "\nMICROBURSTS ({} slots, {link})", duration(m.slot_ns));
         use Align::{Left, Right};
         let rows = m
             .interfaces
@@ -227,7 +244,7 @@ pub fn render_timeline(report: &Report) -> String {
                         .map_or("-".to_string(), |p| format!("{p:.1}")),
                     i.bursts.to_string(),
                     if i.bursts > 0 {
-                        human_duration(i.longest_burst_ns)
+                        duration(i.longest_burst_ns)
                     } else {
                         "-".to_string()
                     },
@@ -286,7 +303,7 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
                 c.frames.to_string(),
                 c.xon.to_string(),
                 c.quanta.to_string(),
-                c.pause_ns.map_or("-".to_string(), human_duration),
+                c.pause_ns.map_or("-".to_string(), duration),
             ]);
         }
         if src.priorities.is_empty() && src.link_pause.is_none() {
@@ -323,16 +340,12 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
     }
 }
 
-fn human_duration(ns: u64) -> String {
-    let v = ns as f64;
-    if v >= 1e9 {
-        format!("{:.2} s", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.2} ms", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.2} us", v / 1e3)
+/// The observation's length: "720 µs", "12.4 s"; a capture of one instant says so.
+fn window(seconds: f64) -> String {
+    if seconds > 0.0 {
+        duration_s(seconds)
     } else {
-        format!("{ns} ns")
+        "one instant".to_string()
     }
 }
 

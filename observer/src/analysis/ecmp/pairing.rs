@@ -166,6 +166,8 @@ mod tests {
             first_seen_ns: 0,
             last_seen_ns: 0,
             rate_bps: 0.0,
+            active_rate_bps: None,
+            peak_rate_bps: None,
         }
     }
 
