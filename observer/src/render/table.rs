@@ -104,22 +104,32 @@ pub fn render_table(report: &Report, top: usize) -> String {
     if !report.flows.is_empty() {
         use Align::{Left, Right};
         let peaks = report.flows.iter().any(|f| f.peak_rate_bps.is_some());
-        let rows = report
-            .flows
+        // The mirror a flow came through is part of its key: shown when the rows differ in it.
+        let shown = &report.flows[..report.flows.len().min(top)];
+        let mirrors = shown
             .iter()
-            .take(top)
+            .map(|f| mirror_name(f.mirror.as_ref()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1;
+        let rows = shown
+            .iter()
             .map(|f| {
                 let tx = if f.direction == Direction::Egress {
                     " (tx)"
                 } else {
                     ""
                 };
-                let mut row = vec![
-                    format!("{} -> {}{tx}", f.src_ip, f.dst_ip),
+                let mut row = vec![format!("{} -> {}{tx}", f.src_ip, f.dst_ip)];
+                if mirrors {
+                    row.push(mirror_name(f.mirror.as_ref()));
+                }
+                row.extend([
                     f.udp_src_port.to_string(),
                     qp_hex(f.dest_qp),
+                    dscps(&f.dscp),
                     f.active_rate_bps.map_or("-".to_string(), human_rate),
-                ];
+                ]);
                 if peaks {
                     row.push(f.peak_rate_bps.map_or("-".to_string(), human_rate));
                 }
@@ -135,12 +145,16 @@ pub fn render_table(report: &Report, top: usize) -> String {
                 row
             })
             .collect();
-        let mut headers = vec![
-            ("SOURCE -> DESTINATION", Left),
+        let mut headers = vec![("SOURCE -> DESTINATION", Left)];
+        if mirrors {
+            headers.push(("MIRROR", Left));
+        }
+        headers.extend([
             ("SPORT", Right),
             ("DEST QP", Right),
+            ("DSCP", Right),
             ("RATE", Right),
-        ];
+        ]);
         if peaks {
             headers.push(("PEAK", Right));
         }
@@ -268,6 +282,26 @@ pub fn render_timeline(report: &Report) -> String {
     out
 }
 
+/// The mirror a flow or sender was seen through: "session 101", its kind ("erspan1",
+/// "gre_teb"), or "-" for none.
+fn mirror_name(m: Option<&FlowMirror>) -> String {
+    match m {
+        None => "-".to_string(),
+        Some(FlowMirror {
+            session: Some(id), ..
+        }) => format!("session {id}"),
+        Some(m) => m.kind.clone().unwrap_or_default(),
+    }
+}
+
+/// DSCP values: "26", "26,48", "-".
+fn dscps(d: &[u8]) -> String {
+    if d.is_empty() {
+        return "-".to_string();
+    }
+    d.iter().map(u8::to_string).collect::<Vec<_>>().join(",")
+}
+
 /// The PAUSE / PFC table: a row per sender and class.
 fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
     use Align::{Left, Right};
@@ -284,11 +318,7 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
     for src in pfc.sources.iter().take(top) {
         let mirror = match &src.mirror {
             None if src.direction == Direction::Egress => "(tx)".to_string(),
-            None => "-".to_string(),
-            Some(FlowMirror {
-                session: Some(id), ..
-            }) => format!("session {id}"),
-            Some(m) => m.kind.clone().unwrap_or_default(),
+            m => mirror_name(m.as_ref()),
         };
         let classes = src
             .priorities
@@ -538,5 +568,48 @@ mod tests {
         let mut single = one.clone();
         single.flows.truncate(1);
         assert!(render_table(&single, 5).contains(", 1 flow\n"));
+    }
+
+    #[test]
+    fn rows_that_differ_only_in_their_mirror_say_which_and_every_row_its_dscp() {
+        let mut agg = Aggregate::new();
+        let key = |mirror: u16| FlowKey {
+            dest_qp: 0x11,
+            udp_src_port: 49152,
+            mirror,
+            ..Default::default()
+        };
+        let stats = |packets: u64, dscp_mask: u64| FlowStats {
+            packets,
+            bytes: packets * 1000,
+            dscp_mask,
+            ..Default::default()
+        };
+        // One flow seen directly, through ERSPAN session 101 and leaving the host.
+        agg.flows.insert(key(0), stats(3, 1 << 26));
+        agg.flows
+            .insert(key(0x8000 | 0x4000 | 101), stats(2, (1 << 26) | 1));
+        agg.flows
+            .insert(key(observer_common::DIRECTION_EGRESS), stats(1, 1 << 26));
+        let r = agg.report(Source::pcap(Vec::new(), Vec::new()), 1.0);
+        let text = render_table(&r, 10);
+        let lines = block(&text, "SOURCE -> DESTINATION");
+        assert!(
+            lines[0].contains("  MIRROR  ") && lines[0].contains(" DSCP "),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains(" -  ") && lines[1].contains(" 26 "),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("session 101") && lines[2].contains(" 0,26 "),
+            "{text}"
+        );
+        assert!(lines[3].contains("(tx)"), "{text}");
+        // Without a difference in mirrors, no MIRROR column.
+        let mut direct = r.clone();
+        direct.flows.truncate(1);
+        assert!(!render_table(&direct, 10).contains("MIRROR"));
     }
 }
