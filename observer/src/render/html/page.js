@@ -539,8 +539,11 @@
   // ---------- ECMP
   if (R.ecmp) section("ecmp", "ECMP hashing model", function (s) {
     var E = R.ecmp, m = E.model || {};
-    s.append(el("p", null, int(E.flows) + " flows through " + m.uplinks + " uplinks: " + m.hash + " of " + m.fields +
-      ", seed 0x" + (Number(m.seed) >>> 0).toString(16) + ", " + m.bucket + "."));
+    var how = m.uplinks + " uplinks: " + m.hash + " of " + m.fields + ", seed 0x" + (Number(m.seed) >>> 0).toString(16) + ", " + m.bucket;
+    if (!E.flows) { s.append(el("p", "note", "ECMP model over " + how + ": " + E.verdict + ".")); return; }
+    s.append(el("p", null, int(E.flows) + " flows through " + how + "; " + (E.tier2
+      ? "one hashing stage per tier (leaf, then spine; later hops not modelled)."
+      : "one hashing stage (the first switch's; later hops not modelled).")));
     s.append(el("p", null, el("b", null, "Verdict: "), E.verdict));
     var up = arr(E.uplinks);
     var totalBytes = sum(up.map(function (u) { return u.bytes; }));
@@ -554,17 +557,22 @@
     if (isNum(E.random_percentile)) pairs.push(["random placements lighter than this one", pct(E.random_percentile * 100, 0)]);
     if (isNum(E.top_k)) pairs.push(["of the " + E.top_k + " largest flows, sharing an uplink", int(E.top_k_colliding)]);
     var c = E.connections;
+    var why = c && c.unpaired_why ? [[c.unpaired_why.one_way, "without a reverse direction"],
+      [c.unpaired_why.other_mirror, "whose reverse came through another mirror"],
+      [c.unpaired_why.shared_tuple, "on a 5-tuple shared by QPs the drivers' rule cannot match up"]]
+      .filter(function (x) { return x[0] > 0; }).map(function (x) { return x[0] + " " + x[1]; }).join(", ") : "";
     if (c) pairs.push(["connections", c.paired + " paired (" + c.conforming + " drivers' source port, " + c.overridden +
-      " overridden, " + c.shared_tuple + " sharing a 5-tuple); " + c.unpaired_flows + " flows unpaired, " +
+      " overridden, " + c.shared_tuple + " sharing a 5-tuple); " + c.unpaired_flows + " flows unpaired" + (why ? " (" + why + ")" : "") + ", " +
       c.shared_tuple_flows + " flows sharing a 5-tuple, " + c.qp1_flows + " to QP 1"]);
     if (E.tier2) pairs.push(["tier 2", E.tier2.uplinks + " uplinks per spine, " + E.tier2.hash + ": " + E.tier2.polarized +
       " of " + arr(E.tier2.spines).length + " spines polarized"]);
     var w = E.what_if;
     if (w && E.flows > 0) {
       pairs.push(["what-if: destination QP in the hash", dec(w.with_dest_qp) + " busiest/mean (target " + dec(w.target) + ")"]);
-      pairs.push(["what-if: QPs per connection", w.qps_per_connection === 1 ? "the flows as they are already meet the target"
+      pairs.push(["what-if: QPs per connection", w.meets_target || w.qps_per_connection === 1 ? "the flows as they are already meet the target"
         : isNum(w.qps_per_connection) ? w.qps_per_connection + " QPs per connection would meet the target"
-          : "16 QPs per connection would not meet the target"]);
+          : "no count up to 16 QPs per connection would meet the target"]);
+      if (w.hint) pairs.push(["what would help", w.hint]);
     }
     s.append(kv(pairs));
     if (!up.length) { s.append(el("p", "note", "No uplinks in the model.")); return; }
