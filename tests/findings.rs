@@ -716,17 +716,38 @@ fn the_time_series_sums_to_the_totals() {
 }
 
 #[test]
-fn an_interval_below_10ms_is_a_one_line_error() {
+fn an_interval_below_the_microburst_slot_is_a_one_line_error() {
     let dir = Scratch::new("findings-interval");
     let (_, pcap) = capture(&dir, "rule-loss");
-    let (status, out, err) = run_replay(&[pcap], &["--json", "--interval", "5ms"]);
-    assert_eq!(status.code(), Some(1), "{err}");
-    assert!(out.is_empty(), "{out}");
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "{err}");
-    assert!(
-        lines[0].starts_with("roce-observer: error: --interval 5ms"),
-        "{err}"
-    );
-    assert!(lines[0].contains("10ms"), "{err}");
+    for (flags, given, shortest) in [
+        (&["--interval", "50us"][..], "50.0 µs", "100 µs"),
+        (
+            &["--interval", "0.5ms", "--burst-slot", "1ms"][..],
+            "500 µs",
+            "1.0 ms",
+        ),
+        (
+            &["--interval", "5us", "--burst-slot", "off"][..],
+            "5.0 µs",
+            "10.0 µs",
+        ),
+    ] {
+        let (status, out, err) = run_replay(
+            std::slice::from_ref(&pcap),
+            &[&["--json"][..], flags].concat(),
+        );
+        assert_eq!(status.code(), Some(1), "{flags:?}: {err}");
+        assert!(out.is_empty(), "{out}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(
+            lines,
+            [format!(
+                "roce-observer: error: --interval {given} is below replay's shortest, {shortest}"
+            )],
+            "{flags:?}"
+        );
+    }
+    // At the slot it is fine.
+    let r = replay_json(&[pcap], &["--interval", "100us"]);
+    assert_eq!(r.series.unwrap().interval_s, 100e-6);
 }

@@ -106,7 +106,14 @@ fn diagnose_json_equals_ground_truth() {
         t.roce_packets,
         "series packets"
     );
-    let series_bytes: f64 = series.total.bps.iter().sum::<f64>() * series.interval_s / 8.0;
+    // Rates are over the time each interval covers (the last ends with the observation).
+    let bytes_of = |bps: &[f64]| -> f64 {
+        bps.iter()
+            .enumerate()
+            .map(|(i, b)| b * series.covered_s(i) / 8.0)
+            .sum()
+    };
+    let series_bytes = bytes_of(&series.total.bps);
     assert!(
         (series_bytes - t.roce_bytes as f64).abs() < 1.0,
         "series bytes"
@@ -139,7 +146,7 @@ fn diagnose_json_equals_ground_truth() {
         .iter()
         .find(|i| i.name == "rx0" && i.direction == roce_observer::model::Direction::Ingress)
         .expect("rx0 series");
-    let iface_bytes: f64 = iface_series.bps.iter().sum::<f64>() * series.interval_s / 8.0;
+    let iface_bytes = bytes_of(&iface_series.bps);
     assert!(
         (iface_bytes - wire as f64).abs() < 1.0,
         "interface series bytes"

@@ -82,6 +82,8 @@ fn replay_of_a_synth_capture_equals_its_ground_truth() {
             .map(|mut f| {
                 f.first_seen_ns = 0;
                 f.last_seen_ns = 0;
+                f.active_rate_bps = None;
+                f.peak_rate_bps = None;
                 f
             })
             .collect::<Vec<_>>()
@@ -93,6 +95,143 @@ fn replay_of_a_synth_capture_equals_its_ground_truth() {
                 && f.last_seen_ns <= w.frames.last().unwrap().ts_ns
         );
     }
+}
+
+/// A capture of `frames` (the generator's frames at the given capture times) in `dir`.
+fn capture_of(dir: &Scratch, name: &str, frames: &[(synth::RoceFrame, u64)]) -> PathBuf {
+    let path = dir.path(name);
+    let frames: Vec<synth::Frame> = frames
+        .iter()
+        .map(|(f, ts_ns)| synth::Frame {
+            bytes: f.to_bytes(),
+            ts_ns: *ts_ns,
+        })
+        .collect();
+    synth::write_pcap(std::fs::File::create(&path).unwrap(), &frames).unwrap();
+    path
+}
+
+#[test]
+fn a_short_capture_reports_rates_over_the_time_it_covers() {
+    // A 720 us capture: one flow of 9 WRITEs 90 us apart, a second flow of 4 CNPs in the
+    // middle (5 us apart), and a third of one packet. Ground truth from what is built: the IP
+    // lengths the generator lays out and the times it stamps.
+    let dir = Scratch::new("replay-short");
+    let t0 = synth::BASE_TS_NS;
+    let ip = synth::Ip::v4("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
+    let mut write = synth::RoceFrame::new(ip, 0x0A, 0x11); // RDMA WRITE Only
+    write.payload_len = 1000;
+    let mut cnp = synth::RoceFrame::new(ip.reversed(), 0x81, 0x12);
+    cnp.dscp = synth::CNP_DSCP;
+    let mut lone = synth::RoceFrame::new(ip, 0x0A, 0x13);
+    lone.udp_src_port = 0xC0DE;
+    let mut frames: Vec<(synth::RoceFrame, u64)> =
+        (0..9).map(|k| (write.clone(), t0 + k * 90_000)).collect();
+    frames.extend((0..4).map(|k| (cnp.clone(), t0 + 300_000 + k * 5_000)));
+    frames.push((lone.clone(), t0 + 400_000));
+    frames.sort_by_key(|(_, ts)| *ts);
+    let path = capture_of(&dir, "short.pcap", &frames);
+    let (status, out, err) = output(Command::new(CLI).arg("replay").arg(&path).arg("--json"));
+    assert!(status.success(), "{err}");
+    let r = report(&out);
+    let write_bytes = 9.0 * f64::from(write.ip_len());
+    assert_eq!(r.window.seconds, 720e-6);
+    let flow = |qp: u32| r.flows.iter().find(|f| f.dest_qp == qp).unwrap();
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
+    // Over the window, and while active (the same for the flow that spans it).
+    assert!(close(flow(0x11).rate_bps, write_bytes * 8.0 / 720e-6));
+    assert!(close(
+        flow(0x11).active_rate_bps.unwrap(),
+        write_bytes * 8.0 / 720e-6
+    ));
+    // The CNPs: 4 over 15 us while active, not over the window.
+    let cnp_bytes = 4.0 * f64::from(cnp.ip_len());
+    assert!(close(
+        flow(0x12).active_rate_bps.unwrap(),
+        cnp_bytes * 8.0 / 15e-6
+    ));
+    assert!(close(flow(0x12).rate_bps, cnp_bytes * 8.0 / 720e-6));
+    // One packet: no rate while active.
+    assert_eq!(flow(0x13).active_rate_bps, None);
+    // The series: fitted 100 us intervals (the slot), 8 of them, the last covering 20 us.
+    let s = r.series.as_ref().unwrap();
+    assert!(s.interval_fitted);
+    assert_eq!((s.interval_s, s.t.len()), (100e-6, 8));
+    assert!(close(s.span_s, 720e-6));
+    // The 4 CNPs (300 to 315 us) fall in interval 3: 40,000 CNPs/s, not 4/s.
+    assert!(
+        close(s.total.cnp_per_s[3], 4.0 / 100e-6),
+        "{:?}",
+        s.total.cnp_per_s
+    );
+    assert_eq!(s.total.cnp_per_s.iter().filter(|c| **c > 0.0).count(), 1);
+    // The last interval (700 to 720 us) holds the WRITE at 720 us, over 20 us.
+    let one_write = f64::from(write.ip_len()) * 8.0;
+    assert!(
+        close(s.total.bps[7], one_write / 20e-6),
+        "{:?}",
+        s.total.bps
+    );
+    assert!(close(flow(0x11).peak_rate_bps.unwrap(), one_write / 20e-6));
+    // The table says it in units that fit.
+    let (status, out, err) = output(Command::new(CLI).arg("replay").arg(&path));
+    assert!(status.success(), "{err}");
+    assert!(out.contains("short.pcap, 720 µs: 14 frames"), "{out}");
+    assert!(
+        out.contains("time series: 8 intervals of 100 µs (fitted to the 720 µs span)"),
+        "{out}"
+    );
+    assert!(out.contains("CNPs peak 40000/s at +300 µs"), "{out}");
+}
+
+#[test]
+fn a_long_capture_gets_about_a_hundred_intervals_and_an_explicit_one_wins() {
+    // 201 packets 50 ms apart: 10 s. Fitted: 100 intervals of 100 ms, two packets each (the
+    // packet at exactly 10 s closes the last).
+    let dir = Scratch::new("replay-long");
+    let ip = synth::Ip::v4("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
+    let f = synth::RoceFrame::new(ip, 0x0A, 0x11);
+    let frames: Vec<(synth::RoceFrame, u64)> = (0..=200)
+        .map(|k| (f.clone(), synth::BASE_TS_NS + k * 50_000_000))
+        .collect();
+    let path = capture_of(&dir, "long.pcap", &frames);
+    let run = |extra: &[&str]| {
+        let (status, out, err) = output(
+            Command::new(CLI)
+                .arg("replay")
+                .arg(&path)
+                .arg("--json")
+                .args(extra),
+        );
+        assert!(status.success(), "{err}");
+        report(&out).series.unwrap()
+    };
+    let s = run(&[]);
+    assert_eq!(
+        (s.interval_s, s.t.len(), s.interval_fitted),
+        (0.1, 100, true)
+    );
+    assert_eq!(s.total.packets[..99], [2; 99]);
+    assert_eq!(s.total.packets[99], 3);
+    // The same from a pipe, which can be read once only.
+    let piped = run_with_input(
+        Command::new(CLI).args(["replay", "-", "--json"]),
+        &std::fs::read(&path).unwrap(),
+    )
+    .unwrap();
+    assert!(piped.status.success());
+    let mut piped = report(&String::from_utf8(piped.stdout).unwrap())
+        .series
+        .unwrap();
+    assert_eq!(piped.interfaces[0].name, "-");
+    piped.interfaces[0].name.clone_from(&s.interfaces[0].name);
+    assert_eq!(piped, s);
+    let s = run(&["--interval", "1s"]);
+    assert_eq!(
+        (s.interval_s, s.t.len(), s.interval_fitted),
+        (1.0, 10, false)
+    );
+    assert_eq!(s.total.packets[0], 20);
 }
 
 #[test]

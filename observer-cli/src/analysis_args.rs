@@ -11,14 +11,15 @@ use roce_observer::{
         findings::Thresholds,
     },
     pipeline::AnalysisOptions,
-    units::{parse_duration, parse_slot},
+    units::{duration, parse_duration, parse_slot},
 };
 
 use crate::value_enums::{FieldsArg, HashArg};
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct AnalysisArgs {
-    /// Interval of the time series: 1s by default; down to 100ms live, 10ms in replay.
+    /// Interval of the time series: live 1s by default, down to 100ms; replay fits it to the
+    /// capture by default (about 100 intervals), down to the microburst slot (or 10us).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,
     /// Microburst slot width (10us to 100ms; default 100us), or `off`.
@@ -55,10 +56,10 @@ impl AnalysisArgs {
             && i < min_interval
         {
             bail!(
-                "--interval {}ms is below {}'s shortest, {}ms",
-                i.as_millis(),
+                "--interval {} is below {}'s shortest, {}",
+                duration(i.as_nanos() as u64),
                 source,
-                min_interval.as_millis()
+                duration(min_interval.as_nanos() as u64)
             );
         }
         if self.uplinks.is_none()

@@ -5,7 +5,9 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::Result;
 use clap::Args;
 use roce_observer::{
-    analysis::series::MIN_REPLAY_INTERVAL_NS, pipeline::replay_report, units::parse_link_speed,
+    analysis::series::{DEFAULT_SLOT_NS, shortest_interval},
+    pipeline::replay_report,
+    units::parse_link_speed,
 };
 
 use crate::{analysis_args::AnalysisArgs, output};
@@ -33,8 +35,10 @@ pub struct ReplayArgs {
 }
 
 pub fn replay(a: ReplayArgs) -> Result<()> {
+    // An interval shorter than a microburst slot could not hold its busiest slot.
+    let slot = a.analysis.burst_slot.unwrap_or(DEFAULT_SLOT_NS);
     a.analysis
-        .validate(Duration::from_nanos(MIN_REPLAY_INTERVAL_NS), "replay")?;
+        .validate(Duration::from_nanos(shortest_interval(slot)), "replay")?;
     if let Some(html) = &a.analysis.html {
         // Standard input is a file too when redirected from one (`- < cap.pcap`).
         let inputs: Vec<PathBuf> = a

@@ -17,7 +17,7 @@ use crate::{
         findings::{self, Thresholds},
         series::{
             DEFAULT_INTERVAL_NS, DEFAULT_SLOT_NS, MAX_INTERVALS, SERIES_FLOWS, Timeline,
-            TimelineConfig,
+            TimelineConfig, TimelineEnd,
         },
     },
     model::{Direction, Report, Source},
@@ -47,7 +47,8 @@ pub enum PipelineError {
 /// ecmp-imbalance rule judges, and the findings' thresholds (`diagnose` and `replay` alike).
 #[derive(Clone, Debug, Default)]
 pub struct AnalysisOptions {
-    /// Interval of the time series; the default is one second.
+    /// Interval of the time series; the default: fitted to the capture in replay (about 100
+    /// intervals), one second live.
     pub interval_ns: Option<u64>,
     /// Microburst slot width; 0: no slots; the default is 100 us.
     pub slot_ns: Option<u64>,
@@ -57,16 +58,37 @@ pub struct AnalysisOptions {
 }
 
 impl AnalysisOptions {
-    /// The series and microburst settings for links of `link_speed_bps`.
+    /// The live series and microburst settings for links of `link_speed_bps`: a fixed
+    /// interval (the observation's length is known only when it ends early or not).
     pub fn timeline(&self, link_speed_bps: Option<u64>) -> TimelineConfig {
         TimelineConfig {
             interval_ns: self.interval_ns.unwrap_or(DEFAULT_INTERVAL_NS),
+            fitted: false,
             slot_ns: self.slot_ns.unwrap_or(DEFAULT_SLOT_NS),
             link_speed_bps,
             threshold_percent: self.thresholds.microburst.share_percent,
             series_flows: SERIES_FLOWS,
         }
     }
+
+    /// Replay's: without an interval, one fitted to the capture.
+    pub fn replay_timeline(&self, link_speed_bps: Option<u64>) -> TimelineConfig {
+        let slot_ns = self.slot_ns.unwrap_or(DEFAULT_SLOT_NS);
+        TimelineConfig {
+            link_speed_bps,
+            threshold_percent: self.thresholds.microburst.share_percent,
+            ..TimelineConfig::replay(self.interval_ns, slot_ns)
+        }
+    }
+}
+
+/// Puts what a timeline ended with into the report: the series, microbursts and flows' peaks.
+fn apply_timeline(report: &mut Report, end: TimelineEnd) {
+    if end.series.is_some() {
+        report.set_flow_peaks(&end.flow_peaks);
+    }
+    report.series = end.series;
+    report.microbursts = end.microbursts;
 }
 
 /// Adds the ECMP model (when asked for) and the findings to a report whose counts, series and
@@ -105,7 +127,7 @@ pub fn replay_report(
         return Ok(replay_counts(&replay));
     };
     let mut replay = read(
-        Replay::observed(Timeline::new(a.timeline(link_speed))),
+        Replay::observed(Timeline::new(a.replay_timeline(link_speed))),
         files,
         progress,
     )?;
@@ -115,9 +137,7 @@ pub fn replay_report(
         ));
     }
     let mut report = replay_counts(&replay);
-    let (series, bursts) = replay.observer.finish(&replay.agg.flows);
-    report.series = series;
-    report.microbursts = bursts;
+    apply_timeline(&mut report, replay.observer.finish(&replay.agg.flows));
     apply_link_speed(&mut report, link_speed, "give --link-speed");
     conclude(&mut report, a);
     Ok(report)
@@ -317,13 +337,13 @@ impl LiveSession {
         }
         self.reader = None;
         let agg = self.observer.snapshot()?;
+        // The last interval ends now: its rates are over the part of it that passed.
+        self.timeline.end_at(live::unix_ns());
         let o = &self.options;
         let mut source = Source::live(o.interfaces.clone(), o.xdp_mode.name());
         source.mode = Some(o.vantage.name().to_string());
         let mut report = agg.report(source, window);
-        let (series, bursts) = self.timeline.finish(&agg.flows);
-        report.series = series;
-        report.microbursts = bursts;
+        apply_timeline(&mut report, self.timeline.finish(&agg.flows));
         // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
         let mirrored = report
             .pfc

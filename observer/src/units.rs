@@ -1,6 +1,6 @@
 //! Units people type: durations (`10s`, `500ms`), link speeds (`100G`, `400Gb/s`) and microburst
 //! slot widths (`100us`, `off`); whether two file paths they typed are one file. Errors are one
-//! sentence naming what was typed.
+//! sentence naming what was typed. And durations as reports print them (`720 µs`, `3.2 ms`).
 
 use std::{path::Path, time::Duration};
 
@@ -53,7 +53,7 @@ pub trait Named: Copy + 'static {
     }
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1h` or a number of seconds.
+/// Parses `10s`, `500ms`, `100us`, `2m`, `1h` or a number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
@@ -64,11 +64,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("'{s}' is not a duration (use 10s, 500ms, 2m)"))?;
     let secs = match unit {
+        "us" | "µs" => v / 1e6,
         "ms" => v / 1000.0,
         "s" => v,
         "m" => v * 60.0,
         "h" => v * 3600.0,
-        _ => return Err(format!("'{s}': unknown unit '{unit}' (use ms, s, m, h)")),
+        _ => {
+            return Err(format!(
+                "'{s}': unknown unit '{unit}' (use us, ms, s, m, h)"
+            ));
+        }
     };
     if secs.is_nan() || secs <= 0.0 {
         return Err(format!("'{s}': the duration must be positive"));
@@ -77,6 +82,44 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("'{s}': at most a year"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// A duration of `ns` nanoseconds as reports print it: three significant digits or so, in the
+/// unit that keeps the number between 1 and 1000 (ns, µs, ms, s), minutes and hours past a
+/// minute: "850 ns", "720 µs", "3.2 ms", "12.4 s", "2.5 min", "1.3 h". Never "0.0 s": zero
+/// is "0 s".
+pub fn duration(ns: u64) -> String {
+    if ns == 0 {
+        return "0 s".to_string();
+    }
+    let v = ns as f64;
+    let (value, unit) = if v < 1e3 {
+        (v, "ns")
+    } else if v < 1e6 {
+        (v / 1e3, "µs")
+    } else if v < 1e9 {
+        (v / 1e6, "ms")
+    } else if v < 60e9 {
+        (v / 1e9, "s")
+    } else if v < 3600e9 {
+        (v / 60e9, "min")
+    } else {
+        (v / 3600e9, "h")
+    };
+    // Rounding may carry into the next unit ("999.6 µs" is "1000 µs"): say it in that unit.
+    let digits = if value >= 99.95 || unit == "ns" { 0 } else { 1 };
+    let text = format!("{value:.digits$}");
+    match (text.as_str(), unit) {
+        ("1000", "ns") => "1.0 µs".to_string(),
+        ("1000", "µs") => "1.0 ms".to_string(),
+        ("1000", "ms") => "1.0 s".to_string(),
+        (t, _) => format!("{t} {unit}"),
+    }
+}
+
+/// [`duration`] of a number of seconds (negative and NaN print as 0).
+pub fn duration_s(seconds: f64) -> String {
+    duration((seconds.max(0.0) * 1e9).round() as u64)
 }
 
 /// Parses a link speed in bits/s: a number with a unit K, M, G or T (bits per second), optionally
@@ -157,6 +200,31 @@ mod tests {
             Err("'9999h': at most a year".to_string())
         );
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn durations_print_in_the_unit_that_fits() {
+        for (ns, want) in [
+            (0, "0 s"),
+            (850, "850 ns"),
+            (1_000, "1.0 µs"),
+            (10_000, "10.0 µs"),
+            (100_000, "100 µs"),
+            (720_000, "720 µs"),
+            (999_960, "1.0 ms"),
+            (3_200_000, "3.2 ms"),
+            (3_249_000, "3.2 ms"),
+            (12_400_000_000, "12.4 s"),
+            (59_000_000_000, "59.0 s"),
+            (150_000_000_000, "2.5 min"),
+            (4_680_000_000_000, "1.3 h"),
+        ] {
+            assert_eq!(duration(ns), want, "{ns} ns");
+        }
+        assert_eq!(duration_s(0.00072), "720 µs");
+        assert_eq!(duration_s(-1.0), "0 s");
+        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
+        assert_eq!(parse_duration("50µs"), Ok(Duration::from_micros(50)));
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub fn timeless(flows: &[roce_observer::model::Flow]) -> Vec<roce_observer::mode
             f.first_seen_ns = 0;
             f.last_seen_ns = 0;
             f.rate_bps = 0.0;
+            f.active_rate_bps = None;
+            f.peak_rate_bps = None;
             f
         })
         .collect();

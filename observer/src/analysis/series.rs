@@ -20,10 +20,16 @@ use crate::{aggregate::FlowMap, model::Direction};
 /// Bytes a frame occupies on the wire besides the frame the observer sees (preamble, FCS, gap).
 pub const WIRE_OVERHEAD: u64 = observer_common::WIRE_OVERHEAD as u64;
 
-/// Default interval of the time series.
+/// Default interval of a live time series (replay fits its interval to the capture).
 pub const DEFAULT_INTERVAL_NS: u64 = 1_000_000_000;
-/// Shortest interval: replay.
-pub const MIN_REPLAY_INTERVAL_NS: u64 = 10_000_000;
+/// Shortest interval: replay, without microburst slots (with them, the slot width; see
+/// [`shortest_interval`]).
+pub const MIN_REPLAY_INTERVAL_NS: u64 = crate::units::MIN_SLOT_NS;
+/// Intervals a fitted series (replay without `--interval`) aims at over the capture's span.
+pub const TARGET_INTERVALS: u64 = 100;
+/// Bins a fitted series records while the span is still unknown: when time runs past them,
+/// every ten merge into one (memory stays constant in the capture's length).
+pub const MAX_FINE_BINS: u64 = 1000;
 /// Shortest interval: live capture (each interval reads the kernel's flow table).
 pub const MIN_LIVE_INTERVAL_NS: u64 = 100_000_000;
 /// Most intervals a series holds; a longer capture needs a longer `--interval`.
@@ -84,18 +90,95 @@ impl Delta {
     }
 }
 
-/// The metrics of each interval from its deltas.
-fn metrics_of(deltas: &[Delta], interval_s: f64) -> Metrics {
+/// The shortest interval a replay series may have: a microburst slot (an interval must hold its
+/// busiest slot), and never under [`MIN_REPLAY_INTERVAL_NS`].
+pub fn shortest_interval(slot_ns: u64) -> u64 {
+    MIN_REPLAY_INTERVAL_NS.max(slot_ns)
+}
+
+/// The interval a fitted series ends with: the shortest of `base` x 1, 2 or 5 x 10^k that
+/// gives at most [`TARGET_INTERVALS`] over `span_ns` and is a whole number of the `fine` bins
+/// recorded (`fine` is `base` x 10^c).
+pub fn fitted_interval(span_ns: u64, base: u64, fine: u64) -> u64 {
+    let want = span_ns.div_ceil(TARGET_INTERVALS).max(1);
+    let mut decade = base.max(1);
+    loop {
+        for m in [1, 2, 5] {
+            let w = decade.saturating_mul(m);
+            if w >= want && w.is_multiple_of(fine.max(1)) {
+                return w;
+            }
+        }
+        if decade > u64::MAX / 10 {
+            return fine.max(1);
+        }
+        decade *= 10;
+    }
+}
+
+/// Per-second rate of `x` over `seconds` (0 over no time: one instant has no rate).
+fn per_s(x: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 { x / seconds } else { 0.0 }
+}
+
+/// The final grid of a series: its interval, how many, and the time each covers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grid {
+    pub interval_ns: u64,
+    /// Recorded bins per interval.
+    pub group: u64,
+    /// Seconds each interval covers: the interval, but the last ends at the span's end.
+    pub covered_s: Vec<f64>,
+    /// Seconds from the start to the end of the last interval.
+    pub span_s: f64,
+}
+
+impl Grid {
+    /// `n` intervals: enough for `span_ns` (at least one), at most [`MAX_INTERVALS`].
+    fn new(interval_ns: u64, group: u64, span_ns: u64) -> Self {
+        let interval_ns = interval_ns.max(1);
+        let n = span_ns.div_ceil(interval_ns).clamp(1, MAX_INTERVALS);
+        // A span past MAX_INTERVALS intervals (a fixed --interval) ends the series with a full
+        // interval: the time beyond it is not shown.
+        let end = span_ns.min(n * interval_ns);
+        let covered_s = (0..n)
+            .map(|i| (end - i * interval_ns).min(interval_ns) as f64 / 1e9)
+            .collect();
+        Self {
+            interval_ns,
+            group: group.max(1),
+            covered_s,
+            span_s: end as f64 / 1e9,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.covered_s.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.covered_s.is_empty()
+    }
+
+    /// The interval a recorded bin falls in (bins past the end fall in the last: a frame
+    /// exactly at the span's end belongs to the interval it ends).
+    fn of(&self, bin: usize) -> usize {
+        (bin / self.group as usize).min(self.len() - 1)
+    }
+}
+
+/// The metrics of each interval from its deltas, rates over the time each interval covers.
+fn metrics_of(deltas: &[Delta], covered_s: &[f64]) -> Metrics {
     let mut m = Metrics::default();
-    for d in deltas {
-        m.bps.push(d.bytes as f64 * 8.0 / interval_s);
+    for (d, &secs) in deltas.iter().zip(covered_s) {
+        m.bps.push(per_s(d.bytes as f64 * 8.0, secs));
         m.packets.push(d.packets);
         m.ce_fraction.push(if d.packets == 0 {
             0.0
         } else {
             d.ce as f64 / d.packets as f64
         });
-        m.cnp_per_s.push(d.cnp as f64 / interval_s);
+        m.cnp_per_s.push(per_s(d.cnp as f64, secs));
         m.naks.push(d.naks);
         m.psn_gaps.push(d.gaps);
         m.retransmissions.push(d.retransmissions);
@@ -103,7 +186,9 @@ fn metrics_of(deltas: &[Delta], interval_s: f64) -> Metrics {
     m
 }
 
-/// Builds the flow part of a [`Series`] from successive flow tables.
+/// Builds the flow part of a [`Series`] from successive flow tables, in bins of one interval
+/// (or, for a series fitted to the capture, of the finest interval still possible, merged ten
+/// into one as time goes on: see [`SeriesBuilder::coarsen`]).
 #[derive(Debug)]
 pub struct SeriesBuilder {
     interval_ns: u64,
@@ -181,6 +266,21 @@ impl SeriesBuilder {
         self.prev.clone_from(flows);
     }
 
+    /// Merges every `factor` intervals into one: the interval grows `factor` times, what was
+    /// counted stays where it was in time.
+    pub fn coarsen(&mut self, factor: u64) {
+        let f = factor.max(1) as usize;
+        if f == 1 {
+            return;
+        }
+        self.interval_ns *= factor;
+        self.open /= f;
+        self.total = merge_bins(&self.total, f, Delta::add);
+        for points in self.flows.values_mut() {
+            merge_points(points, |i| i / f as u32);
+        }
+    }
+
     /// Adds another builder's intervals (same grid: another capture file of the same run).
     pub fn absorb(&mut self, other: SeriesBuilder) {
         if self.total.len() < other.total.len() {
@@ -195,66 +295,92 @@ impl SeriesBuilder {
             let mine = self.flows.entry(key).or_default();
             mine.extend(points);
             mine.sort_by_key(|(i, _)| *i);
-            mine.dedup_by(|b, a| {
-                if a.0 == b.0 {
-                    a.1.add(&b.1);
-                    true
-                } else {
-                    false
-                }
-            });
+            merge_points(mine, |i| i);
         }
     }
 
-    /// The series over `intervals` intervals (at least those closed), with `interfaces` and the
-    /// `top` largest flows.
+    /// The series on `grid` (whose bins are this builder's intervals), with `interfaces` and
+    /// the `top` largest flows; and every flow's busiest interval as a rate (bits/s).
     pub fn finish(
-        mut self,
-        intervals: usize,
+        self,
+        grid: &Grid,
         interfaces: Vec<InterfaceSeries>,
         top: usize,
-    ) -> Series {
-        let n = intervals.max(self.total.len()).max(1);
-        self.total.resize(n, Delta::default());
-        let interval_s = self.interval_ns as f64 / 1e9;
-        type Ranked = (u64, FlowKey, Vec<(u32, Delta)>);
+    ) -> (Series, HashMap<FlowKey, f64>) {
+        let n = grid.len();
+        let mut total = vec![Delta::default(); n];
+        for (bin, d) in self.total.iter().enumerate() {
+            total[grid.of(bin)].add(d);
+        }
+        type Ranked = (u64, FlowKey, Vec<Delta>);
+        let mut peaks = HashMap::with_capacity(self.flows.len());
         let mut flows: Vec<Ranked> = self
             .flows
             .into_iter()
-            .map(|(k, v)| (v.iter().map(|(_, d)| d.bytes).sum(), k, v))
+            .map(|(key, points)| {
+                let mut deltas = vec![Delta::default(); n];
+                for (bin, d) in &points {
+                    deltas[grid.of(*bin as usize)].add(d);
+                }
+                let peak = deltas
+                    .iter()
+                    .zip(&grid.covered_s)
+                    .map(|(d, secs)| per_s(d.bytes as f64 * 8.0, *secs))
+                    .fold(0.0, f64::max);
+                peaks.insert(key, peak);
+                (points.iter().map(|(_, d)| d.bytes).sum(), key, deltas)
+            })
             .collect();
         flows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         let flows = flows
             .into_iter()
             .take(top)
-            .map(|(_, key, points)| {
-                let mut deltas = vec![Delta::default(); n];
-                for (i, d) in points {
-                    deltas[i as usize] = d;
-                }
-                FlowSeries {
-                    flow: FlowRef::of_key(&key),
-                    metrics: metrics_of(&deltas, interval_s),
-                }
+            .map(|(_, key, deltas)| FlowSeries {
+                flow: FlowRef::of_key(&key),
+                metrics: metrics_of(&deltas, &grid.covered_s),
             })
             .collect();
-        let interfaces = interfaces
-            .into_iter()
-            .map(|mut s| {
-                s.bps.resize(n, 0.0);
-                s.peak_bps.resize(n, 0.0);
-                s
-            })
-            .collect();
-        Series {
+        let interval_s = grid.interval_ns as f64 / 1e9;
+        let series = Series {
             interval_s,
             start_ns: self.start_ns,
             t: (0..n).map(|i| i as f64 * interval_s).collect(),
-            total: metrics_of(&self.total, interval_s),
+            total: metrics_of(&total, &grid.covered_s),
             interfaces,
             flows,
-        }
+            span_s: grid.span_s,
+            interval_fitted: false,
+        };
+        (series, peaks)
     }
+}
+
+/// `bins` with every `f` consecutive ones merged by `add`.
+fn merge_bins<T: Default + Clone>(bins: &[T], f: usize, add: impl Fn(&mut T, &T)) -> Vec<T> {
+    bins.chunks(f)
+        .map(|chunk| {
+            let mut acc = T::default();
+            for b in chunk {
+                add(&mut acc, b);
+            }
+            acc
+        })
+        .collect()
+}
+
+/// Renumbers sorted points with `to` (monotonic) and merges those that land together.
+fn merge_points(points: &mut Vec<(u32, Delta)>, to: impl Fn(u32) -> u32) {
+    for p in points.iter_mut() {
+        p.0 = to(p.0);
+    }
+    points.dedup_by(|b, a| {
+        if a.0 == b.0 {
+            a.1.add(&b.1);
+            true
+        } else {
+            false
+        }
+    });
 }
 
 /// Slot accounting of one interface and direction.
@@ -452,23 +578,36 @@ impl BurstTracker {
         }
     }
 
-    /// The interface's row of the `series` section.
-    pub fn series(&mut self) -> InterfaceSeries {
+    /// Merges every `factor` intervals of the per-interval counts into one (see
+    /// [`SeriesBuilder::coarsen`]).
+    /// (A slot still open counts later, on the new intervals.)
+    pub fn coarsen(&mut self, factor: u64) {
+        self.interval_ns *= factor.max(1);
+        self.per_interval = merge_bins(&self.per_interval, factor.max(1) as usize, |a, b| {
+            a.0 += b.0;
+            a.1 = a.1.max(b.1);
+        });
+    }
+
+    /// The interface's row of the `series` section on `grid` (whose bins are this tracker's
+    /// intervals).
+    pub fn series(&mut self, grid: &Grid) -> InterfaceSeries {
         self.flush();
-        let interval_s = self.interval_ns as f64 / 1e9;
+        let mut per = vec![(0u64, 0u64); grid.len()];
+        for (bin, (bytes, peak)) in self.per_interval.iter().enumerate() {
+            let p = &mut per[grid.of(bin)];
+            p.0 += bytes;
+            p.1 = p.1.max(*peak);
+        }
         InterfaceSeries {
             name: self.name.clone(),
             direction: self.direction,
-            bps: self
-                .per_interval
+            bps: per
                 .iter()
-                .map(|(b, _)| *b as f64 * 8.0 / interval_s)
+                .zip(&grid.covered_s)
+                .map(|((b, _), secs)| per_s(*b as f64 * 8.0, *secs))
                 .collect(),
-            peak_bps: self
-                .per_interval
-                .iter()
-                .map(|(_, p)| self.rate(*p))
-                .collect(),
+            peak_bps: per.iter().map(|(_, p)| self.rate(*p)).collect(),
         }
     }
 }
@@ -491,7 +630,11 @@ pub fn microbursts(
 /// What the series and microbursts are built with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimelineConfig {
+    /// The interval; fitted: the shortest the series may end with.
     pub interval_ns: u64,
+    /// Fitted to the capture (replay without `--interval`): the interval is chosen at the end,
+    /// about [`TARGET_INTERVALS`] over the span, from `interval_ns` x 1, 2 or 5 x 10^k.
+    pub fitted: bool,
     /// Microburst slot width (0: no slots).
     pub slot_ns: u64,
     pub link_speed_bps: Option<u64>,
@@ -501,10 +644,24 @@ pub struct TimelineConfig {
     pub series_flows: usize,
 }
 
+impl TimelineConfig {
+    /// Replay's: `interval_ns` when given, else fitted to the capture, never under a slot.
+    pub fn replay(interval_ns: Option<u64>, slot_ns: u64) -> Self {
+        Self {
+            interval_ns: interval_ns.unwrap_or(shortest_interval(slot_ns)),
+            fitted: interval_ns.is_none(),
+            slot_ns,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for TimelineConfig {
+    /// As `replay` does it without flags: fitted to the capture, 100 us slots.
     fn default() -> Self {
         Self {
-            interval_ns: DEFAULT_INTERVAL_NS,
+            interval_ns: shortest_interval(DEFAULT_SLOT_NS),
+            fitted: true,
             slot_ns: DEFAULT_SLOT_NS,
             link_speed_bps: None,
             threshold_percent: 90.0,
@@ -513,12 +670,27 @@ impl Default for TimelineConfig {
     }
 }
 
+/// What a timeline ends with: the `series` and `microbursts` sections, and each flow's busiest
+/// interval as a rate (bits/s) on the series' grid.
+#[derive(Debug, Default)]
+pub struct TimelineEnd {
+    pub series: Option<Series>,
+    pub microbursts: Option<Microbursts>,
+    pub flow_peaks: HashMap<FlowKey, f64>,
+}
+
 /// The series and the microburst trackers of one run: replay feeds it frame by frame (a
 /// source per capture file), live capture interval by interval and slot by slot.
 #[derive(Debug)]
 pub struct Timeline {
     pub config: TimelineConfig,
     start_ns: Option<u64>,
+    /// The latest time seen (a frame's, or the live clock's when it advanced).
+    end_ns: Option<u64>,
+    /// The bins recorded now: `config.interval_ns`, times ten per coarsening.
+    bin_ns: u64,
+    /// Fitted: times from the start past which the bins coarsen.
+    horizon_ns: u64,
     /// Builders of the sources done (absorbed into one).
     done: Option<SeriesBuilder>,
     cur: Option<SeriesBuilder>,
@@ -531,9 +703,18 @@ pub struct Timeline {
 impl Timeline {
     /// Replay: the start is the first frame's timestamp.
     pub fn new(config: TimelineConfig) -> Self {
+        let bin_ns = config.interval_ns.max(1);
+        let horizon_ns = if config.fitted {
+            bin_ns.saturating_mul(MAX_FINE_BINS)
+        } else {
+            u64::MAX
+        };
         Self {
             config,
             start_ns: None,
+            end_ns: None,
+            bin_ns,
+            horizon_ns,
             done: None,
             cur: None,
             trackers: Vec::new(),
@@ -546,11 +727,8 @@ impl Timeline {
     pub fn starting(config: TimelineConfig, start_ns: u64, flows: &FlowMap) -> Self {
         let mut t = Self::new(config);
         t.start_ns = Some(start_ns);
-        t.cur = Some(SeriesBuilder::new(
-            t.config.interval_ns,
-            start_ns,
-            flows.clone(),
-        ));
+        t.end_ns = Some(start_ns);
+        t.cur = Some(SeriesBuilder::new(t.bin_ns, start_ns, flows.clone()));
         t
     }
 
@@ -569,7 +747,7 @@ impl Timeline {
             self.config.slot_ns,
             self.config.link_speed_bps,
             self.config.threshold_percent,
-            (start, self.config.interval_ns),
+            (start, self.bin_ns),
             clock_offset_ns,
         ));
         self.trackers.len() - 1
@@ -592,14 +770,35 @@ impl Timeline {
         }
     }
 
+    /// Fitted: the bins grow tenfold until `ts_ns` lies within [`MAX_FINE_BINS`] of them.
+    #[cold]
+    fn coarsen_for(&mut self, ts_ns: u64, start: u64) {
+        while ts_ns.saturating_sub(start) >= self.horizon_ns && self.bin_ns <= u64::MAX / 10 {
+            self.bin_ns *= 10;
+            self.horizon_ns = self.bin_ns.saturating_mul(MAX_FINE_BINS);
+            for b in self.cur.iter_mut().chain(self.done.iter_mut()) {
+                b.coarsen(10);
+            }
+            for t in &mut self.trackers {
+                t.coarsen(10);
+            }
+        }
+    }
+
     /// Replay: a frame of `len` bytes on the wire (as captured, before snaplen) at `ts_ns`;
     /// `flows` is the flow table before it.
     #[inline]
     pub fn frame(&mut self, ts_ns: u64, len: u64, flows: &FlowMap) {
         let start = *self.start_ns.get_or_insert(ts_ns);
-        let interval = self.config.interval_ns;
+        if self.end_ns.is_none_or(|e| ts_ns > e) {
+            self.end_ns = Some(ts_ns);
+        }
+        if ts_ns.saturating_sub(start) >= self.horizon_ns {
+            self.coarsen_for(ts_ns, start);
+        }
+        let bin = self.bin_ns;
         self.cur
-            .get_or_insert_with(|| SeriesBuilder::new(interval, start, flows.clone()))
+            .get_or_insert_with(|| SeriesBuilder::new(bin, start, flows.clone()))
             .advance(ts_ns, flows);
         if self.config.slot_ns == 0 {
             return;
@@ -625,8 +824,27 @@ impl Timeline {
 
     /// Live: time moves on to `now_ns` (Unix-epoch ns) with the flow table `flows`.
     pub fn advance(&mut self, now_ns: u64, flows: &FlowMap) {
+        if self.end_ns.is_none_or(|e| now_ns > e) {
+            self.end_ns = Some(now_ns);
+        }
         if let Some(cur) = &mut self.cur {
             cur.advance(now_ns, flows);
+        }
+    }
+
+    /// Live: the observation ends at `now_ns`; what is counted after it goes into the open
+    /// interval. When that has ended already (the sampler did not catch its end, at most one
+    /// tick ago), the series ends with it, and the little that came since counts in it: an
+    /// interval of a few milliseconds without samples would show no traffic.
+    pub fn end_at(&mut self, now_ns: u64) {
+        let mut end = now_ns;
+        if let (Some(cur), Some(start)) = (&self.cur, self.start_ns)
+            && cur.index_of(now_ns) > cur.open
+        {
+            end = end.min(start.saturating_add((cur.open as u64 + 1) * self.bin_ns));
+        }
+        if self.end_ns.is_none_or(|e| end > e) {
+            self.end_ns = Some(end);
         }
     }
 
@@ -636,24 +854,46 @@ impl Timeline {
             || self.done.as_ref().is_some_and(|b| b.overflow)
     }
 
-    /// The `series` and `microbursts` sections, `flows` being the final flow table.
-    pub fn finish(mut self, flows: &FlowMap) -> (Option<Series>, Option<Microbursts>) {
+    /// The grid the series ends with: the interval (fitted to the span, or as configured), and
+    /// the time each interval covers, up to the latest time seen.
+    pub fn grid(&self) -> Grid {
+        let start = self.start_ns.unwrap_or(0);
+        let span = self.end_ns.unwrap_or(start).saturating_sub(start);
+        let interval = if self.config.fitted {
+            fitted_interval(span, self.config.interval_ns, self.bin_ns)
+        } else {
+            self.bin_ns
+        };
+        Grid::new(interval, interval / self.bin_ns, span)
+    }
+
+    /// The `series` and `microbursts` sections and the flows' peaks, `flows` being the final
+    /// flow table.
+    pub fn finish(mut self, flows: &FlowMap) -> TimelineEnd {
         if let Some(cur) = self.cur.take() {
             self.absorb(cur, flows);
         }
-        // Trackers keep at most MAX_INTERVALS intervals; `finish` pads them to the series.
+        let grid = self.grid();
         let interfaces: Vec<InterfaceSeries> =
-            self.trackers.iter_mut().map(BurstTracker::series).collect();
-        let series = self.done.map(|b| {
-            let n = interfaces.iter().map(|i| i.bps.len()).max().unwrap_or(0);
-            b.finish(n, interfaces, self.config.series_flows)
-        });
-        let bursts = microbursts(
+            self.trackers.iter_mut().map(|t| t.series(&grid)).collect();
+        let (series, flow_peaks) = match self.done {
+            Some(b) => {
+                let (mut s, peaks) = b.finish(&grid, interfaces, self.config.series_flows);
+                s.interval_fitted = self.config.fitted;
+                (Some(s), peaks)
+            }
+            None => (None, HashMap::new()),
+        };
+        let microbursts = microbursts(
             &mut self.trackers,
             self.config.link_speed_bps,
             self.config.threshold_percent,
         );
-        (series, bursts)
+        TimelineEnd {
+            series,
+            microbursts,
+            flow_peaks,
+        }
     }
 }
 
@@ -729,8 +969,9 @@ mod tests {
         assert_eq!(r.peak_bps, 3000.0 * 8.0 * 1e4);
         assert_eq!(r.bursts, 0, "no link speed, no bursts");
         assert_eq!(r.peak_percent, None);
-        let s = t.series();
-        assert_eq!(s.bps, vec![4000.0 * 8.0 * 1000.0, 1000.0 * 8.0 * 1000.0]);
+        // Two 1 ms intervals, the second covering 0.5 ms up to the last frame at 1.5 ms.
+        let s = t.series(&Grid::new(1_000_000, 1, 1_500_000));
+        assert_eq!(s.bps, vec![4000.0 * 8.0 * 1000.0, 1000.0 * 8.0 * 2000.0]);
         assert_eq!(s.peak_bps[1], 1000.0 * 8.0 * 1e4);
     }
 
@@ -755,8 +996,11 @@ mod tests {
         flows.entry(key(2)).or_default().bytes = 10_000;
         flows.get_mut(&key(2)).unwrap().packets = 1;
         b.close(&flows);
-        let series = b.finish(4, Vec::new(), 10);
+        let (series, peaks) = b.finish(&Grid::new(1_000_000_000, 1, 4_000_000_000), Vec::new(), 10);
         assert_eq!(series.t, vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(series.span_s, 4.0);
+        assert_eq!(peaks[&key(2)], 80_000.0);
+        assert_eq!(peaks[&key(1)], 8000.0);
         assert_eq!(series.total.packets, vec![10, 0, 6, 0]);
         assert_eq!(series.total.bps, vec![8000.0, 0.0, 84000.0, 0.0]);
         assert_eq!(series.total.ce_fraction[0], 0.5);
@@ -764,5 +1008,107 @@ mod tests {
         assert_eq!(series.flows.len(), 2);
         assert_eq!(series.flows[0].flow.dest_qp, 2, "largest first");
         assert_eq!(series.flows[1].metrics.packets, vec![10, 0, 5, 0]);
+    }
+
+    /// A frame of `bytes` on flow `qp` at `ts_ns`, through the timeline as replay does it.
+    fn feed(t: &mut Timeline, flows: &mut FlowMap, qp: u32, ts_ns: u64, bytes: u64) {
+        t.frame(ts_ns, bytes, flows);
+        let s = flows
+            .entry(FlowKey {
+                dest_qp: qp,
+                ..Default::default()
+            })
+            .or_default();
+        s.packets += 1;
+        s.bytes += bytes;
+    }
+
+    #[test]
+    fn the_fitted_interval_is_a_round_hundredth_of_the_span() {
+        // Base 100 us (the slot), no coarsening yet.
+        assert_eq!(fitted_interval(720_000, 100_000, 100_000), 100_000);
+        assert_eq!(fitted_interval(0, 100_000, 100_000), 100_000);
+        // 10 s: 100 ms; 12.4 s: 200 ms (62 intervals), never 124 ms.
+        assert_eq!(
+            fitted_interval(10_000_000_000, 100_000, 100_000),
+            100_000_000
+        );
+        assert_eq!(
+            fitted_interval(12_400_000_000, 100_000, 1_000_000),
+            200_000_000
+        );
+        // 30 ms: 500 us if the bins are still 100 us; a whole number of coarser bins else.
+        assert_eq!(fitted_interval(30_000_000, 100_000, 100_000), 500_000);
+        assert_eq!(fitted_interval(30_000_000, 100_000, 1_000_000), 1_000_000);
+        // Without slots the base is 10 us.
+        assert_eq!(fitted_interval(720_000, 10_000, 10_000), 10_000);
+        assert_eq!(shortest_interval(0), 10_000);
+        assert_eq!(shortest_interval(100_000), 100_000);
+    }
+
+    #[test]
+    fn a_short_capture_reports_rates_over_its_own_span() {
+        // 9 packets of 1000 bytes 90 us apart: 0 to 720 us. The generator's rate is
+        // 9000 B over 720 us; by 100 us interval: 2 packets in the first (0, 90 us), then
+        // one or two per interval; the last interval (700 to 720 us) holds the packet at
+        // 720 us over 20 us.
+        let mut t = Timeline::new(TimelineConfig::replay(None, 100_000));
+        let mut flows = FlowMap::default();
+        let base = 1_000_000_000;
+        for k in 0..9u64 {
+            feed(&mut t, &mut flows, 7, base + k * 90_000, 1000);
+        }
+        let end = t.finish(&flows);
+        let s = end.series.unwrap();
+        assert!(s.interval_fitted);
+        assert_eq!(s.interval_s, 100e-6);
+        assert_eq!(s.t.len(), 8);
+        assert!((s.span_s - 720e-6).abs() < 1e-12, "{}", s.span_s);
+        // Packets at 0, 90, 180, 270, 360, 450, 540, 630, 720 us.
+        assert_eq!(s.total.packets, vec![2, 1, 1, 1, 1, 1, 1, 1]);
+        let bps = |bytes: f64, secs: f64| bytes * 8.0 / secs;
+        assert!((s.total.bps[0] - bps(2000.0, 100e-6)).abs() < 1e-3);
+        assert!(
+            (s.total.bps[7] - bps(1000.0, 20e-6)).abs() < 1e-3,
+            "{:?}",
+            s.total.bps
+        );
+        assert!((s.covered_s(7) - 20e-6).abs() < 1e-12);
+        // The flow's peak is its busiest interval: the last, 400 Mb/s.
+        let peak = end.flow_peaks[&FlowKey {
+            dest_qp: 7,
+            ..Default::default()
+        }];
+        assert!((peak - 400e6).abs() < 1e-3, "{peak}");
+    }
+
+    #[test]
+    fn a_long_capture_is_recorded_in_bounded_bins_and_re_binned() {
+        // One packet every 10 ms for 10 s: the 100 us bins coarsen to 10 ms, and at 10 s,
+        // the 1000th of those, to 100 ms; the series ends with 100 intervals of 100 ms, ten
+        // packets each.
+        let mut t = Timeline::new(TimelineConfig::replay(None, 100_000));
+        let mut flows = FlowMap::default();
+        for k in 0..=1000u64 {
+            feed(&mut t, &mut flows, 1, k * 10_000_000, 100);
+        }
+        assert_eq!(t.bin_ns, 100_000_000);
+        let s = t.finish(&flows).series.unwrap();
+        assert_eq!(s.interval_s, 0.1);
+        assert_eq!(s.t.len(), 100);
+        // The frame at exactly 10 s ends the last interval rather than opening one.
+        assert_eq!(s.total.packets.iter().sum::<u64>(), 1001);
+        assert_eq!(s.total.packets[0], 10);
+        assert_eq!(s.total.packets[99], 11);
+        assert_eq!(s.total.bps[5], 10.0 * 100.0 * 8.0 / 0.1);
+        // An explicit interval is kept.
+        let mut fixed = Timeline::new(TimelineConfig::replay(Some(1_000_000_000), 100_000));
+        let mut flows = FlowMap::default();
+        for k in 0..=1000u64 {
+            feed(&mut fixed, &mut flows, 1, k * 10_000_000, 100);
+        }
+        let s = fixed.finish(&flows).series.unwrap();
+        assert!(!s.interval_fitted);
+        assert_eq!((s.interval_s, s.t.len()), (1.0, 10));
     }
 }

@@ -56,6 +56,21 @@ pub struct Connections {
     pub shared_tuple_flows: usize,
     /// Flows to QP 1 (UD connection management), never paired.
     pub qp1_flows: usize,
+    /// Why the unpaired flows are unpaired.
+    #[serde(default)]
+    pub unpaired_why: Unpaired,
+}
+
+/// Why flows stay unpaired, in flows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unpaired {
+    /// No flow the other way on the same address pair and source port: a one-way capture, UD,
+    /// a CNP flow on a source port of its own, or the other direction not observed.
+    pub one_way: usize,
+    /// The other way was seen, but only through another mirror session (not modelled).
+    pub other_mirror: usize,
+    /// Several QPs share the 5-tuple and the drivers' rule cannot match them up.
+    pub shared_tuple: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,8 +94,15 @@ pub struct WhatIf {
     /// The fewest QPs per connection (NCCL_IB_QPS_PER_CONNECTION, 1 to 16) from which on, up to
     /// 16, max/mean stays under the target: each paired connection split into that many, an
     /// equal share apiece, both directions of QP j on the drivers' port for QPNs (a + j, b + j);
-    /// unpaired flows stay as they are (1: as measured). None if no such count.
+    /// unpaired flows stay as they are. 1 when the flows as measured already meet the
+    /// target (`meets_target`), whatever more QPs would give. None if no such count.
     pub qps_per_connection: Option<u32>,
+    /// The flows as measured already stay under the target.
+    #[serde(default)]
+    pub meets_target: bool,
+    /// What would help, from the cause: absent when the target is met or there are no flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// Balance of a load vector.

@@ -332,11 +332,22 @@ pub struct Flow {
     pub untagged: bool,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
-    /// bytes * 8 / window.seconds
+    /// bytes * 8 / window.seconds: the flow's share of the whole observation.
     pub rate_bps: f64,
+    /// bytes * 8 / (last_seen_ns - first_seen_ns): the rate while the flow was active. Absent
+    /// when those are equal (a single packet, or a flow shorter than the clock's resolution:
+    /// one kernel tick live).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_rate_bps: Option<f64>,
+    /// The flow's busiest interval of the time series, bits/s (over the time that interval
+    /// covers); absent without a series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rate_bps: Option<f64>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     #[default]
@@ -544,6 +555,41 @@ pub fn violations_under(c: &observer_common::SeqCounts, pmtu: u32) -> u64 {
     c.violations.get(k).map_or(0, |v| u64::from(*v))
 }
 
+/// Everything that tells flows apart: the key as the report spells it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct FlowId {
+    src_ip: IpAddr,
+    dst_ip: IpAddr,
+    udp_src_port: u16,
+    dest_qp: u32,
+    mirror: Option<(Option<u16>, Option<String>)>,
+    direction: Direction,
+}
+
+impl FlowId {
+    fn of_key(k: &FlowKey) -> Self {
+        Self {
+            src_ip: ip_of(k.src_ip),
+            dst_ip: ip_of(k.dst_ip),
+            udp_src_port: k.udp_src_port,
+            dest_qp: k.dest_qp,
+            mirror: flow_mirror(k.mirror, 0).map(|m| (m.session, m.kind)),
+            direction: Direction::of(k.mirror),
+        }
+    }
+
+    fn of_flow(f: &Flow) -> Self {
+        Self {
+            src_ip: f.src_ip,
+            dst_ip: f.dst_ip,
+            udp_src_port: f.udp_src_port,
+            dest_qp: f.dest_qp,
+            mirror: f.mirror.as_ref().map(|m| (m.session, m.kind.clone())),
+            direction: f.direction,
+        }
+    }
+}
+
 /// A queue pair number as the table, the findings and the metrics labels show it, and as tshark
 /// prints it: `0x` and six hex digits (a QPN is 24 bits). JSON keeps the number.
 pub fn qp_hex(qp: u32) -> String {
@@ -606,6 +652,8 @@ impl Flow {
             first_seen_ns: s.first_seen_ns,
             last_seen_ns: s.last_seen_ns,
             rate_bps: rate(s.bytes, window_seconds),
+            active_rate_bps: active_rate(s),
+            peak_rate_bps: None,
         }
     }
 
@@ -633,6 +681,15 @@ impl MirrorTotals {
     }
 }
 
+/// Bits/s over a flow's first to last packet; none when they are one instant.
+fn active_rate(s: &FlowStats) -> Option<f64> {
+    let ns = s
+        .last_seen_ns
+        .checked_sub(s.first_seen_ns)
+        .filter(|ns| *ns > 0)?;
+    Some(s.bytes as f64 * 8.0 * 1e9 / ns as f64)
+}
+
 pub fn rate(bytes: u64, seconds: f64) -> f64 {
     if seconds > 0.0 {
         bytes as f64 * 8.0 / seconds
@@ -650,6 +707,16 @@ pub fn percent(part: u64, whole: u64) -> f64 {
 }
 
 impl Report {
+    /// Sets each flow's `peak_rate_bps` from the series' peaks by flow key (flows without
+    /// traffic in the series get 0).
+    pub fn set_flow_peaks(&mut self, peaks: &std::collections::HashMap<FlowKey, f64>) {
+        let by_id: std::collections::HashMap<_, f64> =
+            peaks.iter().map(|(k, p)| (FlowId::of_key(k), *p)).collect();
+        for f in &mut self.flows {
+            f.peak_rate_bps = Some(by_id.get(&FlowId::of_flow(f)).copied().unwrap_or(0.0));
+        }
+    }
+
     /// Sets the link speed of the `pfc` section (pause times follow from it).
     pub fn set_link_speed(&mut self, bps: Option<u64>) {
         if let Some(pfc) = &mut self.pfc {

@@ -25,6 +25,7 @@ pub struct Metrics {
 /// The `series` section of the report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Series {
+    /// The interval used: `--interval`, or fitted to the capture (`interval_fitted`).
     pub interval_s: f64,
     /// Start of the first interval: Unix-epoch ns (live), the first frame's timestamp (replay).
     pub start_ns: u64,
@@ -36,6 +37,28 @@ pub struct Series {
     pub interfaces: Vec<InterfaceSeries>,
     /// The largest flows by bytes.
     pub flows: Vec<FlowSeries>,
+    /// The time the series covers, seconds from `start_ns`: to the last frame (replay) or to
+    /// the end of the observation (live). Every interval is `interval_s` long but the last,
+    /// which ends here; rates are over the time each interval covers.
+    #[serde(default)]
+    pub span_s: f64,
+    /// The interval was chosen to fit the capture (replay without `--interval`): about 100
+    /// intervals over its span, never shorter than a microburst slot.
+    #[serde(default)]
+    pub interval_fitted: bool,
+}
+
+impl Series {
+    /// Seconds interval `i` covers: `interval_s`, but the last ends at `span_s` (an older
+    /// report without `span_s`: every interval is whole).
+    pub fn covered_s(&self, i: usize) -> f64 {
+        let start = self.t.get(i).copied().unwrap_or(0.0);
+        if i + 1 == self.t.len() && self.span_s > 0.0 {
+            (self.span_s - start).clamp(0.0, self.interval_s)
+        } else {
+            self.interval_s
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -8,17 +8,30 @@ use crate::{
 };
 
 /// The terminal view: the model, a bar per uplink, the verdict, pairing, tier 2, what-if.
+/// Without flows, one line says so.
 pub fn render(report: &EcmpReport) -> String {
     let mut out = String::new();
     let m = &report.model;
-    let _ = writeln!(
-        out,
-        "ECMP model: {}, {} of {}, seed {:#x}, {}; {}",
+    let model = format!(
+        "ECMP model: {}, {} of {}, seed {:#x}, {}",
         count(m.uplinks.into(), "uplink"),
         m.hash,
         m.fields,
         m.seed,
         m.bucket,
+    );
+    if report.flows == 0 {
+        let _ = writeln!(out, "{model}: {}", report.verdict);
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{model}; {}; {}",
+        if report.tier2.is_some() {
+            "one hashing stage per tier (leaf, then spine; later hops not modelled)"
+        } else {
+            "one hashing stage (the first switch's; later hops not modelled)"
+        },
         count(report.flows, "flow")
     );
     let total: u64 = report.uplinks.iter().map(|u| u.bytes).sum();
@@ -66,14 +79,33 @@ pub fn render(report: &EcmpReport) -> String {
         report.top_k_colliding
     );
     let c = &report.connections;
+    let why = &c.unpaired_why;
+    let reasons: Vec<String> = [
+        (why.one_way, "without a reverse direction"),
+        (
+            why.other_mirror,
+            "whose reverse came through another mirror",
+        ),
+        (
+            why.shared_tuple,
+            "on a 5-tuple shared by QPs the drivers' rule cannot match up",
+        ),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    let mut unpaired = format!("{} unpaired", count(c.unpaired_flows as u64, "flow"));
+    if !reasons.is_empty() {
+        unpaired = format!("{unpaired} ({})", reasons.join(", "));
+    }
     let _ = writeln!(
         out,
-        "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {} unpaired, {} sharing a 5-tuple, {} to QP 1",
+        "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {unpaired}, {} sharing a 5-tuple, {} to QP 1",
         c.paired,
         c.conforming,
         c.overridden,
         c.shared_tuple,
-        count(c.unpaired_flows as u64, "flow"),
         count(c.shared_tuple_flows as u64, "flow"),
         count(c.qp1_flows as u64, "flow")
     );
@@ -90,18 +122,18 @@ pub fn render(report: &EcmpReport) -> String {
         );
     }
     let w = &report.what_if;
-    if report.flows == 0 {
-        return out;
-    }
     let qps = match w.qps_per_connection {
-        Some(1) => "the flows as they are already do".to_string(),
-        Some(k) => format!("{k} QPs per connection would"),
-        None => "16 QPs per connection would not".to_string(),
+        _ if w.meets_target => "the flows as they are already meet the target".to_string(),
+        Some(k) => format!("{k} QPs per connection would meet it"),
+        None => "no count up to 16 QPs per connection would".to_string(),
     };
     let _ = writeln!(
         out,
         "what-if (target max/mean {:.2}): destination QP in the hash gives {:.2}; {qps}",
         w.target, w.with_dest_qp
     );
+    if let Some(hint) = &w.hint {
+        let _ = writeln!(out, "hint: {hint}");
+    }
     out
 }

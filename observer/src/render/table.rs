@@ -7,7 +7,7 @@ use comfy_table::{CellAlignment, ColumnConstraint, Table, presets::NOTHING};
 
 use crate::{
     model::{Direction, FlowMirror, PfcReport, Report, percent, qp_hex},
-    units::{count, noun},
+    units::{count, duration, duration_s, noun},
 };
 
 /// How a column's cells line up.
@@ -58,8 +58,8 @@ pub fn render_table(report: &Report, top: usize) -> String {
     };
     let _ = writeln!(
         out,
-        "roce-observer: {src}, {:.1} s: {}, {} ({}), {}",
-        report.window.seconds,
+        "roce-observer: {src}, {}: {}, {} ({}), {}",
+        window(report.window.seconds),
         count(t.frames, "frame"),
         count(t.roce_packets, "RoCEv2 packet"),
         human_bytes(t.roce_bytes),
@@ -103,21 +103,37 @@ pub fn render_table(report: &Report, top: usize) -> String {
     }
     if !report.flows.is_empty() {
         use Align::{Left, Right};
-        let rows = report
-            .flows
+        let peaks = report.flows.iter().any(|f| f.peak_rate_bps.is_some());
+        // The mirror a flow came through is part of its key: shown when the rows differ in it.
+        let shown = &report.flows[..report.flows.len().min(top)];
+        let mirrors = shown
             .iter()
-            .take(top)
+            .map(|f| mirror_name(f.mirror.as_ref()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1;
+        let rows = shown
+            .iter()
             .map(|f| {
                 let tx = if f.direction == Direction::Egress {
                     " (tx)"
                 } else {
                     ""
                 };
-                vec![
-                    format!("{} -> {}{tx}", f.src_ip, f.dst_ip),
+                let mut row = vec![format!("{} -> {}{tx}", f.src_ip, f.dst_ip)];
+                if mirrors {
+                    row.push(mirror_name(f.mirror.as_ref()));
+                }
+                row.extend([
                     f.udp_src_port.to_string(),
                     qp_hex(f.dest_qp),
-                    human_rate(f.rate_bps),
+                    dscps(&f.dscp),
+                    f.active_rate_bps.map_or("-".to_string(), human_rate),
+                ]);
+                if peaks {
+                    row.push(f.peak_rate_bps.map_or("-".to_string(), human_rate));
+                }
+                row.extend([
                     f.packets.to_string(),
                     format!("{:.2}", f.ce_percent()),
                     f.ops.cnp.to_string(),
@@ -125,24 +141,38 @@ pub fn render_table(report: &Report, top: usize) -> String {
                     f.ops.rnr_nak.to_string(),
                     f.psn.gaps.to_string(),
                     f.psn.regressions.to_string(),
-                ]
+                ]);
+                row
             })
             .collect();
+        let mut headers = vec![("SOURCE -> DESTINATION", Left)];
+        if mirrors {
+            headers.push(("MIRROR", Left));
+        }
+        headers.extend([
+            ("SPORT", Right),
+            ("DEST QP", Right),
+            ("DSCP", Right),
+            ("RATE", Right),
+        ]);
+        if peaks {
+            headers.push(("PEAK", Right));
+        }
         out.push('\n');
         out.push_str(&columns(
             &[
-                ("SOURCE -> DESTINATION", Left),
-                ("SPORT", Right),
-                ("DEST QP", Right),
-                ("RATE", Right),
-                ("PACKETS", Right),
-                ("CE%", Right),
-                ("CNPs", Right),
-                ("NAKs", Right),
-                ("RNR", Right),
-                ("GAPS", Right),
-                ("RETX", Right),
-            ],
+                headers.as_slice(),
+                &[
+                    ("PACKETS", Right),
+                    ("CE%", Right),
+                    ("CNPs", Right),
+                    ("NAKs", Right),
+                    ("RNR", Right),
+                    ("GAPS", Right),
+                    ("RETX", Right),
+                ],
+            ]
+            .concat(),
             rows,
         ));
         if report.flows.len() > top {
@@ -182,12 +212,17 @@ pub fn render_timeline(report: &Report) -> String {
         let (ti, tp) = peak(&s.total.bps);
         let (ci, cp) = peak(&s.total.ce_fraction);
         let (ni, np) = peak(&s.total.cnp_per_s);
-        let at = |i: usize| s.t.get(i).copied().unwrap_or(0.0);
+        let at = |i: usize| duration_s(s.t.get(i).copied().unwrap_or(0.0));
+        let fitted = if s.interval_fitted {
+            format!(" (fitted to the {} span)", duration_s(s.span_s))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "\ntime series: {} of {}: RoCE peak {} at +{:.2}s, CE peak {:.2}% at +{:.2}s, CNPs peak {:.0}/s at +{:.2}s",
+            "\ntime series: {} of {}{fitted}: RoCE peak {} at +{}, CE peak {:.2}% at +{}, CNPs peak {:.0}/s at +{}",
             count(s.t.len() as u64, "interval"),
-            human_duration((s.interval_s * 1e9).round() as u64),
+            duration_s(s.interval_s),
             human_rate(tp),
             at(ti),
             cp * 100.0,
@@ -205,11 +240,7 @@ pub fn render_timeline(report: &Report) -> String {
             ),
             None => "link speed unknown: give --link-speed for bursts".to_string(),
         };
-        let _ = writeln!(
-            out,
-            "\nMICROBURSTS ({} slots, {link})",
-            human_duration(m.slot_ns)
-        );
+        let _ = writeln!(out, "\nMICROBURSTS ({} slots, {link})", duration(m.slot_ns));
         use Align::{Left, Right};
         let rows = m
             .interfaces
@@ -227,7 +258,7 @@ pub fn render_timeline(report: &Report) -> String {
                         .map_or("-".to_string(), |p| format!("{p:.1}")),
                     i.bursts.to_string(),
                     if i.bursts > 0 {
-                        human_duration(i.longest_burst_ns)
+                        duration(i.longest_burst_ns)
                     } else {
                         "-".to_string()
                     },
@@ -251,6 +282,26 @@ pub fn render_timeline(report: &Report) -> String {
     out
 }
 
+/// The mirror a flow or sender was seen through: "session 101", its kind ("erspan1",
+/// "gre_teb"), or "-" for none.
+fn mirror_name(m: Option<&FlowMirror>) -> String {
+    match m {
+        None => "-".to_string(),
+        Some(FlowMirror {
+            session: Some(id), ..
+        }) => format!("session {id}"),
+        Some(m) => m.kind.clone().unwrap_or_default(),
+    }
+}
+
+/// DSCP values: "26", "26,48", "-".
+fn dscps(d: &[u8]) -> String {
+    if d.is_empty() {
+        return "-".to_string();
+    }
+    d.iter().map(u8::to_string).collect::<Vec<_>>().join(",")
+}
+
 /// The PAUSE / PFC table: a row per sender and class.
 fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
     use Align::{Left, Right};
@@ -267,11 +318,7 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
     for src in pfc.sources.iter().take(top) {
         let mirror = match &src.mirror {
             None if src.direction == Direction::Egress => "(tx)".to_string(),
-            None => "-".to_string(),
-            Some(FlowMirror {
-                session: Some(id), ..
-            }) => format!("session {id}"),
-            Some(m) => m.kind.clone().unwrap_or_default(),
+            m => mirror_name(m.as_ref()),
         };
         let classes = src
             .priorities
@@ -286,7 +333,7 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
                 c.frames.to_string(),
                 c.xon.to_string(),
                 c.quanta.to_string(),
-                c.pause_ns.map_or("-".to_string(), human_duration),
+                c.pause_ns.map_or("-".to_string(), duration),
             ]);
         }
         if src.priorities.is_empty() && src.link_pause.is_none() {
@@ -323,16 +370,12 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
     }
 }
 
-fn human_duration(ns: u64) -> String {
-    let v = ns as f64;
-    if v >= 1e9 {
-        format!("{:.2} s", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.2} ms", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.2} us", v / 1e3)
+/// The observation's length: "720 µs", "12.4 s"; a capture of one instant says so.
+fn window(seconds: f64) -> String {
+    if seconds > 0.0 {
+        duration_s(seconds)
     } else {
-        format!("{ns} ns")
+        "one instant".to_string()
     }
 }
 
@@ -525,5 +568,48 @@ mod tests {
         let mut single = one.clone();
         single.flows.truncate(1);
         assert!(render_table(&single, 5).contains(", 1 flow\n"));
+    }
+
+    #[test]
+    fn rows_that_differ_only_in_their_mirror_say_which_and_every_row_its_dscp() {
+        let mut agg = Aggregate::new();
+        let key = |mirror: u16| FlowKey {
+            dest_qp: 0x11,
+            udp_src_port: 49152,
+            mirror,
+            ..Default::default()
+        };
+        let stats = |packets: u64, dscp_mask: u64| FlowStats {
+            packets,
+            bytes: packets * 1000,
+            dscp_mask,
+            ..Default::default()
+        };
+        // One flow seen directly, through ERSPAN session 101 and leaving the host.
+        agg.flows.insert(key(0), stats(3, 1 << 26));
+        agg.flows
+            .insert(key(0x8000 | 0x4000 | 101), stats(2, (1 << 26) | 1));
+        agg.flows
+            .insert(key(observer_common::DIRECTION_EGRESS), stats(1, 1 << 26));
+        let r = agg.report(Source::pcap(Vec::new(), Vec::new()), 1.0);
+        let text = render_table(&r, 10);
+        let lines = block(&text, "SOURCE -> DESTINATION");
+        assert!(
+            lines[0].contains("  MIRROR  ") && lines[0].contains(" DSCP "),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains(" -  ") && lines[1].contains(" 26 "),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("session 101") && lines[2].contains(" 0,26 "),
+            "{text}"
+        );
+        assert!(lines[3].contains("(tx)"), "{text}");
+        // Without a difference in mirrors, no MIRROR column.
+        let mut direct = r.clone();
+        direct.flows.truncate(1);
+        assert!(!render_table(&direct, 10).contains("MIRROR"));
     }
 }

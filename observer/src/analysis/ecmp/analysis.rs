@@ -131,6 +131,34 @@ fn verdict(flows: usize, n: u32, m: f64, trials: &[Balance]) -> String {
     }
 }
 
+/// What would bring the busiest uplink under the target, from the cause: QPs sharing one
+/// 5-tuple (most bytes) need the destination QP in the hash or ports per QP, not more QPs.
+fn what_helps(
+    shared_tuple: bool,
+    qps: Option<u32>,
+    dest_qp_meets: bool,
+    with_dest_qp: f64,
+) -> String {
+    let dest_qp = format!(
+        "hash on the destination QP where the switch supports it (5tuple+qp gives max/mean {with_dest_qp:.2})"
+    );
+    if shared_tuple {
+        return format!(
+            "most bytes travel on QPs that share one 5-tuple (one UDP source port), and more QPs on it would share it too: {dest_qp}, or let the NICs give each QP its own source port (the drivers' rule, not a fixed port or flow label)"
+        );
+    }
+    match (qps, dest_qp_meets) {
+        (Some(k), true) => {
+            format!("use {k} QPs per connection (NCCL_IB_QPS_PER_CONNECTION={k}), or {dest_qp}")
+        }
+        (Some(k), false) => format!("use {k} QPs per connection (NCCL_IB_QPS_PER_CONNECTION={k})"),
+        (None, true) => dest_qp,
+        (None, false) => format!(
+            "neither up to 16 QPs per connection nor the destination QP in the hash reaches the target ({with_dest_qp:.2} with it): the flows are too few or too unequal for a hash to even them out; spread the traffic over more connections, or use adaptive routing or packet spraying where the fabric has it"
+        ),
+    }
+}
+
 /// The analysis of `flows` under `o`.
 pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
     let with_key = |mut m: HashModel| {
@@ -173,6 +201,7 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
         unpaired_flows: p.unpaired.len(),
         shared_tuple_flows: p.shared_tuple_flows.len(),
         qp1_flows: p.qp1.len(),
+        unpaired_why: p.why,
         ..Connections::default()
     };
     for c in &p.connections {
@@ -217,12 +246,28 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
     let curve: Vec<f64> = (1..=16u32)
         .map(|k| balance(&spread(&split(&fl, &p.connections, k), &model, n).weight).max_over_mean)
         .collect();
-    // The smallest k from which on every count up to 16 stays under the target.
+    // Met as measured: nothing to change (whatever more QPs would give). Else the smallest k
+    // from which on every count up to 16 stays under the target.
+    let meets_target = !fl.is_empty() && balance_bytes.max_over_mean < o.target;
     let qps_per_connection = if fl.is_empty() {
         None
+    } else if meets_target {
+        Some(1)
     } else {
         (1..=16u32).find(|k| curve[*k as usize - 1..].iter().all(|m| *m < o.target))
     };
+    // Flows whose QPs share one 5-tuple: more QPs on it would share it too.
+    let shared_bytes: f64 = p.shared_tuple_flows.iter().map(|i| fl[*i].weight).sum();
+    let total_bytes: f64 = fl.iter().map(|f| f.weight).sum();
+    let shared_cause = total_bytes > 0.0 && shared_bytes * 2.0 >= total_bytes;
+    let hint = (!fl.is_empty() && !meets_target).then(|| {
+        what_helps(
+            shared_cause,
+            qps_per_connection,
+            with_dest_qp < o.target,
+            with_dest_qp,
+        )
+    });
 
     EcmpReport {
         model: Model {
@@ -253,6 +298,8 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
             target: o.target,
             with_dest_qp,
             qps_per_connection,
+            meets_target,
+            hint,
         },
     }
 }
@@ -282,6 +329,8 @@ mod tests {
             first_seen_ns: 0,
             last_seen_ns: 0,
             rate_bps: 0.0,
+            active_rate_bps: None,
+            peak_rate_bps: None,
         }
     }
 
@@ -299,9 +348,21 @@ mod tests {
         assert_eq!(r.top_k_colliding, 8);
         assert!(r.what_if.with_dest_qp < 2.0, "{:?}", r.what_if);
         // QPs sharing one fixed port cannot be told apart into connections, and more QPs on
-        // that port would share it too: only the destination QP in the hash helps.
+        // that port would share it too: only the destination QP in the hash helps, and the
+        // hint says so.
         assert_eq!(r.what_if.qps_per_connection, None, "{:?}", r.what_if);
         assert_eq!(r.connections.shared_tuple_flows, 32);
+        assert_eq!(
+            r.connections.unpaired_why.shared_tuple, 32,
+            "{:?}",
+            r.connections
+        );
+        let hint = r.what_if.hint.as_deref().unwrap();
+        assert!(
+            hint.contains("share one 5-tuple") && hint.contains("destination QP"),
+            "{hint}"
+        );
+        assert!(!hint.contains("QPS_PER_CONNECTION"), "{hint}");
         let text = crate::render::ecmp::render(&r);
         assert!(
             text.contains("uplink   0") && text.contains("worse than random"),
@@ -350,11 +411,48 @@ mod tests {
             .qps_per_connection
             .expect("some QP count reaches 1.4");
         assert!(k > 1, "{:?} {:?}", four.what_if, four.balance_bytes);
-        // No flows: nothing to judge, nothing to propose.
+        assert!(!four.what_if.meets_target);
+        let hint = four.what_if.hint.as_deref().unwrap();
+        assert!(
+            hint.starts_with(&format!("use {k} QPs per connection")),
+            "{hint}"
+        );
+        // No flows: nothing to judge, nothing to propose, one line.
         let empty = analyse(&[], &EcmpOptions::default());
         assert_eq!(empty.verdict, "no RoCEv2 flows to model");
         assert_eq!(empty.what_if.qps_per_connection, None);
-        assert!(crate::render::ecmp::render(&empty).contains("no RoCEv2 flows to model"));
+        assert_eq!(empty.what_if.hint, None);
+        let text = crate::render::ecmp::render(&empty);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains("no RoCEv2 flows to model"), "{text}");
+    }
+
+    #[test]
+    fn a_balance_that_meets_the_target_is_never_contradicted() {
+        // 4 equal flows on ports that CRC32 mod 4 sends one per uplink: max/mean 1.0 meets
+        // any target; more QPs per connection might not, but the what-if says it is met.
+        let m = super::super::HashModel::new(Fields::FiveTuple, HashFn::Crc32, 0, Bucket::Modulo);
+        let mut used = [false; 4];
+        let mut flows = Vec::new();
+        for port in 0xC000..0xFFFFu16 {
+            let f = flow(port, 0x100 + u32::from(port), 1000);
+            let u = m.member(&fields_of(&f), 4) as usize;
+            if !used[u] {
+                used[u] = true;
+                flows.push(f);
+            }
+        }
+        let r = analyse(&flows, &EcmpOptions::default());
+        assert_eq!(r.balance_bytes.max_over_mean, 1.0);
+        assert!(r.what_if.meets_target);
+        assert_eq!(r.what_if.qps_per_connection, Some(1));
+        assert_eq!(r.what_if.hint, None);
+        let text = crate::render::ecmp::render(&r);
+        assert!(
+            text.contains("the flows as they are already meet the target"),
+            "{text}"
+        );
+        assert!(!text.contains("would not"), "{text}");
     }
 
     #[test]

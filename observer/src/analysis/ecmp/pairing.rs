@@ -5,6 +5,7 @@
 use std::{collections::BTreeMap, net::IpAddr};
 
 use crate::model::Flow;
+pub use crate::model::ecmp::Unpaired;
 
 pub use observer_common::wire::{flow_label_to_udp_sport, rdma_udp_sport};
 
@@ -48,6 +49,8 @@ pub struct Pairing {
     pub shared_tuple_flows: Vec<usize>,
     /// Flows to QP 1 (the GSI QP: connection management over UD), never paired.
     pub qp1: Vec<usize>,
+    /// Why the unpaired flows are.
+    pub why: Unpaired,
 }
 
 /// Where a flow was seen, apart from its addresses: the mirror session or kind (the same
@@ -83,6 +86,14 @@ pub fn pair(flows: &[Flow]) -> Pairing {
             .entry((lo, hi, f.udp_src_port, context(f)))
             .or_default();
         if forward { &mut g.0 } else { &mut g.1 }.push(i);
+    }
+    // Address pairs and ports seen each way, whatever the mirror: a flow without its reverse in
+    // its own mirror may have it in another.
+    let mut ways: BTreeMap<(IpAddr, IpAddr, u16), [usize; 2]> = BTreeMap::new();
+    for ((a, b, sport, _), (fwd, rev)) in &groups {
+        let w = ways.entry((*a, *b, *sport)).or_default();
+        w[0] += fwd.len();
+        w[1] += rev.len();
     }
     for ((a, b, sport, _), (mut fwd, mut rev)) in groups {
         let shared = fwd.len() > 1 || rev.len() > 1;
@@ -132,6 +143,19 @@ pub fn pair(flows: &[Flow]) -> Pairing {
         if fwd.len() == 1 && rev.len() == 1 {
             connect(&mut out, fwd[0], rev[0]);
         } else {
+            let all_ways = ways[&(a, b, sport)];
+            for (side, other, seen_other) in [(&fwd, &rev, all_ways[1]), (&rev, &fwd, all_ways[0])]
+            {
+                let why = &mut out.why;
+                let n = side.len();
+                if shared {
+                    why.shared_tuple += n;
+                } else if other.is_empty() && seen_other > 0 {
+                    why.other_mirror += n;
+                } else {
+                    why.one_way += n;
+                }
+            }
             out.unpaired.extend(fwd);
             out.unpaired.extend(rev);
         }
@@ -166,6 +190,8 @@ mod tests {
             first_seen_ns: 0,
             last_seen_ns: 0,
             rate_bps: 0.0,
+            active_rate_bps: None,
+            peak_rate_bps: None,
         }
     }
 
@@ -211,6 +237,32 @@ mod tests {
         );
         assert_eq!((fixed.qpn_a, fixed.qpn_b), (0x22, 0x21));
         assert_eq!(p.unpaired, vec![4, 5]);
+        // Flow 4 has no reverse at all; flow 5's port has no flow the other way either.
+        assert_eq!(
+            p.why,
+            Unpaired {
+                one_way: 2,
+                other_mirror: 0,
+                shared_tuple: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_connection_split_over_two_mirror_sessions_is_unpaired_and_says_so() {
+        let sport = rdma_udp_sport(0x11, 0x12);
+        let mut flows = vec![
+            flow("198.18.0.1", "198.18.0.2", sport, 0x12),
+            flow("198.18.0.2", "198.18.0.1", sport, 0x11),
+        ];
+        flows[0].mirror = Some(crate::model::FlowMirror {
+            session: Some(101),
+            kind: None,
+            truncated: 0,
+        });
+        let p = pair(&flows);
+        assert!(p.connections.is_empty());
+        assert_eq!(p.why.other_mirror, 2);
     }
 
     #[test]
@@ -257,6 +309,7 @@ mod tests {
         let p = pair(&flows);
         assert!(p.connections.is_empty());
         assert_eq!(p.unpaired, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(p.why.shared_tuple, 6);
         assert_eq!(p.shared_tuple_flows, vec![0, 1, 2, 3, 4, 5]);
         assert_eq!(p.qp1, vec![6, 7]);
     }

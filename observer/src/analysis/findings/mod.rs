@@ -163,8 +163,18 @@ pub fn evaluate(r: &Report, t: &Thresholds) -> (Vec<Finding>, Vec<Check>) {
     (findings, checks)
 }
 
-/// Packets of a flow that carry data (requests and READ responses).
+/// Connection management: MADs to QP 1 (the GSI QP, over UD). Their DSCP, ECN and priority
+/// are the CM's, not the RoCE data's: no QoS rule judges them.
+fn is_connection_management(f: &Flow) -> bool {
+    f.dest_qp == 1
+}
+
+/// Packets of a flow that carry RoCE data (requests and READ responses; none on connection
+/// management).
 fn data_packets(f: &Flow) -> u64 {
+    if is_connection_management(f) {
+        return 0;
+    }
     f.ops.send + f.ops.write + f.ops.read_request + f.ops.read_response + f.ops.atomic
 }
 
@@ -210,7 +220,8 @@ fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
 /// What the whole observation says about the fabric's RoCE configuration (computed once, for
 /// every rule).
 pub struct Context {
-    /// Some RoCE packet was ECT or CE, or a CNP was seen: ECN is in use somewhere.
+    /// Some RoCE packet (not connection management) was ECT or CE, or a CNP was seen: ECN is
+    /// in use somewhere.
     ecn_in_use: bool,
     /// RoCE data in a DSCP other than 0: a RoCE class is configured.
     dscp_in_use: bool,
@@ -223,6 +234,7 @@ impl Context {
             ecn_in_use: r
                 .flows
                 .iter()
+                .filter(|f| !is_connection_management(f))
                 .any(|f| f.ecn.ect0 + f.ecn.ect1 + f.ecn.ce > 0)
                 || r.totals.cnp_packets > 0,
             dscp_in_use: r
@@ -299,6 +311,8 @@ mod testing {
             first_seen_ns: 0,
             last_seen_ns: 0,
             rate_bps: 0.0,
+            active_rate_bps: None,
+            peak_rate_bps: None,
         }
     }
 

@@ -44,12 +44,20 @@
   var RATE_UNITS = ["b/s", "kb/s", "Mb/s", "Gb/s", "Tb/s"];
   function rate(bps) { return scaled(bps, RATE_UNITS, 1000); }
   function bytes(b) { return scaled(b, ["B", "KB", "MB", "GB", "TB", "PB"], 1000); }
+  // As the terminal prints durations: "850 ns", "720 \u00b5s", "3.2 ms", "12.4 s", "2.5 min".
   function dur(ns) {
-    if (!isNum(ns)) return "-";
-    if (ns >= 1e9) return (ns / 1e9).toFixed(2) + " s";
-    if (ns >= 1e6) return (ns / 1e6).toFixed(2) + " ms";
-    if (ns >= 1e3) return (ns / 1e3).toFixed(1) + " \u00b5s";
-    return int(ns) + " ns";
+    if (!isNum(ns) || ns < 0) return "-";
+    if (ns === 0) return "0 s";
+    var steps = [[1e3, 1, "ns"], [1e6, 1e3, "\u00b5s"], [1e9, 1e6, "ms"], [60e9, 1e9, "s"], [3600e9, 60e9, "min"], [Infinity, 3600e9, "h"]];
+    for (var i = 0; i < steps.length; i++) {
+      if (ns < steps[i][0]) {
+        var v = ns / steps[i][1];
+        var text = v.toFixed(v >= 99.95 || i === 0 ? 0 : 1);
+        if (text === "1000" && i < 3) return "1.0 " + steps[i + 1][2];
+        return text + " " + steps[i][2];
+      }
+    }
+    return "-";
   }
   function pct(x, digits) {
     return isNum(x) ? x.toFixed(digits === undefined ? 1 : digits) + " %" : "-";
@@ -138,7 +146,7 @@
     }
     document.title = "RoCEv2 diagnosis: " + where;
     var head = el("header", null, el("h1", null, "RoCEv2 diagnosis"),
-      el("p", "muted", where + " \u00b7 window " + (win >= 1 ? dec(win) + " s" : dur(win * 1e9))));
+      el("p", "muted", where + " \u00b7 window " + (win > 0 ? dur(win * 1e9) : "one instant")));
     var tiles = el("div", "tiles");
     function tile(value, label, bad) {
       tiles.append(el("div", bad ? "tile bad" : "tile", el("b", null, value), el("span", null, label)));
@@ -251,8 +259,14 @@
     while (maxValue >= step * div && i < units.length - 1) { div *= step; i++; }
     return { div: div, name: units[i] };
   }
+  // The time the series covers, in seconds: to the last frame (older reports: the end of the
+  // last interval).
+  function seriesSpan(S) {
+    if (isNum(S.span_s) && S.span_s > 0) return S.span_s;
+    return max(arr(S.t)) + (S.interval_s || 0);
+  }
   function timeUnit(S) {
-    var span = Math.max(max(arr(S.t)), S.interval_s || 0);
+    var span = seriesSpan(S);
     if (span >= 1) return { div: 1, name: "s" };
     if (span >= 1e-3) return { div: 1e-3, name: "ms" };
     return { div: 1e-6, name: "\u00b5s" };
@@ -303,9 +317,17 @@
       return;
     }
     var tu = timeUnit(S);
+    var spanS = seriesSpan(S);
     var start = "";
     if (isNum(S.start_ns) && S.start_ns > 1e17) start = ", from " + new Date(S.start_ns / 1e6).toISOString();
-    s.append(el("p", "muted", n + " interval" + (n === 1 ? "" : "s") + " of " + dur((S.interval_s || 0) * 1e9) + start + "."));
+    s.append(el("p", "muted", n + " interval" + (n === 1 ? "" : "s") + " of " + dur((S.interval_s || 0) * 1e9) +
+      (S.interval_fitted ? " (fitted to the capture)" : "") + " over " + dur(spanS * 1e9) + start +
+      ". Rates are over the time each interval covers; the last ends with the " + (src.kind === "live" ? "observation" : "last frame") + "."));
+    // Every chart over time spans the series, whatever its length.
+    function timePlot(title, opts, data) {
+      opts.scales = Object.assign({ x: { range: function () { return [0, spanS]; } } }, opts.scales || {});
+      return plot(s, title, opts, data);
+    }
     var total = S.total || {};
     var ifs = arr(S.interfaces);
 
@@ -330,7 +352,7 @@
       ifs.forEach(function (i, k) {
         series.push(line(i.name + " " + i.direction + " (wire, all frames)", PALETTE[(k + 1) % PALETTE.length], rate, { dash: [6, 3] }));
       });
-      plot(s, "Throughput (" + ru.name + ")", {
+      timePlot("Throughput (" + ru.name + ")", {
         series: series,
         scales: { y: { range: zeroTo } },
         axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
@@ -341,7 +363,7 @@
     chart("congestion", function () {
       var ce = fit(total.ce_fraction, n).map(function (v) { return isNum(v) ? v * 100 : null; });
       var cnp = fit(total.cnp_per_s, n);
-      plot(s, "Congestion: CE-marked share of RoCEv2 packets (%) and CNPs per second", {
+      timePlot("Congestion: CE-marked share of RoCEv2 packets (%) and CNPs per second", {
         series: [xSeries(tu),
           line("CE-marked packets", PALETTE[1], function (v) { return pct(v, 2); }, { scale: "pct", width: 2 }),
           line("CNPs", PALETTE[0], function (v) { return dec(v) + " /s"; }, { scale: "cnp", dash: [6, 3] })],
@@ -360,7 +382,7 @@
       var top = 0;
       fl.forEach(function (f) { var b = fit(f.bps, n); d.push(b); top = Math.max(top, max(b)); });
       var ru = unitFor(top, RATE_UNITS, 1000);
-      plot(s, "Per-flow throughput, the " + fl.length + " largest flows (" + ru.name + ")", {
+      timePlot("Per-flow throughput, the " + fl.length + " largest flows (" + ru.name + ")", {
         series: [xSeries(tu)].concat(fl.map(function (f, k) { return line(flowName(f), PALETTE[k % PALETTE.length], rate); })),
         scales: { y: { range: zeroTo } },
         axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
@@ -371,7 +393,7 @@
     chart("loss signals", function () {
       var step = uPlot.paths.stepped({ align: 1 });
       var cnt = function (v) { return int(v); };
-      plot(s, "Loss signals per interval: NAKs, PSN gaps, retransmissions", {
+      timePlot("Loss signals per interval: NAKs, PSN gaps, retransmissions", {
         series: [xSeries(tu),
           line("NAKs (incl. RNR)", PALETTE[1], cnt, { paths: step, width: 2 }),
           line("PSN gaps", PALETTE[3], cnt, { paths: step }),
@@ -404,7 +426,7 @@
       }
       var ru = unitFor(top, RATE_UNITS, 1000);
       var slot = MB && isNum(MB.slot_ns) ? " " + dur(MB.slot_ns) : "";
-      plot(s, "Microbursts: the busiest" + slot + " slot of each interval, as a rate (" + ru.name + ")", {
+      timePlot("Microbursts: the busiest" + slot + " slot of each interval, as a rate (" + ru.name + ")", {
         series: series,
         scales: { y: { range: zeroTo } },
         axes: [xAxis(tu), { label: ru.name, values: axisNums(ru.div), size: 60 }],
@@ -451,10 +473,11 @@
     if (!flows.length) { s.append(el("p", "note", "No RoCEv2 flows.")); return; }
     var shown = flows.slice(0, 20);
     var tagged = shown.some(function (f) { return arr(f.pcp).length > 0; });
+    var peaks = shown.some(function (f) { return isNum(f.peak_rate_bps); });
     var cols = [{ h: "#", num: true }, { h: "Source \u2192 destination" }, { h: "sport", num: true }, { h: "Dest QP" },
-      { h: "Rate", num: true }, { h: "Packets", num: true }, { h: "Bytes", num: true }, { h: "CE %", num: true },
+      { h: "Rate", num: true }].concat(peaks ? [{ h: "Peak", num: true }] : []).concat([{ h: "Packets", num: true }, { h: "Bytes", num: true }, { h: "CE %", num: true },
       { h: "CNPs", num: true }, { h: "NAKs", num: true }, { h: "RNR", num: true }, { h: "PSN gaps", num: true },
-      { h: "Retx", num: true }, { h: "DSCP" }];
+      { h: "Retx", num: true }, { h: "DSCP" }]);
     if (tagged) cols.push({ h: "PCP" });
     s.append(table(cols, shown.map(function (f, k) {
       var ops = f.ops || {}, psn = f.psn || {}, ecn = f.ecn || {};
@@ -464,12 +487,14 @@
       if (arr(f.cnp_dscp).length) dscp += "; CNPs " + f.cnp_dscp.join(", ");
       var row = [k + 1,
         { v: flowCell(f, via), cls: "flow" },
-        f.udp_src_port, { v: hex(f.dest_qp), cls: "mono" }, rate(f.rate_bps), int(f.packets), bytes(f.bytes),
+        f.udp_src_port, { v: hex(f.dest_qp), cls: "mono" },
+        isNum(f.active_rate_bps) ? rate(f.active_rate_bps) : { v: "-", title: "one instant: no rate" }].concat(
+        peaks ? [isNum(f.peak_rate_bps) ? rate(f.peak_rate_bps) : "-"] : []).concat([int(f.packets), bytes(f.bytes),
         { v: ce > 0 ? pct(ce, 2) : "0", cls: ce > 0 ? "warn" : "" },
         int(ops.cnp), { v: int(ops.nak), cls: ops.nak > 0 ? "bad" : "" }, { v: int(ops.rnr_nak), cls: ops.rnr_nak > 0 ? "bad" : "" },
         { v: int(psn.gaps), cls: psn.gaps > 0 ? "bad" : "", title: int(psn.missing) + " PSNs missing" },
         { v: int(psn.regressions), cls: psn.regressions > 0 ? "bad" : "" },
-        dscp];
+        dscp]);
       if (tagged) {
         var pcp = arr(f.pcp).join(", ");
         if (f.untagged) pcp = pcp ? pcp + ", untagged" : "untagged";
@@ -477,7 +502,8 @@
       }
       return row;
     })));
-    s.append(el("p", "muted", "Rate: bytes over the whole window. CE %: share of the flow's packets marked CE. " +
+    s.append(el("p", "muted", "Rate: bytes over the flow's first to last packet (while active; none for one instant). " +
+      (peaks ? "Peak: its busiest interval of the time series. " : "") + "CE %: share of the flow's packets marked CE. " +
       "NAKs: PSN sequence errors; RNR: receiver not ready; PSN gaps: packets missing before a later one; Retx: PSN going back (retransmission)."));
     if (flows.length > shown.length) {
       s.append(el("p", "note", (flows.length - shown.length) + " more flows are in the JSON report."));
@@ -513,8 +539,11 @@
   // ---------- ECMP
   if (R.ecmp) section("ecmp", "ECMP hashing model", function (s) {
     var E = R.ecmp, m = E.model || {};
-    s.append(el("p", null, int(E.flows) + " flows through " + m.uplinks + " uplinks: " + m.hash + " of " + m.fields +
-      ", seed 0x" + (Number(m.seed) >>> 0).toString(16) + ", " + m.bucket + "."));
+    var how = m.uplinks + " uplinks: " + m.hash + " of " + m.fields + ", seed 0x" + (Number(m.seed) >>> 0).toString(16) + ", " + m.bucket;
+    if (!E.flows) { s.append(el("p", "note", "ECMP model over " + how + ": " + E.verdict + ".")); return; }
+    s.append(el("p", null, int(E.flows) + " flows through " + how + "; " + (E.tier2
+      ? "one hashing stage per tier (leaf, then spine; later hops not modelled)."
+      : "one hashing stage (the first switch's; later hops not modelled).")));
     s.append(el("p", null, el("b", null, "Verdict: "), E.verdict));
     var up = arr(E.uplinks);
     var totalBytes = sum(up.map(function (u) { return u.bytes; }));
@@ -528,17 +557,22 @@
     if (isNum(E.random_percentile)) pairs.push(["random placements lighter than this one", pct(E.random_percentile * 100, 0)]);
     if (isNum(E.top_k)) pairs.push(["of the " + E.top_k + " largest flows, sharing an uplink", int(E.top_k_colliding)]);
     var c = E.connections;
+    var why = c && c.unpaired_why ? [[c.unpaired_why.one_way, "without a reverse direction"],
+      [c.unpaired_why.other_mirror, "whose reverse came through another mirror"],
+      [c.unpaired_why.shared_tuple, "on a 5-tuple shared by QPs the drivers' rule cannot match up"]]
+      .filter(function (x) { return x[0] > 0; }).map(function (x) { return x[0] + " " + x[1]; }).join(", ") : "";
     if (c) pairs.push(["connections", c.paired + " paired (" + c.conforming + " drivers' source port, " + c.overridden +
-      " overridden, " + c.shared_tuple + " sharing a 5-tuple); " + c.unpaired_flows + " flows unpaired, " +
+      " overridden, " + c.shared_tuple + " sharing a 5-tuple); " + c.unpaired_flows + " flows unpaired" + (why ? " (" + why + ")" : "") + ", " +
       c.shared_tuple_flows + " flows sharing a 5-tuple, " + c.qp1_flows + " to QP 1"]);
     if (E.tier2) pairs.push(["tier 2", E.tier2.uplinks + " uplinks per spine, " + E.tier2.hash + ": " + E.tier2.polarized +
       " of " + arr(E.tier2.spines).length + " spines polarized"]);
     var w = E.what_if;
     if (w && E.flows > 0) {
       pairs.push(["what-if: destination QP in the hash", dec(w.with_dest_qp) + " busiest/mean (target " + dec(w.target) + ")"]);
-      pairs.push(["what-if: QPs per connection", w.qps_per_connection === 1 ? "the flows as they are already meet the target"
+      pairs.push(["what-if: QPs per connection", w.meets_target || w.qps_per_connection === 1 ? "the flows as they are already meet the target"
         : isNum(w.qps_per_connection) ? w.qps_per_connection + " QPs per connection would meet the target"
-          : "16 QPs per connection would not meet the target"]);
+          : "no count up to 16 QPs per connection would meet the target"]);
+      if (w.hint) pairs.push(["what would help", w.hint]);
     }
     s.append(kv(pairs));
     if (!up.length) { s.append(el("p", "note", "No uplinks in the model.")); return; }

@@ -136,5 +136,12 @@ mod tests {
         let note = passed(run(&CnpPriorityRule, &cnps_in(48), &t));
         assert_eq!(note, "CNPs travel in DSCP 48, apart from the data's (26)");
         assert_eq!(passed(run(&CnpPriorityRule, &report(), &t)), "no CNPs seen");
+        // Connection management in DSCP 48 is not the data's class.
+        let mut r = cnps_in(48);
+        let mut cm = flow("10.0.0.1", "10.0.0.2");
+        (cm.dest_qp, cm.packets, cm.ops.send, cm.dscp) = (1, 4, 4, vec![48]);
+        r.flows.push(cm);
+        let note = passed(run(&CnpPriorityRule, &r, &t));
+        assert_eq!(note, "CNPs travel in DSCP 48, apart from the data's (26)");
     }
 }

@@ -85,7 +85,10 @@ fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
             ("colliding_top_flows", e.top_k_colliding.into()),
         ],
         Vec::new(),
-        "Few large RoCE flows with little entropy collide on uplinks: use more QPs per connection (NCCL_IB_QPS_PER_CONNECTION), let the NIC vary the UDP source port per QP, or hash on the destination QP where the switch supports it; the ecmp command's what-if shows what each would give.",
+        &match &e.what_if.hint {
+            Some(h) => format!("Few large RoCE flows with little entropy collide on uplinks: {h}; the ecmp command's what-if shows what each would give."),
+            None => "Few large RoCE flows with little entropy collide on uplinks: use more QPs per connection (NCCL_IB_QPS_PER_CONNECTION), let the NIC vary the UDP source port per QP, or hash on the destination QP where the switch supports it; the ecmp command's what-if shows what each would give.".to_string(),
+        },
     )
 }
 

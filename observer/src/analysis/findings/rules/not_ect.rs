@@ -121,4 +121,25 @@ mod tests {
         r.flows.remove(0);
         passed(run(&NotEctRule, &r, &t));
     }
+
+    #[test]
+    fn connection_management_is_neither_judged_nor_a_sign_of_ecn() {
+        let t = Thresholds::default();
+        // RDMA-CM MADs (to QP 1) sent ECT in DSCP 26 beside Not-ECT data in DSCP 0: no RoCE
+        // QoS is configured for the data, so the rule does not judge.
+        let mut r = report();
+        let mut cm = flow("10.0.0.1", "10.0.0.2");
+        (cm.dest_qp, cm.packets, cm.ops.send, cm.ecn.ect0, cm.dscp) = (1, 20, 20, 20, vec![26]);
+        r.flows.push(cm);
+        let mut data = flow("10.0.0.1", "10.0.0.2");
+        (data.packets, data.ops.write, data.ecn.not_ect) = (20, 20, 20);
+        r.flows.push(data);
+        skipped(run(&NotEctRule, &r, &t));
+        // With ECN in use by the data elsewhere, Not-ECT MADs are not offenders.
+        r.flows[1].ecn = Default::default();
+        r.flows[1].ecn.ect0 = 20;
+        r.flows[0].ecn = Default::default();
+        r.flows[0].ecn.not_ect = 20;
+        passed(run(&NotEctRule, &r, &t));
+    }
 }

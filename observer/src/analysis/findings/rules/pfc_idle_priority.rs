@@ -7,8 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, list},
-    model::Report,
+    analysis::findings::{
+        About, Context, Outcome, Rule, Severity, Thresholds, finding, is_connection_management,
+        list,
+    },
+    model::{Flow, Report},
 };
 
 pub const ABOUT: About = About {
@@ -55,8 +58,14 @@ fn pfc_idle_priority(r: &Report, c: &PfcIdlePriority) -> Outcome {
     let Some(pfc) = &r.pfc else {
         return Outcome::Passed("no PAUSE / PFC frames".into());
     };
-    let mut roce: BTreeSet<u8> = r.flows.iter().flat_map(|f| f.pcp.clone()).collect();
-    if r.flows.is_empty() || r.flows.iter().any(|f| f.untagged) {
+    // Connection management's priority is not the RoCE data's.
+    let data: Vec<&Flow> = r
+        .flows
+        .iter()
+        .filter(|f| !is_connection_management(f))
+        .collect();
+    let mut roce: BTreeSet<u8> = data.iter().flat_map(|f| f.pcp.clone()).collect();
+    if data.is_empty() || data.iter().any(|f| f.untagged) {
         roce.extend(c.roce_priorities.iter().copied());
     }
     let mut idle: BTreeMap<u8, u64> = BTreeMap::new();
@@ -122,5 +131,12 @@ mod tests {
         r.pfc = Some(pfc(&[(5, 4, 1, None)]));
         let note = passed(run(&PfcIdlePriorityRule, &r, &t));
         assert_eq!(note, "pauses only on RoCE priorities (5)");
+        // Connection management on priority 4 does not make 4 a RoCE priority.
+        let mut cm = flow("10.0.0.1", "10.0.0.2");
+        (cm.dest_qp, cm.packets, cm.ops.send, cm.pcp) = (1, 4, 4, vec![4]);
+        r.flows.push(cm);
+        r.pfc = Some(pfc(&[(4, 4, 1, None)]));
+        let f = fired(run(&PfcIdlePriorityRule, &r, &t));
+        assert_eq!(f.evidence["roce_priorities"], "5");
     }
 }
