@@ -283,32 +283,100 @@ fn loss_fires_on_gaps_naks_and_go_back_n() {
     assert_eq!(f.severity, Severity::Critical);
     assert_eq!(f.evidence["lossless_class_configured"], Value::Bool(true));
     assert_eq!(evidence_u64(f, "psn_gaps"), sum(&w, |s| s.psn_gaps));
+    // Every dropped PSN was sent again: nothing missing in the end.
     assert_eq!(evidence_u64(f, "psns_missing"), sum(&w, |s| s.seq.lost));
     assert_eq!(
         evidence_u64(f, "retransmissions"),
-        sum(&w, |s| s.psn_regressions)
+        sum(&w, |s| s.seq.retransmissions)
     );
-    assert_eq!(evidence_u64(f, "naks"), sum(&w, |s| op(s, OpClass::Nak)));
+    assert_eq!(evidence_u64(f, "naks"), sum(&w, |s| s.seq.nak_seq));
     assert_eq!(
         (
             sum(&w, |s| s.psn_gaps),
             sum(&w, |s| s.seq.lost),
-            sum(&w, |s| op(s, OpClass::Nak))
+            sum(&w, |s| s.seq.nak_seq),
+            sum(&w, |s| s.seq.retx_episodes)
         ),
-        (2, 3, 2)
+        (2, 0, 2, 2)
     );
-    // The lossy QPs: their data flows (gaps, retransmissions) and NAK flows.
+    // The lossy QPs: their data flows (go-back-N) and NAK flows.
     assert_eq!(
         named(f),
-        truth_flows(&w, |s| s.psn_gaps + s.psn_regressions + op(s, OpClass::Nak)
-            > 0)
+        truth_flows(&w, |s| s.seq.retx_episodes + s.seq.nak_seq > 0)
     );
     assert_eq!(f.flows.len(), 4);
 }
 
-/// The retried SEND after an RNR NAK has the PSN of the one refused: the observer counts it as
-/// a PSN regression (a retransmission), so `loss` fires beside `rnr` although nothing was
-/// lost. That is the expected set until the loss rule tells RNR retries apart.
+/// Packets a spraying fabric swapped in pairs: out of order, not lost, not resent.
+#[test]
+fn reorder_fires_on_reordering_and_loss_does_not() {
+    let (w, r) = rule_scenario("rule-reorder", &["reorder"]);
+    let f = finding(&r, "reorder");
+    // Seven reordered WRITEs, two swapped pairs each.
+    assert_eq!(sum(&w, |s| s.seq.out_of_order), 14);
+    assert_eq!(evidence_u64(f, "out_of_order"), 14);
+    assert_eq!(named(f), truth_flows(&w, |s| s.seq.out_of_order > 0));
+    assert_eq!(check(&r, "loss").status, CheckStatus::Passed);
+}
+
+/// Packets the mirror copied twice: duplicates, not retransmissions, not loss.
+#[test]
+fn duplicate_copies_fire_on_copies_and_loss_does_not() {
+    let (w, r) = rule_scenario("rule-duplicate-copies", &["duplicate-copies"]);
+    let f = finding(&r, "duplicate-copies");
+    assert_eq!(sum(&w, |s| s.seq.duplicates), 5);
+    assert_eq!(evidence_u64(f, "duplicates"), 5);
+    assert_eq!(sum(&w, |s| s.seq.retransmissions), 0);
+    assert_eq!(named(f), truth_flows(&w, |s| s.seq.duplicates > 0));
+}
+
+/// A SEND at the last PSN of a READ of 3000 bytes at path MTU 1024: one violation, named with
+/// the READ's PSN and the request's.
+#[test]
+fn psn_violation_fires_on_a_request_inside_a_read() {
+    let (w, r) = rule_scenario("rule-psn-violation", &["psn-violation"]);
+    let f = finding(&r, "psn-violation");
+    assert_eq!(f.severity, Severity::Critical);
+    assert_eq!(evidence_u64(f, "violations"), 1);
+    let read = evidence_u64(f, "first_other_psn");
+    assert_eq!(evidence_u64(f, "first_psn"), read + 2);
+    assert_eq!(evidence_u64(f, "pmtu"), 1024);
+    // The truth: under path MTU 1024 (index 2), one overlap.
+    assert_eq!(sum(&w, |s| u64::from(s.seq.violations[2])), 1);
+    assert!(
+        f.summary.contains("inside the READ at PSN"),
+        "{}",
+        f.summary
+    );
+}
+
+/// A receiver that stops answering while the other QP goes on for 300 ms.
+#[test]
+fn stall_fires_on_requests_left_unanswered() {
+    let (_, r) = rule_scenario("rule-stall", &["stall"]);
+    let f = finding(&r, "stall");
+    assert_eq!(f.severity, Severity::Critical);
+    assert_eq!(evidence_u64(f, "stalled_flows"), 1);
+    // 15 waits of 20 ms after the last unanswered WRITE.
+    let longest = evidence_u64(f, "longest_ns");
+    assert!((300_000_000..301_000_000).contains(&longest), "{longest}");
+    assert_eq!(f.evidence["resumed"], Value::Bool(false));
+    assert_eq!(f.flows[0].src_ip, ip("198.18.53.1"));
+}
+
+/// A QP number reused by a new connection after a second: a new incarnation, no loss.
+#[test]
+fn qp_reuse_fires_on_a_new_incarnation_and_loss_does_not() {
+    let (w, r) = rule_scenario("rule-qp-reuse", &["qp-reuse"]);
+    let f = finding(&r, "qp-reuse");
+    assert_eq!(f.severity, Severity::Info);
+    assert_eq!(sum(&w, |s| s.seq.resets), 1);
+    assert_eq!(evidence_u64(f, "resets"), 1);
+    assert_eq!(check(&r, "loss").status, CheckStatus::Passed);
+}
+
+/// The retried SEND after an RNR NAK has the PSN of the one refused: a retransmission after the
+/// RNR wait, which the loss rule tells apart: only `rnr` fires.
 #[test]
 fn rnr_fires_on_rnr_naks_and_the_retries_are_not_loss() {
     let (w, r) = rule_scenario("rule-rnr", &["rnr"]);

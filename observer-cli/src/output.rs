@@ -84,7 +84,11 @@ pub fn print_report(report: &Report, json: bool, top: usize, color: bool) -> Res
         if json {
             render::json::write(report, out)
         } else {
-            // Findings first: what the run concluded, then the numbers behind it.
+            // A source without RoCE says so before anything else; then the findings (what the
+            // run concluded), then the numbers behind them.
+            if let Some(notice) = &report.notice {
+                writeln!(out, "{notice}")?;
+            }
             writeln!(
                 out,
                 "{}",

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
+use crate::units::count;
 use observer_common::{
     Counters, DIRECTION_EGRESS, FlowKey, FlowStats, OpClass, Parsed, PauseKey, PauseStats,
     RocePacket, SkipReason, parse_frame,
@@ -227,8 +228,18 @@ impl Aggregate {
                 .then(a.udp_src_port.cmp(&b.udp_src_port))
                 .then(a.direction.cmp(&b.direction))
         });
+        let mut psn = crate::model::Psn::default();
+        for f in &flows {
+            psn.add(&f.psn);
+        }
         Report {
             schema: SCHEMA.to_string(),
+            notice: (c.roce_packets == 0).then(|| {
+                format!(
+                    "no RoCEv2 packet in {}: nothing below is about RoCE",
+                    count(c.frames, "frame")
+                )
+            }),
             source,
             window: Window {
                 seconds: window_seconds,
@@ -251,6 +262,7 @@ impl Aggregate {
                     .map(|r| (r.name().to_string(), c.skipped[*r as usize]))
                     .collect(),
                 mirror: MirrorTotals::of(c),
+                psn,
             },
             flows,
             pfc: PfcReport::new(&agg.pauses),

@@ -71,7 +71,7 @@ impl Delta {
                 op(b, OpClass::Nak) + op(b, OpClass::RnrNak),
             ),
             gaps: d(now.psn_gaps, b.psn_gaps),
-            retransmissions: d(now.psn_regressions, b.psn_regressions),
+            retransmissions: d(now.seq.retransmissions, b.seq.retransmissions),
         }
     }
 

@@ -46,9 +46,10 @@ pub struct Finding {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     pub rule: String,
-    /// "fired", "passed" or "skipped".
+    /// "fired", "passed" (with the evidence it passed on), "insufficient-data" (what it needed
+    /// and what it saw) or "skipped" (why).
     pub status: CheckStatus,
-    /// Why it was skipped, or what it looked at.
+    /// What it concluded from, what it lacked, or why it did not run.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
 }
@@ -58,5 +59,8 @@ pub struct Check {
 pub enum CheckStatus {
     Fired,
     Passed,
+    /// It ran, and the report holds too little of what it judges to conclude either way.
+    #[serde(rename = "insufficient-data")]
+    InsufficientData,
     Skipped,
 }

@@ -23,6 +23,9 @@ pub const SCHEMA: &str = "roce-observer/report/v1";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub schema: String,
+    /// One line said before anything else, when the source holds no RoCEv2 packet at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
     pub source: Source,
     pub window: Window,
     pub totals: Totals,
@@ -277,6 +280,9 @@ pub struct Totals {
     /// Mirror copies (GRE / ERSPAN), RoCE or not; absent when there were none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<MirrorTotals>,
+    /// The PSN analysis summed over the flows (`pmtu` is absent here).
+    #[serde(default)]
+    pub psn: Psn,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -655,6 +661,13 @@ impl Flow {
             active_rate_bps: active_rate(s),
             peak_rate_bps: None,
         }
+    }
+
+    /// The flow has request packets (SEND, WRITE, READ, atomic) whose PSNs are followed
+    /// (connection management on QP 1 aside).
+    pub fn psn_followed(&self) -> bool {
+        self.dest_qp != 1
+            && self.ops.send + self.ops.write + self.ops.read_request + self.ops.atomic > 0
     }
 
     /// Share of packets marked CE, in percent.

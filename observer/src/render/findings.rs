@@ -18,11 +18,11 @@ pub fn render(findings: &[Finding], checks: &[Check], color: bool) -> String {
         }
     };
     if findings.is_empty() {
-        let ran = checks
+        let passed = checks
             .iter()
-            .filter(|c| c.status != CheckStatus::Skipped)
+            .filter(|c| c.status == CheckStatus::Passed)
             .count();
-        let _ = writeln!(out, "findings: none ({ran} checks passed)");
+        let _ = writeln!(out, "findings: none ({passed} checks passed)");
     } else {
         let _ = writeln!(out, "findings:");
     }
@@ -54,6 +54,12 @@ pub fn render(findings: &[Finding], checks: &[Check], color: bool) -> String {
         .collect();
     for c in skipped {
         let _ = writeln!(out, "  not checked: {}: {}", c.rule, c.note);
+    }
+    for c in checks
+        .iter()
+        .filter(|c| c.status == CheckStatus::InsufficientData)
+    {
+        let _ = writeln!(out, "  too little to judge: {}: {}", c.rule, c.note);
     }
     out
 }

@@ -67,19 +67,29 @@ pub fn render_table(report: &Report, top: usize) -> String {
     );
     let _ = writeln!(
         out,
-        "  CE-marked {} ({:.2}%), CNPs {}, NAKs {}, RNR NAKs {}, PSN gaps {} (~{} missing), retransmissions {}",
+        "  CE-marked {} ({:.2}%), CNPs {}, NAKs {}, RNR NAKs {}",
         t.ce_packets,
         percent(t.ce_packets, t.roce_packets),
         t.cnp_packets,
         report.flows.iter().map(|f| f.ops.nak).sum::<u64>(),
         report.flows.iter().map(|f| f.ops.rnr_nak).sum::<u64>(),
-        report.flows.iter().map(|f| f.psn.gaps).sum::<u64>(),
-        count(
-            report.flows.iter().map(|f| f.psn.missing).sum::<u64>(),
-            "PSN"
-        ),
-        report.flows.iter().map(|f| f.psn.regressions).sum::<u64>(),
     );
+    let p = &t.psn;
+    let mut psns = format!(
+        "  PSNs: {} lost, {} out of order, {}, {} resent ({})",
+        p.missing,
+        p.out_of_order,
+        count(p.duplicates, "duplicate"),
+        p.retransmissions,
+        count(p.retransmission_episodes, "episode"),
+    );
+    if p.resets > 0 {
+        psns.push_str(&format!(", {}", count(p.resets, "QP reuse")));
+    }
+    if p.violations > 0 {
+        psns.push_str(&format!(", {}", count(p.violations, "violation")));
+    }
+    let _ = writeln!(out, "{psns}");
     if t.egress_frames > 0 {
         let _ = writeln!(
             out,
@@ -139,8 +149,10 @@ pub fn render_table(report: &Report, top: usize) -> String {
                     f.ops.cnp.to_string(),
                     f.ops.nak.to_string(),
                     f.ops.rnr_nak.to_string(),
-                    f.psn.gaps.to_string(),
-                    f.psn.regressions.to_string(),
+                    f.psn.missing.to_string(),
+                    f.psn.out_of_order.to_string(),
+                    f.psn.duplicates.to_string(),
+                    f.psn.retransmissions.to_string(),
                 ]);
                 row
             })
@@ -168,7 +180,9 @@ pub fn render_table(report: &Report, top: usize) -> String {
                     ("CNPs", Right),
                     ("NAKs", Right),
                     ("RNR", Right),
-                    ("GAPS", Right),
+                    ("LOST", Right),
+                    ("REORD", Right),
+                    ("DUP", Right),
                     ("RETX", Right),
                 ],
             ]

@@ -36,6 +36,7 @@ mod rules {
     pub mod ce_without_cnp;
     pub mod cnp_priority;
     pub mod dscp_mix;
+    pub mod duplicate_copies;
     pub mod ecmp_imbalance;
     pub mod flow_table_full;
     pub mod incast;
@@ -44,15 +45,20 @@ mod rules {
     pub mod not_ect;
     pub mod pfc_idle_priority;
     pub mod pfc_storm;
+    pub mod psn_violation;
+    pub mod qp_reuse;
+    pub mod reorder;
     pub mod rnr;
+    pub mod stall;
 }
 
 /// The rules' thresholds tables (the fields of [`Thresholds`]).
 pub use rules::{
     ce_without_cnp::CeWithoutCnp, cnp_priority::CnpPriority, dscp_mix::DscpMix,
-    ecmp_imbalance::EcmpImbalance, flow_table_full::FlowTableFull, incast::Incast, loss::Loss,
-    microburst::Microburst, not_ect::NotEct, pfc_idle_priority::PfcIdlePriority,
-    pfc_storm::PfcStorm, rnr::Rnr,
+    duplicate_copies::DuplicateCopies, ecmp_imbalance::EcmpImbalance,
+    flow_table_full::FlowTableFull, incast::Incast, loss::Loss, microburst::Microburst,
+    not_ect::NotEct, pfc_idle_priority::PfcIdlePriority, pfc_storm::PfcStorm,
+    psn_violation::PsnViolation, qp_reuse::QpReuse, reorder::Reorder, rnr::Rnr, stall::Stall,
 };
 
 /// Flows named in one finding at most.
@@ -93,6 +99,12 @@ pub trait Rule: Sync {
     /// Judges the report with the rule's thresholds (its table of `t`); `ctx` is what the whole
     /// observation says about the fabric.
     fn evaluate(&self, report: &Report, t: &Thresholds, ctx: &Context) -> Outcome;
+
+    /// The rule judges RoCE traffic: with no RoCE data packet at all it has nothing to judge
+    /// (rather than passing on nothing). Rules that judge other frames say no.
+    fn needs_roce(&self) -> bool {
+        true
+    }
 }
 
 /// The registry, from one list of `module::Rule` (the order rules run in, checks are listed
@@ -113,6 +125,11 @@ registry! {
     cnp_priority::CnpPriorityRule,
     dscp_mix::DscpMixRule,
     loss::LossRule,
+    psn_violation::PsnViolationRule,
+    stall::StallRule,
+    reorder::ReorderRule,
+    duplicate_copies::DuplicateCopiesRule,
+    qp_reuse::QpReuseRule,
     rnr::RnrRule,
     pfc_storm::PfcStormRule,
     pfc_idle_priority::PfcIdlePriorityRule,
@@ -143,13 +160,22 @@ pub fn evaluate(r: &Report, t: &Thresholds) -> (Vec<Finding>, Vec<Check>) {
             });
             continue;
         }
-        let (status, note) = match rule.evaluate(r, t, &ctx) {
+        let outcome = if rule.needs_roce() && ctx.roce_data == 0 {
+            Outcome::InsufficientData(format!(
+                "no RoCEv2 data packet (of {}) to judge",
+                crate::units::count(r.totals.frames, "frame")
+            ))
+        } else {
+            rule.evaluate(r, t, &ctx)
+        };
+        let (status, note) = match outcome {
             Outcome::Fired(f) => {
                 let note = f.summary.clone();
                 findings.push(f);
                 (CheckStatus::Fired, note)
             }
             Outcome::Passed(n) => (CheckStatus::Passed, n),
+            Outcome::InsufficientData(n) => (CheckStatus::InsufficientData, n),
             Outcome::Skipped(n) => (CheckStatus::Skipped, n),
         };
         checks.push(Check {
@@ -167,6 +193,16 @@ pub fn evaluate(r: &Report, t: &Thresholds) -> (Vec<Finding>, Vec<Check>) {
 /// are the CM's, not the RoCE data's: no QoS rule judges them.
 fn is_connection_management(f: &Flow) -> bool {
     f.dest_qp == 1
+}
+
+/// Request packets of connected QPs (SEND, WRITE, READ request, atomic), the ones the PSN
+/// analysis follows; connection management (QP 1) aside.
+fn request_packets(r: &Report) -> u64 {
+    r.flows
+        .iter()
+        .filter(|f| f.psn_followed())
+        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
+        .sum()
 }
 
 /// Packets of a flow that carry RoCE data (requests and READ responses; none on connection
@@ -220,6 +256,8 @@ fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
 /// What the whole observation says about the fabric's RoCE configuration (computed once, for
 /// every rule).
 pub struct Context {
+    /// RoCE data packets (requests and READ responses, connection management aside).
+    roce_data: u64,
     /// Some RoCE packet (not connection management) was ECT or CE, or a CNP was seen: ECN is
     /// in use somewhere.
     ecn_in_use: bool,
@@ -231,6 +269,7 @@ pub struct Context {
 impl Context {
     pub fn of(r: &Report) -> Self {
         Self {
+            roce_data: r.flows.iter().map(data_packets).sum(),
             ecn_in_use: r
                 .flows
                 .iter()
@@ -251,8 +290,10 @@ impl Context {
 pub enum Outcome {
     /// The finding; its summary is the check's note.
     Fired(Finding),
-    /// What it looked at.
+    /// What it looked at (never nothing: with no evidence, [`Outcome::InsufficientData`]).
     Passed(String),
+    /// What it needed and what it saw.
+    InsufficientData(String),
     /// Why it could not judge (the evidence it needs is not in the report).
     Skipped(String),
 }
@@ -349,6 +390,17 @@ mod testing {
         match o {
             super::Outcome::Fired(f) => f,
             super::Outcome::Passed(n) => panic!("passed: {n}"),
+            super::Outcome::InsufficientData(n) => panic!("insufficient data: {n}"),
+            super::Outcome::Skipped(n) => panic!("skipped: {n}"),
+        }
+    }
+
+    /// The note of a rule that had too little to judge.
+    pub fn insufficient(o: super::Outcome) -> String {
+        match o {
+            super::Outcome::InsufficientData(n) => n,
+            super::Outcome::Fired(f) => panic!("fired: {}", f.summary),
+            super::Outcome::Passed(n) => panic!("passed: {n}"),
             super::Outcome::Skipped(n) => panic!("skipped: {n}"),
         }
     }
@@ -358,6 +410,7 @@ mod testing {
         match o {
             super::Outcome::Passed(n) => n,
             super::Outcome::Fired(f) => panic!("fired: {}", f.summary),
+            super::Outcome::InsufficientData(n) => panic!("insufficient data: {n}"),
             super::Outcome::Skipped(n) => panic!("skipped: {n}"),
         }
     }
@@ -368,6 +421,7 @@ mod testing {
             super::Outcome::Skipped(n) => n,
             super::Outcome::Fired(f) => panic!("fired: {}", f.summary),
             super::Outcome::Passed(n) => panic!("passed: {n}"),
+            super::Outcome::InsufficientData(n) => panic!("insufficient data: {n}"),
         }
     }
 
@@ -413,6 +467,11 @@ mod tests {
                 "cnp-priority",
                 "dscp-mix",
                 "loss",
+                "psn-violation",
+                "stall",
+                "reorder",
+                "duplicate-copies",
+                "qp-reuse",
                 "rnr",
                 "pfc-storm",
                 "pfc-idle-priority",

@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CeWithoutCnp, CnpPriority, DscpMix, EcmpImbalance, FlowTableFull, Incast, Loss, Microburst,
-    NotEct, PfcIdlePriority, PfcStorm, RULES, Rnr,
+    CeWithoutCnp, CnpPriority, DscpMix, DuplicateCopies, EcmpImbalance, FlowTableFull, Incast,
+    Loss, Microburst, NotEct, PfcIdlePriority, PfcStorm, PsnViolation, QpReuse, RULES, Reorder,
+    Rnr, Stall,
 };
 
 /// Rule thresholds: the TOML file given with `--rules` (every key optional, unknown keys are
@@ -20,6 +21,11 @@ pub struct Thresholds {
     pub cnp_priority: CnpPriority,
     pub dscp_mix: DscpMix,
     pub loss: Loss,
+    pub psn_violation: PsnViolation,
+    pub stall: Stall,
+    pub reorder: Reorder,
+    pub duplicate_copies: DuplicateCopies,
+    pub qp_reuse: QpReuse,
     pub rnr: Rnr,
     pub pfc_storm: PfcStorm,
     pub pfc_idle_priority: PfcIdlePriority,

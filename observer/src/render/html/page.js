@@ -193,6 +193,7 @@
       }
       head.append(d);
     }
+    if (R.notice) head.prepend(el("div", "box", el("b", null, R.notice)));
     page.append(head);
   })();
 
@@ -476,8 +477,8 @@
     var peaks = shown.some(function (f) { return isNum(f.peak_rate_bps); });
     var cols = [{ h: "#", num: true }, { h: "Source \u2192 destination" }, { h: "sport", num: true }, { h: "Dest QP" },
       { h: "Rate", num: true }].concat(peaks ? [{ h: "Peak", num: true }] : []).concat([{ h: "Packets", num: true }, { h: "Bytes", num: true }, { h: "CE %", num: true },
-      { h: "CNPs", num: true }, { h: "NAKs", num: true }, { h: "RNR", num: true }, { h: "PSN gaps", num: true },
-      { h: "Retx", num: true }, { h: "DSCP" }]);
+      { h: "CNPs", num: true }, { h: "NAKs", num: true }, { h: "RNR", num: true }, { h: "Lost", num: true },
+      { h: "Reord", num: true }, { h: "Dup", num: true }, { h: "Retx", num: true }, { h: "DSCP" }]);
     if (tagged) cols.push({ h: "PCP" });
     s.append(table(cols, shown.map(function (f, k) {
       var ops = f.ops || {}, psn = f.psn || {}, ecn = f.ecn || {};
@@ -492,8 +493,11 @@
         peaks ? [isNum(f.peak_rate_bps) ? rate(f.peak_rate_bps) : "-"] : []).concat([int(f.packets), bytes(f.bytes),
         { v: ce > 0 ? pct(ce, 2) : "0", cls: ce > 0 ? "warn" : "" },
         int(ops.cnp), { v: int(ops.nak), cls: ops.nak > 0 ? "bad" : "" }, { v: int(ops.rnr_nak), cls: ops.rnr_nak > 0 ? "bad" : "" },
-        { v: int(psn.gaps), cls: psn.gaps > 0 ? "bad" : "", title: int(psn.missing) + " PSNs missing" },
-        { v: int(psn.regressions), cls: psn.regressions > 0 ? "bad" : "" },
+        { v: int(psn.missing), cls: psn.missing > 0 ? "bad" : "", title: int(psn.gaps) + " PSN gaps opened" },
+        { v: int(psn.out_of_order), cls: psn.out_of_order > 0 ? "warn" : "" },
+        { v: int(psn.duplicates), cls: psn.duplicates > 0 ? "warn" : "" },
+        { v: int(psn.retransmissions), cls: psn.retransmissions > 0 ? "bad" : "",
+          title: int(psn.retransmission_episodes) + " resend episodes" },
         dscp]);
       if (tagged) {
         var pcp = arr(f.pcp).join(", ");
@@ -504,7 +508,8 @@
     })));
     s.append(el("p", "muted", "Rate: bytes over the flow's first to last packet (while active; none for one instant). " +
       (peaks ? "Peak: its busiest interval of the time series. " : "") + "CE %: share of the flow's packets marked CE. " +
-      "NAKs: PSN sequence errors; RNR: receiver not ready; PSN gaps: packets missing before a later one; Retx: PSN going back (retransmission)."));
+      "NAKs: NAK packets; RNR: receiver not ready; Lost: PSNs never seen; Reord: late packets (reordering, not loss); " +
+      "Dup: PSNs seen twice with no resend (copies made by the observation); Retx: PSNs the sender sent again."));
     if (flows.length > shown.length) {
       s.append(el("p", "note", (flows.length - shown.length) + " more flows are in the JSON report."));
     }

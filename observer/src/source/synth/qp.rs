@@ -111,6 +111,8 @@ pub struct QpStream {
     pmtu_seen: bool,
     /// The last READ request: PSN and DMA length.
     last_read: Option<(u32, u32)>,
+    /// While set, requests are built and kept here instead of emitted (to emit them reordered).
+    held: Option<Vec<RoceFrame>>,
     /// The request being emitted lies inside the last READ's range under these path MTUs.
     overlap: u32,
     msn: u32,
@@ -161,6 +163,7 @@ impl QpStream {
             intent: None,
             pmtu_seen: false,
             last_read: None,
+            held: None,
             overlap: 0,
             msn: 0,
             requests: 0,
@@ -251,6 +254,10 @@ impl QpStream {
             1
         };
         self.next_psn = psn.wrapping_add(consumed) & MASK24;
+        if let Some(held) = &mut self.held {
+            held.push(f);
+            return psn;
+        }
         self.history.push_back(f.clone());
         if self.history.len() > HISTORY {
             self.history.pop_front();
@@ -593,6 +600,48 @@ impl QpStream {
             self.ce_since_cnp = 0;
         }
         due
+    }
+
+    /// An RDMA WRITE of `len` bytes whose packets reach the observer in `order` (indexes into
+    /// the message's packets, each once): reordered on the way (adaptive routing, spraying).
+    pub fn write_reordered(&mut self, w: &mut Workload, len: usize, order: &[usize]) -> u32 {
+        self.held = Some(Vec::new());
+        let last = self.write(w, len);
+        let frames = self.held.take().unwrap_or_default();
+        let next = self.next_psn;
+        assert_eq!(order.len(), frames.len(), "one index per packet");
+        for &i in order {
+            self.emit_request(w, frames[i].clone());
+        }
+        self.next_psn = next;
+        last
+    }
+
+    /// The observer sees the last request again (a mirror or tap copying it twice).
+    pub fn duplicate_last(&mut self, w: &mut Workload) {
+        if let Some(f) = self.history.back().cloned() {
+            let next = self.next_psn;
+            self.emit_request(w, f);
+            self.next_psn = next;
+        }
+    }
+
+    /// A faulty requester: an RDMA READ of `dma_len` bytes (with its responses), then a SEND
+    /// of `len` bytes that reuses the READ's last PSN, as if the READ had consumed one PSN
+    /// fewer. Returns the READ's PSN.
+    pub fn read_then_overlap(&mut self, w: &mut Workload, dma_len: u32, len: usize) -> u32 {
+        let psn = self.read(w, dma_len);
+        self.next_psn = psn_sub(self.next_psn, 1);
+        self.send(w, len);
+        psn
+    }
+
+    /// The QP number is reused by a new connection starting at `first_psn` (after a pause the
+    /// caller makes with [`Workload::wait`]).
+    pub fn reincarnate(&mut self, first_psn: u32) {
+        self.next_psn = first_psn & MASK24;
+        self.intent = Some(PsnEvent::NewIncarnation);
+        self.last_read = None;
     }
 
     /// The responder has no receive posted for the request at `psn`: it answers with an RNR NAK,

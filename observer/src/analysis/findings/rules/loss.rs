@@ -1,5 +1,6 @@
-//! PSN gaps, NAK sequence errors and retransmissions (RNR retries aside): drops, in what
-//! should be lossless when a RoCE class is configured.
+//! Confirmed loss: PSNs that never arrived (their hole left the analysis window, or was open
+//! at the end), NAK sequence errors, and go-back-N resends (RNR retries aside). Reordering and
+//! duplicate copies are not loss (rules `reorder` and `duplicate-copies`).
 
 use std::{collections::BTreeMap, net::IpAddr};
 
@@ -9,13 +10,14 @@ use crate::units::count;
 use crate::{
     analysis::findings::{
         About, Context, Finding, MAX_FLOWS_NAMED, Outcome, Rule, Severity, Thresholds,
+        request_packets,
     },
     model::{FlowRef, Report},
 };
 
 pub const ABOUT: About = About {
     name: "loss",
-    summary: "PSN gaps, NAK sequence errors or retransmissions (drops in what should be lossless)",
+    summary: "PSNs lost, NAK sequence errors or go-back-N resends (drops in what should be lossless)",
     scenario: Some("rule-loss"),
 };
 
@@ -37,11 +39,14 @@ impl Rule for LossRule {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Loss {
-    /// PSN gaps, NAKs (sequence error) and retransmissions together, over all flows, from
-    /// which the rule fires.
+    /// Loss events (ranges of lost PSNs, NAK sequence errors, resend episodes) over all flows
+    /// from which the rule fires.
     pub min_events: u64,
     /// Events from which it is critical.
     pub critical_events: u64,
+    /// Lost and resent PSNs as a share of the request packets, in percent, from which it is
+    /// critical. (It is critical anyway when a lossless class is configured.)
+    pub critical_percent: f64,
 }
 
 impl Default for Loss {
@@ -49,91 +54,146 @@ impl Default for Loss {
         Self {
             min_events: 1,
             critical_events: 100,
+            critical_percent: 0.1,
         }
     }
 }
 
 fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
-    let gaps: u64 = r.flows.iter().map(|f| f.psn.gaps).sum();
-    let missing: u64 = r.flows.iter().map(|f| f.psn.missing).sum();
-    // A SEND retried after an RNR NAK reuses its PSN: a regression, but nothing was lost.
-    // Per host pair, regressions up to the RNR NAKs coming back are those retries.
+    let requests = request_packets(r);
+    if requests == 0 {
+        return Outcome::InsufficientData(
+            "no request packet of a connected QP (RC, UC, XRC) to follow PSNs in".into(),
+        );
+    }
+    // A request sent again after an RNR NAK waited out the receiver, nothing was lost: per
+    // host pair, resend episodes up to the RNR NAKs coming back are those retries.
     let mut rnr_back: BTreeMap<(IpAddr, IpAddr), u64> = BTreeMap::new();
-    let mut retx_of: BTreeMap<(IpAddr, IpAddr), u64> = BTreeMap::new();
     for f in &r.flows {
         *rnr_back.entry((f.dst_ip, f.src_ip)).or_default() += f.ops.rnr_nak;
-        *retx_of.entry((f.src_ip, f.dst_ip)).or_default() += f.psn.regressions;
     }
-    let rnr_retries: u64 = retx_of
-        .iter()
-        .map(|(pair, n)| (*n).min(rnr_back.get(pair).copied().unwrap_or(0)))
-        .sum();
-    let retx: u64 = r.flows.iter().map(|f| f.psn.regressions).sum::<u64>() - rnr_retries;
-    let naks: u64 = r.flows.iter().map(|f| f.ops.nak).sum();
-    let events = gaps + retx + naks;
-    if events < c.min_events {
+    let mut rnr_retries = 0;
+    let mut flows: Vec<(u64, FlowRef, bool)> = Vec::new();
+    let (mut missing, mut lost_events, mut naks, mut retx, mut episodes) = (0, 0, 0, 0, 0);
+    for f in &r.flows {
+        let rnr = rnr_back.entry((f.src_ip, f.dst_ip)).or_default();
+        let retried = f.psn.retransmission_episodes.min(*rnr);
+        *rnr -= retried;
+        rnr_retries += retried;
+        let own_episodes = f.psn.retransmission_episodes - retried;
+        // The resends of RNR retries: a retry resends what the RNR NAK named onwards.
+        let own_retx = if own_episodes == 0 {
+            0
+        } else {
+            f.psn.retransmissions
+        };
+        missing += f.psn.missing;
+        lost_events += f.psn.lost_events;
+        naks += f.psn.nak_seq_errors;
+        retx += own_retx;
+        episodes += own_episodes;
+        let n = f.psn.lost_events + f.psn.nak_seq_errors + own_episodes;
+        if n > 0 {
+            flows.push((n, FlowRef::of_flow(f), f.mirror.is_some()));
+        }
+    }
+    let events = lost_events + naks + episodes;
+    if events < c.min_events.max(1) {
         return Outcome::Passed(format!(
-            "no PSN gap, NAK or retransmission ({})",
-            count(events, "event")
+            "no PSN lost, no NAK sequence error, no go-back-N over {} ({} out of order, {}{})",
+            count(requests, "request packet"),
+            r.flows.iter().map(|f| f.psn.out_of_order).sum::<u64>(),
+            count(
+                r.flows.iter().map(|f| f.psn.duplicates).sum::<u64>(),
+                "duplicate"
+            ),
+            match rnr_retries {
+                0 => String::new(),
+                1 => ", 1 retry after an RNR NAK".into(),
+                n => format!(", {n} retries after RNR NAKs"),
+            }
         ));
     }
-    let mut flows: Vec<(u64, FlowRef)> = r
-        .flows
-        .iter()
-        .map(|f| {
-            let retries = rnr_back.get(&(f.src_ip, f.dst_ip)).copied().unwrap_or(0);
-            let own = f.psn.regressions.saturating_sub(retries);
-            (f.psn.gaps + own + f.ops.nak, FlowRef::of_flow(f))
-        })
-        .filter(|(n, _)| *n > 0)
-        .collect();
     flows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let lossless = ctx.pfc_seen || ctx.dscp_in_use;
-    let severity = if events >= c.critical_events || lossless {
+    let rate = (missing + retx) as f64 * 100.0 / requests as f64;
+    // PSNs missing in mirror copies while no sender resent anything and no responder NAKed:
+    // the packets arrived; the mirror session dropped its copies.
+    let mirror_only = naks == 0 && episodes == 0 && flows.iter().all(|f| f.2);
+    let severity = if mirror_only {
+        Severity::Warning
+    } else if lossless || events >= c.critical_events || rate >= c.critical_percent {
         Severity::Critical
     } else {
         Severity::Warning
     };
-    let mirrored = r.flows.iter().any(|f| f.mirror.is_some());
-    let mut hint = String::from(
-        "RoCE recovers from a drop with go-back-N, which costs far more than the packet: check that PFC is enabled on the RoCE priority on every hop (NICs and switches), that the RoCE DSCP maps to that lossless queue, the switches' buffer headroom, and their discard counters on the path of the flows named.",
-    );
-    if mirrored && naks == 0 && retx == 0 {
-        hint.push_str(" Gaps with no NAK and no retransmission, seen on a mirror port, can also be copies the mirror session dropped (an oversubscribed SPAN).");
-    }
+    let hint = if mirror_only {
+        "No sender resent these PSNs and no responder NAKed them: the packets reached their receivers, and the mirror session dropped its copies (an oversubscribed SPAN or ERSPAN destination, or a truncating policer). Check the mirror session's drops before the fabric."
+    } else {
+        "RoCE recovers from a drop with go-back-N, which costs far more than the packet: check that PFC is enabled on the RoCE priority on every hop (NICs and switches), that the RoCE DSCP maps to that lossless queue, the switches' buffer headroom, and their discard counters on the path of the flows named."
+    };
     Outcome::Fired(Finding {
         rule: ABOUT.name.into(),
         severity,
-        title: if lossless {
+        title: if mirror_only {
+            "PSNs missing in the mirror copies only".into()
+        } else if lossless {
             "Packet loss in the lossless RoCE class".into()
         } else {
             "Packet loss in RoCE traffic".into()
         },
-        summary: format!(
-            "{} (~{} missing), {}, {} on {}",
-            count(gaps, "PSN gap"),
-            count(missing, "PSN"),
-            count(naks, "NAK"),
-            count(retx, "retransmission"),
-            count(flows.len() as u64, "flow")
-        ),
+        summary: {
+            let mut parts = Vec::new();
+            if missing > 0 {
+                parts.push(format!(
+                    "{} lost in {}",
+                    count(missing, "PSN"),
+                    count(lost_events, "range")
+                ));
+            }
+            if naks > 0 {
+                parts.push(count(naks, "NAK sequence error"));
+            }
+            if episodes > 0 {
+                parts.push(format!(
+                    "{} resent in {}",
+                    count(retx, "PSN"),
+                    count(episodes, "go-back-N episode")
+                ));
+            }
+            format!(
+                "{} ({:.3}% of {}) on {}",
+                parts.join(", "),
+                rate,
+                count(requests, "request packet"),
+                count(flows.len() as u64, "flow")
+            )
+        },
         evidence: [
-            ("psn_gaps", gaps.into()),
+            (
+                "psn_gaps",
+                r.flows.iter().map(|f| f.psn.gaps).sum::<u64>().into(),
+            ),
             ("psns_missing", missing.into()),
+            ("lost_events", lost_events.into()),
             ("naks", naks.into()),
             ("retransmissions", retx.into()),
+            ("retransmission_episodes", episodes.into()),
             ("rnr_retries_not_counted", rnr_retries.into()),
+            ("request_packets", requests.into()),
+            ("loss_percent", ((rate * 1000.0).round() / 1000.0).into()),
             ("lossless_class_configured", lossless.into()),
+            ("mirror_only", mirror_only.into()),
         ]
         .into_iter()
         .map(|(k, v): (&str, serde_json::Value)| (k.to_string(), v))
         .collect(),
         flows: flows
             .into_iter()
-            .map(|(_, f)| f)
+            .map(|(_, f, _)| f)
             .take(MAX_FLOWS_NAMED)
             .collect(),
-        hint,
+        hint: hint.into(),
     })
 }
 
@@ -143,16 +203,24 @@ mod tests {
     use crate::analysis::findings::testing::{fired, flow, passed, report, run};
 
     #[test]
-    fn psn_gaps_fire_critical_in_a_lossless_class_and_rnr_retries_do_not_count() {
+    fn lost_psns_fire_critical_in_a_lossless_class_and_rnr_retries_do_not_count() {
         let t = Thresholds::default();
         let mut r = report();
         let mut f = flow("10.0.0.1", "10.0.0.2");
-        (f.packets, f.ops.send, f.psn.gaps, f.psn.missing) = (10, 10, 1, 3);
+        (f.packets, f.ops.send, f.psn.gaps) = (10_000, 10_000, 1);
+        (f.psn.missing, f.psn.lost_events) = (3, 1);
         r.flows.push(f);
         let f = fired(run(&LossRule, &r, &t));
-        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.severity, Severity::Warning, "0.03% in no lossless class");
         assert_eq!(f.title, "Packet loss in RoCE traffic");
         assert_eq!(f.evidence["psns_missing"], 3);
+        r.flows[0].ops.send = 1000;
+        assert_eq!(
+            fired(run(&LossRule, &r, &t)).severity,
+            Severity::Critical,
+            "0.3%"
+        );
+        r.flows[0].ops.send = 10_000;
         r.flows[0].dscp = vec![26];
         let f = fired(run(&LossRule, &r, &t));
         assert_eq!(f.severity, Severity::Critical);
@@ -162,11 +230,55 @@ mod tests {
         let mut r = report();
         let mut f = flow("10.0.0.1", "10.0.0.2");
         (f.packets, f.ops.send, f.psn.regressions) = (10, 10, 2);
+        (f.psn.retransmissions, f.psn.retransmission_episodes) = (2, 2);
         r.flows.push(f);
         let mut b = flow("10.0.0.2", "10.0.0.1");
         (b.packets, b.ops.rnr_nak) = (2, 2);
         r.flows.push(b);
         let note = passed(run(&LossRule, &r, &t));
-        assert_eq!(note, "no PSN gap, NAK or retransmission (0 events)");
+        assert_eq!(
+            note,
+            "no PSN lost, no NAK sequence error, no go-back-N over 10 request packets (0 out of order, 0 duplicates, 2 retries after RNR NAKs)"
+        );
+    }
+
+    #[test]
+    fn reordering_and_copies_are_not_loss_and_no_requests_is_no_evidence() {
+        let t = Thresholds::default();
+        let mut r = report();
+        assert!(matches!(
+            run(&LossRule, &r, &t),
+            Outcome::InsufficientData(_)
+        ));
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.write, f.psn.gaps, f.psn.regressions) = (100, 100, 5, 15);
+        (f.psn.out_of_order, f.psn.duplicates) = (5, 10);
+        r.flows.push(f);
+        passed(run(&LossRule, &r, &t));
+    }
+
+    #[test]
+    fn psns_missing_only_in_mirror_copies_blame_the_mirror() {
+        let t = Thresholds::default();
+        let mut r = report();
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.write, f.psn.gaps) = (100, 100, 2);
+        (f.psn.missing, f.psn.lost_events) = (4, 2);
+        f.mirror = Some(crate::model::FlowMirror {
+            session: Some(7),
+            kind: Some("erspan3".into()),
+            truncated: 0,
+        });
+        f.dscp = vec![26];
+        r.flows.push(f);
+        let f = fired(run(&LossRule, &r, &t));
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.title, "PSNs missing in the mirror copies only");
+        // A NAK from the responder: the fabric lost them.
+        let mut b = flow("10.0.0.2", "10.0.0.1");
+        (b.packets, b.ops.nak, b.psn.nak_seq_errors) = (1, 1, 1);
+        b.mirror = r.flows[0].mirror.clone();
+        r.flows.push(b);
+        assert_eq!(fired(run(&LossRule, &r, &t)).severity, Severity::Critical);
     }
 }

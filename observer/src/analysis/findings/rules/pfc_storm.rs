@@ -22,6 +22,11 @@ impl Rule for PfcStormRule {
         &ABOUT
     }
 
+    /// Pauses are judged whether RoCE is seen or not.
+    fn needs_roce(&self) -> bool {
+        false
+    }
+
     fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
         pfc_storm(r, &t.pfc_storm)
     }

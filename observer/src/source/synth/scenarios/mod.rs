@@ -27,9 +27,10 @@ use corpus::{corpus, many_qps};
 use demo::{demo, e2e};
 use pfc::pfc_scenario;
 use rules::{
-    rule_ce_without_cnp, rule_cnp_priority, rule_dscp_mix, rule_ecmp_imbalance, rule_incast,
-    rule_loss, rule_microburst, rule_not_ect, rule_pfc_idle_priority, rule_pfc_storm, rule_rnr,
-    rules_clean,
+    rule_ce_without_cnp, rule_cnp_priority, rule_dscp_mix, rule_duplicate_copies,
+    rule_ecmp_imbalance, rule_incast, rule_loss, rule_microburst, rule_not_ect,
+    rule_pfc_idle_priority, rule_pfc_storm, rule_psn_violation, rule_qp_reuse, rule_reorder,
+    rule_rnr, rule_stall, rules_clean,
 };
 use traffic::{clean, incast, ipv6_vlan, loss, mixed_dscp};
 
@@ -109,8 +110,28 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "two drops in DSCP 26: PSN gaps, NAKs (sequence error), go-back-N (rule loss)",
     ),
     (
+        "rule-reorder",
+        "WRITEs whose packets a spraying fabric swaps in pairs, nothing lost (rule reorder)",
+    ),
+    (
+        "rule-duplicate-copies",
+        "WRITEs some of whose packets the mirror copies twice, nothing resent (rule duplicate-copies)",
+    ),
+    (
+        "rule-psn-violation",
+        "a READ of 3000 bytes at path MTU 1024 (PSNs N..N+2) followed by a SEND at N+2 (rule psn-violation)",
+    ),
+    (
+        "rule-stall",
+        "a receiver that stops answering while another QP goes on for 300 ms (rule stall)",
+    ),
+    (
+        "rule-qp-reuse",
+        "a QP number reused by a new connection after a second's pause, from another PSN (rule qp-reuse)",
+    ),
+    (
         "rule-rnr",
-        "SENDs answered by RNR NAKs and sent again, no drop (rules rnr and loss: the retry is a PSN regression)",
+        "SENDs answered by RNR NAKs and sent again after the RNR timer, no drop (rule rnr)",
     ),
     (
         "rule-pfc-storm",
@@ -159,6 +180,11 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "rule-cnp-priority" => rule_cnp_priority(&mut w),
         "rule-dscp-mix" => rule_dscp_mix(&mut w),
         "rule-loss" => rule_loss(&mut w),
+        "rule-reorder" => rule_reorder(&mut w),
+        "rule-duplicate-copies" => rule_duplicate_copies(&mut w),
+        "rule-psn-violation" => rule_psn_violation(&mut w),
+        "rule-stall" => rule_stall(&mut w),
+        "rule-qp-reuse" => rule_qp_reuse(&mut w),
         "rule-rnr" => rule_rnr(&mut w),
         "rule-pfc-storm" => rule_pfc_storm(&mut w),
         "rule-pfc-idle-priority" => rule_pfc_idle_priority(&mut w),

@@ -293,6 +293,105 @@ pub(super) fn rule_ecmp_imbalance(w: &mut Workload) {
     ack_all(w, &mut qps);
 }
 
+pub(super) fn rule_reorder(w: &mut Workload) {
+    // Two senders (198.18.50.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0) across
+    // a fabric that sprays packets: every third 8 KiB WRITE of the first QP arrives with two
+    // pairs of its packets swapped. Nothing is lost; the receivers ACK everything.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps = rule_pairs(50, 2, 0x5001, 0x300);
+    for round in 0..20 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            if i == 0 && round % 3 == 1 {
+                qp.write_reordered(w, 8192, &[0, 2, 1, 3, 4, 6, 5, 7]);
+            } else {
+                qp.write(w, 8192);
+            }
+            qp.ack_if_due(w, 8);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+pub(super) fn rule_duplicate_copies(w: &mut Workload) {
+    // Two senders (198.18.51.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0); the
+    // mirror session copies some packets of the second QP twice (ingress and egress of one
+    // port into one session). No sender resends anything.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps = rule_pairs(51, 2, 0x5101, 0x400);
+    for round in 0..20 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            qp.write(w, 4096);
+            if i == 1 && round % 4 == 0 {
+                qp.duplicate_last(w);
+            }
+            qp.ack_if_due(w, 8);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+pub(super) fn rule_psn_violation(w: &mut Workload) {
+    // Two senders (198.18.52.1-2) to two receivers (.101-.102) in DSCP 26 ECT(0), path MTU
+    // 1024 (multi-packet WRITEs show it). Once, the first requester READs 3000 bytes (PSNs N to
+    // N+2) and sends its next SEND at N+2; the responder ACKs it.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps = rule_pairs(52, 2, 0x5201, 0x500);
+    for round in 0..20 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            if i == 0 && round == 10 {
+                qp.read_then_overlap(w, 3000, 512);
+                let last = qp.last_psn();
+                qp.ack(w, last);
+            } else {
+                qp.write(w, 4096);
+                qp.ack_if_due(w, 8);
+            }
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+pub(super) fn rule_stall(w: &mut Workload) {
+    // Two senders (198.18.53.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0). After
+    // a while the first receiver stops answering: its last WRITEs are never ACKed, while the
+    // second QP goes on for another 300 ms (a WRITE every 20 ms).
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps = rule_pairs(53, 2, 0x5301, 0x600);
+    for _ in 0..10 {
+        for qp in qps.iter_mut() {
+            qp.write(w, 4096);
+            qp.ack_if_due(w, 8);
+        }
+    }
+    ack_all(w, &mut qps);
+    qps[0].write(w, 4096);
+    for _ in 0..15 {
+        w.wait(20_000_000);
+        qps[1].write(w, 4096);
+        let last = qps[1].last_psn();
+        qps[1].ack(w, last);
+    }
+}
+
+pub(super) fn rule_qp_reuse(w: &mut Workload) {
+    // Two senders (198.18.54.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0). The
+    // first pair's tool runs twice: after a second's pause, a new connection with the same QP
+    // numbers (and UDP port) starts at another, random PSN.
+    w.set_frame_gap(RULE_FRAME_GAP_NS);
+    let mut qps = rule_pairs(54, 2, 0x5401, 0x700);
+    for round in 0..20 {
+        if round == 10 {
+            w.wait(1_000_000_000);
+            qps[0].reincarnate(0x6A_3C11);
+        }
+        for qp in qps.iter_mut() {
+            qp.write(w, 4096);
+            qp.ack_if_due(w, 8);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
 #[cfg(test)]
 mod tests {
     use observer_common::OpClass;
@@ -306,7 +405,7 @@ mod tests {
         let rules: Vec<&str> = scenario_names()
             .filter(|n| n.starts_with("rule-") || *n == "rules-clean")
             .collect();
-        assert_eq!(rules.len(), 12, "{rules:?}");
+        assert_eq!(rules.len(), 17, "{rules:?}");
         for (name, w) in all_scenarios() {
             if rules.contains(&name) {
                 assert_deterministic(name, &w);

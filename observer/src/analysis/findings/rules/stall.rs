@@ -1,0 +1,148 @@
+//! Stalls: requests that asked for an answer and got none for longer than the local ACK timeout
+//! while the observation went on, and resends after such a wait.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::{count, duration};
+use crate::{
+    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
+    model::{FlowRef, Report, qp_hex},
+};
+
+pub const ABOUT: About = About {
+    name: "stall",
+    summary: "requests left unanswered longer than the local ACK timeout (a stalled connection)",
+    scenario: Some("rule-stall"),
+};
+
+/// The rule ([`ABOUT`]): `stall` below, with its [`Stall`] table.
+pub struct StallRule;
+
+impl Rule for StallRule {
+    fn about(&self) -> &'static About {
+        &ABOUT
+    }
+
+    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
+        stall(r, &t.stall)
+    }
+}
+
+/// The `[stall]` table of the rules file, every key optional.
+/// The defaults are its `Default` below; `rules.example.toml` spells them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Stall {
+    /// Milliseconds without an answer from which a connection counts as stalled: by default the
+    /// usual local ACK timeout (4.096 us * 2^14, the rdma-core and perftest default).
+    pub min_ms: f64,
+}
+
+impl Default for Stall {
+    fn default() -> Self {
+        Self { min_ms: 67.1 }
+    }
+}
+
+fn stall(r: &Report, c: &Stall) -> Outcome {
+    let min_ns = (c.min_ms * 1e6) as u64;
+    // Connections with both directions seen: only there can an answer be missed.
+    let paired = r
+        .flows
+        .iter()
+        .filter(|f| f.psn_followed() && f.psn.pmtu.is_some() || f.psn.unanswered.is_some())
+        .count();
+    let followed = r.flows.iter().filter(|f| f.psn_followed()).count();
+    if followed == 0 {
+        return Outcome::InsufficientData(
+            "no flow with requests of a connected QP (RC, XRC) to follow answers of".into(),
+        );
+    }
+    let mut stalls: Vec<(u64, u64, &crate::model::Flow, bool)> = Vec::new();
+    for f in &r.flows {
+        if let Some(u) = f.psn.unanswered
+            && u.for_ns >= min_ns
+        {
+            stalls.push((u.since_ns, u.for_ns, f, false));
+        } else if let Some(w) = f.psn.longest_resend_wait
+            && w.for_ns >= min_ns
+        {
+            stalls.push((w.at_ns, w.for_ns, f, true));
+        }
+    }
+    if stalls.is_empty() {
+        return Outcome::Passed(format!(
+            "every request answered within {} ({} followed, {paired} with answers seen)",
+            duration(min_ns),
+            count(followed as u64, "flow")
+        ));
+    }
+    stalls.sort_by_key(|s| std::cmp::Reverse(s.1));
+    let (since, longest, f, resumed) = stalls[0];
+    finding(
+        ABOUT.name,
+        Severity::Critical,
+        "Connections stalled: requests left unanswered",
+        format!(
+            "{} stalled; longest: {} -> {} QP {} waited {} from t={} ns{}",
+            count(stalls.len() as u64, "flow"),
+            f.src_ip,
+            f.dst_ip,
+            qp_hex(f.dest_qp),
+            duration(longest),
+            since,
+            if resumed {
+                ", then resent"
+            } else {
+                ", still unanswered when the observation ended"
+            }
+        ),
+        vec![
+            ("stalled_flows", (stalls.len() as u64).into()),
+            ("longest_ns", longest.into()),
+            ("since_ns", since.into()),
+            ("resumed", resumed.into()),
+            ("threshold_ms", c.min_ms.into()),
+        ],
+        stalls.iter().map(|s| FlowRef::of_flow(s.2)).collect(),
+        "A request that asked for an answer got none (no ACK, NAK or response covering it) for longer than the local ACK timeout while the rest of the traffic went on: the responder hung, its answers were dropped, or it answered PSNs the requester never sent (see psn-violation). Check the responder's NIC counters (out-of-sequence, local ACK timeouts, QPs in the error state) and the application on that host.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
+    use crate::model::{Unanswered, Wait};
+
+    #[test]
+    fn unanswered_requests_and_long_resend_waits_fire() {
+        let t = Thresholds::default();
+        let mut r = report();
+        insufficient(run(&StallRule, &r, &t));
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.write) = (10, 10);
+        r.flows.push(f);
+        passed(run(&StallRule, &r, &t));
+        r.flows[0].psn.unanswered = Some(Unanswered {
+            since_ns: 1_000,
+            for_ns: 10_000_000,
+            psn: 9,
+            answered_psn: Some(5),
+        });
+        passed(run(&StallRule, &r, &t));
+        r.flows[0].psn.unanswered.as_mut().unwrap().for_ns = 2_000_000_000;
+        let f = fired(run(&StallRule, &r, &t));
+        assert!(
+            f.summary.contains("waited 2.0 s from t=1000 ns"),
+            "{}",
+            f.summary
+        );
+        r.flows[0].psn.unanswered = None;
+        r.flows[0].psn.longest_resend_wait = Some(Wait {
+            at_ns: 7,
+            for_ns: 500_000_000,
+        });
+        assert_eq!(fired(run(&StallRule, &r, &t)).evidence["resumed"], true);
+    }
+}
