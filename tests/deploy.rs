@@ -202,7 +202,7 @@ fn prometheus_rules_check_and_pass_their_unit_tests() {
         "RoCECeMarksWithoutCnp",
         "RoCEHighCeFraction",
         "RoCENakRate",
-        "RoCEPsnGaps",
+        "RoCEPsnLost",
         "RoCERnrNaks",
         "RoCEEcmpImbalance",
         "RoCEObserverDown",

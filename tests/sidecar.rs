@@ -387,9 +387,9 @@ impl Traffic {
                     qp.retransmit_from(&mut w, first);
                 }
                 3 if r % 7 == 3 => {
+                    // The retry comes after the RNR timer (the sender waits it out too).
                     let psn = qp.send(&mut w, 512);
-                    qp.nak(&mut w, psn, synth::SYNDROME_RNR_NAK);
-                    qp.retransmit_from(&mut w, psn);
+                    qp.rnr_retry(&mut w, psn);
                 }
                 _ => {
                     qp.write(&mut w, 1024 * (1 + r % 3));

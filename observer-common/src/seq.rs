@@ -356,7 +356,9 @@ impl Seq<'_> {
         {
             let psn = p.psn & PSN_MASK;
             let t = &mut *self.track;
-            if t.flags & F_RESP == 0 || psn_after(psn, t.resp_psn) {
+            // The newest response PSN, and when it was last answered (an ACK repeating it after
+            // a retry is a newer answer).
+            if t.flags & F_RESP == 0 || !psn_after(t.resp_psn, psn) {
                 t.resp_psn = psn;
                 t.resp_ns = now_ns;
                 t.flags |= F_RESP;

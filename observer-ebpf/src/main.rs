@@ -275,8 +275,7 @@ mod kernel {
             if slot.stats.packets == 0 || slot.key != *key {
                 take_slot(slot, key, counters);
             }
-            let now = now_ns();
-            let input = slot.stats.count(p, now);
+            let input = slot.stats.count(p, now_ns());
             // The analysis's input through a map: loaded back, it carries none of the ranges
             // the parser's paths gave it, and the verifier merges those paths here.
             if let Some(scratch) = SEQ_INPUT.get_ptr_mut(0) {
@@ -285,7 +284,10 @@ mod kernel {
                     core::ptr::write_volatile(scratch, input);
                     core::ptr::read_volatile(scratch)
                 };
-                slot.stats.seq().packet(&input, now, |_| false);
+                // The analysis tells a resend after a wait (an RNR timer, 10 us and up) from a
+                // copy by the time between requests: finer than a tick, so the clock itself.
+                let fine = unsafe { bpf_ktime_get_ns() };
+                slot.stats.seq().packet(&input, fine, |_| false);
             }
         }
     }

@@ -140,12 +140,23 @@ impl Aggregate {
             .map(|s| s.last_seen_ns)
             .max()
             .unwrap_or(0);
+        // The reverse direction: the one flow back, or (host mode sees a connection both
+        // leave and arrive) the one flow back in the other direction of the host.
         let reverse = |k: &FlowKey| -> Option<&FlowStats> {
             let (src, dst, sport, mirror) = tuple(k);
-            match by_tuple.get(&(dst, src, sport, mirror)).map(Vec::as_slice) {
-                Some([r]) if k.dest_qp != 1 => self.flows.get(*r),
-                _ => None,
-            }
+            let back = by_tuple.get(&(dst, src, sport, mirror))?;
+            let one = match back.as_slice() {
+                [r] => Some(*r),
+                many => {
+                    let mut other = many.iter().filter(|r| r.is_egress() != k.is_egress());
+                    match (other.next(), other.next()) {
+                        (Some(r), None) => Some(*r),
+                        _ => None,
+                    }
+                }
+            };
+            one.filter(|_| k.dest_qp != 1)
+                .and_then(|r| self.flows.get(r))
         };
         let mut flows: Vec<(FlowKey, Flow)> = self
             .flows

@@ -23,6 +23,9 @@ pub fn timeless(flows: &[roce_observer::model::Flow]) -> Vec<roce_observer::mode
             f.rate_bps = 0.0;
             f.active_rate_bps = None;
             f.peak_rate_bps = None;
+            f.psn.unanswered = None;
+            f.psn.longest_resend_wait = None;
+            f.psn.first_violation = None;
             f
         })
         .collect();

@@ -11,11 +11,19 @@ use super::{SEND_BATCH, SEND_PAUSE, SynthError};
 
 /// Sends frames as raw Ethernet on `iface` (AF_PACKET SOCK_RAW bound to its ifindex), pausing
 /// [`SEND_PAUSE`] every [`SEND_BATCH`] frames and retrying when the device queue is full, so that a
-/// receiving veth ring never overflows. Returns the number of frames sent. Frames shorter than an
-/// Ethernet header are refused by the kernel (use BPF_PROG_TEST_RUN for those).
+/// receiving veth ring never overflows. The waits a scenario makes (a gap of [`WAIT_AT_LEAST`] or
+/// more between two frames: an RNR timer, a stall) are waited on the wire too, up to
+/// [`MAX_WAIT`] each. Returns the number of frames sent. Frames shorter than an Ethernet header
+/// are refused by the kernel (use BPF_PROG_TEST_RUN for those).
 pub fn send(iface: &str, frames: &[Frame]) -> Result<usize, SynthError> {
     let socket = PacketSocket::open(iface)?;
     for (index, frame) in frames.iter().enumerate() {
+        if index > 0 {
+            let gap = frame.ts_ns.saturating_sub(frames[index - 1].ts_ns);
+            if gap >= WAIT_AT_LEAST.as_nanos() as u64 {
+                std::thread::sleep(Duration::from_nanos(gap).min(MAX_WAIT));
+            }
+        }
         socket.send(&frame.bytes, index)?;
         if (index + 1) % SEND_BATCH == 0 {
             std::thread::sleep(SEND_PAUSE);
@@ -23,6 +31,11 @@ pub fn send(iface: &str, frames: &[Frame]) -> Result<usize, SynthError> {
     }
     Ok(frames.len())
 }
+
+/// Gaps between frames from which [`send`] waits them out.
+pub const WAIT_AT_LEAST: Duration = Duration::from_millis(1);
+/// The longest wait [`send`] makes.
+pub const MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// An AF_PACKET raw socket bound to one interface, that only sends (open it in the namespace of
 /// the interface).
