@@ -126,8 +126,11 @@ pub struct SeqTrack {
     pub flags: u32,
     /// The newest request PSN moved past (bit 0 of `seen`).
     pub top: u32,
+    /// The first request PSN of this incarnation of the QP number.
+    pub base: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<SeqTrack>() == 4 * 8 + 14 * 4);
+const _: () = assert!(size_of::<SeqTrack>() == 4 * 8 + 16 * 4);
 
 /// `SeqTrack::flags`: a request was seen.
 pub const F_VALID: u32 = 1;
@@ -145,6 +148,12 @@ pub const F_LOST_TAIL: u32 = 1 << 5;
 pub const F_ACKREQ: u32 = 1 << 6;
 /// `resp_psn` holds a response.
 pub const F_RESP: u32 = 1 << 7;
+/// The open run started by filling a hole.
+pub const F_RUN_FILL_FIRST: u32 = 1 << 8;
+/// The open run's latest packet had been seen before.
+pub const F_RUN_LAST_SEEN: u32 = 1 << 9;
+/// A go-back longer than this many PSNs is no resend (a new incarnation after a silence).
+pub const MAX_GO_BACK: u32 = 1 << 16;
 
 /// (a - b) mod 2^24.
 #[inline(always)]
@@ -316,9 +325,10 @@ impl Request {
         {
             return None;
         }
-        // ONLY and LAST opcodes: SEND 0x02-0x05, WRITE 0x08-0x0B; READ 0x0C; atomics 0x13-0x14.
+        // ONLY and LAST opcodes: SEND 0x02-0x05 and 0x16-0x17 (with invalidate), WRITE
+        // 0x08-0x0B; READ 0x0C; atomics 0x13-0x14.
         let op = p.opcode & 0x1F;
-        let last = matches!(op, 0x02..=0x05 | 0x08..=0x0C | 0x12..=0x14);
+        let last = matches!(op, 0x02..=0x05 | 0x08..=0x0C | 0x13 | 0x14 | 0x16 | 0x17);
         Some(Self {
             psn: p.psn & PSN_MASK,
             class,
@@ -358,7 +368,11 @@ impl Seq<'_> {
             let t = &mut *self.track;
             // The newest response PSN, and when it was last answered (an ACK repeating it after
             // a retry is a newer answer).
-            if t.flags & F_RESP == 0 || !psn_after(t.resp_psn, psn) {
+            // A response far behind the newest belongs to a new incarnation of the QP number.
+            if t.flags & F_RESP == 0
+                || !psn_after(t.resp_psn, psn)
+                || psn_sub(t.resp_psn, psn) >= REUSE_JUMP
+            {
                 t.resp_psn = psn;
                 t.resp_ns = now_ns;
                 t.flags |= F_RESP;
@@ -426,7 +440,12 @@ impl Seq<'_> {
         } else {
             psn_sub(t.next_lo, psn)
         };
-        if dist >= REUSE_JUMP || (dist > WINDOW && (idle >= REUSE_IDLE_NS || cm_after(last_req))) {
+        // Behind, within what this incarnation sent and no further than a go-back reaches: a
+        // resend, however long the silence before it (a timeout).
+        let resend = !ahead && dist < MAX_GO_BACK && psn_sub(psn, t.base) <= psn_sub(t.top, t.base);
+        if dist >= REUSE_JUMP
+            || (dist > WINDOW && !resend && (idle >= REUSE_IDLE_NS || cm_after(last_req)))
+        {
             self.reset(r, now_ns);
             return SeqClass::NewIncarnation;
         }
@@ -465,9 +484,22 @@ impl Seq<'_> {
             !late
         };
         if late {
-            // Counted lost when its hole left the window: it was only late. (Wrapping: in the
-            // kernel this view's count may be in the flow table's value.)
+            // Counted lost when its hole left the window: it was only late. The range shrinks
+            // (a copy of it is no second late packet); emptied, its loss event is gone too.
+            // (Wrapping: in the kernel this view's counts may be in the flow table's value.)
             c.lost = c.lost.wrapping_sub(1);
+            if psn == t.lost_lo && psn == t.lost_hi {
+                t.flags &= !F_LOST;
+                c.lost_events = c.lost_events.wrapping_sub(1);
+            } else if psn == t.lost_lo {
+                t.lost_lo = (psn + 1) & PSN_MASK;
+            } else if psn == t.lost_hi {
+                t.lost_hi = psn_sub(psn, 1);
+            } else {
+                // In the middle: two ranges now; the newer one is kept.
+                t.lost_lo = (psn + 1) & PSN_MASK;
+                c.lost_events = c.lost_events.wrapping_add(1);
+            }
         }
         if t.flags & F_RUN != 0 && psn == t.run_next {
             t.run_next = (psn + 1) & PSN_MASK;
@@ -476,8 +508,17 @@ impl Seq<'_> {
                 c.retransmissions = c.retransmissions.wrapping_add(1);
                 return SeqClass::Retransmission;
             }
-            if seen {
-                // The run resends what was sent: a go-back-N. Its first packets move here.
+            let last_seen = t.flags & F_RUN_LAST_SEEN != 0;
+            t.flags = if seen {
+                t.flags | F_RUN_LAST_SEEN
+            } else {
+                t.flags & !F_RUN_LAST_SEEN
+            };
+            // The run resends what was sent: a go-back-N. It shows itself by a PSN seen before
+            // right after another, or after a first one that filled a hole (copies lagging
+            // behind reordered packets alternate seen and unseen PSNs). Its first packets move
+            // here.
+            if seen && (last_seen || t.flags & F_RUN_FILL_FIRST != 0) {
                 c.out_of_order = c.out_of_order.wrapping_sub(t.run_fills as u64);
                 c.duplicates = c.duplicates.wrapping_sub(t.run_dups as u64);
                 c.retransmissions = c.retransmissions.wrapping_add(t.run_len as u64);
@@ -485,12 +526,17 @@ impl Seq<'_> {
                 t.flags |= F_RUN_RETX;
                 return SeqClass::Retransmission;
             }
+            if seen {
+                t.run_dups += 1;
+                c.duplicates = c.duplicates.wrapping_add(1);
+                return SeqClass::Duplicate;
+            }
             t.run_fills += 1;
             c.out_of_order = c.out_of_order.wrapping_add(1);
             return SeqClass::OutOfOrder;
         }
         // A new run.
-        t.flags = (t.flags | F_RUN) & !F_RUN_RETX;
+        t.flags = (t.flags | F_RUN) & !(F_RUN_RETX | F_RUN_FILL_FIRST | F_RUN_LAST_SEEN);
         t.run_next = (psn + 1) & PSN_MASK;
         t.run_len = 1;
         t.run_fills = 0;
@@ -507,10 +553,12 @@ impl Seq<'_> {
             return SeqClass::Retransmission;
         }
         if seen {
+            t.flags |= F_RUN_LAST_SEEN;
             t.run_dups = 1;
             c.duplicates = c.duplicates.wrapping_add(1);
             SeqClass::Duplicate
         } else {
+            t.flags |= F_RUN_FILL_FIRST;
             t.run_fills = 1;
             c.out_of_order = c.out_of_order.wrapping_add(1);
             SeqClass::OutOfOrder
@@ -519,7 +567,7 @@ impl Seq<'_> {
 
     #[inline(always)]
     fn end_run(&mut self) {
-        self.track.flags &= !(F_RUN | F_RUN_RETX);
+        self.track.flags &= !(F_RUN | F_RUN_RETX | F_RUN_FILL_FIRST | F_RUN_LAST_SEEN);
     }
 
     /// Checks a non-READ request against the last READ's consumed range: counts it per
@@ -579,6 +627,7 @@ impl Seq<'_> {
         t.next_lo = r.psn;
         t.next_hi = r.psn;
         t.top = psn_sub(r.psn, 1);
+        t.base = r.psn;
         t.flags = (t.flags & F_RESP) | F_VALID;
         t.req_ns = now_ns;
         if r.wants_answer {
@@ -594,8 +643,12 @@ impl Seq<'_> {
     fn reset(&mut self, r: &Request, now_ns: u64) {
         let open = !self.track.seen;
         if open != 0 {
-            self.counts.lost += open.count_ones() as u64;
-            self.counts.lost_events += zero_runs(open, self.track.flags & F_LOST_TAIL != 0);
+            self.counts.lost = self.counts.lost.wrapping_add(open.count_ones() as u64);
+            let joined = self.track.flags & F_LOST_TAIL != 0 && open >> 63 != 0;
+            self.counts.lost_events = self
+                .counts
+                .lost_events
+                .wrapping_add(zero_runs(open, joined));
         }
         self.counts.resets += 1;
         self.track.flags &= !(F_LOST | F_LOST_TAIL);
@@ -635,19 +688,18 @@ impl Seq<'_> {
                 events += 1;
             }
             c.lost_events = c.lost_events.wrapping_add(events);
-            // Bit j of `out` is PSN top - (j + 64 - out_n); the holes gone at once are PSNs
-            // psn - 64 down to psn - holes.
-            t.lost_lo = if out_holes != 0 {
-                let j = 63 - out_holes.leading_zeros();
-                psn_sub(t.top, j + 64 - out_n)
+            // The newest contiguous run of PSNs counted lost: a late packet there was only
+            // late. Bit j of `out` is PSN top - (j + 64 - out_n); the holes gone at once are
+            // PSNs psn - 64 down to psn - holes.
+            if gone != 0 {
+                t.lost_lo = psn_sub(psn, holes);
+                t.lost_hi = psn_sub(psn, WINDOW);
             } else {
-                psn_sub(psn, holes)
-            };
-            t.lost_hi = if gone != 0 {
-                psn_sub(psn, WINDOW)
-            } else {
-                psn_sub(t.top, out_holes.trailing_zeros() + 64 - out_n)
-            };
+                let j = out_holes.trailing_zeros();
+                let run = (!(out_holes >> j)).trailing_zeros();
+                t.lost_hi = psn_sub(t.top, j + 64 - out_n);
+                t.lost_lo = psn_sub(t.lost_hi, run - 1);
+            }
             t.flags |= F_LOST;
         }
         // Whether the PSN just past the window's end was a hole (the next to leave joins it).
@@ -673,9 +725,10 @@ impl Seq<'_> {
         // The next expected PSN; a READ consumes a range of PSNs.
         let (lo, hi) = match (r.class, r.has_len) {
             (OpClass::ReadRequest, true) => {
-                // At most 2^31 bytes (the IBTA message limit): the range stays below 2^23.
-                let len = if r.read_len > 1 << 31 {
-                    1 << 31
+                // At most 2^31 bytes (the IBTA message limit), and a range below 2^23 PSNs.
+                const MAX_LEN: u32 = ((1 << 23) - 1) * PMTU_MIN;
+                let len = if r.read_len > MAX_LEN {
+                    MAX_LEN
                 } else {
                     r.read_len
                 };
@@ -695,7 +748,16 @@ impl Seq<'_> {
                 t.flags &= !F_READ;
                 (1, (1 << 23) - 1)
             }
-            _ => (1, 1),
+            _ => {
+                // Past the last READ's range under any path MTU: it is done with (else, 2^24
+                // PSNs on, the PSN space wraps into it again).
+                if t.flags & F_READ != 0
+                    && psn_sub(psn, t.read_psn) >= read_psns(t.read_len, PMTU_MIN)
+                {
+                    t.flags &= !F_READ;
+                }
+                (1, 1)
+            }
         };
         t.top = psn;
         t.next_lo = (psn + lo) & PSN_MASK;
@@ -768,6 +830,7 @@ impl SeqTrack {
         self.resp_psn = o.resp_psn;
         self.flags = o.flags;
         self.top = o.top;
+        self.base = o.base;
     }
 
     /// Holes still open in the window (lost if the flow ends here), and their ranges.

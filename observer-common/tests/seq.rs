@@ -275,3 +275,65 @@ fn a_request_inside_a_reads_range_is_a_violation_under_the_known_pmtu() {
     f.at(US, read(100, 3000));
     assert_eq!(f.at(US, send(104)), Ahead);
 }
+
+#[test]
+fn a_late_packet_takes_its_loss_event_back_once() {
+    let mut f = Flow::default();
+    f.psns((0..10).chain(11..11 + WINDOW + 20));
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (1, 1));
+    assert_eq!(f.at(US, send(10)), OutOfOrder);
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (0, 0));
+    // A copy of the late packet is no second late packet.
+    assert_eq!(f.at(US, send(10)), Retransmission);
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (0, 0));
+    // The range kept is one run of holes: PSNs seen before it are resends, not late.
+    let mut f = Flow::default();
+    f.psns((0..40).chain(41..60).chain([130]));
+    assert_eq!(f.lost(), 8 + 63);
+    let got = f.psns(50..56);
+    assert!(got.iter().all(|c| *c == Retransmission), "{got:?}");
+    assert_eq!(f.s.seq.lost, 8);
+}
+
+#[test]
+fn a_long_go_back_after_a_timeout_is_a_resend_not_a_new_incarnation() {
+    let mut f = Flow::default();
+    f.psns(0..200);
+    assert_eq!(f.at(500_000 * US, send(100)), Retransmission);
+    assert!(f.psns(101..200).iter().all(|c| *c == Retransmission));
+    assert_eq!(f.at(US, send(200)), InOrder);
+    let c = f.s.seq;
+    assert_eq!((c.resets, c.retransmissions, c.retx_episodes), (0, 100, 1));
+    assert_eq!(c.timeout_max_ns, 500_000 * US);
+}
+
+#[test]
+fn copies_lagging_behind_reordered_packets_are_no_go_back() {
+    let mut f = Flow::default();
+    let got = f.psns([0, 2, 0, 1, 2, 3, 1, 4, 3, 5]);
+    assert_eq!(f.s.seq.retransmissions, 0, "{got:?}");
+    assert_eq!(
+        (f.s.seq.out_of_order, f.s.seq.duplicates),
+        (1, 4),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_read_is_forgotten_once_past_its_range() {
+    use observer_common::seq::F_READ;
+    let mut f = Flow::default();
+    f.at(US, read(100, 4096));
+    assert_ne!(f.s.seq_track.flags & F_READ, 0);
+    f.psns(117..120);
+    assert_eq!(f.s.seq_track.flags & F_READ, 0);
+    assert_eq!(f.s.seq.violations, [0; 5]);
+}
+
+#[test]
+fn a_new_incarnation_counts_the_old_ones_open_holes_as_separate_losses() {
+    let mut f = Flow::default();
+    f.psns((0..10).chain(11..50).chain(51..75));
+    f.at(US, send(0x50_0000));
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (2, 2));
+}

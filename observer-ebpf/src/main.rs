@@ -402,6 +402,8 @@ mod kernel {
         if let Some(prev) = FLOWS.get_ptr(key) {
             // SAFETY: a live map value of this CPU.
             slot.stats.seq_track.assign(unsafe { &(*prev).seq_track });
+            // The path MTU learned stays known (OR-merged: no double count).
+            slot.stats.seq.pmtu_mask = unsafe { (*prev).seq.pmtu_mask };
         }
         slot.key = *key;
     }

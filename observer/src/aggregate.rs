@@ -133,11 +133,12 @@ impl Aggregate {
         for k in self.flows.keys().filter(|k| k.dest_qp != 1) {
             by_tuple.entry(tuple(k)).or_default().push(k);
         }
-        // The observation's end: the newest packet of any flow.
+        // The observation's end: the newest request or response of any flow, on the clock the
+        // analysis keeps its times on (live, the kernel's; replay, the capture's).
         let end = self
             .flows
             .values()
-            .map(|s| s.last_seen_ns)
+            .map(|s| s.seq_track.req_ns.max(s.seq_track.resp_ns))
             .max()
             .unwrap_or(0);
         // The reverse direction: the one flow back, or (host mode sees a connection both
@@ -170,7 +171,10 @@ impl Aggregate {
                 f.psn = f.psn.with_pmtu(s, pmtu);
                 // A PSN sent again after an RNR NAK waited out the RNR timer: if the wait was
                 // shorter than the analysis can tell from a copy, the resend is no duplicate.
-                let rnr = r.ops[OpClass::RnrNak as usize].min(f.psn.duplicates);
+                // RNR NAKs not already answered by a resend after a wait.
+                let rnr = r.ops[OpClass::RnrNak as usize]
+                    .saturating_sub(f.psn.retransmission_episodes)
+                    .min(f.psn.duplicates);
                 f.psn.duplicates -= rnr;
                 f.psn.retransmissions += rnr;
                 f.psn.retransmission_episodes += rnr;
@@ -193,11 +197,16 @@ impl Aggregate {
             })
             .collect();
         // Responses to PSNs no request used: the responder's flow carries the violation.
-        let sent_hi: HashMap<Tuple, u32> = self
+        // Per request flow: its newest request PSN and the newest PSN it may have used (a READ
+        // of unknown path MTU, or cut before its RETH, consumes a range).
+        let sent_hi: HashMap<Tuple, (u32, u32)> = self
             .flows
             .iter()
             .filter(|(_, s)| s.seq_track.flags & F_VALID != 0)
-            .map(|(k, s)| (tuple(k), psn_sub(s.seq_track.next_hi, 1)))
+            .map(|(k, s)| {
+                let t = &s.seq_track;
+                (tuple(k), (t.top, psn_sub(t.next_hi, 1)))
+            })
             .collect();
         for (k, f) in &mut flows {
             let s = &self.flows[k];
@@ -207,8 +216,9 @@ impl Aggregate {
             if t.flags & F_RESP == 0 || requests != 1 {
                 continue;
             }
-            if let Some(hi) = sent_hi.get(&(dst, src, sport, mirror))
-                && psn_after(t.resp_psn, *hi)
+            if let Some(&(top, hi)) = sent_hi.get(&(dst, src, sport, mirror))
+                && psn_after(t.resp_psn, top)
+                && psn_sub(t.resp_psn, top) > psn_sub(hi, top)
             {
                 f.psn.violations += 1;
                 if f.psn.first_violation.is_none() {
@@ -216,7 +226,7 @@ impl Aggregate {
                         at_ns: t.resp_ns,
                         kind: crate::model::ViolationKind::ResponsePsnNeverSent,
                         psn: t.resp_psn,
-                        other_psn: *hi,
+                        other_psn: hi,
                     });
                 }
             }

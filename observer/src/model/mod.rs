@@ -491,16 +491,19 @@ impl Psn {
     pub fn of(s: &FlowStats) -> Self {
         let (open, open_events) = s.seq_track.open_holes();
         let c = &s.seq;
+        // Counts of the kernel's views read at different moments can come out negative
+        // (wrapping: a decrement in a cache slot of what the table counted): none is.
+        let n = |v: u64| if v >= 1 << 63 { 0 } else { v };
         let pmtu = observer_common::seq::pmtu_of(c.pmtu_mask);
         Self {
             gaps: s.psn_gaps,
-            missing: c.lost.wrapping_add(open),
+            missing: n(c.lost.wrapping_add(open)),
             regressions: s.psn_regressions,
-            out_of_order: c.out_of_order,
-            duplicates: c.duplicates,
-            retransmissions: c.retransmissions,
+            out_of_order: n(c.out_of_order),
+            duplicates: n(c.duplicates),
+            retransmissions: n(c.retransmissions),
             retransmission_episodes: c.retx_episodes,
-            lost_events: c.lost_events.wrapping_add(open_events),
+            lost_events: n(c.lost_events.wrapping_add(open_events)),
             resets: c.resets,
             violations: 0,
             pmtu: None,

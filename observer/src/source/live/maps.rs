@@ -119,6 +119,19 @@ impl Shifted<'_> {
         if s.packets > 0 {
             s.first_seen_ns = shift(s.first_seen_ns, self.by);
             s.last_seen_ns = shift(s.last_seen_ns, self.by);
+            // The PSN analysis's times too (0: none kept), so that evidence times compare
+            // with the flows' and with each other.
+            let t = &mut s.seq_track;
+            for ns in [&mut t.req_ns, &mut t.ackreq_ns, &mut t.resp_ns] {
+                if *ns != 0 {
+                    *ns = shift(*ns, self.by);
+                }
+            }
+            for ns in [&mut s.seq.timeout_at_ns, &mut s.seq.violation_ns] {
+                if *ns != 0 {
+                    *ns = shift(*ns, self.by);
+                }
+            }
         }
         self.agg.merge_flow(*key, &s);
     }

@@ -74,7 +74,7 @@ fn qp_reuse(r: &Report, c: &QpReuse) -> Outcome {
         ),
         vec![("resets", resets.into())],
         flows,
-        "A PSN jump no sender makes within one connection (far beyond any outstanding window, or after the QP sat idle) is a new connection on the same QP number and UDP port: a tool run twice, or a job restarted. Each incarnation is analysed on its own; nothing here is lost.",
+        "A PSN jump no sender makes within one connection (far beyond any outstanding window, or after the QP sat idle) is a new connection on the same QP number and UDP port: a tool run twice, or a job restarted. Each incarnation is analysed on its own: the reuse itself loses nothing (holes the old one left open count as lost, in loss).",
     )
 }
 
