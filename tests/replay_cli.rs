@@ -326,3 +326,55 @@ fn synth_lists_its_scenarios() {
     let want: Vec<&str> = synth::SCENARIOS.iter().map(|(n, _)| *n).collect();
     assert_eq!(names, want);
 }
+
+/// The same capture given twice (by its path again, or through a link) is refused in one line:
+/// its packets would all come twice. Two captures of one time span holding the same flows are
+/// read as two observation points, and replay says so.
+#[test]
+fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
+    let dir = Scratch::new("replay-twice");
+    let a = synth_to(&dir, "rule-reorder");
+    let link = dir.path("again.pcap");
+    std::os::unix::fs::symlink(&a, &link).unwrap();
+    for second in [&a, &link] {
+        let (status, out, err) = output(Command::new(CLI).arg("replay").arg(&a).arg(second));
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(out.is_empty());
+        let lines: Vec<&str> = err.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(lines[0].contains("is given twice"), "{err}");
+        assert!(lines[0].contains(&a.display().to_string()), "{err}");
+    }
+    // Another capture of the same span with other flows: nothing to say.
+    let other = synth_to(&dir, "rule-duplicate-copies");
+    let (status, _, err) = output(Command::new(CLI).arg("replay").arg(&a).arg(&other));
+    assert!(status.success(), "{err}");
+    assert!(err.is_empty(), "{err}");
+    // The same traffic from a second tap (a copy of the file): named, counts add up, and the
+    // second file's PSNs are analysed afresh (not taken for resends).
+    let b = dir.path("tap2.pcap");
+    std::fs::copy(&a, &b).unwrap();
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .arg("replay")
+            .arg(&a)
+            .arg(&b)
+            .arg("--json"),
+    );
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} overlaps the files before it in time and holds some of their flows",
+            b.display()
+        )),
+        "{err}"
+    );
+    let r = report(&out);
+    assert_eq!(r.source.warnings.len(), 1, "{:?}", r.source.warnings);
+    let p = &r.totals.psn;
+    assert_eq!(
+        (p.out_of_order, p.retransmissions, p.missing),
+        (28, 0, 0),
+        "{p:?}"
+    );
+}

@@ -58,6 +58,22 @@ pub fn stdout(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Resu
         .context("cannot write to standard output")
 }
 
+/// Refuses a capture file given twice (by any path or link): its packets would all come again,
+/// and the analysis would count every one as a copy.
+pub fn refuse_twice(files: &[String]) -> Result<()> {
+    for (i, a) in files.iter().enumerate() {
+        for b in &files[..i] {
+            if a != "-" && b != "-" && (a == b || same_file(Path::new(a), Path::new(b))) {
+                return Err(UsageError(format!(
+                    "capture file {a} is given twice (also as {b}): give each file once"
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Refuses an output file that is one of the inputs (the same file, by any path or link):
 /// writing it would destroy what the run reads.
 pub fn refuse_overwrite(flag: &str, output: &Path, inputs: &[PathBuf]) -> Result<()> {

@@ -50,6 +50,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
             .collect();
         output::refuse_overwrite("--html", html, &inputs)?;
     }
+    output::refuse_twice(&a.files)?;
     let options = a.analysis.options()?;
     let report = replay_report(&a.files, !a.no_progress, a.link_speed, Some(&options))?;
     output::print_warnings(&report);

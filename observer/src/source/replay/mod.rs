@@ -20,6 +20,7 @@ use std::{
 use pcap_file::PcapError;
 
 use crate::aggregate::{Aggregate, FlowMap};
+use observer_common::FlowKey;
 
 mod feed;
 mod link;
@@ -80,6 +81,9 @@ pub struct Replay<O = ()> {
     pub observer: O,
     /// A file has begun and its first frame is still to come: the latest timestamp before it.
     file_began: Option<u64>,
+    /// The flows seen before a file that overlaps the earlier ones in time: if it holds one of
+    /// them, it is another observation point of the same flows (said once, then dropped).
+    overlapped: Option<std::collections::HashSet<FlowKey>>,
 }
 
 /// The name under which frames of unsupported pcapng interfaces appear in `totals.skipped`.
@@ -104,6 +108,7 @@ impl<O: FrameObserver> Replay<O> {
             warnings: Vec::new(),
             observer,
             file_began: None,
+            overlapped: None,
         }
     }
 
@@ -177,6 +182,7 @@ impl<O: FrameObserver> Replay<O> {
             .join(" ");
         self.files.push(name.to_string());
         self.file_began = self.last_ts_ns;
+        self.overlapped = None;
         self.observer.begin_source(name, &self.agg.flows);
         let mut ctx = Ctx {
             name,
@@ -212,12 +218,23 @@ impl<O: FrameObserver> Replay<O> {
             for s in self.agg.flows.values_mut() {
                 s.seq_track = Default::default();
             }
+            self.overlapped = Some(self.agg.flows.keys().copied().collect());
         }
         self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
         self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
         let len = orig_len.max(data.len() as u32);
         self.observer.frame(ts_ns, u64::from(len), &self.agg.flows);
-        let _ = self.agg.push_parsed(link.parse(data), data, ts_ns);
+        let parsed = self.agg.push_parsed(link.parse(data), data, ts_ns);
+        if let (Some(before), Ok(p)) = (&self.overlapped, &parsed)
+            && before.contains(&FlowKey::of(p))
+        {
+            self.overlapped = None;
+            if let Some(name) = self.files.last() {
+                self.warnings.push(format!(
+                    "{name} overlaps the files before it in time and holds some of their flows: read as another observation point of them (their counts add up; the PSN analysis starts afresh in it)"
+                ));
+            }
+        }
     }
 
     fn broken(&mut self, ctx: &Ctx, what: &str) {
