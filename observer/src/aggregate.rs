@@ -176,6 +176,11 @@ impl Aggregate {
                     .saturating_sub(f.psn.retransmission_episodes)
                     .min(f.psn.duplicates);
                 f.psn.duplicates -= rnr;
+                // A wait before a resend after RNR NAKs is the receiver's RNR timer (up to
+                // 655 ms), not a stalled fabric: not kept as one.
+                if r.ops[OpClass::RnrNak as usize] > 0 {
+                    f.psn.longest_resend_wait = None;
+                }
                 f.psn.retransmissions += rnr;
                 f.psn.retransmission_episodes += rnr;
                 let (t, rt) = (&s.seq_track, &r.seq_track);
