@@ -50,11 +50,13 @@ impl Default for CnpPriority {
 
 fn cnp_priority(r: &Report, c: &CnpPriority) -> Outcome {
     let cnps: u64 = r.flows.iter().map(|f| f.ops.cnp).sum();
-    if cnps == 0 {
-        return Outcome::Passed("no CNPs seen".into());
-    }
-    if cnps < c.min_cnps {
-        return Outcome::Passed(format!("only {} seen", count(cnps, "CNP")));
+    if cnps == 0 || cnps < c.min_cnps {
+        // Where CNPs travel cannot be judged without CNPs.
+        return Outcome::InsufficientData(format!(
+            "{} seen, {} needed to judge their class",
+            count(cnps, "CNP"),
+            c.min_cnps.max(1)
+        ));
     }
     let data: BTreeSet<u8> = r
         .flows
@@ -135,7 +137,11 @@ mod tests {
         assert!(f.summary.contains("the data's own class"), "{}", f.summary);
         let note = passed(run(&CnpPriorityRule, &cnps_in(48), &t));
         assert_eq!(note, "CNPs travel in DSCP 48, apart from the data's (26)");
-        assert_eq!(passed(run(&CnpPriorityRule, &report(), &t)), "no CNPs seen");
+        // No CNP: where they travel cannot be judged.
+        assert_eq!(
+            crate::analysis::findings::testing::insufficient(run(&CnpPriorityRule, &report(), &t)),
+            "0 CNPs seen, 1 needed to judge their class"
+        );
         // Connection management in DSCP 48 is not the data's class.
         let mut r = cnps_in(48);
         let mut cm = flow("10.0.0.1", "10.0.0.2");

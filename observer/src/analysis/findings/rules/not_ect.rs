@@ -59,11 +59,14 @@ fn not_ect(r: &Report, c: &NotEct, ctx: &Context) -> Outcome {
         );
     }
     let mut offenders = Vec::new();
+    let (mut judged, mut largest) = (0u64, 0u64);
     for f in &r.flows {
         let data = data_packets(f);
+        largest = largest.max(data);
         if data < c.min_packets {
             continue;
         }
+        judged += 1;
         // CNPs are Not-ECT by design; the rest of the flow's packets are its own.
         let own = f.packets.saturating_sub(f.ops.cnp);
         let not_ect = f.ecn.not_ect.saturating_sub(f.ops.cnp).min(own);
@@ -72,8 +75,17 @@ fn not_ect(r: &Report, c: &NotEct, ctx: &Context) -> Outcome {
             offenders.push((FlowRef::of_flow(f), share, data));
         }
     }
+    if judged == 0 {
+        return Outcome::InsufficientData(format!(
+            "no flow with {} data packets or more to judge (the largest has {largest})",
+            c.min_packets
+        ));
+    }
     if offenders.is_empty() {
-        return Outcome::Passed("RoCE data is sent ECN-capable".into());
+        return Outcome::Passed(format!(
+            "RoCE data is sent ECN-capable ({} judged)",
+            count(judged, "flow")
+        ));
     }
     let senders: BTreeSet<IpAddr> = offenders.iter().map(|o| o.0.src_ip).collect();
     let packets: u64 = offenders.iter().map(|o| o.2).sum();
@@ -141,5 +153,19 @@ mod tests {
         r.flows[0].ecn = Default::default();
         r.flows[0].ecn.not_ect = 20;
         passed(run(&NotEctRule, &r, &t));
+    }
+
+    #[test]
+    fn too_few_packets_per_flow_is_too_little_to_judge() {
+        let t = Thresholds::default();
+        let mut r = crate::analysis::findings::testing::report();
+        let mut f = crate::analysis::findings::testing::flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.write, f.ecn.not_ect, f.dscp) = (9, 9, 9, vec![26]);
+        r.flows.push(f);
+        let note = crate::analysis::findings::testing::insufficient(run(&NotEctRule, &r, &t));
+        assert_eq!(
+            note,
+            "no flow with 10 data packets or more to judge (the largest has 9)"
+        );
     }
 }

@@ -56,7 +56,7 @@ impl Default for PfcIdlePriority {
 
 fn pfc_idle_priority(r: &Report, c: &PfcIdlePriority) -> Outcome {
     let Some(pfc) = &r.pfc else {
-        return Outcome::Passed("no PAUSE / PFC frames".into());
+        return Outcome::InsufficientData("no PAUSE / PFC frame to judge".into());
     };
     // Connection management's priority is not the RoCE data's.
     let data: Vec<&Flow> = r
