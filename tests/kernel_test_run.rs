@@ -344,7 +344,7 @@ fn every_program_in_the_object_passes_the_verifier() {
 
 /// One flow's stats in the kernel: its table entry and its cache slots, summed over the CPUs
 /// (two map lookups, fast enough that the time between frames stays far below the analysis's
-/// 1 ms resend threshold; reading every map would not).
+/// 5 ms resend threshold; reading every map would not).
 fn kernel_flow(ebpf: &aya::Ebpf, key: &observer_common::FlowKey) -> observer_common::FlowStats {
     use observer_common::{FlowSlot, FlowStats, maps};
     let mut sum = FlowStats::default();

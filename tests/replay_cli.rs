@@ -378,3 +378,45 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
         "{p:?}"
     );
 }
+
+/// VLAN IDs per flow: the outer tag's, and the inner one of QinQ frames, as the generator
+/// tagged them.
+#[test]
+fn flows_list_their_vlan_ids() {
+    let dir = Scratch::new("replay-vlans");
+    let w = synth::scenario("ipv6-vlan").unwrap();
+    let path = synth_to(&dir, "ipv6-vlan");
+    let (status, out, err) = output(Command::new(CLI).arg("replay").arg(&path).arg("--json"));
+    assert!(status.success(), "{err}");
+    let r = report(&out);
+    let want = truth_aggregate(&w.truth).report(r.source.clone(), r.window.seconds);
+    let vlans = |r: &roce_observer::model::Report| {
+        let mut v: Vec<_> = r
+            .flows
+            .iter()
+            .map(|f| {
+                (
+                    f.src_ip,
+                    f.dst_ip,
+                    f.dest_qp,
+                    f.vlans.clone(),
+                    f.inner_vlans.clone(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(vlans(&r), vlans(&want));
+    assert!(
+        r.flows
+            .iter()
+            .any(|f| !f.vlans.is_empty() && f.inner_vlans.is_empty()),
+        "802.1Q"
+    );
+    assert!(r.flows.iter().any(|f| !f.inner_vlans.is_empty()), "QinQ");
+    assert!(
+        r.flows.iter().any(|f| f.vlans.is_empty() && f.untagged),
+        "untagged"
+    );
+}

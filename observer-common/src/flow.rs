@@ -113,13 +113,27 @@ pub struct FlowStats {
     /// a frame had no tag.
     pub pcp_mask: u32,
     pub _pad: u32,
+    /// VLAN IDs seen, each stored as VID + 1 (0: no tag seen): the outer tag's lowest and
+    /// highest, then the inner (QinQ) tag's.
+    pub vids: [u16; 4],
     /// The PSN analysis: counts (summed on merge) and continuation state (follows the more
     /// recent view).
     pub seq: SeqCounts,
     pub seq_track: SeqTrack,
 }
 const _: () =
-    assert!(size_of::<FlowStats>() == 24 * 8 + 8 + size_of::<SeqCounts>() + size_of::<SeqTrack>());
+    assert!(size_of::<FlowStats>() == 24 * 8 + 16 + size_of::<SeqCounts>() + size_of::<SeqTrack>());
+
+/// Widens [lo, hi] (0: empty) to hold `v`.
+#[inline(always)]
+fn widen(lo: &mut u16, hi: &mut u16, v: u16) {
+    if *lo == 0 || v < *lo {
+        *lo = v;
+    }
+    if v > *hi {
+        *hi = v;
+    }
+}
 
 /// `class` as an index the BPF verifier can bound. LLVM knows an enum's range and may compute
 /// the class with a table lookup whose result the verifier cannot bound, dropping any explicit
@@ -178,6 +192,12 @@ impl FlowStats {
         {
             self.mirror_truncated += 1;
         }
+        if p.vlan_count > 0 {
+            self.see_vlan(false, p.vlans[0].vid);
+        }
+        if p.vlan_count > 1 {
+            self.see_vlan(true, p.vlans[1].vid);
+        }
         self.pcp_mask |= if p.vlan_count > 0 {
             1u32 << (p.vlans[0].pcp & 7)
         } else {
@@ -196,6 +216,21 @@ impl FlowStats {
     pub fn count(&mut self, p: &RocePacket, now_ns: u64) -> SeqInput {
         self.count_only(p, now_ns);
         SeqInput::of(p)
+    }
+
+    /// Notes VLAN ID `vid` of the outer tag, or the inner one of QinQ.
+    #[inline(always)]
+    pub fn see_vlan(&mut self, inner: bool, vid: u16) {
+        let v = (vid & 0x0FFF) + 1;
+        if inner {
+            let (mut lo, mut hi) = (self.vids[2], self.vids[3]);
+            widen(&mut lo, &mut hi, v);
+            (self.vids[2], self.vids[3]) = (lo, hi);
+        } else {
+            let (mut lo, mut hi) = (self.vids[0], self.vids[1]);
+            widen(&mut lo, &mut hi, v);
+            (self.vids[0], self.vids[1]) = (lo, hi);
+        }
     }
 
     /// The PSN analysis over this flow's fields.
@@ -238,6 +273,14 @@ impl FlowStats {
         self.dscp_mask |= o.dscp_mask;
         self.cnp_dscp_mask |= o.cnp_dscp_mask;
         self.pcp_mask |= o.pcp_mask;
+        for (lo, hi) in [(0, 1), (2, 3)] {
+            if o.vids[lo] != 0 {
+                let (mut l, mut h) = (self.vids[lo], self.vids[hi]);
+                widen(&mut l, &mut h, o.vids[lo]);
+                widen(&mut l, &mut h, o.vids[hi]);
+                (self.vids[lo], self.vids[hi]) = (l, h);
+            }
+        }
         self.mirror_truncated += o.mirror_truncated;
     }
 }

@@ -25,10 +25,10 @@ pub const REUSE_JUMP: u32 = 1 << 20;
 /// After this long without a request, a jump beyond the window starts a new incarnation.
 pub const REUSE_IDLE_NS: u64 = 100_000_000;
 /// A PSN sent again after this long without a request is a retransmission after a timeout
-/// (or an RNR wait), never a duplicate copy. Mirror copies of one packet arrive microseconds
-/// apart; the kernel's clock has one tick's resolution, so it can only tell apart gaps larger
-/// than a tick.
-pub const RETX_IDLE_NS: u64 = 1_000_000;
+/// (or an RNR wait), never a duplicate copy: mirror copies of one packet arrive microseconds
+/// apart, and local ACK timeouts are milliseconds and more. (Shorter RNR waits are told apart
+/// by the RNR NAKs of the reverse direction, in the report.)
+pub const RETX_IDLE_NS: u64 = 5_000_000;
 /// Candidate path MTUs: 256 << k for k in 0..PMTUS.
 pub const PMTUS: usize = 5;
 

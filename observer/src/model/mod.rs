@@ -333,6 +333,13 @@ pub struct Flow {
     /// VLAN priorities (PCP of the outer tag) seen, ascending; absent when never tagged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pcp: Vec<u8>,
+    /// VLAN IDs of the outer tag seen: the lowest and the highest (one when equal); absent
+    /// when never tagged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vlans: Vec<u16>,
+    /// The same for the inner tag of QinQ frames.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inner_vlans: Vec<u16>,
     /// Some frames of the flow carried no VLAN tag.
     #[serde(default)]
     pub untagged: bool,
@@ -558,6 +565,15 @@ impl Psn {
     }
 }
 
+/// The VLAN IDs of a stored range (each VID + 1, 0 when none): the lowest and the highest.
+fn vid_range(lo: u16, hi: u16) -> Vec<u16> {
+    match (lo, hi) {
+        (0, _) => Vec::new(),
+        (lo, hi) if lo == hi => vec![lo - 1],
+        (lo, hi) => vec![lo - 1, hi - 1],
+    }
+}
+
 /// Requests inside a READ's range under path MTU `pmtu`.
 pub fn violations_under(c: &observer_common::SeqCounts, pmtu: u32) -> u64 {
     let k = (pmtu / 256).trailing_zeros() as usize;
@@ -657,6 +673,8 @@ impl Flow {
                 .filter(|d| s.cnp_dscp_mask & (1 << d) != 0)
                 .collect(),
             pcp: (0..8u8).filter(|p| s.pcp_mask & (1 << p) != 0).collect(),
+            vlans: vid_range(s.vids[0], s.vids[1]),
+            inner_vlans: vid_range(s.vids[2], s.vids[3]),
             untagged: s.pcp_mask & observer_common::UNTAGGED != 0,
             first_seen_ns: s.first_seen_ns,
             last_seen_ns: s.last_seen_ns,

@@ -186,6 +186,8 @@ mod tests {
             dscp: vec![26],
             cnp_dscp: vec![],
             pcp: vec![],
+            vlans: Vec::new(),
+            inner_vlans: Vec::new(),
             untagged: true,
             first_seen_ns: 0,
             last_seen_ns: 0,

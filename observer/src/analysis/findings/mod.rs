@@ -348,6 +348,8 @@ mod testing {
             dscp: Vec::new(),
             cnp_dscp: Vec::new(),
             pcp: Vec::new(),
+            vlans: Vec::new(),
+            inner_vlans: Vec::new(),
             untagged: false,
             first_seen_ns: 0,
             last_seen_ns: 0,

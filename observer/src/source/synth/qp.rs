@@ -70,8 +70,9 @@ const READ_RESPONSE: Segments = Segments {
 /// Requests kept for go-back-N retransmission.
 const HISTORY: usize = 4096;
 
-/// The RNR timer the generated requesters wait out (IBTA encoding 14: 1.28 ms).
-pub const RNR_WAIT_NS: u64 = 1_280_000;
+/// The RNR timer the generated requesters wait out (10.24 ms, one of the IBTA RNR timer
+/// values): longer than the analysis's resend threshold, as a lab's timings may stretch.
+pub const RNR_WAIT_NS: u64 = 10_240_000;
 
 /// One RC/UC/XRC queue pair: emits correctly sequenced request packets (requester to responder) and
 /// the responder's ACKs, NAKs, READ responses and CNPs, and lets a scenario inject loss (a gap of n

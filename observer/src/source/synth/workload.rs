@@ -210,6 +210,9 @@ impl Workload {
         if class == OpClass::Cnp {
             f.cnp_dscp_mask |= 1 << (frame.dscp & 63);
         }
+        for (i, tag) in frame.vlans.iter().take(2).enumerate() {
+            f.see_vlan(i == 1, tag.vid);
+        }
         f.pcp_mask |= match frame.vlans.first() {
             Some(tag) => 1 << (tag.pcp & 7),
             None => observer_common::UNTAGGED,
