@@ -383,6 +383,8 @@ fn kernel_classifies_psns_packet_for_packet_as_userspace() {
         "loss",
     ] {
         let w = synth::scenario(scenario).expect("scenario");
+        // One CPU: the kernel's PSN state is per CPU, as a NIC's RSS keeps a flow on one.
+        roce_observer::lab::pin_current_thread().expect("pin");
         let ebpf = load_observer();
         let mut user = Aggregate::new();
         let mut checked = 0;

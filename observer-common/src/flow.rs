@@ -127,6 +127,9 @@ const _: () =
 /// Widens [lo, hi] (0: empty) to hold `v`.
 #[inline(always)]
 fn widen(lo: &mut u16, hi: &mut u16, v: u16) {
+    if v == 0 {
+        return;
+    }
     if *lo == 0 || v < *lo {
         *lo = v;
     }

@@ -442,7 +442,8 @@ impl Seq<'_> {
         };
         // Behind, within what this incarnation sent and no further than a go-back reaches: a
         // resend, however long the silence before it (a timeout).
-        let resend = !ahead && dist < MAX_GO_BACK && psn_sub(psn, t.base) <= psn_sub(t.top, t.base);
+        let resend =
+            !ahead && dist < MAX_GO_BACK && psn_sub(psn, t.base) < psn_sub(t.next_lo, t.base);
         if dist >= REUSE_JUMP
             || (dist > WINDOW && !resend && (idle >= REUSE_IDLE_NS || cm_after(last_req)))
         {
@@ -488,6 +489,10 @@ impl Seq<'_> {
             // (a copy of it is no second late packet); emptied, its loss event is gone too.
             // (Wrapping: in the kernel this view's counts may be in the flow table's value.)
             c.lost = c.lost.wrapping_sub(1);
+            if pos == WINDOW {
+                // It was the PSN just past the window's end: the next to leave joins no range.
+                t.flags &= !F_LOST_TAIL;
+            }
             if psn == t.lost_lo && psn == t.lost_hi {
                 t.flags &= !F_LOST;
                 c.lost_events = c.lost_events.wrapping_sub(1);
@@ -760,6 +765,11 @@ impl Seq<'_> {
             }
         };
         t.top = psn;
+        // A go-back reaches MAX_GO_BACK PSNs at most: the incarnation's base follows, so that
+        // 2^24 PSNs on it still means what it sent.
+        if psn_sub(psn, t.base) > MAX_GO_BACK {
+            t.base = psn_sub(psn, MAX_GO_BACK);
+        }
         t.next_lo = (psn + lo) & PSN_MASK;
         t.next_hi = (psn + hi) & PSN_MASK;
     }

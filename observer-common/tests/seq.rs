@@ -337,3 +337,14 @@ fn a_new_incarnation_counts_the_old_ones_open_holes_as_separate_losses() {
     f.at(US, send(0x50_0000));
     assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (2, 2));
 }
+
+#[test]
+fn a_late_packet_just_past_the_window_leaves_no_range_to_join() {
+    let mut f = Flow::default();
+    f.psns((0..57).chain(59..122));
+    f.psns([57, 122, 58]);
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (0, 0));
+    f.psns((124..200).chain([201]));
+    // One new hole (123), out of the window: one loss, one event.
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (1, 1));
+}

@@ -364,7 +364,7 @@ mod kernel {
     #[inline(always)]
     #[allow(
         clippy::needless_borrows_for_generic_args,
-        reason = "by value would copy the 400-byte stats onto the 512-byte BPF stack"
+        reason = "by value would copy the 432-byte stats onto the 512-byte BPF stack"
     )]
     fn take_slot(slot: &mut FlowSlot, key: &FlowKey, counters: &mut Counters) {
         if slot.stats.packets != 0 {
@@ -396,7 +396,7 @@ mod kernel {
         // Stats zeroed before the key changes, so that a reader on another CPU (the daemon's
         // drain) does not pair the new key with the old flow's counts. Program order only (the
         // BPF target has no compiler fence); the reader also drops keys torn mid-write.
-        // SAFETY: zeroing plain integers in place (no 400-byte temporary on the stack).
+        // SAFETY: zeroing plain integers in place (no 432-byte temporary on the stack).
         unsafe { core::ptr::write_bytes(&mut slot.stats as *mut FlowStats, 0, 1) };
         // The PSN analysis continues from the table's value, map value to map value.
         if let Some(prev) = FLOWS.get_ptr(key) {

@@ -569,7 +569,7 @@ impl Psn {
 fn vid_range(lo: u16, hi: u16) -> Vec<u16> {
     match (lo, hi) {
         (0, _) => Vec::new(),
-        (lo, hi) if lo == hi => vec![lo - 1],
+        (lo, hi) if hi <= lo => vec![lo - 1],
         (lo, hi) => vec![lo - 1, hi - 1],
     }
 }
