@@ -155,6 +155,13 @@ pub const F_RUN_LAST_SEEN: u32 = 1 << 9;
 /// A go-back longer than this many PSNs is no resend (a new incarnation after a silence).
 pub const MAX_GO_BACK: u32 = 1 << 16;
 
+/// `v` as a count: a wrapped negative (a decrement in one view of what another view counted,
+/// summed with wrapping arithmetic) is 0.
+#[inline(always)]
+pub const fn non_negative(v: u64) -> u64 {
+    if v >= 1 << 63 { 0 } else { v }
+}
+
 /// (a - b) mod 2^24.
 #[inline(always)]
 pub const fn psn_sub(a: u32, b: u32) -> u32 {

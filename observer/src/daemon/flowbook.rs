@@ -67,12 +67,6 @@ pub const METRIC_NAMES: [(&str, &str); METRICS] = [
     ),
 ];
 
-/// `v` as a count: a wrapped negative (a decrement in one view of what another view counted)
-/// is 0.
-fn non_negative(v: u64) -> u64 {
-    if v >= 1 << 63 { 0 } else { v }
-}
-
 /// One value per metric.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Counts(pub [u64; METRICS]);
@@ -89,7 +83,7 @@ impl Counts {
             s.psn_gaps,
             // One view (a cache slot) may hold a late packet's decrement whose loss the table
             // counted: negative there (wrapping), not 2^64 - 1.
-            non_negative(s.seq.lost),
+            observer_common::seq::non_negative(s.seq.lost),
             s.seq.retransmissions,
         ])
     }

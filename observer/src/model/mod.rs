@@ -500,7 +500,7 @@ impl Psn {
         let c = &s.seq;
         // Counts of the kernel's views read at different moments can come out negative
         // (wrapping: a decrement in a cache slot of what the table counted): none is.
-        let n = |v: u64| if v >= 1 << 63 { 0 } else { v };
+        let n = observer_common::seq::non_negative;
         let pmtu = observer_common::seq::pmtu_of(c.pmtu_mask);
         Self {
             gaps: s.psn_gaps,
