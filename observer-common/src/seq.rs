@@ -703,15 +703,33 @@ impl Seq<'_> {
             // The newest contiguous run of PSNs counted lost: a late packet there was only
             // late. Bit j of `out` is PSN top - (j + 64 - out_n); the holes gone at once are
             // PSNs psn - 64 down to psn - holes.
-            if gone != 0 {
-                t.lost_lo = psn_sub(psn, holes);
+            // A hole that leaves one PSN at a time leaves over several packets: when the
+            // newest run reaches back to the oldest bit out and that continues the range kept
+            // before, the range grows (else a late packet of its older PSNs is taken for a
+            // resend, and its loss is never taken back).
+            let had = t.flags & F_LOST != 0;
+            let prev_lo = t.lost_lo;
+            let prev_hi = t.lost_hi;
+            let (lo, spans_out) = if gone != 0 {
                 t.lost_hi = psn_sub(psn, WINDOW);
+                if out_holes & 1 != 0 && consumed == 0 {
+                    // The holes gone at once continue the newest run out.
+                    let run = (!out_holes).trailing_zeros();
+                    (psn_sub(t.top, 64 - out_n + run - 1), run == out_n)
+                } else {
+                    (psn_sub(psn, holes), false)
+                }
             } else {
                 let j = out_holes.trailing_zeros();
                 let run = (!(out_holes >> j)).trailing_zeros();
                 t.lost_hi = psn_sub(t.top, j + 64 - out_n);
-                t.lost_lo = psn_sub(t.lost_hi, run - 1);
-            }
+                (psn_sub(t.lost_hi, run - 1), j + run == out_n)
+            };
+            t.lost_lo = if spans_out && joined && had && prev_hi == psn_sub(lo, 1) {
+                prev_lo
+            } else {
+                lo
+            };
             t.flags |= F_LOST;
         }
         // Whether the PSN just past the window's end was a hole (the next to leave joins it).

@@ -296,6 +296,26 @@ fn a_late_packet_takes_its_loss_event_back_once() {
 }
 
 #[test]
+fn a_hole_leaving_one_psn_at_a_time_stays_one_range() {
+    // PSNs 10..=12 never come in time; they leave the window one packet at a time.
+    let mut f = Flow::default();
+    f.psns((0..10).chain(13..13 + WINDOW + 10));
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (3, 1));
+    // Each of them arriving late is out of order, whichever comes first.
+    assert_eq!(f.at(US, send(10)), OutOfOrder);
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (2, 1));
+    assert_eq!(f.at(US, send(12)), OutOfOrder);
+    assert_eq!(f.at(US, send(11)), OutOfOrder);
+    assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (0, 0));
+    assert_eq!(f.s.seq.retransmissions, 0);
+    // The same when the hole leaves at once behind a jump of more than the window.
+    let mut f = Flow::default();
+    f.psns((0..10).chain(13..13 + WINDOW - 2).chain([13 + WINDOW + 40]));
+    f.psns([10, 11]);
+    assert_eq!((f.s.seq.out_of_order, f.s.seq.retransmissions), (2, 0));
+}
+
+#[test]
 fn a_long_go_back_after_a_timeout_is_a_resend_not_a_new_incarnation() {
     let mut f = Flow::default();
     f.psns(0..200);
