@@ -5,11 +5,11 @@
 use std::{collections::BTreeMap, process::Command};
 
 use aya::programs::{TestRun, TestRunOptions};
-use integration_tests::{load_program, output, require_root, xdp_mut};
+use integration_tests::{load_program, output, require_root, timeless, xdp_mut};
 use observer_common::{FlowKey, MirrorOf, programs};
 use roce_observer::{
     aggregate::Aggregate,
-    model::Source,
+    model::{PsnScope, Source},
     source::live::read_maps,
     source::replay::Replay,
     source::synth::{self, Encap},
@@ -120,7 +120,14 @@ fn encapsulated_roce_counts_as_the_same_traffic_seen_directly() {
                 (other, _) => panic!("{encap:?}: mirror key {other:?}"),
             }
             want.mirror_truncated = if truncated { want.packets } else { 0 };
-            assert_eq!(*m.1, want, "{encap:?}: flow {key:?}");
+            // The session's flow has the counts; the analysis is with every session's.
+            assert_eq!(*m.1, want.counts_only(), "{encap:?}: flow {key:?}");
+            let union = m.0.union().expect("a mirror copy");
+            assert_eq!(
+                got.unions.get(&union),
+                Some(&want.analysis_only()),
+                "{encap:?}: flow {key:?}"
+            );
         }
     }
 }
@@ -321,5 +328,144 @@ fn real_erspan_captures_decode_as_tshark_says() {
             "{name}: {} frames, sessions {:?}, reasons {reasons:?}",
             c.frames, mirror.sessions
         );
+    }
+}
+
+/// Each frame of scenario `name`, as a copy through ERSPAN session `session(i)` (frame i),
+/// with its time.
+fn through_sessions(name: &str, session: impl Fn(usize) -> Vec<u16>) -> Vec<(Vec<u8>, u64)> {
+    let w = synth::scenario(name).unwrap();
+    let mut out = Vec::new();
+    for (i, f) in w.frames.iter().enumerate() {
+        for id in session(i) {
+            let encap = Encap::ErspanII {
+                session: id,
+                truncated: false,
+            };
+            out.push((synth::encapsulate(&f.bytes, encap), f.ts_ns));
+        }
+    }
+    out
+}
+
+/// The frames of scenario `name` as seen directly, with their times.
+fn seen_directly(name: &str) -> Vec<(Vec<u8>, u64)> {
+    let w = synth::scenario(name).unwrap();
+    w.frames.into_iter().map(|f| (f.bytes, f.ts_ns)).collect()
+}
+
+fn report_of(frames: &[(Vec<u8>, u64)]) -> roce_observer::model::Report {
+    let mut agg = Aggregate::new();
+    for (f, ts) in frames {
+        let _ = agg.push(f, *ts);
+    }
+    agg.report(Source::pcap(Vec::new(), Vec::new()), 1.0)
+}
+
+/// The report's rows of the flow `f` (any mirror).
+fn rows_of<'a>(
+    r: &'a roce_observer::model::Report,
+    f: &roce_observer::model::Flow,
+) -> Vec<&'a roce_observer::model::Flow> {
+    r.flows
+        .iter()
+        .filter(|g| {
+            (g.src_ip, g.dst_ip, g.udp_src_port, g.dest_qp)
+                == (f.src_ip, f.dst_ip, f.udp_src_port, f.dest_qp)
+        })
+        .collect()
+}
+
+#[test]
+fn a_qp_sprayed_over_three_mirror_sessions_is_analysed_whole() {
+    // Packet i of each scenario is copied by session 1 + i % 3 alone: each session sees a third
+    // of every QP, together they see it all. Ground truth: the same frames seen directly.
+    for name in ["clean", "loss", "rule-reorder", "rule-psn-violation"] {
+        let direct = report_of(&seen_directly(name));
+        let sprayed = report_of(&through_sessions(name, |i| vec![1 + (i % 3) as u16]));
+        assert_eq!(sprayed.totals.psn, direct.totals.psn, "{name}: totals");
+        let mut spread = 0;
+        for f in &direct.flows {
+            let rows = rows_of(&sprayed, f);
+            // Counts stay per session.
+            assert_eq!(rows.iter().map(|g| g.packets).sum::<u64>(), f.packets);
+            assert_eq!(rows.iter().map(|g| g.bytes).sum::<u64>(), f.bytes);
+            // The analysis is the whole flow's, once, on the first row.
+            let whole = timeless(std::slice::from_ref(f))[0].psn;
+            assert_eq!(timeless(&[rows[0].clone()])[0].psn, whole, "{name}");
+            if rows.len() == 1 {
+                assert_eq!(rows[0].psn_scope, None);
+                continue;
+            }
+            spread += 1;
+            let views = rows.len() as u32;
+            assert_eq!(
+                rows.iter().map(|g| g.psn_scope).collect::<Vec<_>>(),
+                (0..views)
+                    .map(|i| Some(PsnScope {
+                        mirror_views: views,
+                        here: i == 0
+                    }))
+                    .collect::<Vec<_>>(),
+                "{name}"
+            );
+            assert!(rows[1..].iter().all(|g| g.psn == Default::default()));
+        }
+        assert!(spread > 0, "{name}: some flow in several sessions");
+    }
+}
+
+#[test]
+fn two_taps_on_one_path_show_duplicates_not_resends() {
+    // Every frame copied by session 1 and again by session 2: each request is a duplicate.
+    let direct = report_of(&seen_directly("clean"));
+    let requests: u64 = direct
+        .flows
+        .iter()
+        .filter(|f| f.psn_followed())
+        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
+        .sum();
+    assert!(requests > 0);
+    let twice = report_of(&through_sessions("clean", |_| vec![1, 2]));
+    let p = twice.totals.psn;
+    assert_eq!(
+        (
+            p.duplicates,
+            p.retransmissions,
+            p.missing,
+            p.out_of_order,
+            p.gaps
+        ),
+        (requests, 0, 0, 0, 0)
+    );
+    assert_eq!(twice.totals.roce_packets, 2 * direct.totals.roce_packets);
+}
+
+#[test]
+fn the_kernel_analyses_mirror_sessions_together_like_userspace() {
+    if !require_root("the_kernel_analyses_mirror_sessions_together_like_userspace") {
+        return;
+    }
+    for frames in [
+        through_sessions("loss", |i| vec![1 + (i % 3) as u16]),
+        through_sessions("rule-reorder", |i| vec![7 + (i % 2) as u16]),
+        through_sessions("clean", |_| vec![1, 2]),
+    ] {
+        let mut ebpf = load_program(programs::OBSERVE);
+        let mut user = Aggregate::new();
+        let prog = xdp_mut(&mut ebpf, programs::OBSERVE);
+        for (f, _) in &frames {
+            let r = prog
+                .test_run(TestRunOptions {
+                    data_in: Some(f),
+                    ..Default::default()
+                })
+                .unwrap();
+            assert_eq!(r.return_value, 2, "XDP_PASS");
+            let _ = user.push(f, 0);
+        }
+        let kernel = read_maps(&ebpf, 0).unwrap();
+        assert!(!user.unions.is_empty());
+        assert_eq!(kernel.comparable(), user.comparable());
     }
 }

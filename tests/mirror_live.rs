@@ -4,9 +4,9 @@
 use std::os::fd::OwnedFd;
 
 use integration_tests::{
-    Diagnose, has_xdp, link_details, output, require_root, timeless, truth_aggregate,
+    Diagnose, has_xdp, link_details, mirrored, output, require_root, timeless, truth_aggregate,
 };
-use observer_common::{FlowKey, mirror_key, parse::Mirror, parse::MirrorKind};
+use observer_common::{mirror_key, parse::Mirror, parse::MirrorKind};
 use roce_observer::{
     aggregate::Aggregate,
     lab::{Lab, pin_current_thread},
@@ -43,17 +43,12 @@ fn promiscuous(lab: &Lab) -> bool {
 
 /// The truth of `w` as seen through ERSPAN II session `session`.
 fn mirrored_truth(w: &synth::Workload, session: u16) -> Aggregate {
-    let mut t = truth_aggregate(&w.truth);
     let m = mirror_key(&Mirror {
         kind: MirrorKind::ErspanII,
         session: Some(session),
         truncated: false,
     });
-    t.flows = t
-        .flows
-        .into_iter()
-        .map(|(k, v)| (FlowKey { mirror: m, ..k }, v))
-        .collect();
+    let mut t = mirrored(truth_aggregate(&w.truth), m);
     t.counters.mirror_sessions[usize::from(session)] = t.counters.frames;
     t
 }
@@ -215,20 +210,7 @@ fn pfc_per_priority_exact_direct_and_through_erspan() {
         });
     }
     let session_key = mirror_key(&encap.mirror());
-    let mut mirrored_truth = truth_aggregate(&w.truth);
-    mirrored_truth.flows = mirrored_truth
-        .flows
-        .into_iter()
-        .map(|(k, v)| {
-            (
-                FlowKey {
-                    mirror: session_key,
-                    ..k
-                },
-                v,
-            )
-        })
-        .collect();
+    let mut mirrored_truth = integration_tests::mirrored(truth_aggregate(&w.truth), session_key);
     mirrored_truth.pauses = mirrored_truth
         .pauses
         .into_iter()

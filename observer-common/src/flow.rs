@@ -26,7 +26,20 @@ pub struct FlowKey {
 
 /// `FlowKey::mirror` bit of a packet seen leaving the host (TC egress).
 pub const DIRECTION_EGRESS: u16 = 0x2000;
+
+/// `FlowKey::mirror` of the entry where the PSN analysis of a flow's mirror copies runs: the
+/// copies of every mirror session together (a QP sprayed over several mirrored links is whole
+/// only there; two taps on one path show there as duplicates), while each session's entry
+/// keeps its own counts. Bits 15, 14 and 12..10: no copy's key has them all (a session's has
+/// bits 13..10 clear, a sessionless kind's has bit 14 clear).
+pub const MIRROR_UNION: u16 = 0xDC00;
 const _: () = assert!(size_of::<FlowKey>() == 40);
+
+/// `FlowKey::mirror` of the PSN analysis of a mirror copy ([`FlowKey::union`]).
+#[inline(always)]
+pub const fn union_mirror(mirror: u16) -> u16 {
+    MIRROR_UNION | (mirror & DIRECTION_EGRESS)
+}
 
 /// `FlowKey::mirror` of a mirror copy.
 #[inline(always)]
@@ -43,12 +56,16 @@ pub enum MirrorOf {
     Direct,
     Session(u16),
     Kind(MirrorKind),
+    /// Every mirror session of a flow together ([`MIRROR_UNION`]).
+    Union,
 }
 
 impl MirrorOf {
     pub const fn of(mirror: u16) -> Self {
         if mirror & 0x8000 == 0 {
             Self::Direct
+        } else if mirror & !DIRECTION_EGRESS == MIRROR_UNION {
+            Self::Union
         } else if mirror & 0x4000 != 0 {
             Self::Session(mirror & 0x03FF)
         } else {
@@ -67,6 +84,32 @@ impl FlowKey {
     #[inline(always)]
     pub const fn is_egress(&self) -> bool {
         self.mirror & DIRECTION_EGRESS != 0
+    }
+
+    /// The entry of the PSN analysis of a mirror copy: every mirror session of the flow
+    /// together ([`MIRROR_UNION`]); `None` for a packet seen directly.
+    #[inline(always)]
+    pub const fn union(&self) -> Option<Self> {
+        if self.is_copy() {
+            Some(Self {
+                mirror: union_mirror(self.mirror),
+                ..*self
+            })
+        } else {
+            None
+        }
+    }
+
+    /// A mirror copy's flow (not the analysis of all its sessions).
+    #[inline(always)]
+    pub const fn is_copy(&self) -> bool {
+        self.mirror & 0x8000 != 0 && !self.is_union()
+    }
+
+    /// The entry of the PSN analysis of all mirror sessions of a flow, not a flow of its own.
+    #[inline(always)]
+    pub const fn is_union(&self) -> bool {
+        self.mirror & !DIRECTION_EGRESS == MIRROR_UNION
     }
 
     #[inline(always)]
@@ -172,23 +215,18 @@ impl FlowStats {
         now_ns: u64,
         cm_after: impl FnOnce(u64) -> bool,
     ) -> SeqClass {
-        self.count_only(p, now_ns);
+        self.count(p, now_ns);
         self.seq().packet(&SeqInput::of(p), now_ns, cm_after)
     }
 
+    /// Accounts one packet of this flow at time `now_ns`, all but the PSN analysis (the kernel
+    /// runs it apart, on a [`SeqInput`]; a mirror session's flow has none).
     #[inline(always)]
-    fn count_only(&mut self, p: &RocePacket, now_ns: u64) {
-        // Captures replayed out of order (several files, interleaved interfaces) can go back.
-        if self.packets == 0 || now_ns < self.first_seen_ns {
-            self.first_seen_ns = now_ns;
-        }
-        self.packets += 1;
+    pub fn count(&mut self, p: &RocePacket, now_ns: u64) {
+        self.seen(now_ns);
         self.bytes += p.ip_len as u64;
         self.ecn[(p.ecn() & 3) as usize] += 1;
         self.dscp_mask |= 1u64 << (p.dscp() & 63);
-        if now_ns > self.last_seen_ns {
-            self.last_seen_ns = now_ns;
-        }
         if let Some(Mirror {
             truncated: true, ..
         }) = &p.mirror
@@ -213,12 +251,18 @@ impl FlowStats {
         }
     }
 
-    /// Accounts one packet of this flow at time `now_ns`, all but the PSN analysis, and returns
-    /// the analysis's input (the kernel runs it apart: [`SeqInput`]).
+    /// Notes one more packet seen at `now_ns`: all that the PSN analysis of mirror sessions
+    /// together ([`FlowKey::union`]) counts besides the analysis.
     #[inline(always)]
-    pub fn count(&mut self, p: &RocePacket, now_ns: u64) -> SeqInput {
-        self.count_only(p, now_ns);
-        SeqInput::of(p)
+    pub fn seen(&mut self, now_ns: u64) {
+        // Captures replayed out of order (several files, interleaved interfaces) can go back.
+        if self.packets == 0 || now_ns < self.first_seen_ns {
+            self.first_seen_ns = now_ns;
+        }
+        if now_ns > self.last_seen_ns {
+            self.last_seen_ns = now_ns;
+        }
+        self.packets += 1;
     }
 
     /// Notes VLAN ID `vid` of the outer tag, or the inner one of QinQ.
@@ -371,6 +415,33 @@ impl FlowStats {
         s.first_seen_ns = 0;
         s.last_seen_ns = 0;
         s
+    }
+
+    /// The counts alone, without the PSN analysis: what a mirror session's flow holds (its
+    /// analysis is with every session's, under [`FlowKey::union`]).
+    pub fn counts_only(&self) -> Self {
+        Self {
+            psn_gaps: 0,
+            psn_regressions: 0,
+            seq: SeqCounts::default(),
+            seq_track: SeqTrack::default(),
+            ..*self
+        }
+    }
+
+    /// The PSN analysis alone, with the packets and times: what the analysis of a flow's
+    /// mirror sessions together holds ([`FlowKey::union`]).
+    pub fn analysis_only(&self) -> Self {
+        Self {
+            packets: self.packets,
+            first_seen_ns: self.first_seen_ns,
+            last_seen_ns: self.last_seen_ns,
+            psn_gaps: self.psn_gaps,
+            psn_regressions: self.psn_regressions,
+            seq: self.seq,
+            seq_track: self.seq_track,
+            ..Self::default()
+        }
     }
 
     /// A fresh value that continues the PSN tracking of `prev` (the flow's table entry).

@@ -15,8 +15,8 @@ pub use burst::{
     MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
 };
 pub use flow::{
-    Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MirrorOf,
-    TickClock, UNTAGGED, mirror_key,
+    Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MIRROR_UNION,
+    MirrorOf, TickClock, UNTAGGED, mirror_key, union_mirror,
 };
 pub use parse::{
     Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, Pause, RocePacket, SkipReason,

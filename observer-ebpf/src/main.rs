@@ -30,7 +30,7 @@ mod kernel {
         IfaceCounters, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, RocePacket,
         SeqInput, SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
-        parse_frame,
+        parse_frame, union_mirror,
     };
 
     #[map(name = "FLOWS")]
@@ -85,6 +85,11 @@ mod kernel {
     /// One `SeqInput` per CPU: the PSN analysis's input goes through it (see `account_flow`).
     #[map(name = "SEQ_INPUT")]
     static SEQ_INPUT: PerCpuArray<SeqInput> = PerCpuArray::with_max_entries(1, 0);
+
+    /// One `FlowKey` per CPU: the packet's flow key lives here, not on the 512-byte stack the
+    /// parser nearly fills.
+    #[map(name = "FLOW_KEY")]
+    static FLOW_KEY: PerCpuArray<FlowKey> = PerCpuArray::with_max_entries(1, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -256,11 +261,15 @@ mod kernel {
                     // SAFETY: this CPU's value.
                     unsafe { (*c).roce(&p) };
                 }
-                let mut key = FlowKey::of(&p);
-                if $egress {
-                    key.mirror |= DIRECTION_EGRESS;
+                if let Some(key) = FLOW_KEY.get_ptr_mut(0) {
+                    // SAFETY: this CPU's value.
+                    let key = unsafe { &mut *key };
+                    *key = FlowKey::of(&p);
+                    if $egress {
+                        key.mirror |= DIRECTION_EGRESS;
+                    }
+                    account_flow(&p, key, counters);
                 }
-                account_flow(&p, &key, counters);
             }
             copy
         }};
@@ -268,28 +277,66 @@ mod kernel {
 
     /// Accounts a RoCE packet in the flow cache (and the flow table behind it).
     #[inline(always)]
-    fn account_flow(p: &RocePacket, key: &FlowKey, counters: &mut Counters) {
-        if let Some(slot) = FLOW_CACHE.get_ptr_mut(key.slot()) {
-            // SAFETY: this CPU's slot.
-            let slot = unsafe { &mut *slot };
-            if slot.stats.packets == 0 || slot.key != *key {
-                take_slot(slot, key, counters);
-            }
-            let input = slot.stats.count(p, now_ns());
-            // The analysis's input through a map: loaded back, it carries none of the ranges
-            // the parser's paths gave it, and the verifier merges those paths here.
-            if let Some(scratch) = SEQ_INPUT.get_ptr_mut(0) {
-                // SAFETY: this CPU's value.
-                let input = unsafe {
-                    core::ptr::write_volatile(scratch, input);
-                    core::ptr::read_volatile(scratch)
-                };
-                // The analysis tells a resend after a wait (an RNR timer, 10 us and up) from a
-                // copy by the time between requests: finer than a tick, so the clock itself.
-                let fine = unsafe { bpf_ktime_get_ns() };
-                slot.stats.seq().packet(&input, fine, |_| false);
-            }
+    fn account_flow(p: &RocePacket, key: &mut FlowKey, counters: &mut Counters) {
+        // The analysis's input through a map: loaded back, it carries none of the ranges the
+        // parser's paths gave it, and the verifier merges those paths there. Stored first, it
+        // takes no stack meanwhile.
+        let Some(scratch) = SEQ_INPUT.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: this CPU's value.
+        unsafe { core::ptr::write_volatile(scratch, SeqInput::of(p)) };
+        let now = now_ns();
+        let Some(slot) = cached(key, counters) else {
+            return;
+        };
+        slot.stats.count(p, now);
+        let mut stats = &mut slot.stats;
+        // A mirror copy is counted in its session's flow and analysed with the copies of
+        // every session of its flow (a QP sprayed over mirrored links is whole only there),
+        // in the table directly (a second cache slot does not fit the 512-byte stack), under
+        // the key changed in place.
+        if key.is_copy() {
+            key.mirror = union_mirror(key.mirror);
+            let Some(u) = table_entry(key) else {
+                return;
+            };
+            u.seen(now);
+            stats = u;
         }
+        // SAFETY: this CPU's value.
+        let input = unsafe { core::ptr::read_volatile(scratch) };
+        // The analysis tells a resend after a wait (an RNR timer, 10 us and up) from a copy by
+        // the time between requests: finer than a tick, so the clock itself.
+        let fine = unsafe { bpf_ktime_get_ns() };
+        stats.seq().packet(&input, fine, |_| false);
+    }
+
+    /// This CPU's value of `key` in the flow table, inserted (zeroed) when missing.
+    #[inline(always)]
+    fn table_entry(key: &FlowKey) -> Option<&'static mut FlowStats> {
+        if let Some(s) = FLOWS.get_ptr_mut(key) {
+            // SAFETY: this CPU's value.
+            return Some(unsafe { &mut *s });
+        }
+        let zero = ZERO_STATS.get_ptr(0)?;
+        // SAFETY: ZERO_STATS is never written. EEXIST (a race) is fine.
+        let _ = FLOWS.insert(key, unsafe { &*zero }, BPF_NOEXIST as u64);
+        // SAFETY: this CPU's value.
+        FLOWS.get_ptr_mut(key).map(|s| unsafe { &mut *s })
+    }
+
+    /// This CPU's cache slot of `key`, taken over (its old flow written back) when another
+    /// flow held it.
+    #[inline(always)]
+    fn cached(key: &FlowKey, counters: &mut Counters) -> Option<&'static mut FlowSlot> {
+        let slot = FLOW_CACHE.get_ptr_mut(key.slot())?;
+        // SAFETY: this CPU's slot.
+        let slot = unsafe { &mut *slot };
+        if slot.stats.packets == 0 || slot.key != *key {
+            take_slot(slot, key, counters);
+        }
+        Some(slot)
     }
 
     #[inline(always)]
@@ -389,7 +436,8 @@ mod kernel {
                         }
                 }
             };
-            if !written {
+            // (The PSN analysis of mirror sessions together holds no packet of its own.)
+            if !written && !slot.key.is_union() {
                 counters.flow_insert_failures += slot.stats.packets;
             }
         }

@@ -8,7 +8,7 @@ use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals
 use crate::units::count;
 use observer_common::{
     Counters, DIRECTION_EGRESS, FlowKey, FlowStats, OpClass, Parsed, PauseKey, PauseStats,
-    RocePacket, SkipReason, parse_frame,
+    RocePacket, SeqInput, SkipReason, parse_frame,
 };
 
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
@@ -19,6 +19,9 @@ pub type FlowMap = HashMap<FlowKey, FlowStats, rustc_hash::FxBuildHasher>;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Aggregate {
     pub flows: FlowMap,
+    /// The PSN analysis of mirror copies, every mirror session of a flow together (keys with
+    /// [`MIRROR_UNION`](observer_common::MIRROR_UNION)); the sessions' flows keep the counts.
+    pub unions: FlowMap,
     /// PAUSE / PFC frames per sender (few: switch ports and NICs).
     pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
@@ -52,13 +55,19 @@ impl Aggregate {
         self.counters.record_mirror(&mirror);
         if let Ok(p) = &result {
             let key = FlowKey::of(p);
-            // A probe first: `entry` moves the key in and builds an entry on every packet.
-            match self.flows.get_mut(&key) {
-                Some(stats) => {
-                    stats.record(p, ts_ns);
-                }
-                None => {
-                    self.flows.entry(key).or_default().record(p, ts_ns);
+            match key.union() {
+                None => with_entry(&mut self.flows, key, |s| {
+                    s.record(p, ts_ns);
+                }),
+                // A mirror copy: counted in its session's flow, analysed with every session's.
+                Some(union) => {
+                    with_entry(&mut self.flows, key, |s| {
+                        s.count(p, ts_ns);
+                    });
+                    with_entry(&mut self.unions, union, |s| {
+                        s.seen(ts_ns);
+                        s.seq().packet(&SeqInput::of(p), ts_ns, |_| false);
+                    });
                 }
             }
         }
@@ -70,7 +79,12 @@ impl Aggregate {
         if stats.packets == 0 {
             return;
         }
-        self.flows.entry(key).or_default().merge(stats);
+        let map = if key.is_union() {
+            &mut self.unions
+        } else {
+            &mut self.flows
+        };
+        map.entry(key).or_default().merge(stats);
     }
 
     /// Adds a partial view of one pause sender (a per-CPU value read from the kernel).
@@ -84,7 +98,7 @@ impl Aggregate {
     /// Adds another aggregate (another interface, another CPU).
     pub fn merge(&mut self, other: &Aggregate) {
         self.counters.merge(&other.counters);
-        for (key, stats) in &other.flows {
+        for (key, stats) in other.flows.iter().chain(&other.unions) {
             self.merge_flow(*key, stats);
         }
         for (key, stats) in &other.pauses {
@@ -96,6 +110,11 @@ impl Aggregate {
     /// seen (timestamps, PSN continuation state) cleared: what ground truth can be compared to.
     pub fn comparable(&self) -> Aggregate {
         let flows = self.flows.iter().map(|(k, s)| (*k, s.timeless())).collect();
+        let unions = self
+            .unions
+            .iter()
+            .map(|(k, s)| (*k, s.timeless()))
+            .collect();
         let pauses = self
             .pauses
             .iter()
@@ -108,9 +127,20 @@ impl Aggregate {
             .collect();
         Aggregate {
             flows,
+            unions,
             pauses,
             counters: self.counters,
         }
+    }
+}
+
+/// Applies `f` to the entry of `key`, made when missing. A probe first: `entry` moves the key in
+/// and builds an entry on every packet.
+#[inline]
+fn with_entry(map: &mut FlowMap, key: FlowKey, f: impl FnOnce(&mut FlowStats)) {
+    match map.get_mut(&key) {
+        Some(stats) => f(stats),
+        None => f(map.entry(key).or_default()),
     }
 }
 
@@ -118,7 +148,7 @@ impl Aggregate {
     /// The flows of the report, each joined to its reverse direction (swapped addresses, the
     /// same UDP source port and mirror): the path MTU either direction learned, responses
     /// checked against the requests they answer, requests left unanswered, RNR retries.
-    fn linked_flows(&self, window_seconds: f64) -> Vec<Flow> {
+    fn linked_flows(&self, window_seconds: f64) -> Vec<(FlowKey, Flow)> {
         use observer_common::seq::{F_ACKREQ, F_RESP, F_VALID, pmtu_of, psn_after, psn_sub};
         type Tuple = ([u8; 16], [u8; 16], u16, u16);
         let tuple = |k: &FlowKey| -> Tuple {
@@ -130,15 +160,14 @@ impl Aggregate {
             )
         };
         let mut by_tuple: HashMap<Tuple, Vec<&FlowKey>> = HashMap::new();
-        for k in self.flows.keys().filter(|k| k.dest_qp != 1) {
+        for k in self.all().map(|(k, _)| k).filter(|k| k.dest_qp != 1) {
             by_tuple.entry(tuple(k)).or_default().push(k);
         }
         // The observation's end: the newest request or response of any flow, on the clock the
         // analysis keeps its times on (live, the kernel's; replay, the capture's).
         let end = self
-            .flows
-            .values()
-            .map(|s| s.seq_track.req_ns.max(s.seq_track.resp_ns))
+            .all()
+            .map(|(_, s)| s.seq_track.req_ns.max(s.seq_track.resp_ns))
             .max()
             .unwrap_or(0);
         // The reverse direction: the one flow back, or (host mode sees a connection both
@@ -156,12 +185,10 @@ impl Aggregate {
                     }
                 }
             };
-            one.filter(|_| k.dest_qp != 1)
-                .and_then(|r| self.flows.get(r))
+            one.filter(|_| k.dest_qp != 1).and_then(|r| self.stats(r))
         };
         let mut flows: Vec<(FlowKey, Flow)> = self
-            .flows
-            .iter()
+            .all()
             .map(|(k, s)| {
                 let mut f = Flow::new(k, s, window_seconds);
                 let Some(r) = reverse(k) else {
@@ -205,8 +232,7 @@ impl Aggregate {
         // Per request flow: its newest request PSN and the newest PSN it may have used (a READ
         // of unknown path MTU, or cut before its RETH, consumes a range).
         let sent_hi: HashMap<Tuple, (u32, u32)> = self
-            .flows
-            .iter()
+            .all()
             .filter(|(_, s)| s.seq_track.flags & F_VALID != 0)
             .map(|(k, s)| {
                 let t = &s.seq_track;
@@ -214,7 +240,7 @@ impl Aggregate {
             })
             .collect();
         for (k, f) in &mut flows {
-            let s = &self.flows[k];
+            let Some(s) = self.stats(k) else { continue };
             let t = &s.seq_track;
             let (src, dst, sport, mirror) = tuple(k);
             let requests = by_tuple.get(&(dst, src, sport, mirror)).map_or(0, Vec::len);
@@ -236,15 +262,31 @@ impl Aggregate {
                 }
             }
         }
-        flows.into_iter().map(|(_, f)| f).collect()
+        flows
+    }
+
+    /// Every entry: the flows, then the PSN analyses of mirror sessions together.
+    fn all(&self) -> impl Iterator<Item = (&FlowKey, &FlowStats)> {
+        self.flows.iter().chain(&self.unions)
+    }
+
+    fn stats(&self, k: &FlowKey) -> Option<&FlowStats> {
+        if k.is_union() {
+            self.unions.get(k)
+        } else {
+            self.flows.get(k)
+        }
     }
 
     /// The report of this aggregate: every flow, largest first, and the totals.
     pub fn report(&self, source: Source, window_seconds: f64) -> Report {
         let agg = self;
         let c = &agg.counters;
-        let mut flows = agg.linked_flows(window_seconds);
-        flows.sort_by(|a, b| {
+        let (unions, mut rows): (Vec<_>, Vec<_>) = agg
+            .linked_flows(window_seconds)
+            .into_iter()
+            .partition(|(k, _)| k.is_union());
+        rows.sort_by(|(ka, a), (kb, b)| {
             b.bytes
                 .cmp(&a.bytes)
                 .then(b.packets.cmp(&a.packets))
@@ -253,7 +295,30 @@ impl Aggregate {
                 .then(a.dest_qp.cmp(&b.dest_qp))
                 .then(a.udp_src_port.cmp(&b.udp_src_port))
                 .then(a.direction.cmp(&b.direction))
+                .then(ka.mirror.cmp(&kb.mirror))
         });
+        // A mirror copy's PSNs are analysed with its flow's copies in every session: that
+        // analysis goes to the first of the flow's rows (the most bytes), once.
+        let unions: HashMap<FlowKey, crate::model::Psn> =
+            unions.into_iter().map(|(k, f)| (k, f.psn)).collect();
+        let mut views: HashMap<FlowKey, u32> = HashMap::new();
+        for u in rows.iter().filter_map(|(k, _)| k.union()) {
+            *views.entry(u).or_default() += 1;
+        }
+        let mut told = std::collections::HashSet::new();
+        for (k, f) in &mut rows {
+            let Some(u) = k.union() else { continue };
+            let here = told.insert(u);
+            f.psn = match unions.get(&u) {
+                Some(psn) if here => *psn,
+                _ => crate::model::Psn::default(),
+            };
+            let mirror_views = views.get(&u).copied().unwrap_or(1);
+            if mirror_views > 1 {
+                f.psn_scope = Some(crate::model::PsnScope { mirror_views, here });
+            }
+        }
+        let flows: Vec<Flow> = rows.into_iter().map(|(_, f)| f).collect();
         let mut psn = crate::model::Psn::default();
         for f in &flows {
             psn.add(&f.psn);

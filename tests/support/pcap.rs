@@ -1,15 +1,36 @@
 //! Captures and ground truth: pcap frames, the shared captures, the generator's truth as an
 //! aggregate, and flows without their timing.
 
+use observer_common::FlowKey;
 use roce_observer::{aggregate::Aggregate, source::synth::Truth};
 
 /// The ground truth of a synthetic workload as an [`Aggregate`].
 pub fn truth_aggregate(t: &Truth) -> Aggregate {
     Aggregate {
         flows: t.flows.iter().map(|(k, v)| (*k, *v)).collect(),
+        unions: Default::default(),
         pauses: t.pauses.clone(),
         counters: t.counters,
     }
+}
+
+/// The aggregate `direct` (of traffic seen directly) as seen through mirror `mirror` (a
+/// [`FlowKey::mirror`] value): each flow's counts under the mirror's key, its PSN analysis under
+/// the key of every session together.
+pub fn mirrored(direct: Aggregate, mirror: u16) -> Aggregate {
+    let mut out = Aggregate {
+        pauses: direct.pauses,
+        counters: direct.counters,
+        ..Aggregate::default()
+    };
+    for (k, s) in direct.flows {
+        let key = FlowKey { mirror, ..k };
+        out.flows.insert(key, s.counts_only());
+        if let Some(u) = key.union() {
+            out.unions.insert(u, s.analysis_only());
+        }
+    }
+    out
 }
 
 /// Report flows without what depends on timing (times, rate), in a fixed order.

@@ -72,6 +72,16 @@ pub const METRIC_NAMES: [(&str, &str); METRICS] = [
 pub struct Counts(pub [u64; METRICS]);
 
 impl Counts {
+    /// The counts of entry `key`: the PSN analysis of mirror sessions together
+    /// ([`FlowKey::is_union`]) adds its PSN counts alone (each session's flow has the others).
+    pub fn of_entry(key: &FlowKey, s: &FlowStats) -> Self {
+        let mut c = Self::of(s);
+        if key.is_union() {
+            c.0[..TOTALLED].fill(0);
+        }
+        c
+    }
+
     pub fn of(s: &FlowStats) -> Self {
         Self([
             s.packets,
@@ -287,7 +297,7 @@ impl FlowBook {
         let mut read = Counts::default();
         let mut first = 0;
         for v in per_cpu.iter().filter(|v| v.packets > 0) {
-            read.add(&Counts::of(v));
+            read.add(&Counts::of_entry(key, v));
             if first == 0 || v.first_seen_ns < first {
                 first = v.first_seen_ns;
             }
@@ -308,7 +318,7 @@ impl FlowBook {
             self.cache_now
                 .entry(*key)
                 .or_default()
-                .add(&Counts::of(stats));
+                .add(&Counts::of_entry(key, stats));
         }
     }
 
@@ -337,7 +347,7 @@ impl FlowBook {
         if let Some(per_cpu) = last {
             let mut read = Counts::default();
             for v in per_cpu.iter().filter(|v| v.packets > 0) {
-                read.add(&Counts::of(v));
+                read.add(&Counts::of_entry(key, v));
             }
             // Held as any reading (an entry written back since holds counts already seen in
             // the cache); what it misses is in the totals' slack.

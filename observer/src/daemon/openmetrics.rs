@@ -69,6 +69,8 @@ pub fn flow_fields(key: &FlowKey, qp: String) -> [(&'static str, String); 6] {
         MirrorOf::Direct => String::new(),
         MirrorOf::Session(id) => format!("erspan-{id}"),
         MirrorOf::Kind(k) => k.name().to_string(),
+        // The PSN analysis of every session of a mirrored flow together.
+        MirrorOf::Union => "all-sessions".to_string(),
     };
     [
         ("src", ip_of(key.src_ip).to_string()),

@@ -144,6 +144,11 @@ fn flow_mirror(mirror: u16, truncated: u64) -> Option<FlowMirror> {
             kind: Some(k.name().to_string()),
             truncated,
         }),
+        MirrorOf::Union => Some(FlowMirror {
+            session: None,
+            kind: Some("all-sessions".to_string()),
+            truncated,
+        }),
     }
 }
 
@@ -325,6 +330,11 @@ pub struct Flow {
     pub ecn: Ecn,
     pub ops: Ops,
     pub psn: Psn,
+    /// Set on each row of a flow seen in several mirror sessions (a QP sprayed over mirrored
+    /// links, or two taps on one path): its PSNs are analysed all sessions together, and that
+    /// analysis is the `psn` of the first of its rows (the others' is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psn_scope: Option<PsnScope>,
     /// DSCP values seen, ascending.
     pub dscp: Vec<u8>,
     /// DSCP values CNPs of this flow were sent with, ascending (absent without CNPs).
@@ -454,6 +464,15 @@ pub struct Psn {
     /// began and how long it lasted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest_resend_wait: Option<Wait>,
+}
+
+/// Where the PSN analysis of a flow seen in several mirror sessions is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PsnScope {
+    /// The mirror sessions (rows) whose packets were analysed together.
+    pub mirror_views: u32,
+    /// This row's `psn` holds the analysis.
+    pub here: bool,
 }
 
 /// A protocol violation with its place in time.
@@ -668,6 +687,7 @@ impl Flow {
             },
             ops: Ops::from_counts(&s.ops),
             psn: Psn::of(s),
+            psn_scope: None,
             dscp: (0..64u8).filter(|d| s.dscp_mask & (1 << d) != 0).collect(),
             cnp_dscp: (0..64u8)
                 .filter(|d| s.cnp_dscp_mask & (1 << d) != 0)

@@ -149,11 +149,18 @@ pub fn render_table(report: &Report, top: usize) -> String {
                     f.ops.cnp.to_string(),
                     f.ops.nak.to_string(),
                     f.ops.rnr_nak.to_string(),
-                    f.psn.missing.to_string(),
-                    f.psn.out_of_order.to_string(),
-                    f.psn.duplicates.to_string(),
-                    f.psn.retransmissions.to_string(),
                 ]);
+                if f.psn_scope.is_some_and(|s| !s.here) {
+                    // Analysed with the flow's other mirror sessions, on its first row.
+                    row.extend(std::iter::repeat_n("^".to_string(), 4));
+                } else {
+                    row.extend([
+                        f.psn.missing.to_string(),
+                        f.psn.out_of_order.to_string(),
+                        f.psn.duplicates.to_string(),
+                        f.psn.retransmissions.to_string(),
+                    ]);
+                }
                 row
             })
             .collect();
@@ -189,6 +196,12 @@ pub fn render_table(report: &Report, top: usize) -> String {
             .concat(),
             rows,
         ));
+        if shown.iter().any(|f| f.psn_scope.is_some()) {
+            let _ = writeln!(
+                out,
+                "  A flow seen in several mirror sessions has its PSNs analysed all sessions together, on its first row (^ on the others)"
+            );
+        }
         if report.flows.len() > top {
             let _ = writeln!(
                 out,

@@ -322,6 +322,7 @@ mod tests {
             ecn: Ecn::default(),
             ops: Ops::default(),
             psn: Psn::default(),
+            psn_scope: None,
             dscp: vec![],
             cnp_dscp: vec![],
             pcp: vec![],

@@ -183,6 +183,7 @@ mod tests {
             ecn: Ecn::default(),
             ops: Ops::default(),
             psn: Psn::default(),
+            psn_scope: None,
             dscp: vec![26],
             cnp_dscp: vec![],
             pcp: vec![],

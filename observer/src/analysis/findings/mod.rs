@@ -345,6 +345,7 @@ mod testing {
             ecn: Default::default(),
             ops: Default::default(),
             psn: Default::default(),
+            psn_scope: None,
             dscp: Vec::new(),
             cnp_dscp: Vec::new(),
             pcp: Vec::new(),
