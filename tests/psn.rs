@@ -343,7 +343,11 @@ fn each_behaviour_counts_the_same_with_the_psns_wrapping_inside_it() {
         );
         let (wrapped, unwrapped) = (flow(&r, key), flow(&far, far_key));
         assert_eq!(counts(&wrapped.psn), b.counts(), "{b:?}: across the wrap");
-        assert_eq!(counts(&unwrapped.psn), b.counts(), "{b:?}: far from the wrap");
+        assert_eq!(
+            counts(&unwrapped.psn),
+            b.counts(),
+            "{b:?}: far from the wrap"
+        );
         assert_eq!(wrapped.psn.pmtu, Some(1024), "{b:?}");
         assert_eq!(
             flow(&r, back).psn.nak_seq_errors,
@@ -365,7 +369,12 @@ fn each_behaviour_counts_the_same_with_the_psns_wrapping_inside_it() {
         // The truth the generator recorded as it went says the same.
         let t = &w.truth.flows[key];
         assert_eq!(
-            (t.psn_gaps, t.psn_regressions, t.seq.retransmissions, t.seq.resets),
+            (
+                t.psn_gaps,
+                t.psn_regressions,
+                t.seq.retransmissions,
+                t.seq.resets
+            ),
             (b.counts()[0], b.counts()[1], b.counts()[4], b.counts()[8]),
             "{b:?}"
         );
