@@ -465,10 +465,17 @@ fn incast_fires_on_six_senders_to_one_congested_receiver() {
         named(f),
         into.iter().map(|(k, _)| FlowRef::of_key(k)).collect()
     );
-    // The receiver answers with CNPs in DSCP 48: ce-without-cnp and cnp-priority stay silent.
+    // The receiver answers with CNPs in DSCP 48: cnp-priority stays silent. Each sender's
+    // marks stay below the 10 ce-without-cnp needs to judge its receiver: too few, not a pass.
     assert!(w.truth.counters.cnp_packets > 0);
-    assert_eq!(check(&r, "ce-without-cnp").status, CheckStatus::Passed);
     assert_eq!(check(&r, "cnp-priority").status, CheckStatus::Passed);
+    assert!(into.iter().all(|(_, s)| s.ecn[3] < 10), "{into:?}");
+    let c = check(&r, "ce-without-cnp");
+    assert_eq!(c.status, CheckStatus::InsufficientData, "{c:?}");
+    assert_eq!(
+        c.note,
+        format!("{ce} CE marks on 6 host pairs, none with the 10 needed to judge its receiver")
+    );
 }
 
 #[test]
@@ -564,6 +571,124 @@ fn every_rule_scenario_is_listed_by_synth() {
     }
 }
 
+/// A capture without a single RoCEv2 packet (frames the observer skips, MAC control aside):
+/// no check passes on it, each says it had too little or could not run, and the one-line notice
+/// comes before anything else.
+#[test]
+fn a_capture_without_roce_passes_no_check_and_says_so_first() {
+    let dir = Scratch::new("findings-no-roce");
+    let mut w = Workload::default();
+    for (bytes, reason) in synth::basic_noise() {
+        if reason != observer_common::SkipReason::MacControl {
+            w.push_noise(bytes, reason);
+        }
+    }
+    assert_eq!(w.truth.counters.roce_packets, 0);
+    let frames = w.frames.len();
+    assert!(frames > 5, "{frames}");
+    let path = dir.path("no-roce.pcap");
+    let f = std::fs::File::create(&path).unwrap();
+    synth::write_pcap(std::io::BufWriter::new(f), &w.frames).unwrap();
+    let notice = format!("no RoCEv2 packet in {frames} frames: nothing below is about RoCE");
+    for flags in [&[][..], &FLAGS[..]] {
+        let r = replay_json(std::slice::from_ref(&path), flags);
+        assert_eq!(r.notice.as_deref(), Some(notice.as_str()), "{flags:?}");
+        assert!(r.findings.is_empty(), "{flags:?}: {:?}", r.findings);
+        assert_eq!(r.checks.len(), RULES.len());
+        for c in &r.checks {
+            assert!(
+                matches!(
+                    c.status,
+                    CheckStatus::InsufficientData | CheckStatus::Skipped
+                ),
+                "{flags:?}: {c:?}"
+            );
+            assert!(!c.note.is_empty(), "{c:?}");
+        }
+        let (status, out, err) = run_replay(std::slice::from_ref(&path), flags);
+        assert!(status.success(), "{err}");
+        assert_eq!(out.lines().next(), Some(notice.as_str()), "{out}");
+        assert!(out.contains("findings: none (0 checks passed)"), "{out}");
+        assert!(!out.contains("not checked: ") || flags.is_empty(), "{out}");
+    }
+}
+
+/// Each rule's passed note states the evidence it looked at, on the scenarios where the rule
+/// had something to judge and found nothing (`rules-clean`, with both flags), and each of
+/// those numbers is the scenario's truth.
+#[test]
+fn passed_checks_state_the_evidence_they_judged() {
+    let (w, r) = rule_scenario("rules-clean", &[]);
+    let requests = sum(&w, |s| {
+        op(s, OpClass::Send) + op(s, OpClass::Write) + op(s, OpClass::ReadRequest)
+    });
+    let followed = w
+        .truth
+        .flows
+        .values()
+        .filter(|s| op(s, OpClass::Send) + op(s, OpClass::Write) + op(s, OpClass::ReadRequest) > 0)
+        .count();
+    let reads = sum(&w, |s| op(s, OpClass::ReadRequest));
+    // not-ect judges flows of 10 data packets or more, READ responses included.
+    let data_flows = w
+        .truth
+        .flows
+        .values()
+        .filter(|s| {
+            op(s, OpClass::Send)
+                + op(s, OpClass::Write)
+                + op(s, OpClass::ReadRequest)
+                + op(s, OpClass::ReadResponse)
+                >= 10
+        })
+        .count();
+    for (rule, want) in [
+        ("loss", format!("over {requests} request packets (")),
+        (
+            "reorder",
+            format!("0 packets out of order over {requests} request packets"),
+        ),
+        (
+            "duplicate-copies",
+            format!("0 duplicates over {requests} request packets"),
+        ),
+        (
+            "psn-violation",
+            format!("no violation over {followed} flows, {reads} READs"),
+        ),
+        (
+            "qp-reuse",
+            format!("no QP number reused over {followed} flows"),
+        ),
+        (
+            "stall",
+            format!("({followed} flows followed, {followed} with answers seen)"),
+        ),
+        (
+            "not-ect",
+            format!("RoCE data is sent ECN-capable ({data_flows} flows judged)"),
+        ),
+        (
+            "cnp-priority",
+            "CNPs travel in DSCP 48, apart from the data's (26)".to_string(),
+        ),
+        ("dscp-mix", "RoCE data uses one DSCP (26)".to_string()),
+        (
+            "pfc-idle-priority",
+            "pauses only on RoCE priorities (3)".to_string(),
+        ),
+        ("rnr", "0 RNR NAKs".to_string()),
+    ] {
+        let c = check(&r, rule);
+        assert_eq!(c.status, CheckStatus::Passed, "{c:?}");
+        assert!(
+            c.note.contains(&want),
+            "{rule}: {:?} lacks {want:?}",
+            c.note
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Real captures.
 // ---------------------------------------------------------------------------------------------
@@ -640,7 +765,16 @@ fn a_raised_threshold_silences_ce_without_cnp() {
     let above = above.to_str().unwrap();
     let r = replay_json(&[pcap], &[&FLAGS[..], &["--rules", above][..]].concat());
     assert!(r.findings.is_empty(), "{:?}", r.findings);
-    assert_eq!(check(&r, "ce-without-cnp").status, CheckStatus::Passed);
+    // Fewer marks than it needs on any host pair: too little to judge, not a pass.
+    let c = check(&r, "ce-without-cnp");
+    assert_eq!(c.status, CheckStatus::InsufficientData, "{c:?}");
+    assert!(
+        c.note.starts_with(&format!(
+            "{ce} CE marks on 2 host pairs, none with the {}",
+            ce + 1
+        )),
+        "{c:?}"
+    );
 }
 
 #[test]
