@@ -465,10 +465,17 @@ fn incast_fires_on_six_senders_to_one_congested_receiver() {
         named(f),
         into.iter().map(|(k, _)| FlowRef::of_key(k)).collect()
     );
-    // The receiver answers with CNPs in DSCP 48: ce-without-cnp and cnp-priority stay silent.
+    // The receiver answers with CNPs in DSCP 48: cnp-priority stays silent. Each sender's
+    // marks stay below the 10 ce-without-cnp needs to judge its receiver: too few, not a pass.
     assert!(w.truth.counters.cnp_packets > 0);
-    assert_eq!(check(&r, "ce-without-cnp").status, CheckStatus::Passed);
     assert_eq!(check(&r, "cnp-priority").status, CheckStatus::Passed);
+    assert!(into.iter().all(|(_, s)| s.ecn[3] < 10), "{into:?}");
+    let c = check(&r, "ce-without-cnp");
+    assert_eq!(c.status, CheckStatus::InsufficientData, "{c:?}");
+    assert_eq!(
+        c.note,
+        format!("{ce} CE marks on 6 host pairs, none with the 10 needed to judge its receiver")
+    );
 }
 
 #[test]
@@ -564,6 +571,124 @@ fn every_rule_scenario_is_listed_by_synth() {
     }
 }
 
+/// A capture without a single RoCEv2 packet (frames the observer skips, MAC control aside):
+/// no check passes on it, each says it had too little or could not run, and the one-line notice
+/// comes before anything else.
+#[test]
+fn a_capture_without_roce_passes_no_check_and_says_so_first() {
+    let dir = Scratch::new("findings-no-roce");
+    let mut w = Workload::default();
+    for (bytes, reason) in synth::basic_noise() {
+        if reason != observer_common::SkipReason::MacControl {
+            w.push_noise(bytes, reason);
+        }
+    }
+    assert_eq!(w.truth.counters.roce_packets, 0);
+    let frames = w.frames.len();
+    assert!(frames > 5, "{frames}");
+    let path = dir.path("no-roce.pcap");
+    let f = std::fs::File::create(&path).unwrap();
+    synth::write_pcap(std::io::BufWriter::new(f), &w.frames).unwrap();
+    let notice = format!("no RoCEv2 packet in {frames} frames: nothing below is about RoCE");
+    for flags in [&[][..], &FLAGS[..]] {
+        let r = replay_json(std::slice::from_ref(&path), flags);
+        assert_eq!(r.notice.as_deref(), Some(notice.as_str()), "{flags:?}");
+        assert!(r.findings.is_empty(), "{flags:?}: {:?}", r.findings);
+        assert_eq!(r.checks.len(), RULES.len());
+        for c in &r.checks {
+            assert!(
+                matches!(
+                    c.status,
+                    CheckStatus::InsufficientData | CheckStatus::Skipped
+                ),
+                "{flags:?}: {c:?}"
+            );
+            assert!(!c.note.is_empty(), "{c:?}");
+        }
+        let (status, out, err) = run_replay(std::slice::from_ref(&path), flags);
+        assert!(status.success(), "{err}");
+        assert_eq!(out.lines().next(), Some(notice.as_str()), "{out}");
+        assert!(out.contains("findings: none (0 checks passed)"), "{out}");
+        assert!(!out.contains("not checked: ") || flags.is_empty(), "{out}");
+    }
+}
+
+/// Each rule's passed note states the evidence it looked at, on the scenarios where the rule
+/// had something to judge and found nothing (`rules-clean`, with both flags), and each of
+/// those numbers is the scenario's truth.
+#[test]
+fn passed_checks_state_the_evidence_they_judged() {
+    let (w, r) = rule_scenario("rules-clean", &[]);
+    let requests = sum(&w, |s| {
+        op(s, OpClass::Send) + op(s, OpClass::Write) + op(s, OpClass::ReadRequest)
+    });
+    let followed = w
+        .truth
+        .flows
+        .values()
+        .filter(|s| op(s, OpClass::Send) + op(s, OpClass::Write) + op(s, OpClass::ReadRequest) > 0)
+        .count();
+    let reads = sum(&w, |s| op(s, OpClass::ReadRequest));
+    // not-ect judges flows of 10 data packets or more, READ responses included.
+    let data_flows = w
+        .truth
+        .flows
+        .values()
+        .filter(|s| {
+            op(s, OpClass::Send)
+                + op(s, OpClass::Write)
+                + op(s, OpClass::ReadRequest)
+                + op(s, OpClass::ReadResponse)
+                >= 10
+        })
+        .count();
+    for (rule, want) in [
+        ("loss", format!("over {requests} request packets (")),
+        (
+            "reorder",
+            format!("0 packets out of order over {requests} request packets"),
+        ),
+        (
+            "duplicate-copies",
+            format!("0 duplicates over {requests} request packets"),
+        ),
+        (
+            "psn-violation",
+            format!("no violation over {followed} flows, {reads} READs"),
+        ),
+        (
+            "qp-reuse",
+            format!("no QP number reused over {followed} flows"),
+        ),
+        (
+            "stall",
+            format!("({followed} flows followed, {followed} with answers seen)"),
+        ),
+        (
+            "not-ect",
+            format!("RoCE data is sent ECN-capable ({data_flows} flows judged)"),
+        ),
+        (
+            "cnp-priority",
+            "CNPs travel in DSCP 48, apart from the data's (26)".to_string(),
+        ),
+        ("dscp-mix", "RoCE data uses one DSCP (26)".to_string()),
+        (
+            "pfc-idle-priority",
+            "pauses only on RoCE priorities (3)".to_string(),
+        ),
+        ("rnr", "0 RNR NAKs".to_string()),
+    ] {
+        let c = check(&r, rule);
+        assert_eq!(c.status, CheckStatus::Passed, "{c:?}");
+        assert!(
+            c.note.contains(&want),
+            "{rule}: {:?} lacks {want:?}",
+            c.note
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Real captures.
 // ---------------------------------------------------------------------------------------------
@@ -640,7 +765,16 @@ fn a_raised_threshold_silences_ce_without_cnp() {
     let above = above.to_str().unwrap();
     let r = replay_json(&[pcap], &[&FLAGS[..], &["--rules", above][..]].concat());
     assert!(r.findings.is_empty(), "{:?}", r.findings);
-    assert_eq!(check(&r, "ce-without-cnp").status, CheckStatus::Passed);
+    // Fewer marks than it needs on any host pair: too little to judge, not a pass.
+    let c = check(&r, "ce-without-cnp");
+    assert_eq!(c.status, CheckStatus::InsufficientData, "{c:?}");
+    assert!(
+        c.note.starts_with(&format!(
+            "{ce} CE marks on 2 host pairs, none with the {}",
+            ce + 1
+        )),
+        "{c:?}"
+    );
 }
 
 #[test]
@@ -818,4 +952,213 @@ fn an_interval_below_the_microburst_slot_is_a_one_line_error() {
     // At the slot it is fine.
     let r = replay_json(&[pcap], &["--interval", "100us"]);
     assert_eq!(r.series.unwrap().interval_s, 100e-6);
+}
+
+/// What a short capture's frames say, read by hand from the fixed offsets of untagged IPv4
+/// RoCE frames (every frame of the `incast` scenario): per frame its time, IP length, whether
+/// it is a CNP, and its flow (source, destination, UDP source port, destination QP).
+struct HandFrame {
+    ts_ns: u64,
+    ip_len: u64,
+    cnp: bool,
+    flow: FlowRef,
+}
+
+fn hand_frames(w: &Workload) -> Vec<HandFrame> {
+    w.frames
+        .iter()
+        .map(|f| {
+            let b = &f.bytes;
+            assert_eq!(b[12..14], [0x08, 0x00], "IPv4, untagged");
+            assert_eq!((b[14], b[23]), (0x45, 17), "no options, UDP");
+            assert_eq!(u16::from_be_bytes([b[36], b[37]]), 4791, "RoCEv2");
+            let v4 = |o: usize| IpAddr::from([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+            HandFrame {
+                ts_ns: f.ts_ns,
+                ip_len: u64::from(u16::from_be_bytes([b[16], b[17]])),
+                cnp: b[42] == 0x81,
+                flow: FlowRef {
+                    src_ip: v4(26),
+                    dst_ip: v4(30),
+                    udp_src_port: u16::from_be_bytes([b[34], b[35]]),
+                    dest_qp: u32::from_be_bytes([0, b[47], b[48], b[49]]),
+                    direction: Default::default(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// A rate as the report prints it: one decimal, in the SI unit that keeps it below 1000.
+fn printed_rate(bps: f64) -> String {
+    let (v, unit) = match bps {
+        b if b >= 1e9 => (b / 1e9, "Gb/s"),
+        b if b >= 1e6 => (b / 1e6, "Mb/s"),
+        b if b >= 1e3 => (b / 1e3, "kb/s"),
+        b => (b, "b/s"),
+    };
+    format!("{v:.1} {unit}")
+}
+
+fn assert_close(got: f64, want: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= want.abs() * 1e-9,
+        "{what}: {got} reported, {want} by hand"
+    );
+}
+
+/// The `incast` capture lasts some 0.72 ms: the rates the report gives (the window, the time
+/// series' RoCE and CNP rates and their peaks, each flow's RATE and PEAK) are the ones worked
+/// out here from the generated frames alone: bits (IP lengths) or CNPs over the time each
+/// interval covers, the last one ending with the last frame; a flow's active rate over its
+/// first to last packet.
+#[test]
+fn a_short_captures_rates_are_the_hand_computed_ones() {
+    let dir = Scratch::new("findings-rates");
+    let (w, pcap) = capture(&dir, "incast");
+    let frames = hand_frames(&w);
+    let first = frames[0].ts_ns;
+    let span = frames.last().unwrap().ts_ns - first;
+    assert!((700_000..800_000).contains(&span), "{span} ns");
+    // Fitted: the shortest of 100 us x 1, 2, 5 x 10^k giving at most 100 intervals: 100 us,
+    // eight of them, the last covering what is left up to the last frame.
+    let interval = 100_000u64;
+    let n = span.div_ceil(interval) as usize;
+    assert_eq!(n, 8);
+    let covered_s = |i: usize| {
+        let ns = if i + 1 < n {
+            interval
+        } else {
+            span - (n as u64 - 1) * interval
+        };
+        ns as f64 / 1e9
+    };
+    // A frame exactly at the end of the span belongs to the last interval.
+    let index = |ts: u64| (((ts - first) / interval) as usize).min(n - 1);
+    let mut bytes = vec![0u64; n];
+    let mut cnps = vec![0u64; n];
+    let mut per_flow: std::collections::BTreeMap<FlowRef, (Vec<u64>, u64, u64, u64)> =
+        Default::default();
+    for f in &frames {
+        let i = index(f.ts_ns);
+        bytes[i] += f.ip_len;
+        cnps[i] += u64::from(f.cnp);
+        let e = per_flow
+            .entry(f.flow.clone())
+            .or_insert_with(|| (vec![0; n], f.ts_ns, f.ts_ns, 0));
+        e.0[i] += f.ip_len;
+        e.2 = f.ts_ns;
+        e.3 += f.ip_len;
+    }
+    let bps: Vec<f64> = (0..n)
+        .map(|i| bytes[i] as f64 * 8.0 / covered_s(i))
+        .collect();
+    let cnp_per_s: Vec<f64> = (0..n).map(|i| cnps[i] as f64 / covered_s(i)).collect();
+    // The first interval with the highest value, as the summary line names it.
+    let peak = |v: &[f64]| {
+        v.iter()
+            .enumerate()
+            .fold((0, 0.0f64), |m, (i, x)| if *x > m.1 { (i, *x) } else { m })
+    };
+
+    let r = replay_json(std::slice::from_ref(&pcap), &[]);
+    assert_close(r.window.seconds, span as f64 / 1e9, "window");
+    let s = r.series.as_ref().expect("a series");
+    assert!(s.interval_fitted);
+    assert_eq!(s.interval_s, 100e-6);
+    assert_eq!(s.t.len(), n);
+    assert_close(s.span_s, span as f64 / 1e9, "span");
+    for i in 0..n {
+        assert_close(
+            s.total.bps[i],
+            bps[i],
+            &format!("RoCE rate of interval {i}"),
+        );
+        assert_close(
+            s.total.cnp_per_s[i],
+            cnp_per_s[i],
+            &format!("CNPs/s of interval {i}"),
+        );
+    }
+    assert_eq!(cnps.iter().sum::<u64>(), w.truth.counters.cnp_packets);
+    assert_eq!(r.flows.len(), per_flow.len());
+    for f in &r.flows {
+        let (series, first_ns, last_ns, total) = &per_flow[&FlowRef::of_flow(f)];
+        let active = *total as f64 * 8.0 / ((last_ns - first_ns) as f64 / 1e9);
+        let flow_peak = (0..n)
+            .map(|i| series[i] as f64 * 8.0 / covered_s(i))
+            .fold(0.0, f64::max);
+        assert_close(f.active_rate_bps.unwrap(), active, &format!("{f:?} RATE"));
+        assert_close(f.peak_rate_bps.unwrap(), flow_peak, &format!("{f:?} PEAK"));
+    }
+
+    // The terminal report prints the same numbers.
+    let (status, out, err) = run_replay(std::slice::from_ref(&pcap), &[]);
+    assert!(status.success(), "{err}");
+    let header = format!(
+        "roce-observer: pcap {}, {:.0} µs: {} frames",
+        pcap.display(),
+        span as f64 / 1e3,
+        frames.len()
+    );
+    assert!(out.contains(&header), "{header}: {out}");
+    let at = |i: usize| match i {
+        0 => "0 s".to_string(),
+        i => format!("{} µs", i * 100),
+    };
+    let (ti, tp) = peak(&bps);
+    let (ni, np) = peak(&cnp_per_s);
+    let line = format!(
+        "time series: 8 intervals of 100 µs (fitted to the {:.0} µs span): RoCE peak {} at +{}",
+        span as f64 / 1e3,
+        printed_rate(tp),
+        at(ti)
+    );
+    assert!(out.contains(&line), "{line}: {out}");
+    let cnp_line = format!("CNPs peak {np:.0}/s at +{}", at(ni));
+    assert!(out.contains(&cnp_line), "{cnp_line}: {out}");
+    for f in &r.flows {
+        let (series, first_ns, last_ns, total) = &per_flow[&FlowRef::of_flow(f)];
+        let active = *total as f64 * 8.0 / ((last_ns - first_ns) as f64 / 1e9);
+        let flow_peak = (0..n)
+            .map(|i| series[i] as f64 * 8.0 / covered_s(i))
+            .fold(0.0, f64::max);
+        let row = out
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{} -> {} ", f.src_ip, f.dst_ip))
+                    && l.contains(&format!(" {} ", f.udp_src_port))
+            })
+            .unwrap_or_else(|| panic!("no row of {f:?}: {out}"));
+        let cells: Vec<&str> = row
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert!(
+            cells.contains(&printed_rate(active).as_str())
+                && cells.contains(&printed_rate(flow_peak).as_str()),
+            "{row}: RATE {}, PEAK {}",
+            printed_rate(active),
+            printed_rate(flow_peak)
+        );
+    }
+
+    // One interval longer than the capture: its rates are over the capture's own span (80
+    // CNPs in some 720 us are over 100,000 CNPs/s, not 80/s).
+    let r = replay_json(&[pcap], &["--interval", "1ms"]);
+    let s = r.series.as_ref().unwrap();
+    assert_eq!(s.t.len(), 1);
+    let secs = span as f64 / 1e9;
+    assert_close(
+        s.total.bps[0],
+        bytes.iter().sum::<u64>() as f64 * 8.0 / secs,
+        "1 ms",
+    );
+    assert_close(
+        s.total.cnp_per_s[0],
+        w.truth.counters.cnp_packets as f64 / secs,
+        "CNPs/s over 1 ms",
+    );
+    assert!(s.total.cnp_per_s[0] > 100_000.0);
 }

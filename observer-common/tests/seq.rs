@@ -368,3 +368,145 @@ fn a_late_packet_just_past_the_window_leaves_no_range_to_join() {
     // One new hole (123), out of the window: one loss, one event.
     assert_eq!((f.s.seq.lost, f.s.seq.lost_events), (1, 1));
 }
+
+/// One behaviour as the sender made it: requests at PSNs relative to a base, each after a
+/// silence (ns). Run at a base far from the wrap and at one that puts 0xFFFFFF -> 0 in the
+/// middle of it, the analysis must see the same thing.
+struct Behaviour {
+    name: &'static str,
+    /// The flow knows the path MTU (bit k: 256 << k), as after a FIRST packet.
+    pmtu_mask: u32,
+    /// (silence before it, request at base + offset).
+    steps: Vec<(u64, i64, Request)>,
+}
+
+impl Behaviour {
+    fn sends(name: &'static str, offsets: impl IntoIterator<Item = i64>) -> Self {
+        Self {
+            name,
+            pmtu_mask: 0,
+            steps: offsets.into_iter().map(|o| (US, o, send(0))).collect(),
+        }
+    }
+
+    /// The classes and the flow's counts, the behaviour run at `base`.
+    fn run(&self, base: u32) -> (Vec<SeqClass>, Flow) {
+        let mut f = Flow::default();
+        f.s.seq.pmtu_mask = self.pmtu_mask;
+        let classes = self
+            .steps
+            .iter()
+            .map(|&(gap, off, r)| {
+                let psn = (i64::from(base) + off).rem_euclid(1 << 24) as u32;
+                f.at(gap, Request { psn, ..r })
+            })
+            .collect();
+        (classes, f)
+    }
+}
+
+/// (gaps, regressions, out of order, duplicates, retransmissions, episodes, lost, lost events,
+/// resets, violations under path MTU 1024).
+fn counts(f: &Flow) -> [u64; 10] {
+    let c = f.s.seq;
+    [
+        f.s.psn_gaps,
+        f.s.psn_regressions,
+        c.out_of_order,
+        c.duplicates,
+        c.retransmissions,
+        c.retx_episodes,
+        f.lost(),
+        c.lost_events + f.s.seq_track.open_holes().1,
+        c.resets,
+        u64::from(c.violations[2]),
+    ]
+}
+
+#[test]
+fn every_behaviour_classifies_the_same_with_the_psns_wrapping_inside_it() {
+    let window = i64::from(WINDOW);
+    // Each behaviour's PSNs cross offset 0 (the wrap, at base 0) in its middle; the counts are
+    // what the sender did, worked out by hand.
+    let cases: Vec<(Behaviour, [u64; 10])> = vec![
+        // Two pairs swapped on the way, one pair across the wrap.
+        (
+            Behaviour::sends("reorder", [-4, -3, -1, -2, 0, 2, 1, 3]),
+            [2, 2, 2, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        // A mirror copies three packets around the wrap twice.
+        (
+            Behaviour::sends("copies", [-3, -2, -2, -1, -1, 0, 0, 1]),
+            [0, 3, 0, 3, 0, 0, 0, 0, 0, 0],
+        ),
+        // Go-back-N: -1 and 0 lost before the tap, the rest seen, then the sender goes back
+        // to -1 after the responder's NAK: one episode of 5 resent PSNs.
+        (
+            Behaviour::sends("go-back-n", (-5..-1).chain(1..4).chain(-1..4)),
+            [1, 5, 0, 0, 5, 1, 0, 0, 0, 0],
+        ),
+        // A resend of -2..=1 after a 50 ms timeout.
+        (
+            Behaviour {
+                name: "timeout resend",
+                pmtu_mask: 0,
+                steps: (-6..2)
+                    .map(|o| (US, o, send(0)))
+                    .chain([(50_000 * US, -2, send(0))])
+                    .chain((-1..2).map(|o| (US, o, send(0))))
+                    .collect(),
+            },
+            [0, 4, 0, 0, 4, 1, 0, 0, 0, 0],
+        ),
+        // The QP number reused: an incarnation across the wrap, then a far jump.
+        (
+            Behaviour::sends("qp reuse", (-5..5).chain(0x50_0000..0x50_0004)),
+            [0, 0, 0, 0, 0, 0, 0, 0, 1, 0],
+        ),
+        // Reused after a silence, the new incarnation starting just past the wrap (beyond
+        // the window from the old one's last PSN).
+        (
+            Behaviour {
+                name: "qp reuse after idle",
+                pmtu_mask: 0,
+                steps: (-200..-190)
+                    .map(|o| (US, o, send(0)))
+                    .chain([(REUSE_IDLE_NS, 5, send(0))])
+                    .chain((6..10).map(|o| (US, o, send(0))))
+                    .collect(),
+            },
+            [0, 0, 0, 0, 0, 0, 0, 0, 1, 0],
+        ),
+        // Path MTU 1024: a READ of 3000 bytes at -1 consumes -1, 0 and 1; a SEND at 1 is
+        // inside it, the next request at 2 is in order.
+        (
+            Behaviour {
+                name: "read then overlap",
+                pmtu_mask: 1 << 2,
+                steps: (-4..-1)
+                    .map(|o| (US, o, send(0)))
+                    .chain([(US, -1, read(0, 3000)), (US, 1, send(0)), (US, 2, send(0))])
+                    .collect(),
+            },
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        ),
+        // -1, 0 and 1 never arrive; their hole leaves the window: one lost range of 3.
+        (
+            Behaviour::sends("loss", (-10..-1).chain(2..2 + window + 5)),
+            [1, 0, 0, 0, 0, 0, 3, 1, 0, 0],
+        ),
+    ];
+    for (b, want) in &cases {
+        let (far_classes, far) = b.run(0x10_0000);
+        let (classes, wrapped) = b.run(0);
+        assert_eq!(counts(&far), *want, "{}: far from the wrap", b.name);
+        assert_eq!(counts(&wrapped), *want, "{}: across the wrap", b.name);
+        assert_eq!(classes, far_classes, "{}", b.name);
+    }
+    // The violation names the READ and the request by their wrapped PSNs.
+    let (_, f) = cases[6].0.run(0);
+    assert_eq!(
+        (f.s.seq.violation_psn, f.s.seq.violation_read_psn),
+        (1, 0xFF_FFFF)
+    );
+}

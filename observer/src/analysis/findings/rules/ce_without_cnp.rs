@@ -73,11 +73,12 @@ fn ce_without_cnp(r: &Report, c: &CeWithoutCnp) -> Outcome {
         return Outcome::Passed("no CE marks on RoCE data".into());
     }
     let mut offenders = Vec::new();
-    let mut unseen = 0;
+    let (mut unseen, mut judged) = (0, 0);
     for ((src, dst), (marks, flows)) in &ce {
         if *marks < c.min_ce_packets {
             continue;
         }
+        judged += 1;
         let (packets_back, cnps) = back.get(&(*src, *dst)).copied().unwrap_or_default();
         if packets_back == 0 {
             unseen += 1;
@@ -86,6 +87,17 @@ fn ce_without_cnp(r: &Report, c: &CeWithoutCnp) -> Outcome {
         if (cnps as f64) < c.max_cnp_per_ce * *marks as f64 {
             offenders.push((*src, *dst, *marks, cnps, flows.clone()));
         }
+    }
+    if judged == 0 {
+        // A few marks draw no CNP on a NIC whose notification point is on but rate-limited:
+        // below the threshold nothing can be said of any receiver.
+        let marks: u64 = ce.values().map(|(m, _)| m).sum();
+        return Outcome::InsufficientData(format!(
+            "{} on {}, none with the {} needed to judge its receiver",
+            count(marks, "CE mark"),
+            count(ce.len() as u64, "host pair"),
+            c.min_ce_packets
+        ));
     }
     if offenders.is_empty() {
         return if unseen > 0 {
@@ -130,7 +142,9 @@ fn ce_without_cnp(r: &Report, c: &CeWithoutCnp) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::findings::testing::{fired, flow, passed, report, run, skipped};
+    use crate::analysis::findings::testing::{
+        fired, flow, insufficient, passed, report, run, skipped,
+    };
 
     /// 20 CE-marked SENDs from .1 to .2, and what .2 sends back: `back` packets, `cnps` CNPs.
     fn marked(back: Option<(u64, u64)>) -> Report {
@@ -166,6 +180,20 @@ mod tests {
             },
             ..Thresholds::default()
         };
-        passed(run(&CeWithoutCnpRule, &marked(Some((5, 0))), &t));
+        let note = insufficient(run(&CeWithoutCnpRule, &marked(Some((5, 0))), &t));
+        assert_eq!(
+            note,
+            "20 CE marks on 1 host pair, none with the 21 needed to judge its receiver"
+        );
+    }
+
+    #[test]
+    fn data_without_ce_marks_passes_saying_so() {
+        let mut r = report();
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.send) = (20, 20);
+        r.flows.push(f);
+        let note = passed(run(&CeWithoutCnpRule, &r, &Thresholds::default()));
+        assert_eq!(note, "no CE marks on RoCE data");
     }
 }

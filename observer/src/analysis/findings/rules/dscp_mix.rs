@@ -86,11 +86,10 @@ fn dscp_mix(r: &Report, c: &DscpMix) -> Outcome {
         .filter(|(_, (b, _))| pct(*b, total) >= c.min_percent)
         .map(|(d, (b, n))| (*d, *b, *n))
         .collect();
-    if used.len() <= 1 {
-        return Outcome::Passed(match used.first() {
-            Some((d, _, _)) => format!("RoCE data uses one DSCP ({d})"),
-            None => "no RoCE data".into(),
-        });
+    match used.as_slice() {
+        [] => return Outcome::InsufficientData("no RoCE data to judge".into()),
+        [(d, _, _)] => return Outcome::Passed(format!("RoCE data uses one DSCP ({d})")),
+        _ => {}
     }
     let with_zero = used.iter().any(|u| u.0 == 0);
     // The RoCE class: the DSCP besides 0 that carries the most bytes (best effort is never
@@ -172,7 +171,7 @@ fn dscp_mix(r: &Report, c: &DscpMix) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::findings::testing::{fired, flow, passed, report, run};
+    use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
 
     fn data_in(dscps: &[u8]) -> Report {
         let mut r = report();
@@ -237,6 +236,9 @@ mod tests {
         assert_eq!(f.title, "RoCE data spread over several DSCPs");
         let note = passed(run(&DscpMixRule, &data_in(&[26, 26]), &t));
         assert_eq!(note, "RoCE data uses one DSCP (26)");
-        assert_eq!(passed(run(&DscpMixRule, &report(), &t)), "no RoCE data");
+        assert_eq!(
+            insufficient(run(&DscpMixRule, &report(), &t)),
+            "no RoCE data to judge"
+        );
     }
 }

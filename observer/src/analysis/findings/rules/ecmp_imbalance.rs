@@ -50,6 +50,17 @@ fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
             "no ECMP model: give --uplinks N (and the switch's --hash, --fields, --seed)".into(),
         );
     };
+    // Fewer than two flows per uplink spread no better than chance whatever the hash: the
+    // model has no verdict to judge (as `ecmp` says: too few flows).
+    let uplinks = u64::from(e.model.uplinks);
+    if e.flows < 2 * uplinks {
+        return Outcome::InsufficientData(format!(
+            "{} over {}: at least {} needed to judge the spread",
+            count(e.flows, "flow"),
+            count(uplinks, "uplink"),
+            2 * uplinks
+        ));
+    }
     let worse = e.verdict.ends_with("worse than random would be");
     let percentile = e.random_percentile * 100.0;
     if !worse || percentile < c.min_percentile {
@@ -95,11 +106,38 @@ fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::findings::testing::{report, run, skipped};
+    use crate::analysis::ecmp::{EcmpOptions, analyse};
+    use crate::analysis::findings::testing::{flow, insufficient, passed, report, run, skipped};
 
     #[test]
     fn without_an_ecmp_model_it_is_skipped() {
         let note = skipped(run(&EcmpImbalanceRule, &report(), &Thresholds::default()));
         assert!(note.contains("--uplinks"), "{note}");
+    }
+
+    /// `n` flows of equal bytes from distinct hosts and ports, modelled over 4 uplinks.
+    fn modelled(n: u16) -> Report {
+        let mut r = report();
+        for i in 0..n {
+            let mut f = flow(&format!("10.0.{}.{}", i / 200, 1 + i % 200), "10.1.0.1");
+            (f.packets, f.ops.write, f.bytes) = (10, 10, 10_000);
+            f.udp_src_port = 0xC000 + 7 * i;
+            r.flows.push(f);
+        }
+        r.ecmp = Some(analyse(&r.flows, &EcmpOptions::default()));
+        r
+    }
+
+    #[test]
+    fn too_few_flows_for_the_uplinks_is_too_little_and_enough_passes() {
+        let t = Thresholds::default();
+        let note = insufficient(run(&EcmpImbalanceRule, &modelled(7), &t));
+        assert_eq!(
+            note,
+            "7 flows over 4 uplinks: at least 8 needed to judge the spread"
+        );
+        // 400 flows of equal size: any sane hash spreads them about as random hashing does.
+        let note = passed(run(&EcmpImbalanceRule, &modelled(400), &t));
+        assert!(note.contains("random"), "{note}");
     }
 }

@@ -111,12 +111,17 @@ fn pfc_idle_priority(r: &Report, c: &PfcIdlePriority) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::findings::testing::{fired, flow, passed, pfc, report, run};
+    use crate::analysis::findings::testing::{fired, flow, insufficient, passed, pfc, report, run};
 
     #[test]
     fn pauses_on_a_priority_without_roce_fire() {
         let t = Thresholds::default();
         let mut r = report();
+        // No pause frame: nothing to judge.
+        assert_eq!(
+            insufficient(run(&PfcIdlePriorityRule, &r, &t)),
+            "no PAUSE / PFC frame to judge"
+        );
         // No flows: RoCE is taken to use the configured priorities (3).
         r.pfc = Some(pfc(&[(3, 5, 0, None), (5, 4, 1, None)]));
         let f = fired(run(&PfcIdlePriorityRule, &r, &t));

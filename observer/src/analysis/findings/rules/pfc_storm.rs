@@ -55,7 +55,9 @@ impl Default for PfcStorm {
 
 fn pfc_storm(r: &Report, c: &PfcStorm) -> Outcome {
     let Some(pfc) = &r.pfc else {
-        return Outcome::Passed("no PAUSE / PFC frames".into());
+        // PFC is hop by hop: a mirror or capture without MAC control frames cannot show a
+        // storm, so none seen is no evidence of none.
+        return Outcome::InsufficientData("no PAUSE / PFC frame to judge".into());
     };
     let window = r.window.seconds;
     let mut storms = Vec::new();
@@ -117,13 +119,16 @@ fn pfc_storm(r: &Report, c: &PfcStorm) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::findings::testing::{fired, passed, pfc, report, run};
+    use crate::analysis::findings::testing::{fired, insufficient, passed, pfc, report, run};
 
     #[test]
     fn a_priority_paused_long_or_often_storms() {
         let t = Thresholds::default();
         let mut r = report();
-        assert_eq!(passed(run(&PfcStormRule, &r, &t)), "no PAUSE / PFC frames");
+        assert_eq!(
+            insufficient(run(&PfcStormRule, &r, &t)),
+            "no PAUSE / PFC frame to judge"
+        );
         // The report's window is 1 s: 0.2 s paused is 20%.
         r.pfc = Some(pfc(&[(3, 10, 0, Some(200_000_000))]));
         let f = fired(run(&PfcStormRule, &r, &t));

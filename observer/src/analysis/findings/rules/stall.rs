@@ -46,11 +46,20 @@ impl Default for Stall {
 
 fn stall(r: &Report, c: &Stall) -> Outcome {
     let min_ns = (c.min_ms * 1e6) as u64;
-    // Connections with both directions seen: only there can an answer be missed.
+    // Connections with both directions seen (swapped addresses, the same UDP source port and
+    // mirror, as the report joins them): only there can an answer be missed.
+    let answers_seen = |f: &crate::model::Flow| {
+        f.psn.unanswered.is_some()
+            || r.flows.iter().any(|b| {
+                (b.src_ip, b.dst_ip, b.udp_src_port) == (f.dst_ip, f.src_ip, f.udp_src_port)
+                    && b.mirror == f.mirror
+                    && b.dest_qp != 1
+            })
+    };
     let paired = r
         .flows
         .iter()
-        .filter(|f| f.psn_followed() && f.psn.pmtu.is_some() || f.psn.unanswered.is_some())
+        .filter(|f| f.psn_followed() && answers_seen(f))
         .count();
     let followed = r.flows.iter().filter(|f| f.psn_followed()).count();
     if followed == 0 {
@@ -69,6 +78,15 @@ fn stall(r: &Report, c: &Stall) -> Outcome {
         {
             stalls.push((w.at_ns, w.for_ns, f, true));
         }
+    }
+    if stalls.is_empty() && paired == 0 {
+        // No answer could be seen missing, and no resend waited long: too little to say
+        // that requests were answered.
+        return Outcome::InsufficientData(format!(
+            "no connection seen in both directions to follow answers in ({} followed one way, no resend after {} or more)",
+            count(followed as u64, "flow"),
+            duration(min_ns)
+        ));
     }
     if stalls.is_empty() {
         return Outcome::Passed(format!(
@@ -123,7 +141,22 @@ mod tests {
         let mut f = flow("10.0.0.1", "10.0.0.2");
         (f.packets, f.ops.write) = (10, 10);
         r.flows.push(f);
-        passed(run(&StallRule, &r, &t));
+        // One direction only: no answer can be seen missing.
+        let note = insufficient(run(&StallRule, &r, &t));
+        assert!(
+            note.starts_with("no connection seen in both directions"),
+            "{note}"
+        );
+        // Its ACKs back: answered, as far as the observation shows.
+        let mut back = flow("10.0.0.2", "10.0.0.1");
+        (back.dest_qp, back.packets, back.ops.ack) = (0x22, 2, 2);
+        r.flows.push(back);
+        let note = passed(run(&StallRule, &r, &t));
+        assert_eq!(
+            note,
+            "every request answered within 67.1 ms (1 flow followed, 1 with answers seen)"
+        );
+        r.flows.pop();
         r.flows[0].psn.unanswered = Some(Unanswered {
             since_ns: 1_000,
             for_ns: 10_000_000,
