@@ -166,10 +166,9 @@ fn each_flow_reports_its_own_path_mtu_and_a_read_overlap_under_exactly_it() {
 
 /// The violation each flow counts is the one it names: the SEND a PSN after the overlapped
 /// READ. Earlier requests in order after a READ lie inside it under smaller candidate path
-/// MTUs; the analysis keeps the first of those overlaps, whatever the path MTU later says,
-/// and the report then names no first violation ("no timestamp kept").
+/// MTUs only: kept as the first violation, they would hide the real one, and the report would
+/// name none ("no timestamp kept").
 #[test]
-#[ignore = "observer-common's seq keeps the first overlap under any candidate path MTU, not the first violation under the learned one"]
 fn each_flow_names_its_first_violation_under_its_path_mtu() {
     let dir = Scratch::new("psn-pmtu-first");
     let (w, qps) = pmtu_connections();

@@ -217,6 +217,26 @@ const fn overlap_mask(off: u32, len: u32) -> u32 {
     m
 }
 
+/// Whether an overlap under the candidate path MTUs `new` is the one to keep rather than the
+/// one kept (`kept`, 0: none) as the first violation. The masks are prefixes (an overlap under
+/// a path MTU is one under every smaller one). Under the known path MTU (`pmtu_mask`), the
+/// first violation under it; until it is known, the first of the overlaps under the most
+/// candidates (an ordinary next request after a READ overlaps it under the smallest
+/// candidates alone, and must not hide a real violation after it).
+#[inline(always)]
+const fn keeps_over(new: u32, kept: u32, pmtu_mask: u32) -> bool {
+    if kept == 0 {
+        return true;
+    }
+    match pmtu_of(pmtu_mask) {
+        Some(pmtu) => {
+            let b = pmtu_bit(pmtu);
+            kept & b == 0 && new & b != 0
+        }
+        None => new > kept,
+    }
+}
+
 /// `n` low bits set (n <= 64).
 #[inline(always)]
 const fn ones(n: u32) -> u64 {
@@ -615,7 +635,7 @@ impl Seq<'_> {
         if mask & 16 != 0 {
             c.violations[4] += 1;
         }
-        if c.violation_mask == 0 {
+        if keeps_over(mask, c.violation_mask, c.pmtu_mask) {
             c.violation_ns = now_ns;
             c.violation_psn = psn;
             c.violation_read_psn = read_psn;
@@ -828,7 +848,12 @@ impl SeqCounts {
             self.timeout_max_ns = o.timeout_max_ns;
             self.timeout_at_ns = o.timeout_at_ns;
         }
-        if o.violation_mask != 0 && (self.violation_mask == 0 || o.violation_ns < self.violation_ns)
+        // The overlap kept as in the analysis; of two alike, the earlier.
+        let pmtu_mask = self.pmtu_mask | o.pmtu_mask;
+        if o.violation_mask != 0
+            && (keeps_over(o.violation_mask, self.violation_mask, pmtu_mask)
+                || (!keeps_over(self.violation_mask, o.violation_mask, pmtu_mask)
+                    && o.violation_ns < self.violation_ns))
         {
             self.violation_ns = o.violation_ns;
             self.violation_psn = o.violation_psn;
