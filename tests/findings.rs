@@ -364,15 +364,36 @@ fn stall_fires_on_requests_left_unanswered() {
     assert_eq!(f.flows[0].src_ip, ip("198.18.53.1"));
 }
 
-/// A QP number reused by a new connection after a second: a new incarnation, no loss.
+/// QP numbers reused by new connections, one after a second's silence, one at once after the
+/// connection manager's MADs between the same hosts: new incarnations, no loss.
 #[test]
 fn qp_reuse_fires_on_a_new_incarnation_and_loss_does_not() {
     let (w, r) = rule_scenario("rule-qp-reuse", &["qp-reuse"]);
     let f = finding(&r, "qp-reuse");
     assert_eq!(f.severity, Severity::Info);
-    assert_eq!(sum(&w, |s| s.seq.resets), 1);
-    assert_eq!(evidence_u64(f, "resets"), 1);
+    assert_eq!(sum(&w, |s| s.seq.resets), 2);
+    assert_eq!(evidence_u64(f, "resets"), 2);
+    assert_eq!(named(f), truth_flows(&w, |s| s.seq.resets > 0));
     assert_eq!(check(&r, "loss").status, CheckStatus::Passed);
+    assert_eq!(r.totals.psn.missing, 0);
+    // Without the MADs, the same jump with no silence before it is loss: it takes them to tell.
+    let no_cm: Vec<_> = w
+        .frames
+        .iter()
+        .filter(|f| {
+            observer_common::parse_frame(f.bytes.as_slice())
+                .result
+                .is_ok_and(|p| p.bth.dest_qp != observer_common::QP_CM)
+        })
+        .cloned()
+        .collect();
+    let dir = Scratch::new("qp-reuse-no-cm");
+    let path = dir.path("no-cm.pcap");
+    let file = std::fs::File::create(&path).unwrap();
+    synth::write_pcap(std::io::BufWriter::new(file), &no_cm).unwrap();
+    let r = replay_json(&[path], &[]);
+    assert_eq!(r.totals.psn.resets, 1);
+    assert_eq!(r.totals.psn.missing, 0x3000 - 1);
 }
 
 /// The retried SEND after an RNR NAK has the PSN of the one refused: a retransmission after the

@@ -380,6 +380,7 @@ fn kernel_classifies_psns_packet_for_packet_as_userspace() {
         "rule-duplicate-copies",
         "rule-loss",
         "rule-psn-violation",
+        "rule-qp-reuse",
         "loss",
     ] {
         let w = synth::scenario(scenario).expect("scenario");
@@ -393,7 +394,9 @@ fn kernel_classifies_psns_packet_for_packet_as_userspace() {
                 continue;
             }
             run(&ebpf, &f.bytes);
-            let Ok(p) = user.push(&f.bytes, 0) else {
+            // Microseconds apart, as the test runs are (connection-manager traffic is told
+            // after a flow's last request by its later time).
+            let Ok(p) = user.push(&f.bytes, i as u64 * 1_000) else {
                 continue;
             };
             let key = observer_common::FlowKey::of(&p);

@@ -35,6 +35,45 @@ pub const DIRECTION_EGRESS: u16 = 0x2000;
 pub const MIRROR_UNION: u16 = 0xDC00;
 const _: () = assert!(size_of::<FlowKey>() == 40);
 
+/// Two hosts, the lower address first: the key under which connection-manager traffic (MADs to
+/// QP 1) between them is remembered. A connection set up again between the same hosts (QP
+/// numbers reused) exchanges MADs first, so a PSN jump after them is a new incarnation.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPair {
+    pub lo: [u8; 16],
+    pub hi: [u8; 16],
+}
+const _: () = assert!(size_of::<HostPair>() == 32);
+
+impl HostPair {
+    #[inline(always)]
+    pub fn of(k: &FlowKey) -> Self {
+        let mut pair = Self::default();
+        pair.set(k);
+        pair
+    }
+
+    /// Becomes the hosts of `k`, in place (the kernel keeps it in a map value: no 32-byte
+    /// temporary on its stack).
+    #[inline(always)]
+    pub fn set(&mut self, k: &FlowKey) {
+        // Any order will do, so one the BPF target computes without a memcmp: the addresses
+        // as pairs of words.
+        let w = |a: &[u8; 16]| (u64::from_ne_bytes(to8(a, 0)), u64::from_ne_bytes(to8(a, 8)));
+        let (lo, hi) = if w(&k.src_ip) <= w(&k.dst_ip) {
+            (&k.src_ip, &k.dst_ip)
+        } else {
+            (&k.dst_ip, &k.src_ip)
+        };
+        self.lo = *lo;
+        self.hi = *hi;
+    }
+}
+
+/// The destination QP of connection-manager MADs (the GSI).
+pub const QP_CM: u32 = 1;
+
 /// `FlowKey::mirror` of the PSN analysis of a mirror copy ([`FlowKey::union`]).
 #[inline(always)]
 pub const fn union_mirror(mirror: u16) -> u16 {

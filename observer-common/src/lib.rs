@@ -15,8 +15,8 @@ pub use burst::{
     MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
 };
 pub use flow::{
-    Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, MIRROR_UNION,
-    MirrorOf, TickClock, UNTAGGED, mirror_key, union_mirror,
+    Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, HostPair,
+    MIRROR_UNION, MirrorOf, QP_CM, TickClock, UNTAGGED, mirror_key, union_mirror,
 };
 pub use parse::{
     Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, Pause, RocePacket, SkipReason,
@@ -67,3 +67,5 @@ pub mod programs {
 pub const DEFAULT_MAX_FLOWS: u32 = 16_384;
 /// Capacity of the pause table (senders of PAUSE / PFC frames: switch ports and NICs).
 pub const MAX_PAUSE_SENDERS: u32 = 1024;
+/// Host pairs whose connection-manager traffic the kernel remembers (the least recent go).
+pub const CM_PAIRS: u32 = 4096;

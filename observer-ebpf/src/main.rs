@@ -25,10 +25,10 @@ mod kernel {
         programs::{TcContext, XdpContext},
     };
     use observer_common::{
-        BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, Counters, DEFAULT_MAX_FLOWS,
-        DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, IFACE_COUNTER_SLOTS,
-        IfaceCounters, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats, RocePacket,
-        SeqInput, SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
+        BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Counters,
+        DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
+        HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey,
+        PauseStats, QP_CM, RocePacket, SeqInput, SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame, union_mirror,
     };
@@ -85,6 +85,15 @@ mod kernel {
     /// One `SeqInput` per CPU: the PSN analysis's input goes through it (see `account_flow`).
     #[map(name = "SEQ_INPUT")]
     static SEQ_INPUT: PerCpuArray<SeqInput> = PerCpuArray::with_max_entries(1, 0);
+
+    /// When connection-manager traffic (MADs to QP 1) between two hosts was last seen, on the
+    /// PSN analysis's clock: a PSN jump after it is a new incarnation of the QP number.
+    #[map(name = "CM_SEEN")]
+    static CM_SEEN: LruHashMap<HostPair, u64> = LruHashMap::with_max_entries(CM_PAIRS, 0);
+
+    /// One `HostPair` per CPU, for the lookups in `CM_SEEN` (no room on the stack).
+    #[map(name = "CM_KEY")]
+    static CM_KEY: PerCpuArray<HostPair> = PerCpuArray::with_max_entries(1, 0);
 
     /// One `FlowKey` per CPU: the packet's flow key lives here, not on the 512-byte stack the
     /// parser nearly fills.
@@ -309,7 +318,28 @@ mod kernel {
         // The analysis tells a resend after a wait (an RNR timer, 10 us and up) from a copy by
         // the time between requests: finer than a tick, so the clock itself.
         let fine = unsafe { bpf_ktime_get_ns() };
-        stats.seq().packet(&input, fine, |_| false);
+        if key.dest_qp == QP_CM {
+            if let Some(pair) = host_pair(key) {
+                let _ = CM_SEEN.insert(pair, &fine, 0);
+            }
+        }
+        stats.seq().packet(&input, fine, |t| {
+            // SAFETY: a live map value, read once.
+            host_pair(key)
+                .and_then(|pair| unsafe { CM_SEEN.get(pair) })
+                .is_some_and(|c| *c > t)
+        });
+    }
+
+    /// The hosts of `key`, in this CPU's `CM_KEY`.
+    #[inline(always)]
+    fn host_pair(key: &FlowKey) -> Option<&'static HostPair> {
+        let pair = CM_KEY.get_ptr_mut(0)?;
+        // SAFETY: this CPU's value.
+        unsafe {
+            (*pair).set(key);
+            Some(&*pair)
+        }
     }
 
     /// This CPU's value of `key` in the flow table, inserted (zeroed) when missing.

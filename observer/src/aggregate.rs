@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use crate::units::count;
 use observer_common::{
-    Counters, DIRECTION_EGRESS, FlowKey, FlowStats, OpClass, Parsed, PauseKey, PauseStats,
-    RocePacket, SeqInput, SkipReason, parse_frame,
+    Counters, DIRECTION_EGRESS, FlowKey, FlowStats, HostPair, OpClass, Parsed, PauseKey,
+    PauseStats, QP_CM, RocePacket, SeqInput, SkipReason, parse_frame,
 };
 
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
@@ -22,6 +22,9 @@ pub struct Aggregate {
     /// The PSN analysis of mirror copies, every mirror session of a flow together (keys with
     /// [`MIRROR_UNION`](observer_common::MIRROR_UNION)); the sessions' flows keep the counts.
     pub unions: FlowMap,
+    /// When connection-manager traffic (MADs to QP 1) between two hosts was last seen: a PSN
+    /// jump after it is a new incarnation of the QP number (the connection was set up again).
+    pub cm_seen: HashMap<HostPair, u64>,
     /// PAUSE / PFC frames per sender (few: switch ports and NICs).
     pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
@@ -55,18 +58,29 @@ impl Aggregate {
         self.counters.record_mirror(&mirror);
         if let Ok(p) = &result {
             let key = FlowKey::of(p);
+            let Self {
+                flows,
+                unions,
+                cm_seen,
+                ..
+            } = self;
+            if key.dest_qp == QP_CM {
+                let t = cm_seen.entry(HostPair::of(&key)).or_insert(ts_ns);
+                *t = (*t).max(ts_ns);
+            }
+            let cm_after = |t: u64| cm_seen.get(&HostPair::of(&key)).is_some_and(|c| *c > t);
             match key.union() {
-                None => with_entry(&mut self.flows, key, |s| {
-                    s.record(p, ts_ns);
+                None => with_entry(flows, key, |s| {
+                    s.record_with(p, ts_ns, cm_after);
                 }),
                 // A mirror copy: counted in its session's flow, analysed with every session's.
                 Some(union) => {
-                    with_entry(&mut self.flows, key, |s| {
+                    with_entry(flows, key, |s| {
                         s.count(p, ts_ns);
                     });
-                    with_entry(&mut self.unions, union, |s| {
+                    with_entry(unions, union, |s| {
                         s.seen(ts_ns);
-                        s.seq().packet(&SeqInput::of(p), ts_ns, |_| false);
+                        s.seq().packet(&SeqInput::of(p), ts_ns, cm_after);
                     });
                 }
             }
@@ -101,6 +115,10 @@ impl Aggregate {
         for (key, stats) in other.flows.iter().chain(&other.unions) {
             self.merge_flow(*key, stats);
         }
+        for (pair, t) in &other.cm_seen {
+            let mine = self.cm_seen.entry(*pair).or_insert(*t);
+            *mine = (*mine).max(*t);
+        }
         for (key, stats) in &other.pauses {
             self.merge_pause(*key, stats);
         }
@@ -128,6 +146,7 @@ impl Aggregate {
         Aggregate {
             flows,
             unions,
+            cm_seen: HashMap::new(),
             pauses,
             counters: self.counters,
         }

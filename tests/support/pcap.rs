@@ -9,6 +9,7 @@ pub fn truth_aggregate(t: &Truth) -> Aggregate {
     Aggregate {
         flows: t.flows.iter().map(|(k, v)| (*k, *v)).collect(),
         unions: Default::default(),
+        cm_seen: Default::default(),
         pauses: t.pauses.clone(),
         counters: t.counters,
     }

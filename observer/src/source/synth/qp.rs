@@ -645,6 +645,26 @@ impl QpStream {
         self.last_read = None;
     }
 
+    /// The connection manager sets the connection up (again): a REQ from the requester's host
+    /// to the responder's, the REP back and the RTU, each a 256-byte MAD in a UD SEND to QP 1
+    /// (Q_Key 0x80010000), unreliable datagrams that are no request of this QP.
+    pub fn cm_exchange(&mut self, w: &mut Workload) {
+        for (i, template) in [&self.req, &self.resp, &self.req].into_iter().enumerate() {
+            let mut f = template.clone();
+            f.bth.opcode = wire::TRANSPORT_UD | op::SEND_ONLY;
+            f.bth.dest_qp = observer_common::QP_CM;
+            f.bth.psn = i as u32;
+            f.bth.ack_req = false;
+            f.ext = Ext {
+                qkey: 0x8001_0000,
+                src_qp: observer_common::QP_CM,
+                ..Ext::default()
+            };
+            f.payload_len = 256;
+            w.push_roce(&f, OpClass::Send);
+        }
+    }
+
     /// The responder has no receive posted for the request at `psn`: it answers with an RNR NAK,
     /// the requester waits out the RNR timer and sends it again, the responder ACKs it.
     pub fn rnr_retry(&mut self, w: &mut Workload, psn: u32) {

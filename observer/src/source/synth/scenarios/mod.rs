@@ -127,7 +127,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "rule-qp-reuse",
-        "a QP number reused by a new connection after a second's pause, from another PSN (rule qp-reuse)",
+        "QP numbers reused by new connections: after a second's pause, and at once after the connection manager's MADs (QP 1), from other PSNs (rule qp-reuse)",
     ),
     (
         "rule-rnr",
@@ -271,7 +271,7 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use etherparse::{NetSlice, SlicedPacket};
-    use observer_common::{FlowKey, FlowStats, OpClass, PauseKey, SkipReason, parse, wire};
+    use observer_common::{FlowStats, OpClass, SkipReason, parse, wire};
 
     use super::*;
     use crate::source::synth::{FRAME_GAP_NS, Truth};
@@ -283,32 +283,23 @@ mod tests {
             .collect()
     }
 
-    /// What observer-common computes for the frames (the cross-check), with the fields the truth
-    /// leaves out zeroed.
+    /// What the one aggregation path computes for the frames (the cross-check), with the fields
+    /// the truth leaves out zeroed.
     fn parsed_truth(w: &Workload) -> Truth {
-        let mut t = Truth::default();
+        let mut agg = crate::aggregate::Aggregate::new();
         for f in &w.frames {
-            let parsed = observer_common::parse_frame(f.bytes.as_slice());
-            let r = parsed.result;
-            t.counters.record(&r);
-            t.counters.record_mirror(&parsed.mirror);
-            if let Some(p) = parsed.pause(f.bytes.as_slice()) {
-                t.pauses
-                    .entry(PauseKey::of(&p, &parsed.mirror))
-                    .or_default()
-                    .record(&p, 0);
-            }
-            if let Ok(p) = &r {
-                t.flows
-                    .entry(FlowKey::of(p))
-                    .or_default()
-                    .record(p, f.ts_ns);
-            }
+            let _ = agg.push(f.bytes.as_slice(), f.ts_ns);
         }
-        for s in t.flows.values_mut() {
-            *s = s.timeless();
+        assert!(
+            agg.unions.is_empty(),
+            "the scenarios copy no RoCE through a mirror"
+        );
+        let c = agg.comparable();
+        Truth {
+            flows: c.flows.into_iter().collect(),
+            pauses: c.pauses,
+            counters: c.counters,
         }
-        t
     }
 
     #[test]

@@ -376,7 +376,9 @@ pub(super) fn rule_stall(w: &mut Workload) {
 pub(super) fn rule_qp_reuse(w: &mut Workload) {
     // Two senders (198.18.54.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0). The
     // first pair's tool runs twice: after a second's pause, a new connection with the same QP
-    // numbers (and UDP port) starts at another, random PSN.
+    // numbers (and UDP port) starts at another, random PSN. The second pair's connection is
+    // set up again at once: the connection manager's MADs (QP 1) between the two hosts, then
+    // the same QP numbers a few thousand PSNs on, with no silence that would tell.
     w.set_frame_gap(RULE_FRAME_GAP_NS);
     let mut qps = rule_pairs(54, 2, 0x5401, 0x700);
     for round in 0..20 {
@@ -385,6 +387,11 @@ pub(super) fn rule_qp_reuse(w: &mut Workload) {
             // Behind the old PSNs (modulo 2^24), as half of all random starts are: the
             // responder's ACKs jump back with them.
             qps[0].reincarnate(0xA0_3C11);
+        }
+        if round == 15 {
+            qps[1].cm_exchange(w);
+            let next = qps[1].last_psn() + 0x3000;
+            qps[1].reincarnate(next);
         }
         for qp in qps.iter_mut() {
             qp.write(w, 4096);
