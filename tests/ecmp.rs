@@ -121,6 +121,17 @@ fn ecmp_command_on_a_capture() {
             .arg(&file),
     );
     assert!(status.success(), "{err}");
+    // The same capture twice would count every packet as a copy: refused in one line.
+    let (status, again, err) = output(
+        Command::new(CLI)
+            .args(["ecmp", "--uplinks", "8", "--pcap"])
+            .arg(&file)
+            .arg(&file),
+    );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(again.is_empty());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("is given twice"), "{err}");
     let r: Report = serde_json::from_str(&out).unwrap();
     let e = r.ecmp.as_ref().expect("an ecmp object");
     assert_eq!(e.flows as usize, r.flows.len());

@@ -128,6 +128,7 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
     if !a.pcap.is_empty() && (a.duration.is_some() || a.mode.is_some()) {
         bail!("--duration and --mode apply to --iface, not --pcap");
     }
+    output::refuse_twice(&a.pcap)?;
     if !(a.target > 1.0 && a.target.is_finite()) {
         bail!("--target must be above 1 (a max/mean), not {}", a.target);
     }

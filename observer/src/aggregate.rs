@@ -153,6 +153,9 @@ impl Aggregate {
     }
 }
 
+/// The longest RNR NAK timer (the IBTA's encoding 0: 655.36 ms).
+const RNR_TIMER_MAX_NS: u64 = 655_360_000;
+
 /// Applies `f` to the entry of `key`, made when missing. A probe first: `entry` moves the key in
 /// and builds an entry on every packet.
 #[inline]
@@ -222,9 +225,14 @@ impl Aggregate {
                     .saturating_sub(f.psn.retransmission_episodes)
                     .min(f.psn.duplicates);
                 f.psn.duplicates -= rnr;
-                // A wait before a resend after RNR NAKs is the receiver's RNR timer (up to
-                // 655 ms), not a stalled fabric: not kept as one.
-                if r.ops[OpClass::RnrNak as usize] > 0 {
+                // A wait before a resend after RNR NAKs is the receiver's RNR timer (at most
+                // 655.36 ms), not a stalled fabric: not kept as one. A longer wait is no RNR
+                // timer.
+                if r.ops[OpClass::RnrNak as usize] > 0
+                    && f.psn
+                        .longest_resend_wait
+                        .is_some_and(|w| w.for_ns <= RNR_TIMER_MAX_NS)
+                {
                     f.psn.longest_resend_wait = None;
                 }
                 f.psn.retransmissions += rnr;

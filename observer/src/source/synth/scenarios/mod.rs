@@ -276,6 +276,43 @@ mod tests {
     use super::*;
     use crate::source::synth::{FRAME_GAP_NS, Truth};
 
+    /// A resend after an RNR NAK waits out the RNR timer (at most 655.36 ms): no stall. A
+    /// resend a second after an RNR NAK waited for something else: kept as the longest wait.
+    #[test]
+    fn an_rnr_wait_is_no_stall_but_a_longer_wait_after_an_rnr_nak_is() {
+        for (wait_ns, kept) in [
+            (crate::source::synth::qp::RNR_WAIT_NS, false),
+            (1_000_000_000, true),
+        ] {
+            let mut w = Workload::default();
+            let mut qp = qp_v4(wire::TRANSPORT_RC, 60, [1, 101], [0x6001, 0x6081], 0);
+            for _ in 0..4 {
+                qp.write(&mut w, 1024);
+            }
+            let psn = qp.send(&mut w, 256);
+            qp.nak(&mut w, psn, crate::source::synth::SYNDROME_RNR_NAK);
+            w.wait(wait_ns);
+            qp.retransmit_from(&mut w, psn);
+            qp.ack(&mut w, psn);
+            let mut agg = crate::aggregate::Aggregate::new();
+            for f in &w.frames {
+                let _ = agg.push(f.bytes.as_slice(), f.ts_ns);
+            }
+            let r = agg.report(crate::model::Source::pcap(Vec::new(), Vec::new()), 1.0);
+            let f = r
+                .flows
+                .iter()
+                .find(|f| f.dest_qp == 0x6081)
+                .expect("requests");
+            assert_eq!(f.psn.retransmissions, 1, "{wait_ns}");
+            let wait = f.psn.longest_resend_wait.map(|w| w.for_ns);
+            assert_eq!(wait.is_some(), kept, "{wait_ns}: {wait:?}");
+            if kept {
+                assert!(wait >= Some(wait_ns), "{wait:?}");
+            }
+        }
+    }
+
     pub(super) fn all_scenarios() -> Vec<(&'static str, Workload)> {
         SCENARIOS
             .iter()
