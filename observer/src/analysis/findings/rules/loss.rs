@@ -99,8 +99,17 @@ fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
     }
     let events = lost_events + naks + episodes;
     if events < c.min_events.max(1) {
+        let seen = if events == 0 {
+            "no PSN lost, no NAK sequence error, no go-back-N".to_string()
+        } else {
+            format!(
+                "{} (lost ranges, NAK sequence errors, go-back-N), below min_events {}",
+                count(events, "loss event"),
+                c.min_events
+            )
+        };
         return Outcome::Passed(format!(
-            "no PSN lost, no NAK sequence error, no go-back-N over {} ({} out of order, {}{})",
+            "{seen} over {} ({} out of order, {}{})",
             count(requests, "request packet"),
             r.flows.iter().map(|f| f.psn.out_of_order).sum::<u64>(),
             count(
@@ -239,6 +248,23 @@ mod tests {
         assert_eq!(
             note,
             "no PSN lost, no NAK sequence error, no go-back-N over 10 request packets (0 out of order, 0 duplicates, 2 retries after RNR NAKs)"
+        );
+
+        // Loss below a raised threshold passes, and says what it saw.
+        let mut r = report();
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.send, f.psn.missing, f.psn.lost_events) = (100, 100, 4, 2);
+        r.flows.push(f);
+        let t = Thresholds {
+            loss: Loss {
+                min_events: 5,
+                ..Loss::default()
+            },
+            ..Thresholds::default()
+        };
+        assert_eq!(
+            passed(run(&LossRule, &r, &t)),
+            "2 loss events (lost ranges, NAK sequence errors, go-back-N), below min_events 5 over 100 request packets (0 out of order, 0 duplicates)"
         );
     }
 

@@ -46,8 +46,24 @@ impl Default for Rnr {
 
 fn rnr(r: &Report, c: &Rnr) -> Outcome {
     let total: u64 = r.flows.iter().map(|f| f.ops.rnr_nak).sum();
+    // RNR NAKs travel with the responders' ACKs and NAKs: none of those seen, no RNR NAK could
+    // have been.
+    let responses: u64 = r
+        .flows
+        .iter()
+        .map(|f| f.ops.ack + f.ops.nak + f.ops.rnr_nak + f.ops.read_response + f.ops.atomic_ack)
+        .sum();
+    if responses == 0 {
+        return Outcome::InsufficientData(
+            "no ACK, NAK or response seen: the responders' direction, where RNR NAKs travel, is not observed".into(),
+        );
+    }
     if total == 0 || total < c.min_rnr_naks {
-        return Outcome::Passed(format!("{total} RNR NAKs"));
+        return Outcome::Passed(format!(
+            "{} in {}",
+            count(total, "RNR NAK"),
+            count(responses, "response")
+        ));
     }
     let flows: Vec<FlowRef> = r
         .flows
@@ -93,6 +109,23 @@ mod tests {
             rnr: Rnr { min_rnr_naks: 4 },
             ..Thresholds::default()
         };
-        assert_eq!(passed(run(&RnrRule, &r, &t)), "3 RNR NAKs");
+        assert_eq!(passed(run(&RnrRule, &r, &t)), "3 RNR NAKs in 3 responses");
+    }
+
+    #[test]
+    fn no_response_seen_is_too_little_to_judge() {
+        let mut r = report();
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.send) = (10, 10);
+        r.flows.push(f);
+        assert!(matches!(
+            run(&RnrRule, &r, &Thresholds::default()),
+            Outcome::InsufficientData(why) if why.contains("not observed")
+        ));
+        r.flows[0].ops.ack = 1;
+        assert_eq!(
+            passed(run(&RnrRule, &r, &Thresholds::default())),
+            "0 RNR NAKs in 1 response"
+        );
     }
 }
