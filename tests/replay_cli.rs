@@ -329,10 +329,11 @@ fn synth_lists_its_scenarios() {
 
 /// The same capture given twice (by its path again, or through a link) is refused in one line:
 /// its packets would all come twice. Two captures of one time span holding the same flows are
-/// read as two observation points, and replay says so.
+/// two observation points of the same traffic, merged by time, and replay says so.
 #[test]
 fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     let dir = Scratch::new("replay-twice");
+    let w = synth::scenario("rule-reorder").unwrap();
     let a = synth_to(&dir, "rule-reorder");
     let link = dir.path("again.pcap");
     std::os::unix::fs::symlink(&a, &link).unwrap();
@@ -350,8 +351,9 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     let (status, _, err) = output(Command::new(CLI).arg("replay").arg(&a).arg(&other));
     assert!(status.success(), "{err}");
     assert!(err.is_empty(), "{err}");
-    // The same traffic from a second tap (a copy of the file): named, counts add up, and the
-    // second file's PSNs are analysed afresh (not taken for resends).
+    // The same traffic from a second tap (a copy of the file, the same times): named, counts
+    // add up, and each copy, merged right after its original, is a duplicate, not a resend.
+    // The reordering the generator made is counted once.
     let b = dir.path("tap2.pcap");
     std::fs::copy(&a, &b).unwrap();
     let (status, out, err) = output(
@@ -371,10 +373,18 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     );
     let r = report(&out);
     assert_eq!(r.source.warnings.len(), 1, "{:?}", r.source.warnings);
+    let truth = truth_aggregate(&w.truth).report(r.source.clone(), r.window.seconds);
+    let requests: u64 = truth
+        .flows
+        .iter()
+        .filter(|f| f.psn_followed())
+        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
+        .sum();
     let p = &r.totals.psn;
+    assert_eq!(r.totals.frames, 2 * w.frames.len() as u64);
     assert_eq!(
-        (p.out_of_order, p.retransmissions, p.missing),
-        (28, 0, 0),
+        (p.out_of_order, p.duplicates, p.retransmissions, p.missing),
+        (truth.totals.psn.out_of_order, requests, 0, 0),
         "{p:?}"
     );
 }

@@ -35,11 +35,36 @@ impl Aggregate {
     }
 
     /// Accounts one parsed frame (of any link type; `frame` the bytes parsed) seen at `ts_ns`.
+    #[inline(always)]
     pub fn push_parsed(
         &mut self,
         parsed: Parsed,
         frame: &[u8],
         ts_ns: u64,
+    ) -> Result<RocePacket, SkipReason> {
+        self.push_seen(parsed, frame, ts_ns, false)
+    }
+
+    /// Accounts a parsed request packet that another observation point gave already (replay of
+    /// captures that overlap): counted like any packet, and as a duplicate, but kept out of the
+    /// PSN analysis, which follows the packets as first seen. (A copy lagging behind a few
+    /// packets would look like a go-back-N resend there.)
+    pub fn push_copy(
+        &mut self,
+        parsed: Parsed,
+        frame: &[u8],
+        ts_ns: u64,
+    ) -> Result<RocePacket, SkipReason> {
+        self.push_seen(parsed, frame, ts_ns, true)
+    }
+
+    #[inline(always)]
+    fn push_seen(
+        &mut self,
+        parsed: Parsed,
+        frame: &[u8],
+        ts_ns: u64,
+        copy: bool,
     ) -> Result<RocePacket, SkipReason> {
         if let Some(pause) = parsed.pause(frame) {
             self.pauses
@@ -53,13 +78,16 @@ impl Aggregate {
         if let Ok(p) = &result {
             let key = FlowKey::of(p);
             // A probe first: `entry` moves the key in and builds an entry on every packet.
-            match self.flows.get_mut(&key) {
-                Some(stats) => {
-                    stats.record(p, ts_ns);
-                }
-                None => {
-                    self.flows.entry(key).or_default().record(p, ts_ns);
-                }
+            let stats = match self.flows.get_mut(&key) {
+                Some(stats) => stats,
+                None => self.flows.entry(key).or_default(),
+            };
+            if copy {
+                stats.count(p, ts_ns);
+                stats.seq.duplicates += 1;
+                stats.psn_regressions += 1;
+            } else {
+                stats.record(p, ts_ns);
             }
         }
         result
