@@ -783,4 +783,114 @@ mod tests {
         let span = frames.last().unwrap().ts_ns - frames[0].ts_ns;
         assert_eq!(r.window_seconds(), span as f64 / 1e9);
     }
+
+    /// Merges captures held in memory, as [`Replay::files`] merges files.
+    fn merged<O: FrameObserver>(r: &mut Replay<O>, files: &[(&str, &[u8])]) {
+        let readers = files
+            .iter()
+            .map(|(name, bytes)| {
+                Reader::open(name, Feed::<io::Empty>::mapped(bytes), None, false).unwrap()
+            })
+            .collect();
+        r.merge(readers);
+    }
+
+    fn pcap_ns(frames: &[Frame]) -> Vec<u8> {
+        pcap(
+            frames,
+            Endianness::Little,
+            TsResolution::NanoSecond,
+            DataLink::ETHERNET,
+            ethernet,
+        )
+    }
+
+    /// Which file each frame came from, in the order the frames were accounted.
+    #[derive(Default)]
+    struct Sources(Vec<String>, Vec<usize>);
+
+    impl FrameObserver for Sources {
+        fn begin_source(&mut self, name: &str) {
+            self.0.push(name.to_string());
+        }
+        fn frame(&mut self, source: usize, _: u64, _: u64, _: &FlowMap) {
+            self.1.push(source);
+        }
+    }
+
+    #[test]
+    fn files_dealt_round_robin_merge_back_into_the_capture() {
+        // Distinct times, so that the capture's order is the only time order.
+        let frames: Vec<Frame> = demo()
+            .into_iter()
+            .enumerate()
+            .map(|(k, f)| Frame {
+                ts_ns: synth::BASE_TS_NS + k as u64 * 1_000,
+                ..f
+            })
+            .collect();
+        let parts: Vec<Vec<u8>> = (0..3)
+            .map(|i| {
+                let part: Vec<Frame> = frames.iter().skip(i).step_by(3).cloned().collect();
+                pcap_ns(&part)
+            })
+            .collect();
+        let mut r = Replay::observed(Sources::default());
+        merged(
+            &mut r,
+            &[("c", &parts[2]), ("a", &parts[0]), ("b", &parts[1])],
+        );
+        assert_eq!(r.agg, direct(&frames));
+        assert_eq!(r.files, vec!["c", "a", "b"]);
+        assert_eq!(r.observer.0, r.files);
+        let want: Vec<usize> = (0..frames.len()).map(|k| [1, 2, 0][k % 3]).collect();
+        assert_eq!(r.observer.1, want);
+        let span = frames.last().unwrap().ts_ns - frames[0].ts_ns;
+        assert_eq!(r.window_seconds(), span as f64 / 1e9);
+        // Dealt round robin, every file holds flows of the others at the same time.
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        assert!(r.warnings[0].starts_with("a overlaps the files before it in time"));
+        assert!(r.warnings[1].starts_with("b overlaps the files before it in time"));
+    }
+
+    #[test]
+    fn frames_of_the_same_time_keep_the_order_of_the_files() {
+        let f = demo().remove(0);
+        let one = pcap_ns(std::slice::from_ref(&f));
+        let mut r = Replay::observed(Sources::default());
+        merged(&mut r, &[("x", &one), ("y", &one), ("z", &one)]);
+        assert_eq!(r.observer.1, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn the_file_named_is_the_later_given_whichever_comes_first_in_time() {
+        // Flow X in both files, the second given starting earlier; flow Y only in a third
+        // file at the same time: only the second file holds flows of a file before it.
+        let frames = demo();
+        let x = &frames[0];
+        let y = frames
+            .iter()
+            .find(|f| f.bytes[30..34] != x.bytes[30..34])
+            .unwrap();
+        let at = |f: &Frame, ts: u64| Frame {
+            bytes: f.bytes.clone(),
+            ts_ns: synth::BASE_TS_NS + ts,
+        };
+        let first = pcap_ns(&[at(x, 10_000), at(x, 20_000)]);
+        let second = pcap_ns(&[at(x, 0), at(x, 15_000)]);
+        let third = pcap_ns(&[at(y, 12_000)]);
+        let mut r = Replay::new();
+        merged(
+            &mut r,
+            &[("first", &first), ("second", &second), ("third", &third)],
+        );
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(
+            r.warnings[0].starts_with(
+                "second overlaps the files before it in time and holds some of their flows"
+            ),
+            "{:?}",
+            r.warnings
+        );
+    }
 }
