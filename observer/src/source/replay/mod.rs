@@ -20,7 +20,6 @@
 //! terminal).
 
 use std::{
-    collections::VecDeque,
     fs::File,
     io::{self, Read},
 };
@@ -325,13 +324,13 @@ impl<O: FrameObserver> Replay<O> {
         let parsed = f.link.parse(data);
         let (copy, named) = match &parsed.result {
             Ok(p) => {
-                let key = FlowKey::of(p);
+                let flow = overlap.flow(FlowKey::of(p));
                 let named = if overlapping {
-                    overlap.carried(file, key)
+                    overlap.carried(file, flow)
                 } else {
                     None
                 };
-                (overlap.copy(file, key, p, f.ts_ns), named)
+                (overlap.copy(file, flow, p, f.ts_ns), named)
             }
             Err(_) => (false, None),
         };
@@ -360,38 +359,83 @@ fn open(path: &str) -> Result<(File, Option<u64>), ReplayError> {
 /// resend after a timeout, to the PSN analysis too.
 const COPY_LAG_NS: u64 = observer_common::seq::RETX_IDLE_NS;
 
+/// Request packets of a flow remembered to tell copies: the last this many PSNs. A copy
+/// lagging further behind is left to the PSN analysis (to which, at its window's 64 PSNs, it
+/// may look like a resend).
+const COPY_PSNS: usize = 32;
+
 type HashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
 
-/// What overlapping files hold of each other's traffic: which files carried which flows while
-/// overlapping others in time (to name, once, each file that holds flows of a file before it),
-/// and the request packets of the last [`COPY_LAG_NS`] near other files, with the file that
-/// gave them (to tell a copy from another file from a resend).
+/// What overlapping files hold of each other's traffic, per flow: the first file in the order
+/// given that carried it while overlapping others in time (to name, once, each file that holds
+/// flows of a file before it), and its last request packets near other files, with the file
+/// that gave them (to tell a copy from another file from a resend).
 struct Overlap {
-    /// Per flow, the first file in the order given that carried it while overlapping.
-    first: HashMap<FlowKey, usize>,
+    flows: HashMap<FlowKey, usize>,
+    seen: Vec<Seen>,
+    /// The flow looked up last, and its index in `seen`: a packet's copy often follows it.
+    last: Option<(FlowKey, usize)>,
     named: Vec<bool>,
-    /// Request packets (flow, PSN): the file that gave them, and when.
-    recent: HashMap<(FlowKey, u32), (usize, u64)>,
-    /// The same in the order given, to forget them after [`COPY_LAG_NS`].
-    order: VecDeque<(u64, (FlowKey, u32))>,
+}
+
+struct Seen {
+    first: Option<usize>,
+    /// By PSN modulo [`COPY_PSNS`].
+    recent: [Recent; COPY_PSNS],
+}
+
+/// A request packet: its PSN, the file that gave it and when (none: no packet).
+#[derive(Clone, Copy)]
+struct Recent {
+    ts_ns: u64,
+    psn: u32,
+    file: u32,
+}
+
+impl Recent {
+    const NONE: Self = Self {
+        ts_ns: 0,
+        psn: 0,
+        file: u32::MAX,
+    };
 }
 
 impl Overlap {
     fn new(files: usize) -> Self {
         Self {
-            first: HashMap::default(),
+            flows: HashMap::default(),
+            seen: Vec::new(),
+            last: None,
             named: vec![false; files],
-            recent: HashMap::default(),
-            order: VecDeque::new(),
         }
     }
 
-    /// File `i` carried flow `key` while overlapping another file in time. Whichever of it and
-    /// the flow's first file so far comes later in the order given holds traffic of a file
+    /// The index of flow `key` in `seen`.
+    #[inline]
+    fn flow(&mut self, key: FlowKey) -> usize {
+        if let Some((k, i)) = self.last
+            && k == key
+        {
+            return i;
+        }
+        let next = self.seen.len();
+        let i = *self.flows.entry(key).or_insert(next);
+        if i == next {
+            self.seen.push(Seen {
+                first: None,
+                recent: [Recent::NONE; COPY_PSNS],
+            });
+        }
+        self.last = Some((key, i));
+        i
+    }
+
+    /// File `i` carried flow `flow` while overlapping another file in time. Whichever of it
+    /// and the flow's first file so far comes later in the order given holds traffic of a file
     /// before it (named unless it was already); the earlier is the flow's first file from now
     /// on. (A later file that carried it before was named then.)
-    fn carried(&mut self, i: usize, key: FlowKey) -> Option<usize> {
-        let first = self.first.entry(key).or_insert(i);
+    fn carried(&mut self, i: usize, flow: usize) -> Option<usize> {
+        let first = self.seen.get_mut(flow)?.first.get_or_insert(i);
         let later = match (*first).cmp(&i) {
             std::cmp::Ordering::Equal => return None,
             std::cmp::Ordering::Less => i,
@@ -401,31 +445,33 @@ impl Overlap {
         (!std::mem::replace(named, true)).then_some(later)
     }
 
-    /// Whether packet `p` of flow `key`, from file `i` at `ts_ns`, is a request another file
+    /// Whether packet `p` of flow `flow`, from file `i` at `ts_ns`, is a request another file
     /// gave within [`COPY_LAG_NS`]: a copy. Else it is the one the PSN analysis follows,
     /// whoever gives it again (the same file: a resend, or its own duplicate).
-    fn copy(&mut self, i: usize, key: FlowKey, p: &RocePacket, ts_ns: u64) -> bool {
+    #[inline]
+    fn copy(&mut self, i: usize, flow: usize, p: &RocePacket, ts_ns: u64) -> bool {
         let input = SeqInput::of(p);
         if Request::of(&input, input.class()).is_none() {
             return false;
         }
-        while let Some(&(at, k)) = self.order.front()
-            && at.saturating_add(COPY_LAG_NS) < ts_ns
+        let Some(seen) = self.seen.get_mut(flow) else {
+            return false;
+        };
+        let slot = &mut seen.recent[input.psn as usize % COPY_PSNS];
+        let file = i as u32;
+        if slot.file != Recent::NONE.file
+            && slot.file != file
+            && slot.psn == input.psn
+            && ts_ns.abs_diff(slot.ts_ns) < COPY_LAG_NS
         {
-            self.order.pop_front();
-            if self.recent.get(&k).is_some_and(|&(_, t)| t == at) {
-                self.recent.remove(&k);
-            }
+            return true;
         }
-        let k = (key, input.psn);
-        match self.recent.get(&k) {
-            Some(&(file, _)) if file != i => true,
-            _ => {
-                self.recent.insert(k, (i, ts_ns));
-                self.order.push_back((ts_ns, k));
-                false
-            }
-        }
+        *slot = Recent {
+            ts_ns,
+            psn: input.psn,
+            file,
+        };
+        false
     }
 }
 
