@@ -329,10 +329,11 @@ fn synth_lists_its_scenarios() {
 
 /// The same capture given twice (by its path again, or through a link) is refused in one line:
 /// its packets would all come twice. Two captures of one time span holding the same flows are
-/// read as two observation points, and replay says so.
+/// two observation points of the same traffic, merged by time, and replay says so.
 #[test]
 fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     let dir = Scratch::new("replay-twice");
+    let w = synth::scenario("rule-reorder").unwrap();
     let a = synth_to(&dir, "rule-reorder");
     let link = dir.path("again.pcap");
     std::os::unix::fs::symlink(&a, &link).unwrap();
@@ -350,8 +351,9 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     let (status, _, err) = output(Command::new(CLI).arg("replay").arg(&a).arg(&other));
     assert!(status.success(), "{err}");
     assert!(err.is_empty(), "{err}");
-    // The same traffic from a second tap (a copy of the file): named, counts add up, and the
-    // second file's PSNs are analysed afresh (not taken for resends).
+    // The same traffic from a second tap (a copy of the file, the same times): named, counts
+    // add up, and each copy, merged right after its original, is a duplicate, not a resend.
+    // The reordering the generator made is counted once.
     let b = dir.path("tap2.pcap");
     std::fs::copy(&a, &b).unwrap();
     let (status, out, err) = output(
@@ -371,10 +373,18 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     );
     let r = report(&out);
     assert_eq!(r.source.warnings.len(), 1, "{:?}", r.source.warnings);
+    let truth = truth_aggregate(&w.truth).report(r.source.clone(), r.window.seconds);
+    let requests: u64 = truth
+        .flows
+        .iter()
+        .filter(|f| f.psn_followed())
+        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
+        .sum();
     let p = &r.totals.psn;
+    assert_eq!(r.totals.frames, 2 * w.frames.len() as u64);
     assert_eq!(
-        (p.out_of_order, p.retransmissions, p.missing),
-        (28, 0, 0),
+        (p.out_of_order, p.duplicates, p.retransmissions, p.missing),
+        (truth.totals.psn.out_of_order, requests, 0, 0),
         "{p:?}"
     );
 }
@@ -418,5 +428,226 @@ fn flows_list_their_vlan_ids() {
     assert!(
         r.flows.iter().any(|f| f.vlans.is_empty() && f.untagged),
         "untagged"
+    );
+}
+
+/// `replay ARGS --json`: the report and stderr (a success expected).
+fn replay_json<P: AsRef<std::ffi::OsStr>>(args: &[P]) -> (Report, String) {
+    let (status, out, err) = output(Command::new(CLI).arg("replay").args(args).arg("--json"));
+    assert!(status.success(), "{err}");
+    (report(&out), err)
+}
+
+/// The rules that fired.
+fn fired(r: &Report) -> Vec<&str> {
+    let mut v: Vec<&str> = r.findings.iter().map(|f| f.rule.as_str()).collect();
+    v.sort();
+    v
+}
+
+/// `n` RDMA WRITE Only requests of one RC flow (destination QP `qp`), PSNs from 0x100 on,
+/// `gap_ns` apart from `t0`.
+fn writes(qp: u32, n: u32, t0: u64, gap_ns: u64) -> Vec<(synth::RoceFrame, u64)> {
+    let ip = synth::Ip::v4("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
+    (0..n)
+        .map(|k| {
+            let mut f = synth::RoceFrame::new(ip, 0x0A, qp);
+            f.udp_src_port = 0xC000 + qp as u16;
+            f.payload_len = 1024;
+            f.bth.psn = 0x100 + k;
+            (f, t0 + u64::from(k) * gap_ns)
+        })
+        .collect()
+}
+
+/// The same traffic captured by two taps (the second file: the same frames 3 us later) is
+/// merged by time: every packet of the second copy is a duplicate, none a resend, and the
+/// duplicate-copies rule says so. A flow whose packets are 1 us apart has its copies 3 packets
+/// behind (a run of PSNs seen before, like a go-back-N), one 10 us apart right after each.
+#[test]
+fn the_same_traffic_from_two_taps_is_duplicates_not_resends() {
+    let dir = Scratch::new("replay-two-taps");
+    let t0 = synth::BASE_TS_NS;
+    let mut frames = writes(0x21, 200, t0, 1_000);
+    frames.extend(writes(0x22, 20, t0 + 500, 10_000));
+    frames.sort_by_key(|(_, ts)| *ts);
+    let requests = frames.len() as u64;
+    let lagged: Vec<_> = frames
+        .iter()
+        .map(|(f, ts)| (f.clone(), ts + 3_000))
+        .collect();
+    let a = capture_of(&dir, "tap1.pcap", &frames);
+    let b = capture_of(&dir, "tap2.pcap", &lagged);
+    let (one, err) = replay_json(&[&a]);
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(one.totals.psn.duplicates, 0);
+    let (r, err) = replay_json(&[&a, &b]);
+    let warnings: Vec<&str> = err.lines().collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].starts_with(&format!(
+            "roce-observer: warning: {} overlaps the files before it in time and holds some of their flows: ",
+            b.display()
+        )) && warnings[0].contains("counts as a duplicate, not a resend"),
+        "{err}"
+    );
+    assert_eq!(r.source.warnings.len(), 1);
+    assert_eq!(r.totals.frames, 2 * requests);
+    let p = &r.totals.psn;
+    assert_eq!(
+        (
+            p.duplicates,
+            p.retransmissions,
+            p.missing,
+            p.gaps,
+            p.out_of_order
+        ),
+        (requests, 0, 0, 0, 0),
+        "{p:?}"
+    );
+    for f in &r.flows {
+        assert_eq!(f.psn.duplicates * 2, f.packets, "{f:?}");
+    }
+    // The copies add the duplicate-copies finding and nothing else.
+    let mut want = fired(&one);
+    want.push("duplicate-copies");
+    want.sort();
+    assert_eq!(fired(&r), want);
+    // Standard input can be one of the merged files.
+    let piped = run_with_input(
+        Command::new(CLI)
+            .args(["replay", "-"])
+            .arg(&b)
+            .arg("--json"),
+        &std::fs::read(&a).unwrap(),
+    )
+    .unwrap();
+    assert!(piped.status.success());
+    let piped = report(&String::from_utf8(piped.stdout).unwrap());
+    assert_eq!(
+        piped.source.files,
+        vec!["-".to_string(), b.display().to_string()]
+    );
+    assert_eq!((piped.totals, piped.flows), (r.totals, r.flows));
+}
+
+/// Two captures holding alternate packets of one flow (two halves of a sprayed flow, each seen
+/// on its own link) make one sequence merged by time: no gap, no loss, nothing out of order.
+#[test]
+fn halves_of_a_sprayed_flow_merge_into_one_sequence() {
+    let dir = Scratch::new("replay-halves");
+    let frames = writes(0x31, 200, synth::BASE_TS_NS, 2_000);
+    let (even, odd): (Vec<_>, Vec<_>) = frames
+        .iter()
+        .cloned()
+        .enumerate()
+        .partition(|(k, _)| k % 2 == 0);
+    let strip = |v: Vec<(usize, (synth::RoceFrame, u64))>| {
+        v.into_iter().map(|(_, f)| f).collect::<Vec<_>>()
+    };
+    let all = capture_of(&dir, "all.pcap", &frames);
+    let a = capture_of(&dir, "even.pcap", &strip(even));
+    let b = capture_of(&dir, "odd.pcap", &strip(odd));
+    let (one, _) = replay_json(&[&all]);
+    for args in [[&a, &b], [&b, &a]] {
+        let (r, _) = replay_json(&args);
+        let p = &r.totals.psn;
+        assert_eq!(
+            (
+                p.gaps,
+                p.missing,
+                p.out_of_order,
+                p.duplicates,
+                p.retransmissions
+            ),
+            (0, 0, 0, 0, 0),
+            "{p:?}"
+        );
+        assert_eq!(r.flows.len(), 1);
+        assert_eq!(r.flows[0].packets, 200);
+        assert_eq!((&r.totals, &r.flows), (&one.totals, &one.flows));
+        assert!(!fired(&r).contains(&"loss") && !fired(&r).contains(&"reorder"));
+    }
+}
+
+/// Rotated captures (one after the other in time) read in either order give the report of the
+/// one capture they were cut from: the merge reads them in time order, with no warning.
+#[test]
+fn rotated_files_in_either_order_give_the_report_of_one_file() {
+    let dir = Scratch::new("replay-rotated");
+    let w = synth::scenario("loss").unwrap();
+    let whole = synth_to(&dir, "loss");
+    let (first, second) = w.frames.split_at(w.frames.len() / 2);
+    let part = |name: &str, frames: &[synth::Frame]| {
+        let path = dir.path(name);
+        synth::write_pcap(std::fs::File::create(&path).unwrap(), frames).unwrap();
+        path
+    };
+    let a = part("loss.0.pcap", first);
+    let b = part("loss.1.pcap", second);
+    let (one, err) = replay_json(&[&whole]);
+    assert!(err.is_empty(), "{err}");
+    assert!(one.totals.psn.retransmissions > 0 && one.totals.psn.gaps > 0);
+    for args in [[&a, &b], [&b, &a]] {
+        let (r, err) = replay_json(&args);
+        assert!(err.is_empty(), "{err}");
+        assert_eq!(r.totals, one.totals);
+        assert_eq!(r.flows, one.flows);
+        assert_eq!(r.pfc, one.pfc);
+        assert_eq!(r.window, one.window);
+        assert_eq!(fired(&r), fired(&one));
+        // One microburst interface per file, in the order given.
+        let names: Vec<String> = r
+            .series
+            .as_ref()
+            .unwrap()
+            .interfaces
+            .iter()
+            .map(|i| i.name.clone())
+            .collect();
+        let want: Vec<String> = args.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(names, want);
+    }
+}
+
+/// A second file cut short keeps its frames before the cut and those of the first file, with
+/// the same one warning as alone; an unusable second file is the same one-line error.
+#[test]
+fn a_broken_second_file_keeps_the_first_files_frames() {
+    let dir = Scratch::new("replay-broken-second");
+    let w = synth::scenario("demo").unwrap();
+    let (first, second) = w.frames.split_at(w.frames.len() / 2);
+    let a = dir.path("demo.0.pcap");
+    synth::write_pcap(std::fs::File::create(&a).unwrap(), first).unwrap();
+    let mut bytes = Vec::new();
+    synth::write_pcap(&mut bytes, second).unwrap();
+    let last = 16 + second.last().unwrap().bytes.len();
+    let offset = bytes.len() - last;
+    bytes.truncate(bytes.len() - 7);
+    let b = dir.path("demo.1.pcap");
+    std::fs::write(&b, &bytes).unwrap();
+    let (r, err) = replay_json(&[&a, &b]);
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        vec![format!(
+            "roce-observer: warning: {}: frame {} at byte {offset}: cut short by the end of the file; the {} frames before it are reported",
+            b.display(),
+            second.len(),
+            second.len() - 1
+        )]
+    );
+    assert_eq!(r.totals.frames, w.frames.len() as u64 - 1);
+    assert_eq!(r.source.warnings.len(), 1);
+    let junk = dir.path("junk.pcap");
+    std::fs::write(&junk, b"this is not a capture").unwrap();
+    let (status, out, err) = output(Command::new(CLI).arg("replay").arg(&a).arg(&junk));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(out.is_empty());
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "roce-observer: error: {}: not a pcap or pcapng file (magic 74 68 69 73 at byte 0)",
+            junk.display()
+        )
     );
 }

@@ -41,11 +41,36 @@ impl Aggregate {
     }
 
     /// Accounts one parsed frame (of any link type; `frame` the bytes parsed) seen at `ts_ns`.
+    #[inline(always)]
     pub fn push_parsed(
         &mut self,
         parsed: Parsed,
         frame: &[u8],
         ts_ns: u64,
+    ) -> Result<RocePacket, SkipReason> {
+        self.push_seen(parsed, frame, ts_ns, false)
+    }
+
+    /// Accounts a parsed request packet that another observation point gave already (replay of
+    /// captures that overlap): counted like any packet, and as a duplicate, but kept out of the
+    /// PSN analysis, which follows the packets as first seen. (A copy lagging behind a few
+    /// packets would look like a go-back-N resend there.)
+    pub fn push_copy(
+        &mut self,
+        parsed: Parsed,
+        frame: &[u8],
+        ts_ns: u64,
+    ) -> Result<RocePacket, SkipReason> {
+        self.push_seen(parsed, frame, ts_ns, true)
+    }
+
+    #[inline(always)]
+    fn push_seen(
+        &mut self,
+        parsed: Parsed,
+        frame: &[u8],
+        ts_ns: u64,
+        copy: bool,
     ) -> Result<RocePacket, SkipReason> {
         if let Some(pause) = parsed.pause(frame) {
             self.pauses
@@ -69,9 +94,19 @@ impl Aggregate {
                 *t = (*t).max(ts_ns);
             }
             let cm_after = |t: u64| cm_seen.get(&HostPair::of(&key)).is_some_and(|c| *c > t);
+            // The PSN analysis, or a copy another observation point gave: a duplicate.
+            let analyse = |s: &mut FlowStats| {
+                if copy {
+                    s.seq.duplicates += 1;
+                    s.psn_regressions += 1;
+                } else {
+                    s.seq().packet(&SeqInput::of(p), ts_ns, cm_after);
+                }
+            };
             match key.union() {
                 None => with_entry(flows, key, |s| {
-                    s.record_with(p, ts_ns, cm_after);
+                    s.count(p, ts_ns);
+                    analyse(s);
                 }),
                 // A mirror copy: counted in its session's flow, analysed with every session's.
                 Some(union) => {
@@ -80,7 +115,7 @@ impl Aggregate {
                     });
                     with_entry(unions, union, |s| {
                         s.seen(ts_ns);
-                        s.seq().packet(&SeqInput::of(p), ts_ns, cm_after);
+                        analyse(s);
                     });
                 }
             }

@@ -143,15 +143,13 @@ pub fn replay_report(
     Ok(report)
 }
 
-/// Reads every file into `replay`.
+/// Reads every file into `replay`, as one stream merged by capture time.
 fn read<O: FrameObserver>(
     mut replay: Replay<O>,
     files: &[String],
     progress: bool,
 ) -> Result<Replay<O>, PipelineError> {
-    for file in files {
-        replay.file(file, progress)?;
-    }
+    replay.files(files, progress)?;
     Ok(replay)
 }
 

@@ -680,7 +680,8 @@ pub struct TimelineEnd {
 }
 
 /// The series and the microburst trackers of one run: replay feeds it frame by frame (a
-/// source per capture file), live capture interval by interval and slot by slot.
+/// tracker per capture file, the files merged by time), live capture interval by interval and
+/// slot by slot.
 #[derive(Debug)]
 pub struct Timeline {
     pub config: TimelineConfig,
@@ -695,9 +696,9 @@ pub struct Timeline {
     done: Option<SeriesBuilder>,
     cur: Option<SeriesBuilder>,
     pub trackers: Vec<BurstTracker>,
-    /// Replay: the source whose tracker the next frame is for, its name until its first frame.
-    pending: Option<String>,
-    current: Option<usize>,
+    /// Replay: the capture files in the order given, and each one's tracker from its first
+    /// frame on.
+    sources: Vec<(String, Option<usize>)>,
 }
 
 impl Timeline {
@@ -718,8 +719,7 @@ impl Timeline {
             done: None,
             cur: None,
             trackers: Vec::new(),
-            pending: None,
-            current: None,
+            sources: Vec::new(),
         }
     }
 
@@ -753,13 +753,22 @@ impl Timeline {
         self.trackers.len() - 1
     }
 
-    /// Replay: the frames that follow come from the capture `name` (its own interface).
-    pub fn begin_source(&mut self, name: &str, flows: &FlowMap) {
-        if let Some(cur) = self.cur.take() {
-            self.absorb(cur, flows);
+    /// Replay: the capture `name` is read (its own interface), as the next source. The files
+    /// are merged by time, so one series takes the frames of them all.
+    pub fn begin_source(&mut self, name: &str) {
+        self.sources.push((name.to_string(), None));
+    }
+
+    /// Replay: the tracker of `source`, added at its first frame (when the start is known).
+    #[cold]
+    fn source_tracker(&mut self, source: usize) -> usize {
+        if self.sources.len() <= source {
+            self.sources.resize(source + 1, (String::new(), None));
         }
-        self.pending = Some(name.to_string());
-        self.current = None;
+        let name = self.sources[source].0.clone();
+        let i = self.add_tracker(name, Direction::Ingress, 0);
+        self.sources[source].1 = Some(i);
+        i
     }
 
     fn absorb(&mut self, mut b: SeriesBuilder, flows: &FlowMap) {
@@ -785,10 +794,10 @@ impl Timeline {
         }
     }
 
-    /// Replay: a frame of `len` bytes on the wire (as captured, before snaplen) at `ts_ns`;
-    /// `flows` is the flow table before it.
-    #[inline]
-    pub fn frame(&mut self, ts_ns: u64, len: u64, flows: &FlowMap) {
+    /// Replay: a frame of `source` of `len` bytes on the wire (as captured, before snaplen)
+    /// at `ts_ns`; `flows` is the flow table before it.
+    #[inline(always)]
+    pub fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &FlowMap) {
         let start = *self.start_ns.get_or_insert(ts_ns);
         if self.end_ns.is_none_or(|e| ts_ns > e) {
             self.end_ns = Some(ts_ns);
@@ -803,14 +812,9 @@ impl Timeline {
         if self.config.slot_ns == 0 {
             return;
         }
-        let i = match self.current {
-            Some(i) => i,
-            None => {
-                let name = self.pending.take().unwrap_or_default();
-                let i = self.add_tracker(name, Direction::Ingress, 0);
-                self.current = Some(i);
-                i
-            }
+        let i = match self.sources.get(source) {
+            Some((_, Some(i))) => *i,
+            _ => self.source_tracker(source),
         };
         self.trackers[i].frame(ts_ns, len);
     }
@@ -848,6 +852,26 @@ impl Timeline {
         }
     }
 
+    /// Replay: the trackers in the order the files were given (they were added as each file's
+    /// first frame came, in time order).
+    fn trackers_in_file_order(&mut self) {
+        if self.sources.is_empty() {
+            return;
+        }
+        let mut trackers: Vec<Option<BurstTracker>> = std::mem::take(&mut self.trackers)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for (_, t) in &mut self.sources {
+            if let Some(i) = t
+                && let Some(tracker) = trackers.get_mut(*i).and_then(Option::take)
+            {
+                *i = self.trackers.len();
+                self.trackers.push(tracker);
+            }
+        }
+    }
+
     /// Whether a time fell beyond [`MAX_INTERVALS`] intervals (the series stops there).
     pub fn overflowed(&self) -> bool {
         self.cur.as_ref().is_some_and(|b| b.overflow)
@@ -873,6 +897,7 @@ impl Timeline {
         if let Some(cur) = self.cur.take() {
             self.absorb(cur, flows);
         }
+        self.trackers_in_file_order();
         let grid = self.grid();
         let interfaces: Vec<InterfaceSeries> =
             self.trackers.iter_mut().map(|t| t.series(&grid)).collect();
@@ -899,13 +924,13 @@ impl Timeline {
 
 /// Replay feeds the timeline frame by frame.
 impl crate::source::replay::FrameObserver for Timeline {
-    fn begin_source(&mut self, name: &str, flows: &FlowMap) {
-        Timeline::begin_source(self, name, flows);
+    fn begin_source(&mut self, name: &str) {
+        Timeline::begin_source(self, name);
     }
 
-    #[inline]
-    fn frame(&mut self, ts_ns: u64, len: u64, flows: &FlowMap) {
-        Timeline::frame(self, ts_ns, len, flows);
+    #[inline(always)]
+    fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &FlowMap) {
+        Timeline::frame(self, source, ts_ns, len, flows);
     }
 }
 
@@ -1012,7 +1037,7 @@ mod tests {
 
     /// A frame of `bytes` on flow `qp` at `ts_ns`, through the timeline as replay does it.
     fn feed(t: &mut Timeline, flows: &mut FlowMap, qp: u32, ts_ns: u64, bytes: u64) {
-        t.frame(ts_ns, bytes, flows);
+        t.frame(0, ts_ns, bytes, flows);
         let s = flows
             .entry(FlowKey {
                 dest_qp: qp,

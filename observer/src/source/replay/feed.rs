@@ -48,6 +48,9 @@ pub(super) struct Feed<'a, R> {
     start: usize,
     end: usize,
     eof: bool,
+    /// Where the record [`Feed::next`] consumed last begins: its bytes stay in place until the
+    /// next call, so a frame in it can be accounted after the parser has returned.
+    record: usize,
 }
 
 impl<'a, R: Read> Feed<'a, R> {
@@ -62,6 +65,7 @@ impl<'a, R: Read> Feed<'a, R> {
             start: 0,
             end: 0,
             eof: false,
+            record: 0,
         }
     }
 
@@ -73,6 +77,7 @@ impl<'a, R: Read> Feed<'a, R> {
             start: 0,
             end: data.len(),
             eof: true,
+            record: 0,
         }
     }
 
@@ -124,13 +129,27 @@ impl<'a, R: Read> Feed<'a, R> {
         }
     }
 
+    /// `len` bytes at `at` in the record consumed last (empty if out of it: a parser can only
+    /// point into the bytes it was given).
+    #[inline]
+    pub(super) fn consumed(&self, at: usize, len: usize) -> &[u8] {
+        let all = if self.r.is_some() {
+            &self.buf[..]
+        } else {
+            self.mapped
+        };
+        let from = self.record.saturating_add(at);
+        all.get(from..from.saturating_add(len)).unwrap_or_default()
+    }
+
     /// Runs `step` on the available bytes until it consumes some (their count) or the input
     /// ends cleanly (0).
-    #[inline]
+    #[inline(always)]
     pub(super) fn next(&mut self, mut step: impl FnMut(&[u8]) -> Step) -> Result<usize, FeedError> {
         loop {
             match step(self.window()) {
                 Step::Used(n) => {
+                    self.record = self.start;
                     self.start += n;
                     return Ok(n);
                 }

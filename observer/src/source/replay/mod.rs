@@ -2,15 +2,22 @@
 //! aggregation as live capture. Memory is constant in the file size: frames are streamed, only
 //! the flow table grows.
 //!
-//! A file that cannot be used at all (bad magic, unsupported link type, cut inside its header)
-//! is an error. A file that breaks part-way (a record cut by the end of the file, a corrupt
-//! block) keeps what was read before the break and yields a warning naming the byte offset and
-//! the frame number.
+//! Several files are read as one stream, merged by capture time: each file is read a frame at a
+//! time, and the earliest pending frame of any file goes next (on a tie, the file given first).
+//! Rotated captures (one after the other in time) are so read in sequence, whatever the order
+//! they are given in; two captures of the same traffic (two taps, a mirror copying twice) give
+//! each packet's copy right after it, where the PSN analysis takes it for the duplicate it is.
 //!
-//! [`Replay`] recognizes the container by its magic and hands each frame to the aggregate; the
-//! parts live beside it: `feed` (the input, streamed or in memory, cut into records by
-//! pcap-file's slice parsers), `pcap` and `pcapng` (the records of each container), `link` (how
-//! frames of a link type reach the parser) and `progress` (the progress line on a terminal).
+//! A file that cannot be used at all (bad magic, unsupported link type, cut inside its header)
+//! is an error, before any frame is read. A file that breaks part-way (a record cut by the end
+//! of the file, a corrupt block) keeps what was read before the break and yields a warning
+//! naming the byte offset and the frame number; the other files are read on.
+//!
+//! [`Replay`] recognizes the container by its magic, merges the files and hands each frame to
+//! the aggregate; the parts live beside it: `feed` (the input, streamed or in memory, cut into
+//! records by pcap-file's slice parsers), `pcap` and `pcapng` (the records of each container),
+//! `link` (how frames of a link type reach the parser) and `progress` (the progress line on a
+//! terminal).
 
 use std::{
     fs::File,
@@ -20,7 +27,7 @@ use std::{
 use pcap_file::PcapError;
 
 use crate::aggregate::{Aggregate, FlowMap};
-use observer_common::FlowKey;
+use observer_common::{FlowKey, RocePacket, SeqInput, SkipReason, seq::Request};
 
 mod feed;
 mod link;
@@ -51,18 +58,20 @@ pub enum ReplayError {
 }
 
 /// What watches the frames as they are read, beside the aggregate (the pipeline's time series
-/// and microbursts): told when a file begins and of each frame before it is accounted.
+/// and microbursts): told of each capture file, then of each frame before it is accounted.
 pub trait FrameObserver {
-    /// A capture file named `name` begins; `flows` is the flow table so far.
-    fn begin_source(&mut self, name: &str, flows: &FlowMap);
-    /// A frame of `len` bytes on the wire at `ts_ns`; `flows` is the flow table before it.
-    fn frame(&mut self, ts_ns: u64, len: u64, flows: &FlowMap);
+    /// A capture file named `name` is read: frames of `source` N come from the Nth file told
+    /// of (counted from 0). Every file of a merge is told of before its first frame.
+    fn begin_source(&mut self, name: &str);
+    /// A frame of `len` bytes on the wire at `ts_ns`, from `source`; `flows` is the flow table
+    /// before it.
+    fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &FlowMap);
 }
 
 /// No observer: the counts alone.
 impl FrameObserver for () {
-    fn begin_source(&mut self, _: &str, _: &FlowMap) {}
-    fn frame(&mut self, _: u64, _: u64, _: &FlowMap) {}
+    fn begin_source(&mut self, _: &str) {}
+    fn frame(&mut self, _: usize, _: u64, _: u64, _: &FlowMap) {}
 }
 
 /// Everything replayed so far, over one or more files, and the observer of its frames.
@@ -75,15 +84,11 @@ pub struct Replay<O = ()> {
     pub last_ts_ns: Option<u64>,
     /// Frames of pcapng interfaces whose link type is not supported (counted in `frames`).
     pub unsupported_link_frames: u64,
-    /// Non-fatal problems: part-way breaks, unsupported pcapng interfaces.
+    /// Non-fatal problems: part-way breaks, unsupported pcapng interfaces, files that overlap.
+    /// File by file, in the order given.
     pub warnings: Vec<String>,
     /// Told of every frame ([`Replay::observed`]).
     pub observer: O,
-    /// A file has begun and its first frame is still to come: the latest timestamp before it.
-    file_began: Option<u64>,
-    /// The flows seen before a file that overlaps the earlier ones in time: if it holds one of
-    /// them, it is another observation point of the same flows (said once, then dropped).
-    overlapped: Option<std::collections::HashSet<FlowKey>>,
 }
 
 /// The name under which frames of unsupported pcapng interfaces appear in `totals.skipped`.
@@ -107,8 +112,6 @@ impl<O: FrameObserver> Replay<O> {
             unsupported_link_frames: 0,
             warnings: Vec::new(),
             observer,
-            file_began: None,
-            overlapped: None,
         }
     }
 
@@ -120,18 +123,35 @@ impl<O: FrameObserver> Replay<O> {
         }
     }
 
-    /// Replays the file at `path` (`-` is standard input).
+    /// Replays the files at `paths` (`-` is standard input) as one stream merged by capture
+    /// time. A file that cannot be used is an error before any frame is read.
+    pub fn files<S: AsRef<str>>(&mut self, paths: &[S], progress: bool) -> Result<(), ReplayError> {
+        if let [one] = paths {
+            // One file needs no merge: read straight through, without boxing its input.
+            return self.file(one.as_ref(), progress);
+        }
+        let mut readers = Vec::with_capacity(paths.len());
+        for path in paths {
+            let path = path.as_ref();
+            let (input, size): (Box<dyn Read>, _) = if path == "-" {
+                (Box::new(io::stdin().lock()), None)
+            } else {
+                let (f, size) = open(path)?;
+                (Box::new(f), size)
+            };
+            readers.push(Reader::open(path, Feed::new(input), size, progress)?);
+        }
+        self.merge(readers);
+        Ok(())
+    }
+
+    /// Replays the file at `path` (`-` is standard input). Files replayed by several calls are
+    /// read one after the other: [`Replay::files`] merges them by time.
     pub fn file(&mut self, path: &str, progress: bool) -> Result<(), ReplayError> {
-        // (Memory-mapping was measured slower than streaming through a cached buffer here:
-        // page faults cost more than the copy.)
         if path == "-" {
             return self.reader(path, io::stdin().lock(), None, progress);
         }
-        let f = File::open(path).map_err(|error| ReplayError::Io {
-            file: path.to_string(),
-            error,
-        })?;
-        let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+        let (f, size) = open(path)?;
         self.reader(path, f, size, progress)
     }
 
@@ -143,26 +163,357 @@ impl<O: FrameObserver> Replay<O> {
         size: Option<u64>,
         progress: bool,
     ) -> Result<(), ReplayError> {
-        self.run(name, Feed::new(r), size, progress)
+        let reader = Reader::open(name, Feed::new(r), size, progress)?;
+        self.single(reader);
+        Ok(())
     }
 
     /// Replays a capture held in memory (no copy), named `name` in messages.
     pub fn bytes(&mut self, name: &str, data: &[u8], progress: bool) -> Result<(), ReplayError> {
-        self.run(
+        let reader = Reader::open(
             name,
             Feed::<io::Empty>::mapped(data),
             Some(data.len() as u64),
             progress,
-        )
+        )?;
+        self.single(reader);
+        Ok(())
     }
 
-    fn run<R: Read>(
+    /// Reads one file to its end.
+    fn single<R: Read>(&mut self, mut r: Reader<'_, R>) {
+        let source = self.begin(&r.ctx.name);
+        // The container is matched once, not per frame.
+        match &mut r.container {
+            Container::Pcap(c) => {
+                while let Some(f) = c.next(&mut r.feed, &mut r.ctx) {
+                    let _ = self.frame(source, &f, r.feed.consumed(f.at, f.len));
+                }
+            }
+            Container::PcapNg(c) => {
+                while let Some(f) = c.next(&mut r.feed, &mut r.ctx) {
+                    let _ = self.frame(source, &f, r.feed.consumed(f.at, f.len));
+                }
+            }
+        }
+        self.end(r);
+    }
+
+    /// Reads the files to their ends as one stream merged by capture time. A file holds one
+    /// frame pending at a time: the earliest of them goes next, and its file goes on while it
+    /// stays earlier than the others' (what rotated captures do all along).
+    fn merge<R: Read>(&mut self, mut readers: Vec<Reader<'_, R>>) {
+        let base = self.files.len();
+        for r in &readers {
+            self.begin(&r.ctx.name);
+        }
+        let n = readers.len();
+        let mut pending: Vec<Option<Pending>> = readers.iter_mut().map(Reader::next).collect();
+        // Each file's time span: from its first frame to its latest so far, and whether it has
+        // ended.
+        let first_ts: Vec<Option<u64>> = pending.iter().map(|p| p.map(|f| f.ts_ns)).collect();
+        let mut latest: Vec<Option<u64>> = vec![None; n];
+        let mut ended: Vec<bool> = pending.iter().map(Option::is_none).collect();
+        let mut overlap = Overlap::new(n);
+        loop {
+            // The earliest pending frame and the next earliest, ordered by (time, file).
+            let mut first: Option<(u64, usize)> = None;
+            let mut second: Option<(u64, usize)> = None;
+            for (i, p) in pending.iter().enumerate() {
+                let Some(p) = p else { continue };
+                let k = (p.ts_ns, i);
+                if first.is_none_or(|f| k < f) {
+                    second = first;
+                    first = Some(k);
+                } else if second.is_none_or(|s| k < s) {
+                    second = Some(k);
+                }
+            }
+            let Some((_, i)) = first else { break };
+            let bound = second.unwrap_or((u64::MAX, usize::MAX));
+            // Another file has begun and not ended: this one overlaps it in time. (The others
+            // stand still while this one goes on, so that holds for the whole run.)
+            let overlapping = (0..n).any(|j| j != i && !ended[j] && latest[j].is_some());
+            let mut next = pending[i].take();
+            while let Some(f) = next {
+                if (f.ts_ns, i) > bound {
+                    next = Some(f);
+                    break;
+                }
+                latest[i] = Some(latest[i].map_or(f.ts_ns, |t| t.max(f.ts_ns)));
+                // Within a copy's lag of another file's span, a packet may be a copy of one of
+                // its packets.
+                let near = (0..n).any(|j| {
+                    j != i
+                        && first_ts[j].is_some_and(|t| t <= f.ts_ns.saturating_add(COPY_LAG_NS))
+                        && (!ended[j]
+                            || latest[j].is_some_and(|t| f.ts_ns <= t.saturating_add(COPY_LAG_NS)))
+                });
+                let data = readers[i].data(&f);
+                if near {
+                    let named = self.frame_near(base + i, i, &f, data, overlapping, &mut overlap);
+                    if let Some(k) = named
+                        && let Some(r) = readers.get_mut(k)
+                    {
+                        r.ctx.warnings.push(format!(
+                            "{} overlaps the files before it in time and holds some of their flows: read merged with them by time as another observation point (counts add up; a packet seen again in another file within {} ms counts as a duplicate, not a resend)",
+                            r.ctx.name,
+                            COPY_LAG_NS / 1_000_000
+                        ));
+                    }
+                } else {
+                    let _ = self.frame(base + i, &f, data);
+                }
+                next = readers[i].next();
+            }
+            ended[i] = next.is_none();
+            pending[i] = next;
+        }
+        for r in readers {
+            self.end(r);
+        }
+    }
+
+    /// A file begins: its source number.
+    fn begin(&mut self, name: &str) -> usize {
+        self.files.push(name.to_string());
+        self.observer.begin_source(name);
+        self.files.len() - 1
+    }
+
+    /// A file has ended: what it counted beside the frames, and its warnings.
+    fn end<R: Read>(&mut self, mut r: Reader<'_, R>) {
+        r.ctx.progress.finish();
+        self.agg.counters.frames += r.ctx.unsupported;
+        self.unsupported_link_frames += r.ctx.unsupported;
+        self.warnings.append(&mut r.ctx.warnings);
+    }
+
+    /// One frame of `source`: `data` as captured.
+    #[inline(always)]
+    fn frame(&mut self, source: usize, f: &Pending, data: &[u8]) -> Result<RocePacket, SkipReason> {
+        self.observe(source, f, data);
+        self.agg.push_parsed(f.link.parse(data), data, f.ts_ns)
+    }
+
+    /// The time span and the observer see a frame of `source` before it is accounted.
+    #[inline(always)]
+    fn observe(&mut self, source: usize, f: &Pending, data: &[u8]) {
+        let ts_ns = f.ts_ns;
+        self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
+        self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
+        // On the wire before any snaplen.
+        let len = f.orig_len.max(data.len() as u32);
+        self.observer
+            .frame(source, ts_ns, u64::from(len), &self.agg.flows);
+    }
+
+    /// One frame of `file` (`source`) near another file's span in time: a request packet that
+    /// file gave already is a copy ([`Aggregate::push_copy`]). While `overlapping`, the file
+    /// it names for holding another's flows, the first time.
+    fn frame_near(
         &mut self,
+        source: usize,
+        file: usize,
+        f: &Pending,
+        data: &[u8],
+        overlapping: bool,
+        overlap: &mut Overlap,
+    ) -> Option<usize> {
+        self.observe(source, f, data);
+        let parsed = f.link.parse(data);
+        let (copy, named) = match &parsed.result {
+            Ok(p) => {
+                let flow = overlap.flow(FlowKey::of(p));
+                let named = if overlapping {
+                    overlap.carried(file, flow)
+                } else {
+                    None
+                };
+                (overlap.copy(file, flow, p, f.ts_ns), named)
+            }
+            Err(_) => (false, None),
+        };
+        let _ = if copy {
+            self.agg.push_copy(parsed, data, f.ts_ns)
+        } else {
+            self.agg.push_parsed(parsed, data, f.ts_ns)
+        };
+        named
+    }
+}
+
+/// Opens a file, with its size when it is a regular file (for the progress line).
+fn open(path: &str) -> Result<(File, Option<u64>), ReplayError> {
+    // (Memory-mapping was measured slower than streaming through a cached buffer here:
+    // page faults cost more than the copy.)
+    let f = File::open(path).map_err(|error| ReplayError::Io {
+        file: path.to_string(),
+        error,
+    })?;
+    let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    Ok((f, size))
+}
+
+/// A copy of a packet never lags it by this much: a PSN seen again after that long is a
+/// resend after a timeout, to the PSN analysis too.
+const COPY_LAG_NS: u64 = observer_common::seq::RETX_IDLE_NS;
+
+/// Request packets of a flow remembered to tell copies: the last this many PSNs. A copy
+/// lagging further behind is left to the PSN analysis (to which, at its window's 64 PSNs, it
+/// may look like a resend).
+const COPY_PSNS: usize = 32;
+
+type HashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
+
+/// What overlapping files hold of each other's traffic, per flow: the first file in the order
+/// given that carried it while overlapping others in time (to name, once, each file that holds
+/// flows of a file before it), and its last request packets near other files, with the file
+/// that gave them (to tell a copy from another file from a resend).
+struct Overlap {
+    flows: HashMap<FlowKey, usize>,
+    seen: Vec<Seen>,
+    /// The flow looked up last, and its index in `seen`: a packet's copy often follows it.
+    last: Option<(FlowKey, usize)>,
+    named: Vec<bool>,
+}
+
+struct Seen {
+    first: Option<usize>,
+    /// By PSN modulo [`COPY_PSNS`].
+    recent: [Recent; COPY_PSNS],
+}
+
+/// A request packet: its PSN, the file that gave it and when (none: no packet).
+#[derive(Clone, Copy)]
+struct Recent {
+    ts_ns: u64,
+    psn: u32,
+    file: u32,
+}
+
+impl Recent {
+    const NONE: Self = Self {
+        ts_ns: 0,
+        psn: 0,
+        file: u32::MAX,
+    };
+}
+
+impl Overlap {
+    fn new(files: usize) -> Self {
+        Self {
+            flows: HashMap::default(),
+            seen: Vec::new(),
+            last: None,
+            named: vec![false; files],
+        }
+    }
+
+    /// The index of flow `key` in `seen`.
+    #[inline]
+    fn flow(&mut self, key: FlowKey) -> usize {
+        if let Some((k, i)) = self.last
+            && k == key
+        {
+            return i;
+        }
+        let next = self.seen.len();
+        let i = *self.flows.entry(key).or_insert(next);
+        if i == next {
+            self.seen.push(Seen {
+                first: None,
+                recent: [Recent::NONE; COPY_PSNS],
+            });
+        }
+        self.last = Some((key, i));
+        i
+    }
+
+    /// File `i` carried flow `flow` while overlapping another file in time. Whichever of it
+    /// and the flow's first file so far comes later in the order given holds traffic of a file
+    /// before it (named unless it was already); the earlier is the flow's first file from now
+    /// on. (A later file that carried it before was named then.)
+    fn carried(&mut self, i: usize, flow: usize) -> Option<usize> {
+        let first = self.seen.get_mut(flow)?.first.get_or_insert(i);
+        let later = match (*first).cmp(&i) {
+            std::cmp::Ordering::Equal => return None,
+            std::cmp::Ordering::Less => i,
+            std::cmp::Ordering::Greater => std::mem::replace(first, i),
+        };
+        let named = self.named.get_mut(later)?;
+        (!std::mem::replace(named, true)).then_some(later)
+    }
+
+    /// Whether packet `p` of flow `flow`, from file `i` at `ts_ns`, is a request another file
+    /// gave within [`COPY_LAG_NS`]: a copy. Else it is the one the PSN analysis follows,
+    /// whoever gives it again (the same file: a resend, or its own duplicate).
+    #[inline]
+    fn copy(&mut self, i: usize, flow: usize, p: &RocePacket, ts_ns: u64) -> bool {
+        let input = SeqInput::of(p);
+        if Request::of(&input, input.class()).is_none() {
+            return false;
+        }
+        let Some(seen) = self.seen.get_mut(flow) else {
+            return false;
+        };
+        let slot = &mut seen.recent[input.psn as usize % COPY_PSNS];
+        let file = i as u32;
+        if slot.file != Recent::NONE.file
+            && slot.file != file
+            && slot.psn == input.psn
+            && ts_ns.abs_diff(slot.ts_ns) < COPY_LAG_NS
+        {
+            return true;
+        }
+        *slot = Recent {
+            ts_ns,
+            psn: input.psn,
+            file,
+        };
+        false
+    }
+}
+
+/// A frame read and not yet accounted: its time, length on the wire and link type, and where
+/// its bytes lie in the record its file consumed last (there until the file reads on).
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    ts_ns: u64,
+    orig_len: u32,
+    link: Link,
+    at: usize,
+    len: usize,
+}
+
+/// Where `data` begins in `buf`, the bytes a pcap-file slice parser was given: its frames
+/// borrow from them.
+#[inline]
+fn offset_in(buf: &[u8], data: &[u8]) -> usize {
+    (data.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize)
+}
+
+/// The container of a file being read.
+enum Container {
+    Pcap(pcap::Pcap),
+    PcapNg(pcapng::PcapNg),
+}
+
+/// A capture file being read, a frame at a time.
+struct Reader<'a, R> {
+    feed: Feed<'a, R>,
+    container: Container,
+    ctx: Ctx,
+}
+
+impl<'a, R: Read> Reader<'a, R> {
+    /// Recognizes the container by its magic and reads the file header.
+    fn open(
         name: &str,
-        mut feed: Feed<'_, R>,
+        mut feed: Feed<'a, R>,
         size: Option<u64>,
         progress: bool,
-    ) -> Result<(), ReplayError> {
+    ) -> Result<Self, ReplayError> {
         let head = feed.peek(4).map_err(|error| ReplayError::Io {
             file: name.to_string(),
             error,
@@ -180,106 +531,87 @@ impl<O: FrameObserver> Replay<O> {
             .map(|b| format!("{b:02x}"))
             .collect::<Vec<_>>()
             .join(" ");
-        self.files.push(name.to_string());
-        self.file_began = self.last_ts_ns;
-        self.overlapped = None;
-        self.observer.begin_source(name, &self.agg.flows);
         let mut ctx = Ctx {
-            name,
+            name: name.to_string(),
             unknown_interfaces: Vec::new(),
             frame: 0,
             offset: 0,
             progress: Progress::new(name, size, progress),
+            warnings: Vec::new(),
+            unsupported: 0,
         };
-        let result = match magic {
+        let container = match magic {
             Some(0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1) => {
-                self.pcap(feed, &mut ctx)
+                Container::Pcap(pcap::Pcap::open(&mut feed, &mut ctx)?)
             }
-            Some(0x0A0D_0D0A) => self.pcapng(feed, &mut ctx),
-            _ => Err(ReplayError::BadMagic {
-                file: name.to_string(),
-                magic: magic_text,
-            }),
+            Some(0x0A0D_0D0A) => Container::PcapNg(pcapng::PcapNg::open(&mut feed, &mut ctx)?),
+            _ => {
+                return Err(ReplayError::BadMagic {
+                    file: name.to_string(),
+                    magic: magic_text,
+                });
+            }
         };
-        ctx.progress.finish();
-        result
+        Ok(Self {
+            feed,
+            container,
+            ctx,
+        })
     }
 
-    /// One frame: `data` as captured, `orig_len` its length on the wire before any snaplen.
+    /// The next frame; none at the end of the file or at a break.
     #[inline]
-    fn frame(&mut self, link: Link, data: &[u8], orig_len: u32, ts_ns: u64) {
-        if let Some(last) = self.file_began.take()
-            && ts_ns < last
-        {
-            // This file overlaps the ones before it in time: another observation point of the
-            // same flows, not their continuation (a rotated capture starts after the last
-            // one). PSN continuity starts afresh, else the first request of each flow seen
-            // again would count as a retransmission.
-            for s in self.agg.flows.values_mut() {
-                s.seq_track = Default::default();
-            }
-            self.overlapped = Some(self.agg.flows.keys().copied().collect());
-        }
-        self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
-        self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
-        let len = orig_len.max(data.len() as u32);
-        self.observer.frame(ts_ns, u64::from(len), &self.agg.flows);
-        let parsed = self.agg.push_parsed(link.parse(data), data, ts_ns);
-        if let (Some(before), Ok(p)) = (&self.overlapped, &parsed)
-            && before.contains(&FlowKey::of(p))
-        {
-            self.overlapped = None;
-            if let Some(name) = self.files.last() {
-                self.warnings.push(format!(
-                    "{name} overlaps the files before it in time and holds some of their flows: read as another observation point of them (their counts add up; the PSN analysis starts afresh in it)"
-                ));
-            }
+    fn next(&mut self) -> Option<Pending> {
+        match &mut self.container {
+            Container::Pcap(c) => c.next(&mut self.feed, &mut self.ctx),
+            Container::PcapNg(c) => c.next(&mut self.feed, &mut self.ctx),
         }
     }
 
-    fn broken(&mut self, ctx: &Ctx, what: &str) {
-        self.warnings.push(format!(
-            "{}: frame {} at byte {}: {what}; the {} frames before it are reported",
-            ctx.name,
-            ctx.frame + 1,
-            ctx.offset,
-            ctx.frame
-        ));
-    }
-
-    /// The file header through the crate's parser; what it consumed.
-    fn header<R: Read, P>(
-        feed: &mut Feed<'_, R>,
-        name: &str,
-        parse: impl Fn(&[u8]) -> Result<(&[u8], P), PcapError>,
-    ) -> Result<(P, u64), ReplayError> {
-        let mut out = None;
-        let fed = feed.next(|buf| match parse(buf) {
-            Ok((rest, p)) => {
-                let used = buf.len() - rest.len();
-                out = Some(p);
-                Step::Used(used)
-            }
-            Err(PcapError::IncompleteBuffer) => Step::More,
-            Err(e) => Step::Fail(e),
-        });
-        match (fed, out) {
-            (Ok(used), Some(p)) => Ok((p, used as u64)),
-            (Err(FeedError::Io(error)), _) => Err(ReplayError::Io {
-                file: name.to_string(),
-                error,
-            }),
-            (Err(e), _) => Err(ReplayError::Header {
-                file: name.to_string(),
-                detail: e.describe(),
-            }),
-            (Ok(_), None) => unreachable!("a used step sets the parser"),
-        }
+    /// The bytes of the frame [`Reader::next`] gave last.
+    #[inline]
+    fn data(&self, f: &Pending) -> &[u8] {
+        self.feed.consumed(f.at, f.len)
     }
 }
 
-struct Ctx<'a> {
-    name: &'a str,
+/// The file header through the crate's parser; what it consumed.
+fn header<R: Read, P>(
+    feed: &mut Feed<'_, R>,
+    name: &str,
+    parse: impl Fn(&[u8]) -> Result<(&[u8], P), PcapError>,
+) -> Result<(P, u64), ReplayError> {
+    let mut out = None;
+    let fed = feed.next(|buf| match parse(buf) {
+        Ok((rest, p)) => {
+            let used = buf.len() - rest.len();
+            out = Some(p);
+            Step::Used(used)
+        }
+        Err(PcapError::IncompleteBuffer) => Step::More,
+        Err(e) => Step::Fail(e),
+    });
+    match (fed, out) {
+        (Ok(used), Some(p)) => Ok((p, used as u64)),
+        (Err(FeedError::Io(error)), _) => Err(ReplayError::Io {
+            file: name.to_string(),
+            error,
+        }),
+        (Err(e), _) => Err(ReplayError::Header {
+            file: name.to_string(),
+            detail: e.describe(),
+        }),
+        // A clean end before the header: the parser wanted more than the file holds.
+        (Ok(_), None) => Err(ReplayError::Header {
+            file: name.to_string(),
+            detail: FeedError::Cut.describe(),
+        }),
+    }
+}
+
+/// Where a file's reading stands, and what it found beside the frames.
+struct Ctx {
+    name: String,
     /// pcapng interface IDs already warned about (no interface description).
     unknown_interfaces: Vec<u32>,
     /// Frames read so far.
@@ -287,9 +619,13 @@ struct Ctx<'a> {
     /// Byte offset of the next record.
     offset: u64,
     progress: Progress,
+    /// This file's warnings, in the order found.
+    warnings: Vec<String>,
+    /// Frames of interfaces whose link type is not supported.
+    unsupported: u64,
 }
 
-impl Ctx<'_> {
+impl Ctx {
     #[inline]
     fn advance(&mut self, bytes: u64) {
         self.frame += 1;
@@ -297,6 +633,17 @@ impl Ctx<'_> {
         if self.frame.is_multiple_of(65_536) {
             self.progress.tick(self.offset, self.frame);
         }
+    }
+
+    /// The file breaks at the next record: what was read before it is kept.
+    fn broken(&mut self, what: &str) {
+        self.warnings.push(format!(
+            "{}: frame {} at byte {}: {what}; the {} frames before it are reported",
+            self.name,
+            self.frame + 1,
+            self.offset,
+            self.frame
+        ));
     }
 }
 
@@ -481,5 +828,115 @@ mod tests {
         assert_eq!(r.files, vec!["a".to_string(), "b".to_string()]);
         let span = frames.last().unwrap().ts_ns - frames[0].ts_ns;
         assert_eq!(r.window_seconds(), span as f64 / 1e9);
+    }
+
+    /// Merges captures held in memory, as [`Replay::files`] merges files.
+    fn merged<O: FrameObserver>(r: &mut Replay<O>, files: &[(&str, &[u8])]) {
+        let readers = files
+            .iter()
+            .map(|(name, bytes)| {
+                Reader::open(name, Feed::<io::Empty>::mapped(bytes), None, false).unwrap()
+            })
+            .collect();
+        r.merge(readers);
+    }
+
+    fn pcap_ns(frames: &[Frame]) -> Vec<u8> {
+        pcap(
+            frames,
+            Endianness::Little,
+            TsResolution::NanoSecond,
+            DataLink::ETHERNET,
+            ethernet,
+        )
+    }
+
+    /// Which file each frame came from, in the order the frames were accounted.
+    #[derive(Default)]
+    struct Sources(Vec<String>, Vec<usize>);
+
+    impl FrameObserver for Sources {
+        fn begin_source(&mut self, name: &str) {
+            self.0.push(name.to_string());
+        }
+        fn frame(&mut self, source: usize, _: u64, _: u64, _: &FlowMap) {
+            self.1.push(source);
+        }
+    }
+
+    #[test]
+    fn files_dealt_round_robin_merge_back_into_the_capture() {
+        // Distinct times, so that the capture's order is the only time order.
+        let frames: Vec<Frame> = demo()
+            .into_iter()
+            .enumerate()
+            .map(|(k, f)| Frame {
+                ts_ns: synth::BASE_TS_NS + k as u64 * 1_000,
+                ..f
+            })
+            .collect();
+        let parts: Vec<Vec<u8>> = (0..3)
+            .map(|i| {
+                let part: Vec<Frame> = frames.iter().skip(i).step_by(3).cloned().collect();
+                pcap_ns(&part)
+            })
+            .collect();
+        let mut r = Replay::observed(Sources::default());
+        merged(
+            &mut r,
+            &[("c", &parts[2]), ("a", &parts[0]), ("b", &parts[1])],
+        );
+        assert_eq!(r.agg, direct(&frames));
+        assert_eq!(r.files, vec!["c", "a", "b"]);
+        assert_eq!(r.observer.0, r.files);
+        let want: Vec<usize> = (0..frames.len()).map(|k| [1, 2, 0][k % 3]).collect();
+        assert_eq!(r.observer.1, want);
+        let span = frames.last().unwrap().ts_ns - frames[0].ts_ns;
+        assert_eq!(r.window_seconds(), span as f64 / 1e9);
+        // Dealt round robin, every file holds flows of the others at the same time.
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        assert!(r.warnings[0].starts_with("a overlaps the files before it in time"));
+        assert!(r.warnings[1].starts_with("b overlaps the files before it in time"));
+    }
+
+    #[test]
+    fn frames_of_the_same_time_keep_the_order_of_the_files() {
+        let f = demo().remove(0);
+        let one = pcap_ns(std::slice::from_ref(&f));
+        let mut r = Replay::observed(Sources::default());
+        merged(&mut r, &[("x", &one), ("y", &one), ("z", &one)]);
+        assert_eq!(r.observer.1, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn the_file_named_is_the_later_given_whichever_comes_first_in_time() {
+        // Flow X in both files, the second given starting earlier; flow Y only in a third
+        // file at the same time: only the second file holds flows of a file before it.
+        let frames = demo();
+        let x = &frames[0];
+        let y = frames
+            .iter()
+            .find(|f| f.bytes[30..34] != x.bytes[30..34])
+            .unwrap();
+        let at = |f: &Frame, ts: u64| Frame {
+            bytes: f.bytes.clone(),
+            ts_ns: synth::BASE_TS_NS + ts,
+        };
+        let first = pcap_ns(&[at(x, 10_000), at(x, 20_000)]);
+        let second = pcap_ns(&[at(x, 0), at(x, 15_000)]);
+        let third = pcap_ns(&[at(y, 12_000)]);
+        let mut r = Replay::new();
+        merged(
+            &mut r,
+            &[("first", &first), ("second", &second), ("third", &third)],
+        );
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(
+            r.warnings[0].starts_with(
+                "second overlaps the files before it in time and holds some of their flows"
+            ),
+            "{:?}",
+            r.warnings
+        );
     }
 }

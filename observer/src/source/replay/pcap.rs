@@ -5,19 +5,26 @@ use std::io::Read;
 
 use pcap_file::{PcapError, TsResolution, pcap::PcapParser};
 
-use super::{Ctx, Feed, FrameObserver, Link, Replay, ReplayError, Step};
+use super::{Ctx, Feed, Link, Pending, ReplayError, Step, header};
 
-impl<O: FrameObserver> Replay<O> {
-    pub(super) fn pcap<R: Read>(
-        &mut self,
-        mut feed: Feed<'_, R>,
+/// A classic pcap being read: its parser (byte order), link type and timestamp unit.
+pub(super) struct Pcap {
+    parser: PcapParser,
+    link: Link,
+    frac_ns: u64,
+}
+
+impl Pcap {
+    /// Reads the file header.
+    pub(super) fn open<R: Read>(
+        feed: &mut Feed<'_, R>,
         ctx: &mut Ctx,
-    ) -> Result<(), ReplayError> {
-        let (parser, used) = Self::header(&mut feed, ctx.name, PcapParser::new)?;
+    ) -> Result<Self, ReplayError> {
+        let (parser, used) = header(feed, &ctx.name, PcapParser::new)?;
         let header = parser.header();
         let link = Link::of(header.datalink).map_err(|(name, number)| {
             ReplayError::UnsupportedLinkType {
-                file: ctx.name.to_string(),
+                file: ctx.name.clone(),
                 name,
                 number,
             }
@@ -27,23 +34,45 @@ impl<O: FrameObserver> Replay<O> {
             TsResolution::NanoSecond => 1,
         };
         ctx.offset = used;
-        loop {
-            let fed = feed.next(|buf| match parser.next_raw_packet(buf) {
-                Ok((rest, raw)) => {
-                    let ts = raw.ts_sec as u64 * 1_000_000_000 + raw.ts_frac as u64 * frac_ns;
-                    self.frame(link, &raw.data, raw.orig_len, ts);
-                    Step::Used(buf.len() - rest.len())
-                }
-                Err(PcapError::IncompleteBuffer) => Step::More,
-                Err(e) => Step::Fail(e),
-            });
-            match fed {
-                Ok(0) => return Ok(()),
-                Ok(used) => ctx.advance(used as u64),
-                Err(e) => {
-                    self.broken(ctx, &e.describe());
-                    return Ok(());
-                }
+        Ok(Self {
+            parser,
+            link,
+            frac_ns,
+        })
+    }
+
+    /// The next frame; none at the end of the file or at a break (a warning in `ctx` then).
+    #[inline(always)]
+    pub(super) fn next<R: Read>(
+        &mut self,
+        feed: &mut Feed<'_, R>,
+        ctx: &mut Ctx,
+    ) -> Option<Pending> {
+        let (parser, link, frac_ns) = (&self.parser, self.link, self.frac_ns);
+        let mut frame = None;
+        let fed = feed.next(|buf| match parser.next_raw_packet(buf) {
+            Ok((rest, raw)) => {
+                frame = Some(Pending {
+                    ts_ns: raw.ts_sec as u64 * 1_000_000_000 + raw.ts_frac as u64 * frac_ns,
+                    orig_len: raw.orig_len,
+                    link,
+                    at: super::offset_in(buf, &raw.data),
+                    len: raw.data.len(),
+                });
+                Step::Used(buf.len() - rest.len())
+            }
+            Err(PcapError::IncompleteBuffer) => Step::More,
+            Err(e) => Step::Fail(e),
+        });
+        match fed {
+            Ok(0) => None,
+            Ok(used) => {
+                ctx.advance(used as u64);
+                frame
+            }
+            Err(e) => {
+                ctx.broken(&e.describe());
+                None
             }
         }
     }

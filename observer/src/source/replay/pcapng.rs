@@ -13,134 +13,152 @@ use pcap_file::{
 };
 
 use super::{
-    Ctx, Feed, FeedError, FrameObserver, Link, Replay, ReplayError, Step, UNSUPPORTED_LINK_TYPE,
+    Ctx, Feed, FeedError, Link, Pending, ReplayError, Step, UNSUPPORTED_LINK_TYPE, header,
 };
 
-impl<O: FrameObserver> Replay<O> {
-    pub(super) fn pcapng<R: Read>(
-        &mut self,
-        mut feed: Feed<'_, R>,
+/// A pcapng being read: its parser (the section's byte order), the interfaces of the current
+/// section, and the latest timestamp (a simple packet block has none of its own).
+pub(super) struct PcapNg {
+    parser: PcapNgParser,
+    interfaces: Vec<Interface>,
+    last_ts: u64,
+}
+
+impl PcapNg {
+    /// Reads the section header.
+    pub(super) fn open<R: Read>(
+        feed: &mut Feed<'_, R>,
         ctx: &mut Ctx,
-    ) -> Result<(), ReplayError> {
-        let (mut parser, used) = Self::header(&mut feed, ctx.name, PcapNgParser::new)?;
+    ) -> Result<Self, ReplayError> {
+        let (parser, used) = header(feed, &ctx.name, PcapNgParser::new)?;
         ctx.offset = used;
-        let mut interfaces: Vec<Interface> = Vec::new();
-        let mut last_ts = 0u64;
+        Ok(Self {
+            parser,
+            interfaces: Vec::new(),
+            last_ts: 0,
+        })
+    }
+
+    /// The next frame of a supported interface (the blocks before it are taken in); none at the
+    /// end of the file or at a break (a warning in `ctx` then).
+    pub(super) fn next<R: Read>(
+        &mut self,
+        feed: &mut Feed<'_, R>,
+        ctx: &mut Ctx,
+    ) -> Option<Pending> {
         loop {
             let mut block_err = None;
+            let mut frame = None;
             let fed = feed.next(|buf| {
-                let (rest, raw) = match parser.next_raw_block(buf) {
+                let (rest, raw) = match self.parser.next_raw_block(buf) {
                     Ok(ok) => ok,
                     Err(PcapError::IncompleteBuffer) => return Step::More,
                     Err(e) => return Step::Fail(e),
                 };
                 let used = buf.len() - rest.len();
-                let block = match parser.section().endianness {
+                let block = match self.parser.section().endianness {
                     Endianness::Big => raw.try_into_block::<byteorder_slice::BigEndian>(),
                     Endianness::Little => raw.try_into_block::<byteorder_slice::LittleEndian>(),
                 };
                 match block {
-                    Ok(block) => {
-                        self.block(ctx, block, &mut interfaces, &mut last_ts);
-                        Step::Used(used)
-                    }
-                    Err(e) => {
-                        block_err = Some(e);
-                        Step::Used(used)
-                    }
+                    Ok(block) => frame = self.block(ctx, buf, block),
+                    Err(e) => block_err = Some(e),
                 }
+                Step::Used(used)
             });
             if let Some(e) = block_err {
-                self.broken(ctx, &FeedError::Parse(e).describe());
-                return Ok(());
+                ctx.broken(&FeedError::Parse(e).describe());
+                return None;
             }
             match fed {
-                Ok(0) => return Ok(()),
+                Ok(0) => return None,
                 Ok(used) => {
                     ctx.offset += used as u64;
                     ctx.progress.tick(ctx.offset, ctx.frame);
+                    if frame.is_some() {
+                        return frame;
+                    }
                 }
                 Err(e) => {
-                    self.broken(ctx, &e.describe());
-                    return Ok(());
+                    ctx.broken(&e.describe());
+                    return None;
                 }
             }
         }
     }
 
-    fn block(
-        &mut self,
-        ctx: &mut Ctx,
-        block: Block,
-        interfaces: &mut Vec<Interface>,
-        last_ts: &mut u64,
-    ) {
+    /// Takes in a block whose bytes start `buf`; a frame to account, if it is one.
+    fn block(&mut self, ctx: &mut Ctx, buf: &[u8], block: Block) -> Option<Pending> {
         match block {
-            Block::SectionHeader(_) => interfaces.clear(),
+            Block::SectionHeader(_) => {
+                self.interfaces.clear();
+                None
+            }
             Block::InterfaceDescription(idb) => {
                 let iface = Interface::of(&idb);
                 if let Err((name, number)) = &iface.link {
-                    self.warnings.push(format!(
+                    ctx.warnings.push(format!(
                         "{}: interface {} has unsupported link type {name} ({number}); its frames are counted as {UNSUPPORTED_LINK_TYPE}",
                         ctx.name,
-                        interfaces.len()
+                        self.interfaces.len()
                     ));
                 }
-                interfaces.push(iface);
+                self.interfaces.push(iface);
+                None
             }
             Block::EnhancedPacket(epb) => {
-                if let Some(i) = interfaces.get(epb.interface_id as usize) {
-                    *last_ts = i.ns(epb.timestamp.as_nanos() as u64);
+                if let Some(i) = self.interfaces.get(epb.interface_id as usize) {
+                    self.last_ts = i.ns(epb.timestamp.as_nanos() as u64);
                 }
-                self.packet(
-                    ctx,
-                    interfaces,
-                    epb.interface_id,
-                    (&epb.data, epb.original_len),
-                    *last_ts,
-                );
+                self.packet(ctx, epb.interface_id, buf, &epb.data, epb.original_len)
             }
-            Block::SimplePacket(spb) => {
-                self.packet(ctx, interfaces, 0, (&spb.data, spb.original_len), *last_ts)
-            }
+            Block::SimplePacket(spb) => self.packet(ctx, 0, buf, &spb.data, spb.original_len),
             Block::Packet(pb) => {
-                if let Some(i) = interfaces.get(pb.interface_id as usize) {
-                    *last_ts = i.ns(pb.timestamp);
+                if let Some(i) = self.interfaces.get(pb.interface_id as usize) {
+                    self.last_ts = i.ns(pb.timestamp);
                 }
                 self.packet(
                     ctx,
-                    interfaces,
                     u32::from(pb.interface_id),
-                    (&pb.data, pb.original_len),
-                    *last_ts,
-                );
+                    buf,
+                    &pb.data,
+                    pb.original_len,
+                )
             }
-            _ => {}
+            _ => None,
         }
     }
 
+    /// A packet block of interface `id` whose `data` lie in `buf`: a frame to account, unless
+    /// its interface's link type is unsupported (or it has no interface).
     fn packet(
-        &mut self,
+        &self,
         ctx: &mut Ctx,
-        interfaces: &[Interface],
         id: u32,
-        (data, orig_len): (&[u8], u32),
-        ts: u64,
-    ) {
+        buf: &[u8],
+        data: &[u8],
+        orig_len: u32,
+    ) -> Option<Pending> {
         ctx.frame += 1;
-        match interfaces.get(id as usize).map(|i| &i.link) {
-            Some(Ok(link)) => self.frame(*link, data, orig_len, ts),
+        match self.interfaces.get(id as usize).map(|i| &i.link) {
+            Some(Ok(link)) => Some(Pending {
+                ts_ns: self.last_ts,
+                orig_len,
+                link: *link,
+                at: super::offset_in(buf, data),
+                len: data.len(),
+            }),
             // Unsupported link type, or no such interface.
             other => {
                 if other.is_none() && !ctx.unknown_interfaces.contains(&id) {
                     ctx.unknown_interfaces.push(id);
-                    self.warnings.push(format!(
+                    ctx.warnings.push(format!(
                         "{}: frame {} at byte {}: interface {id} was never described; its frames are counted as {UNSUPPORTED_LINK_TYPE}",
                         ctx.name, ctx.frame, ctx.offset
                     ));
                 }
-                self.agg.counters.frames += 1;
-                self.unsupported_link_frames += 1;
+                ctx.unsupported += 1;
+                None
             }
         }
     }
