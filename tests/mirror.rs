@@ -441,6 +441,64 @@ fn two_taps_on_one_path_show_duplicates_not_resends() {
     assert_eq!(twice.totals.roce_packets, 2 * direct.totals.roce_packets);
 }
 
+/// Scenario `name` through two taps: session 1 copies each frame at once, session 2 `lag_ns`
+/// later (its copies lag behind whole bursts of a flow), in the order of time.
+fn lagging_taps(name: &str, lag_ns: u64) -> Vec<(Vec<u8>, u64)> {
+    let w = synth::scenario(name).unwrap();
+    let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
+    for (session, lag) in [(1, 0), (2, lag_ns)] {
+        let encap = Encap::ErspanII {
+            session,
+            truncated: false,
+        };
+        out.extend(
+            w.frames
+                .iter()
+                .map(|f| (synth::encapsulate(&f.bytes, encap), f.ts_ns + lag)),
+        );
+    }
+    // Stable: at one time, the first tap's copy first.
+    out.sort_by_key(|(_, ts)| *ts);
+    out
+}
+
+#[test]
+fn copies_lagging_behind_bursts_are_duplicates_while_no_nak_says_otherwise() {
+    let direct = report_of(&seen_directly("clean"));
+    let requests: u64 = direct
+        .flows
+        .iter()
+        .filter(|f| f.psn_followed())
+        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
+        .sum();
+    for lag in [1_000, 5_000, 50_000, 500_000] {
+        let r = report_of(&lagging_taps("clean", lag));
+        let p = r.totals.psn;
+        for f in r.flows.iter().filter(|f| f.psn.retransmissions > 0) {}
+        assert_eq!(
+            (
+                p.duplicates,
+                p.retransmissions,
+                p.retransmission_episodes,
+                p.missing
+            ),
+            (requests, 0, 0, 0),
+            "lag {lag}"
+        );
+    }
+    // With NAKs coming back, the go-back-N of a real loss stays a resend, and the loss stays.
+    let direct = report_of(&seen_directly("loss"));
+    assert!(direct.totals.psn.retransmission_episodes > 0);
+    for lag in [1_000, 50_000] {
+        let r = report_of(&lagging_taps("loss", lag));
+        assert_eq!(r.totals.psn.missing, direct.totals.psn.missing, "lag {lag}");
+        assert!(
+            r.totals.psn.retransmission_episodes >= direct.totals.psn.retransmission_episodes,
+            "lag {lag}"
+        );
+    }
+}
+
 #[test]
 fn the_kernel_analyses_mirror_sessions_together_like_userspace() {
     if !require_root("the_kernel_analyses_mirror_sessions_together_like_userspace") {
@@ -450,6 +508,7 @@ fn the_kernel_analyses_mirror_sessions_together_like_userspace() {
         through_sessions("loss", |i| vec![1 + (i % 3) as u16]),
         through_sessions("rule-reorder", |i| vec![7 + (i % 2) as u16]),
         through_sessions("clean", |_| vec![1, 2]),
+        lagging_taps("clean", 5_000),
     ] {
         let mut ebpf = load_program(programs::OBSERVE);
         let mut user = Aggregate::new();

@@ -86,7 +86,10 @@ pub struct SeqCounts {
     pub violation_mask: u32,
     /// Bit k: a FIRST or MIDDLE packet carried exactly 256 << k bytes of payload.
     pub pmtu_mask: u32,
-    pub _pad: u32,
+    /// Resend episodes that began after a wait of [`RETX_IDLE_NS`] or more (a timeout, an RNR
+    /// wait); the others are runs of PSNs sent before, which only a NAK explains (else they are
+    /// copies lagging behind, as the report settles once it sees the NAKs or their absence).
+    pub retx_waited: u32,
 }
 const _: () = assert!(size_of::<SeqCounts>() == 11 * 8 + 8 + 4 * PMTUS + 12);
 
@@ -582,6 +585,9 @@ impl Seq<'_> {
             t.flags |= F_RUN_RETX;
             c.retransmissions = c.retransmissions.wrapping_add(1);
             c.retx_episodes = c.retx_episodes.wrapping_add(1);
+            if idle >= RETX_IDLE_NS {
+                c.retx_waited = c.retx_waited.wrapping_add(1);
+            }
             return SeqClass::Retransmission;
         }
         if seen {
@@ -864,6 +870,7 @@ impl SeqCounts {
             *a += b;
         }
         self.pmtu_mask |= o.pmtu_mask;
+        self.retx_waited = self.retx_waited.wrapping_add(o.retx_waited);
     }
 }
 

@@ -229,7 +229,7 @@ impl Aggregate {
             .unwrap_or(0);
         // The reverse direction: the one flow back, or (host mode sees a connection both
         // leave and arrive) the one flow back in the other direction of the host.
-        let reverse = |k: &FlowKey| -> Option<&FlowStats> {
+        let reverse = |k: &FlowKey| -> Option<(&FlowKey, &FlowStats)> {
             let (src, dst, sport, mirror) = tuple(k);
             let back = by_tuple.get(&(dst, src, sport, mirror))?;
             let one = match back.as_slice() {
@@ -242,28 +242,48 @@ impl Aggregate {
                     }
                 }
             };
-            one.filter(|_| k.dest_qp != 1).and_then(|r| self.stats(r))
+            one.filter(|_| k.dest_qp != 1)
+                .and_then(|r| Some((r, self.stats(r)?)))
+        };
+        // The packets per operation of an entry: the analysis of mirror sessions together
+        // counts none of its own, its sessions' flows have them.
+        let mut union_ops: HashMap<FlowKey, [u64; OpClass::COUNT]> = HashMap::new();
+        for (k, s) in &self.flows {
+            if let Some(u) = k.union() {
+                let ops = union_ops.entry(u).or_default();
+                for (a, b) in ops.iter_mut().zip(s.ops) {
+                    *a += b;
+                }
+            }
+        }
+        let ops_of = |k: &FlowKey, s: &FlowStats| -> [u64; OpClass::COUNT] {
+            if k.is_union() {
+                union_ops.get(k).copied().unwrap_or_default()
+            } else {
+                s.ops
+            }
         };
         let mut flows: Vec<(FlowKey, Flow)> = self
             .all()
             .map(|(k, s)| {
                 let mut f = Flow::new(k, s, window_seconds);
-                let Some(r) = reverse(k) else {
+                let Some((rk, r)) = reverse(k) else {
                     return (*k, f);
                 };
+                let r_ops = ops_of(rk, r);
                 let pmtu = pmtu_of(s.seq.pmtu_mask | r.seq.pmtu_mask);
                 f.psn = f.psn.with_pmtu(s, pmtu);
                 // A PSN sent again after an RNR NAK waited out the RNR timer: if the wait was
                 // shorter than the analysis can tell from a copy, the resend is no duplicate.
                 // RNR NAKs not already answered by a resend after a wait.
-                let rnr = r.ops[OpClass::RnrNak as usize]
+                let rnr = r_ops[OpClass::RnrNak as usize]
                     .saturating_sub(f.psn.retransmission_episodes)
                     .min(f.psn.duplicates);
                 f.psn.duplicates -= rnr;
                 // A wait before a resend after RNR NAKs is the receiver's RNR timer (at most
                 // 655.36 ms), not a stalled fabric: not kept as one. A longer wait is no RNR
                 // timer.
-                if r.ops[OpClass::RnrNak as usize] > 0
+                if r_ops[OpClass::RnrNak as usize] > 0
                     && f.psn
                         .longest_resend_wait
                         .is_some_and(|w| w.for_ns <= RNR_TIMER_MAX_NS)
@@ -272,6 +292,25 @@ impl Aggregate {
                 }
                 f.psn.retransmissions += rnr;
                 f.psn.retransmission_episodes += rnr;
+                // A sender goes back only after a NAK or a timeout. With the responses in view,
+                // none of them a NAK, and no resend after a wait, runs of PSNs seen before are
+                // copies lagging behind (a second tap, a switch mirroring a packet twice), not
+                // resends.
+                let op = |o: OpClass| r_ops[o as usize];
+                let responses = op(OpClass::Ack)
+                    + op(OpClass::Nak)
+                    + op(OpClass::RnrNak)
+                    + op(OpClass::ReadResponse)
+                    + op(OpClass::AtomicAck);
+                if responses > 0
+                    && op(OpClass::Nak) + op(OpClass::RnrNak) == 0
+                    && s.seq.retx_waited == 0
+                {
+                    f.psn.duplicates += f.psn.retransmissions;
+                    f.psn.retransmissions = 0;
+                    f.psn.retransmission_episodes = 0;
+                    f.psn.longest_resend_wait = None;
+                }
                 let (t, rt) = (&s.seq_track, &r.seq_track);
                 if t.flags & F_ACKREQ != 0 && end > t.ackreq_ns {
                     let answered = rt.flags & F_RESP != 0

@@ -232,6 +232,10 @@ impl Workload {
                 f.psn_regressions += 1;
                 f.seq.retransmissions += 1;
                 f.seq.retx_episodes += u64::from(episode);
+                // An episode after the sender waited (a timeout, an RNR timer).
+                if episode && self.wait_ns >= observer_common::seq::RETX_IDLE_NS {
+                    f.seq.retx_waited += 1;
+                }
             }
             PsnEvent::Violation => {}
             PsnEvent::NewIncarnation => f.seq.resets += 1,
