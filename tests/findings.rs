@@ -1102,6 +1102,15 @@ fn a_short_captures_rates_are_the_hand_computed_ones() {
     let bps: Vec<f64> = (0..n)
         .map(|i| bytes[i] as f64 * 8.0 / covered_s(i))
         .collect();
+    // A flow's rate while active (first to last packet) and its busiest interval's.
+    let flow_rates = |f: &roce_observer::model::Flow| {
+        let (series, first_ns, last_ns, total) = &per_flow[&FlowRef::of_flow(f)];
+        let active = *total as f64 * 8.0 / ((last_ns - first_ns) as f64 / 1e9);
+        let peak = (0..n)
+            .map(|i| series[i] as f64 * 8.0 / covered_s(i))
+            .fold(0.0, f64::max);
+        (active, peak)
+    };
     let cnp_per_s: Vec<f64> = (0..n).map(|i| cnps[i] as f64 / covered_s(i)).collect();
     // The first interval with the highest value, as the summary line names it.
     let peak = |v: &[f64]| {
@@ -1132,11 +1141,7 @@ fn a_short_captures_rates_are_the_hand_computed_ones() {
     assert_eq!(cnps.iter().sum::<u64>(), w.truth.counters.cnp_packets);
     assert_eq!(r.flows.len(), per_flow.len());
     for f in &r.flows {
-        let (series, first_ns, last_ns, total) = &per_flow[&FlowRef::of_flow(f)];
-        let active = *total as f64 * 8.0 / ((last_ns - first_ns) as f64 / 1e9);
-        let flow_peak = (0..n)
-            .map(|i| series[i] as f64 * 8.0 / covered_s(i))
-            .fold(0.0, f64::max);
+        let (active, flow_peak) = flow_rates(f);
         assert_close(f.active_rate_bps.unwrap(), active, &format!("{f:?} RATE"));
         assert_close(f.peak_rate_bps.unwrap(), flow_peak, &format!("{f:?} PEAK"));
     }
@@ -1167,11 +1172,7 @@ fn a_short_captures_rates_are_the_hand_computed_ones() {
     let cnp_line = format!("CNPs peak {np:.0}/s at +{}", at(ni));
     assert!(out.contains(&cnp_line), "{cnp_line}: {out}");
     for f in &r.flows {
-        let (series, first_ns, last_ns, total) = &per_flow[&FlowRef::of_flow(f)];
-        let active = *total as f64 * 8.0 / ((last_ns - first_ns) as f64 / 1e9);
-        let flow_peak = (0..n)
-            .map(|i| series[i] as f64 * 8.0 / covered_s(i))
-            .fold(0.0, f64::max);
+        let (active, flow_peak) = flow_rates(f);
         let row = out
             .lines()
             .find(|l| {

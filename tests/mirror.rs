@@ -362,6 +362,15 @@ fn report_of(frames: &[(Vec<u8>, u64)]) -> roce_observer::model::Report {
     agg.report(Source::pcap(Vec::new(), Vec::new()), 1.0)
 }
 
+/// Request packets whose PSNs the analysis follows.
+fn requests_of(r: &roce_observer::model::Report) -> u64 {
+    r.flows
+        .iter()
+        .filter(|f| f.psn_followed())
+        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
+        .sum()
+}
+
 /// The report's rows of the flow `f` (any mirror).
 fn rows_of<'a>(
     r: &'a roce_observer::model::Report,
@@ -419,12 +428,7 @@ fn a_qp_sprayed_over_three_mirror_sessions_is_analysed_whole() {
 fn two_taps_on_one_path_show_duplicates_not_resends() {
     // Every frame copied by session 1 and again by session 2: each request is a duplicate.
     let direct = report_of(&seen_directly("clean"));
-    let requests: u64 = direct
-        .flows
-        .iter()
-        .filter(|f| f.psn_followed())
-        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
-        .sum();
+    let requests = requests_of(&direct);
     assert!(requests > 0);
     let twice = report_of(&through_sessions("clean", |_| vec![1, 2]));
     let p = twice.totals.psn;
@@ -465,12 +469,7 @@ fn lagging_taps(name: &str, lag_ns: u64) -> Vec<(Vec<u8>, u64)> {
 #[test]
 fn copies_lagging_behind_bursts_are_duplicates_while_no_nak_says_otherwise() {
     let direct = report_of(&seen_directly("clean"));
-    let requests: u64 = direct
-        .flows
-        .iter()
-        .filter(|f| f.psn_followed())
-        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
-        .sum();
+    let requests = requests_of(&direct);
     for lag in [1_000, 5_000, 50_000, 500_000] {
         let r = report_of(&lagging_taps("clean", lag));
         let p = r.totals.psn;
