@@ -132,6 +132,20 @@ fn ecmp_command_on_a_capture() {
     assert!(again.is_empty());
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("is given twice"), "{err}");
+    // Standard input twice cannot be read twice: refused, not waited on; nor a file again as
+    // standard input.
+    for args in [&["-", "-"][..], &[file.to_str().unwrap(), "-"]] {
+        let out = Command::new(CLI)
+            .arg("replay")
+            .args(args)
+            .stdin(std::fs::File::open(&file).unwrap())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("standard input (-)"), "{err}");
+        assert!(err.contains("is given twice"), "{err}");
+    }
     let r: Report = serde_json::from_str(&out).unwrap();
     let e = r.ecmp.as_ref().expect("an ecmp object");
     assert_eq!(e.flows as usize, r.flows.len());

@@ -63,9 +63,26 @@ pub fn stdout(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Resu
 pub fn refuse_twice(files: &[String]) -> Result<()> {
     for (i, a) in files.iter().enumerate() {
         for b in &files[..i] {
-            if a != "-" && b != "-" && (a == b || same_file(Path::new(a), Path::new(b))) {
+            if a == "-" && b == "-" {
+                return Err(UsageError(
+                    "standard input (-) is given twice: it can be read once".to_string(),
+                )
+                .into());
+            }
+            // Standard input redirected from a file is that file.
+            let path = |f: &str| Path::new(if f == "-" { "/dev/stdin" } else { f }).to_path_buf();
+            if a == b || same_file(&path(a), &path(b)) {
+                let name = |f: &str| {
+                    if f == "-" {
+                        "standard input (-)".to_string()
+                    } else {
+                        f.to_string()
+                    }
+                };
                 return Err(UsageError(format!(
-                    "capture file {a} is given twice (also as {b}): give each file once"
+                    "capture file {} is given twice (also as {}): give each file once",
+                    name(a),
+                    name(b)
                 ))
                 .into());
             }
