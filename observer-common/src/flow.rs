@@ -262,8 +262,7 @@ impl FlowStats {
     /// runs it apart, on a [`SeqInput`]; a mirror session's flow has none).
     #[inline(always)]
     pub fn count(&mut self, p: &RocePacket, now_ns: u64) {
-        self.seen(now_ns);
-        self.bytes += p.ip_len as u64;
+        self.seen(p, now_ns);
         self.ecn[(p.ecn() & 3) as usize] += 1;
         self.dscp_mask |= 1u64 << (p.dscp() & 63);
         if let Some(Mirror {
@@ -290,10 +289,11 @@ impl FlowStats {
         }
     }
 
-    /// Notes one more packet seen at `now_ns`: all that the PSN analysis of mirror sessions
-    /// together ([`FlowKey::union`]) counts besides the analysis.
+    /// Notes one more packet (and its bytes) seen at `now_ns`: all that the PSN analysis of
+    /// mirror sessions together ([`FlowKey::union`]) counts besides the analysis (the daemon
+    /// ranks its series by the bytes).
     #[inline(always)]
-    pub fn seen(&mut self, now_ns: u64) {
+    pub fn seen(&mut self, p: &RocePacket, now_ns: u64) {
         // Captures replayed out of order (several files, interleaved interfaces) can go back.
         if self.packets == 0 || now_ns < self.first_seen_ns {
             self.first_seen_ns = now_ns;
@@ -302,6 +302,7 @@ impl FlowStats {
             self.last_seen_ns = now_ns;
         }
         self.packets += 1;
+        self.bytes += p.ip_len as u64;
     }
 
     /// Notes VLAN ID `vid` of the outer tag, or the inner one of QinQ.
@@ -473,6 +474,7 @@ impl FlowStats {
     pub fn analysis_only(&self) -> Self {
         Self {
             packets: self.packets,
+            bytes: self.bytes,
             first_seen_ns: self.first_seen_ns,
             last_seen_ns: self.last_seen_ns,
             psn_gaps: self.psn_gaps,

@@ -310,7 +310,7 @@ mod kernel {
             let Some(u) = table_entry(key) else {
                 return;
             };
-            u.seen(now);
+            u.seen(p, now);
             stats = u;
         }
         // SAFETY: this CPU's value.

@@ -114,7 +114,7 @@ impl Aggregate {
                         s.count(p, ts_ns);
                     });
                     with_entry(unions, union, |s| {
-                        s.seen(ts_ns);
+                        s.seen(p, ts_ns);
                         analyse(s);
                     });
                 }
@@ -248,8 +248,11 @@ impl Aggregate {
         // The packets per operation of an entry: the analysis of mirror sessions together
         // counts none of its own, its sessions' flows have them.
         let mut union_ops: HashMap<FlowKey, [u64; OpClass::COUNT]> = HashMap::new();
+        // The mirror sessions that saw each flow.
+        let mut views: HashMap<FlowKey, u32> = HashMap::new();
         for (k, s) in &self.flows {
             if let Some(u) = k.union() {
+                *views.entry(u).or_default() += 1;
                 let ops = union_ops.entry(u).or_default();
                 for (a, b) in ops.iter_mut().zip(s.ops) {
                     *a += b;
@@ -273,6 +276,30 @@ impl Aggregate {
                 let r_ops = ops_of(rk, r);
                 let pmtu = pmtu_of(s.seq.pmtu_mask | r.seq.pmtu_mask);
                 f.psn = f.psn.with_pmtu(s, pmtu);
+                // A sender goes back only after a NAK or a timeout. Where two mirror sessions
+                // saw the flow (two taps, a switch mirroring a packet twice) and its responses
+                // are in view, the runs of PSNs seen before that neither a NAK nor a wait
+                // explains are copies lagging behind, not resends: their share of the resent
+                // PSNs moves to the duplicates.
+                let op = |o: OpClass| r_ops[o as usize];
+                let responses = op(OpClass::Ack)
+                    + op(OpClass::Nak)
+                    + op(OpClass::RnrNak)
+                    + op(OpClass::ReadResponse)
+                    + op(OpClass::AtomicAck);
+                let episodes = f.psn.retransmission_episodes;
+                let unexplained = episodes
+                    .saturating_sub(u64::from(s.seq.retx_waited))
+                    .saturating_sub(op(OpClass::Nak) + op(OpClass::RnrNak));
+                if views.get(k).is_some_and(|v| *v > 1) && responses > 0 && unexplained > 0 {
+                    let copies = f.psn.retransmissions * unexplained / episodes;
+                    f.psn.duplicates += copies;
+                    f.psn.retransmissions -= copies;
+                    f.psn.retransmission_episodes -= unexplained;
+                    if f.psn.retransmission_episodes == 0 {
+                        f.psn.longest_resend_wait = None;
+                    }
+                }
                 // A PSN sent again after an RNR NAK waited out the RNR timer: if the wait was
                 // shorter than the analysis can tell from a copy, the resend is no duplicate.
                 // RNR NAKs not already answered by a resend after a wait.
@@ -292,25 +319,6 @@ impl Aggregate {
                 }
                 f.psn.retransmissions += rnr;
                 f.psn.retransmission_episodes += rnr;
-                // A sender goes back only after a NAK or a timeout. With the responses in view,
-                // none of them a NAK, and no resend after a wait, runs of PSNs seen before are
-                // copies lagging behind (a second tap, a switch mirroring a packet twice), not
-                // resends.
-                let op = |o: OpClass| r_ops[o as usize];
-                let responses = op(OpClass::Ack)
-                    + op(OpClass::Nak)
-                    + op(OpClass::RnrNak)
-                    + op(OpClass::ReadResponse)
-                    + op(OpClass::AtomicAck);
-                if responses > 0
-                    && op(OpClass::Nak) + op(OpClass::RnrNak) == 0
-                    && s.seq.retx_waited == 0
-                {
-                    f.psn.duplicates += f.psn.retransmissions;
-                    f.psn.retransmissions = 0;
-                    f.psn.retransmission_episodes = 0;
-                    f.psn.longest_resend_wait = None;
-                }
                 let (t, rt) = (&s.seq_track, &r.seq_track);
                 if t.flags & F_ACKREQ != 0 && end > t.ackreq_ns {
                     let answered = rt.flags & F_RESP != 0

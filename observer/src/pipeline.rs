@@ -137,7 +137,7 @@ pub fn replay_report(
         ));
     }
     let mut report = replay_counts(&replay);
-    apply_timeline(&mut report, replay.observer.finish(&replay.agg.flows));
+    apply_timeline(&mut report, replay.observer.finish(&replay.agg));
     apply_link_speed(&mut report, link_speed, "give --link-speed");
     conclude(&mut report, a);
     Ok(report)
@@ -288,7 +288,7 @@ impl LiveSession {
         let now = live::unix_ns();
         if self.timeline.due(now) {
             let agg = self.observer.snapshot()?;
-            self.timeline.advance(now, &agg.flows);
+            self.timeline.advance(now, &agg);
         }
         Ok(())
     }
@@ -341,7 +341,7 @@ impl LiveSession {
         let mut source = Source::live(o.interfaces.clone(), o.xdp_mode.name());
         source.mode = Some(o.vantage.name().to_string());
         let mut report = agg.report(source, window);
-        apply_timeline(&mut report, self.timeline.finish(&agg.flows));
+        apply_timeline(&mut report, self.timeline.finish(&agg));
         // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
         let mirrored = report
             .pfc

@@ -15,7 +15,10 @@ use observer_common::{FlowKey, FlowStats, OpClass};
 pub use crate::model::series::{
     Burst, FlowRef, FlowSeries, InterfaceBursts, InterfaceSeries, Metrics, Microbursts, Series,
 };
-use crate::{aggregate::FlowMap, model::Direction};
+use crate::{
+    aggregate::{Aggregate, FlowMap},
+    model::Direction,
+};
 
 /// Bytes a frame occupies on the wire besides the frame the observer sees (preamble, FCS, gap).
 pub const WIRE_OVERHEAD: u64 = observer_common::WIRE_OVERHEAD as u64;
@@ -195,6 +198,9 @@ pub struct SeriesBuilder {
     start_ns: u64,
     /// The flow table at the end of the last closed interval.
     prev: FlowMap,
+    /// The PSN analyses of mirror sessions together then (their gaps and resends count in the
+    /// totals; the sessions' flows have the packets).
+    prev_unions: FlowMap,
     /// The interval being filled.
     open: usize,
     total: Vec<Delta>,
@@ -206,11 +212,12 @@ pub struct SeriesBuilder {
 impl SeriesBuilder {
     /// A series of `interval_ns` intervals from `start_ns` on; `prev` is the flow table before
     /// the first (what is already in it does not count).
-    pub fn new(interval_ns: u64, start_ns: u64, prev: FlowMap) -> Self {
+    pub fn new(interval_ns: u64, start_ns: u64, prev: &Aggregate) -> Self {
         Self {
             interval_ns: interval_ns.max(1),
             start_ns,
-            prev,
+            prev: prev.flows.clone(),
+            prev_unions: prev.unions.clone(),
             open: 0,
             total: Vec::new(),
             flows: HashMap::default(),
@@ -226,7 +233,7 @@ impl SeriesBuilder {
     /// Time moves on to `ts_ns` with the flow table `flows`: when that is a later interval, the
     /// open one is closed with `flows` (what happened up to now) and the later one opened.
     #[inline]
-    pub fn advance(&mut self, ts_ns: u64, flows: &FlowMap) {
+    pub fn advance(&mut self, ts_ns: u64, flows: &Aggregate) {
         let i = self.index_of(ts_ns);
         if i <= self.open {
             return;
@@ -240,13 +247,13 @@ impl SeriesBuilder {
     }
 
     /// Closes the open interval with the flow table as it stands at its end.
-    pub fn close(&mut self, flows: &FlowMap) {
+    pub fn close(&mut self, agg: &Aggregate) {
         let index = self.open;
         if self.total.len() <= index {
             self.total.resize(index + 1, Delta::default());
         }
         let mut sum = Delta::default();
-        for (key, now) in flows {
+        for (key, now) in &agg.flows {
             let before = self.prev.get(key);
             if before.is_some_and(|b| b.packets == now.packets && b.bytes == now.bytes) {
                 continue;
@@ -262,8 +269,14 @@ impl SeriesBuilder {
                 _ => points.push((index as u32, d)),
             }
         }
+        for (key, now) in &agg.unions {
+            let d = Delta::between(now, self.prev_unions.get(key));
+            sum.gaps += d.gaps;
+            sum.retransmissions += d.retransmissions;
+        }
         self.total[index].add(&sum);
-        self.prev.clone_from(flows);
+        self.prev.clone_from(&agg.flows);
+        self.prev_unions.clone_from(&agg.unions);
     }
 
     /// Merges every `factor` intervals into one: the interval grows `factor` times, what was
@@ -724,11 +737,11 @@ impl Timeline {
     }
 
     /// Live: starts at `start_ns` (Unix-epoch ns) with the flow table `flows`.
-    pub fn starting(config: TimelineConfig, start_ns: u64, flows: &FlowMap) -> Self {
+    pub fn starting(config: TimelineConfig, start_ns: u64, flows: &Aggregate) -> Self {
         let mut t = Self::new(config);
         t.start_ns = Some(start_ns);
         t.end_ns = Some(start_ns);
-        t.cur = Some(SeriesBuilder::new(t.bin_ns, start_ns, flows.clone()));
+        t.cur = Some(SeriesBuilder::new(t.bin_ns, start_ns, flows));
         t
     }
 
@@ -771,7 +784,7 @@ impl Timeline {
         i
     }
 
-    fn absorb(&mut self, mut b: SeriesBuilder, flows: &FlowMap) {
+    fn absorb(&mut self, mut b: SeriesBuilder, flows: &Aggregate) {
         b.close(flows);
         match &mut self.done {
             Some(d) => d.absorb(b),
@@ -797,7 +810,7 @@ impl Timeline {
     /// Replay: a frame of `source` of `len` bytes on the wire (as captured, before snaplen)
     /// at `ts_ns`; `flows` is the flow table before it.
     #[inline(always)]
-    pub fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &FlowMap) {
+    pub fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &Aggregate) {
         let start = *self.start_ns.get_or_insert(ts_ns);
         if self.end_ns.is_none_or(|e| ts_ns > e) {
             self.end_ns = Some(ts_ns);
@@ -807,7 +820,7 @@ impl Timeline {
         }
         let bin = self.bin_ns;
         self.cur
-            .get_or_insert_with(|| SeriesBuilder::new(bin, start, flows.clone()))
+            .get_or_insert_with(|| SeriesBuilder::new(bin, start, flows))
             .advance(ts_ns, flows);
         if self.config.slot_ns == 0 {
             return;
@@ -827,7 +840,7 @@ impl Timeline {
     }
 
     /// Live: time moves on to `now_ns` (Unix-epoch ns) with the flow table `flows`.
-    pub fn advance(&mut self, now_ns: u64, flows: &FlowMap) {
+    pub fn advance(&mut self, now_ns: u64, flows: &Aggregate) {
         if self.end_ns.is_none_or(|e| now_ns > e) {
             self.end_ns = Some(now_ns);
         }
@@ -893,7 +906,7 @@ impl Timeline {
 
     /// The `series` and `microbursts` sections and the flows' peaks, `flows` being the final
     /// flow table.
-    pub fn finish(mut self, flows: &FlowMap) -> TimelineEnd {
+    pub fn finish(mut self, flows: &Aggregate) -> TimelineEnd {
         if let Some(cur) = self.cur.take() {
             self.absorb(cur, flows);
         }
@@ -929,7 +942,7 @@ impl crate::source::replay::FrameObserver for Timeline {
     }
 
     #[inline(always)]
-    fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &FlowMap) {
+    fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &Aggregate) {
         Timeline::frame(self, source, ts_ns, len, flows);
     }
 }
@@ -1006,20 +1019,20 @@ mod tests {
             dest_qp: qp,
             ..Default::default()
         };
-        let mut flows = FlowMap::default();
-        let mut b = SeriesBuilder::new(1_000_000_000, 0, FlowMap::default());
-        let s = flows.entry(key(1)).or_default();
+        let mut flows = Aggregate::default();
+        let mut b = SeriesBuilder::new(1_000_000_000, 0, &Aggregate::default());
+        let s = flows.flows.entry(key(1)).or_default();
         s.packets = 10;
         s.bytes = 1000;
         s.ecn[3] = 5;
         b.advance(500_000_000, &flows);
         b.advance(2_100_000_000, &flows);
-        let s = flows.get_mut(&key(1)).unwrap();
+        let s = flows.flows.get_mut(&key(1)).unwrap();
         s.packets = 15;
         s.bytes = 1500;
         s.ops[OpClass::Nak as usize] = 1;
-        flows.entry(key(2)).or_default().bytes = 10_000;
-        flows.get_mut(&key(2)).unwrap().packets = 1;
+        flows.flows.entry(key(2)).or_default().bytes = 10_000;
+        flows.flows.get_mut(&key(2)).unwrap().packets = 1;
         b.close(&flows);
         let (series, peaks) = b.finish(&Grid::new(1_000_000_000, 1, 4_000_000_000), Vec::new(), 10);
         assert_eq!(series.t, vec![0.0, 1.0, 2.0, 3.0]);
@@ -1035,10 +1048,40 @@ mod tests {
         assert_eq!(series.flows[1].metrics.packets, vec![10, 0, 5, 0]);
     }
 
+    /// A mirrored flow: the session's flow has the packets, the analysis of its sessions
+    /// together the gaps and resends; the totals take each once.
+    #[test]
+    fn the_psn_counts_of_mirror_sessions_together_reach_the_totals() {
+        let session = FlowKey {
+            dest_qp: 1,
+            mirror: 0xC000 | 3,
+            ..Default::default()
+        };
+        let union = session.union().unwrap();
+        let mut agg = Aggregate::default();
+        let mut b = SeriesBuilder::new(1_000_000_000, 0, &agg);
+        for (k, packets, gaps) in [(session, 10, 0), (union, 10, 2)] {
+            let map = if k.is_union() {
+                &mut agg.unions
+            } else {
+                &mut agg.flows
+            };
+            let s = map.entry(k).or_default();
+            (s.packets, s.bytes, s.psn_gaps, s.seq.retransmissions) = (packets, 1000, gaps, gaps);
+        }
+        b.close(&agg);
+        let (series, _) = b.finish(&Grid::new(1_000_000_000, 1, 1_000_000_000), Vec::new(), 10);
+        assert_eq!(series.total.packets, vec![10]);
+        assert_eq!(series.total.psn_gaps, vec![2]);
+        assert_eq!(series.total.retransmissions, vec![2]);
+        assert_eq!(series.flows.len(), 1);
+    }
+
     /// A frame of `bytes` on flow `qp` at `ts_ns`, through the timeline as replay does it.
-    fn feed(t: &mut Timeline, flows: &mut FlowMap, qp: u32, ts_ns: u64, bytes: u64) {
+    fn feed(t: &mut Timeline, flows: &mut Aggregate, qp: u32, ts_ns: u64, bytes: u64) {
         t.frame(0, ts_ns, bytes, flows);
         let s = flows
+            .flows
             .entry(FlowKey {
                 dest_qp: qp,
                 ..Default::default()
@@ -1078,7 +1121,7 @@ mod tests {
         // one or two per interval; the last interval (700 to 720 us) holds the packet at
         // 720 us over 20 us.
         let mut t = Timeline::new(TimelineConfig::replay(None, 100_000));
-        let mut flows = FlowMap::default();
+        let mut flows = Aggregate::default();
         let base = 1_000_000_000;
         for k in 0..9u64 {
             feed(&mut t, &mut flows, 7, base + k * 90_000, 1000);
@@ -1113,7 +1156,7 @@ mod tests {
         // the 1000th of those, to 100 ms; the series ends with 100 intervals of 100 ms, ten
         // packets each.
         let mut t = Timeline::new(TimelineConfig::replay(None, 100_000));
-        let mut flows = FlowMap::default();
+        let mut flows = Aggregate::default();
         for k in 0..=1000u64 {
             feed(&mut t, &mut flows, 1, k * 10_000_000, 100);
         }
@@ -1128,7 +1171,7 @@ mod tests {
         assert_eq!(s.total.bps[5], 10.0 * 100.0 * 8.0 / 0.1);
         // An explicit interval is kept.
         let mut fixed = Timeline::new(TimelineConfig::replay(Some(1_000_000_000), 100_000));
-        let mut flows = FlowMap::default();
+        let mut flows = Aggregate::default();
         for k in 0..=1000u64 {
             feed(&mut fixed, &mut flows, 1, k * 10_000_000, 100);
         }

@@ -72,10 +72,11 @@ pub const METRIC_NAMES: [(&str, &str); METRICS] = [
 pub struct Counts(pub [u64; METRICS]);
 
 impl Counts {
-    /// The counts of entry `key`: the PSN analysis of mirror sessions together
-    /// ([`FlowKey::is_union`]) adds its PSN counts alone (each session's flow has the others).
-    pub fn of_entry(key: &FlowKey, s: &FlowStats) -> Self {
-        let mut c = Self::of(s);
+    /// The counts of entry `key` as exported and totalled: the PSN analysis of mirror sessions
+    /// together ([`FlowKey::is_union`]) adds its PSN counts alone (each session's flow has the
+    /// others; the union's packets and bytes, all the sessions' copies, only rank its series).
+    pub fn exported(self, key: &FlowKey) -> Self {
+        let mut c = self;
         if key.is_union() {
             c.0[..TOTALLED].fill(0);
         }
@@ -297,7 +298,7 @@ impl FlowBook {
         let mut read = Counts::default();
         let mut first = 0;
         for v in per_cpu.iter().filter(|v| v.packets > 0) {
-            read.add(&Counts::of_entry(key, v));
+            read.add(&Counts::of(v));
             if first == 0 || v.first_seen_ns < first {
                 first = v.first_seen_ns;
             }
@@ -318,7 +319,7 @@ impl FlowBook {
             self.cache_now
                 .entry(*key)
                 .or_default()
-                .add(&Counts::of_entry(key, stats));
+                .add(&Counts::of(stats));
         }
     }
 
@@ -347,13 +348,13 @@ impl FlowBook {
         if let Some(per_cpu) = last {
             let mut read = Counts::default();
             for v in per_cpu.iter().filter(|v| v.packets > 0) {
-                read.add(&Counts::of_entry(key, v));
+                read.add(&Counts::of(v));
             }
             // Held as any reading (an entry written back since holds counts already seen in
             // the cache); what it misses is in the totals' slack.
             s.last = s.last.each_max(&read);
         }
-        self.retired.add(&s.cum());
+        self.retired.add(&s.cum().exported(key));
         let before = self.members.len();
         self.members.retain(|m| m.key != *key);
         self.demotions += (before - self.members.len()) as u64;
@@ -376,6 +377,7 @@ impl FlowBook {
             .map(|(i, m)| (m.key, i))
             .collect();
         let mut fastest: BinaryHeap<Reverse<(u64, FlowKey, Counts)>> = BinaryHeap::new();
+        let mut unions = 0;
         for key in self.cache_now.keys() {
             self.states.entry(*key).or_insert_with(|| FlowState {
                 last_change: epoch,
@@ -431,7 +433,10 @@ impl FlowBook {
                 s.evicted(Counts::default());
             }
             s.shrunk = false;
-            sum.add(&s.cum());
+            sum.add(&s.cum().exported(key));
+            if key.is_union() {
+                unions += 1;
+            }
             if let Some(i) = member_index.get(key) {
                 member_delta[*i] = delta;
             } else if self.max_series > 0 && (delta.0[BYTES] > 0 || delta.0[PACKETS] > 0) {
@@ -480,11 +485,11 @@ impl FlowBook {
                 None if m.promo.is_zero() => grew.get(&m.key).copied().unwrap_or_default(),
                 None => Counts::default(),
             };
-            continuing.add(&delta);
+            continuing.add(&delta.exported(&m.key));
             series.push(SeriesRow {
                 key: m.key,
-                counts: cum.minus(&m.promo),
-                delta,
+                counts: cum.minus(&m.promo).exported(&m.key),
+                delta: delta.exported(&m.key),
             });
         }
         self.demotions += before
@@ -504,7 +509,7 @@ impl FlowBook {
             series,
             rest: self.rest,
             rest_delta,
-            flows: self.states.len(),
+            flows: self.states.len() - unions,
             table_entries: self.table_entries,
             evictions: self.evictions,
             unattributed_packets: self.lost.0[PACKETS],
@@ -603,6 +608,36 @@ mod tests {
 
     fn instant(d: &Drained) -> u64 {
         d.rest.0[PACKETS] + d.series.iter().map(|r| r.counts.0[PACKETS]).sum::<u64>()
+    }
+
+    /// A mirrored flow: its session's entry has the counts, the entry of its sessions
+    /// together the PSN analysis (and all the copies' packets, which only rank it).
+    #[test]
+    fn the_analysis_of_mirror_sessions_together_exports_its_psn_counts_alone() {
+        let session = FlowKey {
+            mirror: 0xC000 | 7,
+            ..key(1)
+        };
+        let union = session.union().unwrap();
+        let mut book = FlowBook::new(4, 2);
+        let mut growth = Counts::default();
+        for round in 1..=5u64 {
+            book.begin();
+            book.table_entry(&session, &[stats(10 * round, 1)]);
+            let mut u = stats(10 * round, 1);
+            u.seq.lost = round;
+            book.table_entry(&union, &[u]);
+            let d = book.finish(&totals(10 * round));
+            growth.add(&exported(&d));
+            // The packets once (the session's), the PSN counts once (the union's).
+            assert_eq!(growth.0[PACKETS], 10 * round, "round {round}");
+            assert_eq!(growth.0[PSN_MISSING], round, "round {round}");
+            assert_eq!(d.flows, 1, "the union is no flow of its own");
+            let u = d.series.iter().find(|r| r.key == union).expect("a series");
+            assert_eq!((u.counts.0[PACKETS], u.counts.0[PSN_MISSING]), (0, round));
+            // Busy, never idle, though its PSN counts may not grow.
+            assert!(book.idle().is_empty(), "round {round}");
+        }
     }
 
     #[test]

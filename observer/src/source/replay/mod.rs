@@ -26,7 +26,7 @@ use std::{
 
 use pcap_file::PcapError;
 
-use crate::aggregate::{Aggregate, FlowMap};
+use crate::aggregate::Aggregate;
 use observer_common::{FlowKey, RocePacket, SeqInput, SkipReason, seq::Request};
 
 mod feed;
@@ -65,13 +65,13 @@ pub trait FrameObserver {
     fn begin_source(&mut self, name: &str);
     /// A frame of `len` bytes on the wire at `ts_ns`, from `source`; `flows` is the flow table
     /// before it.
-    fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &FlowMap);
+    fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &Aggregate);
 }
 
 /// No observer: the counts alone.
 impl FrameObserver for () {
     fn begin_source(&mut self, _: &str) {}
-    fn frame(&mut self, _: usize, _: u64, _: u64, _: &FlowMap) {}
+    fn frame(&mut self, _: usize, _: u64, _: u64, _: &Aggregate) {}
 }
 
 /// Everything replayed so far, over one or more files, and the observer of its frames.
@@ -305,7 +305,7 @@ impl<O: FrameObserver> Replay<O> {
         // On the wire before any snaplen.
         let len = f.orig_len.max(data.len() as u32);
         self.observer
-            .frame(source, ts_ns, u64::from(len), &self.agg.flows);
+            .frame(source, ts_ns, u64::from(len), &self.agg);
     }
 
     /// One frame of `file` (`source`) near another file's span in time: a request packet that
@@ -859,7 +859,7 @@ mod tests {
         fn begin_source(&mut self, name: &str) {
             self.0.push(name.to_string());
         }
-        fn frame(&mut self, source: usize, _: u64, _: u64, _: &FlowMap) {
+        fn frame(&mut self, source: usize, _: u64, _: u64, _: &Aggregate) {
             self.1.push(source);
         }
     }
