@@ -393,7 +393,7 @@ fn qp_reuse_fires_on_a_new_incarnation_and_loss_does_not() {
     synth::write_pcap(std::io::BufWriter::new(file), &no_cm).unwrap();
     let r = replay_json(&[path], &[]);
     assert_eq!(r.totals.psn.resets, 1);
-    assert_eq!(r.totals.psn.missing, 0x3000 - 1);
+    assert_eq!(r.totals.psn.missing, 0x2_0000 - 1);
 }
 
 /// The retried SEND after an RNR NAK has the PSN of the one refused: a retransmission after the

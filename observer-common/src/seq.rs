@@ -474,8 +474,12 @@ impl Seq<'_> {
         // resend, however long the silence before it (a timeout).
         let resend =
             !ahead && dist < MAX_GO_BACK && psn_sub(psn, t.base) < psn_sub(t.next_lo, t.base);
+        // After connection-manager traffic between the two hosts (a connection set up again,
+        // or only another QP's), a jump beyond any go-back: hosts set QPs up all the time, and
+        // loss must not pass for reuse.
         if dist >= REUSE_JUMP
-            || (dist > WINDOW && !resend && (idle >= REUSE_IDLE_NS || cm_after(last_req)))
+            || (dist > WINDOW && !resend && idle >= REUSE_IDLE_NS)
+            || (dist >= MAX_GO_BACK && cm_after(last_req))
         {
             self.reset(r, now_ns);
             return SeqClass::NewIncarnation;

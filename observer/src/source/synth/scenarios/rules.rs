@@ -378,7 +378,7 @@ pub(super) fn rule_qp_reuse(w: &mut Workload) {
     // first pair's tool runs twice: after a second's pause, a new connection with the same QP
     // numbers (and UDP port) starts at another, random PSN. The second pair's connection is
     // set up again at once: the connection manager's MADs (QP 1) between the two hosts, then
-    // the same QP numbers a few thousand PSNs on, with no silence that would tell.
+    // the same QP numbers 2^17 PSNs on, with no silence that would tell.
     w.set_frame_gap(RULE_FRAME_GAP_NS);
     let mut qps = rule_pairs(54, 2, 0x5401, 0x700);
     for round in 0..20 {
@@ -390,7 +390,7 @@ pub(super) fn rule_qp_reuse(w: &mut Workload) {
         }
         if round == 15 {
             qps[1].cm_exchange(w);
-            let next = qps[1].last_psn() + 0x3000;
+            let next = qps[1].last_psn() + 0x2_0000;
             qps[1].reincarnate(next);
         }
         for qp in qps.iter_mut() {
