@@ -448,9 +448,15 @@ fn two_taps_on_one_path_show_duplicates_not_resends() {
 /// Scenario `name` through two taps: session 1 copies each frame at once, session 2 `lag_ns`
 /// later (its copies lag behind whole bursts of a flow), in the order of time.
 fn lagging_taps(name: &str, lag_ns: u64) -> Vec<(Vec<u8>, u64)> {
+    lagging_copies(name, lag_ns, [1, 2])
+}
+
+/// Scenario `name` copied twice, by sessions `sessions` (the same one twice: a switch
+/// mirroring each packet on the way in and out), the second copy `lag_ns` later.
+fn lagging_copies(name: &str, lag_ns: u64, sessions: [u16; 2]) -> Vec<(Vec<u8>, u64)> {
     let w = synth::scenario(name).unwrap();
     let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
-    for (session, lag) in [(1, 0), (2, lag_ns)] {
+    for (session, lag) in [(sessions[0], 0), (sessions[1], lag_ns)] {
         let encap = Encap::ErspanII {
             session,
             truncated: false,
@@ -484,6 +490,34 @@ fn copies_lagging_behind_bursts_are_duplicates_while_no_nak_says_otherwise() {
             "lag {lag}"
         );
     }
+    // One session mirroring each packet twice: the copies right behind their originals show
+    // the copying.
+    for lag in [1_000, 5_000] {
+        let p = report_of(&lagging_copies("clean", lag, [1, 1])).totals.psn;
+        assert_eq!(
+            (p.duplicates, p.retransmissions, p.missing),
+            (requests, 0, 0),
+            "lag {lag}"
+        );
+    }
+    // The time series follows the report's resends.
+    let dir = integration_tests::Scratch::new("mirror-lagging-series");
+    let path = dir.path("taps.pcap");
+    let frames: Vec<synth::Frame> = lagging_taps("clean", 50_000)
+        .into_iter()
+        .map(|(bytes, ts_ns)| synth::Frame { bytes, ts_ns })
+        .collect();
+    synth::write_pcap(std::fs::File::create(&path).unwrap(), &frames).unwrap();
+    let r = roce_observer::pipeline::replay_report(
+        &[path.to_str().unwrap().to_string()],
+        false,
+        None,
+        Some(&Default::default()),
+    )
+    .unwrap();
+    let s = r.series.as_ref().expect("a series");
+    assert_eq!(r.totals.psn.retransmissions, 0);
+    assert_eq!(s.total.retransmissions.iter().sum::<u64>(), 0);
     // With NAKs coming back, the go-back-N of a real loss stays a resend, and the loss stays.
     let direct = report_of(&seen_directly("loss"));
     assert!(direct.totals.psn.retransmission_episodes > 0);

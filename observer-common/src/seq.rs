@@ -475,11 +475,16 @@ impl Seq<'_> {
         let resend =
             !ahead && dist < MAX_GO_BACK && psn_sub(psn, t.base) < psn_sub(t.next_lo, t.base);
         // After connection-manager traffic between the two hosts (a connection set up again,
-        // or only another QP's), a jump beyond any go-back: hosts set QPs up all the time, and
-        // loss must not pass for reuse.
+        // or only another QP's): ahead, a jump beyond any go-back (hosts set QPs up all the
+        // time, and loss must not pass for reuse); behind, to a PSN this incarnation never
+        // sent (no resend goes there).
         if dist >= REUSE_JUMP
             || (dist > WINDOW && !resend && idle >= REUSE_IDLE_NS)
-            || (dist >= MAX_GO_BACK && cm_after(last_req))
+            || ((if ahead {
+                dist >= MAX_GO_BACK
+            } else {
+                dist > WINDOW && !resend
+            }) && cm_after(last_req))
         {
             self.reset(r, now_ns);
             return SeqClass::NewIncarnation;

@@ -330,6 +330,12 @@ fn after_connection_manager_traffic_only_a_jump_beyond_any_go_back_is_a_new_inca
     let mut f = Flow::default();
     f.psns((0..10).chain([10 + (1 << 16)]));
     assert_eq!((f.s.seq.resets, f.lost()), (0, 1 << 16));
+    // Behind, to a PSN this incarnation never sent: no resend goes there.
+    let mut f = Flow::default();
+    f.psns(1000..1010);
+    assert_eq!(cm(&mut f, 500), NewIncarnation);
+    assert_eq!(f.psns(501..520), [InOrder; 19]);
+    assert_eq!((f.s.seq.resets, f.s.seq.retransmissions), (1, 0));
 }
 
 #[test]

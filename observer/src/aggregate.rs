@@ -276,11 +276,11 @@ impl Aggregate {
                 let r_ops = ops_of(rk, r);
                 let pmtu = pmtu_of(s.seq.pmtu_mask | r.seq.pmtu_mask);
                 f.psn = f.psn.with_pmtu(s, pmtu);
-                // A sender goes back only after a NAK or a timeout. Where two mirror sessions
-                // saw the flow (two taps, a switch mirroring a packet twice) and its responses
-                // are in view, the runs of PSNs seen before that neither a NAK nor a wait
-                // explains are copies lagging behind, not resends: their share of the resent
-                // PSNs moves to the duplicates.
+                // A sender goes back only after a NAK or a timeout. Where the observation
+                // copies packets (two taps, a switch mirroring a packet twice) and the flow's
+                // responses are in view, the runs of PSNs seen before that neither a NAK nor a
+                // wait explains are copies lagging behind, not resends: their share of the
+                // resent PSNs moves to the duplicates.
                 let op = |o: OpClass| r_ops[o as usize];
                 let responses = op(OpClass::Ack)
                     + op(OpClass::Nak)
@@ -291,8 +291,12 @@ impl Aggregate {
                 let unexplained = episodes
                     .saturating_sub(u64::from(s.seq.retx_waited))
                     .saturating_sub(op(OpClass::Nak) + op(OpClass::RnrNak));
-                if views.get(k).is_some_and(|v| *v > 1) && responses > 0 && unexplained > 0 {
-                    let copies = f.psn.retransmissions * unexplained / episodes;
+                // Copies in evidence: two mirror sessions saw the flow, or some copies came
+                // right behind their originals (one tap mirroring a packet twice).
+                let copied = views.get(k).is_some_and(|v| *v > 1) || s.seq.duplicates > 0;
+                if copied && responses > 0 && unexplained > 0 {
+                    let copies = (u128::from(f.psn.retransmissions) * u128::from(unexplained)
+                        / u128::from(episodes)) as u64;
                     f.psn.duplicates += copies;
                     f.psn.retransmissions -= copies;
                     f.psn.retransmission_episodes -= unexplained;

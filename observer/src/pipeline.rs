@@ -89,6 +89,40 @@ fn apply_timeline(report: &mut Report, end: TimelineEnd) {
     }
     report.series = end.series;
     report.microbursts = end.microbursts;
+    // The series counts resends as the analysis classed them packet by packet; the report
+    // settles some of them with both directions in view (copies lagging behind, RNR
+    // retries). The series follows the report's counts, spread as the resends came.
+    if let Some(s) = &mut report.series {
+        spread(
+            &mut s.total.retransmissions,
+            report.totals.psn.retransmissions,
+        );
+        for fs in &mut s.flows {
+            if let Some(f) = report
+                .flows
+                .iter()
+                .find(|f| crate::model::FlowRef::of_flow(f) == fs.flow)
+            {
+                spread(&mut fs.metrics.retransmissions, f.psn.retransmissions);
+            }
+        }
+    }
+}
+
+/// Scales `bins` to sum to `want`, each in proportion to what it holds (cumulatively rounded, so
+/// the sum is exact); bins that hold nothing stay empty.
+fn spread(bins: &mut [u64], want: u64) {
+    let have: u64 = bins.iter().sum();
+    if have == want || have == 0 {
+        return;
+    }
+    let (mut cum, mut placed) = (0u128, 0u64);
+    for b in bins.iter_mut() {
+        cum += u128::from(*b);
+        let upto = (cum * u128::from(want) / u128::from(have)) as u64;
+        *b = upto - placed;
+        placed = upto;
+    }
 }
 
 /// Adds the ECMP model (when asked for) and the findings to a report whose counts, series and
