@@ -63,6 +63,8 @@ fn incast(r: &Report, c: &Incast) -> Outcome {
         e.2 += f.ecn.ce;
         e.3.push(FlowRef::of_flow(f));
     }
+    let receivers = by_dst.len() as u64;
+    let most = by_dst.values().map(|(s, ..)| s.len()).max().unwrap_or(0);
     let hits: Vec<(IpAddr, usize, f64, Vec<FlowRef>)> = by_dst
         .into_iter()
         .filter(|(_, (s, p, ce, _))| s.len() >= c.min_senders && pct(*ce, *p) >= c.min_ce_percent)
@@ -70,8 +72,11 @@ fn incast(r: &Report, c: &Incast) -> Outcome {
         .collect();
     if hits.is_empty() {
         return Outcome::Passed(format!(
-            "no receiver with {} or more senders and {}% CE",
-            c.min_senders, c.min_ce_percent
+            "no receiver with {} or more senders and {}% CE ({}, at most {} to one)",
+            c.min_senders,
+            c.min_ce_percent,
+            count(receivers, "data receiver"),
+            count(most as u64, "sender")
         ));
     }
     let per: Vec<String> = hits
@@ -110,6 +115,9 @@ mod tests {
         let f = fired(run(&IncastRule, &senders(4), &t));
         assert_eq!(f.summary, "10.0.1.1: 4 senders, 5.0% CE");
         assert_eq!(f.flows.len(), 4);
-        passed(run(&IncastRule, &senders(3), &t));
+        assert_eq!(
+            passed(run(&IncastRule, &senders(3), &t)),
+            "no receiver with 4 or more senders and 1% CE (1 data receiver, at most 3 senders to one)"
+        );
     }
 }
