@@ -194,7 +194,9 @@ pub struct FlowStats {
     /// Bit p set when a frame's outer VLAN tag had priority (PCP) p; bit 8 ([`UNTAGGED`]) when
     /// a frame had no tag.
     pub pcp_mask: u32,
-    pub _pad: u32,
+    /// Bit t set when an opcode of transport t ([`Transport`](crate::parse::Transport): the
+    /// opcode's top three bits) was seen.
+    pub transport_mask: u32,
     /// VLAN IDs seen, each stored as VID + 1 (0: no tag seen): the outer tag's lowest and
     /// highest, then the inner (QinQ) tag's.
     pub vids: [u16; 4],
@@ -282,6 +284,7 @@ impl FlowStats {
         } else {
             UNTAGGED
         };
+        self.transport_mask |= 1 << (p.bth.opcode >> 5);
         let class = p.op_class();
         self.ops[class_index(class)] += 1;
         if matches!(class, OpClass::Cnp) {
@@ -360,6 +363,7 @@ impl FlowStats {
         self.dscp_mask |= o.dscp_mask;
         self.cnp_dscp_mask |= o.cnp_dscp_mask;
         self.pcp_mask |= o.pcp_mask;
+        self.transport_mask |= o.transport_mask;
         for (lo, hi) in [(0, 1), (2, 3)] {
             if o.vids[lo] != 0 {
                 let (mut l, mut h) = (self.vids[lo], self.vids[hi]);

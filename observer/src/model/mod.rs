@@ -329,6 +329,10 @@ pub struct Flow {
     pub bytes: u64,
     pub ecn: Ecn,
     pub ops: Ops,
+    /// The transports of the opcodes seen (`RC`, `UC`, `RD`, `UD`, `XRC`, `CNP` for the
+    /// congestion notifications, `vendor` for manufacturer-specific opcodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transports: Vec<String>,
     pub psn: Psn,
     /// Set on each row of a flow seen in several mirror sessions (a QP sprayed over mirrored
     /// links, or two taps on one path): its PSNs are analysed all sessions together, and that
@@ -593,6 +597,18 @@ fn vid_range(lo: u16, hi: u16) -> Vec<u16> {
     }
 }
 
+/// The transports of `FlowStats::transport_mask`, by the opcode's top three bits.
+fn transport_names(mask: u32) -> Vec<String> {
+    const NAMES: [&str; 8] = ["RC", "UC", "RD", "UD", "CNP", "XRC", "vendor", "vendor"];
+    let mut v: Vec<String> = Vec::new();
+    for (t, name) in NAMES.iter().enumerate() {
+        if mask >> t & 1 != 0 && v.last().is_none_or(|l| l != name) {
+            v.push((*name).to_string());
+        }
+    }
+    v
+}
+
 /// Requests inside a READ's range under path MTU `pmtu`.
 pub fn violations_under(c: &observer_common::SeqCounts, pmtu: u32) -> u64 {
     let k = (pmtu / 256).trailing_zeros() as usize;
@@ -686,6 +702,7 @@ impl Flow {
                 ce: s.ecn[3],
             },
             ops: Ops::from_counts(&s.ops),
+            transports: transport_names(s.transport_mask),
             psn: Psn::of(s),
             psn_scope: None,
             dscp: (0..64u8).filter(|d| s.dscp_mask & (1 << d) != 0).collect(),
@@ -776,5 +793,20 @@ impl Report {
         if let Some(pfc) = &mut self.pfc {
             pfc.set_link_speed(bps);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transports_are_named_by_the_opcodes_top_bits() {
+        // An RC flow that also carries CNPs (the responder's ACKs and CNPs share its key).
+        assert_eq!(transport_names(1 | 1 << 4), ["RC", "CNP"]);
+        assert_eq!(transport_names(1 << 3 | 1 << 5), ["UD", "XRC"]);
+        // 0xC0-0xDF and 0xE0-0xFF are both manufacturer specific.
+        assert_eq!(transport_names(1 << 6 | 1 << 7), ["vendor"]);
+        assert!(transport_names(0).is_empty());
     }
 }

@@ -323,6 +323,7 @@ mod tests {
             ops: Ops::default(),
             psn: Psn::default(),
             psn_scope: None,
+            transports: Vec::new(),
             dscp: vec![],
             cnp_dscp: vec![],
             pcp: vec![],

@@ -184,6 +184,7 @@ mod tests {
             ops: Ops::default(),
             psn: Psn::default(),
             psn_scope: None,
+            transports: Vec::new(),
             dscp: vec![26],
             cnp_dscp: vec![],
             pcp: vec![],

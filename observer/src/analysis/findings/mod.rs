@@ -346,6 +346,7 @@ mod testing {
             ops: Default::default(),
             psn: Default::default(),
             psn_scope: None,
+            transports: Vec::new(),
             dscp: Vec::new(),
             cnp_dscp: Vec::new(),
             pcp: Vec::new(),

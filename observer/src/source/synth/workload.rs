@@ -213,6 +213,7 @@ impl Workload {
         for (i, tag) in frame.vlans.iter().take(2).enumerate() {
             f.see_vlan(i == 1, tag.vid);
         }
+        f.transport_mask |= 1 << (frame.bth.opcode >> 5);
         f.pcp_mask |= match frame.vlans.first() {
             Some(tag) => 1 << (tag.pcp & 7),
             None => observer_common::UNTAGGED,
