@@ -5,6 +5,7 @@
 
 pub mod burst;
 pub mod flow;
+pub mod latency;
 pub mod parse;
 pub mod pause;
 pub mod seq;
@@ -17,6 +18,9 @@ pub use burst::{
 pub use flow::{
     Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, HostPair,
     MIRROR_UNION, MirrorOf, QP_CM, TickClock, UNTAGGED, mirror_key, union_mirror,
+};
+pub use latency::{
+    LAT_BUCKETS, LAT_SLOTS, LatHist, LatKey, LatKind, LatSample, LatScopeKey, LatSide, LatState,
 };
 pub use parse::{
     Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, Pause, RocePacket, SkipReason,

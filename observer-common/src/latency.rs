@@ -1,0 +1,813 @@
+//! Passive latency: how long the responder side takes to answer, measured on the wire from a
+//! request to its answer in the reverse direction, with no probe of our own. The same update
+//! runs in the kernel and in replay.
+//!
+//! - **ACK latency**: a request with AckReq, seen for the first time, to the first ACK or NAK
+//!   whose PSN covers it. ACKs are coalesced: an ACK is matched to the newest timed request it
+//!   covers, never to an older one (that would inflate the sample), and not at all when it
+//!   also covers a request that was not timed.
+//! - **READ latency**: a READ request to the first packet of its response (same PSN).
+//! - Karn's rule: a request sent again (resent, or a duplicate of it seen) before its answer
+//!   gives no sample; nor does an RNR NAK (the wait that follows is the receiver's RNR timer,
+//!   not latency).
+//!
+//! Each direction of requests of a connection keeps up to [`LAT_SLOTS`] timed requests of each
+//! kind in flight. Beyond that a request is not timed: ACK timing resumes when an ACK covers
+//! the first untimed request (so no ACK is ever matched past an untimed one).
+//!
+//! The state is keyed by the requester, the responder, the UDP source port (one per RC
+//! connection, both directions) and the observation (direct, or every mirror session together),
+//! not by QP number: the request carries the responder's QPN, its ACK the requester's. Two
+//! connections sharing the key (a UDP port collision between the same hosts) are noticed from
+//! their requests' QPNs and not timed while they overlap.
+
+use core::mem::size_of;
+
+use crate::flow::{DIRECTION_EGRESS, FlowKey, MIRROR_UNION};
+use crate::parse::{OpClass, Transport};
+use crate::seq::{MAX_GO_BACK, SeqClass, SeqInput, psn_sub};
+use crate::wire::op;
+
+/// Timed requests in flight per kind and requester direction of a connection.
+pub const LAT_SLOTS: usize = 4;
+/// Sub-buckets per octave (a power of two): bucket edges 12.5% apart or less.
+pub const LAT_SUB_BITS: u32 = 3;
+/// The first octave: 2^10 ns (1.024 us). Bucket 0 holds everything below.
+pub const LAT_MIN_SHIFT: u32 = 10;
+/// Octaves: up to 2^34 ns (17.2 s). The last bucket holds everything above.
+pub const LAT_OCTAVES: u32 = 24;
+/// Buckets of a [`LatHist`]: below 1.024 us, the octaves' sub-buckets, above 17.2 s.
+pub const LAT_BUCKETS: usize = 2 + (LAT_OCTAVES << LAT_SUB_BITS) as usize;
+
+/// The kinds of latency.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LatKind {
+    Ack = 0,
+    Read = 1,
+}
+
+impl LatKind {
+    pub const ALL: [LatKind; 2] = [Self::Ack, Self::Read];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Ack => "ack",
+            Self::Read => "read",
+        }
+    }
+}
+
+/// A log-scale latency histogram. Counts are summed on merge; `min_ns`/`max_ns` follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatHist {
+    pub count: u64,
+    pub sum_ns: u64,
+    /// Meaningful when `count > 0`.
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub buckets: [u64; LAT_BUCKETS],
+}
+const _: () = assert!(size_of::<LatHist>() == (4 + LAT_BUCKETS) * 8);
+
+impl Default for LatHist {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            sum_ns: 0,
+            min_ns: 0,
+            max_ns: 0,
+            buckets: [0; LAT_BUCKETS],
+        }
+    }
+}
+
+/// The bucket of a latency of `ns`: 0 below 2^10 ns; then 2^3 buckets per octave, each octave
+/// split linearly (the bits after the leading one); the last above 2^34 ns.
+#[inline(always)]
+pub const fn lat_bucket(ns: u64) -> usize {
+    if ns < 1 << LAT_MIN_SHIFT {
+        return 0;
+    }
+    let e = 63 - ns.leading_zeros();
+    if e >= LAT_MIN_SHIFT + LAT_OCTAVES {
+        return LAT_BUCKETS - 1;
+    }
+    let sub = (ns >> (e - LAT_SUB_BITS)) as usize & ((1 << LAT_SUB_BITS) - 1);
+    let i = 1 + (((e - LAT_MIN_SHIFT) as usize) << LAT_SUB_BITS) + sub;
+    // Bounded for the verifier.
+    if i < LAT_BUCKETS { i } else { LAT_BUCKETS - 1 }
+}
+
+/// The latencies bucket `i` holds: [lo, hi) in ns (`u64::MAX` for the last).
+pub const fn lat_bucket_bounds(i: usize) -> (u64, u64) {
+    if i == 0 {
+        return (0, 1 << LAT_MIN_SHIFT);
+    }
+    if i >= LAT_BUCKETS - 1 {
+        return (1 << (LAT_MIN_SHIFT + LAT_OCTAVES), u64::MAX);
+    }
+    let k = (i - 1) as u64;
+    let e = LAT_MIN_SHIFT as u64 + (k >> LAT_SUB_BITS);
+    let sub = k & ((1 << LAT_SUB_BITS) - 1);
+    let step = 1u64 << (e - LAT_SUB_BITS as u64);
+    let lo = (1u64 << e) + sub * step;
+    (lo, lo + step)
+}
+
+impl LatHist {
+    #[inline(always)]
+    pub fn record(&mut self, ns: u64) {
+        if self.count == 0 || ns < self.min_ns {
+            self.min_ns = ns;
+        }
+        if ns > self.max_ns {
+            self.max_ns = ns;
+        }
+        self.count += 1;
+        self.sum_ns += ns;
+        let i = lat_bucket(ns);
+        if i < LAT_BUCKETS {
+            self.buckets[i] += 1;
+        }
+    }
+
+    pub fn merge(&mut self, o: &LatHist) {
+        if o.count == 0 {
+            return;
+        }
+        if self.count == 0 || o.min_ns < self.min_ns {
+            self.min_ns = o.min_ns;
+        }
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.count += o.count;
+        self.sum_ns += o.sum_ns;
+        for (a, b) in self.buckets.iter_mut().zip(o.buckets) {
+            *a += b;
+        }
+    }
+
+    /// The `q` quantile (0..=1) in ns: the bucket holding it, interpolated linearly inside it
+    /// (as Prometheus's `histogram_quantile` does), kept within the exact minimum and maximum.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.buckets.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
+        let mut below = 0u64;
+        for (i, n) in self.buckets.iter().enumerate() {
+            if *n == 0 {
+                continue;
+            }
+            if (below + n) as f64 >= rank {
+                let (lo, hi) = lat_bucket_bounds(i);
+                let (lo, hi) = (lo.max(self.min_ns), hi.min(self.max_ns.saturating_add(1)));
+                let inside = (rank - below as f64) / *n as f64;
+                let v = lo as f64 + inside * hi.saturating_sub(lo) as f64;
+                return Some((v as u64).clamp(self.min_ns, self.max_ns));
+            }
+            below += n;
+        }
+        Some(self.max_ns)
+    }
+}
+
+/// Whose requests a [`LatState`] times, and where it saw them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LatKey {
+    pub requester: [u8; 16],
+    pub responder: [u8; 16],
+    pub udp_src_port: u16,
+    /// 0 for packets seen directly (either direction of a host), [`MIRROR_UNION`] for mirror
+    /// copies (every session together: requests and answers may take different links).
+    pub mirror: u16,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<LatKey>() == 40);
+
+#[inline(always)]
+const fn scope(mirror: u16) -> u16 {
+    if mirror & 0x8000 != 0 {
+        MIRROR_UNION
+    } else {
+        0
+    }
+}
+
+impl LatKey {
+    /// The key of a request of flow `k` (its sender is the requester).
+    #[inline(always)]
+    pub fn of_request(k: &FlowKey) -> Self {
+        Self {
+            requester: k.src_ip,
+            responder: k.dst_ip,
+            udp_src_port: k.udp_src_port,
+            mirror: scope(k.mirror),
+            _pad: 0,
+        }
+    }
+
+    /// The key of an answer of flow `k` (its receiver is the requester).
+    #[inline(always)]
+    pub fn of_answer(k: &FlowKey) -> Self {
+        Self {
+            requester: k.dst_ip,
+            responder: k.src_ip,
+            udp_src_port: k.udp_src_port,
+            mirror: scope(k.mirror),
+            _pad: 0,
+        }
+    }
+
+    /// Sets this key to the request or answer key of `k`, in place (the kernel keeps it in a
+    /// map value: no 40-byte temporary on its stack).
+    #[inline(always)]
+    pub fn set(&mut self, k: &FlowKey, answer: bool) {
+        if answer {
+            self.requester = k.dst_ip;
+            self.responder = k.src_ip;
+        } else {
+            self.requester = k.src_ip;
+            self.responder = k.dst_ip;
+        }
+        self.udp_src_port = k.udp_src_port;
+        self.mirror = scope(k.mirror);
+        self._pad = 0;
+    }
+}
+
+/// Where latency was measured, for the per-interface histograms.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LatSide {
+    /// The requests arrived (a host answering them, or a capture): the time the answering
+    /// side took, seen from where the requests arrive.
+    RequestsIn = 0,
+    /// The requests left this host (TC egress): the round trip through the fabric and the
+    /// peer.
+    RequestsOut = 1,
+    /// Mirror copies: tap to responder to tap.
+    Mirror = 2,
+}
+
+impl LatSide {
+    pub const fn of(bits: u8) -> Self {
+        match bits {
+            1 => Self::RequestsOut,
+            2 => Self::Mirror,
+            _ => Self::RequestsIn,
+        }
+    }
+}
+
+/// The per-interface histogram a sample goes to (a per-CPU map's key in the kernel).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LatScopeKey {
+    /// 0 in replay.
+    pub ifindex: u32,
+    /// [`LatKind`].
+    pub kind: u8,
+    /// [`LatSide`].
+    pub side: u8,
+    pub _pad: u16,
+}
+const _: () = assert!(size_of::<LatScopeKey>() == 8);
+
+/// A sample: its kind and value, and the side the requests were seen on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatSample {
+    pub kind: LatKind,
+    pub ns: u64,
+    pub side: LatSide,
+}
+
+/// A timed request in one word, so that one store publishes it whole (the kernel's state is
+/// shared by the CPUs that see the requests and the answers): bit 63 set, the PSN in bits
+/// 62..39, the time in ns modulo 2^39 (550 s; samples are kept to 17 s) below.
+#[inline(always)]
+const fn slot_word(psn: u32, now_ns: u64) -> u64 {
+    (1 << 63) | (((psn & 0xFF_FFFF) as u64) << 39) | (now_ns & SLOT_NS_MASK)
+}
+const SLOT_NS_MASK: u64 = (1 << 39) - 1;
+
+#[inline(always)]
+const fn slot_psn(w: u64) -> u32 {
+    ((w >> 39) & 0xFF_FFFF) as u32
+}
+
+#[inline(always)]
+const fn slot_elapsed(w: u64, now_ns: u64) -> u64 {
+    now_ns.wrapping_sub(w) & SLOT_NS_MASK
+}
+
+/// The answer of PSN `answer` covers request PSN `psn` (at or after it, within the distance a
+/// sender can have in flight).
+#[inline(always)]
+const fn covers(answer: u32, psn: u32) -> bool {
+    psn_sub(answer, psn) < MAX_GO_BACK
+}
+
+/// `LatState::flags`: `untimed` holds the first AckReq request not timed; no new one is
+/// timed until an ACK covers it.
+pub const LF_UNTIMED: u32 = 1;
+/// Requests of two QP numbers were seen under the key while samples were in flight.
+pub const LF_SHARED: u32 = 1 << 1;
+/// The requests were seen leaving the host (TC egress).
+pub const LF_EGRESS: u32 = 1 << 2;
+
+/// The latency state of one requester direction of a connection: the timed requests in flight
+/// and the histograms of its samples.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatState {
+    /// Timed AckReq requests in flight, oldest first ([`slot_word`]; 0 empty).
+    pub ack: [u64; LAT_SLOTS],
+    /// Timed READ requests in flight, oldest first.
+    pub read: [u64; LAT_SLOTS],
+    pub untimed: u32,
+    /// The responder's QP number, from the requests.
+    pub qp: u32,
+    pub flags: u32,
+    /// ACKs that answered a timed request but gave no sample: they also covered an untimed
+    /// one, or the request had been sent again.
+    pub skipped: u32,
+    /// Requests whose QP number differed from the one in flight (see `LF_SHARED`).
+    pub conflicts: u32,
+    pub _pad: u32,
+    pub hist: [LatHist; 2],
+}
+const _: () = assert!(size_of::<LatState>() == 16 * LAT_SLOTS + 24 + 2 * size_of::<LatHist>());
+
+impl Default for LatState {
+    fn default() -> Self {
+        Self {
+            ack: [0; LAT_SLOTS],
+            read: [0; LAT_SLOTS],
+            untimed: 0,
+            qp: 0,
+            flags: 0,
+            skipped: 0,
+            conflicts: 0,
+            _pad: 0,
+            hist: [LatHist::default(); 2],
+        }
+    }
+}
+
+/// The first empty slot of a ring, if any.
+#[inline(always)]
+fn free_slot(ring: &[u64; LAT_SLOTS]) -> Option<usize> {
+    let mut i = 0;
+    while i < LAT_SLOTS {
+        if ring[i] == 0 {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Removes the first `n` slots of a ring (the oldest), moving the rest to the front.
+#[inline(always)]
+fn drop_front(ring: &mut [u64; LAT_SLOTS], n: usize) {
+    let mut i = 0;
+    while i < LAT_SLOTS {
+        ring[i] = if i + n < LAT_SLOTS { ring[i + n] } else { 0 };
+        i += 1;
+    }
+}
+
+/// Slots at the front of a ring whose PSN `answer` covers (they are in sending order).
+#[inline(always)]
+fn covered(ring: &[u64; LAT_SLOTS], answer: u32) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < LAT_SLOTS {
+        if ring[i] != 0 && covers(answer, slot_psn(ring[i])) {
+            n = i + 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// Empties the slots of requests at or after `psn` (sent again: Karn's rule); the PSN of the
+/// oldest emptied.
+#[inline(always)]
+fn forget_from(ring: &mut [u64; LAT_SLOTS], psn: u32) -> Option<u32> {
+    let mut first = None;
+    let mut i = 0;
+    while i < LAT_SLOTS {
+        if ring[i] != 0 && covers(slot_psn(ring[i]), psn) {
+            if first.is_none() {
+                first = Some(slot_psn(ring[i]));
+            }
+            ring[i] = 0;
+        }
+        i += 1;
+    }
+    first
+}
+
+/// The packet is an answer of a reliable connection that ends ACK samples, and the last PSN it
+/// acknowledges (a NAK's PSN is the one it did not take).
+#[inline(always)]
+fn ack_psn(p: &SeqInput, class: OpClass) -> Option<(u32, bool)> {
+    match class {
+        OpClass::Ack | OpClass::AtomicAck => Some((p.psn, false)),
+        OpClass::Nak => Some((psn_sub(p.psn, 1), false)),
+        OpClass::RnrNak => Some((p.psn, true)),
+        _ => None,
+    }
+}
+
+/// A request that asks to be answered and that this analysis times.
+#[inline(always)]
+pub fn is_timed_request(p: &SeqInput) -> bool {
+    let reliable = matches!(p.transport(), Transport::Rc | Transport::Xrc);
+    let class = p.class();
+    reliable && class.is_request()
+}
+
+/// The packet can end a sample (an answer of a reliable connection).
+#[inline(always)]
+pub fn is_answer(p: &SeqInput) -> bool {
+    matches!(p.transport(), Transport::Rc | Transport::Xrc)
+        && matches!(
+            p.class(),
+            OpClass::Ack
+                | OpClass::AtomicAck
+                | OpClass::Nak
+                | OpClass::RnrNak
+                | OpClass::ReadResponse
+        )
+}
+
+impl LatState {
+    /// A request of this direction (`dest_qp` the responder's QP), classed by the PSN
+    /// analysis, seen at `now_ns` (a fine clock). `copies`: the observation is mirror copies,
+    /// where a duplicate is another session's copy of the same transmission, not a second one.
+    #[inline(always)]
+    pub fn request(
+        &mut self,
+        p: &SeqInput,
+        dest_qp: u32,
+        class: SeqClass,
+        copies: bool,
+        now_ns: u64,
+    ) {
+        let psn = p.psn & 0xFF_FFFF;
+        match class {
+            SeqClass::Duplicate if copies => return,
+            SeqClass::NewIncarnation => {
+                self.ack = [0; LAT_SLOTS];
+                self.read = [0; LAT_SLOTS];
+                self.flags &= !(LF_UNTIMED | LF_SHARED);
+                self.qp = dest_qp;
+            }
+            // Sent again, or a copy of it seen: no sample from it (Karn's rule).
+            SeqClass::Duplicate | SeqClass::Retransmission => {
+                // The forgotten requests are untimed now: an ACK covering them must not go to
+                // an older timed one.
+                if let Some(first) = forget_from(&mut self.ack, psn) {
+                    self.skipped += 1;
+                    if self.flags & LF_UNTIMED == 0 || covers(self.untimed, first) {
+                        self.untimed = first;
+                    }
+                    self.flags |= LF_UNTIMED;
+                }
+                forget_from(&mut self.read, psn);
+                compact(&mut self.ack);
+                compact(&mut self.read);
+                return;
+            }
+            SeqClass::InOrder | SeqClass::Ahead => {}
+            _ => return,
+        }
+        if self.qp != dest_qp {
+            let idle = self.ack[0] == 0 && self.read[0] == 0;
+            if idle || self.qp == 0 {
+                self.qp = dest_qp;
+                self.flags &= !LF_SHARED;
+            } else {
+                // Another connection under the same key: stop timing until it is idle.
+                self.conflicts += 1;
+                self.flags |= LF_SHARED;
+                self.ack = [0; LAT_SLOTS];
+                self.read = [0; LAT_SLOTS];
+                self.qp = dest_qp;
+                return;
+            }
+        }
+        if p.class() == OpClass::ReadRequest {
+            if let Some(i) = free_slot(&self.read) {
+                self.read[i] = slot_word(psn, now_ns);
+            }
+        } else if p.ack_req != 0 {
+            if self.flags & LF_UNTIMED != 0 {
+                return;
+            }
+            match free_slot(&self.ack) {
+                Some(i) => self.ack[i] = slot_word(psn, now_ns),
+                None => {
+                    self.untimed = psn;
+                    self.flags |= LF_UNTIMED;
+                }
+            }
+        }
+    }
+
+    /// An answer in the reverse direction seen at `now_ns`: the sample it ends, if any.
+    #[inline(always)]
+    pub fn answer(&mut self, p: &SeqInput, now_ns: u64) -> Option<(LatKind, u64)> {
+        let class = p.class();
+        if class == OpClass::ReadResponse {
+            let first = matches!(
+                p.opcode & 0x1F,
+                op::READ_RESPONSE_FIRST | op::READ_RESPONSE_ONLY
+            );
+            let psn = p.psn & 0xFF_FFFF;
+            let n = covered(&self.read, psn);
+            if !first || n == 0 {
+                return None;
+            }
+            let w = self.read[n - 1];
+            drop_front(&mut self.read, n);
+            return (slot_psn(w) == psn).then(|| (LatKind::Read, slot_elapsed(w, now_ns)));
+        }
+        let (psn, rnr) = ack_psn(p, class)?;
+        let n = covered(&self.ack, psn);
+        let untimed_covered = self.flags & LF_UNTIMED != 0 && covers(psn, self.untimed);
+        if untimed_covered {
+            self.flags &= !LF_UNTIMED;
+        }
+        if n == 0 {
+            return None;
+        }
+        let w = self.ack[n - 1];
+        drop_front(&mut self.ack, n);
+        // The untimed request is newer than every timed one (none is timed after it): an ACK
+        // that covers it may answer it, not the timed one.
+        if untimed_covered || rnr {
+            if !rnr {
+                self.skipped += 1;
+            }
+            return None;
+        }
+        Some((LatKind::Ack, slot_elapsed(w, now_ns)))
+    }
+
+    /// Records a sample in this state's histogram of its kind.
+    #[inline(always)]
+    pub fn record(&mut self, kind: LatKind, ns: u64) {
+        match kind {
+            LatKind::Ack => self.hist[0].record(ns),
+            LatKind::Read => self.hist[1].record(ns),
+        }
+    }
+
+    /// Where the requests were seen.
+    #[inline(always)]
+    pub fn side(&self, key: &LatKey) -> LatSide {
+        if key.mirror != 0 {
+            LatSide::Mirror
+        } else if self.flags & LF_EGRESS != 0 {
+            LatSide::RequestsOut
+        } else {
+            LatSide::RequestsIn
+        }
+    }
+
+    /// Notes the direction a request of flow `k` was seen in.
+    #[inline(always)]
+    pub fn note_direction(&mut self, k: &FlowKey) {
+        if k.mirror & DIRECTION_EGRESS != 0 && k.mirror & 0x8000 == 0 {
+            self.flags |= LF_EGRESS;
+        } else {
+            self.flags &= !LF_EGRESS;
+        }
+    }
+
+    /// Adds another view (userspace merging of kernel reads is per key: the kernel's state is
+    /// one shared value; this sums the histograms and counts).
+    pub fn merge(&mut self, o: &LatState) {
+        self.hist[0].merge(&o.hist[0]);
+        self.hist[1].merge(&o.hist[1]);
+        self.skipped += o.skipped;
+        self.conflicts += o.conflicts;
+        self.flags |= o.flags & (LF_EGRESS | LF_SHARED);
+    }
+}
+
+/// Moves a ring's slots to the front, in order.
+#[inline(always)]
+fn compact(ring: &mut [u64; LAT_SLOTS]) {
+    let mut out = [0u64; LAT_SLOTS];
+    let mut n = 0;
+    let mut i = 0;
+    while i < LAT_SLOTS {
+        if ring[i] != 0 && n < LAT_SLOTS {
+            out[n] = ring[i];
+            n += 1;
+        }
+        i += 1;
+    }
+    *ring = out;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), no padding (asserted above), every bit pattern valid.
+    unsafe impl aya::Pod for super::LatKey {}
+    unsafe impl aya::Pod for super::LatState {}
+    unsafe impl aya::Pod for super::LatHist {}
+    unsafe impl aya::Pod for super::LatScopeKey {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::op;
+
+    const US: u64 = 1_000;
+
+    fn req(psn: u32, opcode: u8, ack_req: bool) -> SeqInput {
+        SeqInput {
+            psn,
+            opcode,
+            ack_req: ack_req as u8,
+            aeth_syndrome: crate::parse::NO_AETH,
+            ..Default::default()
+        }
+    }
+
+    fn ack(psn: u32, syndrome: u16) -> SeqInput {
+        SeqInput {
+            psn,
+            opcode: op::ACKNOWLEDGE,
+            aeth_syndrome: syndrome,
+            ..Default::default()
+        }
+    }
+
+    fn write(s: &mut LatState, psn: u32, t: u64) {
+        s.request(&req(psn, op::WRITE_ONLY, true), 7, SeqClass::InOrder, false, t);
+    }
+
+    #[test]
+    fn buckets_are_ordered_and_cover_the_range() {
+        let mut prev = 0;
+        for i in 0..LAT_BUCKETS {
+            let (lo, hi) = lat_bucket_bounds(i);
+            assert_eq!(lo, prev, "bucket {i}");
+            assert!(hi > lo);
+            assert_eq!(lat_bucket(lo), i);
+            if hi != u64::MAX {
+                assert_eq!(lat_bucket(hi - 1), i);
+            }
+            prev = hi;
+        }
+        assert_eq!(lat_bucket(1023), 0);
+        assert_eq!(lat_bucket(1024), 1);
+        assert_eq!(lat_bucket(u64::MAX), LAT_BUCKETS - 1);
+        // Edges at most 12.5% apart.
+        for i in 1..LAT_BUCKETS - 1 {
+            let (lo, hi) = lat_bucket_bounds(i);
+            assert!((hi - lo) * 8 <= lo, "bucket {i}: {lo}..{hi}");
+        }
+    }
+
+    #[test]
+    fn quantiles_stay_within_a_bucket_and_the_extremes() {
+        let mut h = LatHist::default();
+        for _ in 0..100 {
+            h.record(1_000 * US);
+        }
+        assert_eq!(h.quantile(0.5), Some(1_000 * US));
+        assert_eq!(h.quantile(0.99), Some(1_000 * US));
+        let mut h = LatHist::default();
+        for v in 1..=1000u64 {
+            h.record(v * US);
+        }
+        for (q, want) in [(0.5, 500 * US), (0.9, 900 * US), (0.99, 990 * US)] {
+            let got = h.quantile(q).unwrap();
+            assert!(got.abs_diff(want) * 8 <= want, "q{q}: {got} vs {want}");
+        }
+        assert_eq!(h.quantile(1.0), Some(1000 * US));
+        assert_eq!(LatHist::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn one_ack_one_sample() {
+        let mut s = LatState::default();
+        write(&mut s, 10, 1_000 * US);
+        assert_eq!(s.answer(&ack(10, 0), 1_020 * US), Some((LatKind::Ack, 20 * US)));
+        // Answered: a repeated ACK gives nothing.
+        assert_eq!(s.answer(&ack(10, 0), 1_030 * US), None);
+    }
+
+    #[test]
+    fn a_coalesced_ack_matches_the_newest_request_it_covers() {
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        write(&mut s, 2, 5 * US);
+        write(&mut s, 3, 9 * US);
+        assert_eq!(s.answer(&ack(2, 0), 30 * US), Some((LatKind::Ack, 25 * US)));
+        assert_eq!(s.answer(&ack(3, 0), 31 * US), Some((LatKind::Ack, 22 * US)));
+    }
+
+    #[test]
+    fn past_the_slots_nothing_is_guessed() {
+        let mut s = LatState::default();
+        for psn in 1..=6 {
+            write(&mut s, psn, psn as u64 * US);
+        }
+        // 1..4 timed, 5 and 6 not. An ACK up to 3: timed, newest covered is 3.
+        assert_eq!(s.answer(&ack(3, 0), 100 * US), Some((LatKind::Ack, 97 * US)));
+        // Timing stays off until the first untimed request is covered.
+        write(&mut s, 7, 101 * US);
+        // An ACK of 5 covers timed 4 and untimed 5: no sample.
+        assert_eq!(s.answer(&ack(5, 0), 102 * US), None);
+        assert_eq!(s.skipped, 1);
+        assert_eq!(s.answer(&ack(7, 0), 103 * US), None);
+        write(&mut s, 8, 104 * US);
+        assert_eq!(s.answer(&ack(8, 0), 110 * US), Some((LatKind::Ack, 6 * US)));
+    }
+
+    #[test]
+    fn karn_resent_or_duplicated_requests_give_no_sample() {
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        write(&mut s, 2, 0);
+        s.request(&req(2, op::WRITE_ONLY, true), 7, SeqClass::Retransmission, false, 50 * US);
+        // The ACK of 2 covers the timed 1 too: still no sample (2 is the newest it answers).
+        assert_eq!(s.answer(&ack(2, 0), 60 * US), None);
+        assert_eq!(s.skipped, 2);
+        // An ACK of 1 alone would have been a sample.
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        write(&mut s, 2, 0);
+        s.request(&req(2, op::WRITE_ONLY, true), 7, SeqClass::Retransmission, false, 50 * US);
+        assert_eq!(s.answer(&ack(1, 0), 60 * US), Some((LatKind::Ack, 60 * US)));
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        s.request(&req(1, op::WRITE_ONLY, true), 7, SeqClass::Duplicate, false, US);
+        assert_eq!(s.answer(&ack(1, 0), 60 * US), None);
+        // Mirror copies: a duplicate is another session's copy of the same packet.
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        s.request(&req(1, op::WRITE_ONLY, true), 7, SeqClass::Duplicate, true, US);
+        assert_eq!(s.answer(&ack(1, 0), 60 * US), Some((LatKind::Ack, 60 * US)));
+    }
+
+    #[test]
+    fn rnr_naks_give_no_sample_and_naks_cover_what_precedes() {
+        let mut s = LatState::default();
+        write(&mut s, 5, 0);
+        assert_eq!(s.answer(&ack(5, 0x20), 10 * US), None); // RNR NAK
+        write(&mut s, 6, 20 * US);
+        write(&mut s, 8, 21 * US);
+        // NAK sequence error at 8: 6 and 7 were taken, 8 was not.
+        assert_eq!(s.answer(&ack(8, 0x60), 40 * US), Some((LatKind::Ack, 20 * US)));
+        assert_eq!(s.ack[0] >> 63, 1);
+    }
+
+    #[test]
+    fn reads_match_their_first_response() {
+        let mut s = LatState::default();
+        let read = |psn| req(psn, op::READ_REQUEST, false);
+        s.request(&read(100), 7, SeqClass::InOrder, false, 0);
+        s.request(&read(104), 7, SeqClass::InOrder, false, 2 * US);
+        let resp = |psn, opcode| SeqInput {
+            psn,
+            opcode,
+            aeth_syndrome: 0,
+            ..Default::default()
+        };
+        assert_eq!(s.answer(&resp(100, op::READ_RESPONSE_FIRST), 30 * US), Some((LatKind::Read, 30 * US)));
+        assert_eq!(s.answer(&resp(101, op::READ_RESPONSE_MIDDLE), 31 * US), None);
+        assert_eq!(s.answer(&resp(104, op::READ_RESPONSE_ONLY), 40 * US), Some((LatKind::Read, 38 * US)));
+    }
+
+    #[test]
+    fn two_connections_under_one_key_are_not_timed() {
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        s.request(&req(900, op::WRITE_ONLY, true), 8, SeqClass::InOrder, false, US);
+        assert_eq!(s.conflicts, 1);
+        assert_eq!(s.answer(&ack(1, 0), 10 * US), None);
+        assert_eq!(s.answer(&ack(900, 0), 10 * US), None);
+    }
+
+    #[test]
+    fn samples_survive_the_psn_wrap_and_the_slot_clock_wrap() {
+        let mut s = LatState::default();
+        let t = (1u64 << 39) - 5;
+        write(&mut s, 0xFF_FFFF, t);
+        assert_eq!(s.answer(&ack(2, 0), t + 25), Some((LatKind::Ack, 25)));
+    }
+}
