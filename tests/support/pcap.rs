@@ -12,6 +12,8 @@ pub fn truth_aggregate(t: &Truth) -> Aggregate {
         cm_seen: Default::default(),
         pauses: t.pauses.clone(),
         counters: t.counters,
+        latency: Default::default(),
+        latency_scopes: Default::default(),
     }
 }
 

@@ -12,6 +12,7 @@ use observer_common::{
 };
 use serde::{Deserialize, Serialize};
 
+pub mod connections;
 pub mod ecmp;
 pub mod findings;
 pub mod series;
@@ -31,6 +32,15 @@ pub struct Report {
     pub totals: Totals,
     /// Every flow, largest byte count first.
     pub flows: Vec<Flow>,
+    /// RC, UC and XRC connections: both directions of each joined, most bytes first.
+    #[serde(default)]
+    pub connections: Vec<connections::Connection>,
+    /// UD datagrams and connection management (MADs to QP 1): no connection.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_traffic: Vec<connections::OtherTraffic>,
+    /// Passive latency (answers to requests, timed on the wire) per interface, side and kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency: Vec<connections::LatencyScope>,
     /// PAUSE / PFC frames per sender and priority; absent when there were none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pfc: Option<PfcReport>,
@@ -666,6 +676,20 @@ pub fn ip_of(bytes: [u8; 16]) -> IpAddr {
 }
 
 impl Ops {
+    pub fn add(&mut self, o: &Ops) {
+        self.send += o.send;
+        self.write += o.write;
+        self.read_request += o.read_request;
+        self.read_response += o.read_response;
+        self.ack += o.ack;
+        self.nak += o.nak;
+        self.rnr_nak += o.rnr_nak;
+        self.atomic += o.atomic;
+        self.atomic_ack += o.atomic_ack;
+        self.cnp += o.cnp;
+        self.other += o.other;
+    }
+
     fn from_counts(c: &[u64; OpClass::COUNT]) -> Self {
         let at = |o: OpClass| c[o as usize];
         Self {
@@ -785,6 +809,17 @@ impl Report {
             peaks.iter().map(|(k, p)| (FlowId::of_key(k), *p)).collect();
         for f in &mut self.flows {
             f.peak_rate_bps = Some(by_id.get(&FlowId::of_flow(f)).copied().unwrap_or(0.0));
+        }
+        // A side's flow seen in several mirror sessions: the busiest session's interval.
+        for c in &mut self.connections {
+            for side in [&mut c.a, &mut c.b] {
+                side.peak_rate_bps = (!side.keys.is_empty()).then(|| {
+                    side.keys
+                        .iter()
+                        .map(|k| peaks.get(k).copied().unwrap_or(0.0))
+                        .fold(0.0, f64::max)
+                });
+            }
         }
     }
 

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use comfy_table::{CellAlignment, ColumnConstraint, Table, presets::NOTHING};
 
 use crate::{
-    model::{Direction, FlowMirror, PfcReport, Report, percent, qp_hex},
+    model::{
+        Direction, FlowMirror, PfcReport, Report, connections::LatencySummary, percent, qp_hex,
+    },
     units::{count, duration, duration_s, noun},
 };
 
@@ -211,6 +213,8 @@ pub fn render_table(report: &Report, top: usize) -> String {
             );
         }
     }
+    render_connections(&mut out, report, top);
+    render_latency(&mut out, report);
     if let Some(pfc) = &report.pfc {
         render_pfc(&mut out, pfc, top);
     }
@@ -393,6 +397,118 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
             "  ... {} more {} (--top N, or --json for all)",
             pfc.sources.len() - top,
             noun((pfc.sources.len() - top) as u64, "sender")
+        );
+    }
+}
+
+/// "p50 / p99" of a latency summary, "-" without samples.
+fn p50_p99(l: Option<&LatencySummary>) -> String {
+    l.map_or("-".to_string(), |l| {
+        format!("{} / {}", duration(l.p50_ns), duration(l.p99_ns))
+    })
+}
+
+/// The top `top` connections: both sides, their QPs, what each sent, the latency of side A's
+/// requests; then how many UD and management flows there were.
+fn render_connections(out: &mut String, report: &Report, top: usize) {
+    use Align::{Left, Right};
+    let shown = &report.connections[..report.connections.len().min(top)];
+    if !shown.is_empty() {
+        let rows = shown
+            .iter()
+            .map(|c| {
+                let qp = |q: Option<u32>| q.map_or("-".to_string(), qp_hex);
+                let lost = c.a.psn.missing + c.b.psn.missing;
+                let retx = c.a.psn.retransmissions + c.b.psn.retransmissions;
+                vec![
+                    format!("{} <-> {}", c.a.ip, c.b.ip),
+                    qp(c.a.qp),
+                    qp(c.b.qp),
+                    c.transport.clone(),
+                    c.pmtu.map_or("-".to_string(), |m| m.to_string()),
+                    c.udp_src_port.to_string(),
+                    c.a.packets.to_string(),
+                    c.b.packets.to_string(),
+                    human_bytes(c.bytes),
+                    c.active_rate_bps.map_or("-".to_string(), human_rate),
+                    p50_p99(c.a.latency.ack.as_ref()),
+                    p50_p99(c.a.latency.read.as_ref()),
+                    lost.to_string(),
+                    retx.to_string(),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&columns(
+            &[
+                ("CONNECTION A <-> B", Left),
+                ("QP A", Right),
+                ("QP B", Right),
+                ("TYPE", Left),
+                ("PMTU", Right),
+                ("SPORT", Right),
+                ("A->B", Right),
+                ("B->A", Right),
+                ("BYTES", Right),
+                ("RATE", Right),
+                ("ACK p50 / p99", Right),
+                ("READ p50 / p99", Right),
+                ("LOST", Right),
+                ("RETX", Right),
+            ],
+            rows,
+        ));
+        let _ = writeln!(
+            out,
+            "  A sent the most requests; latency is of A's requests (--json has B's)"
+        );
+        if report.connections.len() > top {
+            let _ = writeln!(
+                out,
+                "  ... {} more {} (--top N, or --json for all)",
+                report.connections.len() - top,
+                noun((report.connections.len() - top) as u64, "connection")
+            );
+        }
+    }
+    let (ud, cm): (Vec<_>, Vec<_>) = report.other_traffic.iter().partition(|o| o.kind == "UD");
+    if !ud.is_empty() || !cm.is_empty() {
+        let packets = |v: &[&crate::model::connections::OtherTraffic]| {
+            v.iter().map(|o| o.packets).sum::<u64>()
+        };
+        let _ = writeln!(
+            out,
+            "  no connection: {} ({}), {} of connection management ({})",
+            count(ud.len() as u64, "UD flow"),
+            count(packets(&ud), "packet"),
+            count(cm.len() as u64, "flow"),
+            count(packets(&cm), "packet"),
+        );
+    }
+}
+
+/// The latency histograms per interface, side and kind, summarised.
+fn render_latency(out: &mut String, report: &Report) {
+    if report.latency.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nlatency (answers to requests, timed on the wire):");
+    for l in &report.latency {
+        let s = &l.summary;
+        let at = l
+            .interface
+            .as_ref()
+            .map_or(String::new(), |i| format!(" on {i}"));
+        let _ = writeln!(
+            out,
+            "  {:<4} {}{at}: {}, p50 {}, p90 {}, p99 {}, max {}",
+            l.kind,
+            l.side.replace('_', " "),
+            count(s.samples, "sample"),
+            duration(s.p50_ns),
+            duration(s.p90_ns),
+            duration(s.p99_ns),
+            duration(s.max_ns),
         );
     }
 }

@@ -4,11 +4,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+mod connections;
+
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use crate::units::count;
+use observer_common::latency::{is_answer, is_timed_request};
 use observer_common::{
-    Counters, DIRECTION_EGRESS, FlowKey, FlowStats, HostPair, OpClass, Parsed, PauseKey,
-    PauseStats, QP_CM, RocePacket, SeqInput, SkipReason, parse_frame,
+    Counters, DIRECTION_EGRESS, FlowKey, FlowStats, HostPair, LatHist, LatKey, LatScopeKey,
+    LatState, OpClass, Parsed, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass, SeqInput,
+    SkipReason, parse_frame,
 };
 
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
@@ -28,6 +32,11 @@ pub struct Aggregate {
     /// PAUSE / PFC frames per sender (few: switch ports and NICs).
     pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
+    /// Passive latency per requester direction of a connection: the timed requests in flight
+    /// and the histograms of the samples.
+    pub latency: HashMap<LatKey, LatState>,
+    /// The same samples per interface (0 in replay), kind and side.
+    pub latency_scopes: BTreeMap<LatScopeKey, LatHist>,
 }
 
 impl Aggregate {
@@ -94,13 +103,16 @@ impl Aggregate {
                 *t = (*t).max(ts_ns);
             }
             let cm_after = |t: u64| cm_seen.get(&HostPair::of(&key)).is_some_and(|c| *c > t);
+            let input = SeqInput::of(p);
+            let mut class = SeqClass::NotAnalysed;
             // The PSN analysis, or a copy another observation point gave: a duplicate.
-            let analyse = |s: &mut FlowStats| {
+            let mut analyse = |s: &mut FlowStats| {
                 if copy {
                     s.seq.duplicates += 1;
                     s.psn_regressions += 1;
+                    class = SeqClass::Duplicate;
                 } else {
-                    s.seq().packet(&SeqInput::of(p), ts_ns, cm_after);
+                    class = s.seq().packet(&input, ts_ns, cm_after);
                 }
             };
             match key.union() {
@@ -119,6 +131,17 @@ impl Aggregate {
                     });
                 }
             }
+            let copies = copy || key.is_copy();
+            latency_update(
+                &mut self.latency,
+                &mut self.latency_scopes,
+                &key,
+                &input,
+                class,
+                copies,
+                0,
+                ts_ns,
+            );
         }
         result
     }
@@ -134,6 +157,19 @@ impl Aggregate {
             &mut self.flows
         };
         map.entry(key).or_default().merge(stats);
+    }
+
+    /// Adds the latency state of one requester direction read from the kernel (one shared
+    /// value per key there).
+    pub fn merge_latency(&mut self, key: LatKey, state: &LatState) {
+        self.latency.entry(key).or_default().merge(state);
+    }
+
+    /// Adds a partial view of one per-interface latency histogram (a per-CPU value).
+    pub fn merge_latency_scope(&mut self, key: LatScopeKey, hist: &LatHist) {
+        if hist.count > 0 {
+            self.latency_scopes.entry(key).or_default().merge(hist);
+        }
     }
 
     /// Adds a partial view of one pause sender (a per-CPU value read from the kernel).
@@ -156,6 +192,12 @@ impl Aggregate {
         }
         for (key, stats) in &other.pauses {
             self.merge_pause(*key, stats);
+        }
+        for (key, state) in &other.latency {
+            self.merge_latency(*key, state);
+        }
+        for (key, hist) in &other.latency_scopes {
+            self.merge_latency_scope(*key, hist);
         }
     }
 
@@ -184,6 +226,55 @@ impl Aggregate {
             cm_seen: HashMap::new(),
             pauses,
             counters: self.counters,
+            // Latency samples depend on the clock: compared apart (`latency_counts`).
+            latency: HashMap::new(),
+            latency_scopes: BTreeMap::new(),
+        }
+    }
+
+    /// Per requester direction, the samples of each kind and the skipped ACKs: what kernel and
+    /// replay agree on whatever their clocks.
+    pub fn latency_counts(&self) -> BTreeMap<LatKey, [u64; 3]> {
+        self.latency
+            .iter()
+            .map(|(k, s)| (*k, [s.hist[0].count, s.hist[1].count, u64::from(s.skipped)]))
+            .filter(|(_, c)| c.iter().any(|n| *n > 0))
+            .collect()
+    }
+}
+
+/// The passive latency update of one packet (`class`: its PSN analysis's; `copies`: the
+/// observation is mirror copies or overlapping captures), the same the kernel program makes.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn latency_update(
+    latency: &mut HashMap<LatKey, LatState>,
+    scopes: &mut BTreeMap<LatScopeKey, LatHist>,
+    key: &FlowKey,
+    input: &SeqInput,
+    class: SeqClass,
+    copies: bool,
+    ifindex: u32,
+    ts_ns: u64,
+) {
+    if is_timed_request(input) {
+        let state = latency.entry(LatKey::of_request(key)).or_default();
+        state.note_direction(key);
+        state.request(input, key.dest_qp, class, copies, ts_ns);
+    } else if is_answer(input) {
+        let lk = LatKey::of_answer(key);
+        let Some(state) = latency.get_mut(&lk) else {
+            return;
+        };
+        if let Some((kind, ns)) = state.answer(input, ts_ns) {
+            state.record(kind, ns);
+            let scope = LatScopeKey {
+                ifindex,
+                kind: kind as u8,
+                side: state.side(&lk) as u8,
+                _pad: 0,
+            };
+            scopes.entry(scope).or_default().record(ns);
         }
     }
 }
@@ -431,6 +522,7 @@ impl Aggregate {
                 f.psn_scope = Some(crate::model::PsnScope { mirror_views, here });
             }
         }
+        let (connections, other_traffic) = agg.connections(&rows);
         let flows: Vec<Flow> = rows.into_iter().map(|(_, f)| f).collect();
         let mut psn = crate::model::Psn::default();
         for f in &flows {
@@ -469,6 +561,9 @@ impl Aggregate {
                 psn,
             },
             flows,
+            connections,
+            other_traffic,
+            latency: agg.latency_scopes(&HashMap::new()),
             pfc: PfcReport::new(&agg.pauses),
             ecmp: None,
             series: None,
