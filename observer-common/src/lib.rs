@@ -49,6 +49,11 @@ pub mod maps {
     pub const IFACE_COUNTERS: &str = "IFACE_COUNTERS";
     /// Per-CPU scratch value the PSN analysis's input goes through.
     pub const SEQ_INPUT: &str = "SEQ_INPUT";
+    /// Passive latency per requester direction of a connection (`LatKey` -> `LatState`, one
+    /// shared LRU value per key: requests and answers may be handled on different CPUs).
+    pub const LAT: &str = "LAT";
+    /// Latency histograms per interface, kind and side (`LatScopeKey` -> `LatHist`, per-CPU).
+    pub const LAT_SCOPES: &str = "LAT_SCOPES";
 }
 
 /// Program names in the kernel object.
@@ -71,5 +76,9 @@ pub mod programs {
 pub const DEFAULT_MAX_FLOWS: u32 = 16_384;
 /// Capacity of the pause table (senders of PAUSE / PFC frames: switch ports and NICs).
 pub const MAX_PAUSE_SENDERS: u32 = 1024;
+/// Requester directions of connections whose latency the kernel follows (the least recent go).
+pub const LAT_CONNS: u32 = 4096;
+/// Latency histograms per interface, kind and side.
+pub const LAT_SCOPE_ENTRIES: u32 = 256;
 /// Host pairs whose connection-manager traffic the kernel remembers (the least recent go).
 pub const CM_PAIRS: u32 = 4096;

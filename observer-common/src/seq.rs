@@ -33,6 +33,7 @@ pub const RETX_IDLE_NS: u64 = 5_000_000;
 pub const PMTUS: usize = 5;
 
 /// The class of one request packet.
+#[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SeqClass {
     /// The expected PSN (or, after a READ of unknown path MTU, within its possible range).
@@ -53,6 +54,23 @@ pub enum SeqClass {
     NewIncarnation,
     /// Not a request of a connected transport: not analysed.
     NotAnalysed,
+}
+
+impl SeqClass {
+    /// The class of a discriminant (`class as u8`); [`SeqClass::NotAnalysed`] for any other.
+    #[inline(always)]
+    pub const fn of(v: u8) -> Self {
+        match v {
+            0 => Self::InOrder,
+            1 => Self::Ahead,
+            2 => Self::OutOfOrder,
+            3 => Self::Duplicate,
+            4 => Self::Retransmission,
+            5 => Self::Violation,
+            6 => Self::NewIncarnation,
+            _ => Self::NotAnalysed,
+        }
+    }
 }
 
 /// Counts of the PSN analysis, summed over views (CPUs, cache slots) with [`SeqCounts::merge`].

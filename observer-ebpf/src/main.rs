@@ -27,8 +27,12 @@ mod kernel {
     use observer_common::{
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Counters,
         DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
-        HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey,
-        PauseStats, QP_CM, RocePacket, SeqInput, SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
+        HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES,
+        LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey,
+        PauseStats, QP_CM, RocePacket, SeqClass, SeqInput, SkipReason, TickClock, WIRE_OVERHEAD,
+        burst_index,
+        latency::lat_bucket_index,
+        latency::role,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame, union_mirror,
     };
@@ -99,6 +103,43 @@ mod kernel {
     /// parser nearly fills.
     #[map(name = "FLOW_KEY")]
     static FLOW_KEY: PerCpuArray<FlowKey> = PerCpuArray::with_max_entries(1, 0);
+
+    /// Passive latency per requester direction of a connection: one value shared by the CPUs
+    /// (a request and its answer may be handled on different ones); each timed request is one
+    /// word, published by one store; histogram counts are added atomically.
+    #[map(name = "LAT")]
+    static LAT: LruHashMap<LatKey, LatState> = LruHashMap::with_max_entries(LAT_CONNS, 0);
+
+    /// A zeroed LatState that is never written: new latency entries are inserted from it.
+    #[map(name = "ZERO_LAT")]
+    static ZERO_LAT: PerCpuArray<LatState> = PerCpuArray::with_max_entries(1, 0);
+
+    /// One `LatArgs` per CPU: what `account_latency` is told besides the packet.
+    #[map(name = "LAT_ARGS")]
+    static LAT_ARGS: PerCpuArray<LatArgs> = PerCpuArray::with_max_entries(1, 0);
+
+    /// The arguments of `account_latency`, passed through a map.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct LatArgs {
+        now: u64,
+        ifindex: u32,
+        class: u8,
+        /// Set by `account_flow` for the packet being handled, cleared by `account_latency`.
+        pending: u8,
+        _pad: [u8; 2],
+        /// The key of the per-interface histogram (map memory: no room on the stack).
+        scope: LatScopeKey,
+    }
+
+    /// One `LatKey` per CPU, for the lookups in `LAT` (no room on the stack).
+    #[map(name = "LAT_KEY")]
+    static LAT_KEY: PerCpuArray<LatKey> = PerCpuArray::with_max_entries(1, 0);
+
+    /// Latency histograms per interface, kind and side.
+    #[map(name = "LAT_SCOPES")]
+    static LAT_SCOPES: LruPerCpuHashMap<LatScopeKey, LatHist> =
+        LruPerCpuHashMap::with_max_entries(LAT_SCOPE_ENTRIES, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -277,7 +318,7 @@ mod kernel {
                     if $egress {
                         key.mirror |= DIRECTION_EGRESS;
                     }
-                    account_flow(&p, key, counters);
+                    account_flow(&p, key, counters, $ifindex);
                 }
             }
             copy
@@ -286,7 +327,7 @@ mod kernel {
 
     /// Accounts a RoCE packet in the flow cache (and the flow table behind it).
     #[inline(always)]
-    fn account_flow(p: &RocePacket, key: &mut FlowKey, counters: &mut Counters) {
+    fn account_flow(p: &RocePacket, key: &mut FlowKey, counters: &mut Counters, ifindex: u32) {
         // The analysis's input through a map: loaded back, it carries none of the ranges the
         // parser's paths gave it, and the verifier merges those paths there. Stored first, it
         // takes no stack meanwhile.
@@ -323,12 +364,148 @@ mod kernel {
                 let _ = CM_SEEN.insert(pair, &fine, 0);
             }
         }
-        stats.seq().packet(&input, fine, |t| {
+        let class = stats.seq().packet(&input, fine, |t| {
             // SAFETY: a live map value, read once.
             host_pair(key)
                 .and_then(|pair| unsafe { CM_SEEN.get(pair) })
                 .is_some_and(|c| *c > t)
         });
+        // The class goes to the latency update through a map, unexamined here: a branch on it
+        // would keep apart the analysis's paths, which the verifier merges once it returns.
+        if let Some(args) = LAT_ARGS.get_ptr_mut(0) {
+            // SAFETY: this CPU's value.
+            unsafe {
+                core::ptr::write_volatile(
+                    args,
+                    LatArgs {
+                        now: fine,
+                        ifindex,
+                        class: class as u8,
+                        pending: 1,
+                        _pad: [0; 2],
+                        scope: LatScopeKey::default(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// The latency update of a request or answer (`LatState`), as replay makes it, for the
+    /// packet `account_flow` just handled. A function of its own, called by the programs after
+    /// the accounting returned, whose inputs come from maps (the packet's key, its analysis
+    /// input, `LatArgs`): the verifier then meets it in a few states, not in one per path of
+    /// the parser and the PSN analysis, whose product it could not walk; and its stack frame
+    /// does not add to the accounting's, which nearly fills the 512 bytes calls share.
+    #[inline(never)]
+    fn account_latency() {
+        let (Some(args), Some(key), Some(input)) = (
+            LAT_ARGS.get_ptr_mut(0),
+            FLOW_KEY.get_ptr(0),
+            SEQ_INPUT.get_ptr(0),
+        ) else {
+            return;
+        };
+        // SAFETY: this CPU's values.
+        let (args, key, input) = unsafe { (&mut *args, &*key, &*input) };
+        if args.pending == 0 {
+            return;
+        }
+        args.pending = 0;
+        let (now, ifindex) = (args.now, args.ifindex);
+        let class = SeqClass::of(args.class);
+        let Some(answer) = role(input, class) else {
+            return;
+        };
+        let Some(lk) = LAT_KEY.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: this CPU's value.
+        let lk = unsafe { &mut *lk };
+        lk.set(key, answer);
+        if !answer {
+            let state = match LAT.get_ptr_mut(&*lk) {
+                Some(s) => s,
+                None => {
+                    let Some(zero) = ZERO_LAT.get_ptr(0) else {
+                        return;
+                    };
+                    // SAFETY: ZERO_LAT is never written. EEXIST (another CPU) is fine.
+                    let _ = LAT.insert(&*lk, unsafe { &*zero }, BPF_NOEXIST as u64);
+                    match LAT.get_ptr_mut(&*lk) {
+                        Some(s) => s,
+                        None => return,
+                    }
+                }
+            };
+            // SAFETY: a live map value (shared: see LAT).
+            let state = unsafe { &mut *state };
+            state.note_direction(key);
+            state.request(input, key.dest_qp, class, key.is_union(), now);
+            return;
+        }
+        let Some(state) = LAT.get_ptr_mut(&*lk) else {
+            return;
+        };
+        // SAFETY: a live map value (shared: see LAT).
+        let state = unsafe { &mut *state };
+        let Some((kind, ns)) = state.answer(input, now) else {
+            return;
+        };
+        record_shared(&mut state.hist[(kind as usize) & 1], ns);
+        args.scope = LatScopeKey {
+            ifindex,
+            kind: kind as u8,
+            side: state.side(lk) as u8,
+            _pad: 0,
+        };
+        let scope = &args.scope;
+        let hist = match LAT_SCOPES.get_ptr_mut(scope) {
+            Some(h) => h,
+            None => {
+                let Some(zero) = ZERO_LAT.get_ptr(0) else {
+                    return;
+                };
+                // SAFETY: ZERO_LAT is never written.
+                let _ = LAT_SCOPES.insert(scope, unsafe { &(*zero).hist[0] }, BPF_NOEXIST as u64);
+                match LAT_SCOPES.get_ptr_mut(scope) {
+                    Some(h) => h,
+                    None => return,
+                }
+            }
+        };
+        // SAFETY: this CPU's value.
+        unsafe { (*hist).record(ns) };
+    }
+
+    /// `LatHist::record` on a value several CPUs write: counts added atomically, the extremes
+    /// by plain stores (a race may keep a slightly less extreme value).
+    #[inline(always)]
+    fn record_shared(h: &mut LatHist, ns: u64) {
+        let i = lat_bucket_index(ns);
+        // SAFETY: fields of a live map value; atomic adds.
+        unsafe {
+            if core::ptr::read_volatile(&h.count) == 0 || ns < core::ptr::read_volatile(&h.min_ns)
+            {
+                core::ptr::write_volatile(&mut h.min_ns, ns);
+            }
+            if ns > core::ptr::read_volatile(&h.max_ns) {
+                core::ptr::write_volatile(&mut h.max_ns, ns);
+            }
+            add(&raw mut h.count, 1);
+            add(&raw mut h.sum_ns, ns);
+            add(&raw mut h.buckets[i], 1);
+        }
+    }
+
+    /// An atomic add (the BPF atomic add instruction).
+    #[inline(always)]
+    unsafe fn add(p: *mut u64, v: u64) {
+        // SAFETY: the caller's pointer is into a live map value.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                p, v,
+            );
+        }
     }
 
     /// The hosts of `key`, in this CPU's `CM_KEY`.
@@ -383,8 +560,15 @@ mod kernel {
     /// Host and mirror mode: account, then pass every frame on unchanged.
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
-        account!(&ctx, false, xdp_ifindex(&ctx), xdp_len(&ctx));
+        observe_xdp(&ctx);
+        account_latency();
         xdp_action::XDP_PASS
+    }
+
+    /// The accounting of an XDP frame (all but the latency update); whether it is a copy.
+    #[inline(never)]
+    fn observe_xdp(ctx: &XdpContext) -> bool {
+        account!(ctx, false, xdp_ifindex(ctx), xdp_len(ctx))
     }
 
     /// Headers the parser may need, made linear in a transmitted skb whose linear part ends
@@ -396,6 +580,14 @@ mod kernel {
     /// TCX_NEXT, and cls_bpf's "continue"): never drops, redirects or changes a packet.
     #[classifier]
     pub fn roce_observe_egress(ctx: TcContext) -> i32 {
+        observe_egress(&ctx);
+        account_latency();
+        TC_ACT_UNSPEC
+    }
+
+    /// The accounting of a transmitted frame (all but the latency update).
+    #[inline(never)]
+    fn observe_egress(ctx: &TcContext) {
         let linear = (ctx.data_end() - ctx.data()) as u32;
         let len = ctx.len();
         if linear < len && linear < EGRESS_HEADERS {
@@ -420,8 +612,7 @@ mod kernel {
         }
         // SAFETY: reading the context's ifindex field.
         let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-        account!(&ctx, true, ifindex, len);
-        TC_ACT_UNSPEC
+        account!(ctx, true, ifindex, len);
     }
 
     /// Mirror mode with --consume: account, then drop the copies (GRE/ERSPAN copies and RoCE
@@ -429,7 +620,9 @@ mod kernel {
     /// Never attached in host mode.
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
-        if account!(&ctx, false, xdp_ifindex(&ctx), xdp_len(&ctx)) {
+        let copy = observe_xdp(&ctx);
+        account_latency();
+        if copy {
             xdp_action::XDP_DROP
         } else {
             xdp_action::XDP_PASS

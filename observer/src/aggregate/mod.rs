@@ -8,7 +8,7 @@ mod connections;
 
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use crate::units::count;
-use observer_common::latency::{is_answer, is_timed_request};
+use observer_common::latency::role;
 use observer_common::{
     Counters, DIRECTION_EGRESS, FlowKey, FlowStats, HostPair, LatHist, LatKey, LatScopeKey,
     LatState, OpClass, Parsed, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass, SeqInput,
@@ -257,11 +257,26 @@ pub fn latency_update(
     ifindex: u32,
     ts_ns: u64,
 ) {
-    if is_timed_request(input) {
-        let state = latency.entry(LatKey::of_request(key)).or_default();
-        state.note_direction(key);
-        state.request(input, key.dest_qp, class, copies, ts_ns);
-    } else if is_answer(input) {
+    match role(input, class) {
+        None => {}
+        Some(false) => {
+            let state = latency.entry(LatKey::of_request(key)).or_default();
+            state.note_direction(key);
+            state.request(input, key.dest_qp, class, copies, ts_ns);
+        }
+        Some(true) => latency_answer(latency, scopes, key, input, ifindex, ts_ns),
+    }
+}
+
+fn latency_answer(
+    latency: &mut HashMap<LatKey, LatState>,
+    scopes: &mut BTreeMap<LatScopeKey, LatHist>,
+    key: &FlowKey,
+    input: &SeqInput,
+    ifindex: u32,
+    ts_ns: u64,
+) {
+    {
         let lk = LatKey::of_answer(key);
         let Some(state) = latency.get_mut(&lk) else {
             return;

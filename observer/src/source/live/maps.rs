@@ -10,7 +10,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use aya::{Ebpf, maps::Map};
 use observer_common::{
-    Counters, FlowKey, FlowSlot, FlowStats, IfaceCounters, PauseKey, PauseStats, maps,
+    Counters, FlowKey, FlowSlot, FlowStats, IfaceCounters, LatHist, LatKey, LatScopeKey, LatState,
+    PauseKey, PauseStats, maps,
 };
 
 use super::{LiveError, bpfsys};
@@ -104,7 +105,32 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
         }
     })
     .map_err(read_error(maps::PAUSES))?;
+    read_latency(ebpf, &mut agg)?;
     Ok(agg)
+}
+
+/// Adds the latency maps: the per-connection states (one shared value each) and the
+/// per-interface histograms (per-CPU).
+pub fn read_latency(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> {
+    let lat = aya::maps::HashMap::<_, LatKey, LatState>::try_from(map(ebpf, maps::LAT)?).map_err(
+        |source| LiveError::MapAccess {
+            map: maps::LAT,
+            source,
+        },
+    )?;
+    for entry in lat.iter() {
+        // An entry the LRU evicts during the walk ends it early: what was read stays.
+        let Ok((key, state)) = entry else { break };
+        agg.merge_latency(key, &state);
+    }
+    let scopes = map_fd(ebpf, maps::LAT_SCOPES)?;
+    bpfsys::percpu_hash_for_each::<LatScopeKey, LatHist>(scopes, BATCH, |key, per_cpu| {
+        for h in per_cpu {
+            agg.merge_latency_scope(*key, h);
+        }
+    })
+    .map_err(read_error(maps::LAT_SCOPES))?;
+    Ok(())
 }
 
 /// Flows summed into an aggregate, their times shifted.
