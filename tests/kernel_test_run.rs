@@ -418,3 +418,59 @@ fn kernel_classifies_psns_packet_for_packet_as_userspace() {
         }
     }
 }
+
+/// Passive latency in the kernel takes the samples replay takes, request for request: on every
+/// real capture, per requester direction, as many ACK and READ samples and skipped ACKs, and
+/// the per-interface histograms as many samples per kind and side. (Their values follow each
+/// memory's clock: the capture's in replay, the test run's in the kernel.)
+#[test]
+fn kernel_latency_samples_equal_userspace_on_the_real_captures() {
+    if !require_root("kernel_latency_samples_equal_userspace_on_the_real_captures") {
+        return;
+    }
+    let Some(files) = integration_tests::shared_capture_files(
+        "kernel_latency_samples_equal_userspace_on_the_real_captures",
+        "real",
+    ) else {
+        return;
+    };
+    let mut samples = [0u64; 2];
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "pcap"))
+    {
+        let frames = integration_tests::pcap_frames(file);
+        let ebpf = load_observer();
+        let mut user = Aggregate::new();
+        for frame in frames.iter().filter(|b| b.len() >= ETH_HEADER_LEN) {
+            run(&ebpf, frame);
+            let _ = user.push(frame, 0);
+        }
+        let kernel = read_maps(&ebpf, 0).expect("read maps");
+        assert_eq!(
+            kernel.latency_counts(),
+            user.latency_counts(),
+            "{}: samples per requester direction",
+            file.display()
+        );
+        let per_side = |a: &Aggregate| {
+            let mut m = std::collections::BTreeMap::new();
+            for (k, h) in &a.latency_scopes {
+                *m.entry((k.kind, k.side)).or_insert(0u64) += h.count;
+            }
+            m
+        };
+        assert_eq!(
+            per_side(&kernel),
+            per_side(&user),
+            "{}: per side",
+            file.display()
+        );
+        for c in user.latency_counts().values() {
+            samples[0] += c[0];
+            samples[1] += c[1];
+        }
+    }
+    // The captures hold ping-pong WRITEs, SENDs and READs: both kinds must have been timed.
+    assert!(samples[0] > 0 && samples[1] > 0, "samples {samples:?}");
+}

@@ -673,7 +673,13 @@ mod tests {
     }
 
     fn write(s: &mut LatState, psn: u32, t: u64) {
-        s.request(&req(psn, op::WRITE_ONLY, true), 7, SeqClass::InOrder, false, t);
+        s.request(
+            &req(psn, op::WRITE_ONLY, true),
+            7,
+            SeqClass::InOrder,
+            false,
+            t,
+        );
     }
 
     #[test]
@@ -723,7 +729,10 @@ mod tests {
     fn one_ack_one_sample() {
         let mut s = LatState::default();
         write(&mut s, 10, 1_000 * US);
-        assert_eq!(s.answer(&ack(10, 0), 1_020 * US), Some((LatKind::Ack, 20 * US)));
+        assert_eq!(
+            s.answer(&ack(10, 0), 1_020 * US),
+            Some((LatKind::Ack, 20 * US))
+        );
         // Answered: a repeated ACK gives nothing.
         assert_eq!(s.answer(&ack(10, 0), 1_030 * US), None);
     }
@@ -745,7 +754,10 @@ mod tests {
             write(&mut s, psn, psn as u64 * US);
         }
         // 1..4 timed, 5 and 6 not. An ACK up to 3: timed, newest covered is 3.
-        assert_eq!(s.answer(&ack(3, 0), 100 * US), Some((LatKind::Ack, 97 * US)));
+        assert_eq!(
+            s.answer(&ack(3, 0), 100 * US),
+            Some((LatKind::Ack, 97 * US))
+        );
         // Timing stays off until the first untimed request is covered.
         write(&mut s, 7, 101 * US);
         // An ACK of 5 covers timed 4 and untimed 5: no sample.
@@ -761,7 +773,13 @@ mod tests {
         let mut s = LatState::default();
         write(&mut s, 1, 0);
         write(&mut s, 2, 0);
-        s.request(&req(2, op::WRITE_ONLY, true), 7, SeqClass::Retransmission, false, 50 * US);
+        s.request(
+            &req(2, op::WRITE_ONLY, true),
+            7,
+            SeqClass::Retransmission,
+            false,
+            50 * US,
+        );
         // The ACK of 2 covers the timed 1 too: still no sample (2 is the newest it answers).
         assert_eq!(s.answer(&ack(2, 0), 60 * US), None);
         assert_eq!(s.skipped, 2);
@@ -769,16 +787,34 @@ mod tests {
         let mut s = LatState::default();
         write(&mut s, 1, 0);
         write(&mut s, 2, 0);
-        s.request(&req(2, op::WRITE_ONLY, true), 7, SeqClass::Retransmission, false, 50 * US);
+        s.request(
+            &req(2, op::WRITE_ONLY, true),
+            7,
+            SeqClass::Retransmission,
+            false,
+            50 * US,
+        );
         assert_eq!(s.answer(&ack(1, 0), 60 * US), Some((LatKind::Ack, 60 * US)));
         let mut s = LatState::default();
         write(&mut s, 1, 0);
-        s.request(&req(1, op::WRITE_ONLY, true), 7, SeqClass::Duplicate, false, US);
+        s.request(
+            &req(1, op::WRITE_ONLY, true),
+            7,
+            SeqClass::Duplicate,
+            false,
+            US,
+        );
         assert_eq!(s.answer(&ack(1, 0), 60 * US), None);
         // Mirror copies: a duplicate is another session's copy of the same packet.
         let mut s = LatState::default();
         write(&mut s, 1, 0);
-        s.request(&req(1, op::WRITE_ONLY, true), 7, SeqClass::Duplicate, true, US);
+        s.request(
+            &req(1, op::WRITE_ONLY, true),
+            7,
+            SeqClass::Duplicate,
+            true,
+            US,
+        );
         assert_eq!(s.answer(&ack(1, 0), 60 * US), Some((LatKind::Ack, 60 * US)));
     }
 
@@ -790,7 +826,10 @@ mod tests {
         write(&mut s, 6, 20 * US);
         write(&mut s, 8, 21 * US);
         // NAK sequence error at 8: 6 and 7 were taken, 8 was not.
-        assert_eq!(s.answer(&ack(8, 0x60), 40 * US), Some((LatKind::Ack, 20 * US)));
+        assert_eq!(
+            s.answer(&ack(8, 0x60), 40 * US),
+            Some((LatKind::Ack, 20 * US))
+        );
         assert_eq!(s.ack[0] >> 63, 1);
     }
 
@@ -806,16 +845,31 @@ mod tests {
             aeth_syndrome: 0,
             ..Default::default()
         };
-        assert_eq!(s.answer(&resp(100, op::READ_RESPONSE_FIRST), 30 * US), Some((LatKind::Read, 30 * US)));
-        assert_eq!(s.answer(&resp(101, op::READ_RESPONSE_MIDDLE), 31 * US), None);
-        assert_eq!(s.answer(&resp(104, op::READ_RESPONSE_ONLY), 40 * US), Some((LatKind::Read, 38 * US)));
+        assert_eq!(
+            s.answer(&resp(100, op::READ_RESPONSE_FIRST), 30 * US),
+            Some((LatKind::Read, 30 * US))
+        );
+        assert_eq!(
+            s.answer(&resp(101, op::READ_RESPONSE_MIDDLE), 31 * US),
+            None
+        );
+        assert_eq!(
+            s.answer(&resp(104, op::READ_RESPONSE_ONLY), 40 * US),
+            Some((LatKind::Read, 38 * US))
+        );
     }
 
     #[test]
     fn two_connections_under_one_key_are_not_timed() {
         let mut s = LatState::default();
         write(&mut s, 1, 0);
-        s.request(&req(900, op::WRITE_ONLY, true), 8, SeqClass::InOrder, false, US);
+        s.request(
+            &req(900, op::WRITE_ONLY, true),
+            8,
+            SeqClass::InOrder,
+            false,
+            US,
+        );
         assert_eq!(s.conflicts, 1);
         assert_eq!(s.answer(&ack(1, 0), 10 * US), None);
         assert_eq!(s.answer(&ack(900, 0), 10 * US), None);

@@ -20,7 +20,8 @@ pub use flow::{
     MIRROR_UNION, MirrorOf, QP_CM, TickClock, UNTAGGED, mirror_key, union_mirror,
 };
 pub use latency::{
-    LAT_BUCKETS, LAT_SLOTS, LatHist, lat_bucket, lat_bucket_bounds, LatKey, LatKind, LatSample, LatScopeKey, LatSide, LatState,
+    LAT_BUCKETS, LAT_SLOTS, LatHist, LatKey, LatKind, LatSample, LatScopeKey, LatSide, LatState,
+    lat_bucket, lat_bucket_bounds,
 };
 pub use parse::{
     Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, Pause, RocePacket, SkipReason,

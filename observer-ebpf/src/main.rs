@@ -27,10 +27,9 @@ mod kernel {
     use observer_common::{
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Counters,
         DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
-        HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES,
-        LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey,
-        PauseStats, QP_CM, RocePacket, SeqClass, SeqInput, SkipReason, TickClock, WIRE_OVERHEAD,
-        burst_index,
+        HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES, LatHist,
+        LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats,
+        QP_CM, RocePacket, SeqClass, SeqInput, SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
         latency::lat_bucket_index,
         latency::role,
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
@@ -484,8 +483,7 @@ mod kernel {
         let i = lat_bucket_index(ns);
         // SAFETY: fields of a live map value; atomic adds.
         unsafe {
-            if core::ptr::read_volatile(&h.count) == 0 || ns < core::ptr::read_volatile(&h.min_ns)
-            {
+            if core::ptr::read_volatile(&h.count) == 0 || ns < core::ptr::read_volatile(&h.min_ns) {
                 core::ptr::write_volatile(&mut h.min_ns, ns);
             }
             if ns > core::ptr::read_volatile(&h.max_ns) {

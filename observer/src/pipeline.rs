@@ -360,6 +360,12 @@ impl LiveSession {
     /// Detaches and reports: totals, flows, PFC, the time series and microbursts, the link
     /// speed, the ECMP model and the findings.
     pub fn finish(mut self) -> Result<Report, PipelineError> {
+        // The interfaces' names by index, read while attached (detaching forgets the index).
+        let names: std::collections::HashMap<u32, String> = self
+            .observer
+            .interfaces()
+            .map(|(_, name, ifindex, _)| (ifindex, name.to_string()))
+            .collect();
         self.observer.detach()?;
         let window = self.started.elapsed().as_secs_f64();
         if let Some(slot_ns) = self.reader.as_ref().map(BurstReader::slot_ns) {
@@ -375,6 +381,7 @@ impl LiveSession {
         let mut source = Source::live(o.interfaces.clone(), o.xdp_mode.name());
         source.mode = Some(o.vantage.name().to_string());
         let mut report = agg.report(source, window);
+        report.latency = agg.latency_scopes(&names);
         apply_timeline(&mut report, self.timeline.finish(&agg));
         // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
         let mirrored = report

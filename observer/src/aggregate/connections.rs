@@ -24,7 +24,11 @@ const XRC: u32 = 1 << 5;
 /// The observation a flow belongs to: direct (either direction of a host), or every mirror
 /// session together.
 fn scope(k: &FlowKey) -> u16 {
-    if k.mirror & 0x8000 != 0 { MIRROR_UNION } else { 0 }
+    if k.mirror & 0x8000 != 0 {
+        MIRROR_UNION
+    } else {
+        0
+    }
 }
 
 /// Two hosts (lower address first), the UDP source port, the observation.
@@ -60,7 +64,12 @@ impl Aggregate {
             let connected = mask & (RC | UC | XRC) != 0 || mask == CNP;
             if k.dest_qp == QP_CM || (!connected && mask & UD != 0) {
                 other.push(OtherTraffic {
-                    kind: if k.dest_qp == QP_CM { "management" } else { "UD" }.to_string(),
+                    kind: if k.dest_qp == QP_CM {
+                        "management"
+                    } else {
+                        "UD"
+                    }
+                    .to_string(),
                     src_ip: f.src_ip,
                     dst_ip: f.dst_ip,
                     dest_qp: f.dest_qp,
@@ -198,10 +207,7 @@ impl Aggregate {
         } else {
             "RC"
         };
-        let (packets, bytes) = (
-            side_x.packets + side_y.packets,
-            side_x.bytes + side_y.bytes,
-        );
+        let (packets, bytes) = (side_x.packets + side_y.packets, side_x.bytes + side_y.bytes);
         Connection {
             transport: transport.to_string(),
             udp_src_port: g.2,

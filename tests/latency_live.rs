@@ -1,0 +1,180 @@
+//! Passive latency live: in a namespace, the generator sends requests and, after a delay it
+//! chose and timed itself, their ACKs, over a veth pair into the observer (`diagnose`). The
+//! truth is the generator's: the monotonic time between its two sends, read around each one.
+//! What the observer measures is that plus the difference of two send paths (microseconds).
+//!
+//! (The kernel's own delay, `tc qdisc netem`, is the better truth where the kernel has it; this
+//! kernel is built without CONFIG_NET_SCH_NETEM, and a test that would always skip could not
+//! fail.)
+
+use std::{
+    net::Ipv4Addr,
+    time::{Duration, Instant},
+};
+
+use integration_tests::{Diagnose, has_xdp, require_root};
+use observer_common::{LatHist, wire::TRANSPORT_RC};
+use roce_observer::{
+    lab::Lab,
+    model::{Report, connections::LatencyScope},
+    source::synth::{Frame, Ip, PacketSocket, QpStream, Workload, host_mac},
+};
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+
+/// `n` WRITEs with AckReq from 198.18.0.1 to 198.18.0.2 and the ACK of each, alternating.
+fn pairs(n: usize) -> Vec<Frame> {
+    let ip = Ip::v4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+    let mut qp = QpStream::new(
+        TRANSPORT_RC,
+        ip,
+        [host_mac(1), host_mac(2)],
+        [0x11, 0x22],
+        1000,
+    );
+    let mut w = Workload::default();
+    for _ in 0..n {
+        let psn = qp.write(&mut w, 256);
+        qp.ack(&mut w, psn);
+    }
+    assert_eq!(w.frames.len(), 2 * n);
+    w.frames
+}
+
+/// Sends each request, then its ACK `delays[i]` later, on tx0; the next request after the
+/// ACK. The truth: per pair, the monotonic time from just after the request's send returned to
+/// just before the ACK's send began, and from just before the request's to just after the
+/// ACK's (the measured sample lies between, give or take the send paths' difference).
+fn send_pairs(lab: &Lab, frames: Vec<Frame>, delays: Vec<Duration>) -> Vec<(u64, u64)> {
+    lab.ns
+        .run_in(move || {
+            roce_observer::lab::pin_current_thread().unwrap();
+            let sock = PacketSocket::open("tx0").unwrap();
+            let mut truth = Vec::new();
+            for (i, (pair, delay)) in frames.chunks(2).zip(delays).enumerate() {
+                let t0 = Instant::now();
+                sock.send(&pair[0].bytes, 2 * i).unwrap();
+                let t1 = Instant::now();
+                let due = t1 + delay;
+                // A sleep, then a spin for the last stretch: the delay lands within
+                // microseconds of the one asked for.
+                if delay > Duration::from_micros(300) {
+                    std::thread::sleep(delay - Duration::from_micros(200));
+                }
+                while Instant::now() < due {
+                    std::hint::spin_loop();
+                }
+                let t2 = Instant::now();
+                sock.send(&pair[1].bytes, 2 * i + 1).unwrap();
+                let t3 = Instant::now();
+                truth.push(((t2 - t1).as_nanos() as u64, (t3 - t0).as_nanos() as u64));
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            truth
+        })
+        .unwrap()
+}
+
+/// Runs `diagnose` on rx0 while the pairs cross with `delays`; the report, its one ACK
+/// latency histogram and the generator's truth per pair.
+fn measure(delays: Vec<Duration>) -> (Report, LatencyScope, Vec<(u64, u64)>) {
+    let lab = Lab::create("ro-lat").unwrap();
+    let total: Duration = delays.iter().sum();
+    let duration = total.as_secs() + 3;
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &[
+            "--iface",
+            "rx0",
+            "--duration",
+            &format!("{duration}s"),
+            "--json",
+        ],
+    );
+    assert!(has_xdp(&lab.ns, "rx0"));
+    let truth = send_pairs(&lab, pairs(delays.len()), delays);
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "diagnose failed: {err}");
+    let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let acks: Vec<&LatencyScope> = report.latency.iter().filter(|l| l.kind == "ack").collect();
+    assert_eq!(acks.len(), 1, "one ACK histogram: {:?}", report.latency);
+    let l = acks[0].clone();
+    assert_eq!(l.interface.as_deref(), Some("rx0"));
+    assert_eq!(l.side, "requests_in");
+    (report, l, truth)
+}
+
+/// How far a measured sample may stray from the generator's window: the two sends' paths to
+/// the observer differ by microseconds; a busy machine may delay one by more.
+const SLACK_NS: u64 = 300_000;
+
+const MS: u64 = 1_000_000;
+
+/// Each delay, constant: every pair sampled; the minimum, median and maximum within the
+/// generator's window (plus the slack).
+#[test]
+fn ack_latency_equals_the_delay_the_generator_kept() {
+    if !require_root("ack_latency_equals_the_delay_the_generator_kept") {
+        return;
+    }
+    for d_ms in [1u64, 5, 20] {
+        let n = 40;
+        let (report, l, truth) = measure(vec![Duration::from_millis(d_ms); n]);
+        let s = &l.summary;
+        assert_eq!(
+            s.samples, n as u64,
+            "delay {d_ms} ms: every ACK timed: {s:?}"
+        );
+        let lo = truth.iter().map(|t| t.0).min().unwrap();
+        let hi = truth.iter().map(|t| t.1).max().unwrap();
+        eprintln!(
+            "delay {d_ms} ms: measured min {} p50 {} max {}; generator {lo}..{hi}",
+            s.min_ns, s.p50_ns, s.max_ns
+        );
+        for (what, v) in [("min", s.min_ns), ("p50", s.p50_ns), ("max", s.max_ns)] {
+            assert!(
+                v + SLACK_NS >= lo && v <= hi + SLACK_NS,
+                "delay {d_ms} ms: {what} {v} outside the truth {lo}..{hi}: {s:?}"
+            );
+        }
+        assert!(s.p50_ns.abs_diff(d_ms * MS) <= SLACK_NS, "{s:?}");
+        // The connection holds the same samples, on the requester's side.
+        assert_eq!(report.connections.len(), 1);
+        let c = &report.connections[0];
+        assert_eq!(c.a.ip.to_string(), "198.18.0.1", "A sent the requests");
+        let mut qps = [c.a.qp, c.b.qp];
+        qps.sort();
+        assert_eq!(qps, [Some(0x11), Some(0x22)], "both QP numbers");
+        assert_eq!(c.a.latency.ack.as_ref().map(|a| a.samples), Some(n as u64));
+        assert!(c.b.latency.ack.is_none());
+    }
+}
+
+/// Delays spread over 2..10 ms (a known sequence): the measured p50, p90 and p99 are those of
+/// the generator's own histogram of what it kept, within a bucket (12.5%) and the slack.
+#[test]
+fn ack_latency_quantiles_follow_a_spread_of_delays() {
+    if !require_root("ack_latency_quantiles_follow_a_spread_of_delays") {
+        return;
+    }
+    let n = 200u64;
+    let delays: Vec<Duration> = (0..n)
+        .map(|i| Duration::from_micros(2_000 + (i * 7919) % 8_000))
+        .collect();
+    let (_, l, truth) = measure(delays);
+    let s = &l.summary;
+    assert_eq!(s.samples, n, "{s:?}");
+    let mut want = LatHist::default();
+    for (lo, hi) in &truth {
+        want.record((lo + hi) / 2);
+    }
+    for (q, got) in [(0.5, s.p50_ns), (0.9, s.p90_ns), (0.99, s.p99_ns)] {
+        let w = want.quantile(q).unwrap();
+        eprintln!("q{q}: measured {got}, generator {w}");
+        assert!(
+            got.abs_diff(w) <= w / 8 + SLACK_NS,
+            "q{q}: measured {got}, generator {w}: {s:?}"
+        );
+    }
+}
