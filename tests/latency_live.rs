@@ -109,7 +109,6 @@ fn measure(delays: Vec<Duration>) -> (Report, LatencyScope, Vec<(u64, u64)>) {
 /// the observer differ by microseconds; a busy machine may delay one by more.
 const SLACK_NS: u64 = 300_000;
 
-const MS: u64 = 1_000_000;
 
 /// Each delay, constant: every pair sampled; the minimum, median and maximum within the
 /// generator's window (plus the slack).
@@ -138,7 +137,16 @@ fn ack_latency_equals_the_delay_the_generator_kept() {
                 "delay {d_ms} ms: {what} {v} outside the truth {lo}..{hi}: {s:?}"
             );
         }
-        assert!(s.p50_ns.abs_diff(d_ms * MS) <= SLACK_NS, "{s:?}");
+        // The median: the generator's (its sleeps may overshoot on a busy machine), within a
+        // bucket.
+        let mut mids: Vec<u64> = truth.iter().map(|(lo, hi)| (lo + hi) / 2).collect();
+        mids.sort();
+        let median = mids[mids.len() / 2];
+        assert!(
+            s.p50_ns.abs_diff(median) <= median / 8 + SLACK_NS,
+            "p50 {} vs the generator's {median}",
+            s.p50_ns
+        );
         // The connection holds the same samples, on the requester's side.
         assert_eq!(report.connections.len(), 1);
         let c = &report.connections[0];
