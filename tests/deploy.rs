@@ -16,7 +16,7 @@ use std::{
     process::Command,
 };
 
-use integration_tests::{EXPORTED_METRICS, Scratch, output};
+use integration_tests::{EXPORTED_METRICS, LATENCY_METRICS, Scratch, output};
 use serde_json::Value;
 
 /// The keys of the `run --config` TOML file: the long flags in snake_case.
@@ -148,7 +148,11 @@ fn metric_scan_finds_names_not_recording_rules() {
 
 #[test]
 fn rules_and_dashboard_use_only_exported_metrics() {
-    let known: BTreeSet<&str> = EXPORTED_METRICS.iter().copied().collect();
+    let known: BTreeSet<&str> = EXPORTED_METRICS
+        .iter()
+        .chain(LATENCY_METRICS)
+        .copied()
+        .collect();
     for rel in [
         "prometheus/roce-observer.rules.yml",
         "prometheus/roce-observer.rules.test.yml",

@@ -109,7 +109,6 @@ fn measure(delays: Vec<Duration>) -> (Report, LatencyScope, Vec<(u64, u64)>) {
 /// the observer differ by microseconds; a busy machine may delay one by more.
 const SLACK_NS: u64 = 300_000;
 
-
 /// Each delay, constant: every pair sampled; the minimum, median and maximum within the
 /// generator's window (plus the slack).
 #[test]

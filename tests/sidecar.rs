@@ -654,7 +654,12 @@ fn soak_flaps_recreation_nonroot() {
         .iter()
         .copied()
         .collect();
-    assert_eq!(names, listed);
+    // Latency histograms appear once samples do (the soak's traffic may time none).
+    let latency: std::collections::BTreeSet<&str> =
+        integration_tests::LATENCY_METRICS.iter().copied().collect();
+    let (always, _): (std::collections::BTreeSet<&str>, _) =
+        names.iter().partition(|n| !latency.contains(*n));
+    assert_eq!(always, listed);
 
     // Resident memory flat: the last sample within 2 MiB of the first (after warm-up).
     eprintln!("soak: RSS kB at the end of each phase: {rss:?}");
@@ -740,9 +745,11 @@ fn deploy_metrics_exported(samples: &[Sample]) {
         }
     }
     assert!(used.len() >= 10, "{used:?}");
+    // Latency histograms appear once samples do: known names, even when this scrape has none.
     let missing: Vec<&String> = used
         .iter()
         .filter(|u| !exported.contains(u.as_str()))
+        .filter(|u| !integration_tests::LATENCY_METRICS.contains(&u.as_str()))
         .collect();
     assert!(
         missing.is_empty(),
@@ -1133,4 +1140,116 @@ fn mirror_mode_counts_erspan_copies_per_session() {
     let (status, log) = d.stop();
     assert!(status.success(), "{log}");
     assert!(!promiscuous());
+}
+
+/// Passive latency in the sidecar: WRITEs answered by ACKs and READs by their response, each
+/// answer sent 3 ms after its request (the generator sleeps, then spins to the due time, and
+/// times what it kept). The scrape, parsed by the OpenMetrics parser, has the ACK and READ
+/// histograms of rx0: every pair counted, none below 2.1 ms, as many below 4.2 ms as the
+/// generator's windows say, the sums the generator's; the same counts per queue pair on the
+/// requester's series; one connection.
+#[test]
+fn latency_histograms_are_exported() {
+    if !require_root("latency_histograms_are_exported") {
+        return;
+    }
+    let lab = lab("ro-sidelat");
+    let d = Daemon::start(
+        &lab.ns,
+        &["-i", "rx0", "--interval", "500ms", "--max-series", "10"],
+        false,
+    );
+    let ip = Ip::v4(
+        std::net::Ipv4Addr::new(198, 18, 0, 1),
+        std::net::Ipv4Addr::new(198, 18, 0, 2),
+    );
+    let mut qp = QpStream::new(
+        wire::TRANSPORT_RC,
+        ip,
+        [host_mac(1), host_mac(2)],
+        [0x11, 0x22],
+        7,
+    );
+    let mut w = Workload::default();
+    let n = 20;
+    for _ in 0..n {
+        let psn = qp.write(&mut w, 256);
+        qp.ack(&mut w, psn);
+        qp.read(&mut w, 256);
+    }
+    assert_eq!(w.frames.len(), 4 * n);
+    let frames = w.frames.clone();
+    let delay = Duration::from_millis(3);
+    // Per pair (ACK, READ alternating), the generator's window around the delay it kept.
+    let windows: Vec<(u64, u64)> = lab
+        .ns
+        .run_in(move || {
+            roce_observer::lab::pin_current_thread().unwrap();
+            let sock = synth::PacketSocket::open(Lab::TX).unwrap();
+            let mut windows = Vec::new();
+            for (i, pair) in frames.chunks(2).enumerate() {
+                let t0 = Instant::now();
+                sock.send(&pair[0].bytes, 2 * i).unwrap();
+                let t1 = Instant::now();
+                let due = t1 + delay;
+                std::thread::sleep(delay - Duration::from_micros(300));
+                while Instant::now() < due {
+                    std::hint::spin_loop();
+                }
+                let t2 = Instant::now();
+                sock.send(&pair[1].bytes, 2 * i + 1).unwrap();
+                windows.push(((t2 - t1).as_secs_f64(), (Instant::now() - t0).as_secs_f64()));
+            }
+            windows
+                .into_iter()
+                .map(|(a, b)| ((a * 1e9) as u64, (b * 1e9) as u64))
+                .collect()
+        })
+        .unwrap();
+    let s = wait_drains(&lab.ns, 2.0);
+    let side = [("iface", "rx0"), ("side", "requests_in")];
+    // The two sends' paths to the observer differ by microseconds.
+    const SLACK: u64 = 300_000;
+    const EDGE: u64 = 4_194_304;
+    for (k, kind) in ["ack", "read"].into_iter().enumerate() {
+        let mine = windows.iter().skip(k).step_by(2);
+        let surely_below = mine.clone().filter(|(_, hi)| hi + SLACK < EDGE).count() as f64;
+        let maybe_below = mine.clone().filter(|(lo, _)| *lo < EDGE + SLACK).count() as f64;
+        let family = format!("roce_{kind}_latency_seconds");
+        assert_eq!(
+            sum(&s, &format!("{family}_count"), &side),
+            n as u64,
+            "{kind}"
+        );
+        let bucket = |le: &str| {
+            one(
+                &s,
+                &format!("{family}_bucket"),
+                &[side[0], side[1], ("le", le)],
+            )
+        };
+        assert_eq!(bucket("0.002097152"), 0.0, "{kind}: none below 2.1 ms");
+        let below = bucket("0.004194304");
+        assert!(
+            (surely_below..=maybe_below).contains(&below),
+            "{kind}: {below} below 4.2 ms, the generator's {surely_below}..{maybe_below}"
+        );
+        assert_eq!(bucket("+Inf"), n as f64);
+        let want: u64 = mine.map(|(lo, hi)| (lo + hi) / 2).sum();
+        let got = (one(&s, &format!("{family}_sum"), &side) * 1e9) as u64;
+        assert!(
+            got.abs_diff(want) <= n as u64 * SLACK,
+            "{kind}: sum {got} ns, the generator's {want}"
+        );
+        // The requester's flow (to QP 0x22 or 0x11, whichever the requests go to) carries them.
+        let qp_count = sum(
+            &s,
+            &format!("roce_qp_{kind}_latency_seconds_count"),
+            &[("src", "198.18.0.1")],
+        );
+        assert_eq!(qp_count, n as u64, "{kind} per queue pair");
+    }
+    assert_eq!(one(&s, "roce_observer_connections", &[]), 1.0);
+    let (status, log) = d.stop();
+    assert!(status.success(), "{log}");
 }

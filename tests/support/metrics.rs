@@ -43,4 +43,22 @@ pub const EXPORTED_METRICS: &[&str] = &[
     "roce_observer_skipped_frames_total",
     "roce_observer_config_reloads_total",
     "roce_observer_interval_seconds",
+    "roce_observer_connections",
+];
+
+/// What `roce-observer run` exports once it has latency samples (histogram samples, per
+/// interface and side, and per queue pair for the top-K series).
+pub const LATENCY_METRICS: &[&str] = &[
+    "roce_ack_latency_seconds_bucket",
+    "roce_ack_latency_seconds_count",
+    "roce_ack_latency_seconds_sum",
+    "roce_read_latency_seconds_bucket",
+    "roce_read_latency_seconds_count",
+    "roce_read_latency_seconds_sum",
+    "roce_qp_ack_latency_seconds_bucket",
+    "roce_qp_ack_latency_seconds_count",
+    "roce_qp_ack_latency_seconds_sum",
+    "roce_qp_read_latency_seconds_bucket",
+    "roce_qp_read_latency_seconds_count",
+    "roce_qp_read_latency_seconds_sum",
 ];

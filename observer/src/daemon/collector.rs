@@ -454,8 +454,44 @@ impl Collector {
             }
         }
         self.book.begin();
-        live::read_flows(self.observer.ebpf(), &mut self.book)?;
+        let mut tee = Tee {
+            book: &mut self.book,
+            connections: std::collections::HashSet::new(),
+        };
+        live::read_flows(self.observer.ebpf(), &mut tee)?;
+        let connections = tee.connections.len();
         let drained = self.book.finish(&totals);
+        // Latency: the kernel's histograms are cumulative; the interfaces' by index.
+        let mut lat = crate::aggregate::Aggregate::new();
+        live::read_latency(self.observer.ebpf(), &mut lat)?;
+        let names: std::collections::HashMap<u32, String> = self
+            .observer
+            .interfaces()
+            .map(|(_, name, ifindex, _)| (ifindex, name.to_string()))
+            .collect();
+        let latency = lat
+            .latency_scopes
+            .iter()
+            .map(|(k, h)| openmetrics::LatRow {
+                iface: names
+                    .get(&k.ifindex)
+                    .cloned()
+                    .unwrap_or_else(|| format!("ifindex-{}", k.ifindex)),
+                side: crate::model::connections::side_name(observer_common::LatSide::of(k.side)),
+                kind: k.kind,
+                hist: *h,
+            })
+            .collect();
+        let qp_latency = drained
+            .series
+            .iter()
+            .filter_map(|r| {
+                let state = lat
+                    .latency
+                    .get(&observer_common::LatKey::of_request(&r.key))?;
+                Some((r.key, state.hist))
+            })
+            .collect();
         // Idle flows: deleted with their last values (nothing lost in between).
         for key in self.book.idle() {
             let last = live::take_flow(self.observer.ebpf(), &key)?;
@@ -489,6 +525,9 @@ impl Collector {
             skipped,
             reloads_ok: self.reloads_ok,
             reloads_failed: self.reloads_failed,
+            latency,
+            qp_latency,
+            connections,
         };
         if let Some(w) = self.jsonl.as_mut() {
             let line = json_line(&snapshot, &self.ifaces, &drained.rest_delta, elapsed);
@@ -514,6 +553,42 @@ impl Collector {
             .last_drain_ns
             .store(live::monotonic_ns(), Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// The book reads the flow maps; the connections among them are counted on the way.
+struct Tee<'a> {
+    book: &'a mut FlowBook,
+    /// Two hosts (lower first), the UDP source port, direct or mirrored: one connection.
+    connections: std::collections::HashSet<([u8; 16], [u8; 16], u16, bool)>,
+}
+
+impl Tee<'_> {
+    fn note(&mut self, key: &FlowKey, stats: &FlowStats) {
+        // RC, UC, XRC opcodes (FlowStats::transport_mask bits 0, 1, 5), not QP 1.
+        if stats.transport_mask & 0b10_0011 != 0 && key.dest_qp != observer_common::QP_CM {
+            let (lo, hi) = if key.src_ip <= key.dst_ip {
+                (key.src_ip, key.dst_ip)
+            } else {
+                (key.dst_ip, key.src_ip)
+            };
+            self.connections
+                .insert((lo, hi, key.udp_src_port, key.mirror & 0x8000 != 0));
+        }
+    }
+}
+
+impl FlowSink for Tee<'_> {
+    fn table_entry(&mut self, key: &FlowKey, per_cpu: &[FlowStats]) {
+        for s in per_cpu {
+            self.note(key, s);
+        }
+        self.book.table_entry(key, per_cpu);
+    }
+
+    fn cache_slot(&mut self, key: &FlowKey, stats: &FlowStats) {
+        self.note(key, stats);
+        self.book.cache_slot(key, stats);
     }
 }
 

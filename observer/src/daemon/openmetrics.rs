@@ -8,10 +8,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use observer_common::{DIRECTION_EGRESS, FlowKey, IfaceCounters, MirrorOf, OpClass, SkipReason};
+use observer_common::{
+    DIRECTION_EGRESS, FlowKey, IfaceCounters, LatHist, LatKind, MirrorOf, OpClass, SkipReason,
+    latency::{LAT_MIN_SHIFT, LAT_OCTAVES, LAT_SUB_BITS},
+};
 use prometheus_client::{
     collector::Collector,
-    encoding::{DescriptorEncoder, EncodeMetric},
+    encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet},
     metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
     registry::{Registry, Unit},
 };
@@ -28,6 +31,51 @@ pub struct IfaceRow {
     pub reattachments: u64,
     /// Cumulative: [rx, tx].
     pub counters: [IfaceCounters; 2],
+}
+
+/// One latency histogram of one interface: the kind and side of the samples.
+#[derive(Clone, Debug)]
+pub struct LatRow {
+    pub iface: String,
+    /// `requests_in`, `requests_out` or `mirror`.
+    pub side: &'static str,
+    /// `LatKind` as u8.
+    pub kind: u8,
+    pub hist: LatHist,
+}
+
+/// The classic buckets of a latency histogram: one per octave, `le` its upper edge in seconds
+/// (2^10 ns = 1.024 us up to 2^34 ns = 17.2 s), then +Inf. Samples are whole nanoseconds and a
+/// bucket holds [lo, hi): one exactly on an edge counts above it.
+pub fn octave_buckets(h: &LatHist) -> Vec<(f64, u64)> {
+    let per = 1usize << LAT_SUB_BITS;
+    let mut out = Vec::with_capacity(LAT_OCTAVES as usize + 2);
+    out.push(((1u64 << LAT_MIN_SHIFT) as f64 / 1e9, h.buckets[0]));
+    for k in 0..LAT_OCTAVES as usize {
+        let n: u64 = h.buckets[1 + k * per..1 + (k + 1) * per].iter().sum();
+        let le = (1u64 << (LAT_MIN_SHIFT as usize + k + 1)) as f64 / 1e9;
+        out.push((le, n));
+    }
+    out.push((f64::INFINITY, h.buckets[h.buckets.len() - 1]));
+    out
+}
+
+fn histogram_family<L: prometheus_client::encoding::EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (L, LatHist)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    for (labels, h) in rows {
+        m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+            h.sum_ns as f64 / 1e9,
+            h.count,
+            &octave_buckets(&h),
+            None,
+        )?;
+    }
+    Ok(())
 }
 
 /// Everything the endpoint shows, as of the last drain.
@@ -55,6 +103,12 @@ pub struct Snapshot {
     pub skipped: [u64; SkipReason::COUNT],
     pub reloads_ok: u64,
     pub reloads_failed: u64,
+    /// Latency per interface, side and kind (cumulative).
+    pub latency: Vec<LatRow>,
+    /// The latency of the requests each series' flow sent: [ack, read] (cumulative).
+    pub qp_latency: Vec<(FlowKey, [LatHist; 2])>,
+    /// RC, UC and XRC connections among the flows of the last drain.
+    pub connections: usize,
 }
 
 /// Labels of a flow's series: `qp` in the table's hex notation, as tshark prints it
@@ -261,6 +315,48 @@ impl Collector for SnapshotCollector {
                 rows,
             )?;
         }
+        for kind in LatKind::ALL {
+            let (name, help) = match kind {
+                LatKind::Ack => (
+                    "roce_ack_latency",
+                    "Passive ACK latency: a request with AckReq seen to the first ACK or NAK covering it (coalesced ACKs to the newest timed request, Karn's rule), per interface the answers arrived on and side (requests_out: this host's requests, the round trip through the fabric and the peer; requests_in: requests arriving; mirror: tap to responder to tap)",
+                ),
+                LatKind::Read => (
+                    "roce_read_latency",
+                    "Passive READ latency: a READ request seen to the first packet of its response, per interface and side (as roce_ack_latency_seconds)",
+                ),
+            };
+            histogram_family(
+                &mut enc,
+                name,
+                help,
+                s.latency.iter().filter(|r| r.kind == kind as u8).map(|r| {
+                    (
+                        [("iface", r.iface.clone()), ("side", r.side.to_string())],
+                        r.hist,
+                    )
+                }),
+            )?;
+            histogram_family(
+                &mut enc,
+                &format!("roce_qp_{}_latency", kind.name()),
+                &format!(
+                    "Passive {} latency of the requests a queue pair's flow sent (its source is the requester), top K series only",
+                    kind.name().to_uppercase()
+                ),
+                s.qp_latency
+                    .iter()
+                    .filter(|(_, h)| h[kind as usize].count > 0)
+                    .map(|(k, h)| (flow_labels(k), h[kind as usize])),
+            )?;
+        }
+        gauge(
+            &mut enc,
+            "roce_observer_connections",
+            "RC, UC and XRC connections (both directions of a queue pair joined) among the flows of the last drain",
+            None,
+            s.connections as i64,
+        )?;
         // Self metrics.
         {
             let mut m = enc.encode_descriptor(
