@@ -411,6 +411,28 @@ fn full_report() -> Report {
         secs,
     );
     r.series = Some(series);
+    // Latency per interval: the p99 climbing in the middle intervals, one without samples.
+    let n = r.series.as_ref().unwrap().t.len();
+    r.series.as_mut().unwrap().latency = Some(roce_observer::model::series::LatencySeries {
+        ack_samples: (0..n as u64)
+            .map(|i| if i == 3 { 0 } else { 40 + i })
+            .collect(),
+        ack_p50_ns: (0..n as u64)
+            .map(|i| (i != 3).then_some(18_000 + 100 * i))
+            .collect(),
+        ack_p99_ns: (0..n as u64)
+            .map(|i| {
+                (i != 3).then_some(if (8..12).contains(&i) {
+                    2_100_000
+                } else {
+                    60_000
+                })
+            })
+            .collect(),
+        read_samples: vec![5; n],
+        read_p50_ns: vec![Some(30_000); n],
+        read_p99_ns: vec![Some(90_000); n],
+    });
     let mb = bursts.interfaces[0].clone();
     assert!(
         mb.bursts > 0,
@@ -508,7 +530,20 @@ fn full_report_renders_every_chart_without_errors() {
     let report = full_report();
     assert!(report.series.as_ref().unwrap().t.len() > 1);
     let (page, dom) = dump_dom(&dir, &report, "full");
-    assert_rendered(&page, &dom, 6);
+    // Throughput, congestion, per-flow, loss, microbursts, latency over time; the latency
+    // histograms.
+    assert_rendered(&page, &dom, 8);
+    // The connections table, sortable, with both QP numbers of the largest connection.
+    assert!(!report.connections.is_empty() && !report.latency.is_empty());
+    assert!(dom.contains("id=\"connections\"") && dom.contains("id=\"latency\""));
+    assert!(dom.contains("class=\"sortable\""), "sortable headers");
+    let c = &report.connections[0];
+    for qp in [c.a.qp, c.b.qp].into_iter().flatten() {
+        assert!(
+            dom.contains(&format!("0x{qp:06x}")),
+            "connection QP {qp:#x}"
+        );
+    }
     eprintln!("{test}: page {:.1} KB", page.len() as f64 / 1024.0);
 
     // Findings first, in the report's order, with their text escaped.
@@ -576,7 +611,9 @@ fn a_plain_report_renders_without_charts_or_errors() {
     let report = agg.report(Source::live(vec!["eth0".into()], "auto"), secs);
     assert!(report.series.is_none() && report.findings.is_empty());
     let (page, dom) = dump_dom(&dir, &report, "plain");
-    assert_rendered(&page, &dom, 0);
+    // No series: only the latency histograms (the demo's ACKs answer its requests).
+    assert!(!report.latency.is_empty());
+    assert_rendered(&page, &dom, 1);
     assert!(dom.contains("No time series in this report"));
     assert!(dom.contains("Live capture on eth0"));
 
@@ -597,7 +634,8 @@ fn a_plain_report_renders_without_charts_or_errors() {
     p.set_link_speed(Some(100_000_000_000));
     let mac = p.sources[0].src_mac.clone();
     let (page, dom) = dump_dom(&dir, &pfc, "pfc");
-    assert_rendered(&page, &dom, 0);
+    // No series; the latency histograms when its RoCE traffic gave samples.
+    assert_rendered(&page, &dom, usize::from(!pfc.latency.is_empty()));
     assert!(
         dom.contains("id=\"pfc\"") && dom.contains(&mac),
         "PFC table"
@@ -622,6 +660,7 @@ fn a_single_interval_still_charts() {
     report.series = Some(series);
     report.microbursts = Some(bursts);
     let (page, dom) = dump_dom(&dir, &report, "single");
-    // Throughput, congestion, per-flow, loss, microbursts; no ECMP model.
-    assert_rendered(&page, &dom, 5);
+    // Throughput, congestion, per-flow, loss, microbursts, the latency histograms; no ECMP
+    // model.
+    assert_rendered(&page, &dom, 6);
 }

@@ -156,6 +156,26 @@ impl LatHist {
         }
     }
 
+    /// What this (cumulative) histogram gained since `before`, an earlier state of it. The
+    /// extremes of that part are unknown: they become its buckets' edges.
+    pub fn since(&self, before: &LatHist) -> LatHist {
+        let mut d = LatHist {
+            count: self.count.saturating_sub(before.count),
+            sum_ns: self.sum_ns.saturating_sub(before.sum_ns),
+            ..LatHist::default()
+        };
+        for (i, (a, b)) in self.buckets.iter().zip(&before.buckets).enumerate() {
+            d.buckets[i] = a.saturating_sub(*b);
+        }
+        let first = d.buckets.iter().position(|n| *n > 0);
+        let last = d.buckets.iter().rposition(|n| *n > 0);
+        if let (Some(f), Some(l)) = (first, last) {
+            d.min_ns = lat_bucket_bounds(f).0.max(self.min_ns);
+            d.max_ns = lat_bucket_bounds(l).1.saturating_sub(1).min(self.max_ns);
+        }
+        d
+    }
+
     /// The `q` quantile (0..=1) in ns: the bucket holding it, interpolated linearly inside it
     /// (as Prometheus's `histogram_quantile` does), kept within the exact minimum and maximum.
     pub fn quantile(&self, q: f64) -> Option<u64> {

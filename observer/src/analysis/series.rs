@@ -10,10 +10,11 @@
 
 use std::collections::HashMap;
 
-use observer_common::{FlowKey, FlowStats, OpClass};
+use observer_common::{FlowKey, FlowStats, LatHist, OpClass};
 
 pub use crate::model::series::{
-    Burst, FlowRef, FlowSeries, InterfaceBursts, InterfaceSeries, Metrics, Microbursts, Series,
+    Burst, FlowRef, FlowSeries, InterfaceBursts, InterfaceSeries, LatencySeries, Metrics,
+    Microbursts, Series,
 };
 use crate::{
     aggregate::{Aggregate, FlowMap},
@@ -205,8 +206,37 @@ pub struct SeriesBuilder {
     open: usize,
     total: Vec<Delta>,
     flows: HashMap<FlowKey, Vec<(u32, Delta)>, rustc_hash::FxBuildHasher>,
+    /// The latency histograms (ACK, READ; every interface and side) at the end of the last
+    /// closed interval, and what each interval with samples added.
+    prev_latency: [LatHist; 2],
+    latency: Vec<(u32, [LatHist; 2])>,
     /// Set when a time fell beyond [`MAX_INTERVALS`]: the series stops there.
     pub overflow: bool,
+}
+
+/// The latency histograms of an aggregate, every interface and side together: [ACK, READ].
+fn latency_totals(agg: &Aggregate) -> [LatHist; 2] {
+    let mut out = [LatHist::default(); 2];
+    for (k, h) in &agg.latency_scopes {
+        out[usize::from(k.kind & 1)].merge(h);
+    }
+    out
+}
+
+/// Merges latency points renumbered by `to` (monotonic) that land together.
+fn merge_latency(points: &mut Vec<(u32, [LatHist; 2])>, to: impl Fn(u32) -> u32) {
+    for p in points.iter_mut() {
+        p.0 = to(p.0);
+    }
+    points.dedup_by(|b, a| {
+        if a.0 == b.0 {
+            a.1[0].merge(&b.1[0]);
+            a.1[1].merge(&b.1[1]);
+            true
+        } else {
+            false
+        }
+    });
 }
 
 impl SeriesBuilder {
@@ -221,6 +251,8 @@ impl SeriesBuilder {
             open: 0,
             total: Vec::new(),
             flows: HashMap::default(),
+            prev_latency: latency_totals(prev),
+            latency: Vec::new(),
             overflow: false,
         }
     }
@@ -277,6 +309,21 @@ impl SeriesBuilder {
         self.total[index].add(&sum);
         self.prev.clone_from(&agg.flows);
         self.prev_unions.clone_from(&agg.unions);
+        let now = latency_totals(agg);
+        let d = [
+            now[0].since(&self.prev_latency[0]),
+            now[1].since(&self.prev_latency[1]),
+        ];
+        if d[0].count + d[1].count > 0 {
+            match self.latency.last_mut() {
+                Some((i, acc)) if *i as usize == index => {
+                    acc[0].merge(&d[0]);
+                    acc[1].merge(&d[1]);
+                }
+                _ => self.latency.push((index as u32, d)),
+            }
+        }
+        self.prev_latency = now;
     }
 
     /// Merges every `factor` intervals into one: the interval grows `factor` times, what was
@@ -292,6 +339,7 @@ impl SeriesBuilder {
         for points in self.flows.values_mut() {
             merge_points(points, |i| i / f as u32);
         }
+        merge_latency(&mut self.latency, |i| i / f as u32);
     }
 
     /// Adds another builder's intervals (same grid: another capture file of the same run).
@@ -310,6 +358,9 @@ impl SeriesBuilder {
             mine.sort_by_key(|(i, _)| *i);
             merge_points(mine, |i| i);
         }
+        self.latency.extend(other.latency);
+        self.latency.sort_by_key(|(i, _)| *i);
+        merge_latency(&mut self.latency, |i| i);
     }
 
     /// The series on `grid` (whose bins are this builder's intervals), with `interfaces` and
@@ -353,8 +404,26 @@ impl SeriesBuilder {
                 metrics: metrics_of(&deltas, &grid.covered_s),
             })
             .collect();
+        let latency = (!self.latency.is_empty()).then(|| {
+            let mut bins = vec![[LatHist::default(); 2]; n];
+            for (bin, h) in &self.latency {
+                let b = &mut bins[grid.of(*bin as usize)];
+                b[0].merge(&h[0]);
+                b[1].merge(&h[1]);
+            }
+            let q = |k: usize, q: f64| bins.iter().map(|b| b[k].quantile(q)).collect();
+            LatencySeries {
+                ack_samples: bins.iter().map(|b| b[0].count).collect(),
+                ack_p50_ns: q(0, 0.5),
+                ack_p99_ns: q(0, 0.99),
+                read_samples: bins.iter().map(|b| b[1].count).collect(),
+                read_p50_ns: q(1, 0.5),
+                read_p99_ns: q(1, 0.99),
+            }
+        });
         let interval_s = grid.interval_ns as f64 / 1e9;
         let series = Series {
+            latency,
             interval_s,
             start_ns: self.start_ns,
             t: (0..n).map(|i| i as f64 * interval_s).collect(),

@@ -37,6 +37,10 @@ pub struct Series {
     pub interfaces: Vec<InterfaceSeries>,
     /// The largest flows by bytes.
     pub flows: Vec<FlowSeries>,
+    /// Passive latency per interval (all interfaces and sides together); absent without
+    /// samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencySeries>,
     /// The time the series covers, seconds from `start_ns`: to the last frame (replay) or to
     /// the end of the observation (live). Every interval is `interval_s` long but the last,
     /// which ends here; rates are over the time each interval covers.
@@ -46,6 +50,17 @@ pub struct Series {
     /// intervals over its span, never shorter than a microburst slot.
     #[serde(default)]
     pub interval_fitted: bool,
+}
+
+/// Latency samples per interval, and their quantiles (null where an interval has none).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySeries {
+    pub ack_samples: Vec<u64>,
+    pub ack_p50_ns: Vec<Option<u64>>,
+    pub ack_p99_ns: Vec<Option<u64>>,
+    pub read_samples: Vec<u64>,
+    pub read_p50_ns: Vec<Option<u64>>,
+    pub read_p99_ns: Vec<Option<u64>>,
 }
 
 impl Series {

@@ -40,6 +40,7 @@ mod rules {
     pub mod ecmp_imbalance;
     pub mod flow_table_full;
     pub mod incast;
+    pub mod latency;
     pub mod loss;
     pub mod microburst;
     pub mod not_ect;
@@ -56,9 +57,10 @@ mod rules {
 pub use rules::{
     ce_without_cnp::CeWithoutCnp, cnp_priority::CnpPriority, dscp_mix::DscpMix,
     duplicate_copies::DuplicateCopies, ecmp_imbalance::EcmpImbalance,
-    flow_table_full::FlowTableFull, incast::Incast, loss::Loss, microburst::Microburst,
-    not_ect::NotEct, pfc_idle_priority::PfcIdlePriority, pfc_storm::PfcStorm,
-    psn_violation::PsnViolation, qp_reuse::QpReuse, reorder::Reorder, rnr::Rnr, stall::Stall,
+    flow_table_full::FlowTableFull, incast::Incast, latency::Latency, loss::Loss,
+    microburst::Microburst, not_ect::NotEct, pfc_idle_priority::PfcIdlePriority,
+    pfc_storm::PfcStorm, psn_violation::PsnViolation, qp_reuse::QpReuse, reorder::Reorder,
+    rnr::Rnr, stall::Stall,
 };
 
 /// Flows named in one finding at most.
@@ -135,6 +137,7 @@ registry! {
     pfc_idle_priority::PfcIdlePriorityRule,
     incast::IncastRule,
     microburst::MicroburstRule,
+    latency::LatencyRule,
     ecmp_imbalance::EcmpImbalanceRule,
     flow_table_full::FlowTableFullRule,
 }
@@ -481,6 +484,7 @@ mod tests {
                 "pfc-idle-priority",
                 "incast",
                 "microburst",
+                "latency",
                 "ecmp-imbalance",
                 "flow-table-full",
             ]

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CeWithoutCnp, CnpPriority, DscpMix, DuplicateCopies, EcmpImbalance, FlowTableFull, Incast,
-    Loss, Microburst, NotEct, PfcIdlePriority, PfcStorm, PsnViolation, QpReuse, RULES, Reorder,
-    Rnr, Stall,
+    Latency, Loss, Microburst, NotEct, PfcIdlePriority, PfcStorm, PsnViolation, QpReuse, RULES,
+    Reorder, Rnr, Stall,
 };
 
 /// Rule thresholds: the TOML file given with `--rules` (every key optional, unknown keys are
@@ -31,6 +31,7 @@ pub struct Thresholds {
     pub pfc_idle_priority: PfcIdlePriority,
     pub incast: Incast,
     pub microburst: Microburst,
+    pub latency: Latency,
     pub ecmp_imbalance: EcmpImbalance,
     pub flow_table_full: FlowTableFull,
     /// Rules not to run, by name.
@@ -117,6 +118,13 @@ impl Thresholds {
             return Err(invalid(
                 "ce_without_cnp.max_cnp_per_ce and pfc_storm.min_frames_per_s must be 0 or more"
                     .into(),
+            ));
+        }
+        if !(t.latency.max_p99_us.is_finite() && t.latency.max_p99_us > 0.0)
+            || !(t.latency.max_p99_over_p50.is_finite() && t.latency.max_p99_over_p50 > 1.0)
+        {
+            return Err(invalid(
+                "latency.max_p99_us must be above 0 and latency.max_p99_over_p50 above 1".into(),
             ));
         }
         if let Some(p) = t.pfc_idle_priority.roce_priorities.iter().find(|p| **p > 7) {

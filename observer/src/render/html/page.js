@@ -99,12 +99,46 @@
           .filter(Boolean).join(" ");
         var td = el("td", classes || null, c.v);
         if (c.title) td.title = c.title;
+        if (c.sort !== undefined && c.sort !== null) td.dataset.sort = String(c.sort);
         tr.append(td);
       });
       body.append(tr);
     });
     t.append(body);
     return el("div", "scroll", t);
+  }
+  // Makes a table from `table` sortable: a click on a header sorts by that column (numbers by
+  // their `data-sort` value where cells have one, else by text), a second click reverses.
+  function sortable(wrap) {
+    var t = wrap.querySelector("table");
+    var ths = t.querySelectorAll("thead th");
+    ths.forEach(function (th, col) {
+      th.classList.add("sortable");
+      th.title = "Sort by this column";
+      th.addEventListener("click", function () {
+        var dir = th.dataset.dir === "desc" ? "asc" : "desc";
+        ths.forEach(function (o) { delete o.dataset.dir; });
+        th.dataset.dir = dir;
+        var body = t.querySelector("tbody");
+        var rows = Array.prototype.slice.call(body.rows);
+        function key(r) {
+          var c = r.cells[col];
+          if (!c) return "";
+          if (c.dataset.sort !== undefined) {
+            var n = Number(c.dataset.sort);
+            return isNaN(n) ? c.dataset.sort : n;
+          }
+          return c.textContent;
+        }
+        rows.sort(function (a, b) {
+          var x = key(a), y = key(b);
+          var cmp = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+          return dir === "desc" ? -cmp : cmp;
+        });
+        rows.forEach(function (r) { body.append(r); });
+      });
+    });
+    return wrap;
   }
   function kv(pairs) {
     var t = el("table", "kv");
@@ -434,6 +468,22 @@
       }, d);
     });
 
+    // 6. Passive latency per interval
+    if (S.latency) chart("latency over time", function () {
+      var L = S.latency;
+      var us = function (v) { return isNum(v) ? v / 1e3 : null; };
+      var d = [S.t, fit(L.ack_p50_ns, n).map(us), fit(L.ack_p99_ns, n).map(us), fit(L.read_p99_ns, n).map(us)];
+      var fmt = function (v) { return isNum(v) ? dur(v * 1e3) : "-"; };
+      timePlot("Latency per interval: ACK p50 and p99, READ p99 (µs)", {
+        series: [xSeries(tu),
+          line("ACK p50", PALETTE[2], fmt, { width: 2 }),
+          line("ACK p99", PALETTE[1], fmt, { width: 2 }),
+          line("READ p99", PALETTE[4], fmt, { dash: [6, 3] })],
+        scales: { y: { range: zeroTo } },
+        axes: [xAxis(tu), { label: "µs", values: axisNums(1), size: 60 }],
+      }, d);
+    });
+
     if (MB) microburstTable(s);
   });
 
@@ -512,6 +562,85 @@
       "Dup: PSNs seen twice with no resend (copies made by the observation); Retx: PSNs the sender sent again."));
     if (flows.length > shown.length) {
       s.append(el("p", "note", (flows.length - shown.length) + " more flows are in the JSON report."));
+    }
+  });
+
+  // ---------- connections
+  var conns = arr(R.connections);
+  section("connections", "Connections", function (s) {
+    if (!conns.length) { s.append(el("p", "note", "No RC, UC or XRC connection.")); }
+    else {
+      var shown = conns.slice(0, 200);
+      function lat(l) {
+        if (!l) return { v: "-", sort: -1 };
+        return { v: dur(l.p50_ns) + " / " + dur(l.p99_ns), sort: l.p99_ns,
+          title: int(l.samples) + " samples, max " + dur(l.max_ns) };
+      }
+      function qpCell(q) { return isNum(q) ? { v: hex(q), cls: "mono", sort: q } : { v: "-", sort: -1 }; }
+      s.append(sortable(table([{ h: "A ↔ B" }, { h: "QP A" }, { h: "QP B" }, { h: "Type" }, { h: "PMTU", num: true },
+        { h: "sport", num: true }, { h: "A→B pkts", num: true }, { h: "B→A pkts", num: true }, { h: "Bytes", num: true },
+        { h: "Rate", num: true }, { h: "ACK p50 / p99 (A)", num: true }, { h: "READ p50 / p99 (A)", num: true },
+        { h: "ACK p50 / p99 (B)", num: true }, { h: "Lost", num: true }, { h: "Retx", num: true }],
+      shown.map(function (c) {
+        var a = c.a || {}, b = c.b || {};
+        var la = a.latency || {}, lb = b.latency || {};
+        var pa = a.psn || {}, pb = b.psn || {};
+        var lost = (pa.missing || 0) + (pb.missing || 0), retx = (pa.retransmissions || 0) + (pb.retransmissions || 0);
+        var via = arr(c.mirrors).length ? "  [" + arr(c.mirrors).map(mirrorName).join(", ") + "]" : "";
+        return [{ v: String(a.ip) + " ↔ " + String(b.ip) + via, cls: "flow" }, qpCell(a.qp), qpCell(b.qp), c.transport,
+          isNum(c.pmtu) ? c.pmtu : { v: "-", sort: 0 }, c.udp_src_port,
+          { v: int(a.packets), sort: a.packets }, { v: int(b.packets), sort: b.packets }, { v: bytes(c.bytes), sort: c.bytes },
+          isNum(c.active_rate_bps) ? { v: rate(c.active_rate_bps), sort: c.active_rate_bps } : { v: "-", sort: 0 },
+          lat(la.ack), lat(la.read), lat(lb.ack),
+          { v: int(lost), cls: lost > 0 ? "bad" : "", sort: lost }, { v: int(retx), cls: retx > 0 ? "bad" : "", sort: retx }];
+      }))));
+      s.append(el("p", "muted", "Both directions of each connection joined (one UDP source port, swapped addresses). A sent the most requests. " +
+        "Latency: how long the other side took to answer that side's requests, timed on the wire (p50 / p99; the title has the samples). " +
+        "Click a column header to sort."));
+      if (conns.length > shown.length) s.append(el("p", "note", (conns.length - shown.length) + " more connections are in the JSON report."));
+    }
+    var other = arr(R.other_traffic);
+    if (other.length) {
+      var ud = other.filter(function (o) { return o.kind === "UD"; });
+      s.append(el("p", "muted", "Not connections: " + ud.length + " UD flow" + (ud.length === 1 ? "" : "s") + ", " +
+        (other.length - ud.length) + " flow" + (other.length - ud.length === 1 ? "" : "s") + " of connection management (QP 1)."));
+    }
+  });
+
+  // ---------- latency histograms
+  var LAT = arr(R.latency);
+  if (LAT.length) section("latency", "Latency", function (s) {
+    s.append(el("p", "muted", "Passive latency: a request to its answer in the reverse direction, timed on the wire, no probe sent. " +
+      "ACK: a request with AckReq to the first ACK or NAK covering it; READ: a READ request to its first response. " +
+      "requests_out: this host's requests (the round trip through the fabric and the peer's NIC); requests_in: requests arriving; mirror: tap to responder to tap."));
+    s.append(table([{ h: "Kind" }, { h: "Side" }, { h: "Interface" }, { h: "Samples", num: true }, { h: "p50", num: true },
+      { h: "p90", num: true }, { h: "p99", num: true }, { h: "Max", num: true }], LAT.map(function (l) {
+      return [l.kind.toUpperCase(), l.side.replace("_", " "), l.interface || "-", int(l.samples), dur(l.p50_ns), dur(l.p90_ns), dur(l.p99_ns), dur(l.max_ns)];
+    }), "narrow"));
+    try {
+      // Each histogram as samples per bucket over a log time axis (bucket lower edges, µs).
+      var edges = {};
+      LAT.forEach(function (l) { arr(l.buckets).forEach(function (b) { edges[b.lo_ns] = true; }); });
+      var xs = Object.keys(edges).map(Number).sort(function (a, b) { return a - b; });
+      if (!xs.length) return;
+      var d = [xs.map(function (x) { return Math.max(x, 1) / 1e3; })];
+      var series = [{ label: "latency", value: function (u, v) { return isNum(v) ? dur(v * 1e3) : "-"; } }];
+      LAT.forEach(function (l, k) {
+        var at = {};
+        arr(l.buckets).forEach(function (b) { at[b.lo_ns] = b.count; });
+        d.push(xs.map(function (x) { return at[x] || 0; }));
+        series.push(line(l.kind.toUpperCase() + " " + l.side.replace("_", " ") + (l.interface ? " " + l.interface : ""),
+          PALETTE[k % PALETTE.length], function (v) { return int(v); }, { paths: uPlot.paths.stepped({ align: 1 }), width: 2 }));
+      });
+      plot(s, "Latency histograms: samples per bucket (8 per octave)", {
+        series: series,
+        scales: { x: { time: false, distr: 3 }, y: { range: zeroTo } },
+        axes: [{ label: "latency (µs, log)", values: function (u, v) { return v.map(function (x) { return dur(x * 1e3); }); } },
+          { label: "samples", values: axisNums(1), size: 60 }],
+      }, d);
+    } catch (e) {
+      window.__pageError("chart “latency histograms”", e);
+      s.append(el("p", "note", "The latency histogram chart could not be drawn: " + (e && e.message)));
     }
   });
 
