@@ -120,9 +120,8 @@ impl Thresholds {
                     .into(),
             ));
         }
-        if !(t.latency.max_p99_us.is_finite() && t.latency.max_p99_us > 0.0)
-            || !(t.latency.max_p99_over_p50.is_finite() && t.latency.max_p99_over_p50 > 1.0)
-        {
+        let above = |v: f64, floor: f64| v.is_finite() && v > floor;
+        if !above(t.latency.max_p99_us, 0.0) || !above(t.latency.max_p99_over_p50, 1.0) {
             return Err(invalid(
                 "latency.max_p99_us must be above 0 and latency.max_p99_over_p50 above 1".into(),
             ));
