@@ -65,6 +65,7 @@ const FIELDS: &[&str] = &[
     "infiniband.bth.opcode",
     "infiniband.bth.destqp",
     "infiniband.aeth.syndrome",
+    "infiniband.bth.padcnt",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -173,6 +174,8 @@ struct Row {
     ecn: u8,
     opcode: u8,
     syndrome: Option<u8>,
+    /// BTH pad count (bytes of padding before the ICRC).
+    pad: u8,
 }
 
 /// What tshark says about one flow.
@@ -437,6 +440,7 @@ fn parse_row(line: &str, file: &Path) -> Row {
         ecn,
         opcode: num(col("infiniband.bth.opcode"), "infiniband.bth.opcode", file),
         syndrome,
+        pad: num(col("infiniband.bth.padcnt"), "infiniband.bth.padcnt", file),
     }
 }
 
@@ -907,4 +911,135 @@ fn erf_capture_is_an_unsupported_link_type() {
         "stderr of replay {}",
         file.display()
     );
+}
+
+/// Connections on every real capture, against tshark: each RC or UC connection tshark shows packets
+/// of both ways (two hosts, one UDP source port) is one connection of the report with both QP
+/// numbers (each side's: the destination QP of what the other sent it), and the path MTU it
+/// learned is the payload size of the FIRST and MIDDLE packets tshark decodes (their IP length
+/// less the IPv4, UDP, BTH, extension headers, pad and ICRC).
+#[test]
+fn real_captures_connections_match_tshark() {
+    let test = "real_captures_connections_match_tshark";
+    if !have_tshark(test) {
+        return;
+    }
+    let Some(dir) = shared_captures(test, "real") else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
+        .collect();
+    files.sort();
+    let mut failures = Failures::default();
+    let mut joined = 0;
+    for file in &files {
+        let (rows, _) = tshark_rows(file);
+        // Per (lower host, higher host, sport): the destination QPs each way,
+        // and the FIRST/MIDDLE payload sizes.
+        type Key = (IpAddr, IpAddr, u16);
+        let mut want: BTreeMap<Key, (BTreeSet<u32>, BTreeSet<u32>, BTreeSet<u64>)> =
+            BTreeMap::new();
+        // RC, UC and XRC opcodes (transport bits 0, 1, 5), connection management aside.
+        let connected = |op: u8| matches!(op >> 5, 0 | 1 | 5);
+        for r in rows
+            .iter()
+            .filter(|r| connected(r.opcode) && r.flow.qp != 1)
+        {
+            let (lo, hi) = if r.flow.src <= r.flow.dst {
+                (r.flow.src, r.flow.dst)
+            } else {
+                (r.flow.dst, r.flow.src)
+            };
+            let e = want.entry((lo, hi, r.flow.sport)).or_default();
+            if r.flow.src == lo {
+                e.0.insert(r.flow.qp);
+            } else {
+                e.1.insert(r.flow.qp);
+            }
+            // SEND and WRITE FIRST/MIDDLE, READ RESPONSE FIRST/MIDDLE: RETH on WRITE FIRST, AETH
+            // on READ RESPONSE FIRST.
+            let ext = match r.opcode & 0x1F {
+                0x00 | 0x01 | 0x07 | 0x0E => Some(0),
+                0x06 => Some(16),
+                0x0D => Some(4),
+                _ => None,
+            };
+            if let Some(ext) = ext {
+                e.2.insert(r.ip_bytes - 20 - 8 - 12 - ext - u64::from(r.pad) - 4);
+            }
+        }
+        let report = replay(file);
+        let mut diffs = Vec::new();
+        for ((lo, hi, sport), (up, down, payloads)) in &want {
+            let found: Vec<_> = report
+                .connections
+                .iter()
+                .filter(|c| {
+                    c.udp_src_port == *sport
+                        && [c.a.ip, c.b.ip].contains(lo)
+                        && [c.a.ip, c.b.ip].contains(hi)
+                })
+                .collect();
+            if up.len() == 1 && down.len() == 1 {
+                let [c] = found.as_slice() else {
+                    diffs.push(format!(
+                        "{lo} <-> {hi} sport {sport}: {} connections",
+                        found.len()
+                    ));
+                    continue;
+                };
+                joined += 1;
+                // The side `lo` receives what `hi` sent: its QP is the QP of down.
+                let qp_of = |ip: &IpAddr| if ip == lo { down.first() } else { up.first() };
+                for side in [&c.a, &c.b] {
+                    if side.qp.as_ref() != qp_of(&side.ip) {
+                        diffs.push(format!(
+                            "{lo} <-> {hi} sport {sport}: side {} QP {:?}, tshark {:?}",
+                            side.ip,
+                            side.qp,
+                            qp_of(&side.ip)
+                        ));
+                    }
+                }
+                let pmtu = match payloads.len() {
+                    0 => None,
+                    1 => payloads.first().map(|p| *p as u32),
+                    _ => {
+                        diffs.push(format!("{lo} <-> {hi}: FIRST/MIDDLE payloads {payloads:?}"));
+                        continue;
+                    }
+                };
+                if c.pmtu != pmtu {
+                    diffs.push(format!(
+                        "{lo} <-> {hi} sport {sport}: pmtu {:?}, tshark's FIRST/MIDDLE payloads {pmtu:?}",
+                        c.pmtu
+                    ));
+                }
+            } else if up.len() + down.len() > 0 && found.is_empty() {
+                diffs.push(format!("{lo} <-> {hi} sport {sport}: no connection"));
+            }
+        }
+        // Nothing else is a connection.
+        let known = |c: &&roce_observer::model::connections::Connection| {
+            let (lo, hi) = if c.a.ip <= c.b.ip {
+                (c.a.ip, c.b.ip)
+            } else {
+                (c.b.ip, c.a.ip)
+            };
+            want.contains_key(&(lo, hi, c.udp_src_port))
+        };
+        for c in report.connections.iter().filter(|c| !known(c)) {
+            diffs.push(format!(
+                "{} <-> {} sport {}: not in tshark",
+                c.a.ip, c.b.ip, c.udp_src_port
+            ));
+        }
+        failures.add(file, &diffs);
+    }
+    eprintln!("conformance: {joined} connections joined as tshark shows them");
+    assert!(joined >= 10, "{joined} connections");
+    failures.check();
 }
