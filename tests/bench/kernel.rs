@@ -2,8 +2,9 @@
 //! program that only counts frames, measured in the same run.
 //!
 //! Cases, for both the per-CPU-map observer (`roce_observe`) and the shared-map variant
-//! (`roce_observe_shared`): a RoCE RC WRITE middle (1024 B payload) on an existing flow; the first
-//! packet of a new flow; a CNP; non-RoCE UDP (port 53); a non-IP frame (ARP); the existing-flow
+//! (`roce_observe_shared`): a RoCE RC WRITE middle (1024 B payload) on an existing flow; a WRITE
+//! only with AckReq and an ACK back (the passive latency's request and answer paths: a lookup
+//! in its table each); the first packet of a new flow; a CNP; non-RoCE UDP (port 53); a non-IP frame (ARP); the existing-flow
 //! WRITE middle as an ERSPAN III mirror copy (platform subheader); an 802.1Qbb PFC frame.
 //!
 //! Repeated cases run one frame `--repeat` times per test run (the kernel reports the average);
@@ -29,6 +30,7 @@ use roce_observer::EBPF_OBJECT;
 const XDP_PASS: u32 = 2;
 /// RC RDMA WRITE middle.
 const WRITE_MIDDLE: u8 = wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE;
+const WRITE_ONLY: u8 = wire::TRANSPORT_RC | wire::op::WRITE_ONLY;
 const TARGET_NS: f64 = 60.0;
 const TARGET_RATIO: f64 = 3.0;
 /// ns/packet through BPF_PROG_TEST_RUN, beside the frame-counting baseline (needs root).
@@ -69,6 +71,26 @@ mod frames {
         let mut f = RoceFrame::new(ip(), super::WRITE_MIDDLE, dest_qp);
         f.bth.psn = psn;
         f.payload_len = 1024;
+        f.to_bytes()
+    }
+
+    /// An RC WRITE only of 1024 B with AckReq to `dest_qp`: a request the latency analysis
+    /// times (repeated, a copy of itself: the Karn path, a lookup in the latency table).
+    pub fn write_only_ackreq(dest_qp: u32, psn: u32) -> Vec<u8> {
+        let mut f = RoceFrame::new(ip(), super::WRITE_ONLY, dest_qp);
+        f.bth.psn = psn;
+        f.bth.ack_req = true;
+        f.ext.dma_len = 1024;
+        f.payload_len = 1024;
+        f.to_bytes()
+    }
+
+    /// The ACK of that request, back to the requester's QP `dest_qp`: an answer the latency
+    /// analysis looks up (the sampling path).
+    pub fn ack(dest_qp: u32, psn: u32) -> Vec<u8> {
+        let mut f = RoceFrame::new(ip().reversed(), wire::TRANSPORT_RC | wire::op::ACKNOWLEDGE, dest_qp);
+        f.bth.psn = psn;
+        f.ext.syndrome = synth::SYNDROME_ACK;
         f.to_bytes()
     }
 
@@ -149,6 +171,18 @@ fn cases(new_flows: u32) -> Vec<Case> {
             frames: vec![data],
             repeated: true,
         },
+        // The latency analysis's paths: a request with AckReq, and an ACK in the reverse
+        // direction (both look up the latency table).
+        Case {
+            name: "roce_ackreq_request",
+            frames: vec![frames::write_only_ackreq(0x000011, 2000)],
+            repeated: true,
+        },
+        Case {
+            name: "roce_ack",
+            frames: vec![frames::ack(0x000033, 2000)],
+            repeated: true,
+        },
         Case {
             name: "roce_new_flow",
             frames: new,
@@ -195,6 +229,10 @@ fn check_frames(cases: &[Case]) -> Result<(), String> {
                 "roce_existing_flow" | "roce_new_flow" => r
                     .as_ref()
                     .is_ok_and(|p| p.bth.opcode == WRITE_MIDDLE && p.op_class() == OpClass::Write),
+                "roce_ackreq_request" => r
+                    .as_ref()
+                    .is_ok_and(|p| p.bth.opcode == WRITE_ONLY && p.bth.ack_req && p.has_reth),
+                "roce_ack" => r.as_ref().is_ok_and(|p| p.op_class() == OpClass::Ack),
                 "cnp" => r.as_ref().is_ok_and(|p| p.bth.opcode == wire::OPCODE_CNP),
                 "udp_port_53" => {
                     r.as_ref().err() == Some(&SkipReason::OtherPort) && udp_dst_port(f) == Some(53)
