@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use observer_common::seq::RETX_IDLE_NS;
 use observer_common::wire::{self, op};
 use observer_common::{
-    Counters, FlowKey, FlowStats, LINK_PAUSE, OpClass, Pause, PauseKey, PauseStats, SkipReason,
-    mirror_key,
+    Counters, FlowKey, FlowStats, LINK_PAUSE, LatKey, LatKind, OpClass, Pause, PauseKey,
+    PauseStats, SkipReason, mirror_key,
 };
 
 use super::encap::{Encap, encapsulate, pause_frame, pfc_frame};
@@ -46,6 +46,11 @@ pub struct Truth {
     pub flows: BTreeMap<FlowKey, FlowStats>,
     pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
+    /// The passive latency samples (ns) the observer must measure, per requester direction and
+    /// kind, in the order the answers come. Only answers placed by a
+    /// [`Timeline`](super::Timeline) are accounted here: elsewhere answers follow their
+    /// requests back to back, at no latency of the scenario's choosing, and this stays empty.
+    pub latency: BTreeMap<(LatKey, LatKind), Vec<u64>>,
 }
 
 /// What the generator did with a request packet, as the PSN analysis must classify it.
@@ -306,6 +311,28 @@ mod tests {
     use crate::source::synth::SYNDROME_NAK_SEQ;
     use crate::source::synth::frame::opcode_frame;
     use observer_common::wire;
+
+    #[test]
+    fn a_frame_placed_at_a_time_gets_it_and_the_next_follow_at_the_gap() {
+        let f = opcode_frame(wire::TRANSPORT_RC | op::SEND_ONLY, 0, 1);
+        let mut w = Workload::default();
+        w.push_roce(&f, OpClass::Send);
+        w.at(BASE_TS_NS + 7_777);
+        assert_eq!(w.next_ts(), BASE_TS_NS + 7_777);
+        w.push_roce(&f, OpClass::Send);
+        w.push_roce(&f, OpClass::Send);
+        let ts: Vec<u64> = w.frames.iter().map(|f| f.ts_ns - BASE_TS_NS).collect();
+        assert_eq!(ts, [0, 7_777, 7_777 + FRAME_GAP_NS]);
+    }
+
+    #[test]
+    #[should_panic(expected = "does not come after the last one")]
+    fn a_frame_placed_before_the_last_is_refused() {
+        let f = opcode_frame(wire::TRANSPORT_RC | op::SEND_ONLY, 0, 1);
+        let mut w = Workload::default();
+        w.push_roce(&f, OpClass::Send);
+        w.at(BASE_TS_NS);
+    }
 
     #[test]
     fn push_cut_decides_from_the_offset() {

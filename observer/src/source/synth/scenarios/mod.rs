@@ -336,6 +336,7 @@ mod tests {
             flows: c.flows.into_iter().collect(),
             pauses: c.pauses,
             counters: c.counters,
+            latency: Default::default(),
         }
     }
 
