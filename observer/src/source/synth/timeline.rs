@@ -13,8 +13,10 @@
 //!   latency of the newest request it covers when that one is timed, nothing otherwise.
 //! - At most [`LAT_SLOTS`] AckReq requests of a connection are timed in flight; the next one is
 //!   not, and from it on none is until an answer covers it.
-//! - Karn's rule: requests sent again are no longer timed, and the timed ones among them count
-//!   as untimed in the rule above (no timing until an answer covers the first of them).
+//! - Karn's rule: a request passing the observation point again (sent again) is not timed, and
+//!   the timed requests from it on no longer are: they count as untimed in the rule above (no
+//!   timing until an answer covers the first of them). A request lost before the observation
+//!   point passes it for the first time when it is sent again: it is a new request there.
 //! - An RNR NAK covers the requests up to the one it names, without a sample.
 //! - **READ latency**: a READ request seen for the first time to the first packet of its
 //!   response; at most [`LAT_SLOTS`] READs of a connection are timed in flight, the others never.
@@ -55,6 +57,8 @@ struct Request {
     at_ns: u64,
     /// Lost before the observation point on its first transmission.
     lost: bool,
+    /// It passed the observation point.
+    passed: bool,
     /// Its PSN and the PSNs it consumes, once emitted.
     psn: Option<u32>,
     psns: u32,
@@ -138,6 +142,7 @@ impl Timeline {
             len,
             at_ns,
             lost,
+            passed: false,
             psn: None,
             psns: 1,
         });
@@ -248,6 +253,18 @@ impl Conn {
         (psn, psn.wrapping_add(r.psns - 1) & 0xFF_FFFF)
     }
 
+    /// Request `rank` passed the observation point at `at_ns`: for the first time, or again.
+    fn passed(&mut self, rank: usize, at_ns: u64) {
+        let r = &mut self.requests[rank];
+        let read = r.kind == ReqKind::Read;
+        if r.passed {
+            self.ledger.again(rank, read, at_ns);
+        } else {
+            r.passed = true;
+            self.ledger.seen(rank, read, at_ns);
+        }
+    }
+
     fn step(&mut self, w: &mut Workload, at_ns: u64, action: Action) {
         let first = w.frames.len();
         // Every step but a lost request puts its first frame at `at_ns`.
@@ -271,8 +288,7 @@ impl Conn {
                 r.psn = Some(psn);
                 r.psns = next.wrapping_sub(psn) & 0xFF_FFFF;
                 if !lost {
-                    self.ledger
-                        .seen(rank, kind == ReqKind::Read, w.frames[first].ts_ns);
+                    self.passed(rank, w.frames[first].ts_ns);
                 }
                 None
             }
@@ -307,11 +323,9 @@ impl Conn {
                     sent, count,
                     "the requests sent again are those planned before"
                 );
-                let again: Vec<(usize, bool, u64)> = (from..from + count)
-                    .zip(&w.frames[first..])
-                    .map(|(rank, f)| (rank, self.requests[rank].kind == ReqKind::Read, f.ts_ns))
-                    .collect();
-                self.ledger.resent(from, &again);
+                for (rank, k) in (from..from + count).zip(first..) {
+                    self.passed(rank, w.frames[k].ts_ns);
+                }
                 None
             }
             Action::ReadResponse(rank) => {
@@ -377,34 +391,31 @@ impl Ledger {
         self.acks.insert(rank, Seen { at_ns, timed });
     }
 
-    /// Requests from rank `from` on were sent again: `again` holds each one's rank, whether it
-    /// is a READ, and when it passed.
-    fn resent(&mut self, from: usize, again: &[(usize, bool, u64)]) {
+    /// Request `rank` passed the observation point again at `at_ns` (Karn's rule).
+    fn again(&mut self, rank: usize, read: bool, at_ns: u64) {
         let mut forgotten = None;
-        for (&rank, s) in self.acks.range_mut(from..) {
+        for (&r, s) in self.acks.range_mut(rank..) {
             if s.timed {
                 s.timed = false;
-                forgotten = forgotten.or(Some(rank));
+                forgotten = forgotten.or(Some(r));
             }
         }
         if let Some(f) = forgotten {
             self.untimed_from = Some(self.untimed_from.map_or(f, |u| u.min(f)));
         }
-        for (_, s) in self.reads.range_mut(from..) {
+        for (_, s) in self.reads.range_mut(rank..) {
             s.timed = false;
         }
-        // A request answered already, or lost the first time: in flight again, untimed.
-        for &(rank, read, at_ns) in again {
-            let m = if read {
-                &mut self.reads
-            } else {
-                &mut self.acks
-            };
-            m.entry(rank).or_insert(Seen {
-                at_ns,
-                timed: false,
-            });
-        }
+        // Answered already (an RNR NAK covers it): in flight again, untimed.
+        let m = if read {
+            &mut self.reads
+        } else {
+            &mut self.acks
+        };
+        m.entry(rank).or_insert(Seen {
+            at_ns,
+            timed: false,
+        });
     }
 
     /// An ACK or NAK (`rnr`: an RNR NAK) at `at_ns` covers the AckReq requests of `ranks`: the
@@ -493,6 +504,28 @@ mod tests {
         assert!(samples(&w, LatKind::Read).is_empty());
         // Requests a, b, d, e, g, then lost and g again, h; four ACKs and a NAK.
         assert_eq!(w.len(), 13);
+    }
+
+    #[test]
+    fn a_request_lost_before_the_observation_point_is_timed_when_it_first_passes() {
+        let mut tl = Timeline::new();
+        let c = tl.connect(qp(96));
+        // Go-back-N: the lost request passes for the first time (timed, from then: 4 us); the
+        // one after it passes again (no sample). The NAK answers the first (10 us).
+        tl.write(c, T, 100);
+        let lost = tl.write_lost(c, T + US, 100);
+        let g = tl.write(c, T + 2 * US, 100);
+        tl.nak(T + 10 * US, lost);
+        tl.resend_from(T + 20 * US, lost);
+        tl.ack(T + 24 * US, lost);
+        tl.ack(T + 26 * US, g);
+        // The last request lost, sent again after a timeout: 7 us.
+        let last = tl.write_lost(c, T + 30 * US, 100);
+        let again = tl.resend_from(T + 8 * 1_000 * US, last);
+        tl.ack(again + 7 * US, last);
+        let mut w = Workload::default();
+        tl.run(&mut w);
+        assert_eq!(samples(&w, LatKind::Ack), [10 * US, 4 * US, 7 * US]);
     }
 
     #[test]
