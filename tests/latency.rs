@@ -1,7 +1,7 @@
 //! Passive latency through the userspace aggregation, against the generator's truth: the
 //! `latency` scenario's responders answer after known latencies (one ACK per request, coalesced
-//! ACKs, more requests in flight than are timed, go-back-N after a NAK, an RNR NAK, pipelined
-//! READs, a WRITE never answered), and every requester direction's histogram of each kind must
+//! ACKs, more requests in flight than are timed, go-back-N after a NAK, an RNR NAK, a timeout
+//! resend, pipelined READs, a WRITE never answered), and every requester direction's histogram of each kind must
 //! hold exactly the samples the generator meant, and no other direction any. No privileges
 //! needed.
 

@@ -4,7 +4,7 @@
 //! - A (198.18.70.1 to .101, PSNs wrapping from 0xFFFFFF to 0 in its second part): WRITEs and
 //!   a SEND answered by ACKs and NAKs: one ACK per request, coalesced ACKs, more requests in
 //!   flight than are timed, go-back-N after a NAK, an RNR NAK and the resend after the RNR
-//!   timer, and last a WRITE never answered;
+//!   timer, a WRITE lost and sent again after a timeout, and last a WRITE never answered;
 //! - B (2001:db8::7201 to ::7301): a WRITE every 250 us for the whole capture, each ACKed on
 //!   its own after 5, 20 or 80 us in turn (it also keeps the capture free of long silences);
 //! - C (198.18.71.1 to .101): READs answered one at a time, four in flight, and six in flight
@@ -26,6 +26,9 @@ const MS: u64 = 1_000_000;
 
 /// The responders' latencies.
 pub(super) const LATENCIES_NS: [u64; 5] = [5 * US, 20 * US, 80 * US, 1_500 * US, 12 * MS];
+
+/// The requester's local ACK timeout: 4.096 us * 2^11, to the microsecond.
+const ACK_TIMEOUT_NS: u64 = 8_389 * US;
 
 /// B's request interval: longer than its longest latency, so its ACKs come in order.
 const HEARTBEAT_NS: u64 = 250 * US;
@@ -115,6 +118,13 @@ fn acks(tl: &mut Timeline, a: ConnId, mut t: u64) -> u64 {
     let next = tl.write(a, at + 3 * US, 256);
     let at = tl.sent_at(next) + l1500;
     tl.ack(at, next);
+    t = at + 3 * US;
+    // A WRITE lost before the observation point and sent again after the local ACK timeout: it
+    // passes for the first time then, in order, and is timed (80 us).
+    let lost = tl.write_lost(a, t, 1024);
+    let again = tl.resend_from(t + ACK_TIMEOUT_NS, lost);
+    let at = again + l80;
+    tl.ack(at, lost);
     t = at + 3 * US;
     // A WRITE whose ACK never comes.
     tl.write(a, t, 1024);
@@ -210,8 +220,10 @@ mod tests {
             &[l20, l1500],
             // Go-back-N: the NAK, then the WRITE after the ones sent again.
             &[l20, l5],
-            // RNR NAK: the WRITE after the ones sent again. The WRITE never answered: none.
+            // RNR NAK: the WRITE after the ones sent again.
             &[l1500],
+            // The WRITE lost, then sent again after a timeout. The WRITE never answered: none.
+            &[l80],
         ]
         .concat();
         assert_eq!(samples(&w, a, LatKind::Ack), Some(&a_acks));

@@ -93,7 +93,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "latency",
-        "3 RC QPs (IPv4, IPv6) whose responders answer after 5 us to 12 ms: one ACK per request, coalesced ACKs, more than 4 requests in flight, go-back-N after a NAK, an RNR NAK, pipelined READs, a WRITE never answered",
+        "3 RC QPs (IPv4, IPv6) whose responders answer after 5 us to 12 ms: one ACK per request, coalesced ACKs, more than 4 requests in flight, go-back-N after a NAK, an RNR NAK, a timeout resend, pipelined READs, a WRITE never answered",
     ),
     (
         "rules-clean",
