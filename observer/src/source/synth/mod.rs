@@ -20,6 +20,8 @@
 //!   writers, checksums and the ICRC;
 //! - `workload`: frames and their truth ([`Workload`], [`Truth`], [`PsnEvent`]);
 //! - `qp`: the sequenced traffic of one queue pair ([`QpStream`]);
+//! - `timeline`: requests and answers of several queue pairs at chosen capture times
+//!   ([`Timeline`]), with the latency samples the answers give;
 //! - `noise`: frames the observer must skip, at least one per
 //!   [`SkipReason`](observer_common::SkipReason);
 //! - `encap`: mirror encapsulation ([`Encap`]) and MAC control (PAUSE and PFC) frames;
@@ -37,6 +39,7 @@ mod noise;
 mod output;
 mod qp;
 mod scenarios;
+mod timeline;
 mod workload;
 
 pub use encap::{
@@ -52,6 +55,7 @@ pub use scenarios::{
     CNP_INTERVAL_NS, PFC_SENDERS, RULE_FRAME_GAP_NS, SCENARIOS, USER_SCENARIOS, scenario,
     scenario_names,
 };
+pub use timeline::{ConnId, ReqId, Timeline};
 pub use workload::{Frame, PsnEvent, Truth, Workload};
 
 // The drivers' source-port rule lives with the ECMP analysis; the generator uses it.

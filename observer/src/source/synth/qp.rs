@@ -477,9 +477,23 @@ impl QpStream {
     /// An RDMA READ request of `dma_len` bytes followed by its responses (first/middle/last or
     /// only, one per PMTU, AETH on first/last/only); returns the request PSN.
     pub fn read(&mut self, w: &mut Workload, dma_len: u32) -> u32 {
+        let psn = self.read_request(w, dma_len);
+        self.read_response(w, psn, dma_len);
+        psn
+    }
+
+    /// An RDMA READ request of `dma_len` bytes alone (the responder answers it later with
+    /// [`QpStream::read_response`]); returns its PSN.
+    pub fn read_request(&mut self, w: &mut Workload, dma_len: u32) -> u32 {
         let ext = self.remote(dma_len as usize);
         let psn = self.request(w, op::READ_REQUEST, ext, 0);
         self.msn = (self.msn + 1) & MASK24;
+        psn
+    }
+
+    /// The responses to the READ request at `psn` of `dma_len` bytes: first/middle/last or
+    /// only, one per PMTU, AETH on first/last/only.
+    pub fn read_response(&mut self, w: &mut Workload, psn: u32, dma_len: u32) {
         let pmtu = self.pmtu.max(1) as usize;
         let len = dma_len as usize;
         let n = len.div_ceil(pmtu).max(1);
@@ -494,7 +508,6 @@ impl QpStream {
             let ext = self.aeth(SYNDROME_ACK);
             self.response(w, low, psn.wrapping_add(i as u32), ext, payload);
         }
-        psn
     }
 
     /// An atomic (`op::COMPARE_SWAP` or `op::FETCH_ADD`) and its ATOMIC ACKNOWLEDGE; returns the

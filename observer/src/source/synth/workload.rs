@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use observer_common::seq::RETX_IDLE_NS;
 use observer_common::wire::{self, op};
 use observer_common::{
-    Counters, FlowKey, FlowStats, LINK_PAUSE, OpClass, Pause, PauseKey, PauseStats, SkipReason,
-    mirror_key,
+    Counters, FlowKey, FlowStats, LINK_PAUSE, LatKey, LatKind, OpClass, Pause, PauseKey,
+    PauseStats, SkipReason, mirror_key,
 };
 
 use super::encap::{Encap, encapsulate, pause_frame, pfc_frame};
@@ -23,6 +24,11 @@ pub struct Workload {
     frame_gap_ns: u64,
     /// Added once to the gap before the next frame ([`Workload::wait`]).
     wait_ns: u64,
+    /// The capture time of the next frame, when chosen ([`Workload::at`]).
+    at_ns: Option<u64>,
+    /// When each flow's last request was seen: a resend after [`RETX_IDLE_NS`] of silence
+    /// follows a wait (a timeout, an RNR timer).
+    last_request_ns: BTreeMap<FlowKey, u64>,
 }
 
 /// One frame and its capture timestamp (strictly increasing within a workload).
@@ -40,6 +46,11 @@ pub struct Truth {
     pub flows: BTreeMap<FlowKey, FlowStats>,
     pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
+    /// The passive latency samples (ns) the observer must measure, per requester direction and
+    /// kind, in the order the answers come. Only answers placed by a
+    /// [`Timeline`](super::Timeline) are accounted here: elsewhere answers follow their
+    /// requests back to back, at no latency of the scenario's choosing, and this stays empty.
+    pub latency: BTreeMap<(LatKey, LatKind), Vec<u64>>,
 }
 
 /// What the generator did with a request packet, as the PSN analysis must classify it.
@@ -177,8 +188,25 @@ impl Workload {
         self.wait_ns += ns;
     }
 
+    /// The next appended frame gets capture time `ts_ns` (instead of the gap after the last
+    /// one and any [`Workload::wait`]); the frames after it follow at the usual gap. Panics
+    /// unless `ts_ns` comes after the last frame: timestamps stay strictly increasing.
+    pub fn at(&mut self, ts_ns: u64) {
+        if let Some(last) = self.frames.last() {
+            assert!(
+                ts_ns > last.ts_ns,
+                "a frame placed at {ts_ns} ns does not come after the last one ({} ns)",
+                last.ts_ns
+            );
+        }
+        self.at_ns = Some(ts_ns);
+    }
+
     /// The capture timestamp the next appended frame gets.
     pub fn next_ts(&self) -> u64 {
+        if let Some(ts) = self.at_ns {
+            return ts;
+        }
         let gap = match self.frame_gap_ns {
             0 => FRAME_GAP_NS,
             gap => gap,
@@ -195,13 +223,29 @@ impl Workload {
     fn push_frame(&mut self, bytes: Vec<u8>) {
         let ts_ns = self.next_ts();
         self.wait_ns = 0;
+        self.at_ns = None;
         self.frames.push(Frame { bytes, ts_ns });
     }
 
     fn account_roce(&mut self, frame: &RoceFrame, class: OpClass, event: PsnEvent) {
         let ip_len = u64::from(frame.ip_len());
         let ecn = frame.ecn & 3;
-        let f = self.truth.flows.entry(frame.flow_key()).or_default();
+        let key = frame.flow_key();
+        let now = self.next_ts();
+        // The flow's silence before this packet, when it is a request the PSN analysis follows.
+        let followed = class.is_request()
+            && matches!(
+                frame.bth.opcode & 0xE0,
+                wire::TRANSPORT_RC | wire::TRANSPORT_UC | wire::TRANSPORT_XRC
+            );
+        let idle = if followed {
+            self.last_request_ns
+                .insert(key, now)
+                .map(|last| now.saturating_sub(last))
+        } else {
+            None
+        };
+        let f = self.truth.flows.entry(key).or_default();
         f.packets += 1;
         f.bytes += ip_len;
         f.ecn[usize::from(ecn)] += 1;
@@ -234,7 +278,7 @@ impl Workload {
                 f.seq.retransmissions += 1;
                 f.seq.retx_episodes += u64::from(episode);
                 // An episode after the sender waited (a timeout, an RNR timer).
-                if episode && self.wait_ns >= observer_common::seq::RETX_IDLE_NS {
+                if episode && idle.is_some_and(|idle| idle >= RETX_IDLE_NS) {
                     f.seq.retx_waited += 1;
                 }
             }
@@ -267,6 +311,28 @@ mod tests {
     use crate::source::synth::SYNDROME_NAK_SEQ;
     use crate::source::synth::frame::opcode_frame;
     use observer_common::wire;
+
+    #[test]
+    fn a_frame_placed_at_a_time_gets_it_and_the_next_follow_at_the_gap() {
+        let f = opcode_frame(wire::TRANSPORT_RC | op::SEND_ONLY, 0, 1);
+        let mut w = Workload::default();
+        w.push_roce(&f, OpClass::Send);
+        w.at(BASE_TS_NS + 7_777);
+        assert_eq!(w.next_ts(), BASE_TS_NS + 7_777);
+        w.push_roce(&f, OpClass::Send);
+        w.push_roce(&f, OpClass::Send);
+        let ts: Vec<u64> = w.frames.iter().map(|f| f.ts_ns - BASE_TS_NS).collect();
+        assert_eq!(ts, [0, 7_777, 7_777 + FRAME_GAP_NS]);
+    }
+
+    #[test]
+    #[should_panic(expected = "does not come after the last one")]
+    fn a_frame_placed_before_the_last_is_refused() {
+        let f = opcode_frame(wire::TRANSPORT_RC | op::SEND_ONLY, 0, 1);
+        let mut w = Workload::default();
+        w.push_roce(&f, OpClass::Send);
+        w.at(BASE_TS_NS);
+    }
 
     #[test]
     fn push_cut_decides_from_the_offset() {

@@ -7,15 +7,19 @@
 //! - `traffic`: the user scenarios of a fabric's life: `clean`, `incast`, `loss`, `mixed-dscp`,
 //!   `ipv6-vlan`;
 //! - `pfc`: `pfc`, pauses beside RoCE;
+//! - `latency`: `latency`, responders answering after known latencies;
 //! - `rules`: `rules-clean` and one `rule-*` scenario per rule of the findings engine.
 
+use observer_common::wire;
+
 use super::SYNDROME_NAK_SEQ;
-use super::frame::{Ip, host_mac, v4};
+use super::frame::{Ip, host_mac, v4, v6};
 use super::qp::QpStream;
 use super::workload::Workload;
 
 mod corpus;
 mod demo;
+mod latency;
 mod pfc;
 mod rules;
 mod traffic;
@@ -25,6 +29,7 @@ pub use rules::RULE_FRAME_GAP_NS;
 
 use corpus::{corpus, many_qps};
 use demo::{demo, e2e};
+use latency::latency;
 use pfc::pfc_scenario;
 use rules::{
     rule_ce_without_cnp, rule_cnp_priority, rule_dscp_mix, rule_duplicate_copies,
@@ -36,7 +41,7 @@ use traffic::{clean, incast, ipv6_vlan, loss, mixed_dscp};
 
 /// The scenarios meant to be written to capture files: plain, complete frames only (no
 /// deliberately broken ones), so any dissector must agree with the truth on every frame.
-pub const USER_SCENARIOS: [&str; 7] = [
+pub const USER_SCENARIOS: [&str; 8] = [
     "clean",
     "incast",
     "loss",
@@ -44,6 +49,7 @@ pub const USER_SCENARIOS: [&str; 7] = [
     "ipv6-vlan",
     "many-qps",
     "pfc",
+    "latency",
 ];
 
 /// (name, one-line description) of every scenario.
@@ -84,6 +90,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "pfc",
         "RoCE on 4 QPs with a PFC storm on priority 3 (refreshed, then XON), PFC on priorities 3+4, an empty class-enable vector, and 802.3x PAUSE",
+    ),
+    (
+        "latency",
+        "3 RC QPs (IPv4, IPv6) whose responders answer after 5 us to 12 ms: one ACK per request, coalesced ACKs, more than 4 requests in flight, go-back-N after a NAK, an RNR NAK, a timeout resend, pipelined READs, a WRITE never answered",
     ),
     (
         "rules-clean",
@@ -174,6 +184,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "mixed-dscp" => mixed_dscp(&mut w),
         "ipv6-vlan" => ipv6_vlan(&mut w),
         "pfc" => pfc_scenario(&mut w),
+        "latency" => latency(&mut w),
         "rules-clean" => rules_clean(&mut w),
         "rule-ce-without-cnp" => rule_ce_without_cnp(&mut w),
         "rule-not-ect" => rule_not_ect(&mut w),
@@ -210,6 +221,23 @@ pub(super) fn qp_v4(
         transport,
         ip,
         [mac(hosts[0]), mac(hosts[1])],
+        qpns,
+        first_psn,
+    )
+}
+
+/// An IPv6 RC QP between 2001:db8::`hosts[0]` and 2001:db8::`hosts[1]` (MACs 02:..:hi:lo of
+/// the same numbers).
+pub(super) fn qp_v6(hosts: [u16; 2], flow_label: u32, qpns: [u32; 2], first_psn: u32) -> QpStream {
+    let ip = Ip::V6 {
+        src: v6(hosts[0]),
+        dst: v6(hosts[1]),
+        flow_label,
+    };
+    QpStream::new(
+        wire::TRANSPORT_RC,
+        ip,
+        [host_mac(hosts[0]), host_mac(hosts[1])],
         qpns,
         first_psn,
     )
@@ -336,6 +364,7 @@ mod tests {
             flows: c.flows.into_iter().collect(),
             pauses: c.pauses,
             counters: c.counters,
+            latency: Default::default(),
         }
     }
 

@@ -3,28 +3,11 @@
 
 use observer_common::wire;
 
-use super::{CNP_INTERVAL_NS, ack_all, everyday_op, go_back_n, qp_v4};
-use crate::source::synth::frame::{Ip, host_mac, tag, v6};
+use super::{CNP_INTERVAL_NS, ack_all, everyday_op, go_back_n, qp_v4, qp_v6};
+use crate::source::synth::frame::tag;
 use crate::source::synth::qp::QpStream;
 use crate::source::synth::workload::Workload;
 use crate::source::synth::{DATA_DSCP, ECT0, ECT1, NOT_ECT};
-
-/// An IPv6 queue pair between 2001:db8::`hosts[0]` and 2001:db8::`hosts[1]` (MACs 02:..:hi:lo of
-/// the same numbers).
-fn qp_v6(hosts: [u16; 2], flow_label: u32, qpns: [u32; 2], first_psn: u32) -> QpStream {
-    let ip = Ip::V6 {
-        src: v6(hosts[0]),
-        dst: v6(hosts[1]),
-        flow_label,
-    };
-    QpStream::new(
-        wire::TRANSPORT_RC,
-        ip,
-        [host_mac(hosts[0]), host_mac(hosts[1])],
-        qpns,
-        first_psn,
-    )
-}
 
 pub(super) fn clean(w: &mut Workload) {
     // Three clients (198.18.10.1-3) and two servers (.101, .102).
