@@ -9,11 +9,13 @@
 //! - **READ latency**: a READ request to the first packet of its response (same PSN).
 //! - Karn's rule: a request sent again (resent, or a duplicate of it seen) before its answer
 //!   gives no sample; nor does an RNR NAK (the wait that follows is the receiver's RNR timer,
-//!   not latency).
+//!   not latency), nor a READ response for the requests before its READ, which it acknowledges
+//!   implicitly (it ends their timing: a later ACK is no answer to them).
 //!
 //! Each direction of requests of a connection keeps up to [`LAT_SLOTS`] timed requests of each
-//! kind in flight. Beyond that a request is not timed: ACK timing resumes when an ACK covers
-//! the first untimed request (so no ACK is ever matched past an untimed one).
+//! kind in flight. Beyond that a request is not timed: ACK timing resumes when an ACK or NAK
+//! covers the first untimed request (so no ACK is ever matched past an untimed one). A request
+//! seen late (filling a PSN hole) is untimed too.
 //!
 //! The state is keyed by the requester, the responder, the UDP source port (one per RC
 //! connection, both directions) and the observation (direct, or every mirror session together),
@@ -454,22 +456,23 @@ fn ack_psn(p: &SeqInput, class: OpClass) -> Option<(u32, bool)> {
 }
 
 /// What a packet is to the latency analysis (checked before any lookup: most packets are
-/// neither): `Some(false)` a request it must see (one it may time, one sent again, the first of
-/// a new incarnation), `Some(true)` an answer that may end a sample, `None` neither.
+/// neither): `Some(false)` a request it may time (with AckReq, or a READ), `Some(true)` an
+/// answer that may end a sample, `None` neither. Only such requests matter: a request without
+/// AckReq is never timed, and a resend reaches a timed request (Karn's rule) only when the timed
+/// one is itself sent again, before its ACK can come.
 #[inline(always)]
-pub fn role(p: &SeqInput, class: SeqClass) -> Option<bool> {
+pub fn role(p: &SeqInput) -> Option<bool> {
     if !matches!(p.transport(), Transport::Rc | Transport::Xrc) {
         return None;
     }
     match p.class() {
         OpClass::ReadRequest => Some(false),
         OpClass::Send | OpClass::Write | OpClass::Atomic => {
-            let matters = p.ack_req != 0
-                || matches!(
-                    class,
-                    SeqClass::Duplicate | SeqClass::Retransmission | SeqClass::NewIncarnation
-                );
-            if matters { Some(false) } else { None }
+            if p.ack_req != 0 {
+                Some(false)
+            } else {
+                None
+            }
         }
         OpClass::Ack | OpClass::AtomicAck | OpClass::Nak | OpClass::RnrNak => Some(true),
         OpClass::ReadResponse => {
@@ -481,6 +484,20 @@ pub fn role(p: &SeqInput, class: SeqClass) -> Option<bool> {
         }
         _ => None,
     }
+}
+
+/// Empties the slots no answer covering `psn` can cover too (an older incarnation of the QP,
+/// or requests whose answers were never seen).
+#[inline(always)]
+fn expire(ring: &mut [u64; LAT_SLOTS], psn: u32) {
+    let mut i = 0;
+    while i < LAT_SLOTS {
+        if ring[i] != 0 && !covers(psn, slot_psn(ring[i])) {
+            ring[i] = 0;
+        }
+        i += 1;
+    }
+    compact(ring);
 }
 
 impl LatState {
@@ -521,8 +538,25 @@ impl LatState {
                 compact(&mut self.read);
                 return;
             }
+            // Seen for the first time, but late (it fills a hole): older than the timed requests
+            // in flight, so not timed; untimed, so that no ACK covering it goes to an older
+            // timed request.
+            SeqClass::OutOfOrder => {
+                if p.ack_req != 0 && p.class() != OpClass::ReadRequest {
+                    if self.flags & LF_UNTIMED == 0 || covers(self.untimed, psn) {
+                        self.untimed = psn;
+                    }
+                    self.flags |= LF_UNTIMED;
+                }
+                return;
+            }
             SeqClass::InOrder | SeqClass::Ahead => {}
             _ => return,
+        }
+        expire(&mut self.ack, psn);
+        expire(&mut self.read, psn);
+        if self.flags & LF_UNTIMED != 0 && !covers(psn, self.untimed) {
+            self.flags &= !LF_UNTIMED;
         }
         if self.qp != dest_qp {
             let idle = self.ack[0] == 0 && self.read[0] == 0;
@@ -567,8 +601,23 @@ impl LatState {
                 op::READ_RESPONSE_FIRST | op::READ_RESPONSE_ONLY
             );
             let psn = p.psn & 0xFF_FFFF;
+            if !first {
+                return None;
+            }
+            // It acknowledges the requests before its READ too (an implicit ACK): the timed ones
+            // it covers are answered, without a sample (its time is the READ's latency), so a
+            // later ACK is not matched to them.
+            let before = psn_sub(psn, 1);
+            let acked = covered(&self.ack, before);
+            if acked > 0 {
+                drop_front(&mut self.ack, acked);
+                self.skipped += 1;
+            }
+            if self.flags & LF_UNTIMED != 0 && covers(before, self.untimed) {
+                self.flags &= !LF_UNTIMED;
+            }
             let n = covered(&self.read, psn);
-            if !first || n == 0 {
+            if n == 0 {
                 return None;
             }
             let w = self.read[n - 1];
@@ -839,6 +888,31 @@ mod tests {
     }
 
     #[test]
+    fn a_late_request_is_untimed_and_no_ack_goes_past_it() {
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        // 3 arrived ahead of 2 (a hole), then 2 late.
+        s.request(
+            &req(3, op::WRITE_ONLY, true),
+            7,
+            SeqClass::Ahead,
+            false,
+            10 * US,
+        );
+        s.request(
+            &req(2, op::WRITE_ONLY, true),
+            7,
+            SeqClass::OutOfOrder,
+            false,
+            20 * US,
+        );
+        // An ACK of 2 covers timed 1 and untimed 2: no sample (2 may be what it answers).
+        assert_eq!(s.answer(&ack(2, 0), 50 * US), None);
+        // Then 3's ACK: timed, and newer than the untimed 2.
+        assert_eq!(s.answer(&ack(3, 0), 60 * US), Some((LatKind::Ack, 50 * US)));
+    }
+
+    #[test]
     fn rnr_naks_give_no_sample_and_naks_cover_what_precedes() {
         let mut s = LatState::default();
         write(&mut s, 5, 0);
@@ -880,6 +954,29 @@ mod tests {
     }
 
     #[test]
+    fn a_read_response_answers_the_writes_before_its_read_without_a_sample() {
+        let mut s = LatState::default();
+        write(&mut s, 10, 0);
+        s.request(
+            &req(11, op::READ_REQUEST, false),
+            7,
+            SeqClass::InOrder,
+            false,
+            US,
+        );
+        let resp = SeqInput {
+            psn: 11,
+            opcode: op::READ_RESPONSE_ONLY,
+            aeth_syndrome: 0,
+            ..Default::default()
+        };
+        assert_eq!(s.answer(&resp, 30 * US), Some((LatKind::Read, 29 * US)));
+        // An ACK later covering the WRITE: not its answer any more.
+        assert_eq!(s.answer(&ack(11, 0), 500 * US), None);
+        assert_eq!(s.skipped, 1);
+    }
+
+    #[test]
     fn two_connections_under_one_key_are_not_timed() {
         let mut s = LatState::default();
         write(&mut s, 1, 0);
@@ -893,6 +990,21 @@ mod tests {
         assert_eq!(s.conflicts, 1);
         assert_eq!(s.answer(&ack(1, 0), 10 * US), None);
         assert_eq!(s.answer(&ack(900, 0), 10 * US), None);
+    }
+
+    #[test]
+    fn requests_never_answered_leave_room_in_the_end() {
+        let mut s = LatState::default();
+        for psn in 1..=6 {
+            write(&mut s, psn, 0);
+        }
+        // Never answered; the connection goes on far ahead (a new incarnation whose first
+        // request had no AckReq, or answers out of view): timing resumes.
+        write(&mut s, 1 << 17, US);
+        assert_eq!(
+            s.answer(&ack(1 << 17, 0), 9 * US),
+            Some((LatKind::Ack, 8 * US))
+        );
     }
 
     #[test]

@@ -124,7 +124,7 @@ mod kernel {
         now: u64,
         ifindex: u32,
         class: u8,
-        /// Set by `account_flow` for the packet being handled, cleared by `account_latency`.
+        /// Set by `account_flow` for the packet being handled, cleared by `latency_role`.
         pending: u8,
         _pad: [u8; 2],
         /// The key of the per-interface histogram (map memory: no room on the stack).
@@ -369,8 +369,9 @@ mod kernel {
                 .and_then(|pair| unsafe { CM_SEEN.get(pair) })
                 .is_some_and(|c| *c > t)
         });
-        // The class goes to the latency update through a map, unexamined here: a branch on it
-        // would keep apart the analysis's paths, which the verifier merges once it returns.
+        // The latency update runs after the accounting returns, its inputs passed through a
+        // map; nothing here branches on them (the verifier merges the analysis's paths once it
+        // returns, and could not walk their product with the latency update's).
         if let Some(args) = LAT_ARGS.get_ptr_mut(0) {
             // SAFETY: this CPU's value.
             unsafe {
@@ -389,6 +390,21 @@ mod kernel {
         }
     }
 
+    /// Whether the RoCE packet just accounted is a request the latency analysis may time or an
+    /// answer (`role`), and which; clears the pending mark.
+    #[inline(always)]
+    fn latency_role() -> Option<bool> {
+        let (args, input) = (LAT_ARGS.get_ptr_mut(0)?, SEQ_INPUT.get_ptr(0)?);
+        // SAFETY: this CPU's values.
+        unsafe {
+            if (*args).pending == 0 {
+                return None;
+            }
+            (*args).pending = 0;
+            role(&*input)
+        }
+    }
+
     /// The latency update of a request or answer (`LatState`), as replay makes it, for the
     /// packet `account_flow` just handled. A function of its own, called by the programs after
     /// the accounting returned, whose inputs come from maps (the packet's key, its analysis
@@ -396,7 +412,7 @@ mod kernel {
     /// the parser and the PSN analysis, whose product it could not walk; and its stack frame
     /// does not add to the accounting's, which nearly fills the 512 bytes calls share.
     #[inline(never)]
-    fn account_latency() {
+    fn account_latency(answer: bool) {
         let (Some(args), Some(key), Some(input)) = (
             LAT_ARGS.get_ptr_mut(0),
             FLOW_KEY.get_ptr(0),
@@ -406,15 +422,8 @@ mod kernel {
         };
         // SAFETY: this CPU's values.
         let (args, key, input) = unsafe { (&mut *args, &*key, &*input) };
-        if args.pending == 0 {
-            return;
-        }
-        args.pending = 0;
         let (now, ifindex) = (args.now, args.ifindex);
         let class = SeqClass::of(args.class);
-        let Some(answer) = role(input, class) else {
-            return;
-        };
         let Some(lk) = LAT_KEY.get_ptr_mut(0) else {
             return;
         };
@@ -559,7 +568,9 @@ mod kernel {
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
         observe_xdp(&ctx);
-        account_latency();
+        if let Some(answer) = latency_role() {
+            account_latency(answer);
+        }
         xdp_action::XDP_PASS
     }
 
@@ -579,7 +590,9 @@ mod kernel {
     #[classifier]
     pub fn roce_observe_egress(ctx: TcContext) -> i32 {
         observe_egress(&ctx);
-        account_latency();
+        if let Some(answer) = latency_role() {
+            account_latency(answer);
+        }
         TC_ACT_UNSPEC
     }
 
@@ -619,7 +632,9 @@ mod kernel {
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
         let copy = observe_xdp(&ctx);
-        account_latency();
+        if let Some(answer) = latency_role() {
+            account_latency(answer);
+        }
         if copy {
             xdp_action::XDP_DROP
         } else {

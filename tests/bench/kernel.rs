@@ -88,7 +88,11 @@ mod frames {
     /// The ACK of that request, back to the requester's QP `dest_qp`: an answer the latency
     /// analysis looks up (the sampling path).
     pub fn ack(dest_qp: u32, psn: u32) -> Vec<u8> {
-        let mut f = RoceFrame::new(ip().reversed(), wire::TRANSPORT_RC | wire::op::ACKNOWLEDGE, dest_qp);
+        let mut f = RoceFrame::new(
+            ip().reversed(),
+            wire::TRANSPORT_RC | wire::op::ACKNOWLEDGE,
+            dest_qp,
+        );
         f.bth.psn = psn;
         f.ext.syndrome = synth::SYNDROME_ACK;
         f.to_bytes()

@@ -257,7 +257,7 @@ pub fn latency_update(
     ifindex: u32,
     ts_ns: u64,
 ) {
-    match role(input, class) {
+    match role(input) {
         None => {}
         Some(false) => {
             let state = latency.entry(LatKey::of_request(key)).or_default();

@@ -33,7 +33,7 @@ use latency::latency;
 use pfc::pfc_scenario;
 use rules::{
     rule_ce_without_cnp, rule_cnp_priority, rule_dscp_mix, rule_duplicate_copies,
-    rule_ecmp_imbalance, rule_incast, rule_loss, rule_microburst, rule_not_ect,
+    rule_ecmp_imbalance, rule_incast, rule_latency, rule_loss, rule_microburst, rule_not_ect,
     rule_pfc_idle_priority, rule_pfc_storm, rule_psn_violation, rule_qp_reuse, rule_reorder,
     rule_rnr, rule_stall, rules_clean,
 };
@@ -136,6 +136,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "a receiver that stops answering while another QP goes on for 300 ms (rule stall)",
     ),
     (
+        "rule-latency",
+        "WRITEs one at a time, each ACKed: one receiver after 1.5 ms (a queue on its path), the other after 10 us (rule latency)",
+    ),
+    (
         "rule-qp-reuse",
         "QP numbers reused by new connections: after a second's pause, and at once after the connection manager's MADs (QP 1), from other PSNs (rule qp-reuse)",
     ),
@@ -195,6 +199,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "rule-duplicate-copies" => rule_duplicate_copies(&mut w),
         "rule-psn-violation" => rule_psn_violation(&mut w),
         "rule-stall" => rule_stall(&mut w),
+        "rule-latency" => rule_latency(&mut w),
         "rule-qp-reuse" => rule_qp_reuse(&mut w),
         "rule-rnr" => rule_rnr(&mut w),
         "rule-pfc-storm" => rule_pfc_storm(&mut w),

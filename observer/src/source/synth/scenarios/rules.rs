@@ -7,8 +7,9 @@ use super::{CNP_INTERVAL_NS, ack_all, everyday_op, go_back_n, qp_v4};
 use crate::source::synth::encap::{pfc, quanta_at};
 use crate::source::synth::frame::host_mac;
 use crate::source::synth::qp::QpStream;
+use crate::source::synth::timeline::{ConnId, Timeline};
 use crate::source::synth::workload::Workload;
-use crate::source::synth::{DATA_DSCP, ECT0, NOT_ECT};
+use crate::source::synth::{BASE_TS_NS, DATA_DSCP, ECT0, NOT_ECT};
 
 /// Spacing of the rule scenarios' frames: PMTU-sized frames (about 1.1 KB on the wire) 2 us
 /// apart load a 10 Gb/s link to about 45%, far below the microburst threshold (90%).
@@ -373,6 +374,28 @@ pub(super) fn rule_stall(w: &mut Workload) {
     }
 }
 
+pub(super) fn rule_latency(w: &mut Workload) {
+    // Two senders (198.18.55.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0), one
+    // WRITE at a time, each ACKed: the first receiver answers after 1.5 ms (a queue on its
+    // path), the second after 10 us. 30 WRITEs each; the second pair's frames sit 500 ns off
+    // the first's.
+    let mut tl = Timeline::new();
+    let conns: Vec<ConnId> = rule_pairs(55, 2, 0x5501, 0x800)
+        .into_iter()
+        .map(|qp| tl.connect(qp))
+        .collect();
+    for (k, (c, latency)) in conns.iter().zip([1_500_000, 10_000]).enumerate() {
+        let mut t = BASE_TS_NS + 500 * k as u64;
+        for _ in 0..30 {
+            let r = tl.write(*c, t, 1024);
+            let at = tl.sent_at(r) + latency;
+            tl.ack(at, r);
+            t = at + 20_000;
+        }
+    }
+    tl.run(w);
+}
+
 pub(super) fn rule_qp_reuse(w: &mut Workload) {
     // Two senders (198.18.54.1-2) WRITE to two receivers (.101-.102) in DSCP 26 ECT(0). The
     // first pair's tool runs twice: after a second's pause, a new connection with the same QP
@@ -414,7 +437,7 @@ mod tests {
         let rules: Vec<&str> = scenario_names()
             .filter(|n| n.starts_with("rule-") || *n == "rules-clean")
             .collect();
-        assert_eq!(rules.len(), 17, "{rules:?}");
+        assert_eq!(rules.len(), 18, "{rules:?}");
         for (name, w) in all_scenarios() {
             if rules.contains(&name) {
                 assert_deterministic(name, &w);
