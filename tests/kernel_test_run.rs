@@ -474,3 +474,33 @@ fn kernel_latency_samples_equal_userspace_on_the_real_captures() {
     // The captures hold ping-pong WRITEs, SENDs and READs: both kinds must have been timed.
     assert!(samples[0] > 0 && samples[1] > 0, "samples {samples:?}");
 }
+
+/// The same on the generator's latency scenario (coalesced ACKs, more requests in flight than
+/// are timed, go-back-N, an RNR NAK, pipelined READs), whose truth also says how many samples
+/// each requester direction gives.
+#[test]
+fn kernel_latency_samples_equal_userspace_and_truth_on_the_latency_scenario() {
+    if !require_root("kernel_latency_samples_equal_userspace_and_truth_on_the_latency_scenario") {
+        return;
+    }
+    let w = synth::scenario("latency").expect("scenario");
+    let ebpf = load_observer();
+    let mut user = Aggregate::new();
+    for f in w.frames.iter().filter(|f| f.bytes.len() >= ETH_HEADER_LEN) {
+        run(&ebpf, &f.bytes);
+        let _ = user.push(&f.bytes, f.ts_ns);
+    }
+    let kernel = read_maps(&ebpf, 0).expect("read maps");
+    let counts = |a: &Aggregate| -> std::collections::BTreeMap<_, [u64; 2]> {
+        a.latency_counts()
+            .into_iter()
+            .map(|(k, c)| (k, [c[0], c[1]]))
+            .collect()
+    };
+    let mut truth: std::collections::BTreeMap<_, [u64; 2]> = Default::default();
+    for ((key, kind), samples) in &w.truth.latency {
+        truth.entry(*key).or_default()[*kind as usize] += samples.len() as u64;
+    }
+    assert_eq!(counts(&user), truth, "replay against the generator");
+    assert_eq!(counts(&kernel), truth, "kernel against the generator");
+}
