@@ -940,8 +940,9 @@ fn real_captures_connections_match_tshark() {
         // Per (lower host, higher host, sport): the destination QPs each way,
         // and the FIRST/MIDDLE payload sizes.
         type Key = (IpAddr, IpAddr, u16);
-        let mut want: BTreeMap<Key, (BTreeSet<u32>, BTreeSet<u32>, BTreeSet<u64>)> =
-            BTreeMap::new();
+        /// QPs each way, FIRST/MIDDLE payload sizes.
+        type Seen = (BTreeSet<u32>, BTreeSet<u32>, BTreeSet<u64>);
+        let mut want: BTreeMap<Key, Seen> = BTreeMap::new();
         // RC, UC and XRC opcodes (transport bits 0, 1, 5), connection management aside.
         let connected = |op: u8| matches!(op >> 5, 0 | 1 | 5);
         for r in rows

@@ -13,15 +13,20 @@
 //!   implicitly (it ends their timing: a later ACK is no answer to them).
 //!
 //! Each direction of requests of a connection keeps up to [`LAT_SLOTS`] timed requests of each
-//! kind in flight. Beyond that a request is not timed: ACK timing resumes when an ACK or NAK
-//! covers the first untimed request (so no ACK is ever matched past an untimed one). A request
-//! seen late (filling a PSN hole) is untimed too.
+//! kind in flight. Beyond that a request is not timed; a request seen late (filling a PSN hole)
+//! or sent again is untimed too. The untimed ones lie in a PSN range: an answer covering one of
+//! them newer than the timed request it would go to gives no sample.
 //!
 //! The state is keyed by the requester, the responder, the UDP source port (one per RC
 //! connection, both directions) and the observation (direct, or every mirror session together),
 //! not by QP number: the request carries the responder's QPN, its ACK the requester's. Two
 //! connections sharing the key (a UDP port collision between the same hosts) are noticed from
-//! their requests' QPNs and not timed while they overlap.
+//! their requests' QPNs: the key is not timed from then on (until a new incarnation).
+//!
+//! In the kernel the state is one value shared by the CPUs (a request and its answer may be
+//! handled on different ones): each timed request is one word, published by one store, but
+//! moving the ring's words is not atomic, so a request and its answer handled at the same
+//! instant on two CPUs can lose a timed request (a sample lost) or, rarely, keep an answered one.
 
 use core::mem::size_of;
 
@@ -196,7 +201,8 @@ impl LatHist {
                 let (lo, hi) = (lo.max(self.min_ns), hi.min(self.max_ns.saturating_add(1)));
                 let inside = (rank - below as f64) / *n as f64;
                 let v = lo as f64 + inside * hi.saturating_sub(lo) as f64;
-                return Some((v as u64).clamp(self.min_ns, self.max_ns));
+                // Not `clamp`: the kernel's extremes are written racily and may cross.
+                return Some((v as u64).max(self.min_ns).min(self.max_ns));
             }
             below += n;
         }
@@ -348,6 +354,16 @@ pub const LF_UNTIMED: u32 = 1;
 pub const LF_SHARED: u32 = 1 << 1;
 /// The requests were seen leaving the host (TC egress).
 pub const LF_EGRESS: u32 = 1 << 2;
+/// `LatState::newest` holds a PSN.
+pub const LF_NEWEST: u32 = 1 << 3;
+
+/// Mirror copies of one packet through several sessions arrive within this of each other; a
+/// request seen again later is a resend, whatever the PSN analysis calls it (it calls the first
+/// packet of a go-back-N run a duplicate until the run shows itself).
+pub const COPY_WINDOW_NS: u64 = 1_000_000;
+/// An elapsed time above this is a negative one wrapped (an answer seen before its request's
+/// timing: clocks of merged captures, mirror sessions with different delays): no sample.
+const ELAPSED_MAX_NS: u64 = 1 << 38;
 
 /// The latency state of one requester direction of a connection: the timed requests in flight
 /// and the histograms of its samples.
@@ -358,7 +374,13 @@ pub struct LatState {
     pub ack: [u64; LAT_SLOTS],
     /// Timed READ requests in flight, oldest first.
     pub read: [u64; LAT_SLOTS],
+    /// While `LF_UNTIMED`: requests with AckReq that are not timed lie in [untimed,
+    /// untimed_hi] (an answer covering any of them gives no sample).
     pub untimed: u32,
+    pub untimed_hi: u32,
+    /// The newest request with AckReq seen (`LF_NEWEST`): an answer ahead of it answers one
+    /// not seen yet.
+    pub newest: u32,
     /// The responder's QP number, from the requests.
     pub qp: u32,
     pub flags: u32,
@@ -370,7 +392,7 @@ pub struct LatState {
     pub _pad: u32,
     pub hist: [LatHist; 2],
 }
-const _: () = assert!(size_of::<LatState>() == 16 * LAT_SLOTS + 24 + 2 * size_of::<LatHist>());
+const _: () = assert!(size_of::<LatState>() == 16 * LAT_SLOTS + 32 + 2 * size_of::<LatHist>());
 
 impl Default for LatState {
     fn default() -> Self {
@@ -378,6 +400,8 @@ impl Default for LatState {
             ack: [0; LAT_SLOTS],
             read: [0; LAT_SLOTS],
             untimed: 0,
+            untimed_hi: 0,
+            newest: 0,
             qp: 0,
             flags: 0,
             skipped: 0,
@@ -515,38 +539,30 @@ impl LatState {
     ) {
         let psn = p.psn & 0xFF_FFFF;
         match class {
-            SeqClass::Duplicate if copies => return,
+            // Another session's copy of the same transmission, unless it comes long after
+            // the timed one: then it is sent again.
+            SeqClass::Duplicate if copies => {
+                if self.timed_long_ago(psn, now_ns) {
+                    self.resent(psn);
+                }
+                return;
+            }
             SeqClass::NewIncarnation => {
                 self.ack = [0; LAT_SLOTS];
                 self.read = [0; LAT_SLOTS];
-                self.flags &= !(LF_UNTIMED | LF_SHARED);
+                self.flags &= !(LF_UNTIMED | LF_SHARED | LF_NEWEST);
                 self.qp = dest_qp;
             }
             // Sent again, or a copy of it seen: no sample from it (Karn's rule).
             SeqClass::Duplicate | SeqClass::Retransmission => {
-                // The forgotten requests are untimed now: an ACK covering them must not go to
-                // an older timed one.
-                if let Some(first) = forget_from(&mut self.ack, psn) {
-                    self.skipped += 1;
-                    if self.flags & LF_UNTIMED == 0 || covers(self.untimed, first) {
-                        self.untimed = first;
-                    }
-                    self.flags |= LF_UNTIMED;
-                }
-                forget_from(&mut self.read, psn);
-                compact(&mut self.ack);
-                compact(&mut self.read);
+                self.resent(psn);
                 return;
             }
             // Seen for the first time, but late (it fills a hole): older than the timed requests
-            // in flight, so not timed; untimed, so that no ACK covering it goes to an older
-            // timed request.
+            // in flight, so not timed; untimed, so that no ACK covering it gives a sample.
             SeqClass::OutOfOrder => {
                 if p.ack_req != 0 && p.class() != OpClass::ReadRequest {
-                    if self.flags & LF_UNTIMED == 0 || covers(self.untimed, psn) {
-                        self.untimed = psn;
-                    }
-                    self.flags |= LF_UNTIMED;
+                    self.untime(psn);
                 }
                 return;
             }
@@ -558,18 +574,26 @@ impl LatState {
         if self.flags & LF_UNTIMED != 0 && !covers(psn, self.untimed) {
             self.flags &= !LF_UNTIMED;
         }
+        if p.ack_req != 0 && p.class() != OpClass::ReadRequest {
+            self.newest = psn;
+            self.flags |= LF_NEWEST;
+        }
+        // Two connections under the key (a UDP port shared between the same hosts): their
+        // ACKs cannot be told apart, so nothing is timed from then on.
+        if self.flags & LF_SHARED != 0 {
+            return;
+        }
         if self.qp != dest_qp {
             let idle = self.ack[0] == 0 && self.read[0] == 0;
             if idle || self.qp == 0 {
                 self.qp = dest_qp;
-                self.flags &= !LF_SHARED;
             } else {
-                // Another connection under the same key: stop timing until it is idle.
+                // Another connection under the same key: nothing is timed any more (until a
+                // new incarnation).
                 self.conflicts += 1;
                 self.flags |= LF_SHARED;
                 self.ack = [0; LAT_SLOTS];
                 self.read = [0; LAT_SLOTS];
-                self.qp = dest_qp;
                 return;
             }
         }
@@ -578,17 +602,64 @@ impl LatState {
                 self.read[i] = slot_word(psn, now_ns);
             }
         } else if p.ack_req != 0 {
-            if self.flags & LF_UNTIMED != 0 {
-                return;
-            }
             match free_slot(&self.ack) {
                 Some(i) => self.ack[i] = slot_word(psn, now_ns),
-                None => {
-                    self.untimed = psn;
-                    self.flags |= LF_UNTIMED;
-                }
+                None => self.untime(psn),
             }
         }
+    }
+
+    /// Notes request `psn` (with AckReq) as not timed: [untimed, untimed_hi] grows to hold it.
+    #[inline(always)]
+    fn untime(&mut self, psn: u32) {
+        if self.flags & LF_UNTIMED == 0 {
+            self.untimed = psn;
+            self.untimed_hi = psn;
+            self.flags |= LF_UNTIMED;
+            return;
+        }
+        if covers(self.untimed, psn) {
+            self.untimed = psn;
+        }
+        if covers(psn, self.untimed_hi) {
+            self.untimed_hi = psn;
+        }
+    }
+
+    /// Requests from `psn` on are sent again (Karn's rule): the timed ones are forgotten and
+    /// count as untimed.
+    #[inline(always)]
+    fn resent(&mut self, psn: u32) {
+        let first = forget_from(&mut self.ack, psn);
+        if let Some(first) = first {
+            self.skipped += 1;
+            self.untime(first);
+        }
+        // Every request with AckReq from `psn` to the newest seen goes again.
+        if self.flags & LF_NEWEST != 0 && covers(self.newest, psn) {
+            self.untime(self.newest);
+        }
+        forget_from(&mut self.read, psn);
+        compact(&mut self.ack);
+        compact(&mut self.read);
+    }
+
+    /// A timed request of PSN `psn` was timed more than [`COPY_WINDOW_NS`] before `now_ns`.
+    #[inline(always)]
+    fn timed_long_ago(&self, psn: u32, now_ns: u64) -> bool {
+        let mut i = 0;
+        while i < LAT_SLOTS {
+            let w = self.ack[i];
+            if w != 0 && slot_psn(w) == psn && slot_elapsed(w, now_ns) > COPY_WINDOW_NS {
+                return true;
+            }
+            let w = self.read[i];
+            if w != 0 && slot_psn(w) == psn && slot_elapsed(w, now_ns) > COPY_WINDOW_NS {
+                return true;
+            }
+            i += 1;
+        }
+        false
     }
 
     /// An answer in the reverse direction seen at `now_ns`: the sample it ends, if any.
@@ -614,7 +685,11 @@ impl LatState {
                 self.skipped += 1;
             }
             if self.flags & LF_UNTIMED != 0 && covers(before, self.untimed) {
-                self.flags &= !LF_UNTIMED;
+                if covers(before, self.untimed_hi) {
+                    self.flags &= !LF_UNTIMED;
+                } else {
+                    self.untimed = psn;
+                }
             }
             let n = covered(&self.read, psn);
             if n == 0 {
@@ -622,28 +697,52 @@ impl LatState {
             }
             let w = self.read[n - 1];
             drop_front(&mut self.read, n);
-            return (slot_psn(w) == psn).then(|| (LatKind::Read, slot_elapsed(w, now_ns)));
+            let elapsed = slot_elapsed(w, now_ns);
+            let clean = self.flags & LF_SHARED == 0 && elapsed <= ELAPSED_MAX_NS;
+            return (slot_psn(w) == psn && clean).then_some((LatKind::Read, elapsed));
         }
         let (psn, rnr) = ack_psn(p, class)?;
+        // A NAK (sequence error) or an RNR NAK names the first request the responder did not
+        // take: go-back-N sends it and those after it again. Their timing ends here.
+        if class == OpClass::Nak || rnr {
+            let from = if rnr {
+                psn
+            } else {
+                psn.wrapping_add(1) & 0xFF_FFFF
+            };
+            self.resent(from);
+        }
         let n = covered(&self.ack, psn);
-        let untimed_covered = self.flags & LF_UNTIMED != 0 && covers(psn, self.untimed);
+        let untimed = self.flags & LF_UNTIMED != 0;
+        let (lo, hi) = (self.untimed, self.untimed_hi);
+        let untimed_covered = untimed && covers(psn, lo);
         if untimed_covered {
-            self.flags &= !LF_UNTIMED;
+            if covers(psn, hi) {
+                self.flags &= !LF_UNTIMED;
+            } else {
+                self.untimed = psn.wrapping_add(1) & 0xFF_FFFF;
+            }
         }
         if n == 0 {
             return None;
         }
         let w = self.ack[n - 1];
         drop_front(&mut self.ack, n);
-        // The untimed request is newer than every timed one (none is timed after it): an ACK
-        // that covers it may answer it, not the timed one.
-        if untimed_covered || rnr {
+        // An untimed request newer than the timed one it would be matched to, and covered:
+        // the answer may be its (the untimed ones lie in [lo, hi]).
+        let newer_untimed = untimed_covered && crate::seq::psn_after(hi, slot_psn(w));
+        // Ahead of every request with AckReq seen: it answers one not seen yet (its request
+        // went by another way, or is late), not a timed one.
+        let unseen = self.flags & LF_NEWEST != 0 && !covers(self.newest, psn);
+        let elapsed = slot_elapsed(w, now_ns);
+        if newer_untimed || rnr || unseen || self.flags & LF_SHARED != 0 || elapsed > ELAPSED_MAX_NS
+        {
             if !rnr {
                 self.skipped += 1;
             }
             return None;
         }
-        Some((LatKind::Ack, slot_elapsed(w, now_ns)))
+        Some((LatKind::Ack, elapsed))
     }
 
     /// Records a sample in this state's histogram of its kind.
@@ -827,12 +926,13 @@ mod tests {
             s.answer(&ack(3, 0), 100 * US),
             Some((LatKind::Ack, 97 * US))
         );
-        // Timing stays off until the first untimed request is covered.
+        // A slot is free again: 7 is timed.
         write(&mut s, 7, 101 * US);
-        // An ACK of 5 covers timed 4 and untimed 5: no sample.
+        // An ACK of 5 covers timed 4 and untimed 5, newer than 4: no sample.
         assert_eq!(s.answer(&ack(5, 0), 102 * US), None);
         assert_eq!(s.skipped, 1);
-        assert_eq!(s.answer(&ack(7, 0), 103 * US), None);
+        // An ACK of 7 covers untimed 6 too, but 7 is newer and timed: its sample.
+        assert_eq!(s.answer(&ack(7, 0), 103 * US), Some((LatKind::Ack, 2 * US)));
         write(&mut s, 8, 104 * US);
         assert_eq!(s.answer(&ack(8, 0), 110 * US), Some((LatKind::Ack, 6 * US)));
     }
@@ -919,12 +1019,14 @@ mod tests {
         assert_eq!(s.answer(&ack(5, 0x20), 10 * US), None); // RNR NAK
         write(&mut s, 6, 20 * US);
         write(&mut s, 8, 21 * US);
-        // NAK sequence error at 8: 6 and 7 were taken, 8 was not.
+        // NAK sequence error at 8: 6 and 7 were taken, 8 was not (and will be sent again: its
+        // timing ends).
         assert_eq!(
             s.answer(&ack(8, 0x60), 40 * US),
             Some((LatKind::Ack, 20 * US))
         );
-        assert_eq!(s.ack[0] >> 63, 1);
+        assert_eq!(s.ack[0], 0);
+        assert_eq!(s.answer(&ack(8, 0), 90 * US), None);
     }
 
     #[test]
@@ -1012,6 +1114,62 @@ mod tests {
         let mut s = LatState::default();
         let t = (1u64 << 39) - 5;
         write(&mut s, 0xFF_FFFF, t);
-        assert_eq!(s.answer(&ack(2, 0), t + 25), Some((LatKind::Ack, 25)));
+        write(&mut s, 1, t + 10);
+        assert_eq!(s.answer(&ack(1, 0), t + 25), Some((LatKind::Ack, 15)));
+    }
+
+    #[test]
+    fn an_answer_ahead_of_every_request_seen_gives_no_sample() {
+        // Its request went another way (another mirror session, delayed): not the timed one's.
+        let mut s = LatState::default();
+        write(&mut s, 10, 0);
+        assert_eq!(s.answer(&ack(11, 0), 40 * US), None);
+        assert_eq!(s.skipped, 1);
+    }
+
+    #[test]
+    fn a_late_request_with_timed_ones_after_it_keeps_the_newer_untimed_one() {
+        // 1, 3, 4, 5 timed; 6 untimed (full); 2 arrives late: untimed 2..6.
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        s.request(&req(3, op::WRITE_ONLY, true), 7, SeqClass::Ahead, false, US);
+        for psn in 4..=6 {
+            write(&mut s, psn, US);
+        }
+        s.request(
+            &req(2, op::WRITE_ONLY, true),
+            7,
+            SeqClass::OutOfOrder,
+            false,
+            2 * US,
+        );
+        assert_eq!(s.answer(&ack(2, 0), 10 * US), None);
+        // 6 is still untimed: an ACK of 6 gives nothing (not 5's time).
+        assert_eq!(s.answer(&ack(6, 0), 20 * US), None);
+    }
+
+    #[test]
+    fn mirror_copies_long_after_are_resends() {
+        let mut s = LatState::default();
+        write(&mut s, 1, 0);
+        // Another session's copy 2 us later: the same transmission.
+        s.request(
+            &req(1, op::WRITE_ONLY, true),
+            7,
+            SeqClass::Duplicate,
+            true,
+            2 * US,
+        );
+        assert_eq!(s.answer(&ack(1, 0), 30 * US), Some((LatKind::Ack, 30 * US)));
+        // Seen again 3 ms after: sent again (a timeout's first resent packet).
+        write(&mut s, 2, 100 * US);
+        s.request(
+            &req(2, op::WRITE_ONLY, true),
+            7,
+            SeqClass::Duplicate,
+            true,
+            3_100 * US,
+        );
+        assert_eq!(s.answer(&ack(2, 0), 3_200 * US), None);
     }
 }

@@ -68,10 +68,14 @@ fn histogram_family<L: prometheus_client::encoding::EncodeLabelSet>(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
     for (labels, h) in rows {
+        // The count is the buckets' sum (OpenMetrics wants it equal to +Inf; the kernel's
+        // shared histograms may be read between a sample's count and its bucket).
+        let buckets = octave_buckets(&h);
+        let count = buckets.iter().map(|(_, n)| n).sum();
         m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
             h.sum_ns as f64 / 1e9,
-            h.count,
-            &octave_buckets(&h),
+            count,
+            &buckets,
             None,
         )?;
     }

@@ -118,10 +118,14 @@ pub fn read_latency(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> {
             source,
         },
     )?;
-    for entry in lat.iter() {
-        // An entry the LRU evicts during the walk ends it early: what was read stays.
-        let Ok((key, state)) = entry else { break };
-        agg.merge_latency(key, &state);
+    // A key-at-a-time walk starts over when the LRU evicts the key it stands on: an entry can
+    // come twice. Each key is kept once (the kernel holds one value per key).
+    let mut seen = std::collections::HashMap::new();
+    for (key, state) in lat.iter().flatten() {
+        seen.insert(key, state);
+    }
+    for (key, state) in &seen {
+        agg.merge_latency(*key, state);
     }
     let scopes = map_fd(ebpf, maps::LAT_SCOPES)?;
     bpfsys::percpu_hash_for_each::<LatScopeKey, LatHist>(scopes, BATCH, |key, per_cpu| {

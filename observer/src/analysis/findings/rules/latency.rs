@@ -251,10 +251,12 @@ fn coinciding(r: &Report, c: &Latency) -> (String, serde_json::Value) {
     });
     let mut said = Vec::new();
     for (prio, (frames, ns)) in &pauses {
-        said.push(match ns {
-            Some(ns) => format!("{} of PFC pause on priority {prio}", duration(*ns)),
-            None => format!("{} on priority {prio}", count(*frames, "PFC frame")),
-        });
+        said.push(
+            match ns {
+                Some(ns) => format!("{} of PFC pause on priority {prio}", duration(*ns)),
+                None => format!("{} on priority {prio}", count(*frames, "PFC frame")),
+            } + " (over the whole observation, from senders active then)",
+        );
     }
     if ce > 0 {
         said.push(format!(
