@@ -482,14 +482,16 @@ impl Collector {
                 hist: *h,
             })
             .collect();
+        // One series per requester direction: a flow seen in several mirror sessions has one
+        // latency (every session's together), on its first series.
+        let mut exported = std::collections::HashSet::new();
         let qp_latency = drained
             .series
             .iter()
             .filter_map(|r| {
-                let state = lat
-                    .latency
-                    .get(&observer_common::LatKey::of_request(&r.key))?;
-                Some((r.key, state.hist))
+                let key = observer_common::LatKey::of_request(&r.key);
+                let state = lat.latency.get(&key)?;
+                exported.insert(key).then_some((r.key, state.hist))
             })
             .collect();
         // Idle flows: deleted with their last values (nothing lost in between).
