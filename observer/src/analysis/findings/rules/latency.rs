@@ -183,17 +183,24 @@ fn coinciding(r: &Report, c: &Latency) -> (String, serde_json::Value) {
         return (String::new(), serde_json::Value::Null);
     };
     let limit_ns = (c.max_p99_us * 1e3) as u64;
+    // Slow intervals: a p99 above the threshold, or above the ratio times its median.
     let slow_bins: Vec<usize> = (0..series.t.len())
         .filter(|&i| {
-            let over =
-                |v: &Vec<Option<u64>>| v.get(i).copied().flatten().is_some_and(|p| p > limit_ns);
-            over(&lat.ack_p99_ns) || over(&lat.read_p99_ns)
+            let at = |v: &Vec<Option<u64>>| v.get(i).copied().flatten();
+            let slow = |p99: Option<u64>, p50: Option<u64>| {
+                p99.is_some_and(|p| {
+                    p > limit_ns
+                        || p50.is_some_and(|m| m > 0 && p as f64 > c.max_p99_over_p50 * m as f64)
+                })
+            };
+            slow(at(&lat.ack_p99_ns), at(&lat.ack_p50_ns))
+                || slow(at(&lat.read_p99_ns), at(&lat.read_p50_ns))
         })
         .collect();
     if slow_bins.is_empty() {
         return (
             String::new(),
-            serde_json::json!({"note": "no single interval's p99 above the threshold: the slow samples are spread out"}),
+            serde_json::json!({"note": "no single interval slow (p99 above the threshold or the ratio): the slow samples are spread out"}),
         );
     }
     let interval_ns = (series.interval_s * 1e9) as u64;
