@@ -337,6 +337,57 @@ mod tests {
     }
 
     #[test]
+    fn the_summary_names_what_coincided_with_the_slow_intervals() {
+        use crate::model::series::{LatencySeries, Metrics, Series};
+        let mut r = with(300, 18_000, 2_100_000);
+        // Three 1 s intervals; the middle one slow, with 10% CE and 50 CNPs/s.
+        r.series = Some(Series {
+            interval_s: 1.0,
+            start_ns: 0,
+            t: vec![0.0, 1.0, 2.0],
+            total: Metrics {
+                bps: vec![0.0; 3],
+                packets: vec![100, 100, 100],
+                ce_fraction: vec![0.0, 0.1, 0.0],
+                cnp_per_s: vec![0.0, 50.0, 0.0],
+                naks: vec![0; 3],
+                psn_gaps: vec![0; 3],
+                retransmissions: vec![0; 3],
+            },
+            interfaces: Vec::new(),
+            flows: Vec::new(),
+            latency: Some(LatencySeries {
+                ack_samples: vec![100; 3],
+                ack_p50_ns: vec![Some(18_000); 3],
+                ack_p99_ns: vec![Some(20_000), Some(2_100_000), Some(20_000)],
+                read_samples: vec![0; 3],
+                read_p50_ns: vec![None; 3],
+                read_p99_ns: vec![None; 3],
+            }),
+            span_s: 3.0,
+            interval_fitted: false,
+        });
+        let f = fired(run(&LatencyRule, &r, &Thresholds::default()));
+        assert!(
+            f.summary
+                .ends_with(", during 1.0 s of slow intervals with 10.0% CE marks, 50 CNPs"),
+            "{}",
+            f.summary
+        );
+        // Nothing in view: said so.
+        r.series.as_mut().unwrap().total.ce_fraction = vec![0.0; 3];
+        r.series.as_mut().unwrap().total.cnp_per_s = vec![0.0; 3];
+        let f = fired(run(&LatencyRule, &r, &Thresholds::default()));
+        assert!(
+            f.summary.ends_with(
+                ", over 1.0 s of slow intervals with no CE mark, CNP, PFC pause or microburst in view"
+            ),
+            "{}",
+            f.summary
+        );
+    }
+
+    #[test]
     fn a_high_p99_fires_a_low_one_passes_too_few_samples_say_so() {
         let t = Thresholds::default();
         let f = fired(run(&LatencyRule, &with(100, 18_000, 2_100_000), &t));
