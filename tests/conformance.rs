@@ -845,15 +845,9 @@ fn low_source_ports_match_tshark_with_decode_as() {
     failures.check();
 }
 
-#[test]
-fn real_captures_match_tshark() {
-    let test = "real_captures_match_tshark";
-    if !have_tshark(test) {
-        return;
-    }
-    let Some(dir) = shared_captures(test, "real") else {
-        return;
-    };
+/// The `*.pcap` files of the shared `real` captures, sorted (`None`, loudly, when missing).
+fn real_pcaps(test: &str) -> Option<Vec<PathBuf>> {
+    let dir = shared_captures(test, "real")?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -861,6 +855,18 @@ fn real_captures_match_tshark() {
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no *.pcap in {}", dir.display());
+    Some(files)
+}
+
+#[test]
+fn real_captures_match_tshark() {
+    let test = "real_captures_match_tshark";
+    if !have_tshark(test) {
+        return;
+    }
+    let Some(files) = real_pcaps(test) else {
+        return;
+    };
     let (mut flows, mut packets) = (0, 0);
     let mut failures = Failures::default();
     for file in &files {
@@ -924,15 +930,9 @@ fn real_captures_connections_match_tshark() {
     if !have_tshark(test) {
         return;
     }
-    let Some(dir) = shared_captures(test, "real") else {
+    let Some(files) = real_pcaps(test) else {
         return;
     };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
-        .collect();
-    files.sort();
     let mut failures = Failures::default();
     let mut joined = 0;
     for file in &files {

@@ -204,14 +204,7 @@ pub fn render_table(report: &Report, top: usize) -> String {
                 "  A flow seen in several mirror sessions has its PSNs analysed all sessions together, on its first row (^ on the others)"
             );
         }
-        if report.flows.len() > top {
-            let _ = writeln!(
-                out,
-                "  ... {} more {} (--top N, or --json for all)",
-                report.flows.len() - top,
-                noun((report.flows.len() - top) as u64, "flow")
-            );
-        }
+        more(&mut out, report.flows.len(), top, "flow");
     }
     render_connections(&mut out, report, top);
     render_latency(&mut out, report);
@@ -391,12 +384,17 @@ fn render_pfc(out: &mut String, pfc: &PfcReport, top: usize) {
         ],
         rows,
     ));
-    if pfc.sources.len() > top {
+    more(out, pfc.sources.len(), top, "sender");
+}
+
+/// "... N more rows (--top N, or --json for all)" when a table showed `top` of `len` rows.
+fn more(out: &mut String, len: usize, top: usize, row: &str) {
+    if len > top {
         let _ = writeln!(
             out,
             "  ... {} more {} (--top N, or --json for all)",
-            pfc.sources.len() - top,
-            noun((pfc.sources.len() - top) as u64, "sender")
+            len - top,
+            noun((len - top) as u64, row)
         );
     }
 }
@@ -462,14 +460,7 @@ fn render_connections(out: &mut String, report: &Report, top: usize) {
             out,
             "  A sent the most requests; latency is of A's requests (--json has B's)"
         );
-        if report.connections.len() > top {
-            let _ = writeln!(
-                out,
-                "  ... {} more {} (--top N, or --json for all)",
-                report.connections.len() - top,
-                noun((report.connections.len() - top) as u64, "connection")
-            );
-        }
+        more(out, report.connections.len(), top, "connection");
     }
     let (ud, cm): (Vec<_>, Vec<_>) = report.other_traffic.iter().partition(|o| o.kind == "UD");
     if !ud.is_empty() || !cm.is_empty() {
