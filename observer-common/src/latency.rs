@@ -24,9 +24,10 @@
 //! their requests' QPNs: the key is not timed from then on (until a new incarnation).
 //!
 //! In the kernel the state is one value shared by the CPUs (a request and its answer may be
-//! handled on different ones): each timed request is one word, published by one store, but
-//! moving the ring's words is not atomic, so a request and its answer handled at the same
-//! instant on two CPUs can lose a timed request (a sample lost) or, rarely, keep an answered one.
+//! handled on different ones): each timed request is one word, published by one store, and no
+//! word ever moves (slots are emptied in place; age is told by PSN distance), so a request and
+//! its answer handled at the same instant on two CPUs can at worst lose a timed request (a
+//! sample lost), never pair an answer with a request's stale copy.
 
 use core::mem::size_of;
 
@@ -370,9 +371,9 @@ const ELAPSED_MAX_NS: u64 = 1 << 38;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LatState {
-    /// Timed AckReq requests in flight, oldest first ([`slot_word`]; 0 empty).
+    /// Timed AckReq requests in flight, in any order ([`slot_word`]; 0 empty).
     pub ack: [u64; LAT_SLOTS],
-    /// Timed READ requests in flight, oldest first.
+    /// Timed READ requests in flight, in any order.
     pub read: [u64; LAT_SLOTS],
     /// While `LF_UNTIMED`: requests with AckReq that are not timed lie in [untimed,
     /// untimed_hi] (an answer covering any of them gives no sample).
@@ -425,28 +426,27 @@ fn free_slot(ring: &[u64; LAT_SLOTS]) -> Option<usize> {
     None
 }
 
-/// Removes the first `n` slots of a ring (the oldest), moving the rest to the front.
+/// Empties the slots whose request the answer of PSN `answer` covers; the word of the newest of
+/// them (the nearest behind the answer), if any. Slots stay where they are (no word moves: the
+/// kernel's CPUs share the ring), so age is told by PSN distance, not by position.
 #[inline(always)]
-fn drop_front(ring: &mut [u64; LAT_SLOTS], n: usize) {
+fn take_covered(ring: &mut [u64; LAT_SLOTS], answer: u32) -> Option<u64> {
+    let mut newest = 0u64;
+    let mut best = u32::MAX;
     let mut i = 0;
     while i < LAT_SLOTS {
-        ring[i] = if i + n < LAT_SLOTS { ring[i + n] } else { 0 };
-        i += 1;
-    }
-}
-
-/// Slots at the front of a ring whose PSN `answer` covers (they are in sending order).
-#[inline(always)]
-fn covered(ring: &[u64; LAT_SLOTS], answer: u32) -> usize {
-    let mut n = 0;
-    let mut i = 0;
-    while i < LAT_SLOTS {
-        if ring[i] != 0 && covers(answer, slot_psn(ring[i])) {
-            n = i + 1;
+        let w = ring[i];
+        if w != 0 && covers(answer, slot_psn(w)) {
+            let d = psn_sub(answer, slot_psn(w));
+            if d < best {
+                best = d;
+                newest = w;
+            }
+            ring[i] = 0;
         }
         i += 1;
     }
-    n
+    if newest != 0 { Some(newest) } else { None }
 }
 
 /// Empties the slots of requests at or after `psn` (sent again: Karn's rule); the PSN of the
@@ -454,11 +454,16 @@ fn covered(ring: &[u64; LAT_SLOTS], answer: u32) -> usize {
 #[inline(always)]
 fn forget_from(ring: &mut [u64; LAT_SLOTS], psn: u32) -> Option<u32> {
     let mut first = None;
+    let mut best = u32::MAX;
     let mut i = 0;
     while i < LAT_SLOTS {
-        if ring[i] != 0 && covers(slot_psn(ring[i]), psn) {
-            if first.is_none() {
-                first = Some(slot_psn(ring[i]));
+        let w = ring[i];
+        if w != 0 && covers(slot_psn(w), psn) {
+            // The oldest: the nearest at or after `psn`.
+            let d = psn_sub(slot_psn(w), psn);
+            if d < best {
+                best = d;
+                first = Some(slot_psn(w));
             }
             ring[i] = 0;
         }
@@ -521,7 +526,6 @@ fn expire(ring: &mut [u64; LAT_SLOTS], psn: u32) {
         }
         i += 1;
     }
-    compact(ring);
 }
 
 impl LatState {
@@ -640,8 +644,6 @@ impl LatState {
             self.untime(self.newest);
         }
         forget_from(&mut self.read, psn);
-        compact(&mut self.ack);
-        compact(&mut self.read);
     }
 
     /// A timed request of PSN `psn` was timed more than [`COPY_WINDOW_NS`] before `now_ns`.
@@ -679,9 +681,7 @@ impl LatState {
             // it covers are answered, without a sample (its time is the READ's latency), so a
             // later ACK is not matched to them.
             let before = psn_sub(psn, 1);
-            let acked = covered(&self.ack, before);
-            if acked > 0 {
-                drop_front(&mut self.ack, acked);
+            if take_covered(&mut self.ack, before).is_some() {
                 self.skipped += 1;
             }
             if self.flags & LF_UNTIMED != 0 && covers(before, self.untimed) {
@@ -691,12 +691,7 @@ impl LatState {
                     self.untimed = psn;
                 }
             }
-            let n = covered(&self.read, psn);
-            if n == 0 {
-                return None;
-            }
-            let w = self.read[n - 1];
-            drop_front(&mut self.read, n);
+            let w = take_covered(&mut self.read, psn)?;
             let elapsed = slot_elapsed(w, now_ns);
             let clean = self.flags & LF_SHARED == 0 && elapsed <= ELAPSED_MAX_NS;
             return (slot_psn(w) == psn && clean).then_some((LatKind::Read, elapsed));
@@ -712,7 +707,6 @@ impl LatState {
             };
             self.resent(from);
         }
-        let n = covered(&self.ack, psn);
         let untimed = self.flags & LF_UNTIMED != 0;
         let (lo, hi) = (self.untimed, self.untimed_hi);
         let untimed_covered = untimed && covers(psn, lo);
@@ -723,11 +717,7 @@ impl LatState {
                 self.untimed = psn.wrapping_add(1) & 0xFF_FFFF;
             }
         }
-        if n == 0 {
-            return None;
-        }
-        let w = self.ack[n - 1];
-        drop_front(&mut self.ack, n);
+        let w = take_covered(&mut self.ack, psn)?;
         // An untimed request newer than the timed one it would be matched to, and covered:
         // the answer may be its (the untimed ones lie in [lo, hi]).
         let newer_untimed = untimed_covered && crate::seq::psn_after(hi, slot_psn(w));
@@ -784,24 +774,6 @@ impl LatState {
         self.skipped += o.skipped;
         self.conflicts += o.conflicts;
         self.flags |= o.flags & (LF_EGRESS | LF_SHARED);
-    }
-}
-
-/// Moves a ring's slots to the front, in order (in place: the kernel's stack is full).
-#[inline(always)]
-fn compact(ring: &mut [u64; LAT_SLOTS]) {
-    let mut n = 0;
-    let mut i = 0;
-    while i < LAT_SLOTS {
-        let w = ring[i];
-        if w != 0 {
-            ring[i] = 0;
-            if n < LAT_SLOTS {
-                ring[n] = w;
-            }
-            n += 1;
-        }
-        i += 1;
     }
 }
 
