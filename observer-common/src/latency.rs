@@ -720,7 +720,9 @@ impl LatState {
         let w = take_covered(&mut self.ack, psn)?;
         // An untimed request newer than the timed one it would be matched to, and covered:
         // the answer may be its (the untimed ones lie in [lo, hi]).
-        let newer_untimed = untimed_covered && crate::seq::psn_after(hi, slot_psn(w));
+        // The newest untimed request it can cover: `hi`, or its own PSN short of it.
+        let top = if covers(psn, hi) { hi } else { psn };
+        let newer_untimed = untimed_covered && crate::seq::psn_after(top, slot_psn(w));
         // Ahead of every request with AckReq seen: it answers one not seen yet (its request
         // went by another way, or is late), not a timed one.
         let unseen = self.flags & LF_NEWEST != 0 && !covers(self.newest, psn);
@@ -1079,6 +1081,31 @@ mod tests {
             s.answer(&ack(1 << 17, 0), 9 * US),
             Some((LatKind::Ack, 8 * US))
         );
+    }
+
+    #[test]
+    fn a_deep_pipeline_keeps_giving_samples() {
+        // More than four requests in flight all along: each ACK covers requests up to a timed
+        // one newer than every untimed one it covers.
+        let mut s = LatState::default();
+        for psn in 1..=5 {
+            write(&mut s, psn, psn as u64 * US);
+        }
+        assert_eq!(s.answer(&ack(2, 0), 20 * US), Some((LatKind::Ack, 18 * US)));
+        assert_eq!(s.answer(&ack(4, 0), 21 * US), Some((LatKind::Ack, 17 * US)));
+        for psn in 6..=8 {
+            write(&mut s, psn, 20 * US + psn as u64 * US);
+        }
+        // Slots 6, 7, 8; untimed 5 (older). ACK 7 covers 5, older than 7: a sample.
+        assert_eq!(s.answer(&ack(7, 0), 40 * US), Some((LatKind::Ack, 13 * US)));
+        let sampled = (9..=40u32)
+            .filter(|psn| {
+                write(&mut s, *psn, u64::from(*psn) * 10 * US);
+                s.answer(&ack(psn - 1, 0), u64::from(*psn) * 10 * US + 5 * US)
+                    .is_some()
+            })
+            .count();
+        assert!(sampled >= 30, "{sampled} samples over 32 ACKs");
     }
 
     #[test]
