@@ -238,25 +238,17 @@ impl LatKey {
     /// The key of a request of flow `k` (its sender is the requester).
     #[inline(always)]
     pub fn of_request(k: &FlowKey) -> Self {
-        Self {
-            requester: k.src_ip,
-            responder: k.dst_ip,
-            udp_src_port: k.udp_src_port,
-            mirror: scope(k.mirror),
-            _pad: 0,
-        }
+        let mut key = Self::default();
+        key.set(k, false);
+        key
     }
 
     /// The key of an answer of flow `k` (its receiver is the requester).
     #[inline(always)]
     pub fn of_answer(k: &FlowKey) -> Self {
-        Self {
-            requester: k.dst_ip,
-            responder: k.src_ip,
-            udp_src_port: k.udp_src_port,
-            mirror: scope(k.mirror),
-            _pad: 0,
-        }
+        let mut key = Self::default();
+        key.set(k, true);
+        key
     }
 
     /// Sets this key to the request or answer key of `k`, in place (the kernel keeps it in a

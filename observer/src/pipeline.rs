@@ -381,7 +381,7 @@ impl LiveSession {
         let mut source = Source::live(o.interfaces.clone(), o.xdp_mode.name());
         source.mode = Some(o.vantage.name().to_string());
         let mut report = agg.report(source, window);
-        report.latency = agg.latency_scopes(&names);
+        report.name_latency_interfaces(&names);
         apply_timeline(&mut report, self.timeline.finish(&agg));
         // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
         let mirrored = report

@@ -2,7 +2,7 @@
 //! connection have swapped addresses, one UDP source port and one observation (direct, or every
 //! mirror session together); each direction's destination QP is the other side's QP number.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use observer_common::seq::{F_RESP, F_VALID, MAX_GO_BACK, pmtu_of, psn_sub};
 use observer_common::{FlowKey, LatKey, LatKind, MIRROR_UNION, QP_CM};
@@ -20,6 +20,8 @@ const UC: u32 = 1 << 1;
 const UD: u32 = 1 << 3;
 const CNP: u32 = 1 << 4;
 const XRC: u32 = 1 << 5;
+/// The connected transports: RC, UC and XRC.
+pub(crate) const CONNECTED: u32 = RC | UC | XRC;
 
 /// The observation a flow belongs to: direct (either direction of a host), or every mirror
 /// session together.
@@ -31,10 +33,11 @@ fn scope(k: &FlowKey) -> u16 {
     }
 }
 
-/// Two hosts (lower address first), the UDP source port, the observation.
-type Group = ([u8; 16], [u8; 16], u16, u16);
+/// Two hosts (lower address first), the UDP source port, the observation: one connection's
+/// flows (the daemon counts connections by it too).
+pub(crate) type Group = ([u8; 16], [u8; 16], u16, u16);
 
-fn group_of(k: &FlowKey) -> Group {
+pub(crate) fn group_of(k: &FlowKey) -> Group {
     let (lo, hi) = if k.src_ip <= k.dst_ip {
         (k.src_ip, k.dst_ip)
     } else {
@@ -61,7 +64,7 @@ impl Aggregate {
         let mut groups: BTreeMap<Group, BTreeMap<([u8; 16], u32), Direction>> = BTreeMap::new();
         for (k, f) in rows {
             let mask = self.flows.get(k).map_or(0, |s| s.transport_mask);
-            let connected = mask & (RC | UC | XRC) != 0 || mask == CNP;
+            let connected = mask & CONNECTED != 0 || mask == CNP;
             if k.dest_qp == QP_CM || (!connected && mask & UD != 0) {
                 other.push(OtherTraffic {
                     kind: if k.dest_qp == QP_CM {
@@ -271,13 +274,14 @@ impl Aggregate {
         s
     }
 
-    /// The per-interface latency histograms, summarised (`names`: interface names by index).
-    pub fn latency_scopes(&self, names: &HashMap<u32, String>) -> Vec<LatencyScope> {
+    /// The per-interface latency histograms, summarised (the interfaces unnamed: live capture
+    /// names them, [`crate::model::Report::name_latency_interfaces`]).
+    pub fn latency_scopes(&self) -> Vec<LatencyScope> {
         self.latency_scopes
             .iter()
             .filter_map(|(k, h)| {
                 Some(LatencyScope {
-                    interface: names.get(&k.ifindex).cloned(),
+                    interface: None,
                     ifindex: k.ifindex,
                     kind: kind_name(k.kind).to_string(),
                     side: side_name(observer_common::LatSide::of(k.side)).to_string(),

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-mod connections;
+pub(crate) mod connections;
 
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use crate::units::count;
@@ -578,7 +578,7 @@ impl Aggregate {
             flows,
             connections,
             other_traffic,
-            latency: agg.latency_scopes(&HashMap::new()),
+            latency: agg.latency_scopes(),
             pfc: PfcReport::new(&agg.pauses),
             ecmp: None,
             series: None,

@@ -25,6 +25,7 @@ use super::{
     procfs::{cpu_seconds, resident_bytes},
     signals::Command,
 };
+use crate::aggregate::connections;
 use crate::source::live::{self, FlowSink, IfaceEvent, LiveError, Observer, OneLine};
 
 pub(super) fn open_jsonl(path: &Path) -> Result<BufWriter<File>, DaemonError> {
@@ -561,21 +562,16 @@ impl Collector {
 /// The book reads the flow maps; the connections among them are counted on the way.
 struct Tee<'a> {
     book: &'a mut FlowBook,
-    /// Two hosts (lower first), the UDP source port, direct or mirrored: one connection.
-    connections: std::collections::HashSet<([u8; 16], [u8; 16], u16, bool)>,
+    /// One connection's flows share a group (as the report joins them).
+    connections: std::collections::HashSet<connections::Group>,
 }
 
 impl Tee<'_> {
     fn note(&mut self, key: &FlowKey, stats: &FlowStats) {
-        // RC, UC, XRC opcodes (FlowStats::transport_mask bits 0, 1, 5), not QP 1.
-        if stats.transport_mask & 0b10_0011 != 0 && key.dest_qp != observer_common::QP_CM {
-            let (lo, hi) = if key.src_ip <= key.dst_ip {
-                (key.src_ip, key.dst_ip)
-            } else {
-                (key.dst_ip, key.src_ip)
-            };
-            self.connections
-                .insert((lo, hi, key.udp_src_port, key.mirror & 0x8000 != 0));
+        if stats.transport_mask & connections::CONNECTED != 0
+            && key.dest_qp != observer_common::QP_CM
+        {
+            self.connections.insert(connections::group_of(key));
         }
     }
 }

@@ -823,6 +823,13 @@ impl Report {
         }
     }
 
+    /// Names the interfaces of the `latency` section (live capture: `names` by ifindex).
+    pub fn name_latency_interfaces(&mut self, names: &std::collections::HashMap<u32, String>) {
+        for l in &mut self.latency {
+            l.interface = names.get(&l.ifindex).cloned();
+        }
+    }
+
     /// Sets the link speed of the `pfc` section (pause times follow from it).
     pub fn set_link_speed(&mut self, bps: Option<u64>) {
         if let Some(pfc) = &mut self.pfc {
