@@ -23,6 +23,13 @@ use roce_observer::{
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
+/// One test of this file at a time: they time delays to tens of microseconds, and the
+/// generator's spinning sender of one would hold up the softirqs of another on a 2-CPU machine.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// `n` WRITEs with AckReq from 198.18.0.1 to 198.18.0.2 and the ACK of each, alternating.
 fn pairs(n: usize) -> Vec<Frame> {
     let ip = Ip::v4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
@@ -117,6 +124,7 @@ fn ack_latency_equals_the_delay_the_generator_kept() {
     if !require_root("ack_latency_equals_the_delay_the_generator_kept") {
         return;
     }
+    let _one = one_at_a_time();
     for d_ms in [1u64, 5, 20] {
         let n = 40;
         let (report, l, truth) = measure(vec![Duration::from_millis(d_ms); n]);
@@ -166,6 +174,7 @@ fn ack_latency_quantiles_follow_a_spread_of_delays() {
     if !require_root("ack_latency_quantiles_follow_a_spread_of_delays") {
         return;
     }
+    let _one = one_at_a_time();
     let n = 200u64;
     let delays: Vec<Duration> = (0..n)
         .map(|i| Duration::from_micros(2_000 + (i * 7919) % 8_000))
@@ -222,6 +231,75 @@ fn filler() -> Vec<u8> {
     f
 }
 
+/// The shaper's bucket (bytes).
+const BURST: u64 = 1600;
+/// The full-size frame ahead of each ACK.
+const FULL: u64 = 1514;
+
+/// The delay a token bucket of `rate` bits/s, full (`BURST`), gives an ACK of `ack_len` bytes
+/// sent right behind a full frame and one of `second` bytes: its tokens come once the bucket
+/// has paid for all three.
+fn shaper_delay_ns(second: u64, ack_len: u64, rate: u64) -> u64 {
+    (FULL + second + ack_len - BURST) * 8 * 1_000_000_000 / rate
+}
+
+/// Runs `diagnose` on rx0 and rx1 while `seconds.len()` WRITEs go on tx0 and their ACKs on
+/// tx1, shaped by `tc qdisc tbf rate RATE burst BURST`, each ACK behind a full frame and one of
+/// `seconds[i]` bytes, pairs `gap` apart; its one ACK histogram and the ACK frame's length.
+fn shaped(rate_mbit: u64, seconds: Vec<usize>, gap: Duration) -> (LatencyScope, u64) {
+    let n = seconds.len();
+    let ns = roce_observer::lab::Netns::create("ro-tbf").unwrap();
+    two_links(&ns);
+    let (rate, burst) = (format!("{rate_mbit}mbit"), BURST.to_string());
+    sh(
+        &ns,
+        &[
+            "tc", "qdisc", "add", "dev", "tx1", "root", "tbf", "rate", &rate, "burst", &burst,
+            "latency", "1s",
+        ],
+    );
+    let frames = pairs(n);
+    let ack_len = frames[1].bytes.len() as u64;
+    let d = Diagnose::start(
+        &ns,
+        CLI.as_ref(),
+        &[
+            "--iface",
+            "rx0",
+            "--iface",
+            "rx1",
+            "--duration",
+            &format!("{}s", (gap * n as u32).as_secs() + 2),
+            "--json",
+        ],
+    );
+    assert!(has_xdp(&ns, "rx0") && has_xdp(&ns, "rx1"));
+    ns.run_in(move || {
+        roce_observer::lab::pin_current_thread().unwrap();
+        let req = PacketSocket::open("tx0").unwrap();
+        let ans = PacketSocket::open("tx1").unwrap();
+        let fill = filler();
+        for (i, (pair, second)) in frames.chunks(2).zip(seconds).enumerate() {
+            req.send(&pair[0].bytes, 4 * i).unwrap();
+            ans.send(&fill, 4 * i + 1).unwrap();
+            ans.send(&fill[..second], 4 * i + 2).unwrap();
+            ans.send(&pair[1].bytes, 4 * i + 3).unwrap();
+            std::thread::sleep(gap);
+        }
+    })
+    .unwrap();
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "diagnose failed: {err}");
+    let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let l = report
+        .latency
+        .iter()
+        .find(|l| l.kind == "ack")
+        .unwrap_or_else(|| panic!("no ACK latency: {:?}", report.latency))
+        .clone();
+    (l, ack_len)
+}
+
 /// The kernel's own delay: the answers' link is shaped by a token bucket (`tc qdisc tbf rate
 /// R burst B`), and before each ACK two full-size frames go that way. With the bucket full
 /// (B bytes), the first passes at once, the second waits for 2 x 1514 - B bytes of tokens and
@@ -234,71 +312,17 @@ fn ack_latency_equals_the_kernel_shapers_delay() {
     if !require_root("ack_latency_equals_the_kernel_shapers_delay") {
         return;
     }
-    const BURST: u64 = 1600;
+    let _one = one_at_a_time();
     let n = 20;
     for rate_mbit in [1u64, 10, 100] {
-        let ns = roce_observer::lab::Netns::create("ro-tbf").unwrap();
-        two_links(&ns);
-        sh(
-            &ns,
-            &[
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "tx1",
-                "root",
-                "tbf",
-                "rate",
-                &format!("{rate_mbit}mbit"),
-                "burst",
-                &BURST.to_string(),
-                "latency",
-                "1s",
-            ],
-        );
-        let frames = pairs(n);
-        let ack_len = frames[1].bytes.len() as u64;
         let rate = rate_mbit * 1_000_000;
-        let delay_ns = (2 * 1514 + ack_len - BURST) * 8 * 1_000_000_000 / rate;
+        // The ACK frame's length, as `pairs` builds it (checked below).
+        let ack_len = pairs(1)[1].bytes.len() as u64;
+        let delay_ns = shaper_delay_ns(FULL, ack_len, rate);
         // The bucket refills (and the queue drains) between pairs.
         let gap = Duration::from_nanos(delay_ns + 3 * BURST * 8 * 1_000_000_000 / rate);
-        let d = Diagnose::start(
-            &ns,
-            CLI.as_ref(),
-            &[
-                "--iface",
-                "rx0",
-                "--iface",
-                "rx1",
-                "--duration",
-                &format!("{}s", (gap * n as u32).as_secs() + 2),
-                "--json",
-            ],
-        );
-        assert!(has_xdp(&ns, "rx0") && has_xdp(&ns, "rx1"));
-        ns.run_in(move || {
-            roce_observer::lab::pin_current_thread().unwrap();
-            let req = PacketSocket::open("tx0").unwrap();
-            let ans = PacketSocket::open("tx1").unwrap();
-            let fill = filler();
-            for (i, pair) in frames.chunks(2).enumerate() {
-                req.send(&pair[0].bytes, 4 * i).unwrap();
-                ans.send(&fill, 4 * i + 1).unwrap();
-                ans.send(&fill, 4 * i + 2).unwrap();
-                ans.send(&pair[1].bytes, 4 * i + 3).unwrap();
-                std::thread::sleep(gap);
-            }
-        })
-        .unwrap();
-        let (status, out, err) = d.finish();
-        assert!(status.success(), "diagnose failed: {err}");
-        let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-        let l = report
-            .latency
-            .iter()
-            .find(|l| l.kind == "ack")
-            .unwrap_or_else(|| panic!("no ACK latency: {:?}", report.latency));
+        let (l, shaped_ack_len) = shaped(rate_mbit, vec![FULL as usize; n], gap);
+        assert_eq!(shaped_ack_len, ack_len);
         let s = &l.summary;
         eprintln!(
             "tbf {rate_mbit} Mbit/s: shaper delay {delay_ns} ns; measured min {} p50 {} max {} ({} samples)",
@@ -306,11 +330,18 @@ fn ack_latency_equals_the_kernel_shapers_delay() {
         );
         assert_eq!(l.interface.as_deref(), Some("rx1"));
         assert_eq!(s.samples, n as u64, "{s:?}");
-        // The median and 9 in 10: the shaper's delay (an odd pair may meet a bucket not yet
-        // full again, or a send retried: one frame's time more).
-        for (what, v) in [("min", s.min_ns), ("p50", s.p50_ns), ("p90", s.p90_ns)] {
+        // The minimum (exact) is the shaper's delay. The median and 9 in 10 too, to the
+        // histogram's resolution: a quantile is interpolated inside its bucket (12.5% wide,
+        // 1 ms at 12 ms), whose top an odd pair one frame's time late (a bucket not yet full
+        // again) can raise.
+        assert!(
+            s.min_ns + 20_000 >= delay_ns && s.min_ns <= delay_ns + SLACK_NS,
+            "tbf {rate_mbit} Mbit/s: min {} ns, the shaper's {delay_ns} ns: {s:?}",
+            s.min_ns
+        );
+        for (what, v) in [("p50", s.p50_ns), ("p90", s.p90_ns)] {
             assert!(
-                v + 20_000 >= delay_ns && v <= delay_ns + SLACK_NS,
+                v + 20_000 >= delay_ns && v <= delay_ns + delay_ns / 8 + SLACK_NS,
                 "tbf {rate_mbit} Mbit/s: {what} {v} ns, the shaper's {delay_ns} ns: {s:?}"
             );
         }
@@ -326,74 +357,16 @@ fn ack_latency_quantiles_follow_the_shapers_spread() {
     if !require_root("ack_latency_quantiles_follow_the_shapers_spread") {
         return;
     }
-    const BURST: u64 = 1600;
+    let _one = one_at_a_time();
     const RATE: u64 = 10_000_000;
     let n = 60usize;
-    let ns = roce_observer::lab::Netns::create("ro-tbf").unwrap();
-    two_links(&ns);
-    sh(
-        &ns,
-        &[
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            "tx1",
-            "root",
-            "tbf",
-            "rate",
-            "10mbit",
-            "burst",
-            &BURST.to_string(),
-            "latency",
-            "1s",
-        ],
-    );
-    let frames = pairs(n);
-    let ack_len = frames[1].bytes.len() as u64;
     let sizes: Vec<usize> = (0..n).map(|i| 200 + (i * 263) % 1315).collect();
+    let (l, ack_len) = shaped(10, sizes.clone(), Duration::from_millis(6));
     let mut want = LatHist::default();
     for sz in &sizes {
-        want.record((1514 + *sz as u64 + ack_len - BURST) * 8 * 1_000_000_000 / RATE);
+        want.record(shaper_delay_ns(*sz as u64, ack_len, RATE));
     }
-    let gap = Duration::from_millis(6);
-    let d = Diagnose::start(
-        &ns,
-        CLI.as_ref(),
-        &[
-            "--iface",
-            "rx0",
-            "--iface",
-            "rx1",
-            "--duration",
-            "3s",
-            "--json",
-        ],
-    );
-    assert!(has_xdp(&ns, "rx0") && has_xdp(&ns, "rx1"));
-    ns.run_in(move || {
-        roce_observer::lab::pin_current_thread().unwrap();
-        let req = PacketSocket::open("tx0").unwrap();
-        let ans = PacketSocket::open("tx1").unwrap();
-        let fill = filler();
-        for (i, (pair, sz)) in frames.chunks(2).zip(sizes).enumerate() {
-            req.send(&pair[0].bytes, 4 * i).unwrap();
-            ans.send(&fill, 4 * i + 1).unwrap();
-            ans.send(&fill[..sz], 4 * i + 2).unwrap();
-            ans.send(&pair[1].bytes, 4 * i + 3).unwrap();
-            std::thread::sleep(gap);
-        }
-    })
-    .unwrap();
-    let (status, out, err) = d.finish();
-    assert!(status.success(), "diagnose failed: {err}");
-    let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    let s = &report
-        .latency
-        .iter()
-        .find(|l| l.kind == "ack")
-        .expect("ACK latency")
-        .summary;
+    let s = &l.summary;
     assert_eq!(s.samples, n as u64, "{s:?}");
     for (q, got) in [(0.5, s.p50_ns), (0.9, s.p90_ns)] {
         let w = want.quantile(q).unwrap();
@@ -408,7 +381,7 @@ fn ack_latency_quantiles_follow_the_shapers_spread() {
     // now and then on this 2-CPU machine) and the slack.
     let (w99, frame_ns) = (
         want.quantile(0.99).unwrap(),
-        1514 * 8 * 1_000_000_000 / RATE,
+        FULL * 8 * 1_000_000_000 / RATE,
     );
     eprintln!(
         "tbf spread q0.99: measured {}, the shaper's {w99}",
