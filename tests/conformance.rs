@@ -1044,3 +1044,168 @@ fn real_captures_connections_match_tshark() {
     assert!(joined >= 10, "{joined} connections");
     failures.check();
 }
+
+/// Messages on every real capture, against tshark: per direction of a connection, as many
+/// messages of each kind, the same bytes and the same smallest and largest size as tshark's
+/// decode says: a WRITE or READ its RETH DMA length (`infiniband.reth.dmalen`), a SEND the data
+/// tshark shows in its packets from FIRST to LAST, pad bytes aside; and the report's p50 and p99
+/// lie in the bucket (at most 25% wide) of the exact quantiles.
+#[test]
+fn real_captures_message_sizes_match_tshark() {
+    let test = "real_captures_message_sizes_match_tshark";
+    if !have_tshark(test) {
+        return;
+    }
+    let Some(files) = real_pcaps(test) else {
+        return;
+    };
+    let mut failures = Failures::default();
+    let mut messages = 0;
+    for file in &files {
+        let mut args: Vec<String> = Vec::new();
+        for p in decode_as_ports(file) {
+            args.extend(["-d".into(), format!("udp.port=={p},infiniband")]);
+        }
+        for h in HEURISTICS {
+            args.extend(["--disable-heuristic".into(), h.to_string()]);
+        }
+        args.extend(
+            [
+                "-Y",
+                "infiniband.bth && udp.dstport==4791",
+                "-T",
+                "fields",
+                "-E",
+                "separator=/t",
+                "-E",
+                "occurrence=l",
+                "-e",
+                "ip.src",
+                "-e",
+                "ip.dst",
+                "-e",
+                "udp.srcport",
+                "-e",
+                "infiniband.bth.opcode",
+                "-e",
+                "infiniband.bth.padcnt",
+                "-e",
+                "infiniband.reth.dmalen",
+                "-e",
+                "data.len",
+            ]
+            .map(String::from),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // Per (source, destination, sport): [send, write, read] sizes, and the open SEND.
+        type Dir = (IpAddr, IpAddr, u16);
+        let mut want: BTreeMap<Dir, [Vec<u64>; 3]> = BTreeMap::new();
+        let mut open: BTreeMap<Dir, u64> = BTreeMap::new();
+        for line in tshark(file, &args).lines().filter(|l| !l.is_empty()) {
+            let c: Vec<&str> = line.split('\t').collect();
+            assert_eq!(c.len(), 7, "{}: tshark row {line:?}", file.display());
+            let opcode: u8 = num(c[3], "infiniband.bth.opcode", file);
+            // RC, UC and XRC.
+            if !matches!(opcode >> 5, 0 | 1 | 5) {
+                continue;
+            }
+            let dir: Dir = (
+                c[0].parse().unwrap(),
+                c[1].parse().unwrap(),
+                num(c[2], "udp.srcport", file),
+            );
+            let pad: u64 = num(c[4], "infiniband.bth.padcnt", file);
+            let data: u64 = if c[6].is_empty() {
+                0
+            } else {
+                num(c[6], "data.len", file)
+            };
+            let payload = data - pad;
+            let dma = || -> u64 { num(c[5], "infiniband.reth.dmalen", file) };
+            let sizes = want.entry(dir).or_default();
+            match opcode & 0x1F {
+                0x00 => {
+                    open.insert(dir, payload);
+                }
+                0x01 => {
+                    if let Some(o) = open.get_mut(&dir) {
+                        *o += payload;
+                    }
+                }
+                0x02 | 0x03 | 0x16 => {
+                    if let Some(o) = open.remove(&dir) {
+                        sizes[0].push(o + payload);
+                    }
+                }
+                0x04 | 0x05 | 0x17 => sizes[0].push(payload),
+                0x06 | 0x0A | 0x0B => sizes[1].push(dma()),
+                0x0C => sizes[2].push(dma()),
+                _ => {}
+            }
+        }
+        let report = replay(file);
+        let mut diffs = Vec::new();
+        for ((src, dst, sport), sizes) in &want {
+            let all: Vec<u64> = {
+                let mut v: Vec<u64> = sizes.iter().flatten().copied().collect();
+                v.sort();
+                v
+            };
+            if all.is_empty() {
+                continue;
+            }
+            let sides: Vec<_> = report
+                .connections
+                .iter()
+                .filter(|c| c.udp_src_port == *sport)
+                .flat_map(|c| [(&c.a, &c.b), (&c.b, &c.a)])
+                .filter(|(s, o)| s.ip == *src && o.ip == *dst)
+                .filter_map(|(s, _)| s.messages.as_ref())
+                .collect();
+            let [m] = sides.as_slice() else {
+                diffs.push(format!(
+                    "{src} -> {dst} sport {sport}: {} sides with messages, want 1 ({} messages)",
+                    sides.len(),
+                    all.len()
+                ));
+                continue;
+            };
+            messages += all.len();
+            let got = (
+                [m.send, m.write, m.read],
+                m.bytes,
+                m.min_bytes,
+                m.max_bytes,
+                m.unknown_size,
+            );
+            let exp = (
+                sizes.clone().map(|v| v.len() as u64),
+                all.iter().sum::<u64>(),
+                all[0],
+                all[all.len() - 1],
+                0,
+            );
+            if got != exp {
+                diffs.push(format!(
+                    "{src} -> {dst} sport {sport}: ([send, write, read], bytes, min, max, unknown) replay {got:?}, tshark {exp:?}"
+                ));
+            }
+            // The exact quantile (nearest rank) and the report's lie in one bucket.
+            for (q, reported) in [(0.5, m.p50_bytes), (0.99, m.p99_bytes)] {
+                let rank = ((q * all.len() as f64).ceil() as usize).clamp(1, all.len());
+                let exact = all[rank - 1];
+                let bucket = |v: u64| observer_common::MSG_SCALE.bucket(v);
+                if bucket(exact) != bucket(reported) {
+                    diffs.push(format!(
+                        "{src} -> {dst} sport {sport}: p{} {reported}, exact {exact}",
+                        q * 100.0
+                    ));
+                }
+            }
+        }
+        failures.add(file, &diffs);
+    }
+    eprintln!("conformance: {messages} messages sized as tshark shows them");
+    assert!(messages >= 50, "{messages} messages");
+    failures.check();
+}

@@ -330,6 +330,7 @@ fn every_program_in_the_object_passes_the_verifier() {
     ];
     want.sort();
     assert_eq!(names, want);
+    let mut rejected = Vec::new();
     for name in &names {
         let result = match ebpf.program_mut(name).unwrap() {
             aya::programs::Program::Xdp(p) => p.load(),
@@ -337,9 +338,16 @@ fn every_program_in_the_object_passes_the_verifier() {
             _ => panic!("{name}: unexpected program type"),
         };
         if let Err(e) = result {
-            panic!("verifier rejects {name}: {e}");
+            rejected.push(format!("verifier rejects {name}: {e}"));
+            continue;
+        }
+        // How close each program is to the verifier's limit of a million instructions.
+        let info = ebpf.program(name).unwrap().info().expect("program info");
+        if let Some(n) = info.verified_instruction_count() {
+            eprintln!("{name}: {n} instructions verified");
         }
     }
+    assert!(rejected.is_empty(), "{}", rejected.join("\n"));
 }
 
 /// One flow's stats in the kernel: its table entry and its cache slots, summed over the CPUs
@@ -419,8 +427,8 @@ fn kernel_classifies_psns_packet_for_packet_as_userspace() {
     }
 }
 
-/// Passive latency in the kernel takes the samples replay takes, request for request: on every
-/// real capture, per requester direction, as many ACK and READ samples and skipped ACKs, and
+/// Passive latency in the kernel takes the samples replay takes, request for request, and
+/// counts the messages replay counts: on every real capture, per requester direction, as many ACK and READ samples and skipped ACKs, and
 /// the per-interface histograms as many samples per kind and side. (Their values follow each
 /// memory's clock: the capture's in replay, the test run's in the kernel.)
 #[test]
@@ -435,6 +443,7 @@ fn kernel_latency_samples_equal_userspace_on_the_real_captures() {
         return;
     };
     let mut samples = [0u64; 2];
+    let mut messages = 0;
     for file in files
         .iter()
         .filter(|f| f.extension().is_some_and(|e| e == "pcap"))
@@ -453,6 +462,13 @@ fn kernel_latency_samples_equal_userspace_on_the_real_captures() {
             "{}: samples per requester direction",
             file.display()
         );
+        assert_eq!(
+            kernel.comparable().messages,
+            user.comparable().messages,
+            "{}: messages per flow",
+            file.display()
+        );
+        messages += user.messages.values().map(|m| m.messages()).sum::<u64>();
         let per_side = |a: &Aggregate| {
             let mut m = std::collections::BTreeMap::new();
             for (k, h) in &a.latency_scopes {
@@ -473,6 +489,7 @@ fn kernel_latency_samples_equal_userspace_on_the_real_captures() {
     }
     // The captures hold ping-pong WRITEs, SENDs and READs: both kinds must have been timed.
     assert!(samples[0] > 0 && samples[1] > 0, "samples {samples:?}");
+    assert!(messages > 100, "{messages} messages");
 }
 
 /// The same on the generator's latency scenario (coalesced ACKs, more requests in flight than

@@ -32,6 +32,7 @@
 use core::mem::size_of;
 
 use crate::flow::{DIRECTION_EGRESS, FlowKey, MIRROR_UNION};
+use crate::loghist::LogScale;
 use crate::parse::{OpClass, Transport};
 use crate::seq::{MAX_GO_BACK, SeqClass, SeqInput, psn_sub};
 use crate::wire::op;
@@ -91,37 +92,24 @@ impl Default for LatHist {
     }
 }
 
+/// The latency histograms' buckets: 2^3 per octave from 2^10 ns to 2^34 ns.
+pub const LAT_SCALE: LogScale = LogScale {
+    min_shift: LAT_MIN_SHIFT,
+    octaves: LAT_OCTAVES,
+    sub_bits: LAT_SUB_BITS,
+};
+const _: () = assert!(LAT_SCALE.buckets() == LAT_BUCKETS);
+
 /// The bucket of a latency of `ns`: 0 below 2^10 ns; then 2^3 buckets per octave, each octave
 /// split linearly (the bits after the leading one); the last above 2^34 ns.
 #[inline(always)]
 pub const fn lat_bucket(ns: u64) -> usize {
-    if ns < 1 << LAT_MIN_SHIFT {
-        return 0;
-    }
-    let e = 63 - ns.leading_zeros();
-    if e >= LAT_MIN_SHIFT + LAT_OCTAVES {
-        return LAT_BUCKETS - 1;
-    }
-    let sub = (ns >> (e - LAT_SUB_BITS)) as usize & ((1 << LAT_SUB_BITS) - 1);
-    let i = 1 + (((e - LAT_MIN_SHIFT) as usize) << LAT_SUB_BITS) + sub;
-    // Bounded for the verifier.
-    if i < LAT_BUCKETS { i } else { LAT_BUCKETS - 1 }
+    LAT_SCALE.bucket(ns)
 }
 
 /// The latencies bucket `i` holds: [lo, hi) in ns (`u64::MAX` for the last).
 pub const fn lat_bucket_bounds(i: usize) -> (u64, u64) {
-    if i == 0 {
-        return (0, 1 << LAT_MIN_SHIFT);
-    }
-    if i >= LAT_BUCKETS - 1 {
-        return (1 << (LAT_MIN_SHIFT + LAT_OCTAVES), u64::MAX);
-    }
-    let k = (i - 1) as u64;
-    let e = LAT_MIN_SHIFT as u64 + (k >> LAT_SUB_BITS);
-    let sub = k & ((1 << LAT_SUB_BITS) - 1);
-    let step = 1u64 << (e - LAT_SUB_BITS as u64);
-    let lo = (1u64 << e) + sub * step;
-    (lo, lo + step)
+    LAT_SCALE.bounds(i)
 }
 
 /// [`lat_bucket`] as an index the BPF verifier can bound: LLVM knows the function's range and
@@ -187,27 +175,7 @@ impl LatHist {
     /// The `q` quantile (0..=1) in ns: the bucket holding it, interpolated linearly inside it
     /// (as Prometheus's `histogram_quantile` does), kept within the exact minimum and maximum.
     pub fn quantile(&self, q: f64) -> Option<u64> {
-        let total: u64 = self.buckets.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
-        let mut below = 0u64;
-        for (i, n) in self.buckets.iter().enumerate() {
-            if *n == 0 {
-                continue;
-            }
-            if (below + n) as f64 >= rank {
-                let (lo, hi) = lat_bucket_bounds(i);
-                let (lo, hi) = (lo.max(self.min_ns), hi.min(self.max_ns.saturating_add(1)));
-                let inside = (rank - below as f64) / *n as f64;
-                let v = lo as f64 + inside * hi.saturating_sub(lo) as f64;
-                // Not `clamp`: the kernel's extremes are written racily and may cross.
-                return Some((v as u64).max(self.min_ns).min(self.max_ns));
-            }
-            below += n;
-        }
-        Some(self.max_ns)
+        LAT_SCALE.quantile(&self.buckets, self.min_ns, self.max_ns, q)
     }
 }
 

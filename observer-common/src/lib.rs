@@ -6,6 +6,8 @@
 pub mod burst;
 pub mod flow;
 pub mod latency;
+pub mod loghist;
+pub mod message;
 pub mod parse;
 pub mod pause;
 pub mod seq;
@@ -23,6 +25,8 @@ pub use latency::{
     LAT_BUCKETS, LAT_SLOTS, LatHist, LatKey, LatKind, LatSample, LatScopeKey, LatSide, LatState,
     lat_bucket, lat_bucket_bounds,
 };
+pub use loghist::LogScale;
+pub use message::{MSG_BUCKETS, MSG_SCALE, MsgKind, MsgStats};
 pub use parse::{
     Aeth, Bth, Bytes, Mirror, MirrorKind, OpClass, Parsed, Pause, RocePacket, SkipReason,
     Transport, VlanTag, parse, parse_frame, parse_frame_from, parse_from,
@@ -55,6 +59,9 @@ pub mod maps {
     pub const LAT: &str = "LAT";
     /// Latency histograms per interface, kind and side (`LatScopeKey` -> `LatHist`, per-CPU).
     pub const LAT_SCOPES: &str = "LAT_SCOPES";
+    /// Messages per flow, in its analysis entry (`FlowKey` -> `MsgStats`, one shared LRU
+    /// value per key).
+    pub const MSGS: &str = "MSGS";
 }
 
 /// Program names in the kernel object.
@@ -81,5 +88,7 @@ pub const MAX_PAUSE_SENDERS: u32 = 1024;
 pub const LAT_CONNS: u32 = 4096;
 /// Latency histograms per interface, kind and side.
 pub const LAT_SCOPE_ENTRIES: u32 = 256;
+/// Flows whose messages the kernel follows (the least recent go).
+pub const MSG_FLOWS: u32 = 8192;
 /// Host pairs whose connection-manager traffic the kernel remembers (the least recent go).
 pub const CM_PAIRS: u32 = 4096;

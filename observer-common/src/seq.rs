@@ -173,6 +173,9 @@ pub const F_RESP: u32 = 1 << 7;
 pub const F_RUN_FILL_FIRST: u32 = 1 << 8;
 /// The open run's latest packet had been seen before.
 pub const F_RUN_LAST_SEEN: u32 = 1 << 9;
+/// The last request's PSN was seen for the first time (not sent again, nor a copy): what a
+/// message is counted from.
+pub const F_FRESH: u32 = 1 << 10;
 /// A go-back longer than this many PSNs is no resend (a new incarnation after a silence).
 pub const MAX_GO_BACK: u32 = 1 << 16;
 
@@ -318,23 +321,31 @@ pub struct SeqInput {
     pub opcode: u8,
     pub ack_req: u8,
     pub has_reth: u8,
-    pub _pad: u8,
+    /// The BTH pad count: bytes of padding before the ICRC.
+    pub pad: u8,
 }
 const _: () = assert!(size_of::<SeqInput>() == 16);
 
 impl SeqInput {
     #[inline(always)]
     pub fn of(p: &RocePacket) -> Self {
-        Self {
-            psn: p.bth.psn & PSN_MASK,
-            reth_len: p.reth_len,
-            udp_len: p.udp_len,
-            aeth_syndrome: p.aeth_syndrome,
-            opcode: p.bth.opcode,
-            ack_req: p.bth.ack_req as u8,
-            has_reth: p.has_reth as u8,
-            _pad: 0,
-        }
+        let mut s = Self::default();
+        s.set(p);
+        s
+    }
+
+    /// Becomes the input of `p`, field by field in place (the kernel's is a map value: no
+    /// temporary on its stack).
+    #[inline(always)]
+    pub fn set(&mut self, p: &RocePacket) {
+        self.pad = p.bth.pad_count;
+        self.psn = p.bth.psn & PSN_MASK;
+        self.reth_len = p.reth_len;
+        self.udp_len = p.udp_len;
+        self.aeth_syndrome = p.aeth_syndrome;
+        self.opcode = p.bth.opcode;
+        self.ack_req = p.bth.ack_req as u8;
+        self.has_reth = p.has_reth as u8;
     }
 
     #[inline(always)]
@@ -459,6 +470,8 @@ impl Seq<'_> {
         cm_after: impl FnOnce(u64) -> bool,
     ) -> SeqClass {
         let psn = r.psn;
+        // Fresh unless found behind, already seen.
+        self.track.flags |= F_FRESH;
         if self.track.flags & F_VALID == 0 {
             self.start(r, now_ns);
             return SeqClass::InOrder;
@@ -541,6 +554,7 @@ impl Seq<'_> {
         } else {
             !late
         };
+        t.flags &= !((seen as u32) * F_FRESH);
         if late {
             // Counted lost when its hole left the window: it was only late. The range shrinks
             // (a copy of it is no second late packet); emptied, its loss event is gone too.
@@ -693,7 +707,7 @@ impl Seq<'_> {
         t.next_hi = r.psn;
         t.top = psn_sub(r.psn, 1);
         t.base = r.psn;
-        t.flags = (t.flags & F_RESP) | F_VALID;
+        t.flags = (t.flags & F_RESP) | F_VALID | F_FRESH;
         t.req_ns = now_ns;
         if r.wants_answer {
             t.ackreq_psn = r.psn;

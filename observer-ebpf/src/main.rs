@@ -28,12 +28,16 @@ mod kernel {
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Counters,
         DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
         HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES, LatHist,
-        LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, Mirror, Pause, PauseKey, PauseStats,
-        QP_CM, RocePacket, SeqClass, SeqInput, SkipReason, TickClock, WIRE_OVERHEAD, burst_index,
+        LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind, MsgStats,
+        Pause, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass, SeqInput, SkipReason, TickClock,
+        WIRE_OVERHEAD, burst_index,
         latency::lat_bucket_index,
         latency::role,
+        message::{is_boundary, kind_index, msg_bucket_index},
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
-        parse_frame, union_mirror,
+        parse_frame,
+        seq::F_FRESH,
+        union_mirror,
     };
 
     #[map(name = "FLOWS")]
@@ -124,9 +128,11 @@ mod kernel {
         now: u64,
         ifindex: u32,
         class: u8,
-        /// Set by `account_flow` for the packet being handled, cleared by `latency_role`.
+        /// Set by `account_flow` for the packet being handled, cleared by `after_accounting`.
         pending: u8,
-        _pad: [u8; 2],
+        /// The PSN analysis saw the packet's PSN for the first time (`F_FRESH`).
+        fresh: u8,
+        _pad: u8,
         /// The key of the per-interface histogram (map memory: no room on the stack).
         scope: LatScopeKey,
     }
@@ -139,6 +145,15 @@ mod kernel {
     #[map(name = "LAT_SCOPES")]
     static LAT_SCOPES: LruPerCpuHashMap<LatScopeKey, LatHist> =
         LruPerCpuHashMap::with_max_entries(LAT_SCOPE_ENTRIES, 0);
+
+    /// Messages per flow, in its analysis entry (a mirror copy's: every session's together):
+    /// one value shared by the CPUs, counts added atomically (see `account_message`).
+    #[map(name = "MSGS")]
+    static MSGS: LruHashMap<FlowKey, MsgStats> = LruHashMap::with_max_entries(MSG_FLOWS, 0);
+
+    /// A zeroed MsgStats that is never written: new message entries are inserted from it.
+    #[map(name = "ZERO_MSG")]
+    static ZERO_MSG: PerCpuArray<MsgStats> = PerCpuArray::with_max_entries(1, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -334,7 +349,7 @@ mod kernel {
             return;
         };
         // SAFETY: this CPU's value.
-        unsafe { core::ptr::write_volatile(scratch, SeqInput::of(p)) };
+        unsafe { (*scratch).set(p) };
         let now = now_ns();
         let Some(slot) = cached(key, counters) else {
             return;
@@ -382,7 +397,8 @@ mod kernel {
                         ifindex,
                         class: class as u8,
                         pending: 1,
-                        _pad: [0; 2],
+                        fresh: (stats.seq_track.flags / F_FRESH & 1) as u8,
+                        _pad: 0,
                         scope: LatScopeKey::default(),
                     },
                 );
@@ -390,18 +406,94 @@ mod kernel {
         }
     }
 
-    /// Whether the RoCE packet just accounted is a request the latency analysis may time or an
-    /// answer (`role`), and which; clears the pending mark.
-    #[inline(always)]
-    fn latency_role() -> Option<bool> {
-        let (args, input) = (LAT_ARGS.get_ptr_mut(0)?, SEQ_INPUT.get_ptr(0)?);
+    /// The updates that follow the accounting of a RoCE packet (`account_flow` marks it
+    /// pending): the latency of a request or answer, the messages of a message boundary. Each
+    /// is a function of its own whose inputs come from maps; clears the pending mark. Not
+    /// inlined: its map lookups' keys would take a slot of the program's stack frame, on top
+    /// of the accounting's, which nearly fills the 512 bytes.
+    #[inline(never)]
+    fn after_accounting() {
+        let (Some(args), Some(input)) = (LAT_ARGS.get_ptr_mut(0), SEQ_INPUT.get_ptr(0)) else {
+            return;
+        };
         // SAFETY: this CPU's values.
-        unsafe {
+        let (latency, message) = unsafe {
             if (*args).pending == 0 {
-                return None;
+                return;
             }
             (*args).pending = 0;
-            role(&*input)
+            (role(&*input), is_boundary(&*input))
+        };
+        if let Some(answer) = latency {
+            account_latency(answer);
+        }
+        if message {
+            account_message();
+        }
+    }
+
+    /// The message update (`MsgStats`), as replay makes it, for the boundary packet
+    /// `account_flow` just handled (in its analysis entry, the key `account_flow` left).
+    #[inline(never)]
+    fn account_message() {
+        let (Some(args), Some(key), Some(input)) = (
+            LAT_ARGS.get_ptr(0),
+            FLOW_KEY.get_ptr(0),
+            SEQ_INPUT.get_ptr(0),
+        ) else {
+            return;
+        };
+        // SAFETY: this CPU's values.
+        let (key, input) = unsafe {
+            if (*args).fresh == 0 {
+                return;
+            }
+            (&*key, &*input)
+        };
+        let stats = match MSGS.get_ptr_mut(key) {
+            Some(s) => s,
+            None => {
+                let Some(zero) = ZERO_MSG.get_ptr(0) else {
+                    return;
+                };
+                // SAFETY: ZERO_MSG is never written. EEXIST (another CPU) is fine.
+                let _ = MSGS.insert(key, unsafe { &*zero }, BPF_NOEXIST as u64);
+                match MSGS.get_ptr_mut(key) {
+                    Some(s) => s,
+                    None => return,
+                }
+            }
+        };
+        // SAFETY: a live map value (shared: see MSGS).
+        let stats = unsafe { &mut *stats };
+        if let Some((kind, size)) = stats.packet(input, true) {
+            record_message_shared(stats, kind, size);
+        }
+    }
+
+    /// `MsgStats::record` on a value several CPUs write: counts added atomically, the extremes
+    /// by plain stores (a race may keep a slightly less extreme value).
+    #[inline(always)]
+    fn record_message_shared(s: &mut MsgStats, kind: MsgKind, size: Option<u64>) {
+        // SAFETY: fields of a live map value; atomic adds.
+        unsafe {
+            let Some(size) = size else {
+                add(&raw mut s.unknown_size, 1);
+                return;
+            };
+            let none = core::ptr::read_volatile(&s.count[0]) == 0
+                && core::ptr::read_volatile(&s.count[1]) == 0
+                && core::ptr::read_volatile(&s.count[2]) == 0;
+            if none || size < core::ptr::read_volatile(&s.min) {
+                core::ptr::write_volatile(&mut s.min, size);
+            }
+            if size > core::ptr::read_volatile(&s.max) {
+                core::ptr::write_volatile(&mut s.max, size);
+            }
+            let k = kind_index(kind);
+            add(&raw mut s.count[k], 1);
+            add(&raw mut s.bytes[k], size);
+            add(&raw mut s.buckets[msg_bucket_index(size)], 1);
         }
     }
 
@@ -567,16 +659,17 @@ mod kernel {
     /// Host and mirror mode: account, then pass every frame on unchanged.
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
-        observe_xdp(&ctx);
-        if let Some(answer) = latency_role() {
-            account_latency(answer);
-        }
+        observe_xdp(ctx);
+        after_accounting();
         xdp_action::XDP_PASS
     }
 
-    /// The accounting of an XDP frame (all but the latency update); whether it is a copy.
+    /// The accounting of an XDP frame (all but the updates after it); whether it is a copy.
+    /// The context by value: a reference would take a slot of the caller's stack frame, and
+    /// the verifier counts frames in 16 bytes, which this one nearly fills out of 512.
     #[inline(never)]
-    fn observe_xdp(ctx: &XdpContext) -> bool {
+    fn observe_xdp(ctx: XdpContext) -> bool {
+        let ctx = &ctx;
         account!(ctx, false, xdp_ifindex(ctx), xdp_len(ctx))
     }
 
@@ -589,16 +682,15 @@ mod kernel {
     /// TCX_NEXT, and cls_bpf's "continue"): never drops, redirects or changes a packet.
     #[classifier]
     pub fn roce_observe_egress(ctx: TcContext) -> i32 {
-        observe_egress(&ctx);
-        if let Some(answer) = latency_role() {
-            account_latency(answer);
-        }
+        observe_egress(ctx);
+        after_accounting();
         TC_ACT_UNSPEC
     }
 
     /// The accounting of a transmitted frame (all but the latency update).
     #[inline(never)]
-    fn observe_egress(ctx: &TcContext) {
+    fn observe_egress(ctx: TcContext) {
+        let ctx = &ctx;
         let linear = (ctx.data_end() - ctx.data()) as u32;
         let len = ctx.len();
         if linear < len && linear < EGRESS_HEADERS {
@@ -631,10 +723,8 @@ mod kernel {
     /// Never attached in host mode.
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
-        let copy = observe_xdp(&ctx);
-        if let Some(answer) = latency_role() {
-            account_latency(answer);
-        }
+        let copy = observe_xdp(ctx);
+        after_accounting();
         if copy {
             xdp_action::XDP_DROP
         } else {

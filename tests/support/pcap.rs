@@ -14,6 +14,12 @@ pub fn truth_aggregate(t: &Truth) -> Aggregate {
         counters: t.counters,
         latency: Default::default(),
         latency_scopes: Default::default(),
+        messages: t
+            .messages
+            .iter()
+            .map(|(k, m)| (*k, *m))
+            .filter(|(_, m)| *m != Default::default())
+            .collect(),
     }
 }
 
@@ -32,6 +38,10 @@ pub fn mirrored(direct: Aggregate, mirror: u16) -> Aggregate {
         if let Some(u) = key.union() {
             out.unions.insert(u, s.analysis_only());
         }
+    }
+    for (k, m) in direct.messages {
+        let key = FlowKey { mirror, ..k };
+        out.messages.insert(key.union().unwrap_or(key), m);
     }
     out
 }

@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 
 use observer_common::seq::{F_RESP, F_VALID, MAX_GO_BACK, pmtu_of, psn_sub};
-use observer_common::{FlowKey, LatKey, LatKind, MIRROR_UNION, QP_CM};
+use observer_common::{FlowKey, LatKey, LatKind, MIRROR_UNION, MsgStats, QP_CM};
 
 use super::Aggregate;
 use crate::model::connections::{
-    ConnSide, Connection, LatencyScope, LatencySummary, OtherTraffic, PsnSummary, SideLatency,
-    kind_name, side_name,
+    ConnSide, Connection, LatencyScope, LatencySummary, Messages, OtherTraffic, PsnSummary,
+    SideLatency, kind_name, side_name,
 };
 use crate::model::{Flow, ip_of};
 
@@ -245,6 +245,7 @@ impl Aggregate {
             ce: 0,
             psn: PsnSummary::default(),
             peak_rate_bps: None,
+            messages: None,
             latency: SideLatency::default(),
             keys: Vec::new(),
         };
@@ -256,6 +257,18 @@ impl Aggregate {
             s.psn.add(&f.psn);
             s.keys.push(**k);
         }
+        // Messages are kept under each flow's analysis entry: one for every mirror session's
+        // rows of a flow.
+        let mut analysed: Vec<FlowKey> = s.keys.iter().map(|k| k.union().unwrap_or(*k)).collect();
+        analysed.sort();
+        analysed.dedup();
+        let mut messages = MsgStats::default();
+        for k in &analysed {
+            if let Some(m) = self.messages.get(k) {
+                messages.merge(m);
+            }
+        }
+        s.messages = Messages::of(&messages);
         let key = LatKey {
             requester: ip,
             responder: peer,

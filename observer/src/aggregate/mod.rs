@@ -11,8 +11,8 @@ use crate::units::count;
 use observer_common::latency::role;
 use observer_common::{
     Counters, DIRECTION_EGRESS, FlowKey, FlowStats, HostPair, LatHist, LatKey, LatScopeKey,
-    LatState, OpClass, Parsed, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass, SeqInput,
-    SkipReason, parse_frame,
+    LatState, MsgStats, OpClass, Parsed, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass,
+    SeqInput, SkipReason, message::is_boundary, parse_frame, seq::F_FRESH,
 };
 
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
@@ -37,6 +37,9 @@ pub struct Aggregate {
     pub latency: HashMap<LatKey, LatState>,
     /// The same samples per interface (0 in replay), kind and side.
     pub latency_scopes: BTreeMap<LatScopeKey, LatHist>,
+    /// Messages per flow, under the key of its PSN analysis (a mirror copy's: every session's
+    /// together, [`FlowKey::union`]).
+    pub messages: HashMap<FlowKey, MsgStats>,
 }
 
 impl Aggregate {
@@ -105,6 +108,7 @@ impl Aggregate {
             let cm_after = |t: u64| cm_seen.get(&HostPair::of(&key)).is_some_and(|c| *c > t);
             let input = SeqInput::of(p);
             let mut class = SeqClass::NotAnalysed;
+            let mut fresh = false;
             // The PSN analysis, or a copy another observation point gave: a duplicate.
             let mut analyse = |s: &mut FlowStats| {
                 if copy {
@@ -113,6 +117,7 @@ impl Aggregate {
                     class = SeqClass::Duplicate;
                 } else {
                     class = s.seq().packet(&input, ts_ns, cm_after);
+                    fresh = s.seq_track.flags & F_FRESH != 0;
                 }
             };
             match key.union() {
@@ -130,6 +135,10 @@ impl Aggregate {
                         analyse(s);
                     });
                 }
+            }
+            if is_boundary(&input) && fresh {
+                let analysed = key.union().unwrap_or(key);
+                message_update(&mut self.messages, &analysed, &input);
             }
             let copies = copy || key.is_copy();
             latency_update(
@@ -163,6 +172,11 @@ impl Aggregate {
     /// value per key there).
     pub fn merge_latency(&mut self, key: LatKey, state: &LatState) {
         self.latency.entry(key).or_default().merge(state);
+    }
+
+    /// Adds the messages of one flow read from the kernel (one shared value per key there).
+    pub fn merge_messages(&mut self, key: FlowKey, stats: &MsgStats) {
+        self.messages.entry(key).or_default().merge(stats);
     }
 
     /// Adds a partial view of one per-interface latency histogram (a per-CPU value).
@@ -199,6 +213,9 @@ impl Aggregate {
         for (key, hist) in &other.latency_scopes {
             self.merge_latency_scope(*key, hist);
         }
+        for (key, stats) in &other.messages {
+            self.merge_messages(*key, stats);
+        }
     }
 
     /// The same aggregate with the fields that depend on when and in which order packets were
@@ -229,6 +246,12 @@ impl Aggregate {
             // Latency samples depend on the clock: compared apart (`latency_counts`).
             latency: HashMap::new(),
             latency_scopes: BTreeMap::new(),
+            messages: self
+                .messages
+                .iter()
+                .map(|(k, m)| (*k, m.counts()))
+                .filter(|(_, m)| *m != MsgStats::default())
+                .collect(),
         }
     }
 
@@ -240,6 +263,16 @@ impl Aggregate {
             .map(|(k, s)| (*k, [s.hist[0].count, s.hist[1].count, u64::from(s.skipped)]))
             .filter(|(_, c)| c.iter().any(|n| *n > 0))
             .collect()
+    }
+}
+
+/// The message update of a boundary packet seen for the first time (`key`: its PSN
+/// analysis's entry), the same the kernel program makes.
+#[inline]
+pub fn message_update(messages: &mut HashMap<FlowKey, MsgStats>, key: &FlowKey, input: &SeqInput) {
+    let stats = messages.entry(*key).or_default();
+    if let Some((kind, size)) = stats.packet(input, true) {
+        stats.record(kind, size);
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use observer_common::{FlowKey, LatHist, LatKind, LatSide, lat_bucket_bounds};
+use observer_common::{FlowKey, LatHist, LatKind, LatSide, MsgKind, MsgStats, lat_bucket_bounds};
 use serde::{Deserialize, Serialize};
 
 use super::{FlowMirror, Ops, Psn};
@@ -52,6 +52,9 @@ pub struct ConnSide {
     /// Its flow's busiest interval of the time series, bits/s (absent without a series).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rate_bps: Option<f64>,
+    /// The messages it posted (absent when none was seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Messages>,
     /// How long the other side took to answer this side's requests.
     pub latency: SideLatency,
     /// The flows this side sent (their keys), for the time series' peaks.
@@ -78,6 +81,53 @@ impl PsnSummary {
         self.retransmissions += p.retransmissions;
         self.resets += p.resets;
         self.violations += p.violations;
+    }
+}
+
+/// The messages one side posted, first sightings only: a WRITE or READ as long as its RETH's
+/// DMA length (a READ's data flows the other way), a SEND assembled from its FIRST and LAST
+/// packets. Sizes of every kind together: exact count, bytes and extremes; quantiles from
+/// buckets at most 25% wide, interpolated inside the bucket and kept within the extremes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Messages {
+    /// Messages of known size.
+    pub count: u64,
+    pub bytes: u64,
+    pub send: u64,
+    pub write: u64,
+    pub read: u64,
+    /// Messages whose size the observation could not tell: a SEND whose FIRST was not seen, a
+    /// WRITE or READ whose RETH was cut off. Not in the other fields.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unknown_size: u64,
+    pub min_bytes: u64,
+    pub p50_bytes: u64,
+    pub p99_bytes: u64,
+    pub max_bytes: u64,
+    pub mean_bytes: u64,
+}
+
+impl Messages {
+    /// The summary of a side's messages; none when it posted none seen.
+    pub fn of(m: &MsgStats) -> Option<Self> {
+        let count = m.messages();
+        if count == 0 && m.unknown_size == 0 {
+            return None;
+        }
+        let of = |k: MsgKind| m.count[k as usize];
+        Some(Self {
+            count,
+            bytes: m.bytes.iter().sum(),
+            send: of(MsgKind::Send),
+            write: of(MsgKind::Write),
+            read: of(MsgKind::Read),
+            unknown_size: m.unknown_size,
+            min_bytes: if count > 0 { m.min } else { 0 },
+            p50_bytes: m.quantile(0.5).unwrap_or(0),
+            p99_bytes: m.quantile(0.99).unwrap_or(0),
+            max_bytes: m.max,
+            mean_bytes: m.bytes.iter().sum::<u64>().checked_div(count).unwrap_or(0),
+        })
     }
 }
 

@@ -429,6 +429,16 @@ fn render_connections(out: &mut String, report: &Report, top: usize) {
                     c.b.packets.to_string(),
                     human_bytes(c.bytes),
                     c.active_rate_bps.map_or("-".to_string(), human_rate),
+                    c.a.messages
+                        .as_ref()
+                        .map_or("-".to_string(), |m| m.count.to_string()),
+                    c.a.messages.as_ref().map_or("-".to_string(), |m| {
+                        format!(
+                            "{} / {}",
+                            message_size(m.p50_bytes),
+                            message_size(m.p99_bytes)
+                        )
+                    }),
                     p50_p99(c.a.latency.ack.as_ref()),
                     p50_p99(c.a.latency.read.as_ref()),
                     lost.to_string(),
@@ -449,6 +459,8 @@ fn render_connections(out: &mut String, report: &Report, top: usize) {
                 ("B->A", Right),
                 ("BYTES", Right),
                 ("RATE", Right),
+                ("MSGS", Right),
+                ("SIZE p50 / p99", Right),
                 ("ACK p50 / p99", Right),
                 ("READ p50 / p99", Right),
                 ("LOST", Right),
@@ -458,7 +470,7 @@ fn render_connections(out: &mut String, report: &Report, top: usize) {
         ));
         let _ = writeln!(
             out,
-            "  A sent the most requests; latency is of A's requests (--json has B's)"
+            "  A sent the most requests; messages and latency are A's (--json has B's)"
         );
         more(out, report.connections.len(), top, "connection");
     }
@@ -513,6 +525,26 @@ fn window(seconds: f64) -> String {
     }
 }
 
+/// A message size in binary units (verbs sizes are powers of two more often than not): whole
+/// where it is a whole number of them.
+fn message_size(b: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut unit = 1024u64;
+    let mut i = 0;
+    while b >= unit * 1024 && i < UNITS.len() - 1 {
+        unit *= 1024;
+        i += 1;
+    }
+    if b.is_multiple_of(unit) {
+        format!("{} {}", b / unit, UNITS[i])
+    } else {
+        format!("{:.1} {}", b as f64 / unit as f64, UNITS[i])
+    }
+}
+
 fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
     let mut v = b as f64;
@@ -550,6 +582,17 @@ mod tests {
         aggregate::Aggregate,
         model::{SCHEMA, Source, ip_of},
     };
+
+    #[test]
+    fn message_sizes_are_whole_binary_units_where_they_can_be() {
+        assert_eq!(message_size(0), "0 B");
+        assert_eq!(message_size(1023), "1023 B");
+        assert_eq!(message_size(8192), "8 KiB");
+        assert_eq!(message_size(3000), "2.9 KiB");
+        assert_eq!(message_size(1 << 20), "1 MiB");
+        assert_eq!(message_size(1536 << 10), "1.5 MiB");
+        assert_eq!(message_size(1 << 31), "2 GiB");
+    }
 
     #[test]
     fn v4_mapped_addresses_print_as_ipv4() {

@@ -577,9 +577,25 @@
           title: int(l.samples) + " samples, max " + dur(l.max_ns) };
       }
       function qpCell(q) { return isNum(q) ? { v: hex(q), cls: "mono", sort: q } : { v: "-", sort: -1 }; }
+      // Binary units: verbs sizes are powers of two more often than not.
+      function msize(b) {
+        if (b < 1024) return b + " B";
+        var units = ["KiB", "MiB", "GiB", "TiB"], unit = 1024, i = 0;
+        while (b >= unit * 1024 && i < units.length - 1) { unit *= 1024; i++; }
+        return (b % unit === 0 ? String(b / unit) : (b / unit).toFixed(1)) + " " + units[i];
+      }
+      function msgs(m) {
+        if (!m) return { v: "-", sort: -1 };
+        var kinds = [["SEND", m.send], ["WRITE", m.write], ["READ", m.read]].filter(function (k) { return k[1] > 0; })
+          .map(function (k) { return k[0] + " " + int(k[1]); }).join(", ");
+        return { v: int(m.count) + ": " + msize(m.p50_bytes) + " / " + msize(m.p99_bytes), sort: m.count,
+          title: kinds + "; " + bytes(m.bytes) + " in all, min " + msize(m.min_bytes) + ", max " + msize(m.max_bytes) +
+            (m.unknown_size ? "; " + int(m.unknown_size) + " of unknown size" : "") };
+      }
       s.append(sortable(table([{ h: "A ↔ B" }, { h: "QP A" }, { h: "QP B" }, { h: "Type" }, { h: "PMTU", num: true },
         { h: "sport", num: true }, { h: "A→B pkts", num: true }, { h: "B→A pkts", num: true }, { h: "Bytes", num: true },
-        { h: "Rate", num: true }, { h: "ACK p50 / p99 (A)", num: true }, { h: "READ p50 / p99 (A)", num: true },
+        { h: "Rate", num: true }, { h: "Messages A: size p50 / p99", num: true }, { h: "Messages B: size p50 / p99", num: true },
+        { h: "ACK p50 / p99 (A)", num: true }, { h: "READ p50 / p99 (A)", num: true },
         { h: "ACK p50 / p99 (B)", num: true }, { h: "Lost", num: true }, { h: "Retx", num: true }],
       shown.map(function (c) {
         var a = c.a || {}, b = c.b || {};
@@ -591,10 +607,12 @@
           isNum(c.pmtu) ? c.pmtu : { v: "-", sort: 0 }, c.udp_src_port,
           { v: int(a.packets), sort: a.packets }, { v: int(b.packets), sort: b.packets }, { v: bytes(c.bytes), sort: c.bytes },
           isNum(c.active_rate_bps) ? { v: rate(c.active_rate_bps), sort: c.active_rate_bps } : { v: "-", sort: 0 },
-          lat(la.ack), lat(la.read), lat(lb.ack),
+          msgs(a.messages), msgs(b.messages), lat(la.ack), lat(la.read), lat(lb.ack),
           { v: int(lost), cls: lost > 0 ? "bad" : "", sort: lost }, { v: int(retx), cls: retx > 0 ? "bad" : "", sort: retx }];
       }))));
       s.append(el("p", "muted", "Both directions of each connection joined (one UDP source port, swapped addresses). A sent the most requests. " +
+        "Messages: what each side posted (a WRITE or READ by its DMA length, a SEND from its FIRST to its LAST packet), " +
+        "how many and their size p50 / p99 (the title has the kinds and extremes). " +
         "Latency: how long the other side took to answer that side's requests, timed on the wire (p50 / p99; the title has the samples). " +
         "Click a column header to sort."));
       if (conns.length > shown.length) s.append(el("p", "note", (conns.length - shown.length) + " more connections are in the JSON report."));

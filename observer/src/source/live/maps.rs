@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use aya::{Ebpf, maps::Map};
 use observer_common::{
     Counters, FlowKey, FlowSlot, FlowStats, IfaceCounters, LatHist, LatKey, LatScopeKey, LatState,
-    PauseKey, PauseStats, maps,
+    MsgStats, PauseKey, PauseStats, maps,
 };
 
 use super::{LiveError, bpfsys};
@@ -106,25 +106,34 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
     })
     .map_err(read_error(maps::PAUSES))?;
     read_latency(ebpf, &mut agg)?;
+    read_messages(ebpf, &mut agg)?;
     Ok(agg)
+}
+
+/// Adds the messages of every flow (one shared value each).
+pub fn read_messages(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> {
+    for (key, stats) in &read_shared::<FlowKey, MsgStats>(ebpf, maps::MSGS)? {
+        agg.merge_messages(*key, stats);
+    }
+    Ok(())
+}
+
+/// Every entry of a shared (not per-CPU) LRU hash map, each key once: a key-at-a-time walk
+/// starts over when the LRU evicts the key it stands on, so an entry can come twice (the
+/// kernel holds one value per key).
+fn read_shared<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod>(
+    ebpf: &Ebpf,
+    name: &'static str,
+) -> Result<std::collections::HashMap<K, V>, LiveError> {
+    let table = aya::maps::HashMap::<_, K, V>::try_from(map(ebpf, name)?)
+        .map_err(|source| LiveError::MapAccess { map: name, source })?;
+    Ok(table.iter().flatten().collect())
 }
 
 /// Adds the latency maps: the per-connection states (one shared value each) and the
 /// per-interface histograms (per-CPU).
 pub fn read_latency(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> {
-    let lat = aya::maps::HashMap::<_, LatKey, LatState>::try_from(map(ebpf, maps::LAT)?).map_err(
-        |source| LiveError::MapAccess {
-            map: maps::LAT,
-            source,
-        },
-    )?;
-    // A key-at-a-time walk starts over when the LRU evicts the key it stands on: an entry can
-    // come twice. Each key is kept once (the kernel holds one value per key).
-    let mut seen = std::collections::HashMap::new();
-    for (key, state) in lat.iter().flatten() {
-        seen.insert(key, state);
-    }
-    for (key, state) in &seen {
+    for (key, state) in &read_shared::<LatKey, LatState>(ebpf, maps::LAT)? {
         agg.merge_latency(*key, state);
     }
     let scopes = map_fd(ebpf, maps::LAT_SCOPES)?;

@@ -2,10 +2,10 @@
 //! pair and the responder's answers, and injects loss and go-back-N retransmission, recording each
 //! PSN event into the truth as it injects it.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use observer_common::wire::{self, op};
-use observer_common::{Bth, OpClass, VlanTag};
+use observer_common::{Bth, MsgKind, OpClass, VlanTag};
 
 use super::frame::{Ext, Ip, RoceFrame, intended_class};
 use super::workload::{PsnEvent, Workload};
@@ -116,6 +116,12 @@ pub struct QpStream {
     held: Option<Vec<RoceFrame>>,
     /// The request being emitted lies inside the last READ's range under these path MTUs.
     overlap: u32,
+    /// The SENDs of several packets, by the PSN of their LAST: their FIRST's PSN and length.
+    sends: BTreeMap<u32, (u32, u64)>,
+    /// The PSN of the last message boundary the observer sees for the first time.
+    boundary_seen: Option<u32>,
+    /// The observer never saw the PSN of the request being emitted before.
+    fresh: bool,
     msn: u32,
     requests: u64,
     ce_since_cnp: u32,
@@ -166,6 +172,9 @@ impl QpStream {
             last_read: None,
             held: None,
             overlap: 0,
+            sends: BTreeMap::new(),
+            boundary_seen: None,
+            fresh: false,
             msn: 0,
             requests: 0,
             ce_since_cnp: 0,
@@ -270,6 +279,7 @@ impl QpStream {
         let keep = self.snap.unwrap_or(usize::MAX);
         let class = intended_class(f.bth.opcode, 0);
         let mut event = PsnEvent::None;
+        self.fresh = false;
         let tracked = matches!(
             self.transport,
             wire::TRANSPORT_RC | wire::TRANSPORT_UC | wire::TRANSPORT_XRC
@@ -282,7 +292,60 @@ impl QpStream {
         }
         self.since_ack += 1;
         self.push(w, &f, class, event);
+        if tracked {
+            self.message_truth(w, &f, keep);
+        }
         psn
+    }
+
+    /// The message request `f` (cut to `keep` bytes) completes, as the observer must count it:
+    /// when it sees the PSN for the first time, a WRITE or READ as long as the scenario made it
+    /// (unknown when the RETH is cut off), a SEND too when its FIRST was the boundary seen last
+    /// before its LAST.
+    fn message_truth(&mut self, w: &mut Workload, f: &RoceFrame, keep: usize) {
+        let first_sighting = self.fresh;
+        let low = f.bth.opcode & 0x1F;
+        let boundary = matches!(
+            low,
+            op::SEND_FIRST
+                | op::SEND_LAST
+                | op::SEND_LAST_IMM
+                | op::SEND_LAST_INV
+                | op::SEND_ONLY
+                | op::SEND_ONLY_IMM
+                | op::SEND_ONLY_INV
+                | op::WRITE_FIRST
+                | op::WRITE_ONLY
+                | op::WRITE_ONLY_IMM
+                | op::READ_REQUEST
+        );
+        if !first_sighting || !boundary {
+            return;
+        }
+        let psn = f.bth.psn & MASK24;
+        let before = self.boundary_seen.replace(psn);
+        let reth = (keep >= f.headers_end()).then_some(u64::from(f.ext.dma_len));
+        let (kind, size) = match low {
+            op::SEND_FIRST => return,
+            op::SEND_LAST | op::SEND_LAST_IMM | op::SEND_LAST_INV => {
+                let size = self
+                    .sends
+                    .get(&psn)
+                    .filter(|(first, _)| before == Some(*first))
+                    .map(|(_, len)| *len);
+                (MsgKind::Send, size)
+            }
+            op::SEND_ONLY | op::SEND_ONLY_IMM | op::SEND_ONLY_INV => {
+                (MsgKind::Send, Some(f.payload_len as u64))
+            }
+            op::READ_REQUEST => (MsgKind::Read, reth),
+            _ => (MsgKind::Write, reth),
+        };
+        w.truth
+            .messages
+            .entry(self.req.flow_key())
+            .or_default()
+            .record(kind, size);
     }
 
     /// What the observer must make of request `f` (cut to `keep` bytes): the scenario's
@@ -296,6 +359,7 @@ impl QpStream {
         ) {
             self.pmtu_seen = true;
         }
+        self.fresh = true;
         let forced = self.intent.take();
         let overlap = match self.last_read {
             Some((read_psn, len)) if !is_read => {
@@ -341,6 +405,7 @@ impl QpStream {
                     PsnEvent::Gap
                 } else {
                     let filled = self.holes.remove(&psn);
+                    self.fresh = filled;
                     match (self.resending, forced) {
                         (Some(first), _) => {
                             self.resending = Some(false);
@@ -411,6 +476,10 @@ impl QpStream {
         let pmtu = self.pmtu.max(1) as usize;
         let n = len.div_ceil(pmtu).max(1);
         let mut psn = self.next_psn;
+        if ops.first == op::SEND_FIRST && n > 1 {
+            let last = psn.wrapping_add(n as u32 - 1) & MASK24;
+            self.sends.insert(last, (psn, len as u64));
+        }
         for i in 0..n {
             let low = match i {
                 _ if n == 1 => ops.only,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use observer_common::seq::RETX_IDLE_NS;
 use observer_common::wire::{self, op};
 use observer_common::{
-    Counters, FlowKey, FlowStats, LINK_PAUSE, LatKey, LatKind, OpClass, Pause, PauseKey,
+    Counters, FlowKey, FlowStats, LINK_PAUSE, LatKey, LatKind, MsgStats, OpClass, Pause, PauseKey,
     PauseStats, SkipReason, mirror_key,
 };
 
@@ -51,6 +51,8 @@ pub struct Truth {
     /// [`Timeline`](super::Timeline) are accounted here: elsewhere answers follow their
     /// requests back to back, at no latency of the scenario's choosing, and this stays empty.
     pub latency: BTreeMap<(LatKey, LatKind), Vec<u64>>,
+    /// The messages the observer must count per flow, as the scenario made them.
+    pub messages: BTreeMap<FlowKey, MsgStats>,
 }
 
 /// What the generator did with a request packet, as the PSN analysis must classify it.

@@ -370,6 +370,7 @@ mod tests {
             pauses: c.pauses,
             counters: c.counters,
             latency: Default::default(),
+            messages: c.messages.into_iter().collect(),
         }
     }
 
@@ -383,6 +384,24 @@ mod tests {
             }
             assert_eq!(got.flows.len(), w.truth.flows.len(), "{name}: flow count");
             assert_eq!(got.pauses, w.truth.pauses, "{name}: pauses");
+            let counted = |m: &std::collections::BTreeMap<_, observer_common::MsgStats>| {
+                m.iter()
+                    .map(|(k, s)| (*k, s.counts()))
+                    .filter(|(_, s)| *s != Default::default())
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            };
+            let (got_m, want_m) = (counted(&got.messages), counted(&w.truth.messages));
+            for key in got_m.keys().chain(want_m.keys()) {
+                let show = |m: Option<&observer_common::MsgStats>| {
+                    m.map(|m| (m.count, m.bytes, m.unknown_size, m.min, m.max))
+                };
+                assert_eq!(
+                    show(got_m.get(key)),
+                    show(want_m.get(key)),
+                    "{name}: messages of {key:?}: replay, then the scenario's"
+                );
+            }
+            assert_eq!(got_m, want_m, "{name}: message sizes");
         }
     }
 
