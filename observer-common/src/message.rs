@@ -10,7 +10,10 @@
 //!
 //! Only a request's first sighting counts (its PSN never seen before by the PSN analysis: in
 //! order, ahead, or filling a hole, even inside a resend run): a resent or duplicated packet
-//! repeats a message already counted. A SEND whose LAST comes without its
+//! repeats a message already counted. A request inside a READ's range (a protocol violation,
+//! reported by the PSN analysis) is none. A SEND whose PSNs jumped between its FIRST and LAST
+//! (packets lost before the observation point, a new incarnation of the QP) has no size: its
+//! LAST may end another SEND than the FIRST began. A SEND whose LAST comes without its
 //! FIRST (lost before the tap, or before the observation began) and a WRITE or READ whose RETH
 //! was cut off (a truncated mirror copy) are counted as messages of unknown size.
 //!
@@ -21,7 +24,7 @@ use core::mem::size_of;
 
 use crate::loghist::LogScale;
 use crate::parse::Transport;
-use crate::seq::{SeqInput, psn_after, psn_sub};
+use crate::seq::{F_FRESH, F_HOLED, SeqInput, psn_after, psn_sub};
 use crate::wire::op;
 
 /// The kinds of message, as indexes of [`MsgStats::count`] and [`MsgStats::bytes`].
@@ -138,12 +141,14 @@ pub fn is_boundary(p: &SeqInput) -> bool {
 }
 
 impl MsgStats {
-    /// The message a boundary packet completes: its kind and size (`None`: unknown). `fresh`:
-    /// the PSN analysis saw its PSN for the first time ([`F_FRESH`](crate::seq::F_FRESH)); a packet sent again or
-    /// copied counts nothing. A SEND's FIRST opens it and completes nothing.
+    /// The message a boundary packet completes: its kind and size (`None`: unknown).
+    /// `analysis`: the flow's PSN analysis flags right after the packet ([`MESSAGE_BITS`] of
+    /// `SeqTrack::flags`): a packet whose PSN was seen before (sent again, copied) counts
+    /// nothing ([`F_FRESH`]); a SEND with a PSN jump since its FIRST has no size ([`F_HOLED`]).
+    /// A SEND's FIRST opens it and completes nothing.
     #[inline(always)]
-    pub fn packet(&mut self, p: &SeqInput, fresh: bool) -> Option<(MsgKind, Option<u64>)> {
-        if !fresh || !is_boundary(p) {
+    pub fn packet(&mut self, p: &SeqInput, analysis: u32) -> Option<(MsgKind, Option<u64>)> {
+        if analysis & F_FRESH == 0 || !is_boundary(p) {
             return None;
         }
         let code = p.opcode & 0x1F;
@@ -167,7 +172,9 @@ impl MsgStats {
             }
             op::SEND_LAST | op::SEND_LAST_IMM | op::SEND_LAST_INV => {
                 let size = match (open, send_payload(p)) {
-                    ((m, f), Some(r)) if m != 0 && psn_after(p.psn, f) => {
+                    ((m, f), Some(r))
+                        if m != 0 && psn_after(p.psn, f) && analysis & F_HOLED == 0 =>
+                    {
                         Some(psn_sub(p.psn, f) as u64 * m as u64 + r as u64)
                     }
                     _ => None,
@@ -281,7 +288,11 @@ mod tests {
     }
 
     fn feed(s: &mut MsgStats, p: &SeqInput, fresh: bool) {
-        if let Some((kind, size)) = s.packet(p, fresh) {
+        feed_bits(s, p, if fresh { F_FRESH } else { 0 });
+    }
+
+    fn feed_bits(s: &mut MsgStats, p: &SeqInput, analysis: u32) {
+        if let Some((kind, size)) = s.packet(p, analysis) {
             s.record(kind, size);
         }
     }
@@ -350,6 +361,64 @@ mod tests {
         assert!(!is_boundary(&pkt(0x64, 1, 100, None)));
         assert!(!is_boundary(&pkt(op::ACKNOWLEDGE, 1, 28, None)));
         assert!(is_boundary(&pkt(0xA0 | op::SEND_ONLY, 1, 100, None)));
+    }
+
+    /// SEND A's FIRST seen, its LAST and SEND B's FIRST lost, B's LAST seen: the PSN analysis
+    /// saw a jump since A's FIRST, so B has no size (never A's FIRST with B's LAST).
+    #[test]
+    fn a_send_across_a_jump_has_no_size() {
+        let mut s = MsgStats::default();
+        feed(&mut s, &pkt(op::SEND_FIRST, 1, 1048, None), true);
+        feed_bits(&mut s, &pkt(op::SEND_LAST, 6, 976, None), F_FRESH | F_HOLED);
+        assert_eq!((s.messages(), s.unknown_size), (0, 1));
+    }
+
+    /// The flags the PSN analysis leaves after `p`.
+    fn analysed(f: &mut crate::FlowStats, p: &SeqInput) -> u32 {
+        f.seq().packet(p, 0, |_| false);
+        f.seq_track.flags
+    }
+
+    /// Driven by the real PSN analysis: a jump inside a SEND, a clean SEND after it, a resend,
+    /// and a packet that is no request (which leaves nothing fresh behind).
+    #[test]
+    fn the_psn_analysis_says_what_is_fresh_and_what_jumped() {
+        let mut f = crate::FlowStats::default();
+        let mut s = MsgStats::default();
+        let run = |f: &mut crate::FlowStats, s: &mut MsgStats, p: SeqInput| {
+            let bits = analysed(f, &p);
+            feed_bits(s, &p, bits);
+            bits
+        };
+        // SEND A: FIRST 1, MIDDLE 2; A's LAST (3) and B's FIRST (4) lost; B's MIDDLE 5, LAST 6.
+        run(&mut f, &mut s, pkt(op::SEND_FIRST, 1, 1048, None));
+        run(&mut f, &mut s, pkt(op::SEND_MIDDLE, 2, 1048, None));
+        run(&mut f, &mut s, pkt(op::SEND_MIDDLE, 5, 1048, None));
+        run(&mut f, &mut s, pkt(op::SEND_LAST, 6, 124, None));
+        assert_eq!((s.messages(), s.unknown_size), (0, 1));
+        // A clean SEND: sized.
+        run(&mut f, &mut s, pkt(op::SEND_FIRST, 7, 1048, None));
+        run(&mut f, &mut s, pkt(op::SEND_LAST, 8, 124, None));
+        assert_eq!((s.messages(), s.bytes[0]), (1, 1124));
+        // Its LAST again (a go-back-N resend of it): nothing.
+        let bits = run(&mut f, &mut s, pkt(op::SEND_LAST, 8, 124, None));
+        assert_eq!(bits & F_FRESH, 0);
+        assert_eq!(s.messages(), 1);
+        // The lost A LAST arrives late (fills a hole): counted, of unknown size.
+        run(&mut f, &mut s, pkt(op::SEND_LAST, 3, 124, None));
+        assert_eq!((s.messages(), s.unknown_size), (1, 2));
+        // A packet the analysis does not take as a request leaves nothing fresh.
+        run(&mut f, &mut s, pkt(op::WRITE_ONLY, 9, 104, Some(64)));
+        let bits = analysed(&mut f, &pkt(op::ACKNOWLEDGE, 9, 28, None));
+        assert_eq!(bits & F_FRESH, 0);
+        // UC's reserved READ code (0x2C) carries a RETH but is no request: no message.
+        let before = s;
+        let bits = run(
+            &mut f,
+            &mut s,
+            pkt(0x20 | op::READ_REQUEST, 10, 44, Some(4096)),
+        );
+        assert_eq!((bits & F_FRESH, s), (0, before));
     }
 
     #[test]

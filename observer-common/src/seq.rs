@@ -14,6 +14,7 @@
 
 use core::mem::size_of;
 
+use crate::message::is_boundary;
 use crate::parse::{OpClass, RocePacket, Transport, classify_raw};
 use crate::wire::{PMTU_MAX, PMTU_MIN, PSN_MASK};
 
@@ -176,6 +177,14 @@ pub const F_RUN_LAST_SEEN: u32 = 1 << 9;
 /// The last request's PSN was seen for the first time (not sent again, nor a copy): what a
 /// message is counted from.
 pub const F_FRESH: u32 = 1 << 10;
+/// A request PSN jumped ahead (or a new incarnation began) since the last message boundary
+/// ([`is_boundary`]).
+pub const F_GAP: u32 = 1 << 11;
+/// The last message boundary ends a stretch in which a request PSN jumped ahead: the SEND it
+/// ends lost packets before the observation point, or began in another incarnation.
+pub const F_HOLED: u32 = 1 << 12;
+/// The bits of `SeqTrack::flags` the message update reads, from `F_FRESH` up.
+pub const MESSAGE_BITS: u32 = F_FRESH | F_GAP | F_HOLED;
 /// A go-back longer than this many PSNs is no resend (a new incarnation after a silence).
 pub const MAX_GO_BACK: u32 = 1 << 16;
 
@@ -454,10 +463,17 @@ impl Seq<'_> {
     ) -> SeqClass {
         let class = p.class();
         self.other(p, class, now_ns);
-        match Request::of(p, class) {
-            Some(r) => self.request(&r, now_ns, cm_after),
-            None => SeqClass::NotAnalysed,
-        }
+        let Some(r) = Request::of(p, class) else {
+            self.track.flags &= !F_FRESH;
+            return SeqClass::NotAnalysed;
+        };
+        let class = self.request(&r, now_ns, cm_after);
+        // At a message boundary, whether a PSN jumped since the previous one; without a
+        // branch (the kernel runs this in every path of the analysis).
+        let t = &mut *self.track;
+        let m = (is_boundary(p) as u32).wrapping_neg();
+        t.flags = (t.flags & !(m & (F_GAP | F_HOLED))) | (m & ((t.flags & F_GAP) << 1));
+        class
     }
 
     /// Classifies one request packet at `now_ns`. `cm_after(t)`: connection-manager traffic
@@ -485,6 +501,8 @@ impl Seq<'_> {
             self.track.flags |= F_ACKREQ;
         }
         if !matches!(r.class, OpClass::ReadRequest) && self.overlaps_read(psn, now_ns) {
+            // Not marked seen: each copy of it would count as new.
+            self.track.flags &= !F_FRESH;
             return SeqClass::Violation;
         }
         let t = &*self.track;
@@ -522,6 +540,7 @@ impl Seq<'_> {
         }
         if ahead {
             self.end_run();
+            self.track.flags |= F_GAP;
             *self.gaps += 1;
             self.advance(psn, r);
             return SeqClass::Ahead;
@@ -707,7 +726,7 @@ impl Seq<'_> {
         t.next_hi = r.psn;
         t.top = psn_sub(r.psn, 1);
         t.base = r.psn;
-        t.flags = (t.flags & F_RESP) | F_VALID | F_FRESH;
+        t.flags = (t.flags & F_RESP) | F_VALID | F_FRESH | F_GAP;
         t.req_ns = now_ns;
         if r.wants_answer {
             t.ackreq_psn = r.psn;

@@ -36,7 +36,7 @@ mod kernel {
         message::{is_boundary, kind_index, msg_bucket_index},
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
-        seq::F_FRESH,
+        seq::{F_FRESH, MESSAGE_BITS},
         union_mirror,
     };
 
@@ -130,8 +130,8 @@ mod kernel {
         class: u8,
         /// Set by `account_flow` for the packet being handled, cleared by `after_accounting`.
         pending: u8,
-        /// The PSN analysis saw the packet's PSN for the first time (`F_FRESH`).
-        fresh: u8,
+        /// The PSN analysis's flags the message update reads (`MESSAGE_BITS`), shifted down.
+        analysis: u8,
         _pad: u8,
         /// The key of the per-interface histogram (map memory: no room on the stack).
         scope: LatScopeKey,
@@ -147,7 +147,9 @@ mod kernel {
         LruPerCpuHashMap::with_max_entries(LAT_SCOPE_ENTRIES, 0);
 
     /// Messages per flow, in its analysis entry (a mirror copy's: every session's together):
-    /// one value shared by the CPUs, counts added atomically (see `account_message`).
+    /// one value shared by the CPUs, counts added atomically (see `account_message`). Which
+    /// packets are new comes from the per-CPU PSN analysis: like it, exact while a flow stays on
+    /// one CPU (docs/mirroring.md).
     #[map(name = "MSGS")]
     static MSGS: LruHashMap<FlowKey, MsgStats> = LruHashMap::with_max_entries(MSG_FLOWS, 0);
 
@@ -397,7 +399,7 @@ mod kernel {
                         ifindex,
                         class: class as u8,
                         pending: 1,
-                        fresh: (stats.seq_track.flags / F_FRESH & 1) as u8,
+                        analysis: ((stats.seq_track.flags & MESSAGE_BITS) / F_FRESH) as u8,
                         _pad: 0,
                         scope: LatScopeKey::default(),
                     },
@@ -444,12 +446,11 @@ mod kernel {
             return;
         };
         // SAFETY: this CPU's values.
-        let (key, input) = unsafe {
-            if (*args).fresh == 0 {
-                return;
-            }
-            (&*key, &*input)
-        };
+        let (analysis, key, input) =
+            unsafe { (u32::from((*args).analysis) * F_FRESH, &*key, &*input) };
+        if analysis & F_FRESH == 0 {
+            return;
+        }
         let stats = match MSGS.get_ptr_mut(key) {
             Some(s) => s,
             None => {
@@ -466,7 +467,7 @@ mod kernel {
         };
         // SAFETY: a live map value (shared: see MSGS).
         let stats = unsafe { &mut *stats };
-        if let Some((kind, size)) = stats.packet(input, true) {
+        if let Some((kind, size)) = stats.packet(input, analysis) {
             record_message_shared(stats, kind, size);
         }
     }

@@ -12,7 +12,10 @@ use observer_common::latency::role;
 use observer_common::{
     Counters, DIRECTION_EGRESS, FlowKey, FlowStats, HostPair, LatHist, LatKey, LatScopeKey,
     LatState, MsgStats, OpClass, Parsed, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass,
-    SeqInput, SkipReason, message::is_boundary, parse_frame, seq::F_FRESH,
+    SeqInput, SkipReason,
+    message::is_boundary,
+    parse_frame,
+    seq::{F_FRESH, MESSAGE_BITS},
 };
 
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
@@ -108,7 +111,8 @@ impl Aggregate {
             let cm_after = |t: u64| cm_seen.get(&HostPair::of(&key)).is_some_and(|c| *c > t);
             let input = SeqInput::of(p);
             let mut class = SeqClass::NotAnalysed;
-            let mut fresh = false;
+            // What the message update reads of the analysis (nothing for a copy).
+            let mut analysis = 0;
             // The PSN analysis, or a copy another observation point gave: a duplicate.
             let mut analyse = |s: &mut FlowStats| {
                 if copy {
@@ -117,7 +121,7 @@ impl Aggregate {
                     class = SeqClass::Duplicate;
                 } else {
                     class = s.seq().packet(&input, ts_ns, cm_after);
-                    fresh = s.seq_track.flags & F_FRESH != 0;
+                    analysis = s.seq_track.flags & MESSAGE_BITS;
                 }
             };
             match key.union() {
@@ -136,9 +140,9 @@ impl Aggregate {
                     });
                 }
             }
-            if is_boundary(&input) && fresh {
+            if is_boundary(&input) && analysis & F_FRESH != 0 {
                 let analysed = key.union().unwrap_or(key);
-                message_update(&mut self.messages, &analysed, &input);
+                message_update(&mut self.messages, &analysed, &input, analysis);
             }
             let copies = copy || key.is_copy();
             latency_update(
@@ -267,11 +271,17 @@ impl Aggregate {
 }
 
 /// The message update of a boundary packet seen for the first time (`key`: its PSN
-/// analysis's entry), the same the kernel program makes.
+/// analysis's entry, `analysis` that analysis's flags after it), the same the kernel program
+/// makes.
 #[inline]
-pub fn message_update(messages: &mut HashMap<FlowKey, MsgStats>, key: &FlowKey, input: &SeqInput) {
+pub fn message_update(
+    messages: &mut HashMap<FlowKey, MsgStats>,
+    key: &FlowKey,
+    input: &SeqInput,
+    analysis: u32,
+) {
     let stats = messages.entry(*key).or_default();
-    if let Some((kind, size)) = stats.packet(input, true) {
+    if let Some((kind, size)) = stats.packet(input, analysis) {
         stats.record(kind, size);
     }
 }

@@ -429,16 +429,21 @@ fn render_connections(out: &mut String, report: &Report, top: usize) {
                     c.b.packets.to_string(),
                     human_bytes(c.bytes),
                     c.active_rate_bps.map_or("-".to_string(), human_rate),
-                    c.a.messages
-                        .as_ref()
-                        .map_or("-".to_string(), |m| m.count.to_string()),
                     c.a.messages.as_ref().map_or("-".to_string(), |m| {
-                        format!(
+                        if m.unknown_size > 0 {
+                            format!("{}+{}?", m.count, m.unknown_size)
+                        } else {
+                            m.count.to_string()
+                        }
+                    }),
+                    match &c.a.messages {
+                        Some(m) if m.count > 0 => format!(
                             "{} / {}",
                             message_size(m.p50_bytes),
                             message_size(m.p99_bytes)
-                        )
-                    }),
+                        ),
+                        _ => "-".to_string(),
+                    },
                     p50_p99(c.a.latency.ack.as_ref()),
                     p50_p99(c.a.latency.read.as_ref()),
                     lost.to_string(),
@@ -470,7 +475,7 @@ fn render_connections(out: &mut String, report: &Report, top: usize) {
         ));
         let _ = writeln!(
             out,
-            "  A sent the most requests; messages and latency are A's (--json has B's)"
+            "  A sent the most requests; messages and latency are A's (--json has B's); MSGS n+m?: m of unknown size"
         );
         more(out, report.connections.len(), top, "connection");
     }

@@ -588,7 +588,9 @@
         if (!m) return { v: "-", sort: -1 };
         var kinds = [["SEND", m.send], ["WRITE", m.write], ["READ", m.read]].filter(function (k) { return k[1] > 0; })
           .map(function (k) { return k[0] + " " + int(k[1]); }).join(", ");
-        return { v: int(m.count) + ": " + msize(m.p50_bytes) + " / " + msize(m.p99_bytes), sort: m.count,
+        var unknown = m.unknown_size ? " +" + int(m.unknown_size) + "?" : "";
+        var sizes = m.count > 0 ? ": " + msize(m.p50_bytes) + " / " + msize(m.p99_bytes) : "";
+        return { v: int(m.count) + unknown + sizes, sort: m.count,
           title: kinds + "; " + bytes(m.bytes) + " in all, min " + msize(m.min_bytes) + ", max " + msize(m.max_bytes) +
             (m.unknown_size ? "; " + int(m.unknown_size) + " of unknown size" : "") };
       }
@@ -612,7 +614,7 @@
       }))));
       s.append(el("p", "muted", "Both directions of each connection joined (one UDP source port, swapped addresses). A sent the most requests. " +
         "Messages: what each side posted (a WRITE or READ by its DMA length, a SEND from its FIRST to its LAST packet), " +
-        "how many and their size p50 / p99 (the title has the kinds and extremes). " +
+        "how many (+n?: n of unknown size) and their size p50 / p99 (the title has the kinds and extremes). " +
         "Latency: how long the other side took to answer that side's requests, timed on the wire (p50 / p99; the title has the samples). " +
         "Click a column header to sort."));
       if (conns.length > shown.length) s.append(el("p", "note", (conns.length - shown.length) + " more connections are in the JSON report."));

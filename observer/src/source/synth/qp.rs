@@ -122,6 +122,8 @@ pub struct QpStream {
     boundary_seen: Option<u32>,
     /// The observer never saw the PSN of the request being emitted before.
     fresh: bool,
+    /// A request PSN jumped ahead (or the QP started again) since the last boundary emitted.
+    jumped: bool,
     msn: u32,
     requests: u64,
     ce_since_cnp: u32,
@@ -175,6 +177,7 @@ impl QpStream {
             sends: BTreeMap::new(),
             boundary_seen: None,
             fresh: false,
+            jumped: false,
             msn: 0,
             requests: 0,
             ce_since_cnp: 0,
@@ -301,7 +304,7 @@ impl QpStream {
     /// The message request `f` (cut to `keep` bytes) completes, as the observer must count it:
     /// when it sees the PSN for the first time, a WRITE or READ as long as the scenario made it
     /// (unknown when the RETH is cut off), a SEND too when its FIRST was the boundary seen last
-    /// before its LAST.
+    /// before its LAST and no PSN jumped ahead in between.
     fn message_truth(&mut self, w: &mut Workload, f: &RoceFrame, keep: usize) {
         let first_sighting = self.fresh;
         let low = f.bth.opcode & 0x1F;
@@ -319,7 +322,13 @@ impl QpStream {
                 | op::WRITE_ONLY_IMM
                 | op::READ_REQUEST
         );
-        if !first_sighting || !boundary {
+        if !boundary {
+            return;
+        }
+        // At every boundary, sent again or not, the observer notes whether a PSN jumped since
+        // the previous one.
+        let jumped = std::mem::take(&mut self.jumped);
+        if !first_sighting {
             return;
         }
         let psn = f.bth.psn & MASK24;
@@ -331,7 +340,7 @@ impl QpStream {
                 let size = self
                     .sends
                     .get(&psn)
-                    .filter(|(first, _)| before == Some(*first))
+                    .filter(|(first, _)| before == Some(*first) && !jumped)
                     .map(|(_, len)| *len);
                 (MsgKind::Send, size)
             }
@@ -377,11 +386,14 @@ impl QpStream {
             && (mask == 0b1_1111
                 || (self.pmtu_seen && mask & observer_common::seq::pmtu_bit(self.pmtu) != 0))
         {
+            // Never marked seen by the observer: no message.
+            self.fresh = false;
             return PsnEvent::Violation;
         }
         match (self.expect, forced) {
             (_, Some(PsnEvent::NewIncarnation)) | (None, _) => {
                 let first = self.expect.is_none();
+                self.jumped = true;
                 self.holes.clear();
                 self.advance(psn, f, keep);
                 if first {
@@ -396,6 +408,7 @@ impl QpStream {
                     self.advance(psn, f, keep);
                     PsnEvent::None
                 } else if ahead < 1 << 23 {
+                    self.jumped = true;
                     let mut p = hi;
                     while p != psn {
                         self.holes.insert(p);

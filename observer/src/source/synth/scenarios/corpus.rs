@@ -9,7 +9,7 @@ use observer_common::{MsgKind, OpClass};
 use super::demo::e2e;
 use super::qp_v4;
 use crate::source::synth::frame::{
-    Ip, RoceFrame, host_mac, intended_class, opcode_defined, opcode_frame, tag, v6,
+    Ext, Ip, RoceFrame, host_mac, intended_class, opcode_defined, opcode_frame, tag, v6,
 };
 use crate::source::synth::noise::extra_noise;
 use crate::source::synth::qp::QpStream;
@@ -92,6 +92,26 @@ pub(super) fn corpus(w: &mut Workload) {
         tos.req.ecn = dscp % 4;
         tos.write(w, 128);
     }
+
+    // SENDs across packets lost before the observation point (path MTU 1024): a MIDDLE lost
+    // (the LAST has no size), then a LAST and the next SEND's FIRST lost (the next LAST has no
+    // size either, never one size across both), then a whole SEND (sized again).
+    let mut sends = qp_v4(wire::TRANSPORT_RC, 2, [9, 10], [0x3201, 0x3202], 500);
+    let send = |q: &mut QpStream, w: &mut Workload, low: u8, len: usize| {
+        q.request(w, low, Ext::default(), len);
+    };
+    send(&mut sends, w, op::SEND_FIRST, 1024);
+    sends.lose_next(1);
+    send(&mut sends, w, op::SEND_MIDDLE, 1024);
+    send(&mut sends, w, op::SEND_MIDDLE, 1024);
+    send(&mut sends, w, op::SEND_LAST, 100);
+    send(&mut sends, w, op::SEND_FIRST, 1024);
+    sends.lose_next(2);
+    send(&mut sends, w, op::SEND_LAST, 200);
+    send(&mut sends, w, op::SEND_FIRST, 1024);
+    send(&mut sends, w, op::SEND_MIDDLE, 1024);
+    send(&mut sends, w, op::SEND_LAST, 300);
+    sends.send(w, 3000);
 
     // IPv4 options of 1..=10 words on READs (the RETH must be found behind them).
     let mut opts = qp_v4(wire::TRANSPORT_RC, 2, [5, 6], [0x3101, 0x3102], 0x00FF_FF00);
