@@ -317,6 +317,8 @@ pub const LF_SHARED: u32 = 1 << 1;
 pub const LF_EGRESS: u32 = 1 << 2;
 /// `LatState::newest` holds a PSN.
 pub const LF_NEWEST: u32 = 1 << 3;
+/// `LatState::acked` holds a PSN.
+pub const LF_ACKED: u32 = 1 << 4;
 
 /// Mirror copies of one packet through several sessions arrive within this of each other; a
 /// request seen again later is a resend, whatever the PSN analysis calls it (it calls the first
@@ -350,7 +352,9 @@ pub struct LatState {
     pub skipped: u32,
     /// Requests whose QP number differed from the one in flight (see `LF_SHARED`).
     pub conflicts: u32,
-    pub _pad: u32,
+    /// The newest PSN an answer acknowledged (`LF_ACKED`): a request at or behind it, seen
+    /// only now (a copy through a slower mirror session, a late capture), was answered before.
+    pub acked: u32,
     pub hist: [LatHist; 2],
 }
 const _: () = assert!(size_of::<LatState>() == 16 * LAT_SLOTS + 32 + 2 * size_of::<LatHist>());
@@ -367,10 +371,22 @@ impl Default for LatState {
             flags: 0,
             skipped: 0,
             conflicts: 0,
-            _pad: 0,
+            acked: 0,
             hist: [LatHist::default(); 2],
         }
     }
+}
+
+/// No slot of the ring holds a request (every slot looked at, without a branch).
+#[inline(always)]
+fn empty(ring: &[u64; LAT_SLOTS]) -> bool {
+    let mut any = 0;
+    let mut i = 0;
+    while i < LAT_SLOTS {
+        any |= ring[i];
+        i += 1;
+    }
+    any == 0
 }
 
 /// The first empty slot of a ring, if any.
@@ -439,7 +455,8 @@ fn ack_psn(p: &SeqInput, class: OpClass) -> Option<(u32, bool)> {
     match class {
         OpClass::Ack | OpClass::AtomicAck => Some((p.psn, false)),
         OpClass::Nak => Some((psn_sub(p.psn, 1), false)),
-        OpClass::RnrNak => Some((p.psn, true)),
+        // The PSN it names was not taken either: it comes again after the RNR timer.
+        OpClass::RnrNak => Some((psn_sub(p.psn, 1), true)),
         _ => None,
     }
 }
@@ -449,15 +466,18 @@ fn ack_psn(p: &SeqInput, class: OpClass) -> Option<(u32, bool)> {
 /// answer that may end a sample, `None` neither. Only such requests matter: a request without
 /// AckReq is never timed, and a resend reaches a timed request (Karn's rule) only when the timed
 /// one is itself sent again, before its ACK can come.
+///
+/// `class`, the PSN analysis's: the first request of a new incarnation of the QP number is one,
+/// AckReq or not (it starts the state afresh).
 #[inline(always)]
-pub fn role(p: &SeqInput) -> Option<bool> {
+pub fn role(p: &SeqInput, class: SeqClass) -> Option<bool> {
     if !matches!(p.transport(), Transport::Rc | Transport::Xrc) {
         return None;
     }
     match p.class() {
         OpClass::ReadRequest => Some(false),
         OpClass::Send | OpClass::Write | OpClass::Atomic => {
-            if p.ack_req != 0 {
+            if p.ack_req != 0 || class == SeqClass::NewIncarnation {
                 Some(false)
             } else {
                 None
@@ -514,7 +534,7 @@ impl LatState {
             SeqClass::NewIncarnation => {
                 self.ack = [0; LAT_SLOTS];
                 self.read = [0; LAT_SLOTS];
-                self.flags &= !(LF_UNTIMED | LF_SHARED | LF_NEWEST);
+                self.flags &= !(LF_UNTIMED | LF_SHARED | LF_NEWEST | LF_ACKED);
                 self.qp = dest_qp;
             }
             // Sent again, or a copy of it seen: no sample from it (Karn's rule).
@@ -533,22 +553,14 @@ impl LatState {
             SeqClass::InOrder | SeqClass::Ahead => {}
             _ => return,
         }
-        expire(&mut self.ack, psn);
-        expire(&mut self.read, psn);
-        if self.flags & LF_UNTIMED != 0 && !covers(psn, self.untimed) {
-            self.flags &= !LF_UNTIMED;
-        }
-        if p.ack_req != 0 && p.class() != OpClass::ReadRequest {
-            self.newest = psn;
-            self.flags |= LF_NEWEST;
-        }
         // Two connections under the key (a UDP port shared between the same hosts): their
-        // ACKs cannot be told apart, so nothing is timed from then on.
+        // ACKs cannot be told apart, so nothing is timed from then on. Checked first: the
+        // other connection's PSNs would expire this one's timed requests.
         if self.flags & LF_SHARED != 0 {
             return;
         }
         if self.qp != dest_qp {
-            let idle = self.ack[0] == 0 && self.read[0] == 0;
+            let idle = empty(&self.ack) && empty(&self.read);
             if idle || self.qp == 0 {
                 self.qp = dest_qp;
             } else {
@@ -560,6 +572,19 @@ impl LatState {
                 self.read = [0; LAT_SLOTS];
                 return;
             }
+        }
+        expire(&mut self.ack, psn);
+        expire(&mut self.read, psn);
+        if self.flags & LF_UNTIMED != 0 && !covers(psn, self.untimed) {
+            self.flags &= !LF_UNTIMED;
+        }
+        if p.ack_req != 0 && p.class() != OpClass::ReadRequest {
+            self.newest = psn;
+            self.flags |= LF_NEWEST;
+        }
+        // Answered already (its answer came through before it did): not timed.
+        if self.flags & LF_ACKED != 0 && covers(self.acked, psn) {
+            return;
         }
         if p.class() == OpClass::ReadRequest {
             if let Some(i) = free_slot(&self.read) {
@@ -651,6 +676,7 @@ impl LatState {
                     self.untimed = psn;
                 }
             }
+            self.answered(psn);
             let w = take_covered(&mut self.read, psn)?;
             let elapsed = slot_elapsed(w, now_ns);
             let clean = self.flags & LF_SHARED == 0 && elapsed <= ELAPSED_MAX_NS;
@@ -660,13 +686,9 @@ impl LatState {
         // A NAK (sequence error) or an RNR NAK names the first request the responder did not
         // take: go-back-N sends it and those after it again. Their timing ends here.
         if class == OpClass::Nak || rnr {
-            let from = if rnr {
-                psn
-            } else {
-                psn.wrapping_add(1) & 0xFF_FFFF
-            };
-            self.resent(from);
+            self.resent(psn.wrapping_add(1) & 0xFF_FFFF);
         }
+        self.answered(psn);
         let untimed = self.flags & LF_UNTIMED != 0;
         let (lo, hi) = (self.untimed, self.untimed_hi);
         let untimed_covered = untimed && covers(psn, lo);
@@ -695,6 +717,15 @@ impl LatState {
             return None;
         }
         Some((LatKind::Ack, elapsed))
+    }
+
+    /// Requests up to `psn` are answered: one seen only later is not timed.
+    #[inline(always)]
+    fn answered(&mut self, psn: u32) {
+        if self.flags & LF_ACKED == 0 || crate::seq::psn_after(psn, self.acked) {
+            self.acked = psn;
+            self.flags |= LF_ACKED;
+        }
     }
 
     /// Records a sample in this state's histogram of its kind.
@@ -946,11 +977,86 @@ mod tests {
         assert_eq!(s.answer(&ack(3, 0), 60 * US), Some((LatKind::Ack, 50 * US)));
     }
 
+    /// Another QP's request under the key while a timed request sits in any slot (not only the
+    /// first) is a conflict, and its PSN does not expire this connection's timed requests.
+    #[test]
+    fn a_conflict_is_seen_whatever_slot_is_in_flight() {
+        let mut s = LatState::default();
+        write(&mut s, 10, 0);
+        write(&mut s, 11, US);
+        assert_eq!(s.answer(&ack(10, 0), 5 * US), Some((LatKind::Ack, 5 * US)));
+        // Slot 0 is empty, 11 is in flight: a request to QP 9 far away in PSN space.
+        s.request(
+            &req(0x80_0000, op::WRITE_ONLY, true),
+            9,
+            SeqClass::InOrder,
+            false,
+            6 * US,
+        );
+        assert_eq!((s.conflicts, s.flags & LF_SHARED), (1, LF_SHARED));
+        assert_eq!(s.answer(&ack(11, 0), 8 * US), None);
+    }
+
+    /// A request first seen after the answer that covers it (a slower mirror session's copy, a
+    /// late capture) is not timed: the next ACK would make a sample of it.
+    #[test]
+    fn a_request_seen_after_its_answer_is_not_timed() {
+        let mut s = LatState::default();
+        write(&mut s, 10, 0);
+        assert_eq!(
+            s.answer(&ack(10, 0), 10 * US),
+            Some((LatKind::Ack, 10 * US))
+        );
+        // 11's ACK passes before 11 itself is seen: ahead of every request, no sample.
+        assert_eq!(s.answer(&ack(11, 0), 12 * US), None);
+        write(&mut s, 11, 13 * US);
+        assert_eq!(s.ack, [0; LAT_SLOTS]);
+        // A repeated ACK of 11 makes no sample of the late copy.
+        assert_eq!(s.answer(&ack(11, 0), 14 * US), None);
+        write(&mut s, 12, 20 * US);
+        assert_eq!(s.answer(&ack(12, 0), 28 * US), Some((LatKind::Ack, 8 * US)));
+    }
+
+    /// The first packet of a new incarnation reaches the latency state, AckReq or not, and
+    /// starts it afresh (a conflict of the old incarnation ends).
+    #[test]
+    fn a_new_incarnation_without_ackreq_starts_afresh() {
+        let first = req(500, op::WRITE_FIRST, false);
+        assert_eq!(role(&first, SeqClass::NewIncarnation), Some(false));
+        assert_eq!(role(&first, SeqClass::InOrder), None);
+        let mut s = LatState::default();
+        write(&mut s, 10, 0);
+        s.request(
+            &req(20, op::WRITE_ONLY, true),
+            9,
+            SeqClass::InOrder,
+            false,
+            US,
+        );
+        assert_eq!(s.flags & LF_SHARED, LF_SHARED);
+        s.request(&first, 9, SeqClass::NewIncarnation, false, 2 * US);
+        assert_eq!(s.flags & LF_SHARED, 0);
+        write(&mut s, 501, 3 * US);
+        assert_eq!(s.answer(&ack(501, 0), 9 * US), Some((LatKind::Ack, 6 * US)));
+    }
+
     #[test]
     fn rnr_naks_give_no_sample_and_naks_cover_what_precedes() {
         let mut s = LatState::default();
         write(&mut s, 5, 0);
         assert_eq!(s.answer(&ack(5, 0x20), 10 * US), None); // RNR NAK
+        // 5 was not taken: it stays untimed, sent again after the RNR timer, then ACKed.
+        assert_eq!(s.flags & LF_UNTIMED, LF_UNTIMED);
+        assert_eq!((s.untimed, s.untimed_hi), (5, 5));
+        s.request(
+            &req(5, op::WRITE_ONLY, true),
+            7,
+            SeqClass::Retransmission,
+            false,
+            15 * US,
+        );
+        assert_eq!(s.answer(&ack(5, 0), 18 * US), None);
+        assert_eq!(s.flags & LF_UNTIMED, 0);
         write(&mut s, 6, 20 * US);
         write(&mut s, 8, 21 * US);
         // NAK sequence error at 8: 6 and 7 were taken, 8 was not (and will be sent again: its

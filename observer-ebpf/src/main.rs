@@ -424,7 +424,10 @@ mod kernel {
                 return;
             }
             (*args).pending = 0;
-            (role(&*input), is_boundary(&*input))
+            (
+                role(&*input, SeqClass::of((*args).class)),
+                is_boundary(&*input),
+            )
         };
         if let Some(answer) = latency {
             account_latency(answer);

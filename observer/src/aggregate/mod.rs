@@ -300,7 +300,7 @@ pub fn latency_update(
     ifindex: u32,
     ts_ns: u64,
 ) {
-    match role(input) {
+    match role(input, class) {
         None => {}
         Some(false) => {
             let state = latency.entry(LatKey::of_request(key)).or_default();
