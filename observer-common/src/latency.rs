@@ -8,9 +8,15 @@
 //!   also covers a request that was not timed.
 //! - **READ latency**: a READ request to the first packet of its response (same PSN).
 //! - Karn's rule: a request sent again (resent, or a duplicate of it seen) before its answer
-//!   gives no sample; nor does an RNR NAK (the wait that follows is the receiver's RNR timer,
-//!   not latency), nor a READ response for the requests before its READ, which it acknowledges
-//!   implicitly (it ends their timing: a later ACK is no answer to them).
+//!   gives no sample; nor does a READ response for the requests before its READ, which it
+//!   acknowledges implicitly (it ends their timing: a later ACK is no answer to them). An RNR
+//!   NAK answers the requests before the one it names, like an ACK; the one it names waits for
+//!   the receiver's RNR timer (not latency) and is sent again, untimed.
+//! - A request first seen just after the answer covering it (a copy through a slower mirror
+//!   session) is not timed.
+//! - Not ruled out: an ACK naming a request the observation point never saw (lost before it)
+//!   goes to the newest timed request before it; the sample includes the wait for the unseen
+//!   one's ACK when the responder coalesced them.
 //!
 //! Each direction of requests of a connection keeps up to [`LAT_SLOTS`] timed requests of each
 //! kind in flight. Beyond that a request is not timed; a request seen late (filling a PSN hole)
@@ -34,7 +40,7 @@ use core::mem::size_of;
 use crate::flow::{DIRECTION_EGRESS, FlowKey, MIRROR_UNION};
 use crate::loghist::LogScale;
 use crate::parse::{OpClass, Transport};
-use crate::seq::{MAX_GO_BACK, SeqClass, SeqInput, psn_sub};
+use crate::seq::{MAX_GO_BACK, REUSE_IDLE_NS, SeqClass, SeqInput, psn_sub};
 use crate::wire::op;
 
 /// Timed requests in flight per kind and requester direction of a connection.
@@ -317,8 +323,6 @@ pub const LF_SHARED: u32 = 1 << 1;
 pub const LF_EGRESS: u32 = 1 << 2;
 /// `LatState::newest` holds a PSN.
 pub const LF_NEWEST: u32 = 1 << 3;
-/// `LatState::acked` holds a PSN.
-pub const LF_ACKED: u32 = 1 << 4;
 
 /// Mirror copies of one packet through several sessions arrive within this of each other; a
 /// request seen again later is a resend, whatever the PSN analysis calls it (it calls the first
@@ -352,12 +356,15 @@ pub struct LatState {
     pub skipped: u32,
     /// Requests whose QP number differed from the one in flight (see `LF_SHARED`).
     pub conflicts: u32,
-    /// The newest PSN an answer acknowledged (`LF_ACKED`): a request at or behind it, seen
-    /// only now (a copy through a slower mirror session, a late capture), was answered before.
-    pub acked: u32,
+    pub _pad: u32,
+    /// The newest PSN an answer acknowledged and when ([`slot_word`]; 0 none): a request at or
+    /// behind it seen soon after (a copy through a slower mirror session, a late capture) was
+    /// answered before it was seen. One word: answers write it with one store, and never
+    /// `flags`, which the requests' CPU writes.
+    pub acked: u64,
     pub hist: [LatHist; 2],
 }
-const _: () = assert!(size_of::<LatState>() == 16 * LAT_SLOTS + 32 + 2 * size_of::<LatHist>());
+const _: () = assert!(size_of::<LatState>() == 16 * LAT_SLOTS + 40 + 2 * size_of::<LatHist>());
 
 impl Default for LatState {
     fn default() -> Self {
@@ -371,22 +378,24 @@ impl Default for LatState {
             flags: 0,
             skipped: 0,
             conflicts: 0,
+            _pad: 0,
             acked: 0,
             hist: [LatHist::default(); 2],
         }
     }
 }
 
-/// No slot of the ring holds a request (every slot looked at, without a branch).
+/// A slot of the ring holds a request timed less than [`REUSE_IDLE_NS`] before `now_ns`.
 #[inline(always)]
-fn empty(ring: &[u64; LAT_SLOTS]) -> bool {
-    let mut any = 0;
+fn recent(ring: &[u64; LAT_SLOTS], now_ns: u64) -> bool {
+    let mut any = false;
     let mut i = 0;
     while i < LAT_SLOTS {
-        any |= ring[i];
+        let w = ring[i];
+        any |= w != 0 && slot_elapsed(w, now_ns) < REUSE_IDLE_NS;
         i += 1;
     }
-    any == 0
+    any
 }
 
 /// The first empty slot of a ring, if any.
@@ -534,7 +543,8 @@ impl LatState {
             SeqClass::NewIncarnation => {
                 self.ack = [0; LAT_SLOTS];
                 self.read = [0; LAT_SLOTS];
-                self.flags &= !(LF_UNTIMED | LF_SHARED | LF_NEWEST | LF_ACKED);
+                self.flags &= !(LF_UNTIMED | LF_SHARED | LF_NEWEST);
+                self.acked = 0;
                 self.qp = dest_qp;
             }
             // Sent again, or a copy of it seen: no sample from it (Karn's rule).
@@ -560,9 +570,15 @@ impl LatState {
             return;
         }
         if self.qp != dest_qp {
-            let idle = empty(&self.ack) && empty(&self.read);
+            // In flight: timed within the silence after which the PSN analysis takes a jump
+            // for a new incarnation. Older slots are requests whose answers were never seen
+            // (the last of an earlier connection on the port): no conflict.
+            let idle = !recent(&self.ack, now_ns) && !recent(&self.read, now_ns);
             if idle || self.qp == 0 {
                 self.qp = dest_qp;
+                self.ack = [0; LAT_SLOTS];
+                self.read = [0; LAT_SLOTS];
+                self.acked = 0;
             } else {
                 // Another connection under the same key: nothing is timed any more (until a
                 // new incarnation).
@@ -582,8 +598,10 @@ impl LatState {
             self.newest = psn;
             self.flags |= LF_NEWEST;
         }
-        // Answered already (its answer came through before it did): not timed.
-        if self.flags & LF_ACKED != 0 && covers(self.acked, psn) {
+        // Answered already, just before it was seen: not timed. (Long after, it is a new
+        // connection's behind an old one's answers.)
+        let a = self.acked;
+        if a != 0 && covers(slot_psn(a), psn) && slot_elapsed(a, now_ns) < REUSE_IDLE_NS {
             return;
         }
         if p.class() == OpClass::ReadRequest {
@@ -676,7 +694,7 @@ impl LatState {
                     self.untimed = psn;
                 }
             }
-            self.answered(psn);
+            self.answered(psn, now_ns);
             let w = take_covered(&mut self.read, psn)?;
             let elapsed = slot_elapsed(w, now_ns);
             let clean = self.flags & LF_SHARED == 0 && elapsed <= ELAPSED_MAX_NS;
@@ -688,7 +706,7 @@ impl LatState {
         if class == OpClass::Nak || rnr {
             self.resent(psn.wrapping_add(1) & 0xFF_FFFF);
         }
-        self.answered(psn);
+        self.answered(psn, now_ns);
         let untimed = self.flags & LF_UNTIMED != 0;
         let (lo, hi) = (self.untimed, self.untimed_hi);
         let untimed_covered = untimed && covers(psn, lo);
@@ -709,22 +727,21 @@ impl LatState {
         // went by another way, or is late), not a timed one.
         let unseen = self.flags & LF_NEWEST != 0 && !covers(self.newest, psn);
         let elapsed = slot_elapsed(w, now_ns);
-        if newer_untimed || rnr || unseen || self.flags & LF_SHARED != 0 || elapsed > ELAPSED_MAX_NS
-        {
-            if !rnr {
-                self.skipped += 1;
-            }
+        // An RNR NAK acknowledges what precedes the PSN it names: a sample of the newest of
+        // those like any ACK's (the RNR wait that follows is the named request's, untimed).
+        if newer_untimed || unseen || self.flags & LF_SHARED != 0 || elapsed > ELAPSED_MAX_NS {
+            self.skipped += 1;
             return None;
         }
         Some((LatKind::Ack, elapsed))
     }
 
-    /// Requests up to `psn` are answered: one seen only later is not timed.
+    /// Requests up to `psn` are answered at `now_ns`: one seen just after is not timed.
     #[inline(always)]
-    fn answered(&mut self, psn: u32) {
-        if self.flags & LF_ACKED == 0 || crate::seq::psn_after(psn, self.acked) {
-            self.acked = psn;
-            self.flags |= LF_ACKED;
+    fn answered(&mut self, psn: u32, now_ns: u64) {
+        let a = self.acked;
+        if a == 0 || !covers(slot_psn(a), psn) || slot_elapsed(a, now_ns) >= REUSE_IDLE_NS {
+            self.acked = slot_word(psn, now_ns);
         }
     }
 
@@ -1038,6 +1055,51 @@ mod tests {
         assert_eq!(s.flags & LF_SHARED, 0);
         write(&mut s, 501, 3 * US);
         assert_eq!(s.answer(&ack(501, 0), 9 * US), Some((LatKind::Ack, 6 * US)));
+    }
+
+    /// An RNR NAK of 6 answers 5 (taken) like an ACK of 5; 6 waits for the RNR timer, untimed.
+    #[test]
+    fn an_rnr_nak_answers_what_precedes_it() {
+        let mut s = LatState::default();
+        write(&mut s, 5, 0);
+        write(&mut s, 6, US);
+        assert_eq!(
+            s.answer(&ack(6, 0x20), 7 * US),
+            Some((LatKind::Ack, 7 * US))
+        );
+        assert_eq!(s.ack, [0; LAT_SLOTS]);
+        assert_eq!(
+            (s.flags & LF_UNTIMED, s.untimed, s.untimed_hi),
+            (LF_UNTIMED, 6, 6)
+        );
+    }
+
+    /// The last request of a connection never answered (its ACK lost at the tap) stays in its
+    /// slot; a new connection on the same port with another QP, past the silence that makes a
+    /// new incarnation, is no conflict, and its requests are timed whatever PSNs it uses.
+    #[test]
+    fn a_port_reused_after_a_silence_is_no_conflict() {
+        let mut s = LatState::default();
+        write(&mut s, 0x10_0000, 0);
+        assert_eq!(
+            s.answer(&ack(0x10_0000, 0), 3 * US),
+            Some((LatKind::Ack, 3 * US))
+        );
+        write(&mut s, 0x10_0001, 4 * US);
+        let later = 4 * US + REUSE_IDLE_NS;
+        // The new connection starts just behind the old one's answers.
+        s.request(
+            &req(0x0F_FFF0, op::WRITE_ONLY, true),
+            9,
+            SeqClass::InOrder,
+            false,
+            later,
+        );
+        assert_eq!((s.conflicts, s.flags & LF_SHARED, s.qp), (0, 0, 9));
+        assert_eq!(
+            s.answer(&ack(0x0F_FFF0, 0), later + 2 * US),
+            Some((LatKind::Ack, 2 * US))
+        );
     }
 
     #[test]

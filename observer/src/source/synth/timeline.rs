@@ -17,7 +17,9 @@
 //!   the timed requests from it on no longer are: they count as untimed in the rule above (no
 //!   timing until an answer covers the first of them). A request lost before the observation
 //!   point passes it for the first time when it is sent again: it is a new request there.
-//! - An RNR NAK covers the requests up to the one it names, without a sample.
+//! - An RNR NAK answers the requests before the one it names, as an ACK of them would; the
+//!   one it names waits for the RNR timer and is sent again (Karn's rule from it on).
+
 //! - **READ latency**: a READ request seen for the first time to the first packet of its
 //!   response; at most [`LAT_SLOTS`] READs of a connection are timed in flight, the others never.
 //! - A sample is the difference of the two frames' capture times.
@@ -297,7 +299,7 @@ impl Conn {
                 self.qp.ack(w, last);
                 let ts = w.frames[first].ts_ns;
                 self.ledger
-                    .answered(..=rank, ts, false)
+                    .answered(..=rank, ts)
                     .map(|ns| (LatKind::Ack, ns))
             }
             Action::Nak(rank) => {
@@ -305,15 +307,16 @@ impl Conn {
                 self.qp.nak(w, psn, SYNDROME_NAK_SEQ);
                 let ts = w.frames[first].ts_ns;
                 self.ledger
-                    .answered(..rank, ts, false)
+                    .answered(..rank, ts)
                     .map(|ns| (LatKind::Ack, ns))
             }
             Action::RnrNak(rank) => {
                 let (psn, _) = self.psns(rank);
                 self.qp.nak(w, psn, SYNDROME_RNR_NAK);
                 let ts = w.frames[first].ts_ns;
+                self.ledger.no_longer_timed(rank);
                 self.ledger
-                    .answered(..=rank, ts, true)
+                    .answered(..rank, ts)
                     .map(|ns| (LatKind::Ack, ns))
             }
             Action::Resend { from, count } => {
@@ -391,8 +394,8 @@ impl Ledger {
         self.acks.insert(rank, Seen { at_ns, timed });
     }
 
-    /// Request `rank` passed the observation point again at `at_ns` (Karn's rule).
-    fn again(&mut self, rank: usize, read: bool, at_ns: u64) {
+    /// Karn's rule from request `rank` on: the timed ones are no longer, and count as untimed.
+    fn no_longer_timed(&mut self, rank: usize) {
         let mut forgotten = None;
         for (&r, s) in self.acks.range_mut(rank..) {
             if s.timed {
@@ -406,6 +409,11 @@ impl Ledger {
         for (_, s) in self.reads.range_mut(rank..) {
             s.timed = false;
         }
+    }
+
+    /// Request `rank` passed the observation point again at `at_ns` (Karn's rule).
+    fn again(&mut self, rank: usize, read: bool, at_ns: u64) {
+        self.no_longer_timed(rank);
         // Answered already (an RNR NAK covers it): in flight again, untimed.
         let m = if read {
             &mut self.reads
@@ -418,14 +426,8 @@ impl Ledger {
         });
     }
 
-    /// An ACK or NAK (`rnr`: an RNR NAK) at `at_ns` covers the AckReq requests of `ranks`: the
-    /// sample it gives.
-    fn answered(
-        &mut self,
-        ranks: impl RangeBounds<usize> + Clone,
-        at_ns: u64,
-        rnr: bool,
-    ) -> Option<u64> {
+    /// An ACK or NAK at `at_ns` covers the AckReq requests of `ranks`: the sample it gives.
+    fn answered(&mut self, ranks: impl RangeBounds<usize> + Clone, at_ns: u64) -> Option<u64> {
         if self.untimed_from.is_some_and(|u| ranks.contains(&u)) {
             self.untimed_from = None;
         }
@@ -434,7 +436,7 @@ impl Ledger {
         for r in &covered {
             self.acks.remove(r);
         }
-        newest.filter(|s| s.timed && !rnr).map(|s| at_ns - s.at_ns)
+        newest.filter(|s| s.timed).map(|s| at_ns - s.at_ns)
     }
 
     /// The first response to READ `rank` at `at_ns`: the sample it gives. (Responses come in
