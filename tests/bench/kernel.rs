@@ -4,7 +4,8 @@
 //! Cases, for both the per-CPU-map observer (`roce_observe`) and the shared-map variant
 //! (`roce_observe_shared`): a RoCE RC WRITE middle (1024 B payload) on an existing flow; a WRITE
 //! only with AckReq and an ACK back (the passive latency's request and answer paths: a lookup
-//! in its table each); the first packet of a new flow; a CNP; non-RoCE UDP (port 53); a non-IP frame (ARP); the existing-flow
+//! in its table each); the first packet of a new flow; one flow's WRITE middles in PSN order and
+//! its WRITE onlys in PSN order (each a new message: the message table's path), once each; a CNP; non-RoCE UDP (port 53); a non-IP frame (ARP); the existing-flow
 //! WRITE middle as an ERSPAN III mirror copy (platform subheader); an 802.1Qbb PFC frame.
 //!
 //! Repeated cases run one frame `--repeat` times per test run (the kernel reports the average);
@@ -80,6 +81,16 @@ mod frames {
         let mut f = RoceFrame::new(ip(), super::WRITE_ONLY, dest_qp);
         f.bth.psn = psn;
         f.bth.ack_req = true;
+        f.ext.dma_len = 1024;
+        f.payload_len = 1024;
+        f.to_bytes()
+    }
+
+    /// An RC WRITE only of 1024 B without AckReq to `dest_qp`: a message, counted when its PSN
+    /// is new (a lookup in the message table).
+    pub fn write_only(dest_qp: u32, psn: u32) -> Vec<u8> {
+        let mut f = RoceFrame::new(ip(), super::WRITE_ONLY, dest_qp);
+        f.bth.psn = psn;
         f.ext.dma_len = 1024;
         f.payload_len = 1024;
         f.to_bytes()
@@ -192,6 +203,23 @@ fn cases(new_flows: u32) -> Vec<Case> {
             frames: new,
             repeated: false,
         },
+        // One flow's packets in PSN order, each once (a repeated frame is a copy): WRITE middles
+        // (no message boundary), then WRITE onlys (each a new message: the message table's
+        // lookup and atomic adds). Their difference is the messages' cost.
+        Case {
+            name: "roce_in_order",
+            frames: (0..new_flows)
+                .map(|i| frames::write_middle(0x000044, i))
+                .collect(),
+            repeated: false,
+        },
+        Case {
+            name: "roce_message",
+            frames: (0..new_flows)
+                .map(|i| frames::write_only(0x000055, i))
+                .collect(),
+            repeated: false,
+        },
         Case {
             name: "cnp",
             frames: vec![cnp],
@@ -230,13 +258,16 @@ fn check_frames(cases: &[Case]) -> Result<(), String> {
         for f in &c.frames {
             let r = parse(f.as_slice());
             let ok = match c.name {
-                "roce_existing_flow" | "roce_new_flow" => r
+                "roce_existing_flow" | "roce_new_flow" | "roce_in_order" => r
                     .as_ref()
                     .is_ok_and(|p| p.bth.opcode == WRITE_MIDDLE && p.op_class() == OpClass::Write),
                 "roce_ackreq_request" => r
                     .as_ref()
                     .is_ok_and(|p| p.bth.opcode == WRITE_ONLY && p.bth.ack_req && p.has_reth),
                 "roce_ack" => r.as_ref().is_ok_and(|p| p.op_class() == OpClass::Ack),
+                "roce_message" => r
+                    .as_ref()
+                    .is_ok_and(|p| p.bth.opcode == WRITE_ONLY && !p.bth.ack_req && p.has_reth),
                 "cnp" => r.as_ref().is_ok_and(|p| p.bth.opcode == wire::OPCODE_CNP),
                 "udp_port_53" => {
                     r.as_ref().err() == Some(&SkipReason::OtherPort) && udp_dst_port(f) == Some(53)
@@ -433,11 +464,18 @@ fn run_all(args: &Args, cases: &[Case]) -> Result<Vec<[Vec<f64>; 4]>, String> {
                 };
                 samples[ci][1 + oi].push(measure(prog(&ebpf, name), name, case, args.repeat)?);
                 if !case.repeated {
+                    // The new-flow frames add one flow each; the in-order cases one in all.
                     let added = flow_count(&ebpf, name)? - before;
-                    if added != case.frames.len() {
+                    let want = if case.name == "roce_new_flow" {
+                        case.frames.len()
+                    } else {
+                        1
+                    };
+                    if added != want {
                         return Err(format!(
-                            "{name}: {added} flows added by {} new-flow frames (expected one each)",
-                            case.frames.len()
+                            "{name}: {added} flows added by the {} frames of {} (expected {want})",
+                            case.frames.len(),
+                            case.name
                         ));
                     }
                 }
