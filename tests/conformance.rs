@@ -334,6 +334,19 @@ fn num<T: TryFrom<u64>>(s: &str, field: &str, file: &Path) -> T {
 /// Every RoCEv2 packet of FILE (UDP destination port 4791 with a BTH), as tshark decodes it,
 /// and the decode-as ports used.
 fn tshark_rows(file: &Path) -> (Vec<Row>, Vec<u16>) {
+    let (out, ports) = tshark_roce_fields(file, FIELDS);
+    let rows = out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| parse_row(l, file))
+        .collect();
+    (rows, ports)
+}
+
+/// `fields` of every RoCEv2 packet of FILE (UDP destination port 4791 with a BTH) as tshark
+/// decodes it: tab separated, the last occurrence (the innermost header of a tunnel), the
+/// decode-as ports set and the other dissectors' heuristics off. Its output and the ports.
+fn tshark_roce_fields(file: &Path, fields: &[&str]) -> (String, Vec<u16>) {
     let ports = decode_as_ports(file);
     let mut args: Vec<String> = Vec::new();
     for p in &ports {
@@ -355,17 +368,11 @@ fn tshark_rows(file: &Path) -> (Vec<Row>, Vec<u16>) {
         ]
         .map(String::from),
     );
-    for f in FIELDS {
+    for f in fields {
         args.extend(["-e".into(), f.to_string()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = tshark(file, &args);
-    let rows = out
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| parse_row(l, file))
-        .collect();
-    (rows, ports)
+    (tshark(file, &args), ports)
 }
 
 fn parse_row(line: &str, file: &Path) -> Row {
@@ -1062,46 +1069,23 @@ fn real_captures_message_sizes_match_tshark() {
     let mut failures = Failures::default();
     let mut messages = 0;
     for file in &files {
-        let mut args: Vec<String> = Vec::new();
-        for p in decode_as_ports(file) {
-            args.extend(["-d".into(), format!("udp.port=={p},infiniband")]);
-        }
-        for h in HEURISTICS {
-            args.extend(["--disable-heuristic".into(), h.to_string()]);
-        }
-        args.extend(
-            [
-                "-Y",
-                "infiniband.bth && udp.dstport==4791",
-                "-T",
-                "fields",
-                "-E",
-                "separator=/t",
-                "-E",
-                "occurrence=l",
-                "-e",
+        let (out, _) = tshark_roce_fields(
+            file,
+            &[
                 "ip.src",
-                "-e",
                 "ip.dst",
-                "-e",
                 "udp.srcport",
-                "-e",
                 "infiniband.bth.opcode",
-                "-e",
                 "infiniband.bth.padcnt",
-                "-e",
                 "infiniband.reth.dmalen",
-                "-e",
                 "data.len",
-            ]
-            .map(String::from),
+            ],
         );
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // Per (source, destination, sport): [send, write, read] sizes, and the open SEND.
         type Dir = (IpAddr, IpAddr, u16);
         let mut want: BTreeMap<Dir, [Vec<u64>; 3]> = BTreeMap::new();
         let mut open: BTreeMap<Dir, u64> = BTreeMap::new();
-        for line in tshark(file, &args).lines().filter(|l| !l.is_empty()) {
+        for line in out.lines().filter(|l| !l.is_empty()) {
             let c: Vec<&str> = line.split('\t').collect();
             assert_eq!(c.len(), 7, "{}: tshark row {line:?}", file.display());
             let opcode: u8 = num(c[3], "infiniband.bth.opcode", file);
