@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use integration_tests::{Scratch, workspace_root};
 use roce_observer::source::nic::Availability;
+use roce_observer::source::nic::dcqcn::dcqcn;
 use roce_observer::source::nic::rdma::{RdmaDevice, rdma_devices};
 
 fn fixtures() -> PathBuf {
@@ -94,4 +95,45 @@ fn a_host_without_rdma_is_absent_with_the_reason_and_bad_files_are_named() {
     assert_eq!(p.unreadable, ["broken"]);
     assert_eq!(p.netdevs, ["eth1"]);
     assert_eq!(p.link_layer.as_deref(), Some("Ethernet"));
+}
+
+/// DCQCN settings of a real mlx5 netdev's files: the priorities each side is enabled on and
+/// the CNP's DSCP and priority.
+#[test]
+fn dcqcn_settings_are_read_per_priority() {
+    let d = match dcqcn(&fixtures(), "eth0").expect("readable") {
+        Availability::Present(d) => d,
+        Availability::Absent { reason } => panic!("absent: {reason}"),
+    };
+    // roce_np/enable: 1 1 0 1 1 0 1 1; roce_rp/enable: 1 1 0 1 1 0 1 0.
+    assert_eq!(d.np_enabled, 0b1101_1011);
+    assert_eq!(d.rp_enabled, 0b0101_1011);
+    assert_eq!(d.np.get("cnp_dscp"), Some(&48));
+    assert_eq!(d.np.get("cnp_802p_prio"), Some(&6));
+    assert_eq!(d.np.get("min_time_between_cnps"), Some(&4));
+    assert_eq!(d.rp.get("rpg_min_rate"), Some(&1));
+    assert!(!d.np.contains_key("enable"));
+}
+
+/// This host's own sysfs: the loopback device has no DCQCN settings (absent, with the reason),
+/// an interface that does not exist is absent, a name that is no interface name is an error.
+#[test]
+fn dcqcn_on_this_host_is_absent_with_the_reason() {
+    match dcqcn(Path::new("/"), "lo").unwrap() {
+        Availability::Absent { reason } => {
+            assert!(reason.contains("lo: no DCQCN settings"), "{reason}")
+        }
+        Availability::Present(d) => panic!("lo has DCQCN settings? {d:?}"),
+    }
+    assert!(matches!(
+        dcqcn(Path::new("/"), "roce-none0").unwrap(),
+        Availability::Absent { reason } if reason.contains("no interface roce-none0")
+    ));
+    for bad in ["", "..", "a/b", "sixteen-bytes-xx"] {
+        let e = dcqcn(Path::new("/"), bad).unwrap_err();
+        assert!(
+            e.to_string().contains("is no interface name"),
+            "{bad:?}: {e}"
+        );
+    }
 }

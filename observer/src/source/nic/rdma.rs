@@ -9,9 +9,9 @@
 //! number or one line each.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{Availability, NicError};
+use super::{Availability, NicError, entries, line};
 
 /// One RDMA device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,7 +137,7 @@ fn read_counters(
         return Ok(());
     }
     for name in entries(dir)? {
-        match line(&dir.join(&name)).and_then(|v| v.parse::<u64>().ok()) {
+        match super::number(&dir.join(&name)) {
             Some(v) => {
                 out.insert(name, v);
             }
@@ -145,28 +145,6 @@ fn read_counters(
         }
     }
     Ok(())
-}
-
-/// The names in a directory, sorted.
-fn entries(dir: &Path) -> Result<Vec<String>, NicError> {
-    let read = |source| NicError::Read {
-        path: PathBuf::from(dir),
-        source,
-    };
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(read)? {
-        let e = e.map_err(read)?;
-        out.push(e.file_name().to_string_lossy().into_owned());
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// A one-line file, trimmed; none when it cannot be read.
-fn line(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
 }
 
 /// How wide a driver counter is: mlx5's Q counters are read as 32 bits and wrap; the others
