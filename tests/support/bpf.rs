@@ -1,7 +1,13 @@
 //! The kernel object under test: its programs loaded and verified.
 
 /// The kernel object with one of its XDP programs loaded (verified).
+///
+/// Pins the calling thread to one CPU first: BPF_PROG_TEST_RUN runs the program on the caller's
+/// CPU, and the observer's per-flow state (the PSN analysis, hence which packets are new) is per
+/// CPU, as a NIC's RSS keeps a flow on one. A test thread moved to another CPU halfway (the
+/// scheduler does under load) would meet its flows afresh there.
 pub fn load_program(name: &str) -> aya::Ebpf {
+    roce_observer::lab::pin_current_thread().expect("pin the test thread to one CPU");
     let mut ebpf = aya::EbpfLoader::new()
         .load(roce_observer::EBPF_OBJECT)
         .expect("load object");
