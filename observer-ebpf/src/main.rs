@@ -454,25 +454,33 @@ mod kernel {
         if analysis & F_FRESH == 0 {
             return;
         }
-        let stats = match MSGS.get_ptr_mut(key) {
-            Some(s) => s,
-            None => {
-                let Some(zero) = ZERO_MSG.get_ptr(0) else {
-                    return;
-                };
-                // SAFETY: ZERO_MSG is never written. EEXIST (another CPU) is fine.
-                let _ = MSGS.insert(key, unsafe { &*zero }, BPF_NOEXIST as u64);
-                match MSGS.get_ptr_mut(key) {
-                    Some(s) => s,
-                    None => return,
-                }
-            }
+        let Some(stats) = shared_entry(&MSGS, key, &ZERO_MSG) else {
+            return;
         };
-        // SAFETY: a live map value (shared: see MSGS).
-        let stats = unsafe { &mut *stats };
         if let Some((kind, size)) = stats.packet(input, analysis) {
             record_message_shared(stats, kind, size);
         }
+    }
+
+    /// The value of `key` in the shared LRU `map` (one value for every CPU: see `LAT`, `MSGS`),
+    /// inserted from `zero`, a value never written, when missing.
+    #[inline(always)]
+    fn shared_entry<K, V>(
+        map: &LruHashMap<K, V>,
+        key: &K,
+        zero: &PerCpuArray<V>,
+    ) -> Option<&'static mut V> {
+        let p = match map.get_ptr_mut(key) {
+            Some(p) => p,
+            None => {
+                let zero = zero.get_ptr(0)?;
+                // SAFETY: `zero` is never written. EEXIST (another CPU inserted it) is fine.
+                let _ = map.insert(key, unsafe { &*zero }, BPF_NOEXIST as u64);
+                map.get_ptr_mut(key)?
+            }
+        };
+        // SAFETY: a live map value, shared by the CPUs (its users say how they write it).
+        Some(unsafe { &mut *p })
     }
 
     /// `MsgStats::record` on a value several CPUs write: counts added atomically, the extremes
@@ -527,22 +535,9 @@ mod kernel {
         let lk = unsafe { &mut *lk };
         lk.set(key, answer);
         if !answer {
-            let state = match LAT.get_ptr_mut(&*lk) {
-                Some(s) => s,
-                None => {
-                    let Some(zero) = ZERO_LAT.get_ptr(0) else {
-                        return;
-                    };
-                    // SAFETY: ZERO_LAT is never written. EEXIST (another CPU) is fine.
-                    let _ = LAT.insert(&*lk, unsafe { &*zero }, BPF_NOEXIST as u64);
-                    match LAT.get_ptr_mut(&*lk) {
-                        Some(s) => s,
-                        None => return,
-                    }
-                }
+            let Some(state) = shared_entry(&LAT, &*lk, &ZERO_LAT) else {
+                return;
             };
-            // SAFETY: a live map value (shared: see LAT).
-            let state = unsafe { &mut *state };
             state.note_direction(key);
             state.request(input, key.dest_qp, class, key.is_union(), now);
             return;

@@ -115,9 +115,10 @@ impl Messages {
             return None;
         }
         let of = |k: MsgKind| m.count[k as usize];
+        let bytes: u64 = m.bytes.iter().sum();
         Some(Self {
             count,
-            bytes: m.bytes.iter().sum(),
+            bytes,
             send: of(MsgKind::Send),
             write: of(MsgKind::Write),
             read: of(MsgKind::Read),
@@ -126,7 +127,7 @@ impl Messages {
             p50_bytes: m.quantile(0.5).unwrap_or(0),
             p99_bytes: m.quantile(0.99).unwrap_or(0),
             max_bytes: m.max,
-            mean_bytes: m.bytes.iter().sum::<u64>().checked_div(count).unwrap_or(0),
+            mean_bytes: bytes.checked_div(count).unwrap_or(0),
         })
     }
 }

@@ -31,7 +31,7 @@ pub enum NicError {
 /// becomes a path component.
 pub fn check_interface(name: &str) -> Result<(), NicError> {
     let ok = !name.is_empty()
-        && name.len() < 16
+        && name.len() < libc::IFNAMSIZ
         && !name.contains('/')
         && !name.contains('\0')
         && name != "."

@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use observer_common::wire::{self, op};
-use observer_common::{Bth, FlowKey, OpClass, VlanTag};
+use observer_common::{Bth, FlowKey, MsgKind, OpClass, VlanTag};
 
 use super::{DATA_DSCP, DEFAULT_PKEY, ECT0, MASK24};
 
@@ -228,6 +228,29 @@ pub fn ext_headers(opcode: u8) -> Vec<ExtHeader> {
         h.extend_from_slice(op_specific);
     }
     h
+}
+
+/// The message request `f` (cut to `keep` bytes) completes as the generator made it, for a
+/// connected transport: a WRITE's FIRST or ONLY and a READ as long as their DMA length (unknown
+/// when the RETH is cut off), a SEND ONLY as its payload, a SEND LAST of a size only its FIRST
+/// tells (here unknown). `None` for a SEND's FIRST and packets that complete no message.
+pub fn intended_message(f: &RoceFrame, keep: usize) -> Option<(MsgKind, Option<u64>)> {
+    if !matches!(
+        f.bth.opcode & 0xE0,
+        wire::TRANSPORT_RC | wire::TRANSPORT_UC | wire::TRANSPORT_XRC
+    ) {
+        return None;
+    }
+    let dma = (keep >= f.headers_end()).then_some(u64::from(f.ext.dma_len));
+    match f.bth.opcode & 0x1F {
+        op::SEND_LAST | op::SEND_LAST_IMM | op::SEND_LAST_INV => Some((MsgKind::Send, None)),
+        op::SEND_ONLY | op::SEND_ONLY_IMM | op::SEND_ONLY_INV => {
+            Some((MsgKind::Send, Some(f.payload_len as u64)))
+        }
+        op::WRITE_FIRST | op::WRITE_ONLY | op::WRITE_ONLY_IMM => Some((MsgKind::Write, dma)),
+        op::READ_REQUEST => Some((MsgKind::Read, dma)),
+        _ => None,
+    }
 }
 
 /// The operation class the generator means by `opcode` (with the AETH `syndrome` of an

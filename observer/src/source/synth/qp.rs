@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use observer_common::wire::{self, op};
-use observer_common::{Bth, MsgKind, OpClass, VlanTag};
+use observer_common::{Bth, OpClass, VlanTag};
 
-use super::frame::{Ext, Ip, RoceFrame, intended_class};
+use super::frame::{Ext, Ip, RoceFrame, intended_class, intended_message};
 use super::workload::{PsnEvent, Workload};
 use super::{
     CE, CNP_DSCP, DEFAULT_PKEY, MASK24, NOT_ECT, SCENARIO_PMTU, SYNDROME_ACK, SYNDROME_RNR_NAK,
@@ -306,50 +306,30 @@ impl QpStream {
     /// (unknown when the RETH is cut off), a SEND too when its FIRST was the boundary seen last
     /// before its LAST and no PSN jumped ahead in between.
     fn message_truth(&mut self, w: &mut Workload, f: &RoceFrame, keep: usize) {
-        let first_sighting = self.fresh;
         let low = f.bth.opcode & 0x1F;
-        let boundary = matches!(
-            low,
-            op::SEND_FIRST
-                | op::SEND_LAST
-                | op::SEND_LAST_IMM
-                | op::SEND_LAST_INV
-                | op::SEND_ONLY
-                | op::SEND_ONLY_IMM
-                | op::SEND_ONLY_INV
-                | op::WRITE_FIRST
-                | op::WRITE_ONLY
-                | op::WRITE_ONLY_IMM
-                | op::READ_REQUEST
-        );
-        if !boundary {
+        let message = intended_message(f, keep);
+        if message.is_none() && low != op::SEND_FIRST {
             return;
         }
         // At every boundary, sent again or not, the observer notes whether a PSN jumped since
         // the previous one.
         let jumped = std::mem::take(&mut self.jumped);
-        if !first_sighting {
+        if !self.fresh {
             return;
         }
         let psn = f.bth.psn & MASK24;
         let before = self.boundary_seen.replace(psn);
-        let reth = (keep >= f.headers_end()).then_some(u64::from(f.ext.dma_len));
-        let (kind, size) = match low {
-            op::SEND_FIRST => return,
-            op::SEND_LAST | op::SEND_LAST_IMM | op::SEND_LAST_INV => {
-                let size = self
-                    .sends
-                    .get(&psn)
-                    .filter(|(first, _)| before == Some(*first) && !jumped)
-                    .map(|(_, len)| *len);
-                (MsgKind::Send, size)
-            }
-            op::SEND_ONLY | op::SEND_ONLY_IMM | op::SEND_ONLY_INV => {
-                (MsgKind::Send, Some(f.payload_len as u64))
-            }
-            op::READ_REQUEST => (MsgKind::Read, reth),
-            _ => (MsgKind::Write, reth),
+        // A SEND's FIRST opens it, and completes nothing.
+        let Some((kind, mut size)) = message else {
+            return;
         };
+        if matches!(low, op::SEND_LAST | op::SEND_LAST_IMM | op::SEND_LAST_INV) {
+            size = self
+                .sends
+                .get(&psn)
+                .filter(|(first, _)| before == Some(*first) && !jumped)
+                .map(|(_, len)| *len);
+        }
         w.truth
             .messages
             .entry(self.req.flow_key())

@@ -3,13 +3,13 @@
 
 use std::net::Ipv4Addr;
 
+use observer_common::OpClass;
 use observer_common::wire::{self, op};
-use observer_common::{MsgKind, OpClass};
 
 use super::demo::e2e;
 use super::qp_v4;
 use crate::source::synth::frame::{
-    Ext, Ip, RoceFrame, host_mac, intended_class, opcode_defined, opcode_frame, tag, v6,
+    Ext, Ip, host_mac, intended_class, intended_message, opcode_defined, opcode_frame, tag, v6,
 };
 use crate::source::synth::noise::extra_noise;
 use crate::source::synth::qp::QpStream;
@@ -38,28 +38,6 @@ const ACK_SYNDROMES: &[u8] = &[
     0x1F, 0x00, 0x2E, 0x60, 0x61, 0x62, 0x63, 0x64, 0x40, 0x80, 0xE0,
 ];
 
-/// The message a lone request of a connected transport is, seen as a flow's first packet: a
-/// WRITE's FIRST or ONLY and a READ as long as their DMA length, a SEND ONLY as its payload, a
-/// SEND LAST without its FIRST of unknown size.
-fn lone_message(f: &RoceFrame) -> Option<(MsgKind, Option<u64>)> {
-    if !matches!(
-        f.bth.opcode & 0xE0,
-        wire::TRANSPORT_RC | wire::TRANSPORT_UC | wire::TRANSPORT_XRC
-    ) {
-        return None;
-    }
-    let dma = Some(u64::from(f.ext.dma_len));
-    match f.bth.opcode & 0x1F {
-        op::SEND_LAST | op::SEND_LAST_IMM | op::SEND_LAST_INV => Some((MsgKind::Send, None)),
-        op::SEND_ONLY | op::SEND_ONLY_IMM | op::SEND_ONLY_INV => {
-            Some((MsgKind::Send, Some(f.payload_len as u64)))
-        }
-        op::WRITE_FIRST | op::WRITE_ONLY | op::WRITE_ONLY_IMM => Some((MsgKind::Write, dma)),
-        op::READ_REQUEST => Some((MsgKind::Read, dma)),
-        _ => None,
-    }
-}
-
 pub(super) fn corpus(w: &mut Workload) {
     e2e(w);
 
@@ -74,7 +52,9 @@ pub(super) fn corpus(w: &mut Workload) {
         for &syndrome in syndromes {
             let f = opcode_frame(opcode, syndrome, qp);
             w.push_roce(&f, intended_class(opcode, syndrome));
-            if let Some((kind, size)) = lone_message(&f) {
+            // Each flow's one request, seen for the first time: a SEND LAST without its FIRST
+            // of unknown size.
+            if let Some((kind, size)) = intended_message(&f, usize::MAX) {
                 w.truth
                     .messages
                     .entry(f.flow_key())
@@ -141,13 +121,13 @@ pub(super) fn corpus(w: &mut Workload) {
             // A RoCE packet from the end of its BTH on: a message, of unknown size while its
             // RETH is cut.
             if keep >= f.bth_end()
-                && let Some((kind, size)) = lone_message(&f)
+                && let Some((kind, size)) = intended_message(&f, keep)
             {
                 w.truth
                     .messages
                     .entry(f.flow_key())
                     .or_default()
-                    .record(kind, size.filter(|_| keep >= f.headers_end()));
+                    .record(kind, size);
             }
         }
     }
