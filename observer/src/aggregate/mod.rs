@@ -617,6 +617,7 @@ impl Aggregate {
                     .collect(),
                 mirror: MirrorTotals::of(c),
                 psn,
+                capture: None,
             },
             flows,
             connections,
@@ -628,6 +629,7 @@ impl Aggregate {
             microbursts: None,
             findings: Vec::new(),
             checks: Vec::new(),
+            nic: None,
         }
     }
 }

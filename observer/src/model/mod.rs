@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 pub mod connections;
 pub mod ecmp;
 pub mod findings;
+pub mod nic;
 pub mod series;
 
 pub use series::FlowRef;
@@ -59,6 +60,10 @@ pub struct Report {
     /// Every rule: fired, passed, or skipped and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<findings::Check>,
+    /// The host's NIC side over the window (diagnose with an RDMA device, or one behind an
+    /// interface).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<nic::Nic>,
 }
 
 /// The `pfc` section: who asked whom to pause, on which priority, for how long.
@@ -238,6 +243,9 @@ pub struct Source {
     /// Replay only: the capture files, in the order read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
+    /// Capture only (`--capture`): how libpcap captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureSource>,
     /// Problems that did not stop the run (a capture cut short, an unsupported interface).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -251,6 +259,20 @@ impl Source {
             xdp_mode: Some(xdp_mode.into()),
             mode: None,
             files: Vec::new(),
+            capture: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// A libpcap capture of `device` (`kind` "capture").
+    pub fn capture(device: String, capture: CaptureSource) -> Self {
+        Self {
+            kind: "capture".into(),
+            interfaces: vec![device],
+            xdp_mode: None,
+            mode: None,
+            files: Vec::new(),
+            capture: Some(capture),
             warnings: Vec::new(),
         }
     }
@@ -262,9 +284,36 @@ impl Source {
             xdp_mode: None,
             mode: None,
             files,
+            capture: None,
             warnings,
         }
     }
+}
+
+/// How a live capture through libpcap (`--capture`) was taken.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureSource {
+    /// libpcap's name of the device's link type (`EN10MB`, `LINUX_SLL`).
+    pub link_type: String,
+    pub promiscuous: bool,
+    /// The capture filter; absent: every frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Bytes kept of each frame.
+    pub snaplen: u32,
+    /// `ns` or `us`: the resolution of the timestamps.
+    pub timestamps: String,
+}
+
+/// libpcap's own counters of a live capture (`pcap_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureCounts {
+    /// Frames that passed the capture filter (on Linux including those dropped).
+    pub received: u64,
+    /// Frames that passed the filter but found no room in libpcap's buffer: never seen.
+    pub dropped: u64,
+    /// Frames the interface dropped on receive while the capture ran.
+    pub interface_dropped: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -298,6 +347,10 @@ pub struct Totals {
     /// The PSN analysis summed over the flows (`pmtu` is absent here).
     #[serde(default)]
     pub psn: Psn,
+    /// A live capture through libpcap (`--capture`): its own counters, drops included (XDP
+    /// has none to report: it sees each frame as it is received).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureCounts>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

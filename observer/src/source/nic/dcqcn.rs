@@ -5,24 +5,11 @@
 //!
 //! Written by hand for the same reason as [`super::rdma`]: one number per file.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{Availability, NicError, check_interface};
 
-/// The DCQCN settings of one netdev.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Dcqcn {
-    /// Bit p: the notification point (CNPs sent on ECN-marked arrivals) is enabled on
-    /// priority p.
-    pub np_enabled: u8,
-    /// Bit p: the reaction point (rate cut on CNPs) is enabled on priority p.
-    pub rp_enabled: u8,
-    /// `roce_np`'s other files: `cnp_dscp`, `cnp_802p_prio`, `min_time_between_cnps`, …
-    pub np: BTreeMap<String, u64>,
-    /// `roce_rp`'s other files: `rpg_min_rate`, `rpg_ai_rate`, `initial_alpha_value`, …
-    pub rp: BTreeMap<String, u64>,
-}
+pub use crate::model::nic::Dcqcn;
 
 /// The DCQCN settings of `iface` under `root`: absent, with the reason, where its driver has
 /// none.

@@ -4,11 +4,19 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod dcb;
 pub mod dcqcn;
+pub mod ethtool;
+pub mod host;
 pub mod rdma;
+pub mod rdma_netlink;
+pub mod window;
+
+mod netlink;
 
 /// What a host can tell of one source: present, or absent and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Availability<T> {
     Present(T),
     Absent { reason: String },
@@ -25,6 +33,62 @@ pub enum NicError {
     },
     #[error("{0:?} is no interface name (1 to 15 bytes, no '/', not '.' or '..')")]
     BadInterface(String),
+    #[error("cannot open a socket for the ethtool ioctl")]
+    Socket(#[source] std::io::Error),
+    #[error("{iface}: {command} failed")]
+    Ethtool {
+        iface: String,
+        command: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{iface}: the driver's statistics changed while read, twice ({command} gave {got} entries, the count was {expected})"
+    )]
+    StatsChanged {
+        iface: String,
+        command: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    #[error("{iface}: the driver reports {count} statistics, more than {max}: refused")]
+    TooManyStats {
+        iface: String,
+        count: usize,
+        max: usize,
+    },
+    #[error("line {line}: {reason}: {text:?}")]
+    BadLine {
+        line: usize,
+        text: String,
+        reason: &'static str,
+    },
+    #[error("no \"driver:\" line with a driver name")]
+    NoDriver,
+    #[error("no interface {0}")]
+    NoInterface(String),
+    #[error("no RDMA device {0}")]
+    NoRdmaDevice(String),
+    #[error("netlink: {what}")]
+    Netlink {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("malformed netlink reply to {what}: {detail}")]
+    Malformed { what: String, detail: String },
+    #[error("{} is not the expected JSON", path.display())]
+    Fixture {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{}: cannot parse", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: Box<NicError>,
+    },
 }
 
 /// An interface name as the kernel allows it (IFNAMSIZ - 1 bytes, no '/', not a dot entry): it

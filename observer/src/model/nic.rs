@@ -1,0 +1,304 @@
+//! The `nic` section: what a host's NIC side said over the window (counter deltas per device,
+//! port, netdev and priority), its RoCE configuration, the QP table with the processes owning
+//! the QPs, and which sources the host lacks and why. Also the configuration types the NIC
+//! sources read (`source::nic`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// ETHTOOL_GDRVINFO: the driver and firmware of a netdev.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverInfo {
+    pub driver: String,
+    pub version: String,
+    pub firmware: String,
+    pub bus: String,
+}
+
+/// A netdev's IEEE DCB configuration. The PFC and ETS parts are none when the driver does not
+/// report them (dcbnl leaves an attribute out when the driver has no getter for it or its
+/// getter fails), so that "not reported" is never read as "all off" or "all in class 0".
+/// In JSON (recorded configurations) a field left out is none or empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Dcb {
+    /// Bit p set: PFC enabled on priority p.
+    pub pfc_enabled: Option<u8>,
+    /// How many traffic classes may have PFC enabled at once.
+    pub pfc_cap: Option<u8>,
+    /// PFC frames per priority, as the driver counts them (ieee_pfc requests = sent,
+    /// indications = received).
+    pub pfc_requests: Option<[u64; 8]>,
+    pub pfc_indications: Option<[u64; 8]>,
+    /// ETS: traffic class of each priority, and each class's TSA (0 strict, 1 credit-based
+    /// shaper, 2 ETS, 255 vendor) and bandwidth % (the transmit one, as `dcb ets` shows it).
+    pub prio_tc: Option<[u8; 8]>,
+    pub tc_tsa: Option<[u8; 8]>,
+    pub tc_bw: Option<[u8; 8]>,
+    /// APP table entries with selector DSCP: (dscp, priority), sorted.
+    pub dscp_prio: Vec<(u8, u8)>,
+    /// Other APP entries: (selector, protocol, priority), sorted.
+    pub other_apps: Vec<(u8, u16, u8)>,
+    /// DCBX mode bits (DCB_CAP_DCBX_*), if reported.
+    pub dcbx: Option<u8>,
+}
+
+impl Dcb {
+    /// The priority DSCP `dscp` maps to in the APP table, if any.
+    pub fn priority_of_dscp(&self, dscp: u8) -> Option<u8> {
+        self.dscp_prio
+            .iter()
+            .find(|(d, _)| *d == dscp)
+            .map(|(_, p)| *p)
+    }
+}
+
+/// The DCQCN settings of a netdev (mlx5's `ecn/roce_np`, `ecn/roce_rp`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dcqcn {
+    /// Bit p: the notification point (CNPs sent on ECN-marked arrivals) is enabled on
+    /// priority p.
+    pub np_enabled: u8,
+    /// Bit p: the reaction point (rate cut on CNPs) is enabled on priority p.
+    pub rp_enabled: u8,
+    /// `roce_np`'s other files: `cnp_dscp`, `cnp_802p_prio`, `min_time_between_cnps`, …
+    pub np: BTreeMap<String, u64>,
+    /// `roce_rp`'s other files: `rpg_min_rate`, `rpg_ai_rate`, `initial_alpha_value`, …
+    pub rp: BTreeMap<String, u64>,
+}
+
+/// One queue pair the kernel tracks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Qp {
+    pub device: String,
+    /// None until the QP is bound to a port (modified to INIT).
+    pub port: Option<u32>,
+    pub lqpn: u32,
+    /// The remote QP number (RC and UC QPs).
+    pub rqpn: Option<u32>,
+    /// "RC", "UC", "UD", "XRC_INI"... as iproute2 names them.
+    pub qp_type: String,
+    /// "RESET", "INIT", "RTR", "RTS"...
+    pub state: String,
+    /// The creating process (user QPs).
+    pub pid: Option<u32>,
+    /// The kernel owner's name (RES_KERN_NAME) for kernel QPs, else `/proc/<pid>/comm`.
+    pub comm: Option<String>,
+}
+
+/// The `nic` section.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Nic {
+    /// Seconds between the two readings the deltas are taken over.
+    pub seconds: f64,
+    /// Sources the host lacks, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<AbsentSource>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<Device>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<Interface>,
+    /// The QP table, each QP joined to the wire's flows to it where the wire shows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qps: Vec<QpRow>,
+}
+
+/// A source the host lacks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbsentSource {
+    /// "rdma" (sysfs devices), "qps" (RDMA netlink), "driver", "stats" (ethtool), "dcb",
+    /// "dcqcn".
+    pub source: String,
+    /// The netdev it was asked of; empty for host-wide sources.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subject: String,
+    pub reason: String,
+}
+
+/// One counter over the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    /// Its value at the end.
+    pub value: u64,
+    /// What it grew by over the window (across a 32-bit wrap where there was one); since the
+    /// reset when it was reset.
+    pub delta: u64,
+    /// It went back without a wrap explaining it: a driver reload or a device reset.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset: bool,
+}
+
+/// One RDMA device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hca_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub board_id: Option<String>,
+    pub ports: Vec<Port>,
+}
+
+/// One port of an RDMA device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Port {
+    pub port: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_layer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    pub netdevs: Vec<String>,
+    /// The IBTA port counters (`counters/`; `port_*_data` in 4-byte words).
+    pub counters: BTreeMap<String, Counter>,
+    /// The driver's counters (`hw_counters/`).
+    pub hw_counters: BTreeMap<String, Counter>,
+}
+
+impl Port {
+    /// The delta of a driver counter over the window, if the port has it.
+    pub fn hw(&self, name: &str) -> Option<u64> {
+        self.hw_counters.get(name).map(|c| c.delta)
+    }
+}
+
+/// One netdev.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interface {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Its IP addresses: which wire traffic is the host's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<std::net::IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<DriverInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcb: Option<Dcb>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcqcn: Option<Dcqcn>,
+    /// Per priority: PFC pauses, their duration and transitions, and discards (from the
+    /// driver statistics); priorities with none of these counters are left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub priorities: Vec<Priority>,
+    /// The driver statistics that tell of RoCE's health (pauses, pause storms, discards, the
+    /// RDMA traffic of the vport, link pause); the others are left out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, Counter>,
+}
+
+impl Interface {
+    /// The delta of a driver statistic over the window, if the driver has it.
+    pub fn stat(&self, name: &str) -> Option<u64> {
+        self.counters.get(name).map(|c| c.delta)
+    }
+}
+
+/// One priority's counters of a netdev, as deltas over the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Priority {
+    pub priority: u8,
+    /// PFC frames received (the peer asked us to pause) and sent.
+    pub rx_pause: u64,
+    pub tx_pause: u64,
+    /// Time paused (µs), where the driver counts it: received pauses held our transmitter,
+    /// sent ones held the peer's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_pause_us: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_pause_us: Option<u64>,
+    /// Frames dropped on arrival in this priority (discards, buffer and congestion discards).
+    pub discards: u64,
+}
+
+/// One QP of the resource table, and what the wire shows of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpRow {
+    #[serde(flatten)]
+    pub qp: Qp,
+    /// Packets and bytes the wire shows to this QP (flows whose destination QP is its number),
+    /// when the report has a wire view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_packets: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_bytes: Option<u64>,
+}
+
+/// `roce-observer check`: the RoCE configuration checklist of a host.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Checklist {
+    pub schema: String,
+    /// What the host said (the `nic` section of its two readings).
+    pub nic: Nic,
+    pub items: Vec<ChecklistItem>,
+}
+
+impl Checklist {
+    /// Some item failed.
+    pub fn failed(&self) -> bool {
+        self.items.iter().any(|i| i.status == ItemStatus::Fail)
+    }
+}
+
+/// One line of the checklist.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChecklistItem {
+    /// "pfc", "trust-dscp", "cnp-trust", "ecn", "cnp-marking", "mtu", "firmware",
+    /// "pause-storms", "lossless-discards", "transport-errors", "roce-device".
+    pub item: String,
+    /// The netdev or RDMA device judged; empty for the host as a whole.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subject: String,
+    pub status: ItemStatus,
+    /// The settings or counts the status rests on, or what was missing.
+    pub evidence: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ItemStatus {
+    Pass,
+    Fail,
+    /// The item does not apply to this host's configuration (e.g. DSCP trust when RoCE is
+    /// told apart by VLAN priority).
+    NotApplicable,
+    /// The host does not say what the item needs (a source absent, one reading only).
+    Unknown,
+}
+
+impl ItemStatus {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Pass => "pass",
+            Self::Fail => "fail",
+            Self::NotApplicable => "n/a",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// The driver's transport error counters (mlx5's Q counters): loss or reordering the wire may
+/// not show.
+pub const TRANSPORT_ERRORS: &[&str] = &[
+    "out_of_sequence",
+    "packet_seq_err",
+    "local_ack_timeout_err",
+    "implied_nak_seq_err",
+];
+
+/// A per-priority driver statistic: `rx_prio3_pause_duration` → (received, 3,
+/// "pause_duration").
+pub fn per_priority(name: &str) -> Option<(bool, u8, &str)> {
+    let (rx, rest) = if let Some(r) = name.strip_prefix("rx_prio") {
+        (true, r)
+    } else {
+        (false, name.strip_prefix("tx_prio")?)
+    };
+    let (digit, what) = rest.split_once('_')?;
+    let prio: u8 = digit.parse().ok().filter(|p| *p < 8)?;
+    Some((rx, prio, what))
+}

@@ -1,0 +1,397 @@
+//! One reading of everything a host tells of its NIC side: the RDMA devices and their counters,
+//! and per netdev its MTU, addresses, driver, driver statistics, DCB and DCQCN settings; the QP
+//! table. Read live (sysfs, ioctl, netlink) or from a copied tree under a root directory.
+//!
+//! A copied tree holds the sysfs files under `sys/` as the host has them, and what the host
+//! tells through calls as the usual tools print it: `ethtool/<if>/statistics` (`ethtool -S`),
+//! `ethtool/<if>/driver` (`ethtool -i`), `dcb/<if>.json` (the DCB settings, in this tool's JSON)
+//! `rdma/qps.json` (`rdma -j res show qp`) and `ip/<if>` (`ip -br addr show dev <if>`); and
+//! `taken`, when the copy was taken (ns since the Unix epoch; 0 when missing).
+//! [`write_tree`] writes one.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::rdma::RdmaDevice;
+use super::{Availability, NicError, check_interface, line, number};
+use crate::model::nic::{Dcb, Dcqcn, DriverInfo, Qp};
+
+/// Where a host's NIC side is read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Host {
+    /// This host: sysfs under `/`, ioctl and netlink calls.
+    Live,
+    /// A copied tree (see the module's documentation).
+    Root(PathBuf),
+}
+
+impl Host {
+    fn root(&self) -> &Path {
+        match self {
+            Self::Live => Path::new("/"),
+            Self::Root(p) => p,
+        }
+    }
+}
+
+/// What to read: netdevs and RDMA devices by name. With neither, every RDMA device and the
+/// netdevs behind its ports; the netdevs behind the named RDMA devices are always read too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub interfaces: Vec<String>,
+    pub rdma_devices: Vec<String>,
+}
+
+/// One netdev's side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Interface {
+    pub name: String,
+    pub mtu: Option<u32>,
+    /// Its IP addresses (live only: a copied tree has none), to tell which wire traffic is the
+    /// host's own.
+    pub addresses: Vec<IpAddr>,
+    pub driver: Availability<DriverInfo>,
+    pub stats: Availability<BTreeMap<String, u64>>,
+    pub dcb: Availability<Dcb>,
+    pub dcqcn: Availability<Dcqcn>,
+}
+
+/// One reading of a host's NIC side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    /// When it was taken (ns since the Unix epoch).
+    pub taken_ns: u64,
+    pub rdma: Availability<Vec<RdmaDevice>>,
+    pub interfaces: Vec<Interface>,
+    pub qps: Availability<Vec<Qp>>,
+}
+
+impl Snapshot {
+    /// The netdev `name`, if read.
+    pub fn interface(&self, name: &str) -> Option<&Interface> {
+        self.interfaces.iter().find(|i| i.name == name)
+    }
+
+    /// The RDMA devices read (none when absent).
+    pub fn devices(&self) -> &[RdmaDevice] {
+        match &self.rdma {
+            Availability::Present(d) => d,
+            Availability::Absent { .. } => &[],
+        }
+    }
+}
+
+/// Reads the host's NIC side. Named RDMA devices the host lacks, and named netdevs it lacks,
+/// are errors (a wrong name on the command line); every source the host lacks is absent.
+pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
+    for i in &sel.interfaces {
+        check_interface(i)?;
+    }
+    let root = host.root();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_nanos() as u64;
+    let taken_ns = match host {
+        Host::Live => now,
+        // A copy without its time: 0, and the caller says how far apart two copies are.
+        Host::Root(r) => number(&r.join("taken")).unwrap_or(0),
+    };
+    let rdma = match super::rdma::rdma_devices(root)? {
+        Availability::Present(all) => {
+            let chosen: Vec<RdmaDevice> = all
+                .into_iter()
+                .filter(|d| {
+                    sel.rdma_devices.contains(&d.name)
+                        || (sel.rdma_devices.is_empty()
+                            && (sel.interfaces.is_empty()
+                                || d.ports
+                                    .iter()
+                                    .any(|p| p.netdevs.iter().any(|n| sel.interfaces.contains(n)))))
+                })
+                .collect();
+            if let Some(missing) = sel
+                .rdma_devices
+                .iter()
+                .find(|n| !chosen.iter().any(|d| &d.name == *n))
+            {
+                return Err(NicError::NoRdmaDevice(missing.clone()));
+            }
+            if chosen.is_empty() {
+                Availability::Absent {
+                    reason: format!("no RDMA device behind {}", sel.interfaces.join(", ")),
+                }
+            } else {
+                Availability::Present(chosen)
+            }
+        }
+        Availability::Absent { reason } => {
+            if let Some(missing) = sel.rdma_devices.first() {
+                return Err(NicError::NoRdmaDevice(format!("{missing} ({reason})")));
+            }
+            Availability::Absent { reason }
+        }
+    };
+    let mut names: Vec<String> = sel.interfaces.clone();
+    if let Availability::Present(devices) = &rdma {
+        for d in devices {
+            for p in &d.ports {
+                for n in &p.netdevs {
+                    if !names.contains(n) {
+                        names.push(n.clone());
+                    }
+                }
+            }
+        }
+    }
+    let mut interfaces = Vec::new();
+    for name in names {
+        let net = root.join("sys/class/net").join(&name);
+        if !net.is_dir() {
+            if sel.interfaces.contains(&name) {
+                return Err(NicError::NoInterface(name));
+            }
+            // A netdev an RDMA port names but the tree lacks: skip it.
+            continue;
+        }
+        interfaces.push(interface(host, root, &name, &net)?);
+    }
+    let qps = match host {
+        Host::Live => super::rdma_netlink::qps()?,
+        Host::Root(r) => super::rdma_netlink::qps_at(r)?,
+    };
+    Ok(Snapshot {
+        taken_ns,
+        rdma,
+        interfaces,
+        qps,
+    })
+}
+
+fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interface, NicError> {
+    let mtu = number(&net.join("mtu")).and_then(|m| u32::try_from(m).ok());
+    let (driver, stats, dcb, addresses) = match host {
+        Host::Live => (
+            super::ethtool::driver_info(name)?,
+            super::ethtool::driver_stats(name)?,
+            super::dcb::dcb(name)?,
+            addresses(name),
+        ),
+        Host::Root(r) => {
+            let dir = r.join("ethtool").join(name);
+            (
+                from_text(&dir.join("driver"), super::ethtool::parse_info)?,
+                from_text(&dir.join("statistics"), super::ethtool::parse_stats)?,
+                super::dcb::dcb_at(r, name)?,
+                line(&r.join("ip").join(name)).map_or_else(Vec::new, |l| brief_addresses(&l)),
+            )
+        }
+    };
+    Ok(Interface {
+        name: name.to_string(),
+        mtu,
+        addresses,
+        driver,
+        stats,
+        dcb,
+        dcqcn: super::dcqcn::dcqcn(root, name)?,
+    })
+}
+
+/// A tool's text output in a copied tree, parsed; absent when the file is missing.
+fn from_text<T>(
+    path: &Path,
+    parse: impl Fn(&str) -> Result<T, NicError>,
+) -> Result<Availability<T>, NicError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse(&text)
+            .map(Availability::Present)
+            .map_err(|e| NicError::Parse {
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Availability::Absent {
+            reason: format!("{} missing", path.display()),
+        }),
+        Err(source) => Err(NicError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The addresses of an `ip -br addr` line: "eth0  UP  198.18.0.1/24 2001:db8::1/64".
+fn brief_addresses(line: &str) -> Vec<IpAddr> {
+    line.split_whitespace()
+        .skip(2)
+        .filter_map(|a| a.split('/').next()?.parse().ok())
+        .collect()
+}
+
+/// The IP addresses of the netdev `name` on this host (none when they cannot be read).
+fn addresses(name: &str) -> Vec<IpAddr> {
+    let Ok(all) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for a in all.filter(|a| a.interface_name == name) {
+        let Some(addr) = a.address else { continue };
+        if let Some(v4) = addr.as_sockaddr_in() {
+            out.push(IpAddr::V4(v4.ip()));
+        } else if let Some(v6) = addr.as_sockaddr_in6() {
+            out.push(IpAddr::V6(v6.ip()));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A one-line sysfs attribute of a netdev (e.g. its MAC `address`), if readable.
+pub fn attribute(host: &Host, iface: &str, name: &str) -> Option<String> {
+    check_interface(iface).ok()?;
+    line(&host.root().join("sys/class/net").join(iface).join(name))
+}
+
+/// Writes a snapshot as a copied tree under `dir` (what [`snapshot`] reads back with
+/// [`Host::Root`]): the synthetic scenarios' NIC readings, for `replay --nic-root`.
+pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
+    use std::fs::{create_dir_all, write};
+    create_dir_all(dir)?;
+    write(dir.join("taken"), format!("{}\n", s.taken_ns))?;
+    for d in s.devices() {
+        let dev = dir.join("sys/class/infiniband").join(&d.name);
+        create_dir_all(&dev)?;
+        for (file, v) in [
+            ("fw_ver", &d.fw_ver),
+            ("hca_type", &d.hca_type),
+            ("board_id", &d.board_id),
+        ] {
+            if let Some(v) = v {
+                write(dev.join(file), format!("{v}\n"))?;
+            }
+        }
+        for p in &d.ports {
+            let port = dev.join("ports").join(p.port.to_string());
+            create_dir_all(&port)?;
+            for (file, v) in [
+                ("state", &p.state),
+                ("link_layer", &p.link_layer),
+                ("rate", &p.rate),
+            ] {
+                if let Some(v) = v {
+                    write(port.join(file), format!("{v}\n"))?;
+                }
+            }
+            for (sub, counters) in [("counters", &p.counters), ("hw_counters", &p.hw_counters)] {
+                let c = port.join(sub);
+                create_dir_all(&c)?;
+                for (name, v) in counters {
+                    write(c.join(name), format!("{v}\n"))?;
+                }
+            }
+            let ndevs = port.join("gid_attrs/ndevs");
+            create_dir_all(&ndevs)?;
+            for (i, n) in p.netdevs.iter().enumerate() {
+                write(ndevs.join(i.to_string()), format!("{n}\n"))?;
+            }
+        }
+    }
+    for i in &s.interfaces {
+        let net = dir.join("sys/class/net").join(&i.name);
+        create_dir_all(&net)?;
+        if let Some(m) = i.mtu {
+            write(net.join("mtu"), format!("{m}\n"))?;
+        }
+        if !i.addresses.is_empty() {
+            create_dir_all(dir.join("ip"))?;
+            let list: Vec<String> = i
+                .addresses
+                .iter()
+                .map(|a| match a {
+                    IpAddr::V4(_) => format!("{a}/32"),
+                    IpAddr::V6(_) => format!("{a}/128"),
+                })
+                .collect();
+            write(
+                dir.join("ip").join(&i.name),
+                format!("{:<16} UP             {} \n", i.name, list.join(" ")),
+            )?;
+        }
+        let tool = dir.join("ethtool").join(&i.name);
+        if let Availability::Present(d) = &i.driver {
+            create_dir_all(&tool)?;
+            write(
+                tool.join("driver"),
+                format!(
+                    "driver: {}\nversion: {}\nfirmware-version: {}\nexpansion-rom-version: \nbus-info: {}\nsupports-statistics: yes\n",
+                    d.driver, d.version, d.firmware, d.bus
+                ),
+            )?;
+        }
+        if let Availability::Present(st) = &i.stats {
+            create_dir_all(&tool)?;
+            let mut text = String::from("NIC statistics:\n");
+            for (k, v) in st {
+                text.push_str(&format!("     {k}: {v}\n"));
+            }
+            write(tool.join("statistics"), text)?;
+        }
+        if let Availability::Present(d) = &i.dcb {
+            create_dir_all(dir.join("dcb"))?;
+            let json = serde_json::to_string_pretty(d).map_err(std::io::Error::other)?;
+            write(dir.join("dcb").join(format!("{}.json", i.name)), json)?;
+        }
+        if let Availability::Present(d) = &i.dcqcn {
+            for (side, enabled, params) in [
+                ("roce_np", d.np_enabled, &d.np),
+                ("roce_rp", d.rp_enabled, &d.rp),
+            ] {
+                let sd = net.join("ecn").join(side);
+                create_dir_all(sd.join("enable"))?;
+                for p in 0..8 {
+                    write(
+                        sd.join("enable").join(p.to_string()),
+                        format!("{}\n", (enabled >> p) & 1),
+                    )?;
+                }
+                for (k, v) in params {
+                    write(sd.join(k), format!("{v}\n"))?;
+                }
+            }
+        }
+    }
+    if let Availability::Present(qps) = &s.qps {
+        create_dir_all(dir.join("rdma"))?;
+        // `rdma -j res show qp`'s keys.
+        let rows: Vec<serde_json::Value> = qps
+            .iter()
+            .map(|q| {
+                let mut o = serde_json::json!({
+                    "ifname": q.device,
+                    "lqpn": q.lqpn,
+                    "type": q.qp_type,
+                    "state": q.state,
+                });
+                if let Some(p) = q.port {
+                    o["port"] = p.into();
+                }
+                if let Some(r) = q.rqpn {
+                    o["rqpn"] = r.into();
+                }
+                if let Some(p) = q.pid {
+                    o["pid"] = p.into();
+                }
+                if let Some(c) = &q.comm {
+                    o["comm"] = c.clone().into();
+                }
+                o
+            })
+            .collect();
+        let json = serde_json::to_string(&rows).map_err(std::io::Error::other)?;
+        write(dir.join("rdma/qps.json"), json)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,346 @@
+//! Two readings of a host's NIC side into the report's `nic` section: counter deltas (32-bit
+//! wraps and resets told apart), the per-priority pause and discard table, the configuration
+//! of the second reading, the sources the host lacks, and the QP table joined to the wire.
+
+use std::collections::BTreeMap;
+
+use super::Availability;
+use super::host::Snapshot;
+use super::rdma::{Delta, Width, counter_width, delta};
+use crate::model::Flow;
+use crate::model::nic::{
+    AbsentSource, Counter, Device, Interface, Nic, Port, Priority, QpRow, per_priority,
+};
+
+/// The `nic` section from a reading at the start of the window and one at its end.
+pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
+    let mut nic = Nic {
+        seconds: after.taken_ns.saturating_sub(before.taken_ns) as f64 / 1e9,
+        ..Nic::default()
+    };
+    let mut absent = |source: &str, subject: &str, reason: &str| {
+        nic.absent.push(AbsentSource {
+            source: source.into(),
+            subject: subject.into(),
+            reason: reason.into(),
+        })
+    };
+    if let Availability::Absent { reason } = &after.rdma {
+        absent("rdma", "", reason);
+    }
+    if let Availability::Absent { reason } = &after.qps {
+        absent("qps", "", reason);
+    }
+    for i in &after.interfaces {
+        let n = &i.name;
+        if let Availability::Absent { reason } = &i.driver {
+            absent("driver", n, reason);
+        }
+        if let Availability::Absent { reason } = &i.stats {
+            absent("stats", n, reason);
+        }
+        if let Availability::Absent { reason } = &i.dcb {
+            absent("dcb", n, reason);
+        }
+        if let Availability::Absent { reason } = &i.dcqcn {
+            absent("dcqcn", n, reason);
+        }
+    }
+    for d in after.devices() {
+        let prev = before.devices().iter().find(|p| p.name == d.name);
+        nic.devices.push(Device {
+            name: d.name.clone(),
+            firmware: d.fw_ver.clone(),
+            hca_type: d.hca_type.clone(),
+            board_id: d.board_id.clone(),
+            ports: d
+                .ports
+                .iter()
+                .map(|p| {
+                    let pp = prev.and_then(|d| d.ports.iter().find(|q| q.port == p.port));
+                    Port {
+                        port: p.port,
+                        state: p.state.clone(),
+                        link_layer: p.link_layer.clone(),
+                        rate: p.rate.clone(),
+                        netdevs: p.netdevs.clone(),
+                        // The IBTA counters are read through the extended (64-bit) attributes.
+                        counters: deltas(&p.counters, pp.map(|q| &q.counters), |_| Width::Bits64),
+                        hw_counters: deltas(&p.hw_counters, pp.map(|q| &q.hw_counters), |n| {
+                            counter_width(n)
+                        }),
+                    }
+                })
+                .collect(),
+        });
+    }
+    for i in &after.interfaces {
+        let prev = before.interface(&i.name);
+        let stats = present(&i.stats).map(|s| {
+            let relevant: BTreeMap<String, u64> = s
+                .iter()
+                .filter(|(k, _)| is_roce_health(k))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
+            let prev = prev.and_then(|p| present(&p.stats));
+            deltas(&relevant, prev, |_| Width::Bits64)
+        });
+        let counters = stats.unwrap_or_default();
+        nic.interfaces.push(Interface {
+            name: i.name.clone(),
+            mtu: i.mtu,
+            addresses: i.addresses.clone(),
+            driver: present(&i.driver).cloned(),
+            dcb: present(&i.dcb).cloned(),
+            dcqcn: present(&i.dcqcn).cloned(),
+            priorities: priorities(&counters),
+            counters,
+        });
+    }
+    if let Availability::Present(qps) = &after.qps {
+        nic.qps = qps
+            .iter()
+            .map(|qp| QpRow {
+                qp: qp.clone(),
+                wire_packets: None,
+                wire_bytes: None,
+            })
+            .collect();
+    }
+    nic
+}
+
+/// Joins each QP to the wire's flows to it (destination QP = its number), when the report has
+/// a wire view: a QPN is unique per device, and a host's wire view has one RDMA device behind
+/// it in practice; with several, the flows to that number on any of them are summed.
+pub fn join_wire(nic: &mut Nic, flows: &[Flow]) {
+    if flows.is_empty() {
+        return;
+    }
+    for row in &mut nic.qps {
+        let (packets, bytes) = flows
+            .iter()
+            .filter(|f| f.dest_qp == row.qp.lqpn)
+            .fold((0, 0), |(p, b), f| (p + f.packets, b + f.bytes));
+        row.wire_packets = Some(packets);
+        row.wire_bytes = Some(bytes);
+    }
+}
+
+/// A snapshot's source, if present.
+fn present<T>(a: &Availability<T>) -> Option<&T> {
+    match a {
+        Availability::Present(v) => Some(v),
+        Availability::Absent { .. } => None,
+    }
+}
+
+/// Every counter of `now` with its delta from `prev` (a counter new in `now` grew from 0).
+fn deltas(
+    now: &BTreeMap<String, u64>,
+    prev: Option<&BTreeMap<String, u64>>,
+    width: impl Fn(&str) -> Width,
+) -> BTreeMap<String, Counter> {
+    now.iter()
+        .map(|(name, &value)| {
+            let before = prev.and_then(|p| p.get(name)).copied().unwrap_or(0);
+            let c = match delta(width(name), before, value) {
+                Delta::Grew(d) => Counter {
+                    value,
+                    delta: d,
+                    reset: false,
+                },
+                Delta::Reset { since } => Counter {
+                    value,
+                    delta: since,
+                    reset: true,
+                },
+            };
+            (name.clone(), c)
+        })
+        .collect()
+}
+
+/// A driver statistic that tells of RoCE's health: PFC and link pauses, pause storms, discards,
+/// per-priority traffic, the RDMA traffic of the vport, ECN and CNP counts.
+pub fn is_roce_health(name: &str) -> bool {
+    [
+        "pause",
+        "prio",
+        "discard",
+        "storm",
+        "vport_rdma",
+        "out_of_buffer",
+        "ecn",
+        "cnp",
+    ]
+    .iter()
+    .any(|k| name.contains(k))
+}
+
+/// The per-priority table from the driver statistics' names (mlx5's `rx_prio<p>_pause`,
+/// `tx_prio<p>_pause`, `…_pause_duration` in µs, `rx_prio<p>_discards`, `_buf_discard`,
+/// `_cong_discard`): the priorities with any of these counters.
+fn priorities(counters: &BTreeMap<String, Counter>) -> Vec<Priority> {
+    let mut out: BTreeMap<u8, Priority> = BTreeMap::new();
+    for (name, c) in counters {
+        let Some((rx, prio, what)) = per_priority(name) else {
+            continue;
+        };
+        let p = match (rx, what) {
+            (_, "pause" | "pause_duration")
+            | (true, "discards" | "buf_discard" | "cong_discard") => {
+                out.entry(prio).or_insert(Priority {
+                    priority: prio,
+                    ..Priority::default()
+                })
+            }
+            // Bytes, packets, transitions: in `counters` only.
+            _ => continue,
+        };
+        match (rx, what) {
+            (true, "pause") => p.rx_pause += c.delta,
+            (false, "pause") => p.tx_pause += c.delta,
+            (true, "pause_duration") => *p.rx_pause_us.get_or_insert(0) += c.delta,
+            (false, "pause_duration") => *p.tx_pause_us.get_or_insert(0) += c.delta,
+            _ => p.discards += c.delta,
+        }
+    }
+    out.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::nic::host::Interface as HostInterface;
+    use crate::source::nic::rdma::{RdmaDevice, RdmaPort};
+
+    fn reading(taken_ns: u64, oos: u64, timeouts: u64, stats: &[(&str, u64)]) -> Snapshot {
+        let mut port = RdmaPort {
+            port: 1,
+            netdevs: vec!["eth9".into()],
+            ..RdmaPort::default()
+        };
+        port.hw_counters.insert("out_of_sequence".into(), oos);
+        port.hw_counters
+            .insert("local_ack_timeout_err".into(), timeouts);
+        Snapshot {
+            taken_ns,
+            rdma: Availability::Present(vec![RdmaDevice {
+                name: "mlx5_9".into(),
+                fw_ver: None,
+                hca_type: None,
+                board_id: None,
+                ports: vec![port],
+            }]),
+            interfaces: vec![HostInterface {
+                name: "eth9".into(),
+                mtu: Some(4200),
+                addresses: Vec::new(),
+                driver: Availability::Absent {
+                    reason: "none".into(),
+                },
+                stats: Availability::Present(
+                    stats.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                ),
+                dcb: Availability::Absent {
+                    reason: "no DCB".into(),
+                },
+                dcqcn: Availability::Absent {
+                    reason: "no DCQCN".into(),
+                },
+            }],
+            qps: Availability::Absent {
+                reason: "no RDMA netlink".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn deltas_tell_wraps_from_resets_and_fill_the_priority_table() {
+        let before = reading(
+            1_000_000_000,
+            0xFFFF_FFF0,
+            900,
+            &[
+                ("rx_prio3_pause", 10),
+                ("rx_prio3_pause_duration", 100),
+                ("rx_prio3_buf_discard", 1),
+                ("rx_prio3_cong_discard", 2),
+                ("tx_prio5_pause", 0),
+                ("rx_prio3_bytes", 4),
+                ("rx_bytes", 1),
+            ],
+        );
+        let after = reading(
+            3_000_000_000,
+            0x10,
+            3,
+            &[
+                ("rx_prio3_pause", 15),
+                ("rx_prio3_pause_duration", 600),
+                ("rx_prio3_buf_discard", 4),
+                ("rx_prio3_cong_discard", 3),
+                ("tx_prio5_pause", 2),
+                ("rx_prio3_bytes", 9),
+                ("rx_bytes", 100),
+            ],
+        );
+        let nic = window(&before, &after);
+        assert_eq!(nic.seconds, 2.0);
+        let p = &nic.devices[0].ports[0];
+        // Across the 32-bit wrap: 0x10 more than 0xFFFFFFF0 is 0x20.
+        assert_eq!(
+            p.hw_counters["out_of_sequence"],
+            Counter {
+                value: 0x10,
+                delta: 0x20,
+                reset: false
+            }
+        );
+        // A 32-bit counter that went back from the lower half was reset.
+        assert_eq!(
+            p.hw_counters["local_ack_timeout_err"],
+            Counter {
+                value: 3,
+                delta: 3,
+                reset: true
+            }
+        );
+        let i = &nic.interfaces[0];
+        // Only the statistics that tell of RoCE's health.
+        assert!(!i.counters.contains_key("rx_bytes"));
+        assert_eq!(i.stat("rx_prio3_bytes"), Some(5));
+        assert_eq!(
+            i.priorities,
+            [
+                Priority {
+                    priority: 3,
+                    rx_pause: 5,
+                    rx_pause_us: Some(500),
+                    discards: 4,
+                    ..Priority::default()
+                },
+                Priority {
+                    priority: 5,
+                    tx_pause: 2,
+                    ..Priority::default()
+                }
+            ]
+        );
+        let absent: Vec<(&str, &str)> = nic
+            .absent
+            .iter()
+            .map(|a| (a.source.as_str(), a.subject.as_str()))
+            .collect();
+        assert_eq!(
+            absent,
+            [
+                ("qps", ""),
+                ("driver", "eth9"),
+                ("dcb", "eth9"),
+                ("dcqcn", "eth9")
+            ]
+        );
+    }
+}
