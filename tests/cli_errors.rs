@@ -153,3 +153,87 @@ fn foreign_xdp_program_is_never_replaced() {
         assert!(!has_xdp(&lab.ns, "rx0"));
     }
 }
+
+#[test]
+fn an_unknown_capture_device_is_named_alone() {
+    for args in [
+        &["diagnose", "--capture", "nosuchdev0", "--duration", "1s"][..],
+        &["run", "--capture", "nosuchdev0", "--listen", "127.0.0.1:0"][..],
+    ] {
+        let (status, out, err) = output(Command::new(CLI).args(args));
+        assert_eq!(status.code(), Some(1), "{args:?}: {err}");
+        assert!(out.is_empty());
+        assert_eq!(
+            error_line(&err),
+            "roce-observer: error: capture device 'nosuchdev0' not found",
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn capture_and_xdp_flags_exclude_each_other() {
+    for args in [
+        &["diagnose", "--capture", "lo", "--iface", "lo"][..],
+        &["diagnose", "--capture", "lo", "--mode", "mirror"][..],
+        &["diagnose", "--capture", "lo", "--xdp-mode", "skb"][..],
+        &["diagnose", "--capture", "lo", "--max-flows", "10"][..],
+        &["diagnose", "--iface", "lo", "--capture-filter", "udp"][..],
+        &["diagnose", "--iface", "lo", "--no-promiscuous"][..],
+        &["run", "--capture", "lo", "--iface", "lo"][..],
+        &["run", "--capture", "lo", "--consume"][..],
+        &["run", "--iface", "lo", "--capture-filter", "udp"][..],
+    ] {
+        let (status, _, err) = output(Command::new(CLI).args(args));
+        assert_eq!(status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(
+            err.contains("cannot be used with") || err.contains("required"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn capture_errors_are_one_line() {
+    if !require_root("capture_errors_are_one_line") {
+        return;
+    }
+    // A filter libpcap cannot compile.
+    let (status, _, err) = output(Command::new(CLI).args([
+        "diagnose",
+        "--capture",
+        "lo",
+        "--capture-filter",
+        "udp port ((",
+        "--duration",
+        "1s",
+    ]));
+    assert_eq!(status.code(), Some(1), "{err}");
+    let line = error_line(&err);
+    assert!(
+        line.starts_with("roce-observer: error: capture filter 'udp port ((' does not compile on 'lo': libpcap error: "),
+        "{line}"
+    );
+    // An unprivileged user: the device and what is missing, then libpcap's own words.
+    let (status, _, err) = output(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--ambient-caps=-all",
+                "--bounding-set=-all",
+            ])
+            .arg(CLI)
+            .args(["diagnose", "--capture", "lo", "--duration", "1s"]),
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    let line = error_line(&err);
+    assert!(
+        line.starts_with("roce-observer: error: capturing on 'lo' needs root or CAP_NET_RAW (this process runs as uid 65534 without it): "),
+        "{line}"
+    );
+}

@@ -91,6 +91,7 @@ impl AnalysisArgs {
             slot_ns: self.burst_slot,
             thresholds,
             ecmp,
+            nic: None,
         })
     }
 

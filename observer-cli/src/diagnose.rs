@@ -1,14 +1,20 @@
-//! `roce-observer diagnose`: attach to interfaces for a while and report.
+//! `roce-observer diagnose`: attach to interfaces for a while (or capture a device through
+//! libpcap) and report.
 
-use std::time::Duration;
+use std::{path::Path, time::Duration};
 
 use anyhow::{Result, bail};
 use clap::Args;
 use roce_observer::{
     analysis::series::MIN_LIVE_INTERVAL_NS,
     model::Report,
-    pipeline::{AnalysisOptions, Ended, LiveOptions, LiveSession},
-    source::live::Vantage,
+    pipeline::{
+        AnalysisOptions, CaptureOptions, CaptureSession, Ended, LiveOptions, LiveSession, NicPlan,
+    },
+    source::{
+        capture::{COOKED_FILTER, CaptureConfig, DEFAULT_FILTER, IP_FILTER},
+        live::Vantage,
+    },
     units::{Named as _, parse_duration, parse_link_speed},
 };
 
@@ -24,8 +30,34 @@ pub const ATTACHED: &str = "roce-observer: attached";
 #[derive(Args, Debug)]
 pub struct DiagnoseArgs {
     /// Interface to observe (repeat for several).
-    #[arg(long = "iface", short = 'i', required = true, value_name = "IF")]
+    #[arg(
+        long = "iface",
+        short = 'i',
+        required_unless_present = "capture",
+        value_name = "IF"
+    )]
     pub ifaces: Vec<String>,
+    /// Capture DEV through libpcap instead of attaching XDP: an RDMA device's offloaded-traffic
+    /// sniffer (mlx5_0, when libpcap has rdmasniff; it slows offloaded RDMA traffic) or a
+    /// network interface, in promiscuous mode.
+    #[arg(
+        long,
+        value_name = "DEV",
+        conflicts_with_all = ["ifaces", "xdp_mode", "mode", "consume", "max_flows", "tc_hook"]
+    )]
+    pub capture: Option<String>,
+    /// With --capture: the capture filter, a libpcap expression ('' for every frame; the
+    /// default passes RoCEv2, GRE mirror copies and PAUSE / PFC, tagged or not).
+    #[arg(
+        long,
+        value_name = "EXPR",
+        requires = "capture",
+        conflicts_with = "ifaces"
+    )]
+    pub capture_filter: Option<String>,
+    /// With --capture: leave the device out of promiscuous mode (as tcpdump -p).
+    #[arg(long, requires = "capture", conflicts_with = "ifaces")]
+    pub no_promiscuous: bool,
     /// How long to observe: 10s, 500ms, 2m, or seconds.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
@@ -56,8 +88,30 @@ pub struct DiagnoseArgs {
     /// clsact before), tcx or clsact.
     #[arg(long, value_enum, value_name = "HOOK")]
     pub tc_hook: Option<TcHookArg>,
+    /// An RDMA device whose NIC side (counters, configuration, QPs) the report adds (repeat for
+    /// several); the ones behind the observed interfaces, or the captured device, are found
+    /// without it.
+    #[arg(long = "rdma-dev", value_name = "DEV")]
+    pub rdma_devs: Vec<String>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
+}
+
+/// The NIC side to read beside the wire: the named RDMA devices and those behind `observed`
+/// (interfaces, or a captured RDMA device); none when there is none.
+fn nic_plan(observed: &[String], rdma_devs: &[String]) -> Result<Option<NicPlan>> {
+    let mut devs = rdma_devs.to_vec();
+    let mut ifaces = Vec::new();
+    for o in observed {
+        // A captured RDMA device (its sniffer) is a device; anything else a netdev.
+        if Path::new("/sys/class/infiniband").join(o).is_dir() {
+            devs.push(o.clone());
+        } else if Path::new("/sys/class/net").join(o).is_dir() {
+            // An interface the host lacks is the attach's error to tell.
+            ifaces.push(o.clone());
+        }
+    }
+    Ok(NicPlan::live(&ifaces, &devs)?)
 }
 
 pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
@@ -71,6 +125,24 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         let inputs: Vec<_> = a.analysis.rules.iter().map(Into::into).collect();
         output::refuse_overwrite("--html", html, &inputs)?;
     }
+    let observed = a.capture.iter().chain(&a.ifaces).cloned().collect::<Vec<_>>();
+    let mut analysis = a.analysis.options()?;
+    analysis.nic = nic_plan(&observed, &a.rdma_devs)?;
+    if let Some(device) = a.capture {
+        let mut capture = CaptureConfig::new(device);
+        capture.promiscuous = !a.no_promiscuous;
+        if let Some(filter) = a.capture_filter {
+            capture.filter = (!filter.trim().is_empty()).then_some(filter);
+        }
+        let options = CaptureOptions {
+            capture,
+            link_speed: a.link_speed,
+        };
+        let report = observe_capture(options, analysis, a.duration)?;
+        output::print_warnings(&report);
+        output::write_html(&report, a.analysis.html.as_deref())?;
+        return output::print_report(&report, a.json, a.top, a.analysis.color());
+    }
     let options = LiveOptions {
         interfaces: a.ifaces.clone(),
         xdp_mode: a.xdp_mode.into(),
@@ -79,7 +151,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         tc_hook: a.tc_hook.unwrap_or_default().into(),
         link_speed: a.link_speed,
     };
-    let report = observe(options, a.analysis.options()?, a.duration)?;
+    let report = observe(options, analysis, a.duration)?;
     output::print_warnings(&report);
     output::write_html(&report, a.analysis.html.as_deref())?;
     output::print_report(&report, a.json, a.top, a.analysis.color())
@@ -108,6 +180,41 @@ pub fn observe(
         Ended::Elapsed => {}
         Ended::Interrupted => eprintln!("roce-observer: interrupted, reporting what was seen"),
         Ended::Terminated => eprintln!("roce-observer: terminated, reporting what was seen"),
+        Ended::Failed => eprintln!("roce-observer: the source failed, reporting what was seen"),
+    }
+    Ok(session.finish()?)
+}
+
+/// Opens the capture, says so on stderr (the [`ATTACHED`] line), captures for `duration` or
+/// until interrupted or the capture fails, and reports.
+pub fn observe_capture(
+    options: CaptureOptions,
+    analysis: AnalysisOptions,
+    duration: Duration,
+) -> Result<Report> {
+    let mut session = CaptureSession::open(options, analysis)?;
+    let info = session.info();
+    eprintln!(
+        "{ATTACHED} to {} through libpcap (link type {}, {}, filter {}), observing for {:.1}s; Ctrl-C to stop early",
+        info.device,
+        info.link_type,
+        if info.promiscuous {
+            "promiscuous"
+        } else {
+            "not promiscuous"
+        },
+        match info.filter.as_deref() {
+            Some(DEFAULT_FILTER | COOKED_FILTER | IP_FILTER) => "RoCEv2, GRE, PAUSE/PFC",
+            Some(f) => f,
+            None => "none: every frame",
+        },
+        duration.as_secs_f64()
+    );
+    match session.observe(duration)? {
+        Ended::Elapsed => {}
+        Ended::Interrupted => eprintln!("roce-observer: interrupted, reporting what was seen"),
+        Ended::Terminated => eprintln!("roce-observer: terminated, reporting what was seen"),
+        Ended::Failed => eprintln!("roce-observer: the capture failed, reporting what was seen"),
     }
     Ok(session.finish()?)
 }

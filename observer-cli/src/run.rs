@@ -18,6 +18,27 @@ pub struct RunArgs {
     /// Interface to observe (repeat for several; replaces the config file's list).
     #[arg(long = "iface", short = 'i', value_name = "IF")]
     pub iface: Vec<String>,
+    /// Capture DEV through libpcap instead of attaching XDP: an RDMA device's offloaded-traffic
+    /// sniffer (mlx5_0, when libpcap has rdmasniff; it slows offloaded RDMA traffic) or a
+    /// network interface, in promiscuous mode (replaces the config file's iface or capture).
+    #[arg(
+        long,
+        value_name = "DEV",
+        conflicts_with_all = ["iface", "mode", "consume", "max_flows", "xdp_mode", "tc_hook"]
+    )]
+    pub capture: Option<String>,
+    /// With --capture: the capture filter, a libpcap expression ('' for every frame; the
+    /// default passes RoCEv2, GRE mirror copies and PAUSE / PFC, tagged or not).
+    #[arg(
+        long,
+        value_name = "EXPR",
+        requires = "capture",
+        conflicts_with = "iface"
+    )]
+    pub capture_filter: Option<String>,
+    /// With --capture: leave the device out of promiscuous mode (as tcpdump -p).
+    #[arg(long, requires = "capture", conflicts_with = "iface")]
+    pub no_promiscuous: bool,
     /// TOML file with the same keys as these flags (snake_case); read again on SIGHUP.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -75,6 +96,9 @@ impl From<RunArgs> for RunOverrides {
             max_flows: a.max_flows,
             xdp_mode: a.xdp_mode.map(Into::into),
             tc_hook: a.tc_hook.map(Into::into),
+            capture: a.capture,
+            capture_filter: a.capture_filter,
+            no_promiscuous: a.no_promiscuous,
         }
     }
 }

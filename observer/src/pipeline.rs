@@ -5,11 +5,17 @@
 //! - [`replay_report`]: capture files, read to the end.
 //! - [`LiveSession`]: the kernel programs attached to interfaces for a while, their maps and
 //!   microburst rings sampled as time goes on, then detached and reported.
+//! - [`CaptureSession`]: a device captured through libpcap for a while (an RDMA device's
+//!   offloaded-traffic sniffer, or a network interface), its frames through the parser and the
+//!   aggregate as replay's, then reported.
 //!
 //! Nothing here prints: warnings go to `report.source.warnings`, and the caller says what it
 //! likes about them.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
 
 use crate::{
     analysis::{
@@ -20,8 +26,9 @@ use crate::{
             TimelineConfig, TimelineEnd,
         },
     },
-    model::{Direction, Report, Source},
+    model::{CaptureCounts, CaptureSource, Direction, Report, Source},
     source::{
+        capture::{Capture, CaptureConfig, CaptureError, CaptureInfo, Captured, Running},
         live::{
             self, AttachMode, BurstReader, LiveConfig, LiveError, Observer, SlotRead, TcHook,
             Vantage,
@@ -37,6 +44,8 @@ pub enum PipelineError {
     Replay(#[from] ReplayError),
     #[error(transparent)]
     Live(#[from] LiveError),
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
     #[error("cannot start the runtime")]
     Runtime(#[source] std::io::Error),
     #[error("cannot watch SIGTERM")]
@@ -55,6 +64,66 @@ pub struct AnalysisOptions {
     pub thresholds: Thresholds,
     /// The switch's ECMP as modelled for the ecmp-imbalance rule; none: not modelled.
     pub ecmp: Option<EcmpOptions>,
+    /// The host's NIC side, for the report's `nic` section; none: not read.
+    pub nic: Option<NicPlan>,
+}
+
+/// The NIC side of a report: its first reading, taken when the observation starts, and where
+/// the second is read when it ends.
+#[derive(Clone, Debug)]
+pub struct NicPlan {
+    pub before: crate::source::nic::host::Snapshot,
+    pub host: crate::source::nic::host::Host,
+    pub selection: crate::source::nic::host::Selection,
+}
+
+impl NicPlan {
+    /// Reads the first reading now.
+    pub fn start(
+        host: crate::source::nic::host::Host,
+        selection: crate::source::nic::host::Selection,
+    ) -> Result<Self, crate::source::nic::NicError> {
+        Ok(Self {
+            before: crate::source::nic::host::snapshot(&host, &selection)?,
+            host,
+            selection,
+        })
+    }
+
+    /// The plan for `diagnose`: the RDMA devices named, or behind the observed interfaces;
+    /// none when the host has none of either (its NIC side is then not the point).
+    pub fn live(
+        interfaces: &[String],
+        rdma_devices: &[String],
+    ) -> Result<Option<Self>, crate::source::nic::NicError> {
+        use crate::source::nic::host::{Host, Selection};
+        let selection = Selection {
+            interfaces: interfaces.to_vec(),
+            rdma_devices: rdma_devices.to_vec(),
+        };
+        let plan = Self::start(Host::Live, selection)?;
+        Ok((!plan.before.devices().is_empty()).then_some(plan))
+    }
+
+    /// The `nic` section: the second reading, the deltas, the QPs joined to the wire's flows. A
+    /// second reading that fails is a warning: the wire view stands.
+    fn finish(&self, report: &mut Report) {
+        match crate::source::nic::host::snapshot(&self.host, &self.selection) {
+            Ok(after) => {
+                let mut nic = crate::source::nic::window::window(&self.before, &after);
+                if nic.seconds <= 0.0 && after.taken_ns == 0 {
+                    // Copies without their time: they bracket the observed window.
+                    nic.seconds = report.window.seconds;
+                }
+                crate::source::nic::window::join_wire(&mut nic, &report.flows);
+                report.nic = Some(nic);
+            }
+            Err(e) => report
+                .source
+                .warnings
+                .push(format!("the NIC side was not read at the end: {e}")),
+        }
+    }
 }
 
 impl AnalysisOptions {
@@ -128,6 +197,9 @@ fn spread(bins: &mut [u64], want: u64) {
 /// Adds the ECMP model (when asked for) and the findings to a report whose counts, series and
 /// link speed are final.
 pub fn conclude(report: &mut Report, options: &AnalysisOptions) {
+    if let Some(plan) = &options.nic {
+        plan.finish(report);
+    }
     if let Some(ecmp) = &options.ecmp {
         report.ecmp = Some(crate::analysis::ecmp::analyse(&report.flows, ecmp));
     }
@@ -224,6 +296,8 @@ pub enum Ended {
     Interrupted,
     /// SIGTERM.
     Terminated,
+    /// The source failed (a captured device went away): reported up to then, with a warning.
+    Failed,
 }
 
 /// The kernel programs attached to interfaces, sampled interval by interval into a time series
@@ -390,6 +464,187 @@ impl LiveSession {
             .flat_map(|p| &p.sources)
             .any(|s| s.mirror.is_some());
         let (speed, why_unknown) = if o.link_speed.is_none() && mirrored {
+            (
+                None,
+                "some came inside mirror copies, whose links' speed is unknown; give --link-speed",
+            )
+        } else {
+            (self.speed, self.why_unknown)
+        };
+        apply_link_speed(&mut report, speed, why_unknown);
+        conclude(&mut report, &self.analysis);
+        Ok(report)
+    }
+}
+
+/// Where and how to capture through libpcap.
+#[derive(Clone, Debug)]
+pub struct CaptureOptions {
+    pub capture: CaptureConfig,
+    /// The links' speed; none: the device's own, when it is a network interface reporting one.
+    pub link_speed: Option<u64>,
+}
+
+/// A device captured through libpcap (`--capture`): its frames read on a thread of their own
+/// through replay's parser and the aggregate, the time series fed frame by frame with their
+/// capture timestamps (and moved on between frames by the clock);
+/// [`CaptureSession::finish`] stops and reports.
+pub struct CaptureSession {
+    options: CaptureOptions,
+    analysis: AnalysisOptions,
+    running: Running<Timeline>,
+    speed: Option<u64>,
+    why_unknown: &'static str,
+    /// Why the capture ended before it was stopped.
+    failed: Option<CaptureError>,
+    started: Instant,
+}
+
+impl CaptureSession {
+    /// Opens the device and starts reading it.
+    pub fn open(options: CaptureOptions, analysis: AnalysisOptions) -> Result<Self, PipelineError> {
+        let device = options.capture.device.clone();
+        let (speed, why_unknown) = match options.link_speed {
+            Some(s) => (Some(s), ""),
+            None => (
+                live::interfaces_speed(std::slice::from_ref(&device)),
+                "the capture device reports no speed; give --link-speed",
+            ),
+        };
+        let capture = Capture::open(&options.capture)?;
+        let timeline = Timeline::starting(
+            analysis.timeline(speed),
+            live::unix_ns(),
+            &Default::default(),
+        );
+        let captured = Arc::new(Mutex::new(Captured::observed(&device, timeline)));
+        let running = Running::start(capture, captured)?;
+        Ok(Self {
+            options,
+            analysis,
+            running,
+            speed,
+            why_unknown,
+            failed: None,
+            started: Instant::now(),
+        })
+    }
+
+    /// How the device was opened.
+    pub fn info(&self) -> &CaptureInfo {
+        self.running.info()
+    }
+
+    /// Moves the time series on to now (an interval without frames ends all the same).
+    fn tick(&self) {
+        let mut c = self
+            .running
+            .shared()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = live::unix_ns();
+        if c.observer.due(now) {
+            let Captured { agg, observer, .. } = &mut *c;
+            observer.advance(now, agg);
+        }
+    }
+
+    /// Captures for `duration`, or until SIGINT or SIGTERM, or the capture fails, whichever
+    /// comes first.
+    pub fn observe(&mut self, duration: Duration) -> Result<Ended, PipelineError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(PipelineError::Runtime)?;
+        let ended: Result<Ended, PipelineError> = rt.block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .map_err(PipelineError::Signal)?;
+            let deadline = tokio::time::sleep(duration);
+            tokio::pin!(deadline);
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => return Ok(Ended::Elapsed),
+                    _ = tokio::signal::ctrl_c() => return Ok(Ended::Interrupted),
+                    _ = term.recv() => return Ok(Ended::Terminated),
+                    _ = every.tick() => {
+                        if self.running.is_finished() {
+                            return Ok(Ended::Failed);
+                        }
+                        self.tick();
+                    }
+                }
+            }
+        });
+        let ended = ended?;
+        if ended == Ended::Failed {
+            self.failed = self.running.stop().err();
+        }
+        Ok(ended)
+    }
+
+    /// Stops (reading what libpcap holds first) and reports: totals with libpcap's counters,
+    /// flows, PFC, the time series and microbursts, the link speed, the ECMP model and the
+    /// findings.
+    pub fn finish(mut self) -> Result<Report, PipelineError> {
+        if let Err(e) = self.running.stop() {
+            self.failed.get_or_insert(e);
+        }
+        let window = self.started.elapsed().as_secs_f64();
+        let info = self.running.info().clone();
+        let mut c = self
+            .running
+            .shared()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        c.observer.end_at(live::unix_ns());
+        let source = Source::capture(
+            info.device.clone(),
+            CaptureSource {
+                link_type: info.link_type.clone(),
+                promiscuous: info.promiscuous,
+                filter: info.filter.clone(),
+                snaplen: info.snaplen,
+                timestamps: if info.nanoseconds { "ns" } else { "us" }.to_string(),
+            },
+        );
+        let mut report = c.agg.report(source, window);
+        let stats = c.stats;
+        report.totals.capture = Some(CaptureCounts {
+            received: stats.received,
+            dropped: stats.dropped,
+            interface_dropped: stats.if_dropped,
+        });
+        // Replay's latency scope: interface 0, the capture device.
+        report.name_latency_interfaces(&[(0, info.device.clone())].into_iter().collect());
+        let timeline = std::mem::replace(
+            &mut c.observer,
+            Timeline::new(crate::analysis::series::TimelineConfig::default()),
+        );
+        apply_timeline(&mut report, timeline.finish(&c.agg));
+        drop(c);
+        let w = &mut report.source.warnings;
+        if let Some(e) = &self.failed {
+            w.push(format!(
+                "the capture ended early: {}; reported up to then",
+                live::OneLine(e)
+            ));
+        }
+        if stats.dropped + stats.if_dropped > 0 {
+            w.push(format!(
+                "libpcap dropped {} frames (no room in its buffer) and the interface {}: PSN gaps and loss may be the capture's, not the network's",
+                stats.dropped, stats.if_dropped
+            ));
+        }
+        // A device's own speed says nothing of links whose PFC came inside mirror copies.
+        let mirrored = report
+            .pfc
+            .iter()
+            .flat_map(|p| &p.sources)
+            .any(|s| s.mirror.is_some());
+        let (speed, why_unknown) = if self.options.link_speed.is_none() && mirrored {
             (
                 None,
                 "some came inside mirror copies, whose links' speed is unknown; give --link-speed",

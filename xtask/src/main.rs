@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
-/// Commands the privileged tests run, and the Debian package that provides each.
+/// Commands the build and the privileged tests need, and the Debian package that provides each.
 const DEBIAN_TOOLS: &[(&str, &str)] = &[
     ("ip", "iproute2"),
     ("tshark", "tshark"),
@@ -33,6 +33,9 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     // Debian ships promtool only inside the server package; its postinst asks to start
     // prometheus.service, which policy-rc.d (or a container without systemd) declines.
     ("promtool", "prometheus"),
+    // Building needs libpcap's headers and library (the `pcap` crate, `--capture DEV`):
+    // libpcap-dev ships /usr/bin/pcap-config.
+    ("pcap-config", "libpcap-dev"),
 ];
 
 /// Python packages of the tools virtualenv (`target/tools/venv`): tests/deploy.rs parses the

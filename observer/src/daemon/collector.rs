@@ -1,4 +1,5 @@
-//! The collector thread: owns the attached observer; every interval it drains the kernel maps
+//! The collector thread: owns the attached observer (or the libpcap capture: [`Tap`]); every
+//! interval it drains the kernel maps (or the capture's aggregate)
 //! into the flow book, publishes a snapshot and writes the JSON line; between drains it follows
 //! link events and the signal handlers' commands (reload, stop).
 
@@ -21,12 +22,13 @@ use super::{
     http::Health,
     logging::{LogHandle, log_filter},
     netlink,
-    openmetrics::{self, IfaceRow, Snapshot, flow_fields},
+    openmetrics::{self, CaptureRow, IfaceRow, Snapshot, flow_fields},
     procfs::{cpu_seconds, resident_bytes},
     signals::Command,
+    tap::Tap,
 };
 use crate::aggregate::connections;
-use crate::source::live::{self, FlowSink, IfaceEvent, LiveError, Observer, OneLine};
+use crate::source::live::{self, FlowSink, IfaceEvent, LiveError, OneLine};
 
 pub(super) fn open_jsonl(path: &Path) -> Result<BufWriter<File>, DaemonError> {
     std::fs::OpenOptions::new()
@@ -107,7 +109,8 @@ fn counts_json(c: &Counts) -> serde_json::Map<String, serde_json::Value> {
 
 /// The collector thread's state.
 pub(super) struct Collector {
-    observer: Observer,
+    /// The kernel programs, or a libpcap capture.
+    tap: Tap,
     config: RunConfig,
     args: RunOverrides,
     jsonl: Option<BufWriter<File>>,
@@ -130,7 +133,7 @@ pub(super) struct Collector {
 
 impl Collector {
     pub(super) fn new(
-        observer: Observer,
+        tap: Tap,
         config: RunConfig,
         args: RunOverrides,
         jsonl: Option<BufWriter<File>>,
@@ -140,7 +143,7 @@ impl Collector {
     ) -> Self {
         let book = FlowBook::new(config.max_series, config.idle_drains());
         let mut c = Self {
-            observer,
+            tap,
             config,
             args,
             jsonl,
@@ -165,9 +168,10 @@ impl Collector {
     /// slot's current values.
     fn sync_ifaces(&mut self) {
         let now: Vec<(usize, String)> = self
-            .observer
+            .tap
             .interfaces()
-            .map(|(slot, name, _, _)| (slot, name.to_string()))
+            .into_iter()
+            .map(|i| (i.slot, i.name))
             .collect();
         let mut gone = Vec::new();
         self.ifaces.retain(|t| {
@@ -248,7 +252,7 @@ impl Collector {
 
     fn stop(mut self, signal: &str) -> Result<(), DaemonError> {
         info!("{signal}: detaching");
-        let detached = self.observer.detach();
+        let detached = self.tap.detach();
         // After detaching, the last drain races no packet.
         let drained = self.drain();
         if detached.is_ok() && drained.is_ok() {
@@ -259,10 +263,10 @@ impl Collector {
     }
 
     fn check_interfaces(&mut self) {
-        let mut events = self.observer.check_interfaces();
+        let mut events = self.tap.check_interfaces();
         let mut appeared = false;
         for iface in std::mem::take(&mut self.pending) {
-            match self.observer.add_interface(&iface) {
+            match self.tap.add_interface(&iface) {
                 Ok(_) => {
                     info!(%iface, "interface appeared: attached");
                     appeared = true;
@@ -337,13 +341,14 @@ impl Collector {
             .iter()
             .map(|t| {
                 let attached = self
-                    .observer
+                    .tap
                     .interfaces()
-                    .any(|(s, _, ifindex, attached)| s == t.slot && ifindex != 0 && attached);
+                    .iter()
+                    .any(|i| i.slot == t.slot && i.attached);
                 IfaceRow {
                     name: t.name.clone(),
                     attached,
-                    up: self.observer.link_up(t.slot).unwrap_or(false),
+                    up: self.tap.link_up(t.slot),
                     reattachments: t.reattachments,
                     counters: t.cum,
                 }
@@ -367,23 +372,27 @@ impl Collector {
         for what in self.config.fixed_changes(&new) {
             warn!("reload: {what} changes only with a restart; keeping the running value");
         }
-        let old: Vec<String> = self.observer.config().interfaces.clone();
-        self.pending.retain(|i| new.ifaces.contains(i));
-        for iface in old.iter().filter(|i| !new.ifaces.contains(i)) {
+        let old: Vec<String> = self.tap.configured();
+        // Between XDP interfaces and a capture, or from one capture to another, only a restart
+        // changes (said above): the interfaces stay as they are.
+        let same_source = self.tap.capture().is_none() && new.capture.is_none();
+        let wanted: &[String] = if same_source { &new.ifaces } else { &old };
+        self.pending.retain(|i| wanted.contains(i));
+        for iface in old.iter().filter(|i| !wanted.contains(i)) {
             // Its counts up to now stay in the totals.
             if let Some(t) = self.ifaces.iter_mut().find(|t| t.name == *iface)
-                && let Ok(now) = self.observer.iface_counters(t.slot)
+                && let Ok(now) = self.tap.iface_counters(t.slot)
             {
                 t.cum = now;
             }
-            match self.observer.remove_interface(iface) {
+            match self.tap.remove_interface(iface) {
                 Ok(()) => info!(%iface, "reload: detached"),
                 Err(e) => error!(%iface, "reload: {}", OneLine(&e)),
             }
         }
         let mut failed = false;
-        for iface in new.ifaces.iter().filter(|i| !old.contains(i)) {
-            match self.observer.add_interface(iface) {
+        for iface in wanted.iter().filter(|i| !old.contains(i)) {
+            match self.tap.add_interface(iface) {
                 Ok(_) => info!(%iface, "reload: attached"),
                 Err(LiveError::UnknownInterface(_)) => {
                     if !self.pending.contains(iface) {
@@ -423,6 +432,8 @@ impl Collector {
             max_flows: keep.max_flows,
             xdp_mode: keep.xdp_mode,
             tc_hook: keep.tc_hook,
+            ifaces: if same_source { new.ifaces } else { keep.ifaces },
+            capture: keep.capture,
             ..new
         };
         if failed {
@@ -447,7 +458,7 @@ impl Collector {
         // Interface counters first: the flows read afterwards hold at least what they count.
         let mut totals = self.removed;
         for t in &mut self.ifaces {
-            let now = self.observer.iface_counters(t.slot)?;
+            let now = self.tap.iface_counters(t.slot)?;
             t.prev = t.cum;
             t.cum = now;
             for dir in &t.cum {
@@ -459,17 +470,13 @@ impl Collector {
             book: &mut self.book,
             connections: std::collections::HashSet::new(),
         };
-        live::read_flows(self.observer.ebpf(), &mut tee)?;
+        self.tap.read_flows(&mut tee)?;
         let connections = tee.connections.len();
         let drained = self.book.finish(&totals);
         // Latency: the kernel's histograms are cumulative; the interfaces' by index.
         let mut lat = crate::aggregate::Aggregate::new();
-        live::read_latency(self.observer.ebpf(), &mut lat)?;
-        let names: std::collections::HashMap<u32, String> = self
-            .observer
-            .interfaces()
-            .map(|(_, name, ifindex, _)| (ifindex, name.to_string()))
-            .collect();
+        self.tap.read_latency(&mut lat)?;
+        let names = self.tap.names();
         let latency = lat
             .latency_scopes
             .iter()
@@ -497,18 +504,27 @@ impl Collector {
             .collect();
         // Idle flows: deleted with their last values (nothing lost in between).
         for key in self.book.idle() {
-            let last = live::take_flow(self.observer.ebpf(), &key)?;
+            let last = self.tap.take_flow(&key)?;
             self.book.retire(&key, last.as_deref());
         }
         let mut skipped = [0u64; SkipReason::COUNT];
-        let counters = live::read_counters(self.observer.ebpf())?;
+        let counters = self.tap.read_counters()?;
         skipped.copy_from_slice(&counters.skipped);
         self.drains += 1;
         let drain_seconds = started.elapsed().as_secs_f64();
         let interfaces = self.iface_rows();
+        let capture = self.tap.capture().map(|c| {
+            let s = c.stats();
+            CaptureRow {
+                device: c.config().device.clone(),
+                received: s.received,
+                dropped: s.dropped,
+                if_dropped: s.if_dropped,
+            }
+        });
         let snapshot = Snapshot {
-            mode: self.observer.config().vantage.name(),
-            egress: self.observer.config().vantage == live::Vantage::Host,
+            mode: self.tap.mode(),
+            egress: self.tap.egress(),
             interfaces,
             series: drained.series,
             rest: drained.rest,
@@ -531,6 +547,7 @@ impl Collector {
             latency,
             qp_latency,
             connections,
+            capture,
         };
         if let Some(w) = self.jsonl.as_mut() {
             let line = json_line(&snapshot, &self.ifaces, &drained.rest_delta, elapsed);
@@ -651,6 +668,12 @@ fn json_line(
             "series": s.series.len(),
             "cpu_seconds": s.cpu_seconds,
             "resident_bytes": s.resident_bytes,
+            "capture": s.capture.as_ref().map(|c| json!({
+                "device": c.device,
+                "received": c.received,
+                "dropped": c.dropped,
+                "if_dropped": c.if_dropped,
+            })),
         },
     })
 }

@@ -10,7 +10,10 @@ use std::{
 use serde::Deserialize;
 
 use crate::{
-    source::live::{AttachMode, Mode, TcHook, Vantage},
+    source::{
+        capture::CaptureConfig,
+        live::{AttachMode, Mode, TcHook, Vantage},
+    },
     units::Named,
 };
 
@@ -71,6 +74,14 @@ pub struct RunOverrides {
     pub xdp_mode: Option<AttachMode>,
     /// Host mode: the TC egress hook (auto, tcx, clsact).
     pub tc_hook: Option<TcHook>,
+    /// Capture this device through libpcap instead of attaching XDP to interfaces (an RDMA
+    /// device's offloaded-traffic sniffer, or a network interface); replaces the config file's
+    /// `iface`, as `iface` replaces its `capture`.
+    pub capture: Option<String>,
+    /// With `capture`: the capture filter (a libpcap expression; empty: every frame).
+    pub capture_filter: Option<String>,
+    /// With `capture`: leave the device out of promiscuous mode.
+    pub no_promiscuous: bool,
 }
 
 /// The config file: every key optional.
@@ -89,6 +100,9 @@ struct FileConfig {
     max_flows: Option<u32>,
     xdp_mode: Option<String>,
     tc_hook: Option<String>,
+    capture: Option<String>,
+    capture_filter: Option<String>,
+    promiscuous: Option<bool>,
 }
 
 /// Validated settings.
@@ -105,6 +119,9 @@ pub struct RunConfig {
     pub max_flows: u32,
     pub xdp_mode: AttachMode,
     pub tc_hook: TcHook,
+    /// A device captured through libpcap instead of interfaces (`ifaces` is then empty, and
+    /// the XDP settings unused).
+    pub capture: Option<CaptureConfig>,
 }
 
 fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
@@ -151,17 +168,65 @@ impl RunConfig {
             path: path.clone(),
             detail,
         };
-        let ifaces = if args.iface.is_empty() {
-            f.iface.unwrap_or_default()
-        } else {
-            args.iface.clone()
+        // Where to observe: the command line's choice over the file's; in the file, one of
+        // the two.
+        let (ifaces, capture) = match (args.iface.is_empty(), &args.capture) {
+            (false, _) => (args.iface.clone(), None),
+            (true, Some(dev)) => (Vec::new(), Some(dev.clone())),
+            (true, None) => match (f.iface.clone().unwrap_or_default(), f.capture.clone()) {
+                (i, Some(_)) if !i.is_empty() => {
+                    return Err(parse_err(
+                        "iface and capture: give one of them (XDP on interfaces, or a libpcap capture)"
+                            .to_string(),
+                    ));
+                }
+                (i, c) => (i, c),
+            },
         };
-        if ifaces.is_empty() {
+        if ifaces.is_empty() && capture.is_none() {
             return Err(invalid(
                 "no interface to observe",
-                "give --iface IF (repeatable) or iface = [\"IF\"] in the config file",
+                "give --iface IF (repeatable) or iface = [\"IF\"] in the config file, or --capture DEV",
             ));
         }
+        let capture_filter = args.capture_filter.clone().or(f.capture_filter);
+        let promiscuous = !args.no_promiscuous && f.promiscuous.unwrap_or(true);
+        let capture = match capture {
+            Some(dev) => {
+                // Settings of the kernel programs, meaningless for a capture.
+                let xdp_only = [
+                    ("mode", args.mode.is_some() || f.mode.is_some()),
+                    ("consume", args.consume || f.consume.is_some()),
+                    ("xdp_mode", args.xdp_mode.is_some() || f.xdp_mode.is_some()),
+                    ("tc_hook", args.tc_hook.is_some() || f.tc_hook.is_some()),
+                    (
+                        "max_flows",
+                        args.max_flows.is_some() || f.max_flows.is_some(),
+                    ),
+                ];
+                if let Some((key, _)) = xdp_only.iter().find(|(_, set)| *set) {
+                    return Err(invalid(
+                        format!("{key} with capture"),
+                        "it sets up XDP on interfaces; a libpcap capture has no such setting",
+                    ));
+                }
+                let mut c = CaptureConfig::new(dev);
+                c.promiscuous = promiscuous;
+                if let Some(filter) = capture_filter {
+                    c.filter = (!filter.trim().is_empty()).then_some(filter);
+                }
+                Some(c)
+            }
+            None => {
+                if capture_filter.is_some() || !promiscuous {
+                    return Err(invalid(
+                        "capture_filter and promiscuous",
+                        "only with capture (a libpcap capture; XDP interfaces take --mode)",
+                    ));
+                }
+                None
+            }
+        };
         for (i, iface) in ifaces.iter().enumerate() {
             if ifaces[..i].contains(iface) {
                 return Err(invalid(
@@ -258,6 +323,7 @@ impl RunConfig {
             max_flows,
             xdp_mode,
             tc_hook,
+            capture,
         })
     }
 
@@ -284,6 +350,9 @@ impl RunConfig {
         }
         if self.tc_hook != new.tc_hook {
             v.push("tc_hook");
+        }
+        if self.capture != new.capture {
+            v.push("capture");
         }
         v
     }
@@ -374,5 +443,70 @@ mod tests {
             assert!(!e.contains('\n'), "{e}");
         }
         assert!(toml::from_str::<FileConfig>("ifaces = []").is_err());
+    }
+
+    #[test]
+    fn a_capture_replaces_interfaces_and_takes_no_xdp_settings() {
+        let merge = |args: &RunOverrides, text: &str| {
+            RunConfig::merge(args, Some((Path::new("c.toml"), file(text))))
+        };
+        let none = RunOverrides::default();
+        let c = merge(&none, "capture = \"mlx5_0\"").unwrap();
+        assert!(c.ifaces.is_empty());
+        assert_eq!(c.capture, Some(CaptureConfig::new("mlx5_0")));
+        let c = merge(
+            &none,
+            "capture = \"eth1\"\npromiscuous = false\ncapture_filter = \"\"",
+        )
+        .unwrap();
+        let want = CaptureConfig {
+            promiscuous: false,
+            filter: None,
+            ..CaptureConfig::new("eth1")
+        };
+        assert_eq!(c.capture, Some(want));
+        // The command line's source replaces the file's.
+        let flag = RunOverrides {
+            capture: Some("mlx5_1".into()),
+            capture_filter: Some("udp".into()),
+            ..RunOverrides::default()
+        };
+        let c = merge(&flag, "iface = [\"eth0\"]").unwrap();
+        assert!(c.ifaces.is_empty());
+        assert_eq!(c.capture.as_ref().unwrap().device, "mlx5_1");
+        assert_eq!(c.capture.as_ref().unwrap().filter.as_deref(), Some("udp"));
+        let iface = RunOverrides {
+            iface: vec!["eth0".into()],
+            ..RunOverrides::default()
+        };
+        let c = merge(&iface, "capture = \"mlx5_0\"").unwrap();
+        assert_eq!((c.ifaces, c.capture), (vec!["eth0".to_string()], None));
+        for (args, text, want) in [
+            (
+                &none,
+                "iface = [\"eth0\"]\ncapture = \"mlx5_0\"",
+                "give one of them",
+            ),
+            (
+                &none,
+                "capture = \"mlx5_0\"\nmode = \"mirror\"",
+                "mode with capture",
+            ),
+            (
+                &none,
+                "capture = \"mlx5_0\"\nmax_flows = 10",
+                "max_flows with capture",
+            ),
+            (&flag, "xdp_mode = \"skb\"", "xdp_mode with capture"),
+            (&iface, "promiscuous = false", "only with capture"),
+            (&iface, "capture_filter = \"udp\"", "only with capture"),
+        ] {
+            let e = merge(args, text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let old = merge(&none, "capture = \"mlx5_0\"").unwrap();
+        let new = merge(&none, "capture = \"mlx5_1\"").unwrap();
+        assert_eq!(old.fixed_changes(&new), ["capture"]);
     }
 }

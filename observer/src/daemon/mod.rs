@@ -15,6 +15,7 @@ mod netlink;
 pub mod openmetrics;
 mod procfs;
 mod signals;
+mod tap;
 
 use std::{
     os::unix::net::UnixStream,
@@ -32,7 +33,11 @@ use logging::init_logging;
 pub use procfs::{cpu_seconds, resident_bytes};
 use signals::{Command, Signals};
 
-use crate::source::live::{self, LiveConfig, LiveError, Observer};
+use crate::source::{
+    capture::CaptureError,
+    live::{self, LiveConfig, LiveError, Observer},
+};
+use tap::{CaptureTap, Tap};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -40,6 +45,8 @@ pub enum DaemonError {
     Config(#[from] config::ConfigError),
     #[error(transparent)]
     Live(#[from] LiveError),
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
     #[error("cannot listen on {addr}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -93,7 +100,10 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         .set_nonblocking(true)
         .map_err(DaemonError::Runtime)?;
     let jsonl = config.jsonl.as_deref().map(open_jsonl).transpose()?;
-    let observer = Observer::attach(live)?;
+    let tap = match &config.capture {
+        Some(c) => Tap::Capture(CaptureTap::open(c.clone())?),
+        None => Tap::Kernel(Observer::attach(live)?),
+    };
     let publisher = openmetrics::Publisher::default();
     let exposition = publisher.exposition();
     let health = Arc::new(Health {
@@ -106,29 +116,32 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
             "the metrics endpoint is reachable from the network and unauthenticated"
         );
     }
-    info!(
-        interfaces = ?config.ifaces,
-        mode = observer.config().vantage.name(),
-        interval = ?config.interval,
-        listen = %config.listen,
-        max_series = config.max_series,
-        max_flows = config.max_flows,
-        "attached; serving /metrics and /healthz"
-    );
+    match (&config.capture, tap.capture()) {
+        (Some(c), Some(t)) => info!(
+            capture = %c.device,
+            promiscuous = c.promiscuous,
+            filter = t.filter().unwrap_or("(none: every frame)"),
+            interval = ?config.interval,
+            listen = %config.listen,
+            max_series = config.max_series,
+            "capturing; serving /metrics and /healthz"
+        ),
+        _ => info!(
+            interfaces = ?config.ifaces,
+            mode = tap.mode(),
+            interval = ?config.interval,
+            listen = %config.listen,
+            max_series = config.max_series,
+            max_flows = config.max_flows,
+            "attached; serving /metrics and /healthz"
+        ),
+    }
     let (tx, rx) = mpsc::channel();
     let (wake_tx, wake_rx) = UnixStream::pair().map_err(DaemonError::Runtime)?;
     wake_rx
         .set_nonblocking(true)
         .map_err(DaemonError::Runtime)?;
-    let mut collector = Collector::new(
-        observer,
-        config,
-        args,
-        jsonl,
-        publisher,
-        health.clone(),
-        log,
-    );
+    let mut collector = Collector::new(tap, config, args, jsonl, publisher, health.clone(), log);
     collector.drain()?;
     let worker = std::thread::Builder::new()
         .name("collector".into())

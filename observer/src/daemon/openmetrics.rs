@@ -82,6 +82,15 @@ fn histogram_family<L: prometheus_client::encoding::EncodeLabelSet>(
     Ok(())
 }
 
+/// libpcap's counters of a capture (`run --capture`), cumulative.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureRow {
+    pub device: String,
+    pub received: u64,
+    pub dropped: u64,
+    pub if_dropped: u64,
+}
+
 /// Everything the endpoint shows, as of the last drain.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -113,6 +122,8 @@ pub struct Snapshot {
     pub qp_latency: Vec<(FlowKey, [LatHist; 2])>,
     /// RC, UC and XRC connections among the flows of the last drain.
     pub connections: usize,
+    /// A libpcap capture's own counters (none: XDP, which drops nothing it does not see).
+    pub capture: Option<CaptureRow>,
 }
 
 /// Labels of a flow's series: `qp` in the table's hex notation, as tshark prints it
@@ -463,6 +474,34 @@ impl Collector for SnapshotCollector {
             None,
             s.unattributed_packets,
         )?;
+        if let Some(c) = &s.capture {
+            counter_family(
+                &mut enc,
+                "roce_observer_capture_received_frames",
+                "Frames the libpcap capture received: those that passed its filter (libpcap's ps_recv; on Linux dropped ones included)",
+                None,
+                [([("iface", c.device.clone())], c.received)],
+            )?;
+            counter_family(
+                &mut enc,
+                "roce_observer_capture_dropped_frames",
+                "Frames the libpcap capture never saw: where=\"buffer\", no room in libpcap's buffer (ps_drop); where=\"interface\", dropped by the interface on receive (ps_ifdrop). Their PSNs count as lost; the RDMA sniffer counts no drops",
+                None,
+                [
+                    (
+                        [("iface", c.device.clone()), ("where", "buffer".to_string())],
+                        c.dropped,
+                    ),
+                    (
+                        [
+                            ("iface", c.device.clone()),
+                            ("where", "interface".to_string()),
+                        ],
+                        c.if_dropped,
+                    ),
+                ],
+            )?;
+        }
         counter(
             &mut enc,
             "roce_observer_flows_aged",

@@ -2,6 +2,7 @@
 //! generator. Each ends in the same [`crate::aggregate::Aggregate`]. And what a host with an
 //! RDMA-offload NIC can tell of its NIC ([`nic`]).
 
+pub mod capture;
 pub mod live;
 pub mod nic;
 pub mod replay;

@@ -171,6 +171,9 @@
       if (src.mode) how.push("mode " + src.mode);
       if (src.xdp_mode) how.push("XDP " + src.xdp_mode);
       if (how.length) where += " (" + how.join(", ") + ")";
+    } else if (src.kind === "capture") {
+      where = "Live capture through libpcap on " + (arr(src.interfaces).join(", ") || "?");
+      if (src.capture && src.capture.link_type) where += " (" + src.capture.link_type + ")";
     } else if (src.kind === "pcap") {
       where = "Replay of " + (arr(src.files).join(", ") || "?");
     } else {
@@ -357,7 +360,7 @@
     if (isNum(S.start_ns) && S.start_ns > 1e17) start = ", from " + new Date(S.start_ns / 1e6).toISOString();
     s.append(el("p", "muted", n + " interval" + (n === 1 ? "" : "s") + " of " + dur((S.interval_s || 0) * 1e9) +
       (S.interval_fitted ? " (fitted to the capture)" : "") + " over " + dur(spanS * 1e9) + start +
-      ". Rates are over the time each interval covers; the last ends with the " + (src.kind === "live" ? "observation" : "last frame") + "."));
+      ". Rates are over the time each interval covers; the last ends with the " + (src.kind === "pcap" ? "last frame" : "observation") + "."));
     // Every chart over time spans the series, whatever its length.
     function timePlot(title, opts, data) {
       opts.scales = Object.assign({ x: { range: function () { return [0, spanS]; } } }, opts.scales || {});

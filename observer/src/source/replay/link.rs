@@ -6,7 +6,7 @@ use pcap_file::DataLink;
 
 /// How frames of a link type reach the parser.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Link {
+pub(crate) enum Link {
     Ethernet,
     /// Linux cooked capture v1: 16-byte header, protocol at byte 14.
     Sll,
@@ -19,7 +19,7 @@ pub(super) enum Link {
 }
 
 impl Link {
-    pub(super) fn of(dl: DataLink) -> Result<Self, (String, u32)> {
+    pub(crate) fn of(dl: DataLink) -> Result<Self, (String, u32)> {
         let number: u32 = dl.into();
         Ok(match number {
             1 => Self::Ethernet,
@@ -34,7 +34,7 @@ impl Link {
     }
 
     #[inline]
-    pub(super) fn parse(self, f: &[u8]) -> Parsed {
+    pub(crate) fn parse(self, f: &[u8]) -> Parsed {
         let skip = |reason| Parsed {
             result: Err(reason),
             mirror: None,

@@ -36,7 +36,8 @@ mod pcapng;
 mod progress;
 
 use feed::{Feed, FeedError, Step};
-use link::Link;
+/// How frames of a link type reach the parser: also live capture's (`source::capture`).
+pub(crate) use link::Link;
 use progress::Progress;
 
 #[derive(Debug, thiserror::Error)]

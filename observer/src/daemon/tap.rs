@@ -1,0 +1,307 @@
+//! What the collector drains: the kernel programs' maps on attached interfaces, or the aggregate
+//! a libpcap capture fills (`--capture DEV`). Both hand over the same things, so one collector,
+//! one flow book and one exposition serve either: per-interface counters, the flow table read
+//! into a [`FlowSink`], latency, the global counters, idle flows taken out.
+//!
+//! A capture is read on a thread of its own into the aggregate replay uses (the same parser,
+//! the same per-flow update); the drain reads that aggregate as it reads the kernel table, one
+//! value per flow. A capture whose device goes away is opened again at the next check, its
+//! counts going on.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use observer_common::{Counters, FlowKey, FlowStats, IfaceCounters, LatKey};
+use tracing::warn;
+
+use crate::{
+    aggregate::Aggregate,
+    source::{
+        capture::{Capture, CaptureConfig, CaptureError, CaptureStats, Captured, Running},
+        live::{self, FlowSink, IfaceEvent, LiveError, Observer, OneLine},
+    },
+};
+
+use super::DaemonError;
+
+/// One observed interface (or capture device): its counters' slot, name, the index its latency
+/// scopes carry, and whether the observer is on it now.
+pub(super) struct TapIface {
+    pub slot: usize,
+    pub name: String,
+    pub ifindex: u32,
+    pub attached: bool,
+}
+
+/// The kernel programs, or a libpcap capture.
+pub(super) enum Tap {
+    Kernel(Observer),
+    Capture(CaptureTap),
+}
+
+/// A device captured through libpcap, opened again when it comes back after going away.
+pub(super) struct CaptureTap {
+    config: CaptureConfig,
+    shared: Arc<Mutex<Captured>>,
+    /// None while the device is gone (or failed).
+    running: Option<Running>,
+    /// The device's operational state (a network interface's; an RDMA device has none).
+    up: Option<bool>,
+}
+
+impl CaptureTap {
+    /// Opens the device and starts reading it. A device libpcap cannot open now (an interface
+    /// that is down) is opened at a later check; one that does not exist, a filter that does
+    /// not compile, missing privileges and a link type without RoCE are errors.
+    pub(super) fn open(config: CaptureConfig) -> Result<Self, CaptureError> {
+        let shared = Arc::new(Mutex::new(Captured::observed(&config.device, ())));
+        let running = match Capture::open(&config) {
+            Ok(c) => Some(Running::start(c, shared.clone())?),
+            Err(e @ CaptureError::Open { .. }) => {
+                warn!(iface = %config.device, "{}; opening it again at each check", OneLine(&e));
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let up = live::link_up(&config.device);
+        Ok(Self {
+            config,
+            shared,
+            running,
+            up,
+        })
+    }
+
+    pub(super) fn config(&self) -> &CaptureConfig {
+        &self.config
+    }
+
+    /// The capture filter in use (the default's form for the link type), or as configured
+    /// while the device is not open.
+    pub(super) fn filter(&self) -> Option<&str> {
+        match &self.running {
+            Some(r) => r.info().filter.as_deref(),
+            None => self.config.filter.as_deref(),
+        }
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Captured> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn reading(&self) -> bool {
+        self.running.as_ref().is_some_and(|r| !r.is_finished())
+    }
+
+    /// A capture that ended is gone; one gone is opened again; and the link state.
+    fn check(&mut self) -> Vec<IfaceEvent> {
+        let iface = self.config.device.clone();
+        let mut events = Vec::new();
+        if let Some(mut r) = self.running.take_if(|r| r.is_finished()) {
+            if let Err(e) = r.stop() {
+                warn!(%iface, "the capture ended: {}", OneLine(&e));
+            }
+            events.push(IfaceEvent::Gone {
+                iface: iface.clone(),
+            });
+        }
+        if self.running.is_none() {
+            match Capture::open(&self.config).and_then(|c| Running::start(c, self.shared.clone())) {
+                Ok(r) => {
+                    self.running = Some(r);
+                    events.push(IfaceEvent::Reattached {
+                        ifindex: live::if_index(&iface).unwrap_or(0),
+                        iface: iface.clone(),
+                    });
+                }
+                Err(e) => events.push(IfaceEvent::ReattachFailed {
+                    iface: iface.clone(),
+                    error: OneLine(&e).to_string(),
+                }),
+            }
+        }
+        let up = live::link_up(&iface);
+        if up != self.up {
+            if let (Some(up), Some(_)) = (up, self.up) {
+                events.push(IfaceEvent::Link { iface, up });
+            }
+            self.up = up;
+        }
+        events
+    }
+
+    /// libpcap's counters, summed over every time the device was opened.
+    pub(super) fn stats(&self) -> CaptureStats {
+        self.counts().stats
+    }
+}
+
+impl Tap {
+    pub(super) fn mode(&self) -> &'static str {
+        match self {
+            Self::Kernel(o) => o.config().vantage.name(),
+            Self::Capture(_) => "capture",
+        }
+    }
+
+    /// Whether there is a transmit direction (host mode's TC egress).
+    pub(super) fn egress(&self) -> bool {
+        match self {
+            Self::Kernel(o) => o.config().vantage == live::Vantage::Host,
+            Self::Capture(_) => false,
+        }
+    }
+
+    pub(super) fn capture(&self) -> Option<&CaptureTap> {
+        match self {
+            Self::Kernel(_) => None,
+            Self::Capture(c) => Some(c),
+        }
+    }
+
+    /// The interfaces the configuration names (a capture's device is no interface of it).
+    pub(super) fn configured(&self) -> Vec<String> {
+        match self {
+            Self::Kernel(o) => o.config().interfaces.clone(),
+            Self::Capture(_) => Vec::new(),
+        }
+    }
+
+    pub(super) fn interfaces(&self) -> Vec<TapIface> {
+        match self {
+            Self::Kernel(o) => o
+                .interfaces()
+                .map(|(slot, name, ifindex, attached)| TapIface {
+                    slot,
+                    name: name.to_string(),
+                    ifindex,
+                    attached: attached && ifindex != 0,
+                })
+                .collect(),
+            // Latency scopes of the aggregate carry interface 0, as in replay.
+            Self::Capture(c) => vec![TapIface {
+                slot: 0,
+                name: c.config.device.clone(),
+                ifindex: 0,
+                attached: c.reading(),
+            }],
+        }
+    }
+
+    /// Interface names by the index latency scopes carry.
+    pub(super) fn names(&self) -> HashMap<u32, String> {
+        self.interfaces()
+            .into_iter()
+            .map(|i| (i.ifindex, i.name))
+            .collect()
+    }
+
+    /// Whether the interface of `slot` is up (a capture of an RDMA device: while it reads).
+    pub(super) fn link_up(&self, slot: usize) -> bool {
+        match self {
+            Self::Kernel(o) => o.link_up(slot).unwrap_or(false),
+            Self::Capture(c) => c.up.unwrap_or_else(|| c.reading()),
+        }
+    }
+
+    /// Cumulative counters of `slot`: [rx, tx] (a capture counts every frame as rx).
+    pub(super) fn iface_counters(&self, slot: usize) -> Result<[IfaceCounters; 2], DaemonError> {
+        match self {
+            Self::Kernel(o) => Ok(o.iface_counters(slot)?),
+            Self::Capture(c) => Ok([c.counts().counters, IfaceCounters::default()]),
+        }
+    }
+
+    /// Reads the flow table into `sink`: the kernel's table and cache; or the capture's
+    /// flows (and mirror sessions' PSN analyses), one value each.
+    pub(super) fn read_flows(&self, sink: &mut impl FlowSink) -> Result<(), DaemonError> {
+        match self {
+            Self::Kernel(o) => Ok(live::read_flows(o.ebpf(), sink)?),
+            Self::Capture(c) => {
+                let counts = c.counts();
+                for (key, stats) in counts.agg.flows.iter().chain(&counts.agg.unions) {
+                    sink.table_entry(key, std::slice::from_ref(stats));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds the latency states and per-interface histograms to `agg`.
+    pub(super) fn read_latency(&self, agg: &mut Aggregate) -> Result<(), DaemonError> {
+        match self {
+            Self::Kernel(o) => Ok(live::read_latency(o.ebpf(), agg)?),
+            Self::Capture(c) => {
+                let counts = c.counts();
+                for (key, state) in &counts.agg.latency {
+                    agg.merge_latency(*key, state);
+                }
+                for (key, hist) in &counts.agg.latency_scopes {
+                    agg.merge_latency_scope(*key, hist);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Deletes an idle flow: its last values, none when it is not there. A capture's flow
+    /// takes its messages and the latency state of its requests along (the kernel's bounded
+    /// tables age those out by themselves).
+    pub(super) fn take_flow(&self, key: &FlowKey) -> Result<Option<Vec<FlowStats>>, DaemonError> {
+        match self {
+            Self::Kernel(o) => Ok(live::take_flow(o.ebpf(), key)?),
+            Self::Capture(c) => {
+                let mut counts = c.counts();
+                let agg = &mut counts.agg;
+                let taken = agg.flows.remove(key).or_else(|| agg.unions.remove(key));
+                agg.messages.remove(key);
+                agg.latency.remove(&LatKey::of_request(key));
+                Ok(taken.map(|s| vec![s]))
+            }
+        }
+    }
+
+    /// The global counters (skip reasons and all).
+    pub(super) fn read_counters(&self) -> Result<Counters, DaemonError> {
+        match self {
+            Self::Kernel(o) => Ok(live::read_counters(o.ebpf())?),
+            Self::Capture(c) => Ok(c.counts().agg.counters),
+        }
+    }
+
+    /// Follows interfaces that go and come back (and a capture that ended).
+    pub(super) fn check_interfaces(&mut self) -> Vec<IfaceEvent> {
+        match self {
+            Self::Kernel(o) => o.check_interfaces(),
+            Self::Capture(c) => c.check(),
+        }
+    }
+
+    pub(super) fn add_interface(&mut self, iface: &str) -> Result<usize, LiveError> {
+        match self {
+            Self::Kernel(o) => o.add_interface(iface),
+            Self::Capture(_) => Err(LiveError::UnknownInterface(iface.to_string())),
+        }
+    }
+
+    pub(super) fn remove_interface(&mut self, iface: &str) -> Result<(), LiveError> {
+        match self {
+            Self::Kernel(o) => o.remove_interface(iface),
+            Self::Capture(_) => Err(LiveError::UnknownInterface(iface.to_string())),
+        }
+    }
+
+    /// Detaches (stops the capture, after reading what libpcap holds): a drain afterwards is
+    /// final.
+    pub(super) fn detach(&mut self) -> Result<(), DaemonError> {
+        match self {
+            Self::Kernel(o) => Ok(o.detach()?),
+            Self::Capture(c) => match c.running.take() {
+                Some(mut r) => Ok(r.stop()?),
+                None => Ok(()),
+            },
+        }
+    }
+}
