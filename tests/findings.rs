@@ -17,6 +17,7 @@ use roce_observer::{
     analysis::findings::{Check, CheckStatus, Finding, RULES, Severity},
     analysis::series::FlowRef,
     model::Report,
+    source::nic::host::write_tree,
     source::synth::{self, Workload},
 };
 use serde_json::Value;
@@ -136,7 +137,17 @@ fn ip(s: &str) -> IpAddr {
 fn rule_scenario(name: &str, expected: &[&str]) -> (Workload, Report) {
     let dir = Scratch::new(&format!("findings-{name}"));
     let (w, path) = capture(&dir, name);
-    let r = replay_json(&[path], &FLAGS);
+    // A scenario with a host's NIC side: its two readings as copied trees.
+    let mut args: Vec<String> = FLAGS.iter().map(|s| s.to_string()).collect();
+    if let Some(nic) = &w.nic {
+        for (sub, s) in [("before", &nic.before), ("after", &nic.after)] {
+            let d = dir.path(sub);
+            write_tree(&d, s).unwrap();
+            args.extend(["--nic-root".to_string(), d.to_str().unwrap().to_string()]);
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = replay_json(&[path], &args);
     let want: BTreeSet<&str> = expected.iter().copied().collect();
     assert_eq!(
         fired(&r),
@@ -574,6 +585,83 @@ fn rules_clean_fires_nothing_and_checks_every_rule() {
     assert!(!e.verdict.starts_with("too few"), "{}", e.verdict);
 }
 
+/// The NIC rules on a well-configured host's readings: each passes on what it judged, the
+/// cross-check has no address to tell the host's traffic by.
+#[test]
+fn rules_clean_nic_fires_nothing_and_judges_the_nic_side() {
+    let (_, r) = rule_scenario("rules-clean-nic", &[]);
+    let nic = r.nic.as_ref().expect("the nic section");
+    assert_eq!(nic.seconds, 1.0);
+    assert_eq!(nic.qps.len(), 1);
+    for (rule, _) in RULES.iter().filter(|(r, _)| r.starts_with("nic-")) {
+        let want = if *rule == "nic-wire-mismatch" {
+            CheckStatus::InsufficientData
+        } else {
+            CheckStatus::Passed
+        };
+        assert_eq!(check(&r, rule).status, want, "{:?}", check(&r, rule));
+    }
+    // Without the NIC side, its rules have too little to judge, and say where it comes from.
+    let (_, r) = rule_scenario("rules-clean", &[]);
+    assert!(r.nic.is_none());
+    assert!(
+        check(&r, "nic-pause-storm").note.contains("--nic-root"),
+        "{:?}",
+        check(&r, "nic-pause-storm")
+    );
+}
+
+#[test]
+fn nic_rules_fire_on_their_scenarios_with_the_counts_they_changed() {
+    let (_, r) = rule_scenario("rule-nic-pfc-priorities", &["nic-pfc-priorities"]);
+    assert_eq!(
+        finding(&r, "nic-pfc-priorities").summary,
+        "PFC enabled on ens1f0np0: priorities 0, 3, 4"
+    );
+    let (_, r) = rule_scenario("rule-nic-ecn-without-cnp", &["nic-ecn-without-cnp"]);
+    let f = finding(&r, "nic-ecn-without-cnp");
+    assert_eq!(evidence_u64(f, "np_ecn_marked_roce_packets"), 400);
+    let (_, r) = rule_scenario("rule-nic-transport-errors", &["nic-transport-errors"]);
+    // 0xFFFFFFFD to 4 across the 32-bit wrap is 7.
+    assert_eq!(
+        finding(&r, "nic-transport-errors").summary,
+        "in 1.0 s, mlx5_0/1: out_of_sequence +7, packet_seq_err +2"
+    );
+    let (_, r) = rule_scenario("rule-nic-pause-share", &["nic-pause-share"]);
+    assert_eq!(
+        finding(&r, "nic-pause-share").summary,
+        "ens1f0np0 priority 3: held by received pauses 35.0% of the time"
+    );
+    let (_, r) = rule_scenario("rule-nic-pause-storm", &["nic-pause-storm"]);
+    assert_eq!(finding(&r, "nic-pause-storm").severity, Severity::Critical);
+    let (_, r) = rule_scenario("rule-nic-lossless-discards", &["nic-lossless-discards"]);
+    // Priority 0's discards are lossy traffic's: not named.
+    assert_eq!(
+        finding(&r, "nic-lossless-discards").summary,
+        "in 1.0 s, ens1f0np0 priority 3: 120 discarded"
+    );
+    let (w, r) = rule_scenario("rule-nic-wire-mismatch", &["nic-wire-mismatch"]);
+    // The wire's CE marks to the host are the scenario's truth; its NIC counted none.
+    let host: IpAddr = "198.18.40.101".parse().unwrap();
+    let ce: u64 = w
+        .truth
+        .flows
+        .iter()
+        .filter(|(k, _)| ip_of(&k.dst_ip) == host)
+        .map(|(_, s)| s.ecn[3])
+        .sum();
+    assert!(ce >= 10, "{ce}");
+    assert_eq!(
+        finding(&r, "nic-wire-mismatch").summary,
+        format!("CE-marked arrivals: wire {ce}, NIC 0")
+    );
+}
+
+fn ip_of(a: &[u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(*a);
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+}
+
 #[test]
 fn every_rule_scenario_is_listed_by_synth() {
     let (status, out, err) = output(Command::new(CLI).args(["synth", "--list"]));
@@ -630,7 +718,15 @@ fn a_capture_without_roce_passes_no_check_and_says_so_first() {
         assert!(status.success(), "{err}");
         assert_eq!(out.lines().next(), Some(notice.as_str()), "{out}");
         assert!(out.contains("findings: none (0 checks passed)"), "{out}");
-        assert!(!out.contains("not checked: ") || flags.is_empty(), "{out}");
+        // With both flags, only the NIC rules (no NIC side) are not checked.
+        let not_checked: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("not checked: "))
+            .collect();
+        if !flags.is_empty() {
+            assert_eq!(not_checked.len(), 1, "{out}");
+            assert!(not_checked[0].contains("no NIC side"), "{out}");
+        }
     }
 }
 
@@ -923,8 +1019,15 @@ fn the_terminal_report_leads_with_the_findings_without_colour_on_a_pipe() {
     let (_, clean) = capture(&dir, "rules-clean");
     let (status, out, err) = run_replay(&[clean], &FLAGS);
     assert!(status.success(), "{err}");
+    // Every wire rule passed; the NIC rules, without a NIC side, say so on one line.
+    let wire_rules = RULES.iter().filter(|(r, _)| !r.starts_with("nic-")).count();
     assert!(
-        out.starts_with(&format!("findings: none ({} checks passed)", RULES.len())),
+        out.starts_with(&format!("findings: none ({wire_rules} checks passed)")),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.contains("no NIC side")).count(),
+        1,
         "{out}"
     );
 }

@@ -3,6 +3,7 @@
 //! calling [`main`]; errors become one line on stderr and a non-zero exit, never a panic.
 
 mod analysis_args;
+mod check;
 mod demo;
 mod diagnose;
 mod ecmp;
@@ -50,6 +51,9 @@ enum Command {
     /// on /metrics (loopback by default), /healthz, optionally JSON lines; re-attach to
     /// interfaces that come back; SIGHUP reloads --config, SIGTERM/SIGINT detach and exit.
     Run(run::RunArgs),
+    /// Check the host's RoCE configuration (PFC, DSCP trust, DCQCN, CNP marking, MTU,
+    /// firmware) and the NIC counters that show trouble now; exit status 1 when an item fails.
+    Check(check::CheckArgs),
 }
 
 /// Entry point of the binary.
@@ -63,12 +67,15 @@ pub fn main() -> ExitCode {
         Command::Demo(a) => demo::demo(a),
         Command::Ecmp(a) => ecmp::ecmp(a),
         Command::Run(a) => run::run(a),
+        Command::Check(a) => check::check(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of standard output went away (`roce-observer replay ... | head`): nothing
         // is wrong, and nothing more can be said.
         Err(e) if output::is_closed_stdout(&e) => ExitCode::SUCCESS,
+        // Already said on standard output (a failed check).
+        Err(e) if e.is::<output::Failed>() => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("roce-observer: error: {e:#}");
             match e.downcast_ref::<output::UsageError>() {

@@ -15,6 +15,12 @@ use roce_observer::{model::Report, render, units::same_file};
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// The command ran and said so on standard output, and what it said is a failure (exit status
+/// 1, no error line).
+#[derive(Debug, thiserror::Error)]
+#[error("failed")]
+pub struct Failed;
+
 /// Standard output's reader went away.
 #[derive(Debug, thiserror::Error)]
 #[error("standard output closed")]
@@ -128,7 +134,11 @@ pub fn print_report(report: &Report, json: bool, top: usize, color: bool) -> Res
                 render::findings::render(&report.findings, &report.checks, color)
             )?;
             write!(out, "{}", render::table::render_table(report, top))?;
-            write!(out, "{}", render::table::render_timeline(report))
+            write!(out, "{}", render::table::render_timeline(report))?;
+            if let Some(nic) = &report.nic {
+                write!(out, "\n{}", render::nic::render_nic(nic))?;
+            }
+            Ok(())
         }
     })
 }

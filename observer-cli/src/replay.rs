@@ -2,11 +2,12 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
 use roce_observer::{
     analysis::series::{DEFAULT_SLOT_NS, shortest_interval},
-    pipeline::replay_report,
+    pipeline::{NicPlan, replay_report},
+    source::nic::host::{Host, Selection},
     units::parse_link_speed,
 };
 
@@ -30,6 +31,10 @@ pub struct ReplayArgs {
     /// microburst slots into shares of the link.
     #[arg(long, value_parser = parse_link_speed, value_name = "SPEED")]
     pub link_speed: Option<u64>,
+    /// The NIC side of the observed host, from copied trees (docs/nic.md): one taken before
+    /// the capture and one after (give it twice), for the report's `nic` section.
+    #[arg(long, value_name = "DIR")]
+    pub nic_root: Vec<PathBuf>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -51,7 +56,25 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         output::refuse_overwrite("--html", html, &inputs)?;
     }
     output::refuse_twice(&a.files)?;
-    let options = a.analysis.options()?;
+    let mut options = a.analysis.options()?;
+    options.nic = match a.nic_root.as_slice() {
+        [] => None,
+        [before, after] => {
+            for d in [before, after] {
+                if !d.is_dir() {
+                    bail!("--nic-root {}: no such directory", d.display());
+                }
+            }
+            let plan = NicPlan::start(Host::Root(before.clone()), Selection::default())?;
+            Some(NicPlan {
+                host: Host::Root(after.clone()),
+                ..plan
+            })
+        }
+        _ => bail!(output::UsageError(
+            "--nic-root: give two copied trees, taken before and after the capture".into()
+        )),
+    };
     let report = replay_report(&a.files, !a.no_progress, a.link_speed, Some(&options))?;
     output::print_warnings(&report);
     output::write_html(&report, a.analysis.html.as_deref())?;

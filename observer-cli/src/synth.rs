@@ -1,10 +1,10 @@
 //! `roce-observer synth`: a synthetic scenario written as a pcap file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
-use roce_observer::source::synth;
+use roce_observer::source::{nic::host::write_tree, synth};
 
 use crate::output;
 
@@ -39,12 +39,24 @@ pub fn scenario(name: &str) -> Result<synth::Workload> {
     })
 }
 
+/// Where a scenario's NIC readings go: `FILE.nic/` beside the capture `FILE`.
+pub fn nic_dir(pcap: &Path) -> PathBuf {
+    let mut name = pcap.as_os_str().to_owned();
+    name.push(".nic");
+    PathBuf::from(name)
+}
+
 pub fn synth(a: SynthArgs) -> Result<()> {
     let (Some(name), Some(out)) = (a.scenario, a.output) else {
         return list_scenarios();
     };
     let w = scenario(&name)?;
     if out.as_os_str() == "-" {
+        if w.nic.is_some() {
+            eprintln!(
+                "roce-observer: scenario '{name}' has NIC readings too: they are written beside an output file, not with -"
+            );
+        }
         return synth::write_pcap(std::io::stdout().lock(), &w.frames).map_err(output::closed_pipe);
     }
     let f =
@@ -57,5 +69,21 @@ pub fn synth(a: SynthArgs) -> Result<()> {
         w.frames.len(),
         out.display()
     );
+    if let Some(nic) = &w.nic {
+        // The host's two NIC readings, as copied trees beside the capture.
+        let dir = nic_dir(&out);
+        for (sub, s) in [("before", &nic.before), ("after", &nic.after)] {
+            let d = dir.join(sub);
+            if d.exists() {
+                std::fs::remove_dir_all(&d)
+                    .with_context(|| format!("cannot replace {}", d.display()))?;
+            }
+            write_tree(&d, s).with_context(|| format!("cannot write {}", d.display()))?;
+        }
+        eprintln!(
+            "roce-observer: wrote its NIC readings to {0}/before and {0}/after (replay --nic-root {0}/before --nic-root {0}/after)",
+            dir.display()
+        );
+    }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! What the aggregate means: time series and microbursts, ECMP hash models, and the findings
 //! rules.
 
+pub mod checklist;
 pub mod ecmp;
 pub mod findings;
 pub mod series;

@@ -48,18 +48,35 @@ pub fn render(findings: &[Finding], checks: &[Check], color: bool) -> String {
         }
         let _ = writeln!(out, "           hint: {}", f.hint);
     }
-    let skipped: Vec<&Check> = checks
-        .iter()
-        .filter(|c| c.status == CheckStatus::Skipped)
-        .collect();
-    for c in skipped {
-        let _ = writeln!(out, "  not checked: {}: {}", c.rule, c.note);
-    }
-    for c in checks
-        .iter()
-        .filter(|c| c.status == CheckStatus::InsufficientData)
-    {
-        let _ = writeln!(out, "  too little to judge: {}: {}", c.rule, c.note);
+    for (status, what) in [
+        (CheckStatus::Skipped, "not checked"),
+        (CheckStatus::InsufficientData, "too little to judge"),
+    ] {
+        // Rules that say the same (e.g. every NIC rule without a NIC side) share a line.
+        let mut lines: Vec<(Vec<&str>, &str)> = Vec::new();
+        for c in checks.iter().filter(|c| c.status == status) {
+            match lines.iter_mut().find(|(_, note)| *note == c.note) {
+                Some((rules, _)) => rules.push(&c.rule),
+                None => lines.push((vec![&c.rule], &c.note)),
+            }
+        }
+        for (rules, note) in lines {
+            let _ = writeln!(out, "  {what}: {}: {note}", rule_list(&rules));
+        }
     }
     out
+}
+
+/// Rules sharing a line: their names, or a family's prefix when more than two share it
+/// (`nic-* (7 rules)`).
+fn rule_list(rules: &[&str]) -> String {
+    let family = rules
+        .first()
+        .and_then(|r| r.split_once('-'))
+        .map(|(p, _)| format!("{p}-"))
+        .filter(|p| rules.len() > 2 && rules.iter().all(|r| r.starts_with(p.as_str())));
+    match family {
+        Some(p) => format!("{p}* ({} rules)", rules.len()),
+        None => rules.join(", "),
+    }
 }

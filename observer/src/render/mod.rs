@@ -5,4 +5,5 @@ pub mod ecmp;
 pub mod findings;
 pub mod html;
 pub mod json;
+pub mod nic;
 pub mod table;

@@ -14,14 +14,14 @@ use crate::{
 
 /// How a column's cells line up.
 #[derive(Clone, Copy)]
-enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// Columns as wide as their widest cell (long interface names, file names and IPv6 addresses
 /// included), two spaces apart, no borders; lines end without trailing blanks.
-fn columns(headers: &[(&str, Align)], rows: Vec<Vec<String>>) -> String {
+pub(crate) fn columns(headers: &[(&str, Align)], rows: Vec<Vec<String>>) -> String {
     let mut t = Table::new();
     t.load_style(NOTHING);
     t.set_header(headers.iter().map(|(h, _)| *h));
@@ -111,6 +111,13 @@ pub fn render_table(report: &Report, top: usize) -> String {
             out,
             "  flow table full: {} packets counted in totals only (raise --max-flows)",
             t.flow_insert_failures + t.evicted_packets
+        );
+    }
+    if let Some(c) = t.capture.filter(|c| c.dropped + c.interface_dropped > 0) {
+        let _ = writeln!(
+            out,
+            "  capture drops: {} frames libpcap had no room for, {} the interface dropped: never seen, their PSNs count as lost",
+            c.dropped, c.interface_dropped
         );
     }
     if !report.flows.is_empty() {

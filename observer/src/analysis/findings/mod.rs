@@ -43,6 +43,13 @@ mod rules {
     pub mod latency;
     pub mod loss;
     pub mod microburst;
+    pub mod nic_ecn_without_cnp;
+    pub mod nic_lossless_discards;
+    pub mod nic_pause_share;
+    pub mod nic_pause_storm;
+    pub mod nic_pfc_priorities;
+    pub mod nic_transport_errors;
+    pub mod nic_wire_mismatch;
     pub mod not_ect;
     pub mod pfc_idle_priority;
     pub mod pfc_storm;
@@ -61,6 +68,12 @@ pub use rules::{
     microburst::Microburst, not_ect::NotEct, pfc_idle_priority::PfcIdlePriority,
     pfc_storm::PfcStorm, psn_violation::PsnViolation, qp_reuse::QpReuse, reorder::Reorder,
     rnr::Rnr, stall::Stall,
+};
+pub use rules::{
+    nic_ecn_without_cnp::NicEcnWithoutCnp, nic_lossless_discards::NicLosslessDiscards,
+    nic_pause_share::NicPauseShare, nic_pause_storm::NicPauseStorm,
+    nic_pfc_priorities::NicPfcPriorities, nic_transport_errors::NicTransportErrors,
+    nic_wire_mismatch::NicWireMismatch,
 };
 
 /// Flows named in one finding at most.
@@ -140,6 +153,13 @@ registry! {
     latency::LatencyRule,
     ecmp_imbalance::EcmpImbalanceRule,
     flow_table_full::FlowTableFullRule,
+    nic_pfc_priorities::NicPfcPrioritiesRule,
+    nic_ecn_without_cnp::NicEcnWithoutCnpRule,
+    nic_transport_errors::NicTransportErrorsRule,
+    nic_pause_share::NicPauseShareRule,
+    nic_pause_storm::NicPauseStormRule,
+    nic_lossless_discards::NicLosslessDiscardsRule,
+    nic_wire_mismatch::NicWireMismatchRule,
 }
 
 /// Every rule, in the order they run.
@@ -286,6 +306,21 @@ impl Context {
                 .any(|f| data_dscps(f).iter().any(|d| *d != 0)),
             pfc_seen: r.pfc.is_some(),
         }
+    }
+}
+
+/// What NIC rules say with no NIC side in the report.
+const NO_NIC: &str =
+    "no NIC side (diagnose: an RDMA device behind --iface or --rdma-dev; replay: --nic-root)";
+
+/// The report's NIC side over a window, or why a rule on its counters cannot judge.
+fn nic_window(r: &Report) -> Result<&crate::model::nic::Nic, Box<Outcome>> {
+    match &r.nic {
+        None => Err(Box::new(Outcome::Skipped(NO_NIC.into()))),
+        Some(n) if n.seconds <= 0.0 => Err(Box::new(Outcome::InsufficientData(
+            "one NIC reading: no window to count over".into(),
+        ))),
+        Some(n) => Ok(n),
     }
 }
 

@@ -8,6 +8,10 @@ use super::{
     Latency, Loss, Microburst, NotEct, PfcIdlePriority, PfcStorm, PsnViolation, QpReuse, RULES,
     Reorder, Rnr, Stall,
 };
+use super::{
+    NicEcnWithoutCnp, NicLosslessDiscards, NicPauseShare, NicPauseStorm, NicPfcPriorities,
+    NicTransportErrors, NicWireMismatch,
+};
 
 /// Rule thresholds: the TOML file given with `--rules` (every key optional, unknown keys are
 /// errors). `Thresholds::default()` is the documented default; `rules.example.toml` spells it.
@@ -34,6 +38,13 @@ pub struct Thresholds {
     pub latency: Latency,
     pub ecmp_imbalance: EcmpImbalance,
     pub flow_table_full: FlowTableFull,
+    pub nic_pfc_priorities: NicPfcPriorities,
+    pub nic_ecn_without_cnp: NicEcnWithoutCnp,
+    pub nic_transport_errors: NicTransportErrors,
+    pub nic_pause_share: NicPauseShare,
+    pub nic_pause_storm: NicPauseStorm,
+    pub nic_lossless_discards: NicLosslessDiscards,
+    pub nic_wire_mismatch: NicWireMismatch,
     /// Rules not to run, by name.
     pub disabled: Vec<String>,
 }
@@ -97,6 +108,11 @@ impl Thresholds {
             ("pfc_storm.min_pause_percent", t.pfc_storm.min_pause_percent),
             ("incast.min_ce_percent", t.incast.min_ce_percent),
             ("microburst.share_percent", t.microburst.share_percent),
+            ("nic_pause_share.min_percent", t.nic_pause_share.min_percent),
+            (
+                "nic_wire_mismatch.min_difference_percent",
+                t.nic_wire_mismatch.min_difference_percent,
+            ),
             (
                 "ecmp_imbalance.min_percentile",
                 t.ecmp_imbalance.min_percentile,

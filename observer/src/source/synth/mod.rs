@@ -55,7 +55,9 @@ pub use scenarios::{
     CNP_INTERVAL_NS, PFC_SENDERS, RULE_FRAME_GAP_NS, SCENARIOS, USER_SCENARIOS, scenario,
     scenario_names,
 };
+pub use scenarios::{NIC_DEVICE, NIC_NETDEV};
 pub use timeline::{ConnId, ReqId, Timeline};
+pub use workload::NicReadings;
 pub use workload::{Frame, PsnEvent, Truth, Workload};
 
 // The drivers' source-port rule lives with the ECMP analysis; the generator uses it.

@@ -20,6 +20,8 @@ use super::{BASE_TS_NS, CE, FRAME_GAP_NS};
 pub struct Workload {
     pub frames: Vec<Frame>,
     pub truth: Truth,
+    /// The NIC side of a host beside the frames (the `rule-nic-*` scenarios).
+    pub nic: Option<NicReadings>,
     /// Spacing of the frames' timestamps; 0 means [`FRAME_GAP_NS`].
     frame_gap_ns: u64,
     /// Added once to the gap before the next frame ([`Workload::wait`]).
@@ -29,6 +31,13 @@ pub struct Workload {
     /// When each flow's last request was seen: a resend after [`RETX_IDLE_NS`] of silence
     /// follows a wait (a timeout, an RNR timer).
     last_request_ns: BTreeMap<FlowKey, u64>,
+}
+
+/// Two readings of a host's NIC side: before the frames and after them.
+#[derive(Clone, Debug)]
+pub struct NicReadings {
+    pub before: crate::source::nic::host::Snapshot,
+    pub after: crate::source::nic::host::Snapshot,
 }
 
 /// One frame and its capture timestamp (strictly increasing within a workload).

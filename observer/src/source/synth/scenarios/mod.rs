@@ -20,6 +20,7 @@ use super::workload::Workload;
 mod corpus;
 mod demo;
 mod latency;
+mod nic;
 mod pfc;
 mod rules;
 mod traffic;
@@ -30,6 +31,12 @@ pub use rules::RULE_FRAME_GAP_NS;
 use corpus::{corpus, many_qps};
 use demo::{demo, e2e};
 use latency::latency;
+pub use nic::{NIC_DEVICE, NIC_NETDEV};
+use nic::{
+    rule_nic_ecn_without_cnp, rule_nic_lossless_discards, rule_nic_pause_share,
+    rule_nic_pause_storm, rule_nic_pfc_priorities, rule_nic_transport_errors,
+    rule_nic_wire_mismatch, rules_clean_nic,
+};
 use pfc::pfc_scenario;
 use rules::{
     rule_ce_without_cnp, rule_cnp_priority, rule_dscp_mix, rule_duplicate_copies,
@@ -167,6 +174,38 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "rule-ecmp-imbalance",
         "16 QPs between two hosts on one UDP source port: one uplink of 4 takes them all (rule ecmp-imbalance, with --uplinks 4)",
     ),
+    (
+        "rules-clean-nic",
+        "rules-clean beside a well-configured mlx5 host's NIC, read a second apart: no NIC rule fires",
+    ),
+    (
+        "rule-nic-pfc-priorities",
+        "rules-clean-nic with PFC on priorities 0, 3 and 4 (rule nic-pfc-priorities)",
+    ),
+    (
+        "rule-nic-ecn-without-cnp",
+        "rules-clean-nic whose NIC counts 400 ECN-marked arrivals and no CNP sent (rule nic-ecn-without-cnp)",
+    ),
+    (
+        "rule-nic-transport-errors",
+        "rules-clean-nic whose NIC counts 7 out-of-sequence arrivals (across a 32-bit wrap) and 2 sequence errors (rule nic-transport-errors)",
+    ),
+    (
+        "rule-nic-pause-share",
+        "rules-clean-nic whose priority 3 is held by received pauses 35% of the second (rule nic-pause-share)",
+    ),
+    (
+        "rule-nic-pause-storm",
+        "rules-clean-nic whose NIC counts pause storm warning and error events (rule nic-pause-storm)",
+    ),
+    (
+        "rule-nic-lossless-discards",
+        "rules-clean-nic whose lossless priority 3 discards 120 frames (rule nic-lossless-discards)",
+    ),
+    (
+        "rule-nic-wire-mismatch",
+        "rules-clean seen from receiver 198.18.40.101, whose NIC counts its CNPs but none of the CE-marked arrivals the wire shows (rule nic-wire-mismatch)",
+    ),
 ];
 
 /// The names of [`SCENARIOS`], in order.
@@ -207,6 +246,14 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "rule-incast" => rule_incast(&mut w),
         "rule-microburst" => rule_microburst(&mut w),
         "rule-ecmp-imbalance" => rule_ecmp_imbalance(&mut w),
+        "rules-clean-nic" => rules_clean_nic(&mut w),
+        "rule-nic-pfc-priorities" => rule_nic_pfc_priorities(&mut w),
+        "rule-nic-ecn-without-cnp" => rule_nic_ecn_without_cnp(&mut w),
+        "rule-nic-transport-errors" => rule_nic_transport_errors(&mut w),
+        "rule-nic-pause-share" => rule_nic_pause_share(&mut w),
+        "rule-nic-pause-storm" => rule_nic_pause_storm(&mut w),
+        "rule-nic-lossless-discards" => rule_nic_lossless_discards(&mut w),
+        "rule-nic-wire-mismatch" => rule_nic_wire_mismatch(&mut w),
         _ => return None,
     }
     Some(w)

@@ -1,0 +1,130 @@
+//! `roce-observer check`: the host's RoCE configuration checklist, one line per item with its
+//! evidence; exit status 1 when an item fails (for a fleet's CI).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum};
+use roce_observer::{
+    analysis::checklist::{Intent, checklist},
+    render,
+    source::nic::host::{Host, Selection, snapshot},
+    source::nic::window::window,
+    units::parse_duration,
+};
+
+use crate::output;
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// RoCE netdev to check (repeat for several); the netdevs behind the RDMA devices are
+    /// checked too. With neither option: every RDMA device and its netdevs.
+    #[arg(long = "iface", short = 'i', value_name = "IF")]
+    pub ifaces: Vec<String>,
+    /// RDMA device to check (repeat for several), e.g. mlx5_0.
+    #[arg(long = "rdma-dev", value_name = "DEV")]
+    pub rdma_devs: Vec<String>,
+    /// Print the roce-observer/check/v1 JSON instead of the lines.
+    #[arg(long)]
+    pub json: bool,
+    /// How long to watch the counters (pause storms, discards, transport errors) between the
+    /// two readings.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// The priority RoCE data is meant to use.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
+    pub roce_priority: u8,
+    /// The DSCP RoCE data is sent with.
+    #[arg(long, default_value_t = 26, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub roce_dscp: u8,
+    /// The priority CNPs are meant to use.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(0..8))]
+    pub cnp_priority: u8,
+    /// The DSCP CNPs are sent with.
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub cnp_dscp: u8,
+    /// RoCE runs lossy (ECN only, no PFC).
+    #[arg(long)]
+    pub lossy: bool,
+    /// What the ports classify by: dscp (the APP table) or pcp (the VLAN tag).
+    #[arg(long, value_enum, default_value_t = TrustArg::Dscp)]
+    pub trust: TrustArg,
+    /// The MTU every RoCE netdev of the fleet has.
+    #[arg(long)]
+    pub mtu: Option<u32>,
+    /// The firmware version every RoCE device of the fleet runs.
+    #[arg(long, value_name = "VERSION")]
+    pub firmware: Option<String>,
+    /// Read a copied tree instead of this host (sysfs under DIR/sys, and the tools' outputs:
+    /// see docs/nic.md). Give it twice for two copies taken --interval apart.
+    #[arg(long, value_name = "DIR")]
+    pub root: Vec<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TrustArg {
+    Dscp,
+    Pcp,
+}
+
+pub fn check(a: CheckArgs) -> Result<()> {
+    let sel = Selection {
+        interfaces: a.ifaces.clone(),
+        rdma_devices: a.rdma_devs.clone(),
+    };
+    let nic = match a.root.as_slice() {
+        [] => {
+            let before = snapshot(&Host::Live, &sel)?;
+            std::thread::sleep(a.interval);
+            let after = snapshot(&Host::Live, &sel)?;
+            window(&before, &after)
+        }
+        [one] => {
+            let s = snapshot(&Host::Root(root(one)?), &sel)?;
+            window(&s, &s)
+        }
+        [before, after] => {
+            let b = snapshot(&Host::Root(root(before)?), &sel)?;
+            let a2 = snapshot(&Host::Root(root(after)?), &sel)?;
+            let mut nic = window(&b, &a2);
+            if nic.seconds <= 0.0 {
+                // Copies without their time: --interval says how far apart.
+                nic.seconds = a.interval.as_secs_f64();
+            }
+            nic
+        }
+        _ => bail!(output::UsageError(
+            "--root: give one copied tree, or two taken --interval apart".into()
+        )),
+    };
+    let intent = Intent {
+        roce_priority: a.roce_priority,
+        roce_dscp: a.roce_dscp,
+        cnp_priority: a.cnp_priority,
+        cnp_dscp: a.cnp_dscp,
+        lossy: a.lossy,
+        trust_pcp: a.trust == TrustArg::Pcp,
+        mtu: a.mtu,
+        firmware: a.firmware.clone(),
+    };
+    let c = checklist(nic, &intent);
+    if a.json {
+        output::stdout(|out| render::nic::write_checklist_json(&c, out))?;
+    } else {
+        let text = render::nic::render_checklist(&c);
+        output::stdout(|out| out.write_all(text.as_bytes()))?;
+    }
+    if c.failed() {
+        return Err(output::Failed.into());
+    }
+    Ok(())
+}
+
+/// A copied tree: it must be a directory.
+fn root(p: &std::path::Path) -> Result<PathBuf> {
+    if !p.is_dir() {
+        bail!("--root {}: no such directory", p.display());
+    }
+    Ok(p.to_path_buf())
+}

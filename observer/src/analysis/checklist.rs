@@ -1,0 +1,535 @@
+//! The RoCE pre-production checklist of a host, from its `nic` section: PFC on exactly the RoCE
+//! priority, the RoCE and CNP DSCPs trusted and mapped to the intended priorities, DCQCN enabled
+//! on the RoCE priority, the CNP's marking, one MTU, firmware and driver reported, and the
+//! counters that show trouble over the window (pause storms, discards on a lossless priority,
+//! transport errors).
+//!
+//! Every item says what it rests on. An item whose evidence the host does not give is
+//! `unknown`, never `pass`.
+
+use crate::model::nic::{Checklist, ChecklistItem, Interface, ItemStatus, Nic, TRANSPORT_ERRORS};
+
+/// What the fabric is meant to be: the defaults are the common practice (RoCE in DSCP 26 on
+/// priority 3, CNPs in DSCP 48 on priority 6, lossless RoCE).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Intent {
+    pub roce_priority: u8,
+    pub roce_dscp: u8,
+    pub cnp_priority: u8,
+    pub cnp_dscp: u8,
+    /// RoCE runs lossy (ECN only): PFC must be off on every priority.
+    pub lossy: bool,
+    /// Priorities come from the VLAN tag's PCP, not DSCP: the DSCP items do not apply.
+    pub trust_pcp: bool,
+    /// The MTU every RoCE netdev of the fleet has.
+    pub mtu: Option<u32>,
+    /// The firmware every RoCE device of the fleet runs.
+    pub firmware: Option<String>,
+}
+
+impl Default for Intent {
+    fn default() -> Self {
+        Self {
+            roce_priority: 3,
+            roce_dscp: 26,
+            cnp_priority: 6,
+            cnp_dscp: 48,
+            lossy: false,
+            trust_pcp: false,
+            mtu: None,
+            firmware: None,
+        }
+    }
+}
+
+pub const SCHEMA: &str = "roce-observer/check/v1";
+
+/// The checklist of the host whose two readings make `nic`.
+pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
+    let mut items = Vec::new();
+    let mut push = |item: &str, subject: &str, status: ItemStatus, evidence: String| {
+        items.push(ChecklistItem {
+            item: item.into(),
+            subject: subject.into(),
+            status,
+            evidence,
+        })
+    };
+    if nic.devices.is_empty() && nic.interfaces.is_empty() {
+        let why: Vec<String> = nic
+            .absent
+            .iter()
+            .map(|a| format!("{}: {}", a.source, a.reason))
+            .collect();
+        push(
+            "roce-device",
+            "",
+            ItemStatus::Unknown,
+            format!(
+                "no RDMA device and no interface to check ({})",
+                why.join("; ")
+            ),
+        );
+    }
+    for i in &nic.interfaces {
+        let absent = |source: &str| {
+            nic.absent
+                .iter()
+                .find(|a| a.source == source && a.subject == i.name)
+                .map(|a| a.reason.clone())
+        };
+        let stats_absent = absent("stats");
+        let absent = |source: &str| absent(source).unwrap_or_else(|| "not read".into());
+        let (s, e) = pfc(i, intent, &absent("dcb"));
+        push("pfc", &i.name, s, e);
+        let (s, e) = trust(
+            i,
+            intent,
+            intent.roce_dscp,
+            intent.roce_priority,
+            "RoCE",
+            &absent("dcb"),
+        );
+        push("trust-dscp", &i.name, s, e);
+        let (s, e) = trust(
+            i,
+            intent,
+            intent.cnp_dscp,
+            intent.cnp_priority,
+            "CNP",
+            &absent("dcb"),
+        );
+        push("cnp-trust", &i.name, s, e);
+        let (s, e) = ecn(i, intent, &absent("dcqcn"));
+        push("ecn", &i.name, s, e);
+        let (s, e) = cnp_marking(i, intent, &absent("dcqcn"));
+        push("cnp-marking", &i.name, s, e);
+        let (s, e) = pause_storms(i, nic.seconds, stats_absent.as_deref());
+        push("pause-storms", &i.name, s, e);
+        let (s, e) = lossless_discards(i, nic.seconds, intent, stats_absent.as_deref());
+        push("lossless-discards", &i.name, s, e);
+    }
+    if !nic.interfaces.is_empty() {
+        let (s, e) = mtu(&nic.interfaces, intent);
+        push("mtu", "", s, e);
+    }
+    for (s, subject, e) in firmware(&nic, intent) {
+        push("firmware", &subject, s, e);
+    }
+    for d in &nic.devices {
+        let (s, e) = transport_errors(d, nic.seconds);
+        push("transport-errors", &d.name, s, e);
+    }
+    Checklist {
+        schema: SCHEMA.into(),
+        nic,
+        items,
+    }
+}
+
+/// Priorities of a bit mask, e.g. "0, 3".
+fn prios(mask: u8) -> String {
+    let v: Vec<String> = (0..8)
+        .filter(|p| mask & (1 << p) != 0)
+        .map(|p| p.to_string())
+        .collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn pfc(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
+    let Some(dcb) = &i.dcb else {
+        return (ItemStatus::Unknown, format!("no DCB settings: {absent}"));
+    };
+    let Some(on) = dcb.pfc_enabled else {
+        return (
+            ItemStatus::Unknown,
+            "the driver reports no PFC settings".into(),
+        );
+    };
+    let want = 1u8 << intent.roce_priority;
+    if intent.lossy {
+        return if on == 0 {
+            (
+                ItemStatus::Pass,
+                "PFC off on every priority (lossy RoCE)".into(),
+            )
+        } else {
+            (
+                ItemStatus::Fail,
+                format!(
+                    "PFC on priorities {} though RoCE is meant to run lossy",
+                    prios(on)
+                ),
+            )
+        };
+    }
+    if on == want {
+        (
+            ItemStatus::Pass,
+            format!("PFC on priority {} only", intent.roce_priority),
+        )
+    } else if on & want == 0 {
+        (
+            ItemStatus::Fail,
+            format!(
+                "PFC on priorities {}, not on the RoCE priority {}: RoCE runs lossy",
+                prios(on),
+                intent.roce_priority
+            ),
+        )
+    } else {
+        (
+            ItemStatus::Fail,
+            format!(
+                "PFC on priorities {}: more lossless priorities than RoCE's ({}) share the buffer headroom and spread pauses to traffic that needs none",
+                prios(on),
+                intent.roce_priority
+            ),
+        )
+    }
+}
+
+fn trust(
+    i: &Interface,
+    intent: &Intent,
+    dscp: u8,
+    prio: u8,
+    what: &str,
+    absent: &str,
+) -> (ItemStatus, String) {
+    if intent.trust_pcp {
+        return (
+            ItemStatus::NotApplicable,
+            "priorities come from the VLAN PCP (--trust pcp)".into(),
+        );
+    }
+    let Some(dcb) = &i.dcb else {
+        return (ItemStatus::Unknown, format!("no DCB settings: {absent}"));
+    };
+    if dcb.dscp_prio.is_empty() {
+        return (
+            ItemStatus::Fail,
+            "no DSCP entry in the APP table: the port does not trust DSCP, so untagged RoCE gets priority 0".into(),
+        );
+    }
+    match dcb.priority_of_dscp(dscp) {
+        Some(p) if p == prio => (
+            ItemStatus::Pass,
+            format!("{what} DSCP {dscp} → priority {p}"),
+        ),
+        Some(p) => (
+            ItemStatus::Fail,
+            format!("{what} DSCP {dscp} → priority {p}, not {prio}"),
+        ),
+        None => (
+            ItemStatus::Fail,
+            format!("{what} DSCP {dscp} has no APP table entry (priority 0), not priority {prio}"),
+        ),
+    }
+}
+
+fn ecn(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
+    let Some(d) = &i.dcqcn else {
+        return (ItemStatus::Unknown, format!("no DCQCN settings: {absent}"));
+    };
+    let p = intent.roce_priority;
+    let np = d.np_enabled & (1 << p) != 0;
+    let rp = d.rp_enabled & (1 << p) != 0;
+    let evidence = format!(
+        "notification point on priorities {}, reaction point on {}",
+        prios(d.np_enabled),
+        prios(d.rp_enabled)
+    );
+    match (np, rp) {
+        (true, true) => (ItemStatus::Pass, evidence),
+        (false, true) => (
+            ItemStatus::Fail,
+            format!("{evidence}: no CNP is sent for ECN marks on priority {p}"),
+        ),
+        (true, false) => (
+            ItemStatus::Fail,
+            format!("{evidence}: CNPs on priority {p} slow nothing down"),
+        ),
+        (false, false) => (
+            ItemStatus::Fail,
+            format!("{evidence}: DCQCN is off on the RoCE priority {p}"),
+        ),
+    }
+}
+
+fn cnp_marking(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
+    let Some(d) = &i.dcqcn else {
+        return (ItemStatus::Unknown, format!("no DCQCN settings: {absent}"));
+    };
+    let (Some(dscp), Some(prio)) = (d.np.get("cnp_dscp"), d.np.get("cnp_802p_prio")) else {
+        return (
+            ItemStatus::Unknown,
+            "the driver shows no cnp_dscp / cnp_802p_prio".into(),
+        );
+    };
+    let evidence = format!("CNPs sent with DSCP {dscp}, 802.1p priority {prio}");
+    let ok = *dscp == u64::from(intent.cnp_dscp) && *prio == u64::from(intent.cnp_priority);
+    if ok {
+        (ItemStatus::Pass, evidence)
+    } else {
+        (
+            ItemStatus::Fail,
+            format!(
+                "{evidence}, not DSCP {} priority {}",
+                intent.cnp_dscp, intent.cnp_priority
+            ),
+        )
+    }
+}
+
+/// The largest RoCE path MTU a netdev MTU carries: the IB MTUs (256..4096) that fit with
+/// RoCEv2's headers over IPv6 (40 + 8 UDP + 12 BTH + 16 RETH + 4 ICRC = 80 bytes).
+pub fn roce_path_mtu(mtu: u32) -> Option<u32> {
+    [4096, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|p| p + 80 <= mtu)
+}
+
+fn mtu(ifaces: &[Interface], intent: &Intent) -> (ItemStatus, String) {
+    let known: Vec<(&str, u32)> = ifaces
+        .iter()
+        .filter_map(|i| i.mtu.map(|m| (i.name.as_str(), m)))
+        .collect();
+    if known.is_empty() {
+        return (ItemStatus::Unknown, "no MTU read".into());
+    }
+    let list = known
+        .iter()
+        .map(|(n, m)| {
+            format!(
+                "{n} {m} (RoCE path MTU up to {})",
+                roce_path_mtu(*m).map_or("none".into(), |p| p.to_string())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let first = known[0].1;
+    if known.iter().any(|(_, m)| *m != first) {
+        return (ItemStatus::Fail, format!("MTUs differ: {list}"));
+    }
+    match intent.mtu {
+        Some(want) if want != first => {
+            (ItemStatus::Fail, format!("{list}, not the fleet's {want}"))
+        }
+        Some(_) => (ItemStatus::Pass, list),
+        None if known.len() > 1 => (ItemStatus::Pass, format!("one MTU: {list}")),
+        None => (
+            ItemStatus::Unknown,
+            format!("{list}: one RoCE interface and no --mtu to compare with"),
+        ),
+    }
+}
+
+fn firmware(nic: &Nic, intent: &Intent) -> Vec<(ItemStatus, String, String)> {
+    let mut out = Vec::new();
+    let mut judge = |subject: &str, fw: Option<&str>, driver: Option<&str>| {
+        let Some(fw) = fw.filter(|f| !f.is_empty()) else {
+            out.push((
+                ItemStatus::Unknown,
+                subject.to_string(),
+                "no firmware version reported".to_string(),
+            ));
+            return;
+        };
+        let evidence = match driver {
+            Some(d) => format!("firmware {fw}, driver {d}"),
+            None => format!("firmware {fw}"),
+        };
+        match &intent.firmware {
+            Some(want) if want != fw => out.push((
+                ItemStatus::Fail,
+                subject.to_string(),
+                format!("{evidence}, not the fleet's {want}"),
+            )),
+            _ => out.push((ItemStatus::Pass, subject.to_string(), evidence)),
+        }
+    };
+    for d in &nic.devices {
+        // The driver of the device's first netdev, where read.
+        let driver = d
+            .ports
+            .iter()
+            .flat_map(|p| &p.netdevs)
+            .find_map(|n| nic.interfaces.iter().find(|i| &i.name == n))
+            .and_then(|i| i.driver.as_ref())
+            .map(|d| format!("{} {}", d.driver, d.version).trim().to_string());
+        judge(&d.name, d.firmware.as_deref(), driver.as_deref());
+    }
+    if nic.devices.is_empty() {
+        for i in &nic.interfaces {
+            let drv = i.driver.as_ref();
+            let driver = drv.map(|d| format!("{} {}", d.driver, d.version).trim().to_string());
+            judge(&i.name, drv.map(|d| d.firmware.as_str()), driver.as_deref());
+        }
+    }
+    out
+}
+
+/// One reading only: counters cannot show what happens now.
+fn one_reading(seconds: f64) -> Option<(ItemStatus, String)> {
+    (seconds <= 0.0).then(|| {
+        (
+            ItemStatus::Unknown,
+            "one reading: no window to count over".into(),
+        )
+    })
+}
+
+fn pause_storms(i: &Interface, seconds: f64, absent: Option<&str>) -> (ItemStatus, String) {
+    if let Some(absent) = absent {
+        return (
+            ItemStatus::Unknown,
+            format!("no driver statistics: {absent}"),
+        );
+    }
+    let storms: Vec<(&String, u64)> = i
+        .counters
+        .iter()
+        .filter(|(n, _)| n.contains("pause_storm"))
+        .map(|(n, c)| (n, c.delta))
+        .collect();
+    if storms.is_empty() {
+        return (
+            ItemStatus::NotApplicable,
+            "the driver counts no pause storm events".into(),
+        );
+    }
+    if let Some(u) = one_reading(seconds) {
+        return u;
+    }
+    let grew: Vec<String> = storms
+        .iter()
+        .filter(|(_, d)| *d > 0)
+        .map(|(n, d)| format!("{n} +{d}"))
+        .collect();
+    if grew.is_empty() {
+        (
+            ItemStatus::Pass,
+            format!("no pause storm event in {seconds:.1} s"),
+        )
+    } else {
+        (
+            ItemStatus::Fail,
+            format!(
+                "in {seconds:.1} s: {}: a port kept pausing its peer (the NIC's watchdog acted)",
+                grew.join(", ")
+            ),
+        )
+    }
+}
+
+fn lossless_discards(
+    i: &Interface,
+    seconds: f64,
+    intent: &Intent,
+    absent: Option<&str>,
+) -> (ItemStatus, String) {
+    if intent.lossy {
+        return (ItemStatus::NotApplicable, "RoCE runs lossy".into());
+    }
+    if let Some(absent) = absent {
+        return (
+            ItemStatus::Unknown,
+            format!("no driver statistics: {absent}"),
+        );
+    }
+    // Without the PFC settings, the RoCE priority is taken as the lossless one.
+    let lossless = i
+        .dcb
+        .as_ref()
+        .and_then(|d| d.pfc_enabled)
+        .unwrap_or(1 << intent.roce_priority);
+    if lossless == 0 {
+        return (ItemStatus::NotApplicable, "no priority is lossless".into());
+    }
+    let counted: Vec<_> = i
+        .priorities
+        .iter()
+        .filter(|p| lossless & (1 << p.priority) != 0)
+        .collect();
+    let has_discard_counter = i.counters.keys().any(|n| {
+        crate::model::nic::per_priority(n)
+            .is_some_and(|(rx, p, what)| rx && lossless & (1 << p) != 0 && what.contains("discard"))
+    });
+    if !has_discard_counter {
+        return (
+            ItemStatus::Unknown,
+            format!(
+                "the driver counts no discards per priority (lossless: {})",
+                prios(lossless)
+            ),
+        );
+    }
+    if let Some(u) = one_reading(seconds) {
+        return u;
+    }
+    let dropped: Vec<String> = counted
+        .iter()
+        .filter(|p| p.discards > 0)
+        .map(|p| format!("priority {}: {} discarded", p.priority, p.discards))
+        .collect();
+    if dropped.is_empty() {
+        (
+            ItemStatus::Pass,
+            format!(
+                "no discard on lossless priorities {} in {seconds:.1} s",
+                prios(lossless)
+            ),
+        )
+    } else {
+        (
+            ItemStatus::Fail,
+            format!(
+                "in {seconds:.1} s, {}: a lossless priority drops (headroom or PFC thresholds too small)",
+                dropped.join(", ")
+            ),
+        )
+    }
+}
+
+fn transport_errors(d: &crate::model::nic::Device, seconds: f64) -> (ItemStatus, String) {
+    let mut have = false;
+    let mut grew = Vec::new();
+    for p in &d.ports {
+        for name in TRANSPORT_ERRORS {
+            if let Some(delta) = p.hw(name) {
+                have = true;
+                if delta > 0 {
+                    grew.push(format!("port {} {name} +{delta}", p.port));
+                }
+            }
+        }
+    }
+    if !have {
+        return (
+            ItemStatus::Unknown,
+            "the device counts no out-of-sequence or timeout errors".into(),
+        );
+    }
+    if let Some(u) = one_reading(seconds) {
+        return u;
+    }
+    if grew.is_empty() {
+        (
+            ItemStatus::Pass,
+            format!("no out-of-sequence, sequence error or ACK timeout in {seconds:.1} s"),
+        )
+    } else {
+        (
+            ItemStatus::Fail,
+            format!(
+                "in {seconds:.1} s: {}: packets are lost or reordered on the way",
+                grew.join(", ")
+            ),
+        )
+    }
+}

@@ -1,0 +1,97 @@
+//! Discards on a priority PFC makes lossless: the lossless class drops (headroom too small,
+//! PFC thresholds wrong, or PFC not negotiated with the switch).
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::findings::{
+    About, Context, Outcome, Rule, Severity, Thresholds, finding, nic_window,
+};
+use crate::model::Report;
+
+pub const ABOUT: About = About {
+    name: "nic-lossless-discards",
+    summary: "NIC counters: discards on a priority PFC makes lossless",
+    scenario: Some("rule-nic-lossless-discards"),
+};
+
+pub struct NicLosslessDiscardsRule;
+
+impl Rule for NicLosslessDiscardsRule {
+    fn about(&self) -> &'static About {
+        &ABOUT
+    }
+
+    fn needs_roce(&self) -> bool {
+        false
+    }
+
+    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
+        nic_lossless_discards(r, &t.nic_lossless_discards)
+    }
+}
+
+/// The `[nic_lossless_discards]` table of the rules file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NicLosslessDiscards {
+    /// Discards on one lossless priority over the window from which the rule fires.
+    pub min_discards: u64,
+}
+
+impl Default for NicLosslessDiscards {
+    fn default() -> Self {
+        Self { min_discards: 1 }
+    }
+}
+
+fn nic_lossless_discards(r: &Report, c: &NicLosslessDiscards) -> Outcome {
+    let nic = match nic_window(r) {
+        Ok(n) => n,
+        Err(o) => return *o,
+    };
+    let mut judged = 0;
+    let mut drops = Vec::new();
+    for i in &nic.interfaces {
+        let Some(pfc) = i.dcb.as_ref().and_then(|d| d.pfc_enabled) else {
+            continue;
+        };
+        for p in i.priorities.iter().filter(|p| pfc & (1 << p.priority) != 0) {
+            let counts_discards = i.counters.keys().any(|n| {
+                crate::model::nic::per_priority(n).is_some_and(|(rx, prio, what)| {
+                    rx && prio == p.priority && what.contains("discard")
+                })
+            });
+            if !counts_discards {
+                continue;
+            }
+            judged += 1;
+            if p.discards >= c.min_discards {
+                drops.push(format!(
+                    "{} priority {}: {} discarded",
+                    i.name, p.priority, p.discards
+                ));
+            }
+        }
+    }
+    if judged == 0 {
+        return Outcome::InsufficientData(
+            "no lossless priority with a discard counter (needs the DCB settings and rx_prio<p>_discards)".into(),
+        );
+    }
+    if drops.is_empty() {
+        return Outcome::Passed(format!(
+            "no discard on {judged} lossless priorit{} in {:.1} s",
+            if judged == 1 { "y" } else { "ies" },
+            nic.seconds
+        ));
+    }
+    finding(
+        ABOUT.name,
+        Severity::Critical,
+        "A lossless priority drops",
+        format!("in {:.1} s, {}", nic.seconds, drops.join(", ")),
+        vec![("discards", drops.clone().into())],
+        Vec::new(),
+        "PFC should make this priority lossless, yet the NIC dropped on arrival: the receive buffer's headroom is too small for the cable length and MTU, the PFC thresholds are wrong, or the peer ignores the pauses (PFC not enabled on the same priority at the switch).",
+    )
+}

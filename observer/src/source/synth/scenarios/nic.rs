@@ -1,0 +1,294 @@
+//! The NIC side of a host, for the rules on NIC counters and configuration: a well-configured
+//! mlx5 host (`nic_host`), read twice a second apart, and one `rule-nic-*` scenario per rule
+//! that changes exactly what its rule judges. The wire beside it is `rules-clean`'s traffic,
+//! which fires no wire rule.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use observer_common::{FlowKey, OpClass};
+
+use super::rules::rules_clean;
+use crate::model::nic::{Dcb, Dcqcn, DriverInfo, Qp};
+use crate::source::nic::Availability;
+use crate::source::nic::host::{Interface, Snapshot};
+use crate::source::nic::rdma::{RdmaDevice, RdmaPort};
+use crate::source::synth::workload::{NicReadings, Workload};
+
+/// The netdev of the synthetic host (mlx5's naming of a PCIe function's port).
+pub const NIC_NETDEV: &str = "ens1f0np0";
+/// Its RDMA device.
+pub const NIC_DEVICE: &str = "mlx5_0";
+
+/// The first reading's time (ns since the epoch); the second is a second later.
+const TAKEN_NS: u64 = 1_800_000_000_000_000_000;
+
+/// A driver counter of `port`, set.
+fn hw(p: &mut RdmaPort, name: &str, v: u64) {
+    p.hw_counters.insert(name.into(), v);
+}
+
+/// The host: RoCE on priority 3 (DSCP 26, PFC on 3 only), CNPs in DSCP 48 priority 6, DCQCN
+/// on priority 3, MTU 9000, firmware 28.39.1002; its counters at `base` (each counter its own
+/// value) plus, in the second reading, what the window adds.
+fn reading(base: u64, taken_ns: u64) -> Snapshot {
+    let mut port = RdmaPort {
+        port: 1,
+        state: Some("4: ACTIVE".into()),
+        link_layer: Some("Ethernet".into()),
+        rate: Some("100 Gb/sec (2X HDR)".into()),
+        netdevs: vec![NIC_NETDEV.into()],
+        ..RdmaPort::default()
+    };
+    for (i, name) in [
+        "np_ecn_marked_roce_packets",
+        "np_cnp_sent",
+        "rp_cnp_handled",
+        "rp_cnp_ignored",
+        "out_of_sequence",
+        "packet_seq_err",
+        "local_ack_timeout_err",
+        "implied_nak_seq_err",
+        "duplicate_request",
+        "out_of_buffer",
+    ]
+    .iter()
+    .enumerate()
+    {
+        hw(&mut port, name, base + 1000 * i as u64);
+    }
+    for (i, name) in [
+        "port_rcv_data",
+        "port_xmit_data",
+        "port_rcv_packets",
+        "port_xmit_packets",
+    ]
+    .iter()
+    .enumerate()
+    {
+        port.counters.insert((*name).into(), base * 100 + i as u64);
+    }
+    let mut stats = BTreeMap::new();
+    for p in 0..8 {
+        for what in ["pause", "pause_duration", "pause_transition"] {
+            stats.insert(format!("rx_prio{p}_{what}"), base);
+            stats.insert(format!("tx_prio{p}_{what}"), base);
+        }
+        stats.insert(format!("rx_prio{p}_buf_discard"), base);
+        stats.insert(format!("rx_prio{p}_cong_discard"), base);
+        stats.insert(format!("rx_prio{p}_bytes"), base * 4096);
+    }
+    for name in [
+        "tx_pause_storm_warning_events",
+        "tx_pause_storm_error_events",
+        "rx_discards_phy",
+        "rx_vport_rdma_unicast_packets",
+        "tx_vport_rdma_unicast_packets",
+    ] {
+        stats.insert(name.into(), base);
+    }
+    let mut np = BTreeMap::new();
+    np.insert("cnp_dscp".into(), 48);
+    np.insert("cnp_802p_prio".into(), 6);
+    np.insert("min_time_between_cnps".into(), 4);
+    let mut rp = BTreeMap::new();
+    rp.insert("rpg_min_rate".into(), 1);
+    rp.insert("initial_alpha_value".into(), 1023);
+    Snapshot {
+        taken_ns,
+        rdma: Availability::Present(vec![RdmaDevice {
+            name: NIC_DEVICE.into(),
+            fw_ver: Some("28.39.1002".into()),
+            hca_type: Some("MT4129".into()),
+            board_id: Some("MT_0000000838".into()),
+            ports: vec![port],
+        }]),
+        interfaces: vec![Interface {
+            name: NIC_NETDEV.into(),
+            mtu: Some(9000),
+            addresses: Vec::new(),
+            driver: Availability::Present(DriverInfo {
+                driver: "mlx5_core".into(),
+                version: "6.18.0".into(),
+                firmware: "28.39.1002 (MT_0000000838)".into(),
+                bus: "0000:17:00.0".into(),
+            }),
+            stats: Availability::Present(stats),
+            dcb: Availability::Present(Dcb {
+                pfc_enabled: Some(0x08),
+                pfc_cap: Some(8),
+                pfc_requests: Some([0; 8]),
+                pfc_indications: Some([0; 8]),
+                prio_tc: Some([0, 1, 2, 3, 4, 5, 6, 7]),
+                tc_tsa: Some([2; 8]),
+                tc_bw: Some([12, 12, 12, 16, 12, 12, 12, 12]),
+                dcbx: Some(0x0C),
+                dscp_prio: vec![(26, 3), (48, 6)],
+                ..Dcb::default()
+            }),
+            dcqcn: Availability::Present(Dcqcn {
+                np_enabled: 0x08,
+                rp_enabled: 0x08,
+                np,
+                rp,
+            }),
+        }],
+        qps: Availability::Present(vec![Qp {
+            device: NIC_DEVICE.into(),
+            port: Some(1),
+            lqpn: 0x401E,
+            rqpn: Some(0x411E),
+            qp_type: "RC".into(),
+            state: "RTS".into(),
+            pid: Some(4242),
+            comm: Some("python3".into()),
+        }]),
+    }
+}
+
+/// A second's window on the clean host: every counter grows a little (traffic, and the CNPs
+/// for the ECN marks it receives), nothing that tells of trouble.
+fn clean_window() -> (Snapshot, Snapshot) {
+    let before = reading(5_000, TAKEN_NS);
+    let mut after = reading(5_000, TAKEN_NS + 1_000_000_000);
+    let port = &mut rdma_port(&mut after);
+    for (name, grow) in [
+        ("np_ecn_marked_roce_packets", 400),
+        ("np_cnp_sent", 380),
+        ("rp_cnp_handled", 120),
+        ("duplicate_request", 0),
+    ] {
+        *port.hw_counters.get_mut(name).expect("set") += grow;
+    }
+    for name in ["port_rcv_data", "port_xmit_data"] {
+        *port.counters.get_mut(name).expect("set") += 2_500_000_000;
+    }
+    for (name, grow) in [
+        ("rx_prio3_pause", 40),
+        ("tx_prio3_pause", 12),
+        // 2 ms and 0.5 ms of the second paused.
+        ("rx_prio3_pause_duration", 2_000),
+        ("tx_prio3_pause_duration", 500),
+        ("rx_prio3_bytes", 10_000_000_000),
+    ] {
+        *stats(&mut after).get_mut(name).expect("set") += grow;
+    }
+    (before, after)
+}
+
+fn rdma_port(s: &mut Snapshot) -> &mut RdmaPort {
+    match &mut s.rdma {
+        Availability::Present(d) => &mut d[0].ports[0],
+        Availability::Absent { .. } => unreachable!("the synthetic host has its device"),
+    }
+}
+
+fn stats(s: &mut Snapshot) -> &mut BTreeMap<String, u64> {
+    match &mut s.interfaces[0].stats {
+        Availability::Present(m) => m,
+        Availability::Absent { .. } => unreachable!("the synthetic host has its statistics"),
+    }
+}
+
+fn with_nic(w: &mut Workload, change: impl FnOnce(&mut Snapshot, &mut Snapshot)) {
+    rules_clean(w);
+    let (mut before, mut after) = clean_window();
+    change(&mut before, &mut after);
+    w.nic = Some(NicReadings { before, after });
+}
+
+pub(super) fn rules_clean_nic(w: &mut Workload) {
+    with_nic(w, |_, _| {});
+}
+
+pub(super) fn rule_nic_pfc_priorities(w: &mut Workload) {
+    // PFC on priorities 0, 3 and 4 (the seed's first listed mistake).
+    with_nic(w, |b, a| {
+        for s in [b, a] {
+            if let Availability::Present(d) = &mut s.interfaces[0].dcb {
+                d.pfc_enabled = Some(0b0001_1001);
+            }
+        }
+    });
+}
+
+pub(super) fn rule_nic_ecn_without_cnp(w: &mut Workload) {
+    // 400 ECN-marked arrivals, no CNP sent: the notification point counts nothing.
+    with_nic(w, |b, a| {
+        let sent = rdma_port(b).hw_counters["np_cnp_sent"];
+        rdma_port(a).hw_counters.insert("np_cnp_sent".into(), sent);
+    });
+}
+
+pub(super) fn rule_nic_transport_errors(w: &mut Workload) {
+    // 7 out-of-sequence arrivals and 2 sequence errors; out_of_sequence wraps its 32 bits.
+    with_nic(w, |b, a| {
+        hw(rdma_port(b), "out_of_sequence", 0xFFFF_FFFD);
+        hw(rdma_port(a), "out_of_sequence", 4);
+        let e = rdma_port(b).hw_counters["packet_seq_err"];
+        hw(rdma_port(a), "packet_seq_err", e + 2);
+    });
+}
+
+pub(super) fn rule_nic_pause_share(w: &mut Workload) {
+    // Priority 3's transmitter held by received pauses 350 ms of the second.
+    with_nic(w, |_, a| {
+        *stats(a).get_mut("rx_prio3_pause_duration").expect("set") += 348_000;
+    });
+}
+
+pub(super) fn rule_nic_pause_storm(w: &mut Workload) {
+    // The watchdog's warning and error events.
+    with_nic(w, |_, a| {
+        *stats(a)
+            .get_mut("tx_pause_storm_warning_events")
+            .expect("set") += 3;
+        *stats(a)
+            .get_mut("tx_pause_storm_error_events")
+            .expect("set") += 1;
+    });
+}
+
+pub(super) fn rule_nic_lossless_discards(w: &mut Workload) {
+    // The lossless priority 3 drops 120 frames for want of buffer; priority 0 (lossy) 5000.
+    with_nic(w, |_, a| {
+        *stats(a).get_mut("rx_prio3_buf_discard").expect("set") += 120;
+        *stats(a).get_mut("rx_prio0_buf_discard").expect("set") += 5_000;
+    });
+}
+
+pub(super) fn rule_nic_wire_mismatch(w: &mut Workload) {
+    // The host is 198.18.40.101, a receiver of rules-clean: its NIC counts the CNPs the wire
+    // shows it send and receive, but none of the CE-marked packets the wire shows arrive (a
+    // counter that stopped, as after a firmware change).
+    rules_clean(w);
+    let host: IpAddr = [198, 18, 40, 101].into();
+    let ip = |a: &[u8; 16]| -> IpAddr {
+        let v6 = std::net::Ipv6Addr::from(*a);
+        v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+    };
+    let (mut ce_in, mut cnp_out, mut cnp_in) = (0, 0, 0);
+    for (k, s) in &w.truth.flows {
+        let k: &FlowKey = k;
+        if ip(&k.dst_ip) == host {
+            ce_in += s.ecn[3];
+            cnp_in += s.ops[OpClass::Cnp as usize];
+        }
+        if ip(&k.src_ip) == host {
+            cnp_out += s.ops[OpClass::Cnp as usize];
+        }
+    }
+    let (before, mut after) = {
+        let b = reading(5_000, TAKEN_NS);
+        let a = reading(5_000, TAKEN_NS + 1_000_000_000);
+        (b, a)
+    };
+    let p = rdma_port(&mut after);
+    debug_assert!(ce_in >= 10, "enough CE marks to compare: {ce_in}");
+    *p.hw_counters.get_mut("np_cnp_sent").expect("set") += cnp_out;
+    *p.hw_counters.get_mut("rp_cnp_handled").expect("set") += cnp_in;
+    after.interfaces[0].addresses = vec![host];
+    let mut before = before;
+    before.interfaces[0].addresses = vec![host];
+    w.nic = Some(NicReadings { before, after });
+}

@@ -1,0 +1,367 @@
+//! `roce-observer check` through the real binary, on copied trees of a host (see docs/nic.md):
+//! `tests/fixtures/hosts/good` is a well-configured mlx5 host read twice a second apart, on which
+//! every item passes or says why it cannot; each test changes one file of a copy, as a wrong
+//! setting or a moving counter would, and the item that judges it fails (exit status 1), with
+//! the evidence naming what changed. No privileges needed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use integration_tests::{Scratch, output, workspace_root};
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+const IF: &str = "ens1f0np0";
+
+/// A copy of the good host's two readings in a scratch directory: (before, after).
+fn copy(dir: &Scratch) -> (PathBuf, PathBuf) {
+    let src = workspace_root().join("tests/fixtures/hosts/good");
+    let dst = dir.path("host");
+    copy_dir(&src, &dst);
+    (dst.join("before"), dst.join("after"))
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+/// `check --json --root BEFORE --root AFTER ARGS`: (exit code, the items as (item, status,
+/// evidence)).
+fn check(before: &Path, after: &Path, args: &[&str]) -> (i32, Vec<(String, String, String)>) {
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .args(["check", "--json", "--root"])
+            .arg(before)
+            .arg("--root")
+            .arg(after)
+            .args(args),
+    );
+    let code = status.code().expect("exit code");
+    assert!(code == 0 || code == 1, "check {args:?}: {code}: {err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    assert_eq!(v["schema"], "roce-observer/check/v1");
+    let items = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["item"].as_str().unwrap().to_string(),
+                i["status"].as_str().unwrap().to_string(),
+                i["evidence"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    (code, items)
+}
+
+fn item<'a>(items: &'a [(String, String, String)], name: &str) -> (&'a str, &'a str) {
+    let i = items
+        .iter()
+        .find(|i| i.0 == name)
+        .unwrap_or_else(|| panic!("no item {name}: {items:?}"));
+    (&i.1, &i.2)
+}
+
+/// Runs check on the changed copy and asserts that exactly `name` failed, with `evidence` in
+/// its evidence.
+fn fails_alone(before: &Path, after: &Path, args: &[&str], name: &str, evidence: &str) {
+    let (code, items) = check(before, after, args);
+    let failed: Vec<&str> = items
+        .iter()
+        .filter(|i| i.1 == "fail")
+        .map(|i| i.0.as_str())
+        .collect();
+    assert_eq!(failed, [name], "{args:?}: {items:?}");
+    assert_eq!(code, 1, "a failed item is exit status 1");
+    let (_, e) = item(&items, name);
+    assert!(e.contains(evidence), "{name}: {e:?} lacks {evidence:?}");
+}
+
+fn edit(path: &Path, f: impl FnOnce(String) -> String) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::write(path, f(text)).unwrap();
+}
+
+/// Adds `by` to the counter `name` of an `ethtool -S` text.
+fn bump_stat(after: &Path, name: &str, by: u64) {
+    edit(&after.join("ethtool").join(IF).join("statistics"), |t| {
+        t.lines()
+            .map(|l| match l.trim().split_once(": ") {
+                Some((n, v)) if n == name => {
+                    format!("     {n}: {}", v.parse::<u64>().unwrap() + by)
+                }
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
+    });
+}
+
+/// Changes the DCB settings of both readings.
+fn dcb(before: &Path, after: &Path, f: impl Fn(&mut Value)) {
+    for root in [before, after] {
+        edit(&root.join("dcb").join(format!("{IF}.json")), |t| {
+            let mut v: Value = serde_json::from_str(&t).unwrap();
+            f(&mut v);
+            v.to_string()
+        });
+    }
+}
+
+fn hw_counter(root: &Path, name: &str) -> PathBuf {
+    root.join("sys/class/infiniband/mlx5_0/ports/1/hw_counters")
+        .join(name)
+}
+
+#[test]
+fn a_well_configured_host_passes_every_item_it_can_judge() {
+    let dir = Scratch::new("check-good");
+    let (before, after) = copy(&dir);
+    let (code, items) = check(&before, &after, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    let names: Vec<&str> = items.iter().map(|i| i.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "pfc",
+            "trust-dscp",
+            "cnp-trust",
+            "ecn",
+            "cnp-marking",
+            "pause-storms",
+            "lossless-discards",
+            "mtu",
+            "firmware",
+            "transport-errors"
+        ]
+    );
+    for (name, status, evidence) in &items {
+        // One netdev and no --mtu: nothing to compare its MTU with.
+        let want = if name == "mtu" { "unknown" } else { "pass" };
+        assert_eq!(status, want, "{name}: {evidence}");
+    }
+    assert_eq!(item(&items, "pfc").1, "PFC on priority 3 only");
+    assert_eq!(
+        item(&items, "firmware").1,
+        "firmware 28.39.1002, driver mlx5_core 6.18.0"
+    );
+    // With the fleet's MTU it passes; the terminal lines say the same.
+    let (code, items) = check(&before, &after, &["--mtu", "9000"]);
+    assert_eq!((code, item(&items, "mtu").0), (0, "pass"));
+    let (status, out, _) = output(
+        Command::new(CLI)
+            .args(["check", "--root"])
+            .arg(&before)
+            .arg("--root")
+            .arg(&after),
+    );
+    assert!(status.success());
+    assert!(
+        out.contains("PASS     pfc                ens1f0np0  PFC on priority 3 only"),
+        "{out}"
+    );
+    assert!(out.ends_with("check: nothing failed (10 items)\n"), "{out}");
+}
+
+#[test]
+fn each_configuration_item_fails_on_its_own_mistake() {
+    let dir = Scratch::new("check-config");
+    // PFC on priorities 0, 3 and 4.
+    let (b, a) = copy(&dir);
+    dcb(&b, &a, |v| v["pfc_enabled"] = 0b0001_1001.into());
+    fails_alone(&b, &a, &[], "pfc", "PFC on priorities 0, 3, 4");
+    // PFC on another priority than RoCE's.
+    dcb(&b, &a, |v| v["pfc_enabled"] = 0b0001_0000.into());
+    fails_alone(&b, &a, &[], "pfc", "not on the RoCE priority 3");
+    // Lossy RoCE meant, PFC on.
+    let (b, a) = copy(&dir);
+    fails_alone(&b, &a, &["--lossy"], "pfc", "meant to run lossy");
+    // RoCE's DSCP to priority 0; the CNP's missing from the APP table.
+    dcb(&b, &a, |v| {
+        v["dscp_prio"] = serde_json::json!([[26, 0], [48, 6]])
+    });
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "trust-dscp",
+        "RoCE DSCP 26 → priority 0, not 3",
+    );
+    dcb(&b, &a, |v| v["dscp_prio"] = serde_json::json!([[26, 3]]));
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "cnp-trust",
+        "CNP DSCP 48 has no APP table entry",
+    );
+    // Classified by PCP: the DSCP items do not apply.
+    let (code, items) = check(&b, &a, &["--trust", "pcp"]);
+    assert_eq!(code, 0);
+    assert_eq!(item(&items, "cnp-trust").0, "not-applicable");
+    // The notification point off on priority 3.
+    let (b, a) = copy(&dir);
+    for root in [&b, &a] {
+        std::fs::write(
+            root.join("sys/class/net")
+                .join(IF)
+                .join("ecn/roce_np/enable/3"),
+            "0\n",
+        )
+        .unwrap();
+    }
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "ecn",
+        "no CNP is sent for ECN marks on priority 3",
+    );
+    // CNPs marked with DSCP 46.
+    let (b, a) = copy(&dir);
+    std::fs::write(
+        a.join("sys/class/net")
+            .join(IF)
+            .join("ecn/roce_np/cnp_dscp"),
+        "46\n",
+    )
+    .unwrap();
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "cnp-marking",
+        "CNPs sent with DSCP 46, 802.1p priority 6, not DSCP 48",
+    );
+    // The fleet's MTU and firmware.
+    let (b, a) = copy(&dir);
+    fails_alone(
+        &b,
+        &a,
+        &["--mtu", "4200"],
+        "mtu",
+        "ens1f0np0 9000 (RoCE path MTU up to 4096), not the fleet's 4200",
+    );
+    fails_alone(
+        &b,
+        &a,
+        &["--firmware", "28.40.1000"],
+        "firmware",
+        "not the fleet's 28.40.1000",
+    );
+    // No DCB settings at all: unknown, with the reason, and not a failure.
+    std::fs::remove_file(a.join("dcb").join(format!("{IF}.json"))).unwrap();
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0);
+    let (s, e) = item(&items, "pfc");
+    assert_eq!(s, "unknown");
+    assert!(e.contains("dcb/ens1f0np0.json missing"), "{e}");
+}
+
+#[test]
+fn each_counter_item_fails_when_its_counters_move_in_the_window() {
+    let dir = Scratch::new("check-counters");
+    let (b, a) = copy(&dir);
+    bump_stat(&a, "tx_pause_storm_error_events", 1);
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "pause-storms",
+        "tx_pause_storm_error_events +1",
+    );
+    // Discards on the lossy priority 0 are no failure; on the lossless 3 they are.
+    let (b, a) = copy(&dir);
+    bump_stat(&a, "rx_prio0_buf_discard", 5000);
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!((code, item(&items, "lossless-discards").0), (0, "pass"));
+    bump_stat(&a, "rx_prio3_cong_discard", 7);
+    fails_alone(&b, &a, &[], "lossless-discards", "priority 3: 7 discarded");
+    // out_of_sequence wraps its 32 bits: 0xFFFFFFFA to 5 is 11 more.
+    let (b, a) = copy(&dir);
+    std::fs::write(hw_counter(&b, "out_of_sequence"), "4294967290\n").unwrap();
+    std::fs::write(hw_counter(&a, "out_of_sequence"), "5\n").unwrap();
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "transport-errors",
+        "port 1 out_of_sequence +11",
+    );
+    // A 64-bit counter going back is a reset, not a wrap: counted since the reset.
+    let (b, a) = copy(&dir);
+    std::fs::write(hw_counter(&a, "local_ack_timeout_err"), "3\n").unwrap();
+    fails_alone(&b, &a, &[], "transport-errors", "local_ack_timeout_err +3");
+    // One reading: the counter items cannot judge.
+    let (b, _) = copy(&dir);
+    let (status, out, _) = output(
+        Command::new(CLI)
+            .args(["check", "--json", "--root"])
+            .arg(&b),
+    );
+    assert!(status.success());
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let unknown: Vec<&str> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["evidence"] == "one reading: no window to count over")
+        .map(|i| i["item"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        unknown,
+        ["pause-storms", "lossless-discards", "transport-errors"]
+    );
+}
+
+#[test]
+fn wrong_names_and_paths_are_one_line_errors() {
+    let dir = Scratch::new("check-errors");
+    let (b, a) = copy(&dir);
+    for (args, code, want) in [
+        (
+            vec!["--root", "/nonexistent/tree"],
+            1,
+            "--root /nonexistent/tree: no such directory",
+        ),
+        (vec!["-i", "nosuch0"], 1, "no interface nosuch0"),
+        (vec!["-i", "a/b"], 1, "\"a/b\" is no interface name"),
+        (
+            vec!["--rdma-dev", "mlx9_9", "--root", b.to_str().unwrap()],
+            1,
+            "no RDMA device mlx9_9",
+        ),
+        (
+            vec![
+                "--root",
+                b.to_str().unwrap(),
+                "--root",
+                a.to_str().unwrap(),
+                "--root",
+                a.to_str().unwrap(),
+            ],
+            2,
+            "--root: give one copied tree, or two taken --interval apart",
+        ),
+        (vec!["--roce-priority", "8"], 2, "8 is not in 0..8"),
+    ] {
+        let (status, out, err) = output(Command::new(CLI).arg("check").args(&args));
+        assert_eq!(status.code(), Some(code), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        if code == 1 {
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        }
+    }
+}
