@@ -219,6 +219,30 @@ pub fn apply_link_speed(report: &mut Report, speed: Option<u64>, why_unknown: &s
     }
 }
 
+/// Sets the link speed of a live report: the one given, else the observed device's own, which
+/// says nothing of links whose PFC came inside mirror copies.
+fn apply_observed_speed(
+    report: &mut Report,
+    given: Option<u64>,
+    own: Option<u64>,
+    why_unknown: &str,
+) {
+    let mirrored = report
+        .pfc
+        .iter()
+        .flat_map(|p| &p.sources)
+        .any(|s| s.mirror.is_some());
+    let (speed, why_unknown) = match given {
+        Some(s) => (Some(s), why_unknown),
+        None if mirrored => (
+            None,
+            "some came inside mirror copies, whose links' speed is unknown; give --link-speed",
+        ),
+        None => (own, why_unknown),
+    };
+    apply_link_speed(report, speed, why_unknown);
+}
+
 /// Replays capture files (`-` is standard input) into a report. With `analysis`, the time series,
 /// microbursts, link speed and findings too; without, the counts alone. Frames of unsupported
 /// pcapng interfaces are counted under `skipped.unsupported_link_type`.
@@ -457,21 +481,7 @@ impl LiveSession {
         let mut report = agg.report(source, window);
         report.name_latency_interfaces(&names);
         apply_timeline(&mut report, self.timeline.finish(&agg));
-        // Host mode's own speed says nothing of a link whose PFC came inside mirror copies.
-        let mirrored = report
-            .pfc
-            .iter()
-            .flat_map(|p| &p.sources)
-            .any(|s| s.mirror.is_some());
-        let (speed, why_unknown) = if o.link_speed.is_none() && mirrored {
-            (
-                None,
-                "some came inside mirror copies, whose links' speed is unknown; give --link-speed",
-            )
-        } else {
-            (self.speed, self.why_unknown)
-        };
-        apply_link_speed(&mut report, speed, why_unknown);
+        apply_observed_speed(&mut report, o.link_speed, self.speed, self.why_unknown);
         conclude(&mut report, &self.analysis);
         Ok(report)
     }
@@ -638,21 +648,12 @@ impl CaptureSession {
                 stats.dropped, stats.if_dropped
             ));
         }
-        // A device's own speed says nothing of links whose PFC came inside mirror copies.
-        let mirrored = report
-            .pfc
-            .iter()
-            .flat_map(|p| &p.sources)
-            .any(|s| s.mirror.is_some());
-        let (speed, why_unknown) = if self.options.link_speed.is_none() && mirrored {
-            (
-                None,
-                "some came inside mirror copies, whose links' speed is unknown; give --link-speed",
-            )
-        } else {
-            (self.speed, self.why_unknown)
-        };
-        apply_link_speed(&mut report, speed, why_unknown);
+        apply_observed_speed(
+            &mut report,
+            self.options.link_speed,
+            self.speed,
+            self.why_unknown,
+        );
         conclude(&mut report, &self.analysis);
         Ok(report)
     }

@@ -220,14 +220,9 @@ fn u64s8(v: &[u8], at: usize) -> Option<[u64; 8]> {
 pub fn dcb_at(root: &Path, iface: &str) -> Result<Availability<Dcb>, NicError> {
     check_interface(iface)?;
     let path = root.join("dcb").join(format!("{iface}.json"));
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Availability::Absent {
-                reason: format!("{} missing", path.display()),
-            });
-        }
-        Err(source) => return Err(NicError::Read { path, source }),
+    let text = match super::recorded(&path)? {
+        Availability::Present(t) => t,
+        Availability::Absent { reason } => return Ok(Availability::Absent { reason }),
     };
     serde_json::from_str(&text)
         .map(Availability::Present)

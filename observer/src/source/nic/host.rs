@@ -205,21 +205,15 @@ fn from_text<T>(
     path: &Path,
     parse: impl Fn(&str) -> Result<T, NicError>,
 ) -> Result<Availability<T>, NicError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text)
-            .map(Availability::Present)
-            .map_err(|e| NicError::Parse {
+    Ok(match super::recorded(path)? {
+        Availability::Present(text) => {
+            Availability::Present(parse(&text).map_err(|e| NicError::Parse {
                 path: path.to_path_buf(),
                 source: Box::new(e),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Availability::Absent {
-            reason: format!("{} missing", path.display()),
-        }),
-        Err(source) => Err(NicError::Read {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
+            })?)
+        }
+        Availability::Absent { reason } => Availability::Absent { reason },
+    })
 }
 
 /// The addresses of an `ip -br addr` line: "eth0  UP  198.18.0.1/24 2001:db8::1/64".

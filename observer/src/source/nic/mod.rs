@@ -122,6 +122,20 @@ fn entries(dir: &Path) -> Result<Vec<String>, NicError> {
     Ok(out)
 }
 
+/// A file of a copied tree: its text, or absent (naming it) when it does not exist.
+fn recorded(path: &Path) -> Result<Availability<String>, NicError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Availability::Present(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Availability::Absent {
+            reason: format!("{} missing", path.display()),
+        }),
+        Err(source) => Err(NicError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
 /// A one-line file, trimmed; none when it cannot be read.
 fn line(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)

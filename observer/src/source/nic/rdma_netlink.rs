@@ -408,14 +408,9 @@ pub fn qps_at(root: &Path) -> Result<Availability<Vec<Qp>>, NicError> {
         comm: Option<String>,
     }
     let path = root.join("rdma/qps.json");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Availability::Absent {
-                reason: format!("{} missing", path.display()),
-            });
-        }
-        Err(source) => return Err(NicError::Read { path, source }),
+    let text = match super::recorded(&path)? {
+        Availability::Present(t) => t,
+        Availability::Absent { reason } => return Ok(Availability::Absent { reason }),
     };
     let rows: Vec<Iproute2Qp> =
         serde_json::from_str(&text).map_err(|source| NicError::Fixture {
