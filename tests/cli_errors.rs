@@ -30,6 +30,21 @@ fn unknown_interface_is_named() {
     );
 }
 
+/// An RDMA device the host lacks, for diagnose's NIC side: named, before anything attaches.
+#[test]
+fn unknown_rdma_device_is_named() {
+    let (status, out, err) = output(Command::new(CLI).args([
+        "diagnose", "--iface", "lo", "--rdma-dev", "mlx9_9", "--duration", "1s",
+    ]));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(out.is_empty());
+    let line = error_line(&err);
+    assert!(
+        line.starts_with("roce-observer: error: no RDMA device mlx9_9"),
+        "{line}"
+    );
+}
+
 #[test]
 fn bad_flags_are_usage_errors() {
     for args in [

@@ -589,10 +589,32 @@ fn rules_clean_fires_nothing_and_checks_every_rule() {
 /// cross-check has no address to tell the host's traffic by.
 #[test]
 fn rules_clean_nic_fires_nothing_and_judges_the_nic_side() {
-    let (_, r) = rule_scenario("rules-clean-nic", &[]);
+    let (w, r) = rule_scenario("rules-clean-nic", &[]);
     let nic = r.nic.as_ref().expect("the nic section");
     assert_eq!(nic.seconds, 1.0);
-    assert_eq!(nic.qps.len(), 1);
+    // The QP table joined to the wire: the packets the scenario sent to that QP number.
+    let [row] = nic.qps.as_slice() else {
+        panic!("{:?}", nic.qps)
+    };
+    let (packets, bytes) = w
+        .truth
+        .flows
+        .iter()
+        .filter(|(k, _)| k.dest_qp == row.qp.lqpn)
+        .fold((0, 0), |(p, b), (_, s)| (p + s.packets, b + s.bytes));
+    assert!(packets > 0);
+    assert_eq!((row.wire_packets, row.wire_bytes), (Some(packets), Some(bytes)));
+    assert_eq!(row.qp.comm.as_deref(), Some("python3"));
+    // The counters' deltas over the second, as the scenario grew them.
+    let port = &nic.devices[0].ports[0];
+    assert_eq!(port.hw("np_cnp_sent"), Some(380));
+    assert_eq!(port.hw("np_ecn_marked_roce_packets"), Some(400));
+    let prio3 = nic.interfaces[0]
+        .priorities
+        .iter()
+        .find(|p| p.priority == 3)
+        .unwrap();
+    assert_eq!((prio3.rx_pause, prio3.rx_pause_us), (40, Some(2000)));
     for (rule, _) in RULES.iter().filter(|(r, _)| r.starts_with("nic-")) {
         let want = if *rule == "nic-wire-mismatch" {
             CheckStatus::InsufficientData
