@@ -34,7 +34,13 @@ fn unknown_interface_is_named() {
 #[test]
 fn unknown_rdma_device_is_named() {
     let (status, out, err) = output(Command::new(CLI).args([
-        "diagnose", "--iface", "lo", "--rdma-dev", "mlx9_9", "--duration", "1s",
+        "diagnose",
+        "--iface",
+        "lo",
+        "--rdma-dev",
+        "mlx9_9",
+        "--duration",
+        "1s",
     ]));
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(out.is_empty());

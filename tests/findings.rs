@@ -603,7 +603,10 @@ fn rules_clean_nic_fires_nothing_and_judges_the_nic_side() {
         .filter(|(k, _)| k.dest_qp == row.qp.lqpn)
         .fold((0, 0), |(p, b), (_, s)| (p + s.packets, b + s.bytes));
     assert!(packets > 0);
-    assert_eq!((row.wire_packets, row.wire_bytes), (Some(packets), Some(bytes)));
+    assert_eq!(
+        (row.wire_packets, row.wire_bytes),
+        (Some(packets), Some(bytes))
+    );
     assert_eq!(row.qp.comm.as_deref(), Some("python3"));
     // The counters' deltas over the second, as the scenario grew them.
     let port = &nic.devices[0].ports[0];

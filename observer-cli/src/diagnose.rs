@@ -125,7 +125,12 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         let inputs: Vec<_> = a.analysis.rules.iter().map(Into::into).collect();
         output::refuse_overwrite("--html", html, &inputs)?;
     }
-    let observed = a.capture.iter().chain(&a.ifaces).cloned().collect::<Vec<_>>();
+    let observed = a
+        .capture
+        .iter()
+        .chain(&a.ifaces)
+        .cloned()
+        .collect::<Vec<_>>();
     let mut analysis = a.analysis.options()?;
     analysis.nic = nic_plan(&observed, &a.rdma_devs)?;
     if let Some(device) = a.capture {
