@@ -660,10 +660,11 @@ fn nic_rules_fire_on_their_scenarios_with_the_counts_they_changed() {
     let (_, r) = rule_scenario("rule-nic-pause-storm", &["nic-pause-storm"]);
     assert_eq!(finding(&r, "nic-pause-storm").severity, Severity::Critical);
     let (_, r) = rule_scenario("rule-nic-lossless-discards", &["nic-lossless-discards"]);
-    // Priority 0's discards are lossy traffic's: not named.
+    // mlx5's buffer discards count per traffic class; ETS maps priority 3 to class 3. Class
+    // 0's discards are lossy traffic's: not named.
     assert_eq!(
         finding(&r, "nic-lossless-discards").summary,
-        "in 1.0 s, ens1f0np0 priority 3: 120 discarded"
+        "in 1.0 s, ens1f0np0 traffic class 3 buffer: 120 discarded"
     );
     let (w, r) = rule_scenario("rule-nic-wire-mismatch", &["nic-wire-mismatch"]);
     // The wire's CE marks to the host are the scenario's truth; its NIC counted none.

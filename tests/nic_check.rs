@@ -147,18 +147,29 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
         ]
     );
     for (name, status, evidence) in &items {
-        // One netdev and no --mtu: nothing to compare its MTU with.
-        let want = if name == "mtu" { "unknown" } else { "pass" };
+        // One netdev and no --mtu: nothing to compare its MTU with; no --firmware: nothing to
+        // compare the firmware with (one device of its model).
+        let want = match name.as_str() {
+            "mtu" => "unknown",
+            "firmware" => "not-applicable",
+            _ => "pass",
+        };
         assert_eq!(status, want, "{name}: {evidence}");
     }
     assert_eq!(item(&items, "pfc").1, "PFC on priority 3 only");
     assert_eq!(
         item(&items, "firmware").1,
-        "firmware 28.39.1002, driver mlx5_core 6.18.0"
+        "firmware 28.39.1002, driver mlx5_core 6.18.0 (give --firmware to compare with the fleet's)"
     );
-    // With the fleet's MTU it passes; the terminal lines say the same.
-    let (code, items) = check(&before, &after, &["--mtu", "9000"]);
-    assert_eq!((code, item(&items, "mtu").0), (0, "pass"));
+    // With the fleet's MTU and firmware they pass; the terminal lines say the same.
+    let (code, items) = check(
+        &before,
+        &after,
+        &["--mtu", "9000", "--firmware", "28.39.1002"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(item(&items, "mtu").0, "pass");
+    assert_eq!(item(&items, "firmware").0, "pass");
     let (status, out, _) = output(
         Command::new(CLI)
             .args(["check", "--root"])
@@ -286,8 +297,15 @@ fn each_counter_item_fails_when_its_counters_move_in_the_window() {
     bump_stat(&a, "rx_prio0_buf_discard", 5000);
     let (code, items) = check(&b, &a, &[]);
     assert_eq!((code, item(&items, "lossless-discards").0), (0, "pass"));
+    // mlx5 counts congestion discards per traffic class; ETS maps priority 3 to class 3.
     bump_stat(&a, "rx_prio3_cong_discard", 7);
-    fails_alone(&b, &a, &[], "lossless-discards", "priority 3: 7 discarded");
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "lossless-discards",
+        "traffic class 3 congestion: 7 discarded",
+    );
     // out_of_sequence wraps its 32 bits: 0xFFFFFFFA to 5 is 11 more.
     let (b, a) = copy(&dir);
     std::fs::write(hw_counter(&b, "out_of_sequence"), "4294967290\n").unwrap();
@@ -299,7 +317,8 @@ fn each_counter_item_fails_when_its_counters_move_in_the_window() {
         "transport-errors",
         "port 1 out_of_sequence +11",
     );
-    // A 64-bit counter going back is a reset, not a wrap: counted since the reset.
+    // A 32-bit counter going back from the lower half of its range is a reset, not a wrap:
+    // counted since the reset.
     let (b, a) = copy(&dir);
     std::fs::write(hw_counter(&a, "local_ack_timeout_err"), "3\n").unwrap();
     fails_alone(&b, &a, &[], "transport-errors", "local_ack_timeout_err +3");
@@ -323,6 +342,33 @@ fn each_counter_item_fails_when_its_counters_move_in_the_window() {
         unknown,
         ["pause-storms", "lossless-discards", "transport-errors"]
     );
+}
+
+/// A host without an RDMA device fails: RoCE needs one, whatever its netdevs say. A port
+/// whose netdev was not read says its items are not checked.
+#[test]
+fn no_rdma_device_fails_and_an_unread_netdev_is_said() {
+    let dir = Scratch::new("check-no-rdma");
+    let (b, a) = copy(&dir);
+    for root in [&b, &a] {
+        std::fs::remove_dir_all(root.join("sys/class/infiniband")).unwrap();
+    }
+    let (code, items) = check(&b, &a, &["-i", IF]);
+    assert_eq!(code, 1);
+    let (s, e) = item(&items, "rdma-device");
+    assert_eq!(s, "fail");
+    assert!(e.contains("sys/class/infiniband missing"), "{e}");
+    // The device's netdev moved away (another namespace): its items are not checked, and say so.
+    let (b, a) = copy(&dir);
+    for root in [&b, &a] {
+        std::fs::remove_dir_all(root.join("sys/class/net").join(IF)).unwrap();
+    }
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    let (s, e) = item(&items, "netdev");
+    assert_eq!(s, "unknown");
+    assert!(e.contains("its netdev ens1f0np0 was not read"), "{e}");
+    assert!(!items.iter().any(|i| i.0 == "pfc"), "{items:?}");
 }
 
 #[test]

@@ -14,6 +14,7 @@ use roce_observer::{
     source::{
         capture::{COOKED_FILTER, CaptureConfig, DEFAULT_FILTER, IP_FILTER},
         live::Vantage,
+        nic::NicError,
     },
     units::{Named as _, parse_duration, parse_link_speed},
 };
@@ -98,20 +99,33 @@ pub struct DiagnoseArgs {
 }
 
 /// The NIC side to read beside the wire: the named RDMA devices and those behind `observed`
-/// (interfaces, or a captured RDMA device); none when there is none.
-fn nic_plan(observed: &[String], rdma_devs: &[String]) -> Result<Option<NicPlan>> {
+/// (interfaces, or a captured RDMA device); none when there is none. A mirror port's host is
+/// the collector, not the mirrored hosts: only named devices are read there. A wrong name is an
+/// error; any other failure to read a warning (the wire view stands).
+fn nic_plan(observed: &[String], rdma_devs: &[String], mirror: bool) -> Result<Option<NicPlan>> {
     let mut devs = rdma_devs.to_vec();
     let mut ifaces = Vec::new();
-    for o in observed {
-        // A captured RDMA device (its sniffer) is a device; anything else a netdev.
-        if Path::new("/sys/class/infiniband").join(o).is_dir() {
-            devs.push(o.clone());
+    for o in observed.iter().filter(|_| !mirror) {
+        // A captured RDMA device (`mlx5_0`, or `mlx5_0:1` for a port) is a device; anything
+        // else a netdev.
+        let dev = o.split_once(':').map_or(o.as_str(), |(d, _)| d);
+        if Path::new("/sys/class/infiniband").join(dev).is_dir() {
+            devs.push(dev.to_string());
         } else if Path::new("/sys/class/net").join(o).is_dir() {
             // An interface the host lacks is the attach's error to tell.
             ifaces.push(o.clone());
         }
     }
-    Ok(NicPlan::live(&ifaces, &devs)?)
+    match NicPlan::live(&ifaces, &devs) {
+        Ok(plan) => Ok(plan),
+        Err(
+            e @ (NicError::NoRdmaDevice(_) | NicError::NoInterface(_) | NicError::BadInterface(_)),
+        ) => Err(e.into()),
+        Err(e) => {
+            eprintln!("roce-observer: warning: the NIC side is not read: {e}");
+            Ok(None)
+        }
+    }
 }
 
 pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
@@ -132,7 +146,8 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         .cloned()
         .collect::<Vec<_>>();
     let mut analysis = a.analysis.options()?;
-    analysis.nic = nic_plan(&observed, &a.rdma_devs)?;
+    let mirror = a.capture.is_none() && vantage != Vantage::Host;
+    analysis.nic = nic_plan(&observed, &a.rdma_devs, mirror)?;
     if let Some(device) = a.capture {
         let mut capture = CaptureConfig::new(device);
         capture.promiscuous = !a.no_promiscuous;

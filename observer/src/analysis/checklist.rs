@@ -55,21 +55,45 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
             evidence,
         })
     };
-    if nic.devices.is_empty() && nic.interfaces.is_empty() {
-        let why: Vec<String> = nic
+    if nic.devices.is_empty() {
+        // RoCE needs an RDMA device: a host without one fails, whatever its netdevs say.
+        let why = nic
             .absent
             .iter()
-            .map(|a| format!("{}: {}", a.source, a.reason))
-            .collect();
+            .find(|a| a.source == "rdma")
+            .map_or_else(|| "none selected".to_string(), |a| a.reason.clone());
         push(
-            "roce-device",
+            "rdma-device",
             "",
-            ItemStatus::Unknown,
-            format!(
-                "no RDMA device and no interface to check ({})",
-                why.join("; ")
-            ),
+            ItemStatus::Fail,
+            format!("no RDMA device: {why}"),
         );
+    }
+    // An Ethernet port whose netdev was not read (another network namespace, a name the tree
+    // lacks): its configuration items cannot be judged, and say so.
+    for d in &nic.devices {
+        for p in &d.ports {
+            let ethernet = p.link_layer.as_deref().is_none_or(|l| l == "Ethernet");
+            let read = p
+                .netdevs
+                .iter()
+                .any(|n| nic.interfaces.iter().any(|i| &i.name == n));
+            if ethernet && !read {
+                push(
+                    "netdev",
+                    &format!("{}/{}", d.name, p.port),
+                    ItemStatus::Unknown,
+                    if p.netdevs.is_empty() {
+                        "no netdev behind the port: its PFC, trust, DCQCN and counters are not checked".into()
+                    } else {
+                        format!(
+                            "its netdev {} was not read (another network namespace?): its PFC, trust, DCQCN and counters are not checked",
+                            p.netdevs.join(", ")
+                        )
+                    },
+                );
+            }
+        }
     }
     for i in &nic.interfaces {
         let absent = |source: &str| {
@@ -211,10 +235,21 @@ fn trust(
         return (ItemStatus::Unknown, format!("no DCB settings: {absent}"));
     };
     if dcb.dscp_prio.is_empty() {
-        return (
-            ItemStatus::Fail,
-            "no DSCP entry in the APP table: the port does not trust DSCP, so untagged RoCE gets priority 0".into(),
-        );
+        // mlx5 reflects DSCP trust into the APP table (every DSCP); other drivers may keep it
+        // in firmware, where the kernel does not see it.
+        let mlx5 = i.driver.as_ref().is_some_and(|d| d.driver == "mlx5_core");
+        return if mlx5 {
+            (
+                ItemStatus::Fail,
+                "no DSCP entry in the APP table: the port trusts PCP, so untagged RoCE gets priority 0 (mlnx_qos --trust dscp)".into(),
+            )
+        } else {
+            (
+                ItemStatus::Unknown,
+                "no DSCP entry in the APP table, and this driver may keep DSCP trust in firmware"
+                    .into(),
+            )
+        };
     }
     match dcb.priority_of_dscp(dscp) {
         Some(p) if p == prio => (
@@ -237,8 +272,12 @@ fn ecn(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
         return (ItemStatus::Unknown, format!("no DCQCN settings: {absent}"));
     };
     let p = intent.roce_priority;
-    let np = d.np_enabled & (1 << p) != 0;
-    let rp = d.rp_enabled & (1 << p) != 0;
+    let (Some(np), Some(rp)) = d.enabled(p) else {
+        return (
+            ItemStatus::Unknown,
+            format!("unreadable DCQCN settings: {}", d.unread.join(", ")),
+        );
+    };
     let evidence = format!(
         "notification point on priorities {}, reaction point on {}",
         prios(d.np_enabled),
@@ -330,28 +369,13 @@ fn mtu(ifaces: &[Interface], intent: &Intent) -> (ItemStatus, String) {
 }
 
 fn firmware(nic: &Nic, intent: &Intent) -> Vec<(ItemStatus, String, String)> {
-    let mut out = Vec::new();
-    let mut judge = |subject: &str, fw: Option<&str>, driver: Option<&str>| {
-        let Some(fw) = fw.filter(|f| !f.is_empty()) else {
-            out.push((
-                ItemStatus::Unknown,
-                subject.to_string(),
-                "no firmware version reported".to_string(),
-            ));
-            return;
-        };
-        let evidence = match driver {
-            Some(d) => format!("firmware {fw}, driver {d}"),
-            None => format!("firmware {fw}"),
-        };
-        match &intent.firmware {
-            Some(want) if want != fw => out.push((
-                ItemStatus::Fail,
-                subject.to_string(),
-                format!("{evidence}, not the fleet's {want}"),
-            )),
-            _ => out.push((ItemStatus::Pass, subject.to_string(), evidence)),
-        }
+    // (subject, model, firmware, driver) of each device (or netdev without a device).
+    type Seen = (String, Option<String>, Option<String>, Option<String>);
+    let mut seen: Vec<Seen> = Vec::new();
+    let driver_of = |i: &Interface| {
+        i.driver
+            .as_ref()
+            .map(|d| format!("{} {}", d.driver, d.version).trim().to_string())
     };
     for d in &nic.devices {
         // The driver of the device's first netdev, where read.
@@ -360,16 +384,57 @@ fn firmware(nic: &Nic, intent: &Intent) -> Vec<(ItemStatus, String, String)> {
             .iter()
             .flat_map(|p| &p.netdevs)
             .find_map(|n| nic.interfaces.iter().find(|i| &i.name == n))
-            .and_then(|i| i.driver.as_ref())
-            .map(|d| format!("{} {}", d.driver, d.version).trim().to_string());
-        judge(&d.name, d.firmware.as_deref(), driver.as_deref());
+            .and_then(driver_of);
+        seen.push((
+            d.name.clone(),
+            d.hca_type.clone(),
+            d.firmware.clone(),
+            driver,
+        ));
     }
     if nic.devices.is_empty() {
         for i in &nic.interfaces {
-            let drv = i.driver.as_ref();
-            let driver = drv.map(|d| format!("{} {}", d.driver, d.version).trim().to_string());
-            judge(&i.name, drv.map(|d| d.firmware.as_str()), driver.as_deref());
+            let fw = i.driver.as_ref().map(|d| d.firmware.clone());
+            seen.push((i.name.clone(), None, fw, driver_of(i)));
         }
+    }
+    let mut out = Vec::new();
+    for (subject, model, fw, driver) in &seen {
+        let Some(fw) = fw.as_deref().filter(|f| !f.is_empty()) else {
+            out.push((
+                ItemStatus::Unknown,
+                subject.clone(),
+                "no firmware version reported".to_string(),
+            ));
+            continue;
+        };
+        let evidence = match driver {
+            Some(d) => format!("firmware {fw}, driver {d}"),
+            None => format!("firmware {fw}"),
+        };
+        // Devices of one model on one host run one firmware; the fleet's is --firmware.
+        let other = seen
+            .iter()
+            .filter(|(s, m, f, _)| {
+                s != subject && model.is_some() && m == model && f.as_deref() != Some(fw)
+            })
+            .find_map(|(s, _, f, _)| f.as_ref().map(|f| format!("{s} runs {f}")));
+        let (status, evidence) = match (&intent.firmware, other) {
+            (Some(want), _) if want != fw => (
+                ItemStatus::Fail,
+                format!("{evidence}, not the fleet's {want}"),
+            ),
+            (_, Some(other)) => (
+                ItemStatus::Fail,
+                format!("{evidence}, but {other} (same model): one host, two firmwares"),
+            ),
+            (Some(_), None) => (ItemStatus::Pass, evidence),
+            (None, None) => (
+                ItemStatus::NotApplicable,
+                format!("{evidence} (give --firmware to compare with the fleet's)"),
+            ),
+        };
+        out.push((status, subject.clone(), evidence));
     }
     out
 }
@@ -399,7 +464,7 @@ fn pause_storms(i: &Interface, seconds: f64, absent: Option<&str>) -> (ItemStatu
         .collect();
     if storms.is_empty() {
         return (
-            ItemStatus::NotApplicable,
+            ItemStatus::Unknown,
             "the driver counts no pause storm events".into(),
         );
     }
@@ -451,31 +516,22 @@ fn lossless_discards(
     if lossless == 0 {
         return (ItemStatus::NotApplicable, "no priority is lossless".into());
     }
-    let counted: Vec<_> = i
-        .priorities
-        .iter()
-        .filter(|p| lossless & (1 << p.priority) != 0)
-        .collect();
-    let has_discard_counter = i.counters.keys().any(|n| {
-        crate::model::nic::per_priority(n)
-            .is_some_and(|(rx, p, what)| rx && lossless & (1 << p) != 0 && what.contains("discard"))
-    });
-    if !has_discard_counter {
+    let Some(counts) = i.lossless_discards(lossless) else {
         return (
             ItemStatus::Unknown,
             format!(
-                "the driver counts no discards per priority (lossless: {})",
+                "the driver counts no discards of the lossless priorities {} (per priority, or per traffic class with ETS's map)",
                 prios(lossless)
             ),
         );
-    }
+    };
     if let Some(u) = one_reading(seconds) {
         return u;
     }
-    let dropped: Vec<String> = counted
+    let dropped: Vec<String> = counts
         .iter()
-        .filter(|p| p.discards > 0)
-        .map(|p| format!("priority {}: {} discarded", p.priority, p.discards))
+        .filter(|(_, d)| *d > 0)
+        .map(|(what, d)| format!("{what}: {d} discarded"))
         .collect();
     if dropped.is_empty() {
         (

@@ -66,6 +66,29 @@ pub struct Dcqcn {
     pub np: BTreeMap<String, u64>,
     /// `roce_rp`'s other files: `rpg_min_rate`, `rpg_ai_rate`, `initial_alpha_value`, …
     pub rp: BTreeMap<String, u64>,
+    /// What could not be read (`roce_np`, `roce_rp/enable/3`, …): those bits are unknown, not
+    /// off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<String>,
+}
+
+impl Dcqcn {
+    /// Whether the notification (`np`) and reaction (`rp`) point are enabled on `priority`;
+    /// none where the file could not be read.
+    pub fn enabled(&self, priority: u8) -> (Option<bool>, Option<bool>) {
+        let bit = |side: &str, mask: u8| {
+            let unread = self.unread.iter().any(|u| {
+                u == side
+                    || *u == format!("{side}/enable")
+                    || *u == format!("{side}/enable/{priority}")
+            });
+            (!unread).then_some(mask & (1 << priority) != 0)
+        };
+        (
+            bit("roce_np", self.np_enabled),
+            bit("roce_rp", self.rp_enabled),
+        )
+    }
 }
 
 /// One queue pair the kernel tracks.
@@ -196,6 +219,38 @@ impl Interface {
     pub fn stat(&self, name: &str) -> Option<u64> {
         self.counters.get(name).map(|c| c.delta)
     }
+
+    /// The discards that count frames of the `lossless` priorities (a bit mask), each named
+    /// with its delta: `rx_prio<p>_discards` per priority, and mlx5's per traffic class
+    /// `rx_prio<tc>_buf_discard` / `_cong_discard` of the classes ETS maps those priorities to
+    /// (only when the DCB settings give the map). None when no such counter exists.
+    pub fn lossless_discards(&self, lossless: u8) -> Option<Vec<(String, u64)>> {
+        let mut out = Vec::new();
+        let mut classes: Vec<u8> = Vec::new();
+        for p in (0..8u8).filter(|p| lossless & (1 << p) != 0) {
+            if let Some(d) = self.stat(&format!("rx_prio{p}_discards")) {
+                out.push((format!("priority {p}"), d));
+            }
+            if let Some(tc) = self
+                .dcb
+                .as_ref()
+                .and_then(|d| d.prio_tc)
+                .map(|m| m[usize::from(p)])
+                && !classes.contains(&tc)
+            {
+                classes.push(tc);
+            }
+        }
+        classes.sort_unstable();
+        for tc in classes {
+            for (kind, what) in [("buf_discard", "buffer"), ("cong_discard", "congestion")] {
+                if let Some(d) = self.stat(&format!("rx_prio{tc}_{kind}")) {
+                    out.push((format!("traffic class {tc} {what}"), d));
+                }
+            }
+        }
+        (!out.is_empty()).then_some(out)
+    }
 }
 
 /// One priority's counters of a netdev, as deltas over the window.
@@ -211,7 +266,7 @@ pub struct Priority {
     pub rx_pause_us: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_pause_us: Option<u64>,
-    /// Frames dropped on arrival in this priority (discards, buffer and congestion discards).
+    /// Frames of this priority dropped on arrival (`rx_prio<p>_discards`).
     pub discards: u64,
 }
 

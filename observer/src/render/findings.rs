@@ -67,16 +67,24 @@ pub fn render(findings: &[Finding], checks: &[Check], color: bool) -> String {
     out
 }
 
-/// Rules sharing a line: their names, or a family's prefix when more than two share it
-/// (`nic-* (7 rules)`).
+/// Rules sharing a line: their names, or a family's prefix when more than two of it share it
+/// (`nic-* (7 rules)`, `6 of the 7 nic-* rules`).
 fn rule_list(rules: &[&str]) -> String {
     let family = rules
         .first()
         .and_then(|r| r.split_once('-'))
         .map(|(p, _)| format!("{p}-"))
         .filter(|p| rules.len() > 2 && rules.iter().all(|r| r.starts_with(p.as_str())));
-    match family {
-        Some(p) => format!("{p}* ({} rules)", rules.len()),
-        None => rules.join(", "),
+    let Some(p) = family else {
+        return rules.join(", ");
+    };
+    let all = crate::analysis::findings::RULES
+        .iter()
+        .filter(|(r, _)| r.starts_with(p.as_str()))
+        .count();
+    if all == rules.len() {
+        format!("{p}* ({all} rules)")
+    } else {
+        format!("{} of the {all} {p}* rules", rules.len())
     }
 }

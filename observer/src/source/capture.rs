@@ -190,11 +190,19 @@ pub struct CaptureStats {
 }
 
 impl CaptureStats {
-    fn add(&self, s: &pcap::Stat) -> Self {
+    /// These counters plus what libpcap's grew by from `prev` to `now`: libpcap's are 32-bit
+    /// (`u_int`) and wrap within minutes at a mirror port's rate, so each step is taken modulo
+    /// 2^32.
+    fn advance(&self, prev: &pcap::Stat, now: &pcap::Stat) -> Self {
+        let step = |a: u32, b: u32| u64::from(b.wrapping_sub(a));
         Self {
-            received: self.received + u64::from(s.received),
-            dropped: self.dropped + u64::from(s.dropped),
-            if_dropped: self.if_dropped + u64::from(s.if_dropped),
+            received: self
+                .received
+                .saturating_add(step(prev.received, now.received)),
+            dropped: self.dropped.saturating_add(step(prev.dropped, now.dropped)),
+            if_dropped: self
+                .if_dropped
+                .saturating_add(step(prev.if_dropped, now.if_dropped)),
         }
     }
 }
@@ -534,10 +542,17 @@ fn pump<O: FrameObserver>(
     counts: &Mutex<Captured<O>>,
     stop: &AtomicBool,
 ) -> Result<(), CaptureError> {
-    let base = counts.lock().unwrap_or_else(PoisonError::into_inner).stats;
-    let publish = |capture: &mut Capture| -> Result<(), CaptureError> {
+    // libpcap's counters start at 0 with each opening.
+    let mut prev = pcap::Stat {
+        received: 0,
+        dropped: 0,
+        if_dropped: 0,
+    };
+    let mut publish = |capture: &mut Capture| -> Result<(), CaptureError> {
         let s = capture.stats()?;
-        counts.lock().unwrap_or_else(PoisonError::into_inner).stats = base.add(&s);
+        let mut c = counts.lock().unwrap_or_else(PoisonError::into_inner);
+        c.stats = c.stats.advance(&prev, &s);
+        prev = s;
         Ok(())
     };
     let mut last_stats = Instant::now();
@@ -570,6 +585,25 @@ mod tests {
 
     use super::*;
     use crate::source::synth;
+
+    #[test]
+    fn libpcaps_32_bit_counters_are_summed_across_their_wrap() {
+        let stat = |received, dropped| pcap::Stat {
+            received,
+            dropped,
+            if_dropped: 0,
+        };
+        let s = CaptureStats {
+            received: 10,
+            dropped: 1,
+            if_dropped: 0,
+        };
+        let s = s.advance(&stat(0, 0), &stat(u32::MAX - 5, 2));
+        assert_eq!((s.received, s.dropped), (10 + u64::from(u32::MAX) - 5, 3));
+        // Wrapped: 5 before the top and 10 after it.
+        let s = s.advance(&stat(u32::MAX - 5, 2), &stat(10, 2));
+        assert_eq!(s.received, 10 + u64::from(u32::MAX) - 5 + 16);
+    }
 
     /// Every frame of every scenario (the corpus holds every encapsulation, skip reason and
     /// deliberately broken frame).

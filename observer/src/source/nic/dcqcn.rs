@@ -37,19 +37,25 @@ pub fn dcqcn(root: &Path, iface: &str) -> Result<Availability<Dcqcn>, NicError> 
     ] {
         let dir = ecn.join(side);
         if !dir.is_dir() {
+            d.unread.push(side.to_string());
             continue;
         }
         for name in super::entries(&dir)? {
             let path = dir.join(&name);
             if name == "enable" && path.is_dir() {
                 for prio in 0..8u8 {
-                    if super::number(&path.join(prio.to_string())) == Some(1) {
-                        *enabled |= 1 << prio;
+                    match super::number(&path.join(prio.to_string())) {
+                        Some(1) => *enabled |= 1 << prio,
+                        Some(_) => {}
+                        None => d.unread.push(format!("{side}/enable/{prio}")),
                     }
                 }
             } else if let Some(v) = super::number(&path) {
                 params.insert(name, v);
             }
+        }
+        if !dir.join("enable").is_dir() {
+            d.unread.push(format!("{side}/enable"));
         }
     }
     Ok(Availability::Present(d))

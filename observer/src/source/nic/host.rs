@@ -104,12 +104,14 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
             let chosen: Vec<RdmaDevice> = all
                 .into_iter()
                 .filter(|d| {
-                    sel.rdma_devices.contains(&d.name)
-                        || (sel.rdma_devices.is_empty()
-                            && (sel.interfaces.is_empty()
-                                || d.ports
-                                    .iter()
-                                    .any(|p| p.netdevs.iter().any(|n| sel.interfaces.contains(n)))))
+                    // The devices named, and those behind the interfaces named; every one when
+                    // neither is.
+                    let named = sel.rdma_devices.contains(&d.name);
+                    let behind = d
+                        .ports
+                        .iter()
+                        .any(|p| p.netdevs.iter().any(|n| sel.interfaces.contains(n)));
+                    named || behind || (sel.rdma_devices.is_empty() && sel.interfaces.is_empty())
                 })
                 .collect();
             if let Some(missing) = sel

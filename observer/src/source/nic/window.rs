@@ -15,7 +15,12 @@ use crate::model::nic::{
 /// The `nic` section from a reading at the start of the window and one at its end.
 pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
     let mut nic = Nic {
-        seconds: after.taken_ns.saturating_sub(before.taken_ns) as f64 / 1e9,
+        // A reading without its time (a copy without `taken`) leaves the window unknown.
+        seconds: if before.taken_ns == 0 || after.taken_ns == 0 {
+            0.0
+        } else {
+            after.taken_ns.saturating_sub(before.taken_ns) as f64 / 1e9
+        },
         ..Nic::default()
     };
     let mut absent = |source: &str, subject: &str, reason: &str| {
@@ -110,18 +115,29 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
     nic
 }
 
-/// Joins each QP to the wire's flows to it (destination QP = its number), when the report has
-/// a wire view: a QPN is unique per device, and a host's wire view has one RDMA device behind
-/// it in practice; with several, the flows to that number on any of them are summed.
+/// Joins each QP to the wire's flows to it (destination QP = its number, destination address
+/// one of the host's where known), when the report has a wire view: a QPN is unique per device,
+/// and a host's wire view has one RDMA device behind it in practice; with several, the flows
+/// to that number on any of them are summed.
 pub fn join_wire(nic: &mut Nic, flows: &[Flow]) {
     if flows.is_empty() {
         return;
     }
+    // Where the host's addresses are known, only flows to them: a mirror port carries other
+    // hosts' QPs of the same numbers.
+    let addrs: Vec<std::net::IpAddr> = nic
+        .interfaces
+        .iter()
+        .flat_map(|i| i.addresses.iter().copied())
+        .collect();
     for row in &mut nic.qps {
         let (packets, bytes) = flows
             .iter()
             .filter(|f| f.dest_qp == row.qp.lqpn)
-            .fold((0, 0), |(p, b), f| (p + f.packets, b + f.bytes));
+            .filter(|f| addrs.is_empty() || addrs.contains(&f.dst_ip))
+            .fold((0u64, 0u64), |(p, b), f| {
+                (p.saturating_add(f.packets), b.saturating_add(f.bytes))
+            });
         row.wire_packets = Some(packets);
         row.wire_bytes = Some(bytes);
     }
@@ -179,8 +195,9 @@ pub fn is_roce_health(name: &str) -> bool {
 }
 
 /// The per-priority table from the driver statistics' names (mlx5's `rx_prio<p>_pause`,
-/// `tx_prio<p>_pause`, `…_pause_duration` in µs, `rx_prio<p>_discards`, `_buf_discard`,
-/// `_cong_discard`): the priorities with any of these counters.
+/// `tx_prio<p>_pause`, `…_pause_duration` in µs, `rx_prio<p>_discards`): the priorities with
+/// any of these counters. (mlx5's `rx_prio<n>_buf_discard` and `_cong_discard` count per traffic
+/// class, not priority: [`Interface::lossless_discards`] maps them.)
 fn priorities(counters: &BTreeMap<String, Counter>) -> Vec<Priority> {
     let mut out: BTreeMap<u8, Priority> = BTreeMap::new();
     for (name, c) in counters {
@@ -188,8 +205,7 @@ fn priorities(counters: &BTreeMap<String, Counter>) -> Vec<Priority> {
             continue;
         };
         let p = match (rx, what) {
-            (_, "pause" | "pause_duration")
-            | (true, "discards" | "buf_discard" | "cong_discard") => {
+            (_, "pause" | "pause_duration") | (true, "discards") => {
                 out.entry(prio).or_insert(Priority {
                     priority: prio,
                     ..Priority::default()
@@ -199,11 +215,17 @@ fn priorities(counters: &BTreeMap<String, Counter>) -> Vec<Priority> {
             _ => continue,
         };
         match (rx, what) {
-            (true, "pause") => p.rx_pause += c.delta,
-            (false, "pause") => p.tx_pause += c.delta,
-            (true, "pause_duration") => *p.rx_pause_us.get_or_insert(0) += c.delta,
-            (false, "pause_duration") => *p.tx_pause_us.get_or_insert(0) += c.delta,
-            _ => p.discards += c.delta,
+            (true, "pause") => p.rx_pause = p.rx_pause.saturating_add(c.delta),
+            (false, "pause") => p.tx_pause = p.tx_pause.saturating_add(c.delta),
+            (true, "pause_duration") => {
+                let us = p.rx_pause_us.get_or_insert(0);
+                *us = us.saturating_add(c.delta);
+            }
+            (false, "pause_duration") => {
+                let us = p.tx_pause_us.get_or_insert(0);
+                *us = us.saturating_add(c.delta);
+            }
+            _ => p.discards = p.discards.saturating_add(c.delta),
         }
     }
     out.into_values().collect()

@@ -55,33 +55,24 @@ fn nic_lossless_discards(r: &Report, c: &NicLosslessDiscards) -> Outcome {
         let Some(pfc) = i.dcb.as_ref().and_then(|d| d.pfc_enabled) else {
             continue;
         };
-        for p in i.priorities.iter().filter(|p| pfc & (1 << p.priority) != 0) {
-            let counts_discards = i.counters.keys().any(|n| {
-                crate::model::nic::per_priority(n).is_some_and(|(rx, prio, what)| {
-                    rx && prio == p.priority && what.contains("discard")
-                })
-            });
-            if !counts_discards {
-                continue;
-            }
+        let Some(counts) = i.lossless_discards(pfc) else {
+            continue;
+        };
+        for (what, d) in counts {
             judged += 1;
-            if p.discards >= c.min_discards {
-                drops.push(format!(
-                    "{} priority {}: {} discarded",
-                    i.name, p.priority, p.discards
-                ));
+            if d >= c.min_discards {
+                drops.push(format!("{} {what}: {d} discarded", i.name));
             }
         }
     }
     if judged == 0 {
         return Outcome::InsufficientData(
-            "no lossless priority with a discard counter (needs the DCB settings and rx_prio<p>_discards)".into(),
+            "no discard counter of a lossless priority (needs the DCB settings, and rx_prio<p>_discards or per-class discards with ETS's map)".into(),
         );
     }
     if drops.is_empty() {
         return Outcome::Passed(format!(
-            "no discard on {judged} lossless priorit{} in {:.1} s",
-            if judged == 1 { "y" } else { "ies" },
+            "no discard in {judged} counter(s) of lossless priorities in {:.1} s",
             nic.seconds
         ));
     }

@@ -1,8 +1,12 @@
-//! The wire against the NIC, when both views hold the same traffic (a host observed in host
-//! mode with Soft-RoCE, or a host whose mirror copies are observed while its counters are
-//! read): CE-marked arrivals, CNPs sent and received, and loss on arrival, counted by each.
-//! A disagreement means one of them counts wrong (a NIC's CNP counters have been wrong after
-//! firmware changes) or the tap does not see all of the host's traffic.
+//! The wire against the NIC, when both views hold the same traffic (a host whose mirror copies
+//! are observed while its counters are read, or one observed in host mode whose driver has
+//! mlx5's counter names): CE-marked arrivals, CNPs sent and received, and loss on arrival,
+//! counted by each.
+//!
+//! The NIC's readings bracket the wire's window (taken before the observation starts and after
+//! it ends), and a tap may carry only some of the host's links: the NIC counting *more* than
+//! the wire is innocent. Only a NIC counting *less* than the wire shows is a disagreement (a
+//! NIC's counters have been wrong after firmware changes: CNPs at Meta).
 
 use std::net::IpAddr;
 
@@ -20,6 +24,9 @@ pub const ABOUT: About = About {
 };
 
 pub struct NicWireMismatchRule;
+
+/// Loss events on the wire from which the NIC must have counted some.
+const MIN_LOSS_EVENTS: u64 = 3;
 
 impl Rule for NicWireMismatchRule {
     fn about(&self) -> &'static About {
@@ -39,10 +46,9 @@ impl Rule for NicWireMismatchRule {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NicWireMismatch {
-    /// Counts below this on both sides are not compared (the readings bracket the capture
-    /// loosely).
+    /// Wire counts below this are not compared.
     pub min_count: u64,
-    /// Difference, as a share of the larger count (%), from which the two disagree.
+    /// How far (%) the NIC's count may fall short of the wire's before they disagree.
     pub min_difference_percent: f64,
 }
 
@@ -100,25 +106,28 @@ fn nic_wire_mismatch(r: &Report, c: &NicWireMismatch) -> Outcome {
         .iter()
         .flat_map(|i| i.addresses.iter().copied())
         .collect();
-    let Some((into, from)) = sides(r, &addrs) else {
+    let Some((into, from)) = sides(r, &addrs).filter(|(i, f)| !i.is_empty() || !f.is_empty())
+    else {
         return Outcome::InsufficientData(
-            "which wire traffic is the host's own is unknown (no address of its netdevs, no host-mode directions)".into(),
+            "no wire traffic is the host's own (none to or from its netdevs' addresses, no host-mode directions)".into(),
         );
     };
     let sum = |names: &[&str]| -> Option<u64> {
         let mut any = false;
-        let mut total = 0;
+        let mut total = 0u64;
         for p in nic.devices.iter().flat_map(|d| &d.ports) {
             for n in names {
                 if let Some(v) = p.hw(n) {
                     any = true;
-                    total += v;
+                    total = total.saturating_add(v);
                 }
             }
         }
         any.then_some(total)
     };
-    let wire = |flows: &[&Flow], f: fn(&Flow) -> u64| flows.iter().map(|x| f(x)).sum::<u64>();
+    let wire = |flows: &[&Flow], f: fn(&Flow) -> u64| {
+        flows.iter().fold(0u64, |t, x| t.saturating_add(f(x)))
+    };
     let pairs = [
         (
             "CE-marked arrivals",
@@ -140,25 +149,25 @@ fn nic_wire_mismatch(r: &Report, c: &NicWireMismatch) -> Outcome {
     let mut differ = Vec::new();
     for (what, w, n) in pairs {
         let Some(n) = n else { continue };
-        let big = w.max(n);
-        if big < c.min_count {
+        if w < c.min_count {
             continue;
         }
-        let diff = w.abs_diff(n) as f64 * 100.0 / big as f64;
         compared.push(format!("{what}: wire {w}, NIC {n}"));
-        if diff >= c.min_difference_percent {
+        // The NIC counts a longer window than the wire's: only fewer than the wire is wrong.
+        let short = w.saturating_sub(n) as f64 * 100.0 / w as f64;
+        if short >= c.min_difference_percent {
             differ.push(format!("{what}: wire {w}, NIC {n}"));
         }
     }
-    // Loss: the wire counts loss events, the NIC out-of-sequence arrivals (one loss makes one
-    // or more): only one side seeing any is a disagreement.
+    // Loss: the wire counts loss events, the NIC out-of-sequence arrivals (one loss makes one or
+    // more): the wire seeing loss the NIC never counted is a disagreement.
     if let Some(n) = sum(&["out_of_sequence"]) {
         let w = wire(&into, |f| f.psn.lost_events);
-        if w > 0 || n > 0 {
+        if w >= c.min_count.min(MIN_LOSS_EVENTS) {
             compared.push(format!(
                 "loss on arrival: wire {w} events, NIC {n} out of sequence"
             ));
-            if (w == 0) != (n == 0) {
+            if n == 0 {
                 differ.push(format!(
                     "loss on arrival: wire {w} events, NIC {n} out of sequence"
                 ));
@@ -184,6 +193,86 @@ fn nic_wire_mismatch(r: &Report, c: &NicWireMismatch) -> Outcome {
             ("compared", compared.into()),
         ],
         Vec::new(),
-        "One side counts wrong or sees other traffic: a tap that carries only some of the host's links, or readings that bracket more than the capture, explain a NIC that counts more; a NIC counting less than the wire shows has been seen after firmware changes (CNP counters). Compare over a quiet window, then check the firmware.",
+        "The NIC counts fewer than the wire shows it received or sent, though its readings span a longer window: its counter is wrong or stuck (seen after firmware changes, for CNP counters), or the counter counts on another port or device than the traffic uses. Compare over a quiet window, check the firmware against the fleet's, and do not trust that counter in dashboards meanwhile.",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
+    use crate::model::nic::{Counter, Device, Interface, Nic, Port};
+
+    /// A NIC whose port counted `marked` ECN-marked arrivals and `oos` out-of-sequence ones
+    /// over a second, on a host with `addrs`.
+    fn nic(addrs: &[&str], marked: u64, oos: u64) -> Nic {
+        let mut port = Port::default();
+        for (name, delta) in [
+            ("np_ecn_marked_roce_packets", marked),
+            ("out_of_sequence", oos),
+        ] {
+            port.hw_counters.insert(
+                name.into(),
+                Counter {
+                    value: delta,
+                    delta,
+                    reset: false,
+                },
+            );
+        }
+        Nic {
+            seconds: 1.0,
+            devices: vec![Device {
+                name: "mlx5_0".into(),
+                ports: vec![port],
+                ..Device::default()
+            }],
+            interfaces: vec![Interface {
+                name: "eth0".into(),
+                addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+                ..Interface::default()
+            }],
+            ..Nic::default()
+        }
+    }
+
+    #[test]
+    fn only_a_nic_counting_less_than_the_wire_disagrees() {
+        let t = Thresholds::default();
+        let mut r = report();
+        let mut f = flow("198.18.0.1", "198.18.0.2");
+        f.ecn.ce = 50;
+        r.flows = vec![f];
+        // The host's traffic is unknown without its addresses or host-mode directions.
+        r.nic = Some(nic(&[], 0, 0));
+        insufficient(run(&NicWireMismatchRule, &r, &t));
+        // None of the wire's flows is the host's.
+        r.nic = Some(nic(&["198.18.0.9"], 0, 0));
+        insufficient(run(&NicWireMismatchRule, &r, &t));
+        // The NIC counts more than the wire over its longer window: innocent.
+        r.nic = Some(nic(&["198.18.0.2"], 80, 0));
+        let note = passed(run(&NicWireMismatchRule, &r, &t));
+        assert_eq!(
+            note,
+            "wire and NIC agree: CE-marked arrivals: wire 50, NIC 80"
+        );
+        // Fewer than the wire shows: wrong.
+        r.nic = Some(nic(&["198.18.0.2"], 40, 0));
+        let f = fired(run(&NicWireMismatchRule, &r, &t));
+        assert_eq!(f.summary, "CE-marked arrivals: wire 50, NIC 40");
+        // Host mode: its directions name its traffic; loss the NIC never counted disagrees.
+        let mut rx = flow("198.18.0.1", "198.18.0.2");
+        rx.psn.lost_events = 4;
+        let mut tx = flow("198.18.0.2", "198.18.0.1");
+        tx.direction = Direction::Egress;
+        r.flows = vec![rx, tx];
+        r.nic = Some(nic(&[], 0, 0));
+        let f = fired(run(&NicWireMismatchRule, &r, &t));
+        assert_eq!(
+            f.summary,
+            "loss on arrival: wire 4 events, NIC 0 out of sequence"
+        );
+        r.nic = Some(nic(&[], 0, 9));
+        passed(run(&NicWireMismatchRule, &r, &t));
+    }
 }

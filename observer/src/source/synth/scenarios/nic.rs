@@ -131,6 +131,7 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
                 rp_enabled: 0x08,
                 np,
                 rp,
+                unread: Vec::new(),
             }),
         }],
         qps: Availability::Present(vec![Qp {
