@@ -164,12 +164,37 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
         Host::Live => super::rdma_netlink::qps()?,
         Host::Root(r) => super::rdma_netlink::qps_at(r)?,
     };
+    let mut rdma = rdma;
+    if let (Host::Live, Availability::Present(devices)) = (host, &mut rdma) {
+        add_netlink_counters(devices);
+    }
     Ok(Snapshot {
         taken_ns,
         rdma,
         interfaces,
         qps,
     })
+}
+
+/// The port counters RDMA netlink has and sysfs does not (the optional counters, mlx5's
+/// `cc_*` congestion counters among them, once enabled with `rdma statistic set`); nothing
+/// when RDMA netlink cannot be read (sysfs has the rest).
+fn add_netlink_counters(devices: &mut [RdmaDevice]) {
+    let Ok(Availability::Present(nl)) = super::rdma_netlink::devices() else {
+        return;
+    };
+    for d in devices {
+        let Some(n) = nl.iter().find(|n| n.name == d.name) else {
+            continue;
+        };
+        for p in &mut d.ports {
+            if let Some(np) = n.ports.iter().find(|q| q.index == p.port) {
+                for (name, v) in &np.hw_counters {
+                    p.hw_counters.entry(name.clone()).or_insert(*v);
+                }
+            }
+        }
+    }
 }
 
 fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interface, NicError> {
