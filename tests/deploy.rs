@@ -16,7 +16,9 @@ use std::{
     process::Command,
 };
 
-use integration_tests::{EXPORTED_METRICS, LATENCY_METRICS, Scratch, output};
+use integration_tests::{
+    EXPORTED_METRICS, LATENCY_METRICS, NIC_METRICS, PFC_METRICS, Scratch, output,
+};
 use serde_json::Value;
 
 /// The keys of the `run --config` TOML file: the long flags in snake_case.
@@ -151,6 +153,8 @@ fn rules_and_dashboard_use_only_exported_metrics() {
     let known: BTreeSet<&str> = EXPORTED_METRICS
         .iter()
         .chain(LATENCY_METRICS)
+        .chain(NIC_METRICS)
+        .chain(PFC_METRICS)
         .copied()
         .collect();
     for rel in [
@@ -212,6 +216,11 @@ fn prometheus_rules_check_and_pass_their_unit_tests() {
         "RoCEObserverDown",
         "RoCEObserverInterfaceDetached",
         "RoCEObserverFlowTableFull",
+        "RoCENicFirmwareMismatch",
+        "RoCENicDriverVersionMismatch",
+        "RoCENicPauseShare",
+        "RoCENicTransportErrors",
+        "RoCENicPauseStorm",
     ] {
         assert!(rules.contains(&format!("- alert: {alert}\n")), "{alert}");
         assert!(

@@ -745,11 +745,20 @@ fn deploy_metrics_exported(samples: &[Sample]) {
         }
     }
     assert!(used.len() >= 10, "{used:?}");
-    // Latency histograms appear once samples do: known names, even when this scrape has none.
+    // Latency histograms appear once samples do, the NIC side with an RDMA device, the wire's
+    // PFC families with pause frames: known names, even when this scrape has none.
     let missing: Vec<&String> = used
         .iter()
         .filter(|u| !exported.contains(u.as_str()))
-        .filter(|u| !integration_tests::LATENCY_METRICS.contains(&u.as_str()))
+        .filter(|u| {
+            ![
+                integration_tests::LATENCY_METRICS,
+                integration_tests::NIC_METRICS,
+                integration_tests::PFC_METRICS,
+            ]
+            .iter()
+            .any(|list| list.contains(&u.as_str()))
+        })
         .collect();
     assert!(
         missing.is_empty(),
@@ -1019,6 +1028,13 @@ fn endpoints_listener_and_errors() {
     assert!(line.contains("unknown field `intervall`"), "{line}");
     assert!(line.contains("bad.toml"), "{line}");
     assert!(run(&["-i", "rx0", "--interval", "10ms"]).contains("below the minimum of 100ms"));
+    // A named RDMA device the host lacks, or a name that is none: one line, nothing attached.
+    assert_eq!(
+        run(&["-i", "rx0", "--rdma-dev", "nosuch_9"]),
+        "roce-observer: error: no RDMA device nosuch_9"
+    );
+    assert!(!integration_tests::has_xdp(&lab.ns, "rx0"));
+    assert!(run(&["-i", "rx0", "--rdma-dev", "../x"]).contains("not a device name"));
     // Only CAP_BPF and CAP_NET_ADMIN: CAP_PERFMON is named.
     let caps = "-all,+bpf,+net_admin";
     let (status, _, err) = output(as_nobody(&lab.ns, caps).args(["run", "-i", "rx0"]));
@@ -1252,4 +1268,599 @@ fn latency_histograms_are_exported() {
     assert_eq!(one(&s, "roce_observer_connections", &[]), 1.0);
     let (status, log) = d.stop();
     assert!(status.success(), "{log}");
+}
+
+/// Copies the directory tree `from` to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// A copied host tree (tests/fixtures/hosts/good/before: mlx5_0 port 1 behind ens1f0np0) the
+/// test changes between drains. Files are replaced whole (written beside the tree, then renamed
+/// over the old one), so a drain reads each one before or after, never half written.
+struct NicTree {
+    dir: PathBuf,
+    tmp: PathBuf,
+}
+
+impl NicTree {
+    const PORT: &str = "sys/class/infiniband/mlx5_0/ports/1";
+    const IFACE: &str = "ens1f0np0";
+
+    fn copy(scratch: &Scratch) -> Self {
+        let dir = scratch.path("tree");
+        copy_tree(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hosts/good/before"),
+            &dir,
+        );
+        Self {
+            dir,
+            tmp: scratch.path("replacement"),
+        }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    fn replace(&self, rel: &str, text: &str) {
+        std::fs::write(&self.tmp, text).unwrap();
+        std::fs::rename(&self.tmp, self.path(rel)).unwrap();
+    }
+
+    fn text(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap()
+    }
+
+    /// `hw_counters/NAME` or `counters/NAME` of the port.
+    fn counter(&self, sub: &str, name: &str) -> u64 {
+        self.text(&format!("{}/{sub}/{name}", Self::PORT))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    fn set_counter(&self, sub: &str, name: &str, v: u64) {
+        self.replace(&format!("{}/{sub}/{name}", Self::PORT), &format!("{v}\n"));
+    }
+
+    fn names(&self, sub: &str) -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(self.path(&format!("{}/{sub}", Self::PORT)))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    }
+
+    fn stats_rel() -> String {
+        format!("ethtool/{}/statistics", Self::IFACE)
+    }
+
+    /// The `ethtool -S` statistics of the netdev.
+    fn stats(&self) -> BTreeMap<String, u64> {
+        self.text(&Self::stats_rel())
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let (k, v) = l.trim().split_once(": ").unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    }
+
+    /// Adds to statistics of the netdev (a new one starts at 0).
+    fn add_stats(&self, add: &[(&str, u64)]) {
+        let mut stats = self.stats();
+        for (k, v) in add {
+            *stats.entry(k.to_string()).or_default() += v;
+        }
+        let mut text = String::from("NIC statistics:\n");
+        for (k, v) in stats {
+            text.push_str(&format!("     {k}: {v}\n"));
+        }
+        self.replace(&Self::stats_rel(), &text);
+    }
+
+    /// `ethtool -i`'s value of `key`.
+    fn driver(&self, key: &str) -> String {
+        self.text(&format!("ethtool/{}/driver", Self::IFACE))
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+}
+
+/// The value of each sample of `name`, by the value of its label `by`.
+fn by_label(samples: &[Sample], name: &str, by: &str) -> BTreeMap<String, f64> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| (s.labels[by].clone(), s.value))
+        .collect()
+}
+
+/// The NIC side from a copied tree that changes between drains: every counter file of the port
+/// is a series starting at 0, and each then adds exactly what the test added, across a 32-bit
+/// wrap of out_of_sequence, a reset of a 32-bit Q counter and of a 64-bit port counter; the
+/// driver statistics by family (per-priority pauses, pause time in seconds, discards, pause
+/// storms, the other RoCE-health ones; none of the others); the info and configuration gauges
+/// equal the tree's files; a source the tree loses is 0 with its reason logged once.
+#[test]
+fn nic_side_from_a_changing_tree() {
+    if !require_root("nic_side_from_a_changing_tree") {
+        return;
+    }
+    const HW: &str = "hw_counters";
+    const IBTA: &str = "counters";
+    let lab = lab("ro-sidenic");
+    let scratch = Scratch::new("sidenic");
+    let tree = NicTree::copy(&scratch);
+    // In the upper half of the 32-bit range: going to a small value is a wrap.
+    tree.set_counter(HW, "out_of_sequence", 0xFFFF_FFF0);
+    tree.set_counter(HW, "local_ack_timeout_err", 5000);
+    // mlx5's per-priority discards, which the fixture lacks.
+    let discards: Vec<String> = (0..8).map(|p| format!("rx_prio{p}_discards")).collect();
+    tree.add_stats(
+        &discards
+            .iter()
+            .map(|d| (d.as_str(), 100))
+            .collect::<Vec<_>>(),
+    );
+    let config = scratch.file(
+        "run.toml",
+        &format!(
+            "iface = [\"rx0\"]\ninterval = \"300ms\"\nrdma_devices = [\"mlx5_0\"]\nnic_root = \"{}\"\n",
+            tree.dir.display()
+        ),
+    );
+    let d = Daemon::start(&lab.ns, &["--config", config.to_str().unwrap()], false);
+    let iface = [("iface", NicTree::IFACE)];
+    let s = wait_drains(&lab.ns, 2.0);
+
+    // Every counter file is a series, starting at 0.
+    for (family, sub) in [
+        ("roce_nic_rdma_stat_total", HW),
+        ("roce_nic_rdma_port_stat_total", IBTA),
+    ] {
+        let got = by_label(&s, family, "counter");
+        let names: Vec<&String> = got.keys().collect();
+        assert_eq!(
+            names,
+            tree.names(sub).iter().collect::<Vec<_>>(),
+            "{family}"
+        );
+        assert!(got.values().all(|v| *v == 0.0), "{family}: {got:?}");
+        for x in s.iter().filter(|x| x.name == family) {
+            assert_eq!(
+                (&x.labels["device"][..], &x.labels["port"][..]),
+                ("mlx5_0", "1")
+            );
+        }
+    }
+    // Per priority and direction, from the statistics the tree has; nothing else.
+    let stats = tree.stats();
+    let count = |pred: &dyn Fn(&str) -> bool| stats.keys().filter(|k| pred(k)).count();
+    let is_prio = |k: &str, what: &str| {
+        (k.starts_with("rx_prio") || k.starts_with("tx_prio"))
+            && k[7..].split_once('_').map(|x| x.1) == Some(what)
+    };
+    for (family, n) in [
+        (
+            "roce_nic_pfc_pause_frames_total",
+            count(&|k| is_prio(k, "pause")),
+        ),
+        (
+            "roce_nic_pfc_pause_seconds_total",
+            count(&|k| is_prio(k, "pause_duration")),
+        ),
+        (
+            "roce_nic_priority_discards_total",
+            count(&|k| k.starts_with("rx_prio") && is_prio(k, "discards")),
+        ),
+        (
+            "roce_nic_class_discards_total",
+            count(&|k| {
+                k.starts_with("rx_prio")
+                    && (is_prio(k, "buf_discard") || is_prio(k, "cong_discard"))
+            }),
+        ),
+        ("roce_nic_pause_storm_events_total", 2),
+        (
+            "roce_nic_driver_stat_total",
+            count(&|k| {
+                [
+                    "rx_discards_phy",
+                    "rx_vport_rdma_unicast_packets",
+                    "tx_vport_rdma_unicast_packets",
+                ]
+                .contains(&k)
+            }),
+        ),
+    ] {
+        let series: Vec<&Sample> = s.iter().filter(|x| x.name == family).collect();
+        assert_eq!(series.len(), n, "{family}: {series:?}");
+        assert!(
+            series
+                .iter()
+                .all(|x| x.value == 0.0 && x.labels["iface"] == NicTree::IFACE)
+        );
+    }
+    assert_eq!(count(&|k| is_prio(k, "pause")), 16);
+    // The info and the configuration: the tree's own files.
+    let firmware = tree.text("sys/class/infiniband/mlx5_0/fw_ver");
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_info",
+            &[
+                ("iface", NicTree::IFACE),
+                ("device", "mlx5_0"),
+                ("driver", &tree.driver("driver")),
+                ("version", &tree.driver("version")),
+                ("firmware", firmware.trim()),
+                ("bus", &tree.driver("bus-info")),
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(s.iter().filter(|x| x.name == "roce_nic_info").count(), 1);
+    let mtu: f64 = tree
+        .text(&format!("sys/class/net/{}/mtu", NicTree::IFACE))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(one(&s, "roce_nic_mtu_bytes", &iface), mtu);
+    let dcb: serde_json::Value =
+        serde_json::from_str(&tree.text(&format!("dcb/{}.json", NicTree::IFACE))).unwrap();
+    let pfc = dcb["pfc_enabled"].as_u64().unwrap();
+    for p in 0..8u64 {
+        let prio = p.to_string();
+        assert_eq!(
+            one(&s, "roce_nic_pfc_enabled", &[iface[0], ("priority", &prio)]),
+            ((pfc >> p) & 1) as f64,
+            "PFC on priority {p}"
+        );
+        for point in ["np", "rp"] {
+            let enabled: f64 = tree
+                .text(&format!(
+                    "sys/class/net/{}/ecn/roce_{point}/enable/{p}",
+                    NicTree::IFACE
+                ))
+                .trim()
+                .parse()
+                .unwrap();
+            assert_eq!(
+                one(
+                    &s,
+                    "roce_nic_dcqcn_enabled",
+                    &[iface[0], ("priority", &prio), ("point", point)]
+                ),
+                enabled
+            );
+        }
+    }
+    for (source, subject) in [
+        ("rdma", ""),
+        ("driver", NicTree::IFACE),
+        ("stats", NicTree::IFACE),
+        ("dcb", NicTree::IFACE),
+        ("dcqcn", NicTree::IFACE),
+    ] {
+        assert_eq!(
+            one(
+                &s,
+                "roce_nic_source_up",
+                &[("source", source), ("subject", subject)]
+            ),
+            1.0,
+            "{source} {subject}"
+        );
+    }
+
+    // Known increments, drain after drain.
+    let oos = |s: &[Sample]| {
+        one(
+            s,
+            "roce_nic_rdma_stat_total",
+            &[("counter", "out_of_sequence")],
+        )
+    };
+    let hw = |s: &[Sample], c: &str| one(s, "roce_nic_rdma_stat_total", &[("counter", c)]);
+    let prio3 = |s: &[Sample], family: &str, dir: &str| {
+        one(s, family, &[iface[0], ("priority", "3"), ("dir", dir)])
+    };
+    let cnp = tree.counter(HW, "np_cnp_sent");
+    tree.set_counter(HW, "out_of_sequence", 0x10);
+    tree.set_counter(HW, "np_cnp_sent", cnp + 123);
+    tree.set_counter(HW, "local_ack_timeout_err", 3);
+    tree.set_counter(IBTA, "port_rcv_data", 500);
+    tree.add_stats(&[
+        ("rx_prio3_pause", 7),
+        ("tx_prio3_pause", 2),
+        ("rx_prio3_pause_duration", 2_500_000),
+        ("rx_prio3_cong_discard", 4),
+        ("rx_prio3_discards", 5),
+        ("tx_pause_storm_error_events", 1),
+        ("rx_discards_phy", 9),
+        ("rx_prio3_bytes", 999),
+    ]);
+    let s = wait_drains(&lab.ns, 2.0);
+    assert_eq!(oos(&s), 32.0, "0xfffffff0 to 0x10 wraps: 32");
+    assert_eq!(hw(&s, "np_cnp_sent"), 123.0);
+    assert_eq!(hw(&s, "local_ack_timeout_err"), 3.0, "reset: 3 since");
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_rdma_port_stat_total",
+            &[("counter", "port_rcv_data")]
+        ),
+        500.0,
+        "a 64-bit counter going back was reset: 500 since"
+    );
+    assert_eq!(prio3(&s, "roce_nic_pfc_pause_frames_total", "rx"), 7.0);
+    assert_eq!(prio3(&s, "roce_nic_pfc_pause_frames_total", "tx"), 2.0);
+    assert!((prio3(&s, "roce_nic_pfc_pause_seconds_total", "rx") - 2.5).abs() < 1e-9);
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_class_discards_total",
+            &[iface[0], ("class", "3"), ("kind", "cong_discard")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_priority_discards_total",
+            &[iface[0], ("priority", "3")]
+        ),
+        5.0
+    );
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_pause_storm_events_total",
+            &[iface[0], ("level", "error")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_driver_stat_total",
+            &[iface[0], ("counter", "rx_discards_phy")]
+        ),
+        9.0
+    );
+    assert!(
+        !s.iter()
+            .any(|x| x.labels.values().any(|v| v == "rx_prio3_bytes"))
+    );
+
+    tree.set_counter(HW, "out_of_sequence", 0x30);
+    tree.set_counter(HW, "np_cnp_sent", cnp + 200);
+    tree.set_counter(IBTA, "port_rcv_data", 800);
+    tree.add_stats(&[("rx_prio3_pause", 3), ("tx_pause_storm_error_events", 1)]);
+    let s = wait_drains(&lab.ns, 2.0);
+    assert_eq!(oos(&s), 64.0);
+    assert_eq!(hw(&s, "np_cnp_sent"), 200.0);
+    assert_eq!(hw(&s, "local_ack_timeout_err"), 3.0);
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_rdma_port_stat_total",
+            &[("counter", "port_rcv_data")]
+        ),
+        800.0
+    );
+    assert_eq!(prio3(&s, "roce_nic_pfc_pause_frames_total", "rx"), 10.0);
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_pause_storm_events_total",
+            &[iface[0], ("level", "error")]
+        ),
+        2.0
+    );
+    // Nothing else moved.
+    assert_eq!(sum(&s, "roce_nic_rdma_stat_total", &[]), 64 + 200 + 3);
+    assert_eq!(sum(&s, "roce_nic_rdma_port_stat_total", &[]), 800);
+    assert_eq!(sum(&s, "roce_nic_pfc_pause_frames_total", &[]), 12);
+    assert_eq!(sum(&s, "roce_nic_priority_discards_total", &[]), 5);
+    assert_eq!(sum(&s, "roce_nic_class_discards_total", &[]), 4);
+    // Exactly the documented families, in both formats (parsed, and linted by promtool).
+    let names: std::collections::BTreeSet<&str> = s.iter().map(|x| x.name.as_str()).collect();
+    let want: std::collections::BTreeSet<&str> = integration_tests::EXPORTED_METRICS
+        .iter()
+        .chain(integration_tests::NIC_METRICS)
+        .copied()
+        .collect();
+    assert_eq!(names, want);
+    let (status, _, text) = get(&lab.ns, "/metrics", None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        sum(&parse(&text, false), "roce_nic_rdma_stat_total", &[]),
+        64 + 200 + 3
+    );
+    promtool_lint(&text);
+    assert!(!d.text().contains("NIC source absent"), "{}", d.text());
+
+    // The tree loses its DCB settings: the source is 0, its reason logged once.
+    let dcb_file = tree.path(&format!("dcb/{}.json", NicTree::IFACE));
+    std::fs::rename(&dcb_file, scratch.path("dcb.json")).unwrap();
+    let s = wait_drains(&lab.ns, 4.0);
+    let dcb_up = [("source", "dcb"), ("subject", NicTree::IFACE)];
+    assert_eq!(one(&s, "roce_nic_source_up", &dcb_up), 0.0);
+    assert_eq!(one(&s, "roce_nic_source_up", &[("source", "stats")]), 1.0);
+    assert!(!s.iter().any(|x| x.name == "roce_nic_pfc_enabled"));
+    assert_eq!(
+        d.text().matches("NIC source absent").count(),
+        1,
+        "{}",
+        d.text()
+    );
+    assert!(
+        d.text().contains("source=dcb subject=ens1f0np0"),
+        "{}",
+        d.text()
+    );
+    std::fs::rename(scratch.path("dcb.json"), &dcb_file).unwrap();
+    let s = wait_drains(&lab.ns, 2.0);
+    assert_eq!(one(&s, "roce_nic_source_up", &dcb_up), 1.0);
+    assert!(
+        d.text().contains("NIC source readable again"),
+        "{}",
+        d.text()
+    );
+    // The counters stand.
+    assert_eq!(oos(&s), 64.0);
+
+    // A reload that names no device (none is behind rx0): nothing of the NIC side stays.
+    let with_device = std::fs::read_to_string(&config).unwrap();
+    scratch.file(
+        "run.toml",
+        &with_device.replace("rdma_devices = [\"mlx5_0\"]\n", ""),
+    );
+    let at = d.lines();
+    d.signal(libc::SIGHUP);
+    d.wait_log("configuration reloaded", at);
+    let s = wait_drains(&lab.ns, 2.0);
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_source_up",
+            &[("source", "rdma"), ("subject", "")]
+        ),
+        0.0
+    );
+    let nic: Vec<&str> = s
+        .iter()
+        .map(|x| x.name.as_str())
+        .filter(|n| integration_tests::NIC_METRICS.contains(n))
+        .collect();
+    assert!(nic.is_empty(), "{nic:?}");
+    assert!(
+        d.text()
+            .contains("no RDMA device named (rdma_devices) or behind rx0")
+    );
+    // Named again: its counters start over.
+    scratch.file("run.toml", &with_device);
+    let at = d.lines();
+    d.signal(libc::SIGHUP);
+    d.wait_log("configuration reloaded", at);
+    let s = wait_drains(&lab.ns, 2.0);
+    assert_eq!(oos(&s), 0.0);
+    assert_eq!(one(&s, "roce_nic_source_up", &[("source", "rdma")]), 1.0);
+    let (status, log) = d.stop();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+}
+
+/// PAUSE / PFC frames on the wire (the pfc scenario: a storm on priority 3, PFC on 3 and 4
+/// from a second sender, 802.3x PAUSE from a NIC) sent twice: per sender and class the frames,
+/// XON frames and quanta equal the generator's counts, the seconds those quanta at the veth's
+/// own speed; one series per sender and class that had frames.
+#[test]
+fn pfc_frames_on_the_wire_per_sender_and_priority() {
+    if !require_root("pfc_frames_on_the_wire_per_sender_and_priority") {
+        return;
+    }
+    use observer_common::{LINK_PAUSE, PAUSE_CLASSES};
+    let lab = lab("ro-sidepfc");
+    let d = Daemon::start(&lab.ns, &["-i", "rx0", "--interval", "300ms"], false);
+    let (status, speed, _) = output(lab.ns.command("cat").arg("/sys/class/net/rx0/speed"));
+    assert!(status.success());
+    let bps = speed.trim().parse::<f64>().unwrap() * 1e6;
+    let w = synth::scenario("pfc").unwrap();
+    assert_eq!(w.truth.pauses.len(), synth::PFC_SENDERS.len());
+    for round in 1..=2u64 {
+        send_on(&lab.ns, Lab::TX, &w);
+        let s = wait_drains(&lab.ns, 2.0);
+        let mut series = 0;
+        for (key, truth) in &w.truth.pauses {
+            assert_eq!(key.mirror, 0);
+            let m = key.src_mac;
+            let mac = format!(
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            );
+            for c in (0..PAUSE_CLASSES).filter(|c| truth.frames[*c] > 0) {
+                series += 1;
+                let priority = if c == LINK_PAUSE {
+                    "link".to_string()
+                } else {
+                    c.to_string()
+                };
+                let l = [
+                    ("src_mac", mac.as_str()),
+                    ("priority", priority.as_str()),
+                    ("dir", "rx"),
+                    ("mirror", ""),
+                ];
+                let at = format!("round {round}: {l:?}");
+                assert_eq!(
+                    one(&s, "roce_pfc_frames_total", &l),
+                    (round * truth.frames[c]) as f64,
+                    "{at}"
+                );
+                assert_eq!(
+                    one(&s, "roce_pfc_xon_frames_total", &l),
+                    (round * truth.xon[c]) as f64,
+                    "{at}"
+                );
+                assert_eq!(
+                    one(&s, "roce_pfc_pause_quanta_total", &l),
+                    (round * truth.quanta[c]) as f64,
+                    "{at}"
+                );
+                let want = (round * truth.quanta[c]) as f64 * 512.0 / bps;
+                let got = one(&s, "roce_pfc_pause_seconds_total", &l);
+                assert!(
+                    (got - want).abs() <= want * 1e-9,
+                    "{at}: {got} s, want {want}"
+                );
+            }
+        }
+        for family in ["roce_pfc_frames_total", "roce_pfc_pause_quanta_total"] {
+            assert_eq!(
+                s.iter().filter(|x| x.name == family).count(),
+                series,
+                "{family}"
+            );
+        }
+        if round == 2 {
+            let names: std::collections::BTreeSet<&str> =
+                s.iter().map(|x| x.name.as_str()).collect();
+            for n in integration_tests::PFC_METRICS {
+                assert!(names.contains(n), "{n}");
+            }
+            // No RDMA device behind rx0: the NIC side is an absent source, said once.
+            assert_eq!(
+                one(
+                    &s,
+                    "roce_nic_source_up",
+                    &[("source", "rdma"), ("subject", "")]
+                ),
+                0.0
+            );
+            assert!(
+                !names
+                    .iter()
+                    .any(|n| integration_tests::NIC_METRICS.contains(n))
+            );
+        }
+    }
+    let (status, log) = d.stop();
+    assert!(status.success(), "{log}");
+    assert_eq!(log.matches("NIC source absent").count(), 1, "{log}");
 }

@@ -78,6 +78,12 @@ pub struct RunArgs {
     /// Host mode: the TC egress hook (auto, tcx, clsact).
     #[arg(long, value_enum, value_name = "HOOK")]
     pub tc_hook: Option<TcHookArg>,
+    /// An RDMA device whose NIC side (its counters, and the driver statistics and settings of
+    /// the netdevs behind it) is exported (repeat for several; replaces the config file's
+    /// rdma_devices). The ones behind the observed interfaces, or the captured device, are
+    /// exported without it.
+    #[arg(long = "rdma-dev", value_name = "DEV")]
+    pub rdma_devs: Vec<String>,
 }
 
 impl From<RunArgs> for RunOverrides {
@@ -99,6 +105,7 @@ impl From<RunArgs> for RunOverrides {
             capture: a.capture,
             capture_filter: a.capture_filter,
             no_promiscuous: a.no_promiscuous,
+            rdma_devices: a.rdma_devs,
         }
     }
 }

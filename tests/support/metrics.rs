@@ -1,8 +1,8 @@
 //! The sidecar's exported metric names.
 
-/// Every sample name `roce-observer run` exports (counters with their `_total`): the sidecar
-/// test checks a scrape has exactly these, the deploy test that the rules and dashboard use
-/// only these.
+/// Every sample name `roce-observer run` exports always (counters with their `_total`): the
+/// sidecar test checks a scrape has exactly these, the deploy test that the rules and dashboard
+/// use only these and the conditional ones below.
 pub const EXPORTED_METRICS: &[&str] = &[
     // Per interface.
     "roce_iface_frames_total",
@@ -44,6 +44,34 @@ pub const EXPORTED_METRICS: &[&str] = &[
     "roce_observer_config_reloads_total",
     "roce_observer_interval_seconds",
     "roce_observer_connections",
+    // The NIC side's sources (rdma: 0 when no RDMA device is named or behind the interfaces).
+    "roce_nic_source_up",
+];
+
+/// What `roce-observer run` exports once it reads an RDMA device's NIC side (its counters, and
+/// the netdevs behind it).
+pub const NIC_METRICS: &[&str] = &[
+    "roce_nic_rdma_stat_total",
+    "roce_nic_rdma_port_stat_total",
+    "roce_nic_pfc_pause_frames_total",
+    "roce_nic_pfc_pause_seconds_total",
+    "roce_nic_priority_discards_total",
+    "roce_nic_class_discards_total",
+    "roce_nic_pause_storm_events_total",
+    "roce_nic_driver_stat_total",
+    "roce_nic_info",
+    "roce_nic_pfc_enabled",
+    "roce_nic_mtu_bytes",
+    "roce_nic_dcqcn_enabled",
+];
+
+/// What `roce-observer run` exports once PAUSE / PFC frames were seen on the wire (seconds:
+/// where the link speed is known, host mode).
+pub const PFC_METRICS: &[&str] = &[
+    "roce_pfc_frames_total",
+    "roce_pfc_xon_frames_total",
+    "roce_pfc_pause_quanta_total",
+    "roce_pfc_pause_seconds_total",
 ];
 
 /// What `roce-observer run` exports once it has latency samples (histogram samples, per

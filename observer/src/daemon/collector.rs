@@ -22,7 +22,9 @@ use super::{
     http::Health,
     logging::{LogHandle, log_filter},
     netlink,
+    nic::NicSide,
     openmetrics::{self, CaptureRow, IfaceRow, Snapshot, flow_fields},
+    pauses::PauseBook,
     procfs::{cpu_seconds, resident_bytes},
     signals::Command,
     tap::Tap,
@@ -129,6 +131,10 @@ pub(super) struct Collector {
     pending: Vec<String>,
     /// The last re-attach error per interface (logged once per reason).
     attach_errors: std::collections::HashMap<String, String>,
+    /// The NIC side, read at each drain.
+    nic: NicSide,
+    /// PAUSE / PFC frames on the wire.
+    pauses: PauseBook,
 }
 
 impl Collector {
@@ -142,6 +148,7 @@ impl Collector {
         log: LogHandle,
     ) -> Self {
         let book = FlowBook::new(config.max_series, config.idle_drains());
+        let nic = NicSide::new(&config);
         let mut c = Self {
             tap,
             config,
@@ -159,6 +166,8 @@ impl Collector {
             last_drain: Instant::now(),
             pending: Vec::new(),
             attach_errors: std::collections::HashMap::new(),
+            nic,
+            pauses: PauseBook::default(),
         };
         c.sync_ifaces();
         c
@@ -311,6 +320,7 @@ impl Collector {
             }
         }
         if changed {
+            self.nic.interfaces_changed();
             // The endpoint shows the states at once, not at the next drain.
             let rows = self.iface_rows();
             let published = self.publisher.update(|s| {
@@ -436,6 +446,7 @@ impl Collector {
             capture: keep.capture,
             ..new
         };
+        self.nic.configure(&self.config);
         if failed {
             self.reloads_failed += 1;
         } else {
@@ -510,8 +521,12 @@ impl Collector {
         let mut skipped = [0u64; SkipReason::COUNT];
         let counters = self.tap.read_counters()?;
         skipped.copy_from_slice(&counters.skipped);
+        let pauses = self.tap.read_pauses()?;
+        self.pauses.update(&pauses, self.tap.link_speed());
         self.drains += 1;
         let drain_seconds = started.elapsed().as_secs_f64();
+        // The NIC side (sysfs, ioctls, netlink): not the kernel maps' drain time.
+        self.nic.read();
         let interfaces = self.iface_rows();
         let capture = self.tap.capture().map(|c| {
             let s = c.stats();
@@ -548,6 +563,8 @@ impl Collector {
             qp_latency,
             connections,
             capture,
+            nic: self.nic.metrics(),
+            pfc: self.pauses.rows(),
         };
         if let Some(w) = self.jsonl.as_mut() {
             let line = json_line(&snapshot, &self.ifaces, &drained.rest_delta, elapsed);

@@ -82,6 +82,9 @@ pub struct RunOverrides {
     pub capture_filter: Option<String>,
     /// With `capture`: leave the device out of promiscuous mode.
     pub no_promiscuous: bool,
+    /// RDMA devices whose NIC side is exported besides those behind the observed interfaces
+    /// or the captured device (replaces the config file's `rdma_devices` when not empty).
+    pub rdma_devices: Vec<String>,
 }
 
 /// The config file: every key optional.
@@ -103,6 +106,10 @@ struct FileConfig {
     capture: Option<String>,
     capture_filter: Option<String>,
     promiscuous: Option<bool>,
+    rdma_devices: Option<Vec<String>>,
+    /// For tests and replays: read the NIC side from a copied tree (docs/nic.md) instead of
+    /// this host. No flag: not for production.
+    nic_root: Option<PathBuf>,
 }
 
 /// Validated settings.
@@ -122,6 +129,11 @@ pub struct RunConfig {
     /// A device captured through libpcap instead of interfaces (`ifaces` is then empty, and
     /// the XDP settings unused).
     pub capture: Option<CaptureConfig>,
+    /// RDMA devices named (`--rdma-dev`, `rdma_devices`): their NIC side is exported besides
+    /// that of the devices behind the observed interfaces or the captured device.
+    pub rdma_devices: Vec<String>,
+    /// A copied tree to read the NIC side from instead of this host (tests and replays).
+    pub nic_root: Option<PathBuf>,
 }
 
 fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
@@ -129,6 +141,16 @@ fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
         what: what.into(),
         detail: detail.into(),
     }
+}
+
+/// An RDMA device name as the kernel allows it (IB_DEVICE_NAME_MAX - 1 bytes): it becomes a
+/// path component under `/sys/class/infiniband`.
+pub fn is_device_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 64
+        && !name.contains(['/', '\0'])
+        && name != "."
+        && name != ".."
 }
 
 fn value_enum<T: Named>(path: &Path, key: &str, v: &str) -> Result<T, ConfigError> {
@@ -302,6 +324,31 @@ impl RunConfig {
             tracing_subscriber::EnvFilter::try_new(level)
                 .map_err(|e| invalid(format!("log level '{level}'"), e.to_string()))?;
         }
+        let rdma_devices = if args.rdma_devices.is_empty() {
+            f.rdma_devices.unwrap_or_default()
+        } else {
+            args.rdma_devices.clone()
+        };
+        for (i, dev) in rdma_devices.iter().enumerate() {
+            if !is_device_name(dev) {
+                return Err(invalid(
+                    format!("RDMA device '{dev}'"),
+                    "not a device name (1 to 63 bytes, no '/', not '.' or '..')",
+                ));
+            }
+            if rdma_devices[..i].contains(dev) {
+                return Err(invalid(format!("RDMA device '{dev}'"), "given twice"));
+            }
+        }
+        let nic_root = f.nic_root;
+        if let Some(root) = &nic_root
+            && !root.is_dir()
+        {
+            return Err(parse_err(format!(
+                "nic_root = '{}': not a directory",
+                root.display()
+            )));
+        }
         let jsonl = args.jsonl.clone().or(f.jsonl);
         if let (Some(j), Some(config)) = (&jsonl, &args.config)
             && crate::units::same_file(j, config)
@@ -324,6 +371,8 @@ impl RunConfig {
             xdp_mode,
             tc_hook,
             capture,
+            rdma_devices,
+            nic_root,
         })
     }
 
@@ -443,6 +492,59 @@ mod tests {
             assert!(!e.contains('\n'), "{e}");
         }
         assert!(toml::from_str::<FileConfig>("ifaces = []").is_err());
+    }
+
+    #[test]
+    fn rdma_devices_from_the_flags_over_the_file_and_a_nic_root() {
+        let merge = |args: &RunOverrides, text: &str| {
+            RunConfig::merge(args, Some((Path::new("c.toml"), file(text))))
+        };
+        let none = RunOverrides::default();
+        let c = merge(&none, "iface = [\"eth0\"]").unwrap();
+        assert!(c.rdma_devices.is_empty());
+        assert_eq!(c.nic_root, None);
+        let text = "iface = [\"eth0\"]\nrdma_devices = [\"mlx5_0\", \"mlx5_1\"]";
+        assert_eq!(
+            merge(&none, text).unwrap().rdma_devices,
+            ["mlx5_0", "mlx5_1"]
+        );
+        let flag = RunOverrides {
+            rdma_devices: vec!["mlx5_3".into()],
+            ..RunOverrides::default()
+        };
+        assert_eq!(merge(&flag, text).unwrap().rdma_devices, ["mlx5_3"]);
+        let dir = std::env::temp_dir();
+        let c = merge(
+            &none,
+            &format!(
+                "iface = [\"eth0\"]\nnic_root = {:?}",
+                dir.display().to_string()
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.nic_root.as_deref(), Some(dir.as_path()));
+        for (text, want) in [
+            (
+                "iface = [\"a\"]\nrdma_devices = [\"../x\"]",
+                "not a device name",
+            ),
+            (
+                "iface = [\"a\"]\nrdma_devices = [\"\"]",
+                "not a device name",
+            ),
+            (
+                "iface = [\"a\"]\nrdma_devices = [\"m\", \"m\"]",
+                "given twice",
+            ),
+            (
+                "iface = [\"a\"]\nnic_root = \"/nonexistent/tree\"",
+                "not a directory",
+            ),
+        ] {
+            let e = merge(&none, text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `roce-observer run`: the continuous sidecar. A collector thread owns the attached observer:
 //! every interval it drains the kernel maps (batched reads), turns them into cumulative
 //! per-interface and per-QP counters (top K plus the rest), ages idle flows out of the kernel
-//! table, and publishes a [`openmetrics::Snapshot`]; a tokio runtime serves `/metrics` and
+//! table, folds in the pause table (PAUSE / PFC frames per sender) and the host's NIC side (the
+//! RDMA devices' counters, the driver statistics and settings of the netdevs behind them), and
+//! publishes a [`openmetrics::Snapshot`]; a tokio runtime serves `/metrics` and
 //! `/healthz` and turns signals into commands (SIGTERM/SIGINT: detach and exit, SIGHUP: reload
 //! the config file). Interfaces that go away and come back are attached again by themselves
 //! (netlink link events, and a check every interval).
@@ -12,7 +14,9 @@ pub mod flowbook;
 mod http;
 mod logging;
 mod netlink;
+mod nic;
 pub mod openmetrics;
+mod pauses;
 mod procfs;
 mod signals;
 mod tap;
@@ -47,6 +51,8 @@ pub enum DaemonError {
     Live(#[from] LiveError),
     #[error(transparent)]
     Capture(#[from] CaptureError),
+    #[error(transparent)]
+    Nic(#[from] crate::source::nic::NicError),
     #[error("cannot listen on {addr}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -100,6 +106,8 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         .set_nonblocking(true)
         .map_err(DaemonError::Runtime)?;
     let jsonl = config.jsonl.as_deref().map(open_jsonl).transpose()?;
+    // Before attaching: a named RDMA device the host lacks is a wrong name.
+    nic::check_named(&config)?;
     let tap = match &config.capture {
         Some(c) => Tap::Capture(CaptureTap::open(c.clone())?),
         None => Tap::Kernel(Observer::attach(live)?),

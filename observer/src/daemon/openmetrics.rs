@@ -91,6 +91,151 @@ pub struct CaptureRow {
     pub if_dropped: u64,
 }
 
+/// What a driver statistic the sidecar exports is (the others are not read into the metrics:
+/// mlx5 has hundreds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatFamily {
+    /// `rx_prio<p>_pause` (received PFC frames), `tx_prio<p>_pause` (sent).
+    PfcFrames { rx: bool, priority: u8 },
+    /// `rx_prio<p>_pause_duration`, `tx_…`: µs paused (mlx5).
+    PfcPauseMicros { rx: bool, priority: u8 },
+    /// `rx_prio<p>_discards`: frames of priority p dropped on arrival.
+    Discards { priority: u8 },
+    /// mlx5's `rx_prio<n>_buf_discard` and `_cong_discard`: indexed by traffic class, not
+    /// priority (the per-traffic-class congestion group of the PPCNT register).
+    ClassDiscards { class: u8, kind: &'static str },
+    /// `tx_pause_storm_warning_events`, `tx_pause_storm_error_events`.
+    StormEvents { level: &'static str },
+    /// One of [`DRIVER_COUNTERS`].
+    Driver,
+}
+
+/// The other RoCE-health driver statistics exported as they are (`roce_nic_driver_stat_total`):
+/// PHY discards, the RDMA traffic of the vport, and 802.3x (link) PAUSE frames and time.
+pub const DRIVER_COUNTERS: &[&str] = &[
+    "rx_discards_phy",
+    "tx_discards_phy",
+    "rx_vport_rdma_unicast_packets",
+    "rx_vport_rdma_unicast_bytes",
+    "tx_vport_rdma_unicast_packets",
+    "tx_vport_rdma_unicast_bytes",
+    "rx_pause_ctrl_phy",
+    "tx_pause_ctrl_phy",
+    "rx_global_pause",
+    "tx_global_pause",
+    "rx_global_pause_duration",
+    "tx_global_pause_duration",
+];
+
+impl StatFamily {
+    /// The family of the driver statistic `name`; none for the statistics not exported.
+    pub fn of(name: &str) -> Option<Self> {
+        if let Some((rx, priority, what)) = crate::model::nic::per_priority(name) {
+            return match (rx, what) {
+                (_, "pause") => Some(Self::PfcFrames { rx, priority }),
+                (_, "pause_duration") => Some(Self::PfcPauseMicros { rx, priority }),
+                (true, "discards") => Some(Self::Discards { priority }),
+                (true, "buf_discard") => Some(Self::ClassDiscards {
+                    class: priority,
+                    kind: "buf_discard",
+                }),
+                (true, "cong_discard") => Some(Self::ClassDiscards {
+                    class: priority,
+                    kind: "cong_discard",
+                }),
+                _ => None,
+            };
+        }
+        match name {
+            "tx_pause_storm_warning_events" => Some(Self::StormEvents { level: "warning" }),
+            "tx_pause_storm_error_events" => Some(Self::StormEvents { level: "error" }),
+            n if DRIVER_COUNTERS.contains(&n) => Some(Self::Driver),
+            _ => None,
+        }
+    }
+}
+
+/// One counter of an RDMA device's port, cumulative since the daemon first read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RdmaCounterRow {
+    pub device: String,
+    pub port: u32,
+    pub counter: String,
+    pub value: u64,
+}
+
+/// One exported driver statistic of a netdev, cumulative since the daemon first read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatRow {
+    pub iface: String,
+    pub stat: String,
+    pub family: StatFamily,
+    pub value: u64,
+}
+
+/// A netdev's driver and firmware (`roce_nic_info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NicInfoRow {
+    pub iface: String,
+    /// The RDMA device behind it.
+    pub device: String,
+    pub driver: String,
+    pub version: String,
+    pub firmware: String,
+    pub bus: String,
+}
+
+/// A netdev's RoCE configuration, as last read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NicConfigRow {
+    pub iface: String,
+    pub mtu: Option<u32>,
+    /// Bit p: PFC enabled on priority p (none: DCB not reported).
+    pub pfc_enabled: Option<u8>,
+    /// DCQCN per priority and point (`np`, `rp`): enabled or not, where it could be read.
+    pub dcqcn: Vec<(u8, &'static str, bool)>,
+}
+
+/// Whether a NIC source could be read at the last reading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceRow {
+    /// `rdma`, `driver`, `stats`, `dcb` or `dcqcn`.
+    pub source: String,
+    /// The netdev (empty for `rdma`).
+    pub subject: String,
+    pub up: bool,
+}
+
+/// The NIC side of the host (`roce_nic_*`).
+#[derive(Clone, Debug, Default)]
+pub struct NicMetrics {
+    /// `hw_counters/` of each port.
+    pub hw_counters: Vec<RdmaCounterRow>,
+    /// `counters/` (IBTA) of each port.
+    pub port_counters: Vec<RdmaCounterRow>,
+    pub stats: Vec<StatRow>,
+    pub info: Vec<NicInfoRow>,
+    pub config: Vec<NicConfigRow>,
+    pub sources: Vec<SourceRow>,
+}
+
+/// One sender's PAUSE / PFC frames of one class seen on the wire (the kernel's pause table),
+/// cumulative.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PfcRow {
+    /// `aa:bb:cc:dd:ee:ff`, or `other` for the senders beyond the cap.
+    pub src_mac: String,
+    /// `0` to `7`, or `link` for 802.3x PAUSE.
+    pub priority: String,
+    pub dir: &'static str,
+    pub mirror: String,
+    pub frames: u64,
+    pub xon: u64,
+    pub quanta: u64,
+    /// The quanta as time at the link speed (none while it is unknown).
+    pub seconds: Option<f64>,
+}
+
 /// Everything the endpoint shows, as of the last drain.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -124,6 +269,10 @@ pub struct Snapshot {
     pub connections: usize,
     /// A libpcap capture's own counters (none: XDP, which drops nothing it does not see).
     pub capture: Option<CaptureRow>,
+    /// The NIC side: RDMA device counters, driver statistics and configuration.
+    pub nic: NicMetrics,
+    /// PAUSE / PFC frames on the wire per sender and class.
+    pub pfc: Vec<PfcRow>,
 }
 
 /// Labels of a flow's series: `qp` in the table's hex notation, as tshark prints it
@@ -134,29 +283,35 @@ pub fn flow_labels(key: &FlowKey) -> [(&'static str, String); 6] {
 
 /// A flow's fields with `qp` as given (the JSON lines keep the decimal number).
 pub fn flow_fields(key: &FlowKey, qp: String) -> [(&'static str, String); 6] {
-    let mirror = match MirrorOf::of(key.mirror) {
-        MirrorOf::Direct => String::new(),
-        MirrorOf::Session(id) => format!("erspan-{id}"),
-        MirrorOf::Kind(k) => k.name().to_string(),
-        // The PSN analysis of every session of a mirrored flow together.
-        MirrorOf::Union => "all-sessions".to_string(),
-    };
     [
         ("src", ip_of(key.src_ip).to_string()),
         ("dst", ip_of(key.dst_ip).to_string()),
         ("qp", qp),
         ("sport", key.udp_src_port.to_string()),
-        (
-            "dir",
-            if key.mirror & DIRECTION_EGRESS != 0 {
-                "tx"
-            } else {
-                "rx"
-            }
-            .to_string(),
-        ),
-        ("mirror", mirror),
+        ("dir", direction_label(key.mirror).to_string()),
+        ("mirror", mirror_label(key.mirror)),
     ]
+}
+
+/// The `mirror` label of a key's mirror field (a flow's or a pause sender's): empty when seen
+/// directly, `erspan-<session>`, the mirror's kind, or `all-sessions`.
+pub fn mirror_label(mirror: u16) -> String {
+    match MirrorOf::of(mirror) {
+        MirrorOf::Direct => String::new(),
+        MirrorOf::Session(id) => format!("erspan-{id}"),
+        MirrorOf::Kind(k) => k.name().to_string(),
+        // The PSN analysis of every session of a mirrored flow together.
+        MirrorOf::Union => "all-sessions".to_string(),
+    }
+}
+
+/// The `dir` label of a key's mirror field: `tx` for TC egress, else `rx`.
+pub fn direction_label(mirror: u16) -> &'static str {
+    if mirror & DIRECTION_EGRESS != 0 {
+        "tx"
+    } else {
+        "rx"
+    }
 }
 
 /// Labels of the rest series (`qp="rest"`).
@@ -178,13 +333,16 @@ pub const ECN_NAMES: [&str; 4] = ["not_ect", "ect1", "ect0", "ce"];
 #[derive(Debug)]
 pub struct SnapshotCollector(pub Arc<Mutex<Snapshot>>);
 
-fn counter_family<L: prometheus_client::encoding::EncodeLabelSet>(
+fn counter_family<L: prometheus_client::encoding::EncodeLabelSet, N>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     unit: Option<&Unit>,
-    rows: impl IntoIterator<Item = (L, u64)>,
-) -> Result<(), std::fmt::Error> {
+    rows: impl IntoIterator<Item = (L, N)>,
+) -> Result<(), std::fmt::Error>
+where
+    ConstCounter<N>: EncodeMetric,
+{
     let mut m = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
     for (labels, v) in rows {
         ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
@@ -565,8 +723,245 @@ impl Collector for SnapshotCollector {
                 ([("result", "error".to_string())], s.reloads_failed),
             ],
         )?;
+        encode_nic(&mut enc, &s.nic)?;
+        encode_pfc(&mut enc, &s.pfc)?;
         Ok(())
     }
+}
+
+/// Per-priority labels of a netdev's statistic: iface, dir, priority.
+fn prio_labels(r: &StatRow, rx: bool, priority: u8) -> [(&'static str, String); 3] {
+    [
+        ("iface", r.iface.clone()),
+        ("dir", if rx { "rx" } else { "tx" }.to_string()),
+        ("priority", priority.to_string()),
+    ]
+}
+
+/// The `roce_nic_*` families.
+fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fmt::Error> {
+    let port_labels = |r: &RdmaCounterRow| {
+        (
+            [
+                ("device", r.device.clone()),
+                ("port", r.port.to_string()),
+                ("counter", r.counter.clone()),
+            ],
+            r.value,
+        )
+    };
+    counter_family(
+        enc,
+        "roce_nic_rdma_stat",
+        "An RDMA device port's driver counter (sysfs hw_counters/: np_cnp_sent, rp_cnp_handled, np_ecn_marked_roce_packets, out_of_sequence, packet_seq_err, local_ack_timeout_err, ...), summed from the daemon's start: 32-bit wraps of mlx5's Q counters are carried over and a reset adds what was counted since, so the counter never goes back",
+        None,
+        n.hw_counters.iter().map(port_labels),
+    )?;
+    counter_family(
+        enc,
+        "roce_nic_rdma_port_stat",
+        "An RDMA device port's IBTA counter (sysfs counters/), summed from the daemon's start as roce_nic_rdma_stat_total; port_rcv_data and port_xmit_data count 4-byte words (octets / 4)",
+        None,
+        n.port_counters.iter().map(port_labels),
+    )?;
+    counter_family(
+        enc,
+        "roce_nic_pfc_pause_frames",
+        "PFC pause frames the NIC received (dir=\"rx\": its peer paused it) or sent (dir=\"tx\": it paused its peer) on a priority (driver statistics rx_prio<p>_pause, tx_prio<p>_pause)",
+        None,
+        n.stats.iter().filter_map(|r| match r.family {
+            StatFamily::PfcFrames { rx, priority } => Some((prio_labels(r, rx, priority), r.value)),
+            _ => None,
+        }),
+    )?;
+    counter_family(
+        enc,
+        "roce_nic_pfc_pause",
+        "Time the NIC was paused (dir=\"rx\") or kept its peer paused (dir=\"tx\") on a priority (driver statistics rx_prio<p>_pause_duration, tx_prio<p>_pause_duration, microseconds in mlx5)",
+        Some(&Unit::Seconds),
+        n.stats.iter().filter_map(|r| match r.family {
+            StatFamily::PfcPauseMicros { rx, priority } => {
+                Some((prio_labels(r, rx, priority), r.value as f64 / 1e6))
+            }
+            _ => None,
+        }),
+    )?;
+    counter_family(
+        enc,
+        "roce_nic_priority_discards",
+        "Frames of a priority the NIC dropped on arrival (rx_prio<p>_discards); any on a lossless priority is a PFC failure",
+        None,
+        n.stats.iter().filter_map(|r| match r.family {
+            StatFamily::Discards { priority } => Some((
+                [
+                    ("iface", r.iface.clone()),
+                    ("priority", priority.to_string()),
+                ],
+                r.value,
+            )),
+            _ => None,
+        }),
+    )?;
+    counter_family(
+        enc,
+        "roce_nic_class_discards",
+        "Packets the NIC dropped on arrival per traffic class (mlx5's rx_prio<n>_buf_discard and _cong_discard count per traffic class, which ETS maps priorities to: roce-observer check shows the map): kind=\"buf_discard\" (no receive buffer), \"cong_discard\" (congestion)",
+        None,
+        n.stats.iter().filter_map(|r| match r.family {
+            StatFamily::ClassDiscards { class, kind } => Some((
+                [
+                    ("iface", r.iface.clone()),
+                    ("class", class.to_string()),
+                    ("kind", kind.to_string()),
+                ],
+                r.value,
+            )),
+            _ => None,
+        }),
+    )?;
+    counter_family(
+        enc,
+        "roce_nic_pause_storm_events",
+        "Pause storms the NIC's watchdog detected: level=\"warning\" (it has sent pauses for long), \"error\" (it stopped sending them: tx_pause_storm_error_events)",
+        None,
+        n.stats.iter().filter_map(|r| match r.family {
+            StatFamily::StormEvents { level } => Some((
+                [("iface", r.iface.clone()), ("level", level.to_string())],
+                r.value,
+            )),
+            _ => None,
+        }),
+    )?;
+    counter_family(
+        enc,
+        "roce_nic_driver_stat",
+        "Other RoCE-health driver statistics of a netdev, as named by the driver: rx_discards_phy, tx_discards_phy, rx/tx_vport_rdma_unicast_packets and _bytes, 802.3x link pauses rx/tx_pause_ctrl_phy, rx/tx_global_pause and _duration (microseconds)",
+        None,
+        n.stats.iter().filter_map(|r| match r.family {
+            StatFamily::Driver => Some((
+                [("iface", r.iface.clone()), ("counter", r.stat.clone())],
+                r.value,
+            )),
+            _ => None,
+        }),
+    )?;
+    {
+        let mut m = enc.encode_descriptor(
+            "roce_nic",
+            "A RoCE netdev: the RDMA device behind it, its driver and version, the firmware (the RDMA device's fw_ver) and the PCI bus",
+            None,
+            MetricType::Info,
+        )?;
+        for i in &n.info {
+            m.encode_info(&[
+                ("iface", i.iface.clone()),
+                ("device", i.device.clone()),
+                ("driver", i.driver.clone()),
+                ("version", i.version.clone()),
+                ("firmware", i.firmware.clone()),
+                ("bus", i.bus.clone()),
+            ])?;
+        }
+    }
+    {
+        let mut m = enc.encode_descriptor(
+            "roce_nic_pfc_enabled",
+            "1 when PFC (lossless) is enabled on the priority (DCB), 0 when not",
+            None,
+            MetricType::Gauge,
+        )?;
+        for c in &n.config {
+            let Some(bits) = c.pfc_enabled else { continue };
+            for p in 0..8u8 {
+                let labels = [("iface", c.iface.clone()), ("priority", p.to_string())];
+                ConstGauge::new(i64::from((bits >> p) & 1)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+    }
+    {
+        let mut m = enc.encode_descriptor(
+            "roce_nic_mtu",
+            "The netdev's MTU",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?;
+        for c in &n.config {
+            let Some(mtu) = c.mtu else { continue };
+            ConstGauge::new(i64::from(mtu))
+                .encode(m.encode_family(&[("iface", c.iface.clone())])?)?;
+        }
+    }
+    {
+        let mut m = enc.encode_descriptor(
+            "roce_nic_dcqcn_enabled",
+            "1 when DCQCN is enabled on the priority: point=\"np\", the notification point (CNPs sent on ECN-marked arrivals), \"rp\", the reaction point (rate cut on CNPs)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for c in &n.config {
+            for (p, point, enabled) in &c.dcqcn {
+                let labels = [
+                    ("iface", c.iface.clone()),
+                    ("priority", p.to_string()),
+                    ("point", point.to_string()),
+                ];
+                ConstGauge::new(i64::from(*enabled)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+    }
+    let mut m = enc.encode_descriptor(
+        "roce_nic_source_up",
+        "1 when the NIC source was read at the last drain, 0 when the host lacks it or it failed (the reason is logged once): source=\"rdma\" (the RDMA devices, subject empty), \"driver\", \"stats\", \"dcb\", \"dcqcn\" (subject: the netdev)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for r in &n.sources {
+        let labels = [("source", r.source.clone()), ("subject", r.subject.clone())];
+        ConstGauge::new(i64::from(r.up)).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// The `roce_pfc_*` families: PAUSE / PFC frames on the wire.
+fn encode_pfc(enc: &mut DescriptorEncoder, rows: &[PfcRow]) -> Result<(), std::fmt::Error> {
+    let labels = |r: &PfcRow| {
+        [
+            ("src_mac", r.src_mac.clone()),
+            ("priority", r.priority.clone()),
+            ("dir", r.dir.to_string()),
+            ("mirror", r.mirror.clone()),
+        ]
+    };
+    counter_family(
+        enc,
+        "roce_pfc_frames",
+        "PAUSE / PFC frames seen on the wire per sender MAC and class: a PFC frame counts on each priority its class-enable vector names, an 802.3x PAUSE frame on priority=\"link\"; XON frames included (dir: rx ingress, tx host mode's egress; mirror: as the per-QP series; src_mac=\"other\": the senders beyond the first 64)",
+        None,
+        rows.iter().map(|r| (labels(r), r.frames)),
+    )?;
+    counter_family(
+        enc,
+        "roce_pfc_xon_frames",
+        "Of roce_pfc_frames_total, the XON frames (pause time 0: resume)",
+        None,
+        rows.iter().map(|r| (labels(r), r.xon)),
+    )?;
+    counter_family(
+        enc,
+        "roce_pfc_pause_quanta",
+        "Pause times the frames asked for, summed, in quanta of 512 bit times",
+        None,
+        rows.iter().map(|r| (labels(r), r.quanta)),
+    )?;
+    counter_family(
+        enc,
+        "roce_pfc_pause",
+        "Pause time the frames asked for at the observed interfaces' link speed (host mode, or a captured netdev, when the interfaces report one speed): an upper bound of the time paused, as a refresh before a pause runs out overlaps it",
+        Some(&Unit::Seconds),
+        rows.iter()
+            .filter_map(|r| r.seconds.map(|sec| (labels(r), sec))),
+    )?;
+    Ok(())
 }
 
 /// One snapshot encoded both ways.

@@ -9,11 +9,11 @@
 //! counts going on.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use observer_common::{Counters, FlowKey, FlowStats, IfaceCounters, LatKey};
+use observer_common::{Counters, FlowKey, FlowStats, IfaceCounters, LatKey, PauseKey, PauseStats};
 use tracing::warn;
 
 use crate::{
@@ -268,6 +268,28 @@ impl Tap {
         match self {
             Self::Kernel(o) => Ok(live::read_counters(o.ebpf())?),
             Self::Capture(c) => Ok(c.counts().agg.counters),
+        }
+    }
+
+    /// The pause table: PAUSE / PFC frames per sender (the kernel's, summed over CPUs; or the
+    /// capture's).
+    pub(super) fn read_pauses(&self) -> Result<BTreeMap<PauseKey, PauseStats>, DaemonError> {
+        match self {
+            Self::Kernel(o) => Ok(live::read_pauses(o.ebpf())?),
+            Self::Capture(c) => Ok(c.counts().agg.pauses.clone()),
+        }
+    }
+
+    /// The speed of the links pause frames were seen on, as `diagnose` takes it: the observed
+    /// interfaces' own in host mode (when they all report one), the captured device's; none in
+    /// mirror mode (a mirror port's speed is not the mirrored links').
+    pub(super) fn link_speed(&self) -> Option<u64> {
+        match self {
+            Self::Kernel(o) if o.config().vantage == live::Vantage::Host => {
+                live::interfaces_speed(&o.config().interfaces)
+            }
+            Self::Kernel(_) => None,
+            Self::Capture(c) => live::interfaces_speed(std::slice::from_ref(&c.config.device)),
         }
     }
 

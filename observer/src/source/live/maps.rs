@@ -110,6 +110,22 @@ pub fn read_maps(ebpf: &Ebpf, ts_offset_ns: i128) -> Result<Aggregate, LiveError
     Ok(agg)
 }
 
+/// The pause table: each sender's values summed over CPUs (the daemon's drains).
+pub fn read_pauses(
+    ebpf: &Ebpf,
+) -> Result<std::collections::BTreeMap<PauseKey, PauseStats>, LiveError> {
+    let mut out = std::collections::BTreeMap::new();
+    let pauses = map_fd(ebpf, maps::PAUSES)?;
+    bpfsys::percpu_hash_for_each::<PauseKey, PauseStats>(pauses, BATCH, |key, per_cpu| {
+        let total: &mut PauseStats = out.entry(*key).or_default();
+        for s in per_cpu {
+            total.merge(s);
+        }
+    })
+    .map_err(read_error(maps::PAUSES))?;
+    Ok(out)
+}
+
 /// Adds the messages of every flow (one shared value each).
 pub fn read_messages(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> {
     for (key, stats) in &read_shared::<FlowKey, MsgStats>(ebpf, maps::MSGS)? {

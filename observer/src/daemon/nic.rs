@@ -1,0 +1,532 @@
+//! The NIC side in the sidecar: at each drain, one reading of the RDMA devices named
+//! (`rdma_devices`), or behind the observed interfaces or the captured device, and the netdevs
+//! behind their ports ([`host::snapshot`]); counters folded into cumulative values that never go
+//! back (a 32-bit wrap of mlx5's Q counters is carried over, a reset adds what was counted
+//! since), so Prometheus' `rate()` sees no false reset; the configuration as last read; and
+//! which sources the host lacks, each reason logged once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tracing::{info, warn};
+
+use super::{
+    config::{RunConfig, is_device_name},
+    openmetrics::{
+        NicConfigRow, NicInfoRow, NicMetrics, RdmaCounterRow, SourceRow, StatFamily, StatRow,
+    },
+};
+use crate::source::live::OneLine;
+use crate::source::nic::{
+    Availability, NicError,
+    host::{self, Host, Selection},
+    rdma::{Delta, Width, counter_width, delta},
+};
+
+/// One counter: its last reading and the sum of its deltas since the first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Fold {
+    last: u64,
+    total: u64,
+}
+
+impl Fold {
+    /// Folds the reading `now` of a counter of `width` in.
+    fn step(&mut self, width: Width, now: u64) {
+        let d = match delta(width, self.last, now) {
+            Delta::Grew(d) => d,
+            Delta::Reset { since } => since,
+        };
+        self.total = self.total.saturating_add(d);
+        self.last = now;
+    }
+}
+
+/// Folds `now` into the counter `key` of `map`: a counter first read starts at 0.
+fn fold<K: Ord>(map: &mut BTreeMap<K, Fold>, key: K, width: Width, now: u64) {
+    map.entry(key)
+        .and_modify(|f| f.step(width, now))
+        .or_insert(Fold {
+            last: now,
+            total: 0,
+        });
+}
+
+/// A device port's counter.
+type PortKey = (String, u32, String);
+
+/// The NIC side the collector reads at each drain.
+pub(super) struct NicSide {
+    host: Host,
+    /// RDMA devices named in the configuration.
+    named: Vec<String>,
+    /// The observed interfaces (and a captured netdev): the RDMA devices behind them are read.
+    observed: Vec<String>,
+    /// A captured device: read when it is an RDMA device.
+    capture: Option<String>,
+    /// The RDMA devices the host had when the devices to read were last found, and those
+    /// devices; found again when the host's devices change, after a reload, an interface event
+    /// or a failed reading.
+    resolved: Option<(Vec<String>, Vec<String>)>,
+    hw: BTreeMap<PortKey, Fold>,
+    port: BTreeMap<PortKey, Fold>,
+    /// Per netdev and exported driver statistic.
+    stats: BTreeMap<(String, String), Fold>,
+    /// The last successful reading (configuration, driver info).
+    last: Option<host::Snapshot>,
+    sources: Vec<SourceRow>,
+    /// Sources absent or failing, with the reason logged.
+    logged: BTreeMap<(String, String), String>,
+    /// After a reload: the next reading drops what it no longer selects.
+    prune: bool,
+}
+
+/// At the start, a named RDMA device the host lacks is an error (a wrong name); afterwards
+/// (a reload, a driver reload) it is an absent source.
+pub(super) fn check_named(config: &RunConfig) -> Result<(), NicError> {
+    let side = NicSide::new(config);
+    let class = side.class();
+    match side.named.iter().find(|d| !class.join(d).is_dir()) {
+        Some(missing) => Err(NicError::NoRdmaDevice(missing.clone())),
+        None => Ok(()),
+    }
+}
+
+impl NicSide {
+    /// The NIC side of `config`; nothing read yet.
+    pub(super) fn new(config: &RunConfig) -> Self {
+        let mut side = Self {
+            host: Host::Live,
+            named: Vec::new(),
+            observed: Vec::new(),
+            capture: None,
+            resolved: None,
+            hw: BTreeMap::new(),
+            port: BTreeMap::new(),
+            stats: BTreeMap::new(),
+            last: None,
+            sources: Vec::new(),
+            logged: BTreeMap::new(),
+            prune: false,
+        };
+        side.configure(config);
+        side
+    }
+
+    /// Takes a (reloaded) configuration: a different tree starts over.
+    pub(super) fn configure(&mut self, config: &RunConfig) {
+        let host = config
+            .nic_root
+            .clone()
+            .map_or(Host::Live, |r: PathBuf| Host::Root(r));
+        let capture = config.capture.as_ref().map(|c| c.device.clone());
+        let mut observed = config.ifaces.clone();
+        observed.extend(capture.iter().cloned());
+        if host != self.host {
+            self.hw.clear();
+            self.port.clear();
+            self.stats.clear();
+            self.last = None;
+        }
+        if host != self.host
+            || observed != self.observed
+            || config.rdma_devices != self.named
+            || capture != self.capture
+        {
+            self.prune = true;
+        }
+        self.host = host;
+        self.named = config.rdma_devices.clone();
+        self.observed = observed;
+        self.capture = capture;
+        self.resolved = None;
+    }
+
+    /// Interfaces came, went or were re-created: find the devices behind them again.
+    pub(super) fn interfaces_changed(&mut self) {
+        self.resolved = None;
+    }
+
+    fn root(&self) -> &Path {
+        match &self.host {
+            Host::Live => Path::new("/"),
+            Host::Root(r) => r,
+        }
+    }
+
+    fn class(&self) -> PathBuf {
+        self.root().join("sys/class/infiniband")
+    }
+
+    /// The RDMA devices the host has (none without the class).
+    fn host_devices(&self) -> Vec<String> {
+        let mut devices: Vec<String> = std::fs::read_dir(self.class())
+            .map(|e| {
+                e.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        devices.sort();
+        devices
+    }
+
+    /// The RDMA devices to read among the host's `devices`: the named ones, the captured one,
+    /// and those with a port behind an observed interface.
+    fn resolve(&self, devices: &[String]) -> Vec<String> {
+        let class = self.class();
+        let mut out = self.named.clone();
+        if let Some(c) = &self.capture
+            && is_device_name(c)
+            && devices.contains(c)
+            && !out.contains(c)
+        {
+            out.push(c.clone());
+        }
+        for d in devices {
+            if !out.contains(d) && behind(&class.join(d), &self.observed) {
+                out.push(d.clone());
+            }
+        }
+        out
+    }
+
+    /// One reading, folded in.
+    pub(super) fn read(&mut self) {
+        // Listing the class is cheap; the devices' GID tables are read only when it changed.
+        let host = self.host_devices();
+        let devices = match &self.resolved {
+            Some((had, chosen)) if *had == host => chosen.clone(),
+            _ => {
+                let chosen = self.resolve(&host);
+                self.resolved = Some((host, chosen.clone()));
+                chosen
+            }
+        };
+        if devices.is_empty() {
+            let reason = if self.observed.is_empty() {
+                "no RDMA device named (rdma_devices)".to_string()
+            } else {
+                format!(
+                    "no RDMA device named (rdma_devices) or behind {}",
+                    self.observed.join(", ")
+                )
+            };
+            self.set_sources(
+                vec![(("rdma".to_string(), String::new()), Err(reason))],
+                None,
+            );
+            if self.prune {
+                // A reload left nothing to read: nothing of before is exported.
+                self.prune = false;
+                self.hw.clear();
+                self.port.clear();
+                self.stats.clear();
+                self.last = None;
+            }
+            return;
+        }
+        let selection = Selection {
+            interfaces: Vec::new(),
+            rdma_devices: devices,
+        };
+        match host::snapshot(&self.host, &selection) {
+            Ok(s) => self.fold(s),
+            Err(e) => {
+                self.resolved = None;
+                let reason = format!("cannot read the NIC side: {}", OneLine(&e));
+                // Nothing is fresh: every source known is down.
+                let mut all: Vec<((String, String), Result<(), String>)> = self
+                    .sources
+                    .iter()
+                    .filter(|r| r.source != "rdma")
+                    .map(|r| {
+                        (
+                            (r.source.clone(), r.subject.clone()),
+                            Err("the reading failed".to_string()),
+                        )
+                    })
+                    .collect();
+                all.insert(0, (("rdma".to_string(), String::new()), Err(reason)));
+                self.set_sources(all, Some("rdma"));
+            }
+        }
+    }
+
+    /// Folds a reading's counters in and keeps it as the configuration's.
+    fn fold(&mut self, s: host::Snapshot) {
+        if self.prune {
+            self.prune = false;
+            let devices: Vec<&str> = s.devices().iter().map(|d| d.name.as_str()).collect();
+            let ifaces: Vec<&str> = s.interfaces.iter().map(|i| i.name.as_str()).collect();
+            self.hw.retain(|(d, _, _), _| devices.contains(&d.as_str()));
+            self.port
+                .retain(|(d, _, _), _| devices.contains(&d.as_str()));
+            self.stats.retain(|(i, _), _| ifaces.contains(&i.as_str()));
+        }
+        for d in s.devices() {
+            for p in &d.ports {
+                for (name, &v) in &p.hw_counters {
+                    let key = (d.name.clone(), p.port, name.clone());
+                    fold(&mut self.hw, key, counter_width(name), v);
+                }
+                // The IBTA counters are read through the extended (64-bit) attributes.
+                for (name, &v) in &p.counters {
+                    let key = (d.name.clone(), p.port, name.clone());
+                    fold(&mut self.port, key, Width::Bits64, v);
+                }
+            }
+        }
+        for i in &s.interfaces {
+            if let Availability::Present(stats) = &i.stats {
+                for (name, &v) in stats {
+                    if StatFamily::of(name).is_some() {
+                        fold(
+                            &mut self.stats,
+                            (i.name.clone(), name.clone()),
+                            Width::Bits64,
+                            v,
+                        );
+                    }
+                }
+            }
+        }
+        let mut sources = vec![(("rdma".to_string(), String::new()), reason(&s.rdma))];
+        for i in &s.interfaces {
+            for (source, r) in [
+                ("driver", reason(&i.driver)),
+                ("stats", reason(&i.stats)),
+                ("dcb", reason(&i.dcb)),
+                ("dcqcn", reason(&i.dcqcn)),
+            ] {
+                sources.push(((source.to_string(), i.name.clone()), r));
+            }
+        }
+        self.set_sources(sources, None);
+        self.last = Some(s);
+    }
+
+    /// The sources' states now. A reason is logged (at warn) when it is new for its source,
+    /// and a source coming back is logged; with `only`, reasons are logged for that source
+    /// alone (after a failed reading, the one reason is the failure's).
+    fn set_sources(
+        &mut self,
+        now: Vec<((String, String), Result<(), String>)>,
+        only: Option<&str>,
+    ) {
+        let mut rows = Vec::with_capacity(now.len());
+        for ((source, subject), state) in now {
+            let key = (source.clone(), subject.clone());
+            match &state {
+                Ok(()) => {
+                    if self.logged.remove(&key).is_some() {
+                        info!(%source, %subject, "NIC source readable again");
+                    }
+                }
+                Err(reason) if only.is_none_or(|o| o == source) => {
+                    if self.logged.get(&key) != Some(reason) {
+                        warn!(%source, %subject, "NIC source absent: {reason}");
+                        self.logged.insert(key, reason.clone());
+                    }
+                }
+                Err(_) => {}
+            }
+            rows.push(SourceRow {
+                source,
+                subject,
+                up: state.is_ok(),
+            });
+        }
+        self.sources = rows;
+    }
+
+    /// What the endpoint shows.
+    pub(super) fn metrics(&self) -> NicMetrics {
+        let port_rows = |m: &BTreeMap<PortKey, Fold>| {
+            m.iter()
+                .map(|((device, port, counter), f)| RdmaCounterRow {
+                    device: device.clone(),
+                    port: *port,
+                    counter: counter.clone(),
+                    value: f.total,
+                })
+                .collect()
+        };
+        let stats = self
+            .stats
+            .iter()
+            .filter_map(|((iface, stat), f)| {
+                Some(StatRow {
+                    iface: iface.clone(),
+                    stat: stat.clone(),
+                    family: StatFamily::of(stat)?,
+                    value: f.total,
+                })
+            })
+            .collect();
+        let mut info = Vec::new();
+        let mut config = Vec::new();
+        if let Some(s) = &self.last {
+            for i in &s.interfaces {
+                let device = s
+                    .devices()
+                    .iter()
+                    .find(|d| d.ports.iter().any(|p| p.netdevs.contains(&i.name)));
+                let driver = match &i.driver {
+                    Availability::Present(d) => d.clone(),
+                    Availability::Absent { .. } => Default::default(),
+                };
+                // The device's firmware version; else the driver's without its PSID
+                // ("28.39.1002 (MT_0000000838)").
+                let firmware = device.and_then(|d| d.fw_ver.clone()).unwrap_or_else(|| {
+                    driver
+                        .firmware
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string()
+                });
+                info.push(NicInfoRow {
+                    iface: i.name.clone(),
+                    device: device.map(|d| d.name.clone()).unwrap_or_default(),
+                    driver: driver.driver,
+                    version: driver.version,
+                    firmware,
+                    bus: driver.bus,
+                });
+                config.push(NicConfigRow {
+                    iface: i.name.clone(),
+                    mtu: i.mtu,
+                    pfc_enabled: match &i.dcb {
+                        Availability::Present(d) => d.pfc_enabled,
+                        Availability::Absent { .. } => None,
+                    },
+                    // Bits whose files could not be read are unknown, not off: left out.
+                    dcqcn: match &i.dcqcn {
+                        Availability::Present(d) => (0..8u8)
+                            .flat_map(|p| {
+                                let (np, rp) = d.enabled(p);
+                                [(p, "np", np), (p, "rp", rp)]
+                            })
+                            .filter_map(|(p, point, on)| Some((p, point, on?)))
+                            .collect(),
+                        Availability::Absent { .. } => Vec::new(),
+                    },
+                });
+            }
+        }
+        NicMetrics {
+            hw_counters: port_rows(&self.hw),
+            port_counters: port_rows(&self.port),
+            stats,
+            info,
+            config,
+            sources: self.sources.clone(),
+        }
+    }
+}
+
+/// Present, or the reason it is absent.
+fn reason<T>(a: &Availability<T>) -> Result<(), String> {
+    match a {
+        Availability::Present(_) => Ok(()),
+        Availability::Absent { reason } => Err(reason.clone()),
+    }
+}
+
+/// Whether a port of the RDMA device at `dev` is behind one of `ifaces`: its GID table names
+/// the netdev (RoCE), or the device's PCI function has it (`device/net/`).
+fn behind(dev: &Path, ifaces: &[String]) -> bool {
+    if ifaces.is_empty() {
+        return false;
+    }
+    let names = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|e| {
+                e.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if names(&dev.join("device/net"))
+        .iter()
+        .any(|n| ifaces.contains(n))
+    {
+        return true;
+    }
+    let ports = dev.join("ports");
+    names(&ports).iter().any(|p| {
+        let ndevs = ports.join(p).join("gid_attrs/ndevs");
+        names(&ndevs).iter().any(|g| {
+            std::fs::read_to_string(ndevs.join(g))
+                .is_ok_and(|n| ifaces.iter().any(|i| i == n.trim()))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folds_carry_32_bit_wraps_and_add_resets() {
+        let mut m = BTreeMap::new();
+        let w = counter_width("out_of_sequence");
+        fold(&mut m, "oos", w, 0xFFFF_FFF0);
+        assert_eq!(m["oos"].total, 0, "the first reading is the baseline");
+        fold(&mut m, "oos", w, 0x10);
+        assert_eq!(m["oos"].total, 0x20, "across the 32-bit wrap");
+        fold(&mut m, "oos", w, 0x15);
+        assert_eq!(m["oos"].total, 0x25);
+        // From the lower half back: a reset, counting what came since.
+        fold(&mut m, "oos", w, 3);
+        assert_eq!(m["oos"].total, 0x28);
+        // A 64-bit counter never wraps: going back is a reset.
+        fold(&mut m, "data", Width::Bits64, 1 << 40);
+        fold(&mut m, "data", Width::Bits64, 500);
+        fold(&mut m, "data", Width::Bits64, 700);
+        assert_eq!(m["data"].total, 700);
+    }
+
+    #[test]
+    fn only_the_roce_health_statistics_are_exported() {
+        use StatFamily::*;
+        for (name, want) in [
+            (
+                "rx_prio3_pause",
+                Some(PfcFrames {
+                    rx: true,
+                    priority: 3,
+                }),
+            ),
+            (
+                "tx_prio0_pause_duration",
+                Some(PfcPauseMicros {
+                    rx: false,
+                    priority: 0,
+                }),
+            ),
+            (
+                "rx_prio7_cong_discard",
+                Some(ClassDiscards {
+                    class: 7,
+                    kind: "cong_discard",
+                }),
+            ),
+            ("rx_prio2_discards", Some(Discards { priority: 2 })),
+            (
+                "tx_pause_storm_error_events",
+                Some(StormEvents { level: "error" }),
+            ),
+            ("rx_vport_rdma_unicast_bytes", Some(Driver)),
+            ("rx_prio3_bytes", None),
+            ("rx_prio3_pause_transition", None),
+            ("tx_prio3_discards", None),
+            ("rx_prio8_pause", None),
+            ("rx_bytes", None),
+        ] {
+            assert_eq!(StatFamily::of(name), want, "{name}");
+        }
+    }
+}
