@@ -1508,6 +1508,10 @@ fn nic_side_from_a_changing_tree() {
                 ("driver", &tree.driver("driver")),
                 ("version", &tree.driver("version")),
                 ("firmware", firmware.trim()),
+                (
+                    "model",
+                    tree.text("sys/class/infiniband/mlx5_0/hca_type").trim(),
+                ),
                 ("bus", &tree.driver("bus-info")),
             ]
         ),

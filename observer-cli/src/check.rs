@@ -72,6 +72,7 @@ pub fn check(a: CheckArgs) -> Result<()> {
     let sel = Selection {
         interfaces: a.ifaces.clone(),
         rdma_devices: a.rdma_devs.clone(),
+        no_qps: false,
     };
     let nic = match a.root.as_slice() {
         [] => {

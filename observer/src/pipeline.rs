@@ -100,6 +100,7 @@ impl NicPlan {
         let selection = Selection {
             interfaces: interfaces.to_vec(),
             rdma_devices: rdma_devices.to_vec(),
+            no_qps: false,
         };
         let plan = Self::start(Host::Live, selection)?;
         Ok((!plan.before.devices().is_empty()).then_some(plan))

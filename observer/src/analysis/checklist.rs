@@ -419,16 +419,25 @@ fn firmware(nic: &Nic, intent: &Intent) -> Vec<(ItemStatus, String, String)> {
                 s != subject && model.is_some() && m == model && f.as_deref() != Some(fw)
             })
             .find_map(|(s, _, f, _)| f.as_ref().map(|f| format!("{s} runs {f}")));
+        let same_model = seen
+            .iter()
+            .filter(|(s, m, _, _)| s != subject && model.is_some() && m == model)
+            .count();
         let (status, evidence) = match (&intent.firmware, other) {
             (Some(want), _) if want != fw => (
                 ItemStatus::Fail,
                 format!("{evidence}, not the fleet's {want}"),
             ),
-            (_, Some(other)) => (
+            // The fleet's: a sibling that differs fails on its own line.
+            (Some(_), _) => (ItemStatus::Pass, evidence),
+            (None, Some(other)) => (
                 ItemStatus::Fail,
                 format!("{evidence}, but {other} (same model): one host, two firmwares"),
             ),
-            (Some(_), None) => (ItemStatus::Pass, evidence),
+            (None, None) if same_model > 0 => (
+                ItemStatus::Pass,
+                format!("{evidence}, as the host's other devices of its model"),
+            ),
             (None, None) => (
                 ItemStatus::NotApplicable,
                 format!("{evidence} (give --firmware to compare with the fleet's)"),

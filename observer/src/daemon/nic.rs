@@ -175,13 +175,20 @@ impl NicSide {
     /// and those with a port behind an observed interface.
     fn resolve(&self, devices: &[String]) -> Vec<String> {
         let class = self.class();
-        let mut out = self.named.clone();
-        if let Some(c) = &self.capture
-            && is_device_name(c)
-            && devices.contains(c)
-            && !out.contains(c)
-        {
-            out.push(c.clone());
+        // A named device the host lacks now (a driver reload, a LAG formed) is left out, not a
+        // reading failed for every other device: its `rdma` source says so.
+        let mut out: Vec<String> = self
+            .named
+            .iter()
+            .filter(|d| devices.contains(d))
+            .cloned()
+            .collect();
+        // A captured device's port (`mlx5_0:1`) is its device's.
+        if let Some(c) = &self.capture {
+            let c = c.split_once(':').map_or(c.as_str(), |(d, _)| d).to_string();
+            if is_device_name(&c) && devices.contains(&c) && !out.contains(&c) {
+                out.push(c);
+            }
         }
         for d in devices {
             if !out.contains(d) && behind(&class.join(d), &self.observed) {
@@ -229,6 +236,7 @@ impl NicSide {
         let selection = Selection {
             interfaces: Vec::new(),
             rdma_devices: devices,
+            no_qps: true,
         };
         match host::snapshot(&self.host, &selection) {
             Ok(s) => self.fold(s),
@@ -292,6 +300,16 @@ impl NicSide {
             }
         }
         let mut sources = vec![(("rdma".to_string(), String::new()), reason(&s.rdma))];
+        for missing in self
+            .named
+            .iter()
+            .filter(|n| !s.devices().iter().any(|d| &d.name == *n))
+        {
+            sources.push((
+                ("rdma".to_string(), missing.clone()),
+                Err(format!("the host has no RDMA device {missing} now")),
+            ));
+        }
         for i in &s.interfaces {
             for (source, r) in [
                 ("driver", reason(&i.driver)),
@@ -392,6 +410,7 @@ impl NicSide {
                     driver: driver.driver,
                     version: driver.version,
                     firmware,
+                    model: device.and_then(|d| d.hca_type.clone()).unwrap_or_default(),
                     bus: driver.bus,
                 });
                 config.push(NicConfigRow {

@@ -182,6 +182,9 @@ pub struct NicInfoRow {
     pub driver: String,
     pub version: String,
     pub firmware: String,
+    /// The RDMA device's model (`hca_type`, e.g. MT4129), to compare firmware among cards of
+    /// one model: one driver serves several generations.
+    pub model: String,
     pub bus: String,
 }
 
@@ -848,7 +851,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     {
         let mut m = enc.encode_descriptor(
             "roce_nic",
-            "A RoCE netdev: the RDMA device behind it, its driver and version, the firmware (the RDMA device's fw_ver) and the PCI bus",
+            "A RoCE netdev: the RDMA device behind it, its driver and version, the firmware (the RDMA device's fw_ver), the device's model (hca_type) and the PCI bus",
             None,
             MetricType::Info,
         )?;
@@ -859,6 +862,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
                 ("driver", i.driver.clone()),
                 ("version", i.version.clone()),
                 ("firmware", i.firmware.clone()),
+                ("model", i.model.clone()),
                 ("bus", i.bus.clone()),
             ])?;
         }

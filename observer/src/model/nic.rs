@@ -231,14 +231,14 @@ impl Interface {
             if let Some(d) = self.stat(&format!("rx_prio{p}_discards")) {
                 out.push((format!("priority {p}"), d));
             }
-            if let Some(tc) = self
-                .dcb
-                .as_ref()
-                .and_then(|d| d.prio_tc)
-                .map(|m| m[usize::from(p)])
-                && !classes.contains(&tc)
-            {
-                classes.push(tc);
+            // A class is judged only when every priority in it is lossless: a lossy priority's
+            // drops in a shared class are no PFC failure.
+            if let Some(map) = self.dcb.as_ref().and_then(|d| d.prio_tc) {
+                let tc = map[usize::from(p)];
+                let all_lossless = (0..8usize).all(|q| map[q] != tc || lossless & (1 << q) != 0);
+                if all_lossless && !classes.contains(&tc) {
+                    classes.push(tc);
+                }
             }
         }
         classes.sort_unstable();

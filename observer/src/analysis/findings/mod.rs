@@ -522,6 +522,13 @@ mod tests {
                 "latency",
                 "ecmp-imbalance",
                 "flow-table-full",
+                "nic-pfc-priorities",
+                "nic-ecn-without-cnp",
+                "nic-transport-errors",
+                "nic-pause-share",
+                "nic-pause-storm",
+                "nic-lossless-discards",
+                "nic-wire-mismatch",
             ]
         );
         let unique: BTreeSet<&str> = names.iter().copied().collect();

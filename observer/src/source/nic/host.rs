@@ -42,6 +42,9 @@ impl Host {
 pub struct Selection {
     pub interfaces: Vec<String>,
     pub rdma_devices: Vec<String>,
+    /// Leave the QP table out (the sidecar exports none: a dump of every QP, each with its
+    /// process's name, at every drain would be work for nothing).
+    pub no_qps: bool,
 }
 
 /// One netdev's side.
@@ -99,7 +102,10 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
         // A copy without its time: 0, and the caller says how far apart two copies are.
         Host::Root(r) => number(&r.join("taken")).unwrap_or(0),
     };
-    let rdma = match super::rdma::rdma_devices(root)? {
+    // Named devices alone: only theirs are read (a host with SR-IOV functions has many).
+    let only = (sel.interfaces.is_empty() && !sel.rdma_devices.is_empty())
+        .then_some(sel.rdma_devices.as_slice());
+    let rdma = match super::rdma::rdma_devices_among(root, only)? {
         Availability::Present(all) => {
             let chosen: Vec<RdmaDevice> = all
                 .into_iter()
@@ -161,6 +167,9 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
         interfaces.push(interface(host, root, &name, &net)?);
     }
     let qps = match host {
+        _ if sel.no_qps => Availability::Absent {
+            reason: "not read".into(),
+        },
         Host::Live => super::rdma_netlink::qps()?,
         Host::Root(r) => super::rdma_netlink::qps_at(r)?,
     };
@@ -200,10 +209,12 @@ fn add_netlink_counters(devices: &mut [RdmaDevice]) {
 fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interface, NicError> {
     let mtu = number(&net.join("mtu")).and_then(|m| u32::try_from(m).ok());
     let (driver, stats, dcb, addresses) = match host {
+        // A call the kernel refuses for one netdev (a reset in progress, an errno the driver
+        // gives) is that source absent, not the whole reading lost.
         Host::Live => (
-            super::ethtool::driver_info(name)?,
-            super::ethtool::driver_stats(name)?,
-            super::dcb::dcb(name)?,
+            or_absent(super::ethtool::driver_info(name)),
+            or_absent(super::ethtool::driver_stats(name)),
+            or_absent(super::dcb::dcb(name)),
             addresses(name),
         ),
         Host::Root(r) => {
@@ -224,6 +235,19 @@ fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interfa
         stats,
         dcb,
         dcqcn: super::dcqcn::dcqcn(root, name)?,
+    })
+}
+
+/// A source's reading, an error becoming the source absent with the error as its reason.
+fn or_absent<T>(r: Result<Availability<T>, NicError>) -> Availability<T> {
+    r.unwrap_or_else(|e| {
+        let mut reason = e.to_string();
+        let mut cur = std::error::Error::source(&e);
+        while let Some(s) = cur {
+            reason.push_str(&format!(": {s}"));
+            cur = s.source();
+        }
+        Availability::Absent { reason }
     })
 }
 

@@ -46,6 +46,15 @@ pub struct RdmaPort {
 /// The RDMA devices under `root` (`/` on a live host; a fixture tree in tests): absent, with
 /// the reason, when the host has none.
 pub fn rdma_devices(root: &Path) -> Result<Availability<Vec<RdmaDevice>>, NicError> {
+    rdma_devices_among(root, None)
+}
+
+/// The same, reading only the devices `only` names when given (the others' files are not
+/// touched: a driver's counter reads can be firmware commands).
+pub fn rdma_devices_among(
+    root: &Path,
+    only: Option<&[String]>,
+) -> Result<Availability<Vec<RdmaDevice>>, NicError> {
     let class = root.join("sys/class/infiniband");
     if !class.is_dir() {
         return Ok(Availability::Absent {
@@ -54,6 +63,9 @@ pub fn rdma_devices(root: &Path) -> Result<Availability<Vec<RdmaDevice>>, NicErr
     }
     let mut devices = Vec::new();
     for name in entries(&class)? {
+        if only.is_some_and(|o| !o.contains(&name)) {
+            continue;
+        }
         let dir = class.join(&name);
         let mut ports = Vec::new();
         let ports_dir = dir.join("ports");

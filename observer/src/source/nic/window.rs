@@ -159,7 +159,13 @@ fn deltas(
 ) -> BTreeMap<String, Counter> {
     now.iter()
         .map(|(name, &value)| {
-            let before = prev.and_then(|p| p.get(name)).copied().unwrap_or(0);
+            // A counter the first reading of its port lacked (unreadable then, or the netlink
+            // counters missing from it) has no known start: no delta. With no first reading of
+            // the port at all, it is new and counted from 0.
+            let before = match prev {
+                Some(p) => p.get(name).copied().unwrap_or(value),
+                None => 0,
+            };
             let c = match delta(width(name), before, value) {
                 Delta::Grew(d) => Counter {
                     value,
@@ -287,6 +293,7 @@ mod tests {
             &[
                 ("rx_prio3_pause", 10),
                 ("rx_prio3_pause_duration", 100),
+                ("rx_prio3_discards", 6),
                 ("rx_prio3_buf_discard", 1),
                 ("rx_prio3_cong_discard", 2),
                 ("tx_prio5_pause", 0),
@@ -301,6 +308,7 @@ mod tests {
             &[
                 ("rx_prio3_pause", 15),
                 ("rx_prio3_pause_duration", 600),
+                ("rx_prio3_discards", 8),
                 ("rx_prio3_buf_discard", 4),
                 ("rx_prio3_cong_discard", 3),
                 ("tx_prio5_pause", 2),
@@ -336,11 +344,12 @@ mod tests {
         assert_eq!(
             i.priorities,
             [
+                // The per-class discards (buf, cong) are not a priority's.
                 Priority {
                     priority: 3,
                     rx_pause: 5,
                     rx_pause_us: Some(500),
-                    discards: 4,
+                    discards: 2,
                     ..Priority::default()
                 },
                 Priority {

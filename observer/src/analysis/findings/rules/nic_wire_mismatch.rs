@@ -125,8 +125,17 @@ fn nic_wire_mismatch(r: &Report, c: &NicWireMismatch) -> Outcome {
         }
         any.then_some(total)
     };
+    // A flow seen in several mirror sessions (two taps on one path) is one flow: its largest
+    // count, not their sum.
     let wire = |flows: &[&Flow], f: fn(&Flow) -> u64| {
-        flows.iter().fold(0u64, |t, x| t.saturating_add(f(x)))
+        let mut per: std::collections::BTreeMap<_, u64> = std::collections::BTreeMap::new();
+        for x in flows {
+            let v = per
+                .entry((x.src_ip, x.dst_ip, x.dest_qp, x.udp_src_port, x.direction))
+                .or_default();
+            *v = (*v).max(f(x));
+        }
+        per.values().fold(0u64, |t, v| t.saturating_add(*v))
     };
     let pairs = [
         (
@@ -161,9 +170,16 @@ fn nic_wire_mismatch(r: &Report, c: &NicWireMismatch) -> Outcome {
     }
     // Loss: the wire counts loss events, the NIC out-of-sequence arrivals (one loss makes one or
     // more): the wire seeing loss the NIC never counted is a disagreement.
+    // Only where the wire is the host's own (no mirror copies, which a mirror session may drop
+    // on its own).
+    let direct: Vec<&Flow> = into
+        .iter()
+        .copied()
+        .filter(|f| f.mirror.is_none())
+        .collect();
     if let Some(n) = sum(&["out_of_sequence"]) {
-        let w = wire(&into, |f| f.psn.lost_events);
-        if w >= c.min_count.min(MIN_LOSS_EVENTS) {
+        let w = wire(&direct, |f| f.psn.lost_events);
+        if w >= MIN_LOSS_EVENTS {
             compared.push(format!(
                 "loss on arrival: wire {w} events, NIC {n} out of sequence"
             ));
