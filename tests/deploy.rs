@@ -221,6 +221,7 @@ fn prometheus_rules_check_and_pass_their_unit_tests() {
         "RoCENicPauseShare",
         "RoCENicTransportErrors",
         "RoCENicPauseStorm",
+        "RoCENicSourceDown",
     ] {
         assert!(rules.contains(&format!("- alert: {alert}\n")), "{alert}");
         assert!(
