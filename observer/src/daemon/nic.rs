@@ -1,4 +1,5 @@
-//! The NIC side in the sidecar: at each drain, one reading of the RDMA devices named
+//! The NIC side in the sidecar: at each drain, one reading (on a thread of its own, waited for
+//! half a second at most) of the RDMA devices named
 //! (`rdma_devices`), or behind the observed interfaces or the captured device, and the netdevs
 //! behind their ports ([`host::snapshot`]); counters folded into cumulative values that never go
 //! back (a 32-bit wrap of mlx5's Q counters is carried over, a reset adds what was counted
@@ -7,6 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use tracing::{info, warn};
 
@@ -22,6 +25,87 @@ use crate::source::nic::{
     host::{self, Host, Selection},
     rdma::{Delta, Width, counter_width, delta},
 };
+
+/// How long a drain waits for the NIC side's reading (a few milliseconds normally); a reading
+/// still running then is picked up by a later drain.
+const READ_WAIT: Duration = Duration::from_millis(500);
+
+/// The readings, on a thread of their own: a driver's counter reads are firmware commands,
+/// and one that hangs (mlx5 gives up after about a minute) must not stall the drains of the
+/// kernel maps.
+struct Reader {
+    ask: Option<mpsc::Sender<(Host, Selection)>>,
+    answers: Option<mpsc::Receiver<Result<host::Snapshot, NicError>>>,
+    /// A reading asked for and not answered yet.
+    pending: bool,
+}
+
+impl Reader {
+    fn new() -> Self {
+        Self {
+            ask: None,
+            answers: None,
+            pending: false,
+        }
+    }
+
+    /// The answer to a reading asked for now, waiting up to [`READ_WAIT`]; while an earlier
+    /// one is still running, its answer if it is back, without waiting; none when it is not.
+    fn read(
+        &mut self,
+        host: &Host,
+        selection: Selection,
+    ) -> Option<Result<host::Snapshot, NicError>> {
+        if self.ask.is_none() {
+            let (ask, asked) = mpsc::channel::<(Host, Selection)>();
+            let (answer, answers) = mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("nic-reader".into())
+                .spawn(move || {
+                    while let Ok((host, selection)) = asked.recv() {
+                        if answer.send(host::snapshot(&host, &selection)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                return Some(Err(NicError::Read {
+                    path: PathBuf::from("nic-reader thread"),
+                    source: e,
+                }));
+            }
+            self.ask = Some(ask);
+            self.answers = Some(answers);
+        }
+        // A reading still running from an earlier drain is not waited for again: a hanging
+        // one costs the drains nothing after the first wait.
+        let wait = if self.pending {
+            Duration::ZERO
+        } else {
+            let sent = self
+                .ask
+                .as_ref()
+                .is_some_and(|a| a.send((host.clone(), selection)).is_ok());
+            self.pending = sent;
+            READ_WAIT
+        };
+        let answers = self.answers.as_ref()?;
+        match answers.recv_timeout(wait) {
+            Ok(r) => {
+                self.pending = false;
+                Some(r)
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // The thread is gone: start another at the next drain.
+                self.ask = None;
+                self.answers = None;
+                self.pending = false;
+                None
+            }
+        }
+    }
+}
 
 /// One counter: its last reading and the sum of its deltas since the first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,6 +163,7 @@ pub(super) struct NicSide {
     logged: BTreeMap<(String, String), String>,
     /// After a reload: the next reading drops what it no longer selects.
     prune: bool,
+    reader: Reader,
 }
 
 /// At the start, a named RDMA device the host lacks is an error (a wrong name); afterwards
@@ -108,6 +193,7 @@ impl NicSide {
             sources: Vec::new(),
             logged: BTreeMap::new(),
             prune: false,
+            reader: Reader::new(),
         };
         side.configure(config);
         side
@@ -238,7 +324,31 @@ impl NicSide {
             rdma_devices: devices,
             no_qps: true,
         };
-        match host::snapshot(&self.host, &selection) {
+        let Some(result) = self.reader.read(&self.host, selection) else {
+            // Still reading (a firmware command that hangs): the drain goes on, the counters
+            // stand still, and the source says so.
+            let reason = format!(
+                "a reading has taken over {:.1} s (a firmware command hanging?): the NIC counters stand still",
+                READ_WAIT.as_secs_f64()
+            );
+            let mut all: Vec<((String, String), Result<(), String>)> = self
+                .sources
+                .iter()
+                .filter(|r| !(r.source == "rdma" && r.subject.is_empty()))
+                .map(|r| {
+                    let state = if r.up {
+                        Ok(())
+                    } else {
+                        Err("not read".to_string())
+                    };
+                    ((r.source.clone(), r.subject.clone()), state)
+                })
+                .collect();
+            all.insert(0, (("rdma".to_string(), String::new()), Err(reason)));
+            self.set_sources(all, Some("rdma"));
+            return;
+        };
+        match result {
             Ok(s) => self.fold(s),
             Err(e) => {
                 self.resolved = None;
@@ -487,6 +597,43 @@ fn behind(dev: &Path, ifaces: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reading that hangs (here a copied tree's `taken` file that is a FIFO no one writes
+    /// yet, as a firmware command that does not return) costs the first drain half a second and
+    /// the next ones nothing; its answer is taken once it comes.
+    #[test]
+    fn a_hanging_reading_does_not_stall_the_drains() {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::env::temp_dir().join(format!("nic-reader-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("taken");
+        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let host = Host::Root(dir.clone());
+        let mut reader = Reader::new();
+        let t = std::time::Instant::now();
+        assert!(reader.read(&host, Selection::default()).is_none());
+        assert!(t.elapsed() >= READ_WAIT);
+        let t = std::time::Instant::now();
+        assert!(reader.read(&host, Selection::default()).is_none());
+        assert!(t.elapsed() < READ_WAIT / 2, "{:?}", t.elapsed());
+        // The firmware answers.
+        std::fs::write(&fifo, "7\n").unwrap();
+        let mut answer = None;
+        for _ in 0..50 {
+            answer = reader.read(&host, Selection::default());
+            if answer.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let s = answer.expect("answered").expect("read");
+        assert_eq!(s.taken_ns, 7);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn folds_carry_32_bit_wraps_and_add_resets() {
