@@ -112,7 +112,13 @@ impl Reader {
 struct Fold {
     last: u64,
     total: u64,
+    /// Successful readings in a row without its device or netdev.
+    missing: u32,
 }
+
+/// Readings in a row a device or netdev may be missing from before its series are dropped (a
+/// LAG formed, a netdev renamed): a driver reload's brief absence keeps them.
+const MISSING_READINGS: u32 = 30;
 
 impl Fold {
     /// Folds the reading `now` of a counter of `width` in.
@@ -126,6 +132,33 @@ impl Fold {
     }
 }
 
+/// Ages the series of devices and netdevs a reading lacks; those gone for [`MISSING_READINGS`]
+/// readings are dropped, not exported frozen.
+fn age_out(
+    hw: &mut BTreeMap<PortKey, Fold>,
+    port: &mut BTreeMap<PortKey, Fold>,
+    stats: &mut BTreeMap<(String, String), Fold>,
+    devices: &[&str],
+    ifaces: &[&str],
+) {
+    let age = |f: &mut Fold, present: bool| {
+        f.missing = if present {
+            0
+        } else {
+            f.missing.saturating_add(1)
+        };
+    };
+    for ((d, _, _), f) in hw.iter_mut().chain(port.iter_mut()) {
+        age(f, devices.contains(&d.as_str()));
+    }
+    for ((i, _), f) in stats.iter_mut() {
+        age(f, ifaces.contains(&i.as_str()));
+    }
+    hw.retain(|_, f| f.missing < MISSING_READINGS);
+    port.retain(|_, f| f.missing < MISSING_READINGS);
+    stats.retain(|_, f| f.missing < MISSING_READINGS);
+}
+
 /// Folds `now` into the counter `key` of `map`: a counter first read starts at 0.
 fn fold<K: Ord>(map: &mut BTreeMap<K, Fold>, key: K, width: Width, now: u64) {
     map.entry(key)
@@ -133,6 +166,7 @@ fn fold<K: Ord>(map: &mut BTreeMap<K, Fold>, key: K, width: Width, now: u64) {
         .or_insert(Fold {
             last: now,
             total: 0,
+            missing: 0,
         });
 }
 
@@ -381,6 +415,17 @@ impl NicSide {
             self.port
                 .retain(|(d, _, _), _| devices.contains(&d.as_str()));
             self.stats.retain(|(i, _), _| ifaces.contains(&i.as_str()));
+        }
+        {
+            let devices: Vec<&str> = s.devices().iter().map(|d| d.name.as_str()).collect();
+            let ifaces: Vec<&str> = s.interfaces.iter().map(|i| i.name.as_str()).collect();
+            age_out(
+                &mut self.hw,
+                &mut self.port,
+                &mut self.stats,
+                &devices,
+                &ifaces,
+            );
         }
         for d in s.devices() {
             for p in &d.ports {
@@ -653,6 +698,42 @@ mod tests {
         fold(&mut m, "data", Width::Bits64, 500);
         fold(&mut m, "data", Width::Bits64, 700);
         assert_eq!(m["data"].total, 700);
+    }
+
+    #[test]
+    fn series_of_a_device_gone_for_long_are_dropped() {
+        let mut hw = BTreeMap::new();
+        let mut port = BTreeMap::new();
+        let mut stats = BTreeMap::new();
+        for d in ["mlx5_0", "mlx5_1"] {
+            fold(
+                &mut hw,
+                (d.into(), 1, "np_cnp_sent".into()),
+                Width::Bits64,
+                5,
+            );
+            fold(
+                &mut port,
+                (d.into(), 1, "port_rcv_data".into()),
+                Width::Bits64,
+                5,
+            );
+        }
+        fold(
+            &mut stats,
+            ("eth0".into(), "rx_prio3_pause".into()),
+            Width::Bits64,
+            1,
+        );
+        // mlx5_1 and eth0 gone (a LAG formed): kept through a brief absence, then dropped.
+        for _ in 1..MISSING_READINGS {
+            age_out(&mut hw, &mut port, &mut stats, &["mlx5_0"], &[]);
+        }
+        assert_eq!((hw.len(), port.len(), stats.len()), (2, 2, 1));
+        age_out(&mut hw, &mut port, &mut stats, &["mlx5_0"], &[]);
+        let left: Vec<&str> = hw.keys().map(|(d, _, _)| d.as_str()).collect();
+        assert_eq!(left, ["mlx5_0"]);
+        assert_eq!((port.len(), stats.len()), (1, 0));
     }
 
     #[test]
