@@ -24,6 +24,8 @@ struct Totals {
     xon: [u64; PAUSE_CLASSES],
     quanta: [u64; PAUSE_CLASSES],
     seconds: [f64; PAUSE_CLASSES],
+    /// Some of its quanta were turned into time (a link speed was known for them).
+    timed: bool,
 }
 
 impl Totals {
@@ -34,6 +36,7 @@ impl Totals {
             self.quanta[c] = self.quanta[c].saturating_add(d.quanta[c]);
             if let Some(bps) = speed_bps.filter(|b| *b > 0) {
                 self.seconds[c] += d.quanta[c] as f64 * PAUSE_QUANTUM_BITS as f64 / bps as f64;
+                self.timed = true;
             }
         }
     }
@@ -91,7 +94,13 @@ impl PauseBook {
             } else {
                 self.other.entry(key.mirror).or_default()
             };
-            totals.add(&d, speed_bps);
+            // Pauses inside mirror copies were sent on the mirrored links, whose speed is not
+            // the observed port's (a capture on a mirror port too): no time for them.
+            let direct = matches!(
+                observer_common::MirrorOf::of(key.mirror),
+                observer_common::MirrorOf::Direct
+            );
+            totals.add(&d, speed_bps.filter(|_| direct));
         }
         // An entry gone from the table was evicted: if it comes back, it starts anew.
         self.prev = next;
@@ -122,7 +131,7 @@ impl PauseBook {
                     frames: t.frames[c],
                     xon: t.xon[c],
                     quanta: t.quanta[c],
-                    seconds: self.timed.then_some(t.seconds[c]),
+                    seconds: (self.timed && t.timed).then_some(t.seconds[c]),
                 });
             }
         }
@@ -185,5 +194,26 @@ mod tests {
         assert_eq!(rows.len(), MAX_PFC_SENDERS + 1);
         let other = rows.iter().find(|r| r.src_mac == "other").unwrap();
         assert_eq!((other.frames, other.quanta, other.seconds), (3, 21, None));
+    }
+
+    #[test]
+    fn pauses_inside_mirror_copies_get_no_time_from_the_observed_ports_speed() {
+        let mut b = PauseBook::default();
+        let mirrored = PauseKey {
+            mirror: 0x8000 | (3 << 10),
+            ..key(1)
+        };
+        let table = BTreeMap::from([(key(2), stats(1, 100, 1)), (mirrored, stats(1, 100, 1))]);
+        b.update(&table, Some(100_000_000_000));
+        let rows = b.rows();
+        let seconds: Vec<(String, Option<f64>)> =
+            rows.iter().map(|r| (r.mirror.clone(), r.seconds)).collect();
+        assert_eq!(
+            seconds,
+            [
+                ("erspan3".to_string(), None),
+                (String::new(), Some(100.0 * 512.0 / 1e11))
+            ]
+        );
     }
 }
