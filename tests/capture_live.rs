@@ -8,14 +8,14 @@
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader, Read, Write},
-    path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use integration_tests::{
-    Diagnose, has_xdp, require_root, run_with_input, timeless, truth_aggregate,
+    Diagnose, Sample, has_xdp, parse_exposition, require_root, sample_sum, timeless,
+    truth_aggregate,
 };
 use roce_observer::{
     lab::{Lab, Netns},
@@ -383,14 +383,6 @@ impl Drop for Daemon {
     }
 }
 
-/// One sample as the Prometheus project's parser saw it.
-#[derive(Debug, Clone)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-}
-
 /// Scrapes `127.0.0.1:port/metrics` in `ns` (OpenMetrics) and parses it with
 /// prometheus_client's strict OpenMetrics parser.
 fn scrape(ns: &Netns, port: u16) -> Vec<Sample> {
@@ -408,47 +400,7 @@ fn scrape(ns: &Netns, port: u16) -> Vec<Sample> {
         .expect("HTTP GET");
     let text = String::from_utf8(raw).unwrap();
     let (_, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools/venv/bin/python");
-    assert!(
-        python.exists(),
-        "run `cargo xtask setup` (prometheus-client)"
-    );
-    let script = "import sys, json\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families\nout = []\nfor fam in text_string_to_metric_families(sys.stdin.read()):\n    for s in fam.samples:\n        out.append([s.name, s.labels, s.value])\nprint(json.dumps(out))\n";
-    let out = run_with_input(Command::new(python).args(["-c", script]), body.as_bytes())
-        .expect("run the parser");
-    assert!(
-        out.status.success(),
-        "the parser rejected the exposition: {}\n{body}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| Sample {
-            name: s[0].as_str().unwrap().to_string(),
-            labels: s[1]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                .collect(),
-            value: s[2].as_f64().unwrap(),
-        })
-        .collect()
-}
-
-/// Sum of the samples named `name` whose labels include `with`.
-fn sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> u64 {
-    samples
-        .iter()
-        .filter(|s| s.name == name)
-        .filter(|s| {
-            with.iter()
-                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
-        })
-        .map(|s| s.value as u64)
-        .sum()
+    parse_exposition(body, true)
 }
 
 /// The families both daemons export, summed per label set without the queue pairs' own
@@ -515,20 +467,20 @@ fn the_sidecar_exports_a_capture_as_it_exports_xdp() {
     let (x, c) = loop {
         let (x, c) = (scrape(&lab.ns, 9477), scrape(&lab.ns, 9478));
         let done = |s: &[Sample]| {
-            sum(s, "roce_qp_packets_total", &[]) == packets
-                && sum(s, "roce_iface_frames_total", &[]) == frames
+            sample_sum(s, "roce_qp_packets_total", &[]) == packets
+                && sample_sum(s, "roce_iface_frames_total", &[]) == frames
         };
         if done(&x)
             && done(&c)
-            && sum(&c, "roce_observer_capture_received_frames_total", &[]) == frames
+            && sample_sum(&c, "roce_observer_capture_received_frames_total", &[]) == frames
         {
             break (x, c);
         }
         assert!(
             Instant::now() < deadline,
             "not drained: xdp {} / capture {} of {packets} packets",
-            sum(&x, "roce_qp_packets_total", &[]),
-            sum(&c, "roce_qp_packets_total", &[])
+            sample_sum(&x, "roce_qp_packets_total", &[]),
+            sample_sum(&c, "roce_qp_packets_total", &[])
         );
         std::thread::sleep(Duration::from_millis(200));
     };
@@ -538,19 +490,19 @@ fn the_sidecar_exports_a_capture_as_it_exports_xdp() {
     assert_eq!(cc, xc);
     // Against the generator: per interface and per queue pair.
     let rx = [("iface", "rx0"), ("dir", "rx")];
-    assert_eq!(sum(&c, "roce_packets_total", &rx), packets);
+    assert_eq!(sample_sum(&c, "roce_packets_total", &rx), packets);
     assert_eq!(
-        sum(&c, "roce_bytes_total", &rx),
+        sample_sum(&c, "roce_bytes_total", &rx),
         w.truth.counters.roce_bytes
     );
-    assert_eq!(sum(&c, "roce_iface_frames_total", &rx), frames);
+    assert_eq!(sample_sum(&c, "roce_iface_frames_total", &rx), frames);
     assert_eq!(
-        sum(&c, "roce_qp_ce_packets_total", &[]),
+        sample_sum(&c, "roce_qp_ce_packets_total", &[]),
         w.truth.counters.ce_packets
     );
     // libpcap's own counters, none dropped.
     assert_eq!(
-        sum(
+        sample_sum(
             &c,
             "roce_observer_capture_received_frames_total",
             &[("iface", "rx0")]
@@ -559,7 +511,7 @@ fn the_sidecar_exports_a_capture_as_it_exports_xdp() {
     );
     for place in ["buffer", "interface"] {
         assert_eq!(
-            sum(
+            sample_sum(
                 &c,
                 "roce_observer_capture_dropped_frames_total",
                 &[("iface", "rx0"), ("where", place)]
@@ -574,7 +526,7 @@ fn the_sidecar_exports_a_capture_as_it_exports_xdp() {
         "mode=capture"
     );
     assert_eq!(
-        sum(&c, "roce_observer_interface_attached", &[("iface", "rx0")]),
+        sample_sum(&c, "roce_observer_interface_attached", &[("iface", "rx0")]),
         1
     );
     assert!(
@@ -592,7 +544,7 @@ fn drained(ns: &Netns, port: u16, packets: u64) -> Vec<Sample> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = scrape(ns, port);
-        let seen = sum(&s, "roce_packets_total", &[("iface", "rx0"), ("dir", "rx")]);
+        let seen = sample_sum(&s, "roce_packets_total", &[("iface", "rx0"), ("dir", "rx")]);
         if seen == packets {
             return s;
         }
@@ -642,14 +594,14 @@ fn the_sidecar_captures_an_interface_again_when_it_comes_back() {
     assert_eq!(send(&lab, "tx0", &w), w.frames.len());
     let s = drained(&lab.ns, 9479, 2 * packets);
     assert_eq!(
-        sum(&s, "roce_observer_reattachments_total", &[("iface", "rx0")]),
+        sample_sum(&s, "roce_observer_reattachments_total", &[("iface", "rx0")]),
         1
     );
     assert_eq!(
-        sum(&s, "roce_observer_interface_attached", &[("iface", "rx0")]),
+        sample_sum(&s, "roce_observer_interface_attached", &[("iface", "rx0")]),
         1
     );
-    assert_eq!(sum(&s, "roce_qp_packets_total", &[]), 2 * packets);
+    assert_eq!(sample_sum(&s, "roce_qp_packets_total", &[]), 2 * packets);
     let (clean, log) = d.stop();
     assert!(clean, "{log}");
 }

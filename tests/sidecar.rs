@@ -13,7 +13,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{Scratch, output, require_root, run_with_input};
+use integration_tests::{
+    Sample, Scratch, output, parse_exposition, require_root, run_with_input, sample_sum,
+};
 use observer_common::{FlowStats, OpClass, SkipReason, wire};
 use roce_observer::{
     lab::{Lab, Netns},
@@ -190,62 +192,6 @@ fn get(ns: &Netns, path: &str, accept: Option<&str>) -> (u16, String, String) {
     (status, content_type, body.to_string())
 }
 
-/// One sample as the parser saw it.
-#[derive(Debug, Clone)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-}
-
-fn python() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools/venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask setup` (it installs prometheus-client there)",
-        p.display()
-    );
-    p
-}
-
-/// Parses an exposition with prometheus_client's OpenMetrics parser (strict: `# EOF`, types,
-/// units, counter names) or its Prometheus text parser.
-fn parse(text: &str, openmetrics: bool) -> Vec<Sample> {
-    let module = if openmetrics {
-        "prometheus_client.openmetrics.parser"
-    } else {
-        "prometheus_client.parser"
-    };
-    let script = format!(
-        "import sys, json\nfrom {module} import text_string_to_metric_families\nout = []\nfor fam in text_string_to_metric_families(sys.stdin.read()):\n    for s in fam.samples:\n        out.append([s.name, s.labels, s.value])\nprint(json.dumps(out))\n"
-    );
-    let out = run_with_input(
-        Command::new(python()).args(["-c", &script]),
-        text.as_bytes(),
-    )
-    .expect("run the Python parser");
-    assert!(
-        out.status.success(),
-        "the parser rejected the exposition: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| Sample {
-            name: s[0].as_str().unwrap().to_string(),
-            labels: s[1]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                .collect(),
-            value: s[2].as_f64().unwrap(),
-        })
-        .collect()
-}
-
 /// Scrapes /metrics as OpenMetrics and parses it.
 fn scrape(ns: &Netns) -> Vec<Sample> {
     let (status, content_type, body) = get(
@@ -259,20 +205,7 @@ fn scrape(ns: &Netns) -> Vec<Sample> {
         "{content_type}"
     );
     assert!(body.ends_with("# EOF\n"));
-    parse(&body, true)
-}
-
-/// Sum of the samples named `name` whose labels include `with`.
-fn sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> u64 {
-    samples
-        .iter()
-        .filter(|s| s.name == name)
-        .filter(|s| {
-            with.iter()
-                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
-        })
-        .map(|s| s.value as u64)
-        .sum()
+    parse_exposition(&body, true)
 }
 
 fn one(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
@@ -459,40 +392,46 @@ fn chmod_777(p: &Path) {
 /// series plus rest exactly, and the skipped frames.
 fn check_against(samples: &[Sample], sent: &Sent, max_series: usize) {
     let rx = [("iface", "rx0"), ("dir", "rx")];
-    assert_eq!(sum(samples, "roce_iface_frames_total", &rx), sent.frames);
     assert_eq!(
-        sum(samples, "roce_iface_frame_bytes_total", &rx),
+        sample_sum(samples, "roce_iface_frames_total", &rx),
+        sent.frames
+    );
+    assert_eq!(
+        sample_sum(samples, "roce_iface_frame_bytes_total", &rx),
         sent.frame_bytes
     );
     assert_eq!(
-        sum(samples, "roce_packets_total", &rx),
+        sample_sum(samples, "roce_packets_total", &rx),
         sent.total(|s| s.packets)
     );
     assert_eq!(
-        sum(samples, "roce_bytes_total", &rx),
+        sample_sum(samples, "roce_bytes_total", &rx),
         sent.total(|s| s.bytes)
     );
     assert_eq!(
-        sum(samples, "roce_ecn_packets_total", &[("ecn", "ce")]),
+        sample_sum(samples, "roce_ecn_packets_total", &[("ecn", "ce")]),
         sent.total(|s| s.ecn[3])
     );
     for op in OpClass::ALL {
         assert_eq!(
-            sum(samples, "roce_op_packets_total", &[("op", op.name())]),
+            sample_sum(samples, "roce_op_packets_total", &[("op", op.name())]),
             sent.total(|s| s.ops[op as usize]),
             "{}",
             op.name()
         );
     }
     // Nothing leaves rx0.
-    assert_eq!(sum(samples, "roce_iface_frames_total", &[("dir", "tx")]), 0);
+    assert_eq!(
+        sample_sum(samples, "roce_iface_frames_total", &[("dir", "tx")]),
+        0
+    );
     // Series that stopped keep their counts: only then are the series plus the rest less.
     let demotions = one(samples, "roce_observer_series_demotions_total", &[]);
     for (name, f) in QP_METRICS {
         if demotions == 0.0 {
-            assert_eq!(sum(samples, name, &[]), sent.total(f), "{name}");
+            assert_eq!(sample_sum(samples, name, &[]), sent.total(f), "{name}");
         } else {
-            assert!(sum(samples, name, &[]) <= sent.total(f), "{name}");
+            assert!(sample_sum(samples, name, &[]) <= sent.total(f), "{name}");
         }
         let series = samples.iter().filter(|s| s.name == name).count();
         assert!(series <= max_series + 1, "{name}: {series} series");
@@ -514,7 +453,7 @@ fn check_against(samples: &[Sample], sent: &Sent, max_series: usize) {
     }
     for r in SkipReason::ALL {
         assert_eq!(
-            sum(
+            sample_sum(
                 samples,
                 "roce_observer_skipped_frames_total",
                 &[("reason", r.name())]
@@ -641,7 +580,7 @@ fn soak_flaps_recreation_nonroot() {
         content_type.starts_with("text/plain; version=0.0.4"),
         "{content_type}"
     );
-    let plain = parse(&text, false);
+    let plain = parse_exposition(&text, false);
     check_against(&plain, &sent, max_series);
     promtool_lint(&text);
     // Health.
@@ -823,18 +762,24 @@ fn wait_drains(ns: &Netns, drains: f64) -> Vec<Sample> {
 /// the JSON lines so far: their deltas add up to the interfaces' exactly.
 fn qp_sums_match(s: &[Sample], jsonl: &[&Path]) {
     for (family, total) in [
-        ("roce_qp_packets_total", sum(s, "roce_packets_total", &[])),
-        ("roce_qp_bytes_total", sum(s, "roce_bytes_total", &[])),
+        (
+            "roce_qp_packets_total",
+            sample_sum(s, "roce_packets_total", &[]),
+        ),
+        (
+            "roce_qp_bytes_total",
+            sample_sum(s, "roce_bytes_total", &[]),
+        ),
         (
             "roce_qp_ce_packets_total",
-            sum(s, "roce_ecn_packets_total", &[("ecn", "ce")]),
+            sample_sum(s, "roce_ecn_packets_total", &[("ecn", "ce")]),
         ),
         (
             "roce_qp_cnp_packets_total",
-            sum(s, "roce_op_packets_total", &[("op", "cnp")]),
+            sample_sum(s, "roce_op_packets_total", &[("op", "cnp")]),
         ),
     ] {
-        assert!(sum(s, family, &[]) <= total, "{family}");
+        assert!(sample_sum(s, family, &[]) <= total, "{family}");
     }
     let (_, ifaces, qps) = jsonl_sums(jsonl);
     for k in ["packets", "bytes", "cnp_packets", "nak_packets"] {
@@ -874,13 +819,13 @@ fn full_table_aging_and_reload() {
     let s = wait_drains(&lab.ns, 3.0);
     let packets: u64 = many.truth.flows.values().map(|f| f.packets).sum();
     assert_eq!(
-        sum(&s, "roce_packets_total", &[("iface", "rx0"), ("dir", "rx")]),
+        sample_sum(&s, "roce_packets_total", &[("iface", "rx0"), ("dir", "rx")]),
         packets
     );
     qp_sums_match(&s, &[&jsonl]);
     // Most flows were evicted before any drain read them: their packets are unattributed
     // (and in the rest), exactly the packets no flow holds.
-    let in_flows: u64 = sum(&s, "roce_qp_packets_total", &[]);
+    let in_flows: u64 = sample_sum(&s, "roce_qp_packets_total", &[]);
     let unattributed = one(&s, "roce_observer_unattributed_packets_total", &[]) as u64;
     assert!(unattributed > 0);
     assert!(unattributed <= in_flows);
@@ -892,8 +837,8 @@ fn full_table_aging_and_reload() {
         .filter(|x| x.name == "roce_qp_packets_total")
         .count();
     assert!(series <= 3, "{series}");
-    assert_eq!(sum(&s, "roce_qp_psn_gaps_total", &[]), 0);
-    assert_eq!(sum(&s, "roce_qp_retransmissions_total", &[]), 0);
+    assert_eq!(sample_sum(&s, "roce_qp_psn_gaps_total", &[]), 0);
+    assert_eq!(sample_sum(&s, "roce_qp_retransmissions_total", &[]), 0);
 
     // Idle flows are deleted from the kernel table after 2 s; the totals stay.
     let entries = one(&s, "roce_observer_flow_table_entries", &[]);
@@ -901,7 +846,7 @@ fn full_table_aging_and_reload() {
     let s = wait_drains(&lab.ns, 1.0);
     assert!(one(&s, "roce_observer_flows_aged_total", &[]) > 0.0);
     assert!(one(&s, "roce_observer_flow_table_entries", &[]) < entries);
-    assert_eq!(sum(&s, "roce_packets_total", &[]), packets);
+    assert_eq!(sample_sum(&s, "roce_packets_total", &[]), packets);
     qp_sums_match(&s, &[&jsonl]);
 
     // SIGHUP: a second interface, more series, debug logging, a fixed setting changed; the
@@ -926,11 +871,11 @@ fn full_table_aging_and_reload() {
     let s = wait_drains(&lab.ns, 2.0);
     let clean_packets: u64 = clean.truth.flows.values().map(|f| f.packets).sum();
     assert_eq!(
-        sum(&s, "roce_packets_total", &[("iface", "rx1"), ("dir", "rx")]),
+        sample_sum(&s, "roce_packets_total", &[("iface", "rx1"), ("dir", "rx")]),
         clean_packets
     );
     assert_eq!(
-        sum(&s, "roce_packets_total", &[("iface", "rx0"), ("dir", "rx")]),
+        sample_sum(&s, "roce_packets_total", &[("iface", "rx0"), ("dir", "rx")]),
         packets
     );
     qp_sums_match(&s, &[&scratch.path("a.jsonl.1"), &jsonl]);
@@ -989,7 +934,7 @@ fn full_table_aging_and_reload() {
     assert!(!integration_tests::has_xdp(&lab.ns, "rx2"));
     assert!(integration_tests::has_xdp(&lab.ns, "rx1"));
     let s = wait_drains(&lab.ns, 2.0);
-    assert!(sum(&s, "roce_qp_packets_total", &[]) <= packets + clean_packets);
+    assert!(sample_sum(&s, "roce_qp_packets_total", &[]) <= packets + clean_packets);
     let (_, _, qps) = jsonl_sums(&[&scratch.path("a.jsonl.1"), &jsonl]);
     assert_eq!(qps["packets"], packets + clean_packets);
     let (status, log) = daemon.stop();
@@ -1136,7 +1081,10 @@ fn mirror_mode_counts_erspan_copies_per_session() {
     let s = wait_drains(&lab.ns, 3.0);
     assert_eq!(one(&s, "roce_observer_info", &[("mode", "mirror")]), 1.0);
     let packets: u64 = w.truth.flows.values().map(|f| f.packets).sum();
-    assert_eq!(sum(&s, "roce_packets_total", &[("iface", "rx0")]), packets);
+    assert_eq!(
+        sample_sum(&s, "roce_packets_total", &[("iface", "rx0")]),
+        packets
+    );
     // Mirror mode has no TC egress direction.
     assert_eq!(
         s.iter()
@@ -1146,11 +1094,11 @@ fn mirror_mode_counts_erspan_copies_per_session() {
     );
     // Every flow has its own series (fewer than --max-series), labelled with the session.
     assert_eq!(
-        sum(&s, "roce_qp_packets_total", &[("mirror", "erspan-42")]),
+        sample_sum(&s, "roce_qp_packets_total", &[("mirror", "erspan-42")]),
         packets
     );
     assert_eq!(
-        sum(&s, "roce_qp_psn_gaps_total", &[]),
+        sample_sum(&s, "roce_qp_psn_gaps_total", &[]),
         w.truth.flows.values().map(|f| f.psn_gaps).sum::<u64>()
     );
     let (status, log) = d.stop();
@@ -1233,7 +1181,7 @@ fn latency_histograms_are_exported() {
         let maybe_below = mine.clone().filter(|(lo, _)| *lo < EDGE + SLACK).count() as f64;
         let family = format!("roce_{kind}_latency_seconds");
         assert_eq!(
-            sum(&s, &format!("{family}_count"), &side),
+            sample_sum(&s, &format!("{family}_count"), &side),
             n as u64,
             "{kind}"
         );
@@ -1258,7 +1206,7 @@ fn latency_histograms_are_exported() {
             "{kind}: sum {got} ns, the generator's {want}"
         );
         // The requester's flow (to QP 0x22 or 0x11, whichever the requests go to) carries them.
-        let qp_count = sum(
+        let qp_count = sample_sum(
             &s,
             &format!("roce_qp_{kind}_latency_seconds_count"),
             &[("src", "198.18.0.1")],
@@ -1677,11 +1625,14 @@ fn nic_side_from_a_changing_tree() {
         2.0
     );
     // Nothing else moved.
-    assert_eq!(sum(&s, "roce_nic_rdma_stat_total", &[]), 64 + 200 + 3);
-    assert_eq!(sum(&s, "roce_nic_rdma_port_stat_total", &[]), 800);
-    assert_eq!(sum(&s, "roce_nic_pfc_pause_frames_total", &[]), 12);
-    assert_eq!(sum(&s, "roce_nic_priority_discards_total", &[]), 5);
-    assert_eq!(sum(&s, "roce_nic_class_discards_total", &[]), 4);
+    assert_eq!(
+        sample_sum(&s, "roce_nic_rdma_stat_total", &[]),
+        64 + 200 + 3
+    );
+    assert_eq!(sample_sum(&s, "roce_nic_rdma_port_stat_total", &[]), 800);
+    assert_eq!(sample_sum(&s, "roce_nic_pfc_pause_frames_total", &[]), 12);
+    assert_eq!(sample_sum(&s, "roce_nic_priority_discards_total", &[]), 5);
+    assert_eq!(sample_sum(&s, "roce_nic_class_discards_total", &[]), 4);
     // Exactly the documented families, in both formats (parsed, and linted by promtool).
     let names: std::collections::BTreeSet<&str> = s.iter().map(|x| x.name.as_str()).collect();
     let want: std::collections::BTreeSet<&str> = integration_tests::EXPORTED_METRICS
@@ -1693,7 +1644,11 @@ fn nic_side_from_a_changing_tree() {
     let (status, _, text) = get(&lab.ns, "/metrics", None);
     assert_eq!(status, 200);
     assert_eq!(
-        sum(&parse(&text, false), "roce_nic_rdma_stat_total", &[]),
+        sample_sum(
+            &parse_exposition(&text, false),
+            "roce_nic_rdma_stat_total",
+            &[]
+        ),
         64 + 200 + 3
     );
     promtool_lint(&text);

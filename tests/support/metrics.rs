@@ -1,4 +1,76 @@
-//! The sidecar's exported metric names.
+//! The sidecar's exported metric names, and its expositions parsed by the reference parser.
+
+use std::{collections::BTreeMap, path::PathBuf, process::Command};
+
+/// One sample as the parser saw it.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// The tools virtualenv's Python (prometheus-client is installed there by `cargo xtask setup`).
+fn python() -> PathBuf {
+    let p = crate::workspace_root().join("target/tools/venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask setup` (it installs prometheus-client there)",
+        p.display()
+    );
+    p
+}
+
+/// Parses an exposition with prometheus_client's OpenMetrics parser (strict: `# EOF`, types,
+/// units, counter names) or its Prometheus text parser.
+pub fn parse_exposition(text: &str, openmetrics: bool) -> Vec<Sample> {
+    let module = if openmetrics {
+        "prometheus_client.openmetrics.parser"
+    } else {
+        "prometheus_client.parser"
+    };
+    let script = format!(
+        "import sys, json\nfrom {module} import text_string_to_metric_families\nout = []\nfor fam in text_string_to_metric_families(sys.stdin.read()):\n    for s in fam.samples:\n        out.append([s.name, s.labels, s.value])\nprint(json.dumps(out))\n"
+    );
+    let out = crate::run_with_input(
+        Command::new(python()).args(["-c", &script]),
+        text.as_bytes(),
+    )
+    .expect("run the Python parser");
+    assert!(
+        out.status.success(),
+        "the parser rejected the exposition: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| Sample {
+            name: s[0].as_str().unwrap().to_string(),
+            labels: s[1]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect(),
+            value: s[2].as_f64().unwrap(),
+        })
+        .collect()
+}
+
+/// Sum of the samples named `name` whose labels include `with`.
+pub fn sample_sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> u64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            with.iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
+        })
+        .map(|s| s.value as u64)
+        .sum()
+}
 
 /// Every sample name `roce-observer run` exports always (counters with their `_total`): the
 /// sidecar test checks a scrape has exactly these, the deploy test that the rules and dashboard
