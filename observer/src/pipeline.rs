@@ -299,6 +299,39 @@ fn replay_counts<O: FrameObserver>(replay: &Replay<O>) -> Report {
     report
 }
 
+/// Runs `tick` every `period` for `duration`, or until SIGINT or SIGTERM, or until `tick` says
+/// how the observation ended, whichever comes first (the live and the libpcap sessions alike).
+fn watch(
+    duration: Duration,
+    period: Duration,
+    mut tick: impl FnMut() -> Result<Option<Ended>, PipelineError>,
+) -> Result<Ended, PipelineError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(PipelineError::Runtime)?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(PipelineError::Signal)?;
+        let deadline = tokio::time::sleep(duration);
+        tokio::pin!(deadline);
+        let mut every = tokio::time::interval(period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return Ok(Ended::Elapsed),
+                _ = tokio::signal::ctrl_c() => return Ok(Ended::Interrupted),
+                _ = term.recv() => return Ok(Ended::Terminated),
+                _ = every.tick() => {
+                    if let Some(ended) = tick()? {
+                        return Ok(ended);
+                    }
+                }
+            }
+        }
+    })
+}
+
 /// Where and how to observe live.
 #[derive(Clone, Debug)]
 pub struct LiveOptions {
@@ -433,27 +466,7 @@ impl LiveSession {
             .as_ref()
             .map_or(Duration::from_millis(100), |r| r.period())
             .min(Duration::from_millis(100));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(PipelineError::Runtime)?;
-        rt.block_on(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .map_err(PipelineError::Signal)?;
-            let deadline = tokio::time::sleep(duration);
-            tokio::pin!(deadline);
-            let mut every = tokio::time::interval(period);
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = &mut deadline => return Ok(Ended::Elapsed),
-                    _ = tokio::signal::ctrl_c() => return Ok(Ended::Interrupted),
-                    _ = term.recv() => return Ok(Ended::Terminated),
-                    _ = every.tick() => self.tick()?,
-                }
-            }
-        })
+        watch(duration, period, || self.tick().map(|()| None))
     }
 
     /// Detaches and reports: totals, flows, PFC, the time series and microbursts, the link
@@ -563,33 +576,13 @@ impl CaptureSession {
     /// Captures for `duration`, or until SIGINT or SIGTERM, or the capture fails, whichever
     /// comes first.
     pub fn observe(&mut self, duration: Duration) -> Result<Ended, PipelineError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(PipelineError::Runtime)?;
-        let ended: Result<Ended, PipelineError> = rt.block_on(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .map_err(PipelineError::Signal)?;
-            let deadline = tokio::time::sleep(duration);
-            tokio::pin!(deadline);
-            let mut every = tokio::time::interval(Duration::from_millis(100));
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = &mut deadline => return Ok(Ended::Elapsed),
-                    _ = tokio::signal::ctrl_c() => return Ok(Ended::Interrupted),
-                    _ = term.recv() => return Ok(Ended::Terminated),
-                    _ = every.tick() => {
-                        if self.running.is_finished() {
-                            return Ok(Ended::Failed);
-                        }
-                        self.tick();
-                    }
-                }
+        let ended = watch(duration, Duration::from_millis(100), || {
+            if self.running.is_finished() {
+                return Ok(Some(Ended::Failed));
             }
-        });
-        let ended = ended?;
+            self.tick();
+            Ok(None)
+        })?;
         if ended == Ended::Failed {
             self.failed = self.running.stop().err();
         }
