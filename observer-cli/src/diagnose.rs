@@ -14,7 +14,7 @@ use roce_observer::{
     source::{
         capture::{COOKED_FILTER, CaptureConfig, DEFAULT_FILTER, IP_FILTER},
         live::Vantage,
-        nic::NicError,
+        nic::{NicError, rdma::device_of_capture},
     },
     units::{Named as _, parse_duration, parse_link_speed},
 };
@@ -108,7 +108,7 @@ fn nic_plan(observed: &[String], rdma_devs: &[String], mirror: bool) -> Result<O
     for o in observed.iter().filter(|_| !mirror) {
         // A captured RDMA device (`mlx5_0`, or `mlx5_0:1` for a port) is a device; anything
         // else a netdev.
-        let dev = o.split_once(':').map_or(o.as_str(), |(d, _)| d);
+        let dev = device_of_capture(o);
         if Path::new("/sys/class/infiniband").join(dev).is_dir() {
             devs.push(dev.to_string());
         } else if Path::new("/sys/class/net").join(o).is_dir() {

@@ -7,7 +7,9 @@
 //! Every item says what it rests on. An item whose evidence the host does not give is
 //! `unknown`, never `pass`.
 
-use crate::model::nic::{Checklist, ChecklistItem, Interface, ItemStatus, Nic, TRANSPORT_ERRORS};
+use crate::model::nic::{
+    Checklist, ChecklistItem, Interface, ItemStatus, Nic, TRANSPORT_ERRORS, priority_list,
+};
 
 /// What the fabric is meant to be: the defaults are the common practice (RoCE in DSCP 26 on
 /// priority 3, CNPs in DSCP 48 on priority 6, lossless RoCE).
@@ -151,19 +153,6 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
     }
 }
 
-/// Priorities of a bit mask, e.g. "0, 3".
-fn prios(mask: u8) -> String {
-    let v: Vec<String> = (0..8)
-        .filter(|p| mask & (1 << p) != 0)
-        .map(|p| p.to_string())
-        .collect();
-    if v.is_empty() {
-        "none".into()
-    } else {
-        v.join(", ")
-    }
-}
-
 fn pfc(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
     let Some(dcb) = &i.dcb else {
         return (ItemStatus::Unknown, format!("no DCB settings: {absent}"));
@@ -186,7 +175,7 @@ fn pfc(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
                 ItemStatus::Fail,
                 format!(
                     "PFC on priorities {} though RoCE is meant to run lossy",
-                    prios(on)
+                    priority_list(on)
                 ),
             )
         };
@@ -201,7 +190,7 @@ fn pfc(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
             ItemStatus::Fail,
             format!(
                 "PFC on priorities {}, not on the RoCE priority {}: RoCE runs lossy",
-                prios(on),
+                priority_list(on),
                 intent.roce_priority
             ),
         )
@@ -210,7 +199,7 @@ fn pfc(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
             ItemStatus::Fail,
             format!(
                 "PFC on priorities {}: more lossless priorities than RoCE's ({}) share the buffer headroom and spread pauses to traffic that needs none",
-                prios(on),
+                priority_list(on),
                 intent.roce_priority
             ),
         )
@@ -280,8 +269,8 @@ fn ecn(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
     };
     let evidence = format!(
         "notification point on priorities {}, reaction point on {}",
-        prios(d.np_enabled),
-        prios(d.rp_enabled)
+        priority_list(d.np_enabled),
+        priority_list(d.rp_enabled)
     );
     match (np, rp) {
         (true, true) => (ItemStatus::Pass, evidence),
@@ -530,7 +519,7 @@ fn lossless_discards(
             ItemStatus::Unknown,
             format!(
                 "the driver counts no discards of the lossless priorities {} (per priority, or per traffic class with ETS's map)",
-                prios(lossless)
+                priority_list(lossless)
             ),
         );
     };
@@ -547,7 +536,7 @@ fn lossless_discards(
             ItemStatus::Pass,
             format!(
                 "no discard on lossless priorities {} in {seconds:.1} s",
-                prios(lossless)
+                priority_list(lossless)
             ),
         )
     } else {

@@ -23,7 +23,7 @@ use crate::source::live::OneLine;
 use crate::source::nic::{
     Availability, NicError,
     host::{self, Host, Selection},
-    rdma::{Delta, Width, counter_width, delta},
+    rdma::{Delta, Width, counter_width, delta, device_of_capture},
 };
 
 /// How long a drain waits for the NIC side's reading (a few milliseconds normally); a reading
@@ -305,7 +305,7 @@ impl NicSide {
             .collect();
         // A captured device's port (`mlx5_0:1`) is its device's.
         if let Some(c) = &self.capture {
-            let c = c.split_once(':').map_or(c.as_str(), |(d, _)| d).to_string();
+            let c = device_of_capture(c).to_string();
             if is_device_name(&c) && devices.contains(&c) && !out.contains(&c) {
                 out.push(c);
             }
@@ -454,7 +454,7 @@ impl NicSide {
                 }
             }
         }
-        let mut sources = vec![(("rdma".to_string(), String::new()), reason(&s.rdma))];
+        let mut sources = vec![(("rdma".to_string(), String::new()), s.rdma.reason())];
         for missing in self
             .named
             .iter()
@@ -467,10 +467,10 @@ impl NicSide {
         }
         for i in &s.interfaces {
             for (source, r) in [
-                ("driver", reason(&i.driver)),
-                ("stats", reason(&i.stats)),
-                ("dcb", reason(&i.dcb)),
-                ("dcqcn", reason(&i.dcqcn)),
+                ("driver", i.driver.reason()),
+                ("stats", i.stats.reason()),
+                ("dcb", i.dcb.reason()),
+                ("dcqcn", i.dcqcn.reason()),
             ] {
                 sources.push(((source.to_string(), i.name.clone()), r));
             }
@@ -545,10 +545,7 @@ impl NicSide {
                     .devices()
                     .iter()
                     .find(|d| d.ports.iter().any(|p| p.netdevs.contains(&i.name)));
-                let driver = match &i.driver {
-                    Availability::Present(d) => d.clone(),
-                    Availability::Absent { .. } => Default::default(),
-                };
+                let driver = i.driver.present().cloned().unwrap_or_default();
                 // The device's firmware version; else the driver's without its PSID
                 // ("28.39.1002 (MT_0000000838)").
                 let firmware = device.and_then(|d| d.fw_ver.clone()).unwrap_or_else(|| {
@@ -571,21 +568,17 @@ impl NicSide {
                 config.push(NicConfigRow {
                     iface: i.name.clone(),
                     mtu: i.mtu,
-                    pfc_enabled: match &i.dcb {
-                        Availability::Present(d) => d.pfc_enabled,
-                        Availability::Absent { .. } => None,
-                    },
+                    pfc_enabled: i.dcb.present().and_then(|d| d.pfc_enabled),
                     // Bits whose files could not be read are unknown, not off: left out.
-                    dcqcn: match &i.dcqcn {
-                        Availability::Present(d) => (0..8u8)
+                    dcqcn: i.dcqcn.present().map_or_else(Vec::new, |d| {
+                        (0..8u8)
                             .flat_map(|p| {
                                 let (np, rp) = d.enabled(p);
                                 [(p, "np", np), (p, "rp", rp)]
                             })
                             .filter_map(|(p, point, on)| Some((p, point, on?)))
-                            .collect(),
-                        Availability::Absent { .. } => Vec::new(),
-                    },
+                            .collect()
+                    }),
                 });
             }
         }
@@ -601,13 +594,6 @@ impl NicSide {
 }
 
 /// Present, or the reason it is absent.
-fn reason<T>(a: &Availability<T>) -> Result<(), String> {
-    match a {
-        Availability::Present(_) => Ok(()),
-        Availability::Absent { reason } => Err(reason.clone()),
-    }
-}
-
 /// Whether a port of the RDMA device at `dev` is behind one of `ifaces`: its GID table names
 /// the netdev (RoCE), or the device's PCI function has it (`device/net/`).
 fn behind(dev: &Path, ifaces: &[String]) -> bool {

@@ -357,3 +357,16 @@ pub fn per_priority(name: &str) -> Option<(bool, u8, &str)> {
     let prio: u8 = digit.parse().ok().filter(|p| *p < 8)?;
     Some((rx, prio, what))
 }
+
+/// The priorities of a bit mask, e.g. "0, 3"; "none" for none.
+pub fn priority_list(mask: u8) -> String {
+    let v: Vec<String> = (0..8)
+        .filter(|p| mask & (1 << p) != 0)
+        .map(|p: u8| p.to_string())
+        .collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}

@@ -79,10 +79,7 @@ impl Snapshot {
 
     /// The RDMA devices read (none when absent).
     pub fn devices(&self) -> &[RdmaDevice] {
-        match &self.rdma {
-            Availability::Present(d) => d,
-            Availability::Absent { .. } => &[],
-        }
+        self.rdma.present().map_or(&[], Vec::as_slice)
     }
 }
 

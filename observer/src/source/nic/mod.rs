@@ -22,6 +22,24 @@ pub enum Availability<T> {
     Absent { reason: String },
 }
 
+impl<T> Availability<T> {
+    /// What is present, if it is.
+    pub fn present(&self) -> Option<&T> {
+        match self {
+            Self::Present(v) => Some(v),
+            Self::Absent { .. } => None,
+        }
+    }
+
+    /// Present, or why not.
+    pub fn reason(&self) -> Result<(), String> {
+        match self {
+            Self::Present(_) => Ok(()),
+            Self::Absent { reason } => Err(reason.clone()),
+        }
+    }
+}
+
 /// A source that exists but could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum NicError {

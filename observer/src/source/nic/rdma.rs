@@ -159,6 +159,12 @@ fn read_counters(
     Ok(())
 }
 
+/// The RDMA device of a libpcap device name: libpcap's RDMA sniffer names a port `mlx5_0:1`,
+/// whose device is `mlx5_0`; any other name is returned as it is.
+pub fn device_of_capture(name: &str) -> &str {
+    name.split_once(':').map_or(name, |(d, _)| d)
+}
+
 /// How wide a driver counter is: mlx5's Q counters are read as 32 bits and wrap; the others
 /// (port counters through the extended PMA attributes, congestion counters) are 64 bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -81,13 +81,13 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
     }
     for i in &after.interfaces {
         let prev = before.interface(&i.name);
-        let stats = present(&i.stats).map(|s| {
+        let stats = i.stats.present().map(|s| {
             let relevant: BTreeMap<String, u64> = s
                 .iter()
                 .filter(|(k, _)| is_roce_health(k))
                 .map(|(k, v)| (k.clone(), *v))
                 .collect();
-            let prev = prev.and_then(|p| present(&p.stats));
+            let prev = prev.and_then(|p| p.stats.present());
             deltas(&relevant, prev, |_| Width::Bits64)
         });
         let counters = stats.unwrap_or_default();
@@ -95,9 +95,9 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
             name: i.name.clone(),
             mtu: i.mtu,
             addresses: i.addresses.clone(),
-            driver: present(&i.driver).cloned(),
-            dcb: present(&i.dcb).cloned(),
-            dcqcn: present(&i.dcqcn).cloned(),
+            driver: i.driver.present().cloned(),
+            dcb: i.dcb.present().cloned(),
+            dcqcn: i.dcqcn.present().cloned(),
             priorities: priorities(&counters),
             counters,
         });
@@ -140,14 +140,6 @@ pub fn join_wire(nic: &mut Nic, flows: &[Flow]) {
             });
         row.wire_packets = Some(packets);
         row.wire_bytes = Some(bytes);
-    }
-}
-
-/// A snapshot's source, if present.
-fn present<T>(a: &Availability<T>) -> Option<&T> {
-    match a {
-        Availability::Present(v) => Some(v),
-        Availability::Absent { .. } => None,
     }
 }
 

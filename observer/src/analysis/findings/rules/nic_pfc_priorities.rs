@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding};
-use crate::model::Report;
+use crate::model::{Report, nic::priority_list};
 
 pub const ABOUT: About = About {
     name: "nic-pfc-priorities",
@@ -57,13 +57,7 @@ fn nic_pfc_priorities(r: &Report, c: &NicPfcPriorities) -> Outcome {
     let many: Vec<String> = with_dcb
         .iter()
         .filter(|(_, d)| d.count_ones() > c.max_priorities)
-        .map(|(i, d)| {
-            let p: Vec<String> = (0..8)
-                .filter(|p| *d & (1 << p) != 0)
-                .map(|p| p.to_string())
-                .collect();
-            format!("{}: priorities {}", i.name, p.join(", "))
-        })
+        .map(|(i, d)| format!("{}: priorities {}", i.name, priority_list(*d)))
         .collect();
     if many.is_empty() {
         return Outcome::Passed(format!(
