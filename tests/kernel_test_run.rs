@@ -74,9 +74,12 @@ fn kernel_equals_userspace(scenario: &str, min_frames: usize) {
         frames.len()
     );
 
-    let ebpf = load_observer();
+    // The clock running (the times are checked against the run's).
+    let mut ebpf = load_observer();
+    roce_observer::source::live::start_clock(&mut ebpf, roce_observer::source::live::RUN_TICK_NS)
+        .unwrap();
     let mut user = Aggregate::new();
-    // The kernel clock has one tick's resolution: allow a tick (at most 10 ms) either side.
+    // The kernel clock has one tick's resolution: allow 10 ms either side.
     let before_ns = monotonic_ns() - 10_000_000;
     for frame in &frames {
         run(&ebpf, frame);
@@ -200,16 +203,21 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     for f in &frames[..10] {
         run(&ebpf, f);
     }
+    // Every CPU's ring (two rings per CPU: one interface), summed.
     let ring_bytes = |ebpf: &aya::Ebpf, ring: u32| -> (u64, Vec<u64>) {
         let slots: aya::maps::Array<_, BurstSlot> =
             aya::maps::Array::try_from(ebpf.map(maps::BURSTS).unwrap()).unwrap();
+        let cpus = aya::util::nr_cpus().unwrap() as u32;
         let mut total = 0;
         let mut tags = Vec::new();
-        for i in ring * BURST_RING_SLOTS..(ring + 1) * BURST_RING_SLOTS {
-            let s = slots.get(&i, 0).unwrap();
-            if s.bytes > 0 {
-                total += s.bytes;
-                tags.push(s.slot);
+        for cpu in 0..cpus {
+            let first = (cpu * 2 + ring) * BURST_RING_SLOTS;
+            for i in first..first + BURST_RING_SLOTS {
+                let s = slots.get(&i, 0).unwrap();
+                if s.bytes > 0 {
+                    total += s.bytes;
+                    tags.push(s.slot);
+                }
             }
         }
         (total, tags)
@@ -218,8 +226,8 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     // BPF_PROG_TEST_RUN runs XDP on the loopback device's first queue.
     let lo = roce_observer::source::live::if_index("lo").unwrap();
     let slot_ns = 1_000_000;
-    roce_observer::source::live::observe_bursts(&mut ebpf, &[("lo", lo)], slot_ns).unwrap();
     let before = monotonic_ns() / slot_ns;
+    roce_observer::source::live::observe_bursts(&mut ebpf, &[("lo", lo)], slot_ns).unwrap();
     for f in &frames {
         run(&ebpf, f);
     }
@@ -235,6 +243,43 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
         );
     }
     assert_eq!(ring_bytes(&ebpf, 1).0, 0, "the egress ring");
+}
+
+/// The programs' clock: a BPF timer ticks it at its period, on the period's multiples of
+/// CLOCK_MONOTONIC, and says how late it ran.
+#[test]
+fn kernel_clock_ticks_at_its_period() {
+    if !require_root("kernel_clock_ticks_at_its_period") {
+        return;
+    }
+    use roce_observer::source::live::{read_clock, start_clock};
+    let mut ebpf = load_observer();
+    let period = 2_000_000;
+    let t0 = monotonic_ns();
+    start_clock(&mut ebpf, period).unwrap();
+    let start = read_clock(&ebpf).unwrap().clock;
+    assert_eq!(start.period_ns, period);
+    assert!(start.now_ns <= t0 + period && t0 < start.now_ns + 2 * period);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let c = read_clock(&ebpf).unwrap().clock;
+    let t1 = monotonic_ns();
+    // 50 ticks in 100 ms; on a loaded machine a run later than a period skips the ticks it
+    // missed (it arms the next tick after its own time).
+    assert!((25..=52).contains(&c.ticks), "{} ticks in 100 ms", c.ticks);
+    assert_eq!(c.absolute, 1, "absolute BPF timers (kernel 6.7 and later)");
+    assert_eq!(c.now_ns % period, 0, "a tick is a multiple of the period");
+    assert_eq!(c.tick, c.now_ns / period);
+    assert!(
+        c.now_ns <= t1 && t1 - c.now_ns < 3 * period,
+        "{} vs {t1}",
+        c.now_ns
+    );
+    // At another period from then on.
+    start_clock(&mut ebpf, period / 2).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let c = read_clock(&ebpf).unwrap().clock;
+    assert_eq!(c.now_ns % (period / 2), 0);
+    assert!((8..=21).contains(&c.ticks), "{} ticks in 20 ms", c.ticks);
 }
 
 /// Per-interface counters in the kernel: every frame of an observed interface, and its RoCEv2
@@ -327,6 +372,7 @@ fn every_program_in_the_object_passes_the_verifier() {
         programs::BASELINE,
         programs::OBSERVE_UNCACHED,
         programs::OBSERVE_SHARED,
+        programs::START_CLOCK,
     ];
     want.sort();
     assert_eq!(names, want);

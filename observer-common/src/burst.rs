@@ -1,14 +1,15 @@
 //! Microburst slots: the kernel adds every frame's wire bytes to the slot of its interface,
-//! direction and time (`BURST_SLOT_NS`-wide slots of CLOCK_MONOTONIC) in a ring that userspace
-//! maps into memory, reads once slots are complete, and zeroes.
+//! direction and time (the clock's ticks: slot-wide periods of CLOCK_MONOTONIC) in its CPU's
+//! ring, which userspace maps into memory, sums over the CPUs once slots are complete, and
+//! zeroes. Per CPU, so that no two CPUs add to one cache line at line rate.
 
 use core::mem::size_of;
 
 use crate::parse::{OpClass, RocePacket};
 
-/// Slots in one interface-direction ring (a power of two): at 100 us slots, 819 ms of history,
-/// far more than the reader's period.
-pub const BURST_RING_SLOTS: u32 = 8192;
+/// Slots in one interface-direction ring of one CPU (a power of two): at 100 us slots, 205 ms
+/// of history, four times the reader's period.
+pub const BURST_RING_SLOTS: u32 = 2048;
 
 /// Interfaces whose slots the kernel keeps (rings: two per interface, ingress and egress).
 pub const MAX_BURST_IFACES: u32 = 64;
@@ -19,8 +20,8 @@ pub const MAX_BURST_IFACES: u32 = 64;
 pub struct BurstSlot {
     /// The slot number (monotonic ns / slot width) whose bytes these are.
     pub slot: u64,
-    /// Wire bytes (frame + preamble, FCS, gap) added atomically by every CPU (the BPF target
-    /// has 64-bit atomics only); zeroed by the reader once the slot is complete.
+    /// Wire bytes (frame + preamble, FCS, gap) of this CPU's frames; a CPU that finds another
+    /// slot's number here starts it afresh, the reader zeroes it once the slot is complete.
     pub bytes: u64,
 }
 const _: () = assert!(size_of::<BurstSlot>() == 16);
@@ -39,8 +40,9 @@ pub struct BurstIface {
     pub ring: u32,
     /// The interface this entry is for (0: none).
     pub ifindex: u32,
-    /// Slot width in ns (0: no slots kept).
-    pub slot_ns: u64,
+    /// Rings per CPU in `BURSTS` (0: no slots kept).
+    pub rings: u32,
+    pub _pad: u32,
 }
 const _: () = assert!(size_of::<BurstIface>() == 16);
 
@@ -48,10 +50,10 @@ const _: () = assert!(size_of::<BurstIface>() == 16);
 /// delimiter (8), FCS (4) and the minimum inter-frame gap (12).
 pub const WIRE_OVERHEAD: u32 = 24;
 
-/// Index of `slot` of ring `ring` in the `BURSTS` array.
+/// Index of `slot` of ring `ring` of CPU `cpu` in the `BURSTS` array of `rings` rings per CPU.
 #[inline(always)]
-pub const fn burst_index(ring: u32, slot: u64) -> u32 {
-    ring * BURST_RING_SLOTS + (slot as u32 & (BURST_RING_SLOTS - 1))
+pub const fn burst_index(cpu: u32, rings: u32, ring: u32, slot: u64) -> u32 {
+    (cpu * rings + ring) * BURST_RING_SLOTS + (slot as u32 & (BURST_RING_SLOTS - 1))
 }
 
 /// Entries of `IFACE_COUNTERS`: one per ring (interface slot i: ingress 2i, egress 2i + 1).

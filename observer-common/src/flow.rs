@@ -499,15 +499,40 @@ impl FlowStats {
     }
 }
 
-/// The kernel's clock: CLOCK_MONOTONIC ns read once per jiffy per CPU (the clock helper costs
-/// as much as the rest of the per-packet work), so packet times have one tick's resolution.
+/// The kernel programs' clock, a value of the `CLOCK` array written by a BPF timer at every
+/// tick (a multiple of `period_ns` of CLOCK_MONOTONIC): a frame reads the latest tick, one load,
+/// where the clock helper cost as much as the rest of a packet's accounting. Packet times so
+/// have one period's resolution (the microburst slot width when slots are kept); passive
+/// latency alone reads the clock itself.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TickClock {
-    pub jiffies: u64,
-    pub ns: u64,
+pub struct Clock {
+    /// CLOCK_MONOTONIC ns of the latest tick (0: the timer was never started).
+    pub now_ns: u64,
+    /// `now_ns / period_ns`: the microburst slot of the frames until the next tick.
+    pub tick: u64,
+    /// The tick period in ns (set by the loader before it starts the timer).
+    pub period_ns: u64,
+    /// Ticks so far.
+    pub ticks: u64,
+    /// How late the timer ran after its tick's time: the largest and the sum, in ns.
+    pub late_max_ns: u64,
+    pub late_sum_ns: u64,
+    /// 1: the timer is armed for each tick's absolute time; 0: one period after it ran (kernels
+    /// without absolute BPF timers), so ticks drift by its lateness.
+    pub absolute: u64,
 }
-const _: () = assert!(size_of::<TickClock>() == 16);
+const _: () = assert!(size_of::<Clock>() == 7 * 8);
+
+/// The `CLOCK` array's value as userspace sees it: the clock and the kernel's timer (opaque,
+/// read back as zeroes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockValue {
+    pub clock: Clock,
+    pub timer: [u64; 2],
+}
+const _: () = assert!(size_of::<ClockValue>() == 9 * 8);
 
 /// Global counters (one per-CPU array slot).
 #[repr(C)]
@@ -616,4 +641,5 @@ mod pod {
     unsafe impl aya::Pod for super::FlowStats {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::FlowSlot {}
+    unsafe impl aya::Pod for super::ClockValue {}
 }

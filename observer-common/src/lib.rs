@@ -18,8 +18,8 @@ pub use burst::{
     MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
 };
 pub use flow::{
-    Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats, HostPair,
-    MIRROR_UNION, MirrorOf, QP_CM, TickClock, UNTAGGED, mirror_key, union_mirror,
+    Clock, ClockValue, Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
+    HostPair, MIRROR_UNION, MirrorOf, QP_CM, UNTAGGED, mirror_key, union_mirror,
 };
 pub use latency::{
     LAT_BUCKETS, LAT_SLOTS, LatHist, LatKey, LatKind, LatSample, LatScopeKey, LatSide, LatState,
@@ -48,6 +48,8 @@ pub mod maps {
     pub const PAUSES: &str = "PAUSES";
     /// Microburst slot rings (mmapable array of BurstSlot).
     pub const BURSTS: &str = "BURSTS";
+    /// The programs' clock (`ClockValue`, one entry), ticked by a BPF timer.
+    pub const CLOCK: &str = "CLOCK";
     /// ifindex % BURST_IFACE_SLOTS -> BurstIface (an array).
     pub const BURST_IFACES: &str = "BURST_IFACES";
     /// Per-CPU `IfaceCounters` per observed interface and direction (indexed like the rings).
@@ -72,6 +74,8 @@ pub mod programs {
     pub const OBSERVE_CONSUME: &str = "roce_observe_consume";
     /// Host mode, TC egress: accounts transmitted frames (flow key marked egress), passes on.
     pub const OBSERVE_EGRESS: &str = "roce_observe_egress";
+    /// Starts the clock's timer (the loader runs it once with BPF_PROG_TEST_RUN).
+    pub const START_CLOCK: &str = "start_clock";
     /// A program that only counts frames: the benchmark's baseline.
     pub const BASELINE: &str = "count_frames";
     /// Benchmark only: the observer without the flow cache (per-CPU LRU table lookups).

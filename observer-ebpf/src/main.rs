@@ -18,18 +18,22 @@ mod kernel {
     use core::mem::size_of;
 
     use aya_ebpf::{
-        bindings::{BPF_F_MMAPABLE, BPF_NOEXIST, TC_ACT_UNSPEC, xdp_action},
-        helpers::{bpf_jiffies64, bpf_ktime_get_ns},
-        macros::{classifier, map, xdp},
+        bindings::{BPF_F_MMAPABLE, BPF_NOEXIST, TC_ACT_UNSPEC, bpf_timer, xdp_action},
+        btf_maps,
+        helpers::{
+            bpf_get_smp_processor_id, bpf_ktime_get_ns,
+            generated::{bpf_timer_init, bpf_timer_set_callback, bpf_timer_start},
+        },
+        macros::{btf_map, classifier, map, xdp},
         maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray},
         programs::{TcContext, XdpContext},
     };
     use observer_common::{
-        BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Counters,
-        DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
-        HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES, LatHist,
-        LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind, MsgStats,
-        Pause, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass, SeqInput, SkipReason, TickClock,
+        BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Clock, ClockValue,
+        Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot,
+        FlowStats, HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES,
+        LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind,
+        MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass, SeqInput, SkipReason,
         WIRE_OVERHEAD, burst_index,
         latency::lat_bucket_index,
         latency::role,
@@ -50,8 +54,18 @@ mod kernel {
     #[map(name = "COUNTERS")]
     static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
 
-    #[map(name = "CLOCK")]
-    static CLOCK: PerCpuArray<TickClock> = PerCpuArray::with_max_entries(1, 0);
+    /// The programs' clock and the timer that ticks it (a BTF map: the verifier finds the
+    /// timer through the value's BTF).
+    #[btf_map]
+    static CLOCK: btf_maps::Array<ClockEntry, 1> = btf_maps::Array::new();
+
+    /// The value of `CLOCK`.
+    #[repr(C)]
+    struct ClockEntry {
+        clock: Clock,
+        timer: bpf_timer,
+    }
+    const _: () = assert!(size_of::<ClockEntry>() == size_of::<ClockValue>());
 
     /// Benchmark only: the same table as one shared (not per-CPU) LRU hash, used by
     /// `roce_observe_shared` to measure the map-type trade-off.
@@ -73,8 +87,8 @@ mod kernel {
     #[map(name = "ZERO_PAUSE")]
     static ZERO_PAUSE: PerCpuArray<PauseStats> = PerCpuArray::with_max_entries(1, 0);
 
-    /// Microburst slot rings (two per observed interface: ingress, egress), mapped into the
-    /// reader's memory. The loader sizes it to the interfaces observed.
+    /// Microburst slot rings (per CPU, two per observed interface: ingress, egress), mapped into
+    /// the reader's memory. The loader sizes it to the CPUs and the interfaces observed.
     #[map(name = "BURSTS")]
     static BURSTS: Array<BurstSlot> = Array::with_max_entries(2 * BURST_RING_SLOTS, BPF_F_MMAPABLE);
 
@@ -125,7 +139,15 @@ mod kernel {
     #[repr(C)]
     #[derive(Clone, Copy)]
     struct LatArgs {
-        now: u64,
+        /// What `account_flow` tells, in one store.
+        head: LatHead,
+        /// The key of the per-interface histogram (map memory: no room on the stack).
+        scope: LatScopeKey,
+    }
+
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct LatHead {
         ifindex: u32,
         class: u8,
         /// Set by `account_flow` for the packet being handled, cleared by `after_accounting`.
@@ -133,8 +155,6 @@ mod kernel {
         /// The PSN analysis's flags the message update reads (`MESSAGE_BITS`), shifted down.
         analysis: u8,
         _pad: u8,
-        /// The key of the per-interface histogram (map memory: no room on the stack).
-        scope: LatScopeKey,
     }
 
     /// One `LatKey` per CPU, for the lookups in `LAT` (no room on the stack).
@@ -178,23 +198,102 @@ mod kernel {
         }
     }
 
-    /// CLOCK_MONOTONIC ns with one jiffy's resolution: bpf_jiffies64 is inlined by the
-    /// verifier, the clock helper runs once per tick per CPU.
+    /// CLOCK_MONOTONIC ns of the clock's latest tick (see `Clock`): one load.
     #[inline(always)]
     fn now_ns() -> u64 {
-        let jiffies = unsafe { bpf_jiffies64() };
-        match CLOCK.get_ptr_mut(0) {
-            Some(c) => {
-                // SAFETY: this CPU's value.
-                let c = unsafe { &mut *c };
-                if c.jiffies != jiffies {
-                    c.jiffies = jiffies;
-                    c.ns = unsafe { bpf_ktime_get_ns() };
-                }
-                c.ns
-            }
+        match CLOCK.get_ptr(0) {
+            // SAFETY: a live array value, written by the timer with plain stores.
+            Some(c) => unsafe { core::ptr::read_volatile(&(*c).clock.now_ns) },
             None => 0,
         }
+    }
+
+    /// CLOCK_MONOTONIC, for `bpf_timer_init`.
+    const CLOCK_MONOTONIC: u64 = 1;
+    /// `bpf_timer_start`: the time is absolute (kernel 6.7 and later).
+    const BPF_F_TIMER_ABS: u64 = 1;
+    const EBUSY: i64 = 16;
+
+    /// The clock's tick: publishes the tick's time and slot, arms the timer for the next.
+    /// (A timer callback: the kernel calls it with the map, the key and the value.)
+    #[inline(never)]
+    extern "C" fn tick(_map: *mut core::ffi::c_void, _key: *mut u32, e: *mut ClockEntry) -> i32 {
+        // SAFETY: the kernel passes this map's live value.
+        let e = unsafe { &mut *e };
+        let now = unsafe { bpf_ktime_get_ns() };
+        let period = e.clock.period_ns;
+        if period == 0 {
+            return 0;
+        }
+        let at = now - now % period;
+        set_tick(&mut e.clock, at, period);
+        let late = now - at;
+        e.clock.ticks += 1;
+        e.clock.late_sum_ns += late;
+        if late > e.clock.late_max_ns {
+            e.clock.late_max_ns = late;
+        }
+        // SAFETY: the timer of this value, initialized by `start_clock`.
+        unsafe {
+            if e.clock.absolute != 0 {
+                bpf_timer_start(&mut e.timer, at + period, BPF_F_TIMER_ABS);
+            } else {
+                bpf_timer_start(&mut e.timer, at + period - now, 0);
+            }
+        }
+        0
+    }
+
+    /// Publishes a tick: its slot first, then its time (frames read either alone).
+    #[inline(always)]
+    fn set_tick(c: &mut Clock, at: u64, period: u64) {
+        // SAFETY: fields of a live map value.
+        unsafe {
+            core::ptr::write_volatile(&mut c.tick, at / period);
+            core::ptr::write_volatile(&mut c.now_ns, at);
+        }
+    }
+
+    /// Starts the clock's timer at the period the loader wrote into `CLOCK` (it runs this
+    /// program once with BPF_PROG_TEST_RUN). XDP_PASS when it runs; otherwise the step that
+    /// failed: 10 no period, 11 init, 12 callback, 13 start.
+    #[xdp]
+    pub fn start_clock(_ctx: XdpContext) -> u32 {
+        let Some(e) = CLOCK.get_ptr_mut(0) else {
+            return 10;
+        };
+        // SAFETY: the live array value.
+        let e = unsafe { &mut *e };
+        let period = e.clock.period_ns;
+        if period == 0 {
+            return 10;
+        }
+        let now = unsafe { bpf_ktime_get_ns() };
+        let at = now - now % period;
+        set_tick(&mut e.clock, at, period);
+        // SAFETY: the timer of this value and this map; `tick` is a timer callback.
+        unsafe {
+            let r = bpf_timer_init(
+                &mut e.timer,
+                &CLOCK as *const _ as *mut core::ffi::c_void,
+                CLOCK_MONOTONIC,
+            );
+            // Started before (a restart with another period): keep its timer.
+            if r != 0 && r != -EBUSY {
+                return 11;
+            }
+            if bpf_timer_set_callback(&mut e.timer, tick as *mut core::ffi::c_void) != 0 {
+                return 12;
+            }
+            e.clock.absolute = 1;
+            if bpf_timer_start(&mut e.timer, at + period, BPF_F_TIMER_ABS) != 0 {
+                e.clock.absolute = 0;
+                if bpf_timer_start(&mut e.timer, at + period - now, 0) != 0 {
+                    return 13;
+                }
+            }
+        }
+        xdp_action::XDP_PASS
     }
 
     /// Parses the frame and records the result in COUNTERS (and a PAUSE / PFC frame in PAUSES,
@@ -279,27 +378,29 @@ mod kernel {
         }
     }
 
-    /// Adds a frame of `len` bytes to the microburst slot of its interface, direction and time:
-    /// every CPU adds to the same slot atomically; the reader zeroes complete slots.
+    /// Adds a frame of `len` bytes to this CPU's microburst slot of its interface, direction and
+    /// tick (plain stores: no other CPU writes this CPU's ring; the reader reads complete slots).
     #[inline(always)]
     fn account_burst(iface: &BurstIface, ring: u32, len: u32) {
-        if iface.slot_ns == 0 {
+        if iface.rings == 0 {
             return;
         }
-        let slot = unsafe { bpf_ktime_get_ns() } / iface.slot_ns;
-        if let Some(s) = BURSTS.get_ptr_mut(burst_index(ring, slot)) {
-            let tag = slot;
-            // SAFETY: a live array value; the tag is written by every CPU with the same value
-            // for the same slot, the bytes only through atomic adds.
+        let Some(c) = CLOCK.get_ptr(0) else {
+            return;
+        };
+        // SAFETY: a live array value.
+        let slot = unsafe { core::ptr::read_volatile(&(*c).clock.tick) };
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        if let Some(s) = BURSTS.get_ptr_mut(burst_index(cpu, iface.rings, ring, slot)) {
+            let bytes = u64::from(len + WIRE_OVERHEAD);
+            // SAFETY: this CPU's cell of a live array value.
             unsafe {
-                if core::ptr::read_volatile(&(*s).slot) != tag {
-                    core::ptr::write_volatile(&mut (*s).slot, tag);
+                if (*s).slot != slot {
+                    (*s).slot = slot;
+                    (*s).bytes = bytes;
+                } else {
+                    (*s).bytes += bytes;
                 }
-                core::intrinsics::atomic_xadd::<
-                    u64,
-                    u64,
-                    { core::intrinsics::AtomicOrdering::Relaxed },
-                >(&raw mut (*s).bytes, u64::from(len + WIRE_OVERHEAD));
             }
         }
     }
@@ -372,19 +473,19 @@ mod kernel {
         }
         // SAFETY: this CPU's value.
         let input = unsafe { core::ptr::read_volatile(scratch) };
-        // The analysis tells a resend after a wait (an RNR timer, 10 us and up) from a copy by
-        // the time between requests: finer than a tick, so the clock itself.
-        let fine = unsafe { bpf_ktime_get_ns() };
         if key.dest_qp == QP_CM {
             if let Some(pair) = host_pair(key) {
-                let _ = CM_SEEN.insert(pair, &fine, 0);
+                let _ = CM_SEEN.insert(pair, &now, 0);
             }
         }
-        let class = stats.seq().packet(&input, fine, |t| {
+        // Connection-manager traffic in the tick of the flow's last request counts as after it:
+        // the clock cannot order them, and a jump after a connection set up again is a new
+        // incarnation, not loss, unless the clock rules it out.
+        let class = stats.seq().packet(&input, now, |t| {
             // SAFETY: a live map value, read once.
             host_pair(key)
                 .and_then(|pair| unsafe { CM_SEEN.get(pair) })
-                .is_some_and(|c| *c > t)
+                .is_some_and(|c| *c >= t)
         });
         // The latency update runs after the accounting returns, its inputs passed through a
         // map; nothing here branches on them (the verifier merges the analysis's paths once it
@@ -393,15 +494,13 @@ mod kernel {
             // SAFETY: this CPU's value.
             unsafe {
                 core::ptr::write_volatile(
-                    args,
-                    LatArgs {
-                        now: fine,
+                    &raw mut (*args).head,
+                    LatHead {
                         ifindex,
                         class: class as u8,
                         pending: 1,
                         analysis: ((stats.seq_track.flags & MESSAGE_BITS) / F_FRESH) as u8,
                         _pad: 0,
-                        scope: LatScopeKey::default(),
                     },
                 );
             }
@@ -420,12 +519,12 @@ mod kernel {
         };
         // SAFETY: this CPU's values.
         let (latency, message) = unsafe {
-            if (*args).pending == 0 {
+            if (*args).head.pending == 0 {
                 return;
             }
-            (*args).pending = 0;
+            (*args).head.pending = 0;
             (
-                role(&*input, SeqClass::of((*args).class)),
+                role(&*input, SeqClass::of((*args).head.class)),
                 is_boundary(&*input),
             )
         };
@@ -450,7 +549,7 @@ mod kernel {
         };
         // SAFETY: this CPU's values.
         let (analysis, key, input) =
-            unsafe { (u32::from((*args).analysis) * F_FRESH, &*key, &*input) };
+            unsafe { (u32::from((*args).head.analysis) * F_FRESH, &*key, &*input) };
         if analysis & F_FRESH == 0 {
             return;
         }
@@ -526,8 +625,9 @@ mod kernel {
         };
         // SAFETY: this CPU's values.
         let (args, key, input) = unsafe { (&mut *args, &*key, &*input) };
-        let (now, ifindex) = (args.now, args.ifindex);
-        let class = SeqClass::of(args.class);
+        // Latency wants the time of this packet itself, finer than a tick.
+        let (now, ifindex) = (unsafe { bpf_ktime_get_ns() }, args.head.ifindex);
+        let class = SeqClass::of(args.head.class);
         let Some(lk) = LAT_KEY.get_ptr_mut(0) else {
             return;
         };

@@ -14,20 +14,64 @@ use observer_common::{
 use super::{LiveError, clock::monotonic_ns};
 
 /// Has the loaded object count the interfaces `interfaces` (name, ifindex) and keep their
-/// microburst slots of `slot_ns` (0: none): interface i gets slot i (rings and counters 2i and
-/// 2i + 1). Two interfaces in one entry of the ifindex-modulo array are refused. (For a bare
-/// loaded object, as the kernel tests and the benchmark use; the observer registers its
-/// interfaces one by one as it attaches.)
+/// microburst slots of `slot_ns` (0: none; else the clock ticks at that period from now on):
+/// interface i gets slot i (rings and counters 2i and 2i + 1). Two interfaces in one entry of
+/// the ifindex-modulo array are refused, and so are rings the object was not sized for
+/// ([`load_object`](super::load_object)). (For a bare loaded object, as the kernel tests and
+/// the benchmark use; the observer registers its interfaces one by one as it attaches.)
 pub fn observe_bursts(
     ebpf: &mut Ebpf,
     interfaces: &[(&str, u32)],
     slot_ns: u64,
 ) -> Result<(), LiveError> {
+    let rings = if slot_ns > 0 {
+        2 * interfaces.len() as u32
+    } else {
+        0
+    };
+    if rings > 0 {
+        let have = rings_per_cpu(ebpf)?;
+        if have < rings {
+            return Err(LiveError::BurstRings { have, want: rings });
+        }
+        super::start_clock(ebpf, slot_ns)?;
+    }
     for (i, (name, ifindex)) in interfaces.iter().enumerate() {
         check_entry_clash(interfaces[..i].iter().copied(), name, *ifindex)?;
-        register_interface(ebpf, i, *ifindex, slot_ns)?;
+        register_interface(ebpf, i, *ifindex, rings)?;
     }
     Ok(())
+}
+
+/// Entries of `BURSTS` for `rings` rings per CPU (at least one array entry).
+pub fn burst_entries(rings: u32) -> Result<u32, LiveError> {
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))? as u32;
+    Ok((cpus * rings * BURST_RING_SLOTS).max(1))
+}
+
+/// Rings per CPU the loaded object's `BURSTS` holds.
+fn rings_per_cpu(ebpf: &Ebpf) -> Result<u32, LiveError> {
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))? as u32;
+    let map = ebpf.map(maps::BURSTS).ok_or(LiveError::BadMap {
+        map: maps::BURSTS,
+        problem: "missing",
+    })?;
+    let entries = match map {
+        aya::maps::Map::Array(data) => data
+            .info()
+            .map_err(|e| LiveError::MapAccess {
+                map: maps::BURSTS,
+                source: e,
+            })?
+            .max_entries(),
+        _ => {
+            return Err(LiveError::BadMap {
+                map: maps::BURSTS,
+                problem: "not an array",
+            });
+        }
+    };
+    Ok(entries / (cpus * BURST_RING_SLOTS))
 }
 
 /// Refuses `name` (`ifindex`) when one of `others` (name, ifindex) has the same entry in the
@@ -82,17 +126,19 @@ pub(super) fn zero_iface_counters(ebpf: &mut Ebpf, slot: usize) -> Result<(), Li
     Ok(())
 }
 
-/// Points the kernel's entry for `ifindex` at interface slot `slot`.
+/// Points the kernel's entry for `ifindex` at interface slot `slot`, in `BURSTS` of `rings`
+/// rings per CPU (0: no slots kept).
 pub(super) fn register_interface(
     ebpf: &mut Ebpf,
     slot: usize,
     ifindex: u32,
-    slot_ns: u64,
+    rings: u32,
 ) -> Result<(), LiveError> {
     let value = BurstIface {
         ring: 2 * slot as u32,
         ifindex,
-        slot_ns,
+        rings,
+        _pad: 0,
     };
     burst_ifaces(ebpf)?
         .set(ifindex % BURST_IFACE_SLOTS, value, 0)
@@ -118,12 +164,14 @@ pub enum SlotRead {
     Lost(u64),
 }
 
-/// The kernel's microburst rings, mapped into this process: reads complete slots in order and
-/// zeroes them for the ring's next turn.
+/// The kernel's microburst rings, mapped into this process: reads complete slots in order,
+/// summed over the CPUs' rings, and zeroes them for the ring's next turn.
 pub struct BurstReader {
     ptr: std::ptr::NonNull<BurstSlot>,
     len_bytes: usize,
+    /// Rings per CPU, and CPUs.
     rings: usize,
+    cpus: usize,
     slot_ns: u64,
     /// Per ring, the next slot to read.
     next: Vec<u64>,
@@ -139,7 +187,8 @@ impl BurstReader {
         slot_ns: u64,
     ) -> Result<Self, LiveError> {
         use std::os::fd::AsFd;
-        let len_bytes = rings * BURST_RING_SLOTS as usize * std::mem::size_of::<BurstSlot>();
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))?;
+        let len_bytes = cpus * rings * BURST_RING_SLOTS as usize * std::mem::size_of::<BurstSlot>();
         let fd = data.fd().as_fd();
         // SAFETY: mapping the map's value area (BPF_F_MMAPABLE), shared with the kernel.
         let ptr = unsafe {
@@ -160,6 +209,7 @@ impl BurstReader {
             ptr: std::ptr::NonNull::new(ptr.cast()).expect("mmap succeeded"),
             len_bytes,
             rings,
+            cpus,
             slot_ns,
             next: vec![now; rings],
         })
@@ -186,19 +236,24 @@ impl BurstReader {
                 s = upto - ring_len;
             }
             while s < upto {
-                let i = ring * BURST_RING_SLOTS as usize + (s % ring_len) as usize;
-                // SAFETY: i < rings * BURST_RING_SLOTS, inside the mapping; the kernel writes
-                // the tag with plain stores and the bytes atomically.
-                unsafe {
-                    let e = self.ptr.as_ptr().add(i);
-                    let tag = std::ptr::read_volatile(&raw const (*e).slot);
-                    if tag == s {
-                        let bytes =
-                            AtomicU64::from_ptr(&raw mut (*e).bytes).swap(0, Ordering::AcqRel);
-                        if bytes > 0 {
-                            f(ring, SlotRead::Bytes(s, bytes));
+                let mut bytes = 0;
+                for cpu in 0..self.cpus {
+                    let i = (cpu * self.rings + ring) * BURST_RING_SLOTS as usize
+                        + (s % ring_len) as usize;
+                    // SAFETY: i < cpus * rings * BURST_RING_SLOTS, inside the mapping; a
+                    // complete slot is no longer written by its CPU (whose plain stores wrote
+                    // the tag, then the bytes).
+                    unsafe {
+                        let e = self.ptr.as_ptr().add(i);
+                        let tag = std::ptr::read_volatile(&raw const (*e).slot);
+                        if tag == s {
+                            bytes +=
+                                AtomicU64::from_ptr(&raw mut (*e).bytes).swap(0, Ordering::AcqRel);
                         }
                     }
+                }
+                if bytes > 0 {
+                    f(ring, SlotRead::Bytes(s, bytes));
                 }
                 s += 1;
             }

@@ -93,6 +93,12 @@ pub enum LiveError {
     TooManyInterfaces { got: usize, max: u32 },
     #[error("cannot map the microburst slots into memory")]
     BurstMap(#[source] io::Error),
+    #[error("cannot start the kernel programs' clock: {0}")]
+    Clock(String),
+    #[error(
+        "the kernel's microburst rings hold {have} rings per CPU, not the {want} asked for (size them when loading the object)"
+    )]
+    BurstRings { have: u32, want: u32 },
     #[error(
         "cannot map the microburst slots into memory: no microburst ring left for '{iface}' (the rings were sized for {rings} interfaces at start)"
     )]

@@ -13,8 +13,7 @@ use aya::{
     },
 };
 use observer_common::{
-    BURST_RING_SLOTS, DEFAULT_MAX_FLOWS, IfaceCounters, MAX_BURST_IFACES, maps as map_names,
-    programs,
+    DEFAULT_MAX_FLOWS, IfaceCounters, MAX_BURST_IFACES, maps as map_names, programs,
 };
 
 mod attach;
@@ -25,8 +24,11 @@ mod error;
 mod maps;
 mod netdev;
 
-pub use bursts::{BurstReader, SlotRead, observe_bursts};
-pub use clock::{monotonic_ns, monotonic_to_unix_offset, unix_ns};
+pub use bursts::{BurstReader, SlotRead, burst_entries, observe_bursts};
+pub use clock::{
+    RUN_TICK_NS, freeze_clock, monotonic_ns, monotonic_to_unix_offset, read_clock, start_clock,
+    unix_ns,
+};
 pub use error::{LiveError, OneLine};
 pub use maps::{
     FlowSink, iface_counters, read_counters, read_flows, read_latency, read_maps, read_pauses,
@@ -227,6 +229,25 @@ pub struct Observer {
     oper: Vec<Option<bool>>,
 }
 
+/// The kernel object `object` loaded, its programs not yet: the maps `sizes` (name, entries)
+/// resized, the microburst rings sized for `ifaces` interfaces per CPU (two rings each), and its
+/// clock ticking every `tick_ns`.
+pub fn load_object(
+    object: &[u8],
+    sizes: &[(&str, u32)],
+    ifaces: u32,
+    tick_ns: u64,
+) -> Result<Ebpf, LiveError> {
+    let mut loader = EbpfLoader::new();
+    for (name, entries) in sizes {
+        loader.map_max_entries(name, *entries);
+    }
+    loader.map_max_entries(map_names::BURSTS, burst_entries(2 * ifaces)?);
+    let mut ebpf = loader.load(object).map_err(|e| load_error(&e))?;
+    start_clock(&mut ebpf, tick_ns)?;
+    Ok(ebpf)
+}
+
 impl Observer {
     /// Checks privileges and interfaces, loads the object, attaches XDP everywhere (all or none).
     pub fn attach(config: LiveConfig) -> Result<Self, LiveError> {
@@ -267,12 +288,17 @@ impl Observer {
         } else {
             0
         };
-        let rings = 2 * ring_slots.max(1) as u32;
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries(map_names::FLOWS, config.max_flows)
-            .map_max_entries(map_names::BURSTS, rings * BURST_RING_SLOTS)
-            .load(EBPF_OBJECT)
-            .map_err(|e| load_error(&e))?;
+        let tick_ns = if config.burst_slot_ns > 0 {
+            config.burst_slot_ns
+        } else {
+            RUN_TICK_NS
+        };
+        let mut ebpf = load_object(
+            EBPF_OBJECT,
+            &[(map_names::FLOWS, config.max_flows)],
+            ring_slots as u32,
+            tick_ns,
+        )?;
         let name = config.vantage.program();
         let prog: &mut Xdp = ebpf
             .program_mut(name)
@@ -351,7 +377,12 @@ impl Observer {
         if fresh {
             zero_iface_counters(&mut self.ebpf, slot)?;
         }
-        register_interface(&mut self.ebpf, slot, ifindex, self.config.burst_slot_ns)?;
+        let rings = if self.config.burst_slot_ns > 0 {
+            2 * self.ring_slots as u32
+        } else {
+            0
+        };
+        register_interface(&mut self.ebpf, slot, ifindex, rings)?;
         let mut attached = Attached {
             name: iface.to_string(),
             ifindex,
