@@ -293,3 +293,80 @@ fn pfc_per_priority_exact_direct_and_through_erspan() {
         assert_eq!(err.contains(warning), warned, "{args:?}: {err}");
     }
 }
+
+/// Mirror copies of one ERSPAN source spread over every CPU (`--cpus 0-1` here): every copy is
+/// accounted exactly as the generator sent it (each QP's hosts on one CPU keep its PSN analysis
+/// whole) and consumed; the attach line names the CPUs. `--cpus` is refused in host mode and
+/// for a CPU that is not online, in one line.
+#[test]
+fn copies_spread_over_cpus_are_accounted_exactly() {
+    if !require_root("copies_spread_over_cpus_are_accounted_exactly") {
+        return;
+    }
+    // Every online CPU (on a one-CPU machine the copies move to it through the cpumap alike).
+    let online = roce_observer::source::live::online_cpus().unwrap();
+    let w = synth::scenario("many-qps").unwrap();
+    let copies: Vec<Frame> = w
+        .frames
+        .iter()
+        .map(|f| Frame {
+            bytes: synth::encapsulate(
+                &f.bytes,
+                Encap::ErspanII {
+                    session: 42,
+                    truncated: false,
+                },
+            ),
+            ts_ns: f.ts_ns,
+        })
+        .collect();
+    let lab = Lab::create("ro-spread").unwrap();
+    let cpus = roce_observer::source::live::cpu_list(&online);
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &[
+            "--iface",
+            "rx0",
+            "--mode",
+            "mirror",
+            "--consume",
+            "--cpus",
+            &cpus,
+            "--duration",
+            "2s",
+            "--json",
+        ],
+    );
+    assert!(
+        d.stderr_text
+            .contains(&format!("copies accounted on CPUs {cpus}")),
+        "{}",
+        d.stderr_text
+    );
+    let fd = tap(&lab);
+    send(&lab, copies);
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "{err}");
+    assert_eq!(drain(&fd), 0, "the copies consumed");
+    let r: Report = serde_json::from_str(&out).unwrap();
+    let want = mirrored_truth(&w, 42).report(r.source.clone(), r.window.seconds);
+    assert_eq!(r.totals, want.totals);
+    assert_eq!(timeless(&r.flows), timeless(&want.flows));
+
+    for (args, message) in [
+        (
+            &["--iface", "lo", "--cpus", "0"][..],
+            "roce-observer: error: --cpus needs --mode mirror (host mode accounts every frame where it is received)",
+        ),
+        (
+            &["--iface", "lo", "--mode", "mirror", "--cpus", "4000"][..],
+            "roce-observer: error: cannot spread the mirror copies over CPUs: CPU 4000 is not online",
+        ),
+    ] {
+        let (status, _, err) = output(std::process::Command::new(CLI).arg("diagnose").args(args));
+        assert_eq!(status.code(), Some(1), "{args:?}");
+        assert!(err.trim_end().starts_with(message), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}

@@ -13,7 +13,7 @@ use roce_observer::{
     },
     source::{
         capture::{COOKED_FILTER, CaptureConfig, DEFAULT_FILTER, IP_FILTER},
-        live::Vantage,
+        live::{Spread, Vantage, cpu_list, parse_cpu_list},
         nic::{NicError, rdma::device_of_capture},
     },
     units::{Named as _, parse_duration, parse_link_speed},
@@ -44,7 +44,7 @@ pub struct DiagnoseArgs {
     #[arg(
         long,
         value_name = "DEV",
-        conflicts_with_all = ["ifaces", "xdp_mode", "mode", "consume", "max_flows", "tc_hook"]
+        conflicts_with_all = ["ifaces", "xdp_mode", "mode", "consume", "max_flows", "tc_hook", "cpus"]
     )]
     pub capture: Option<String>,
     /// With --capture: the capture filter, a libpcap expression ('' for every frame; the
@@ -77,6 +77,12 @@ pub struct DiagnoseArgs {
     /// Mirror mode only: drop the copies after accounting (they need not climb the stack).
     #[arg(long)]
     pub consume: bool,
+    /// Mirror mode only: the CPUs that account the copies, each QP's hosts on one of them (RSS
+    /// puts every copy of a mirror source on one CPU): a list (0-3,8), or `queues` (default:
+    /// the CPUs of the interfaces' receive queues, every online CPU for a veth; one such CPU
+    /// spreads nothing).
+    #[arg(long, value_parser = parse_spread, value_name = "LIST")]
+    pub cpus: Option<Spread>,
     /// Capacity of the kernel flow table (LRU: the least recent flows are evicted when full).
     #[arg(long, default_value_t = observer_common::DEFAULT_MAX_FLOWS)]
     pub max_flows: u32,
@@ -128,8 +134,19 @@ fn nic_plan(observed: &[String], rdma_devs: &[String], mirror: bool) -> Result<O
     }
 }
 
+/// `--cpus`: a CPU list, or `queues`.
+fn parse_spread(text: &str) -> Result<Spread, String> {
+    if text == "queues" {
+        return Ok(Spread::QueueCpus);
+    }
+    parse_cpu_list(text).map(Spread::Cpus)
+}
+
 pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
     let vantage = a.mode.vantage(a.consume)?;
+    if a.cpus.is_some() && vantage == Vantage::Host {
+        bail!("--cpus needs --mode mirror (host mode accounts every frame where it is received)");
+    }
     if a.tc_hook.is_some() && vantage != Vantage::Host {
         bail!("--tc-hook needs --mode host (mirror mode attaches no TC egress program)");
     }
@@ -170,6 +187,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         max_flows: a.max_flows,
         tc_hook: a.tc_hook.unwrap_or_default().into(),
         link_speed: a.link_speed,
+        spread: a.cpus.unwrap_or_default(),
     };
     let report = observe(options, analysis, a.duration)?;
     output::print_warnings(&report);
@@ -190,8 +208,12 @@ pub fn observe(
         options.xdp_mode,
     );
     let mut session = LiveSession::attach(options, analysis)?;
+    let spread = match session.spread_cpus() {
+        [] => String::new(),
+        cpus => format!(", copies accounted on CPUs {}", cpu_list(cpus)),
+    };
     eprintln!(
-        "{ATTACHED} to {ifaces} ({} mode, xdp {}), observing for {:.1}s; Ctrl-C to stop early",
+        "{ATTACHED} to {ifaces} ({} mode, xdp {}{spread}), observing for {:.1}s; Ctrl-C to stop early",
         vantage.name(),
         xdp_mode.name(),
         duration.as_secs_f64()

@@ -140,6 +140,7 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
             max_flows: observer_common::DEFAULT_MAX_FLOWS,
             tc_hook: TcHook::Auto,
             link_speed: None,
+            spread: Default::default(),
         };
         crate::diagnose::observe(
             live,

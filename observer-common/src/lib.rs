@@ -48,6 +48,10 @@ pub mod maps {
     pub const PAUSES: &str = "PAUSES";
     /// Microburst slot rings (mmapable array of BurstSlot).
     pub const BURSTS: &str = "BURSTS";
+    /// Mirror mode spread over CPUs: the cpumap (CPU -> queue and observer program), and the
+    /// CPUs spread over (entry 0: their number n, entries 1..=n: the CPUs).
+    pub const SPREAD_CPUS: &str = "SPREAD_CPUS";
+    pub const SPREAD: &str = "SPREAD";
     /// The programs' clock (`ClockValue`, one entry), ticked by a BPF timer.
     pub const CLOCK: &str = "CLOCK";
     /// ifindex % BURST_IFACE_SLOTS -> BurstIface (an array).
@@ -74,6 +78,11 @@ pub mod programs {
     pub const OBSERVE_CONSUME: &str = "roce_observe_consume";
     /// Host mode, TC egress: accounts transmitted frames (flow key marked egress), passes on.
     pub const OBSERVE_EGRESS: &str = "roce_observe_egress";
+    /// Mirror mode spread over CPUs: sends each frame to its hosts' CPU (a cpumap).
+    pub const SPREAD: &str = "roce_spread";
+    /// `OBSERVE` and `OBSERVE_CONSUME` as cpumap programs, on the CPUs frames are spread to.
+    pub const OBSERVE_CPUMAP: &str = "roce_observe_cpumap";
+    pub const OBSERVE_CONSUME_CPUMAP: &str = "roce_observe_consume_cpumap";
     /// Starts the clock's timer (the loader runs it once with BPF_PROG_TEST_RUN).
     pub const START_CLOCK: &str = "start_clock";
     /// A program that only counts frames: the benchmark's baseline.
@@ -82,6 +91,34 @@ pub mod programs {
     pub const OBSERVE_UNCACHED: &str = "roce_observe_uncached";
     /// Benchmark only: the observer without the cache over one shared LRU table.
     pub const OBSERVE_SHARED: &str = "roce_observe_shared";
+}
+
+/// CPUs mirror copies can be spread over (the loader sizes the maps to the host's).
+pub const MAX_SPREAD_CPUS: u32 = 1024;
+
+/// The spread hash of a packet's two IP addresses, the same whichever is the source: the CPU a
+/// spread mirror port sends its copy to (`SPREAD[1 + hash % n]`), so that both directions of a
+/// connection, its copies from every mirror session and the two hosts' connection-manager
+/// traffic meet on one CPU.
+#[inline(always)]
+pub fn spread_hash(a: &[u8; 16], b: &[u8; 16]) -> u32 {
+    // Each address hashed alone, then added: the sum is the same either way round (a XOR of
+    // the two would cancel what they share and give every pair of one subnet the same hash).
+    let (ha, hb) = (address_hash(a), address_hash(b));
+    ha.wrapping_add(hb).wrapping_mul(0x9E37_79B1) >> 16
+}
+
+/// A multiplicative hash of an address's four words.
+#[inline(always)]
+fn address_hash(x: &[u8; 16]) -> u32 {
+    let mut h = 0u32;
+    let mut i = 0;
+    while i < 16 {
+        h = (h ^ u32::from_ne_bytes([x[i], x[i + 1], x[i + 2], x[i + 3]]))
+            .wrapping_mul(0x9E37_79B1);
+        i += 4;
+    }
+    h ^ (h >> 15)
 }
 
 /// Default capacity of the flow table.
@@ -96,3 +133,28 @@ pub const LAT_SCOPE_ENTRIES: u32 = 256;
 pub const MSG_FLOWS: u32 = 8192;
 /// Host pairs whose connection-manager traffic the kernel remembers (the least recent go).
 pub const CM_PAIRS: u32 = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::spread_hash;
+
+    /// The spread hash is the same either way round and tells apart the pairs of one subnet
+    /// (hosts .1 and .2 of ten /24s go to both of two CPUs).
+    #[test]
+    fn spread_hash_is_symmetric_and_spreads_one_subnets_pairs() {
+        let v4 = |c: u8, d: u8| {
+            let mut a = [0u8; 16];
+            a[10] = 0xFF;
+            a[11] = 0xFF;
+            a[12..].copy_from_slice(&[198, 19, c, d]);
+            a
+        };
+        let mut per_cpu = [0; 2];
+        for c in 0..10 {
+            let (a, b) = (v4(c, 1), v4(c, 2));
+            assert_eq!(spread_hash(&a, &b), spread_hash(&b, &a));
+            per_cpu[(spread_hash(&a, &b) % 2) as usize] += 1;
+        }
+        assert!(per_cpu.iter().all(|&n| n >= 3), "{per_cpu:?}");
+    }
+}

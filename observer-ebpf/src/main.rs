@@ -25,23 +25,23 @@ mod kernel {
             generated::{bpf_timer_init, bpf_timer_set_callback, bpf_timer_start},
         },
         macros::{btf_map, classifier, map, xdp},
-        maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray},
+        maps::{Array, CpuMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
         programs::{TcContext, XdpContext},
     };
     use observer_common::{
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Clock, ClockValue,
         Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot,
         FlowStats, HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES,
-        LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind,
-        MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass, SeqInput, SkipReason,
-        WIRE_OVERHEAD, burst_index,
+        LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MAX_SPREAD_CPUS, MSG_FLOWS,
+        Mirror, MsgKind, MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass,
+        SeqInput, SkipReason, WIRE_OVERHEAD, burst_index,
         latency::lat_bucket_index,
         latency::role,
         message::{is_boundary, kind_index, msg_bucket_index},
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
         seq::{F_FRESH, MESSAGE_BITS},
-        union_mirror,
+        spread_hash, union_mirror,
     };
 
     #[map(name = "FLOWS")]
@@ -176,6 +176,16 @@ mod kernel {
     /// A zeroed MsgStats that is never written: new message entries are inserted from it.
     #[map(name = "ZERO_MSG")]
     static ZERO_MSG: PerCpuArray<MsgStats> = PerCpuArray::with_max_entries(1, 0);
+
+    /// Mirror mode spread over CPUs: per CPU, its queue of frames and the observer that runs
+    /// there (set by the loader; the key is the CPU number). The loader sizes it to the host's
+    /// CPUs: the kernel refuses more entries than it was built for.
+    #[map(name = "SPREAD_CPUS")]
+    static SPREAD_CPUS: CpuMap = CpuMap::with_max_entries(1, 0);
+
+    /// The CPUs frames are spread over: entry 0 holds their number n, entries 1 to n the CPUs.
+    #[map(name = "SPREAD")]
+    static SPREAD: Array<u32> = Array::with_max_entries(MAX_SPREAD_CPUS + 1, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -879,6 +889,54 @@ mod kernel {
             slot.stats.seq.pmtu_mask = unsafe { (*prev).seq.pmtu_mask };
         }
         slot.key = *key;
+    }
+
+    /// Mirror mode spread over CPUs: sends each frame to the CPU its hosts hash to (a hash of
+    /// the copied packet's two addresses, whichever way it goes), whose cpumap program
+    /// (`roce_observe_cpumap`, `roce_observe_consume_cpumap`) accounts it. Everything the
+    /// per-CPU analysis joins (a flow, its answers, its copies from every session, the hosts'
+    /// connection-manager traffic) so stays on one CPU. Frames that are not RoCE go to the first
+    /// CPU; with no CPU to send to, a frame passes unaccounted (the loader never leaves it so).
+    #[xdp]
+    pub fn roce_spread(ctx: XdpContext) -> u32 {
+        let pkt = Packet {
+            start: ctx.data(),
+            end: ctx.data_end(),
+        };
+        let hash = match parse_frame(&pkt).result {
+            Ok(p) => spread_hash(&p.src_ip, &p.dst_ip),
+            Err(_) => 0,
+        };
+        let n = match SPREAD.get(0) {
+            Some(n) if *n > 0 => *n,
+            _ => return xdp_action::XDP_PASS,
+        };
+        let Some(cpu) = SPREAD.get(1 + hash % n) else {
+            return xdp_action::XDP_PASS;
+        };
+        match SPREAD_CPUS.redirect(*cpu, u64::from(xdp_action::XDP_PASS)) {
+            Ok(action) | Err(action) => action,
+        }
+    }
+
+    /// `roce_observe` as the cpumap program of a CPU frames are spread to (`roce_spread`).
+    #[xdp(map = "cpumap")]
+    pub fn roce_observe_cpumap(ctx: XdpContext) -> u32 {
+        observe_xdp(ctx);
+        after_accounting();
+        xdp_action::XDP_PASS
+    }
+
+    /// `roce_observe_consume` as the cpumap program of a CPU frames are spread to.
+    #[xdp(map = "cpumap")]
+    pub fn roce_observe_consume_cpumap(ctx: XdpContext) -> u32 {
+        let copy = observe_xdp(ctx);
+        after_accounting();
+        if copy {
+            xdp_action::XDP_DROP
+        } else {
+            xdp_action::XDP_PASS
+        }
     }
 
     /// Benchmark only: the observer without the cache, every packet looked up in `$flows`.

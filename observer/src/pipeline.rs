@@ -343,6 +343,8 @@ pub struct LiveOptions {
     pub tc_hook: TcHook,
     /// The links' speed; none: host mode reads the interfaces' own.
     pub link_speed: Option<u64>,
+    /// Mirror mode: the CPUs that account the copies.
+    pub spread: live::Spread,
 }
 
 /// Why an observation ended.
@@ -375,6 +377,11 @@ pub struct LiveSession {
 }
 
 impl LiveSession {
+    /// Mirror mode: the CPUs the copies are spread over (none: accounted where received).
+    pub fn spread_cpus(&self) -> &[u32] {
+        self.observer.spread_cpus()
+    }
+
     /// Attaches to the interfaces.
     pub fn attach(options: LiveOptions, analysis: AnalysisOptions) -> Result<Self, PipelineError> {
         let (speed, why_unknown) = match (options.link_speed, options.vantage) {
@@ -396,6 +403,7 @@ impl LiveSession {
             max_flows: options.max_flows,
             tc_hook: options.tc_hook,
             burst_slot_ns: timeline_config.slot_ns,
+            spread: options.spread.clone(),
         };
         let observer = Observer::attach(config)?;
         let mut timeline =

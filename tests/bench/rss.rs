@@ -25,6 +25,10 @@
 //!   their own source addresses.
 //! - `gre_teb`: the same frames as GRE transparent Ethernet bridging copies (the kernel's flow
 //!   dissector looks inside TEB, so RPS hashes on the inner headers; a NIC's RSS does not).
+//! - `erspan3_spread`: the `erspan3` copies with the observer as mirror mode attaches it spread
+//!   over every allowed CPU (`--cpus`): `roce_spread` sends each copy through a cpumap to the CPU
+//!   its hosts hash to, where the observer accounts it (and consumes it). The scenario's 10 host
+//!   pairs are what it spreads.
 //!
 //! Frames lost = sent - counted; `backlog_drops` is the rise of the kernel's per-CPU backlog
 //! drop counter (/proc/net/softnet_stat, all interfaces) during the case.
@@ -349,7 +353,12 @@ fn one_line(e: &dyn std::error::Error) -> String {
 
 /// Inside the namespace: attach the observer to rx0 in generic mode, then send every case from
 /// a sender pinned to one CPU and count where the observer ran.
-fn measure(ns: String, mask: String, rounds: u32) -> Result<(usize, Vec<Outcome>), String> {
+fn measure(
+    ns: String,
+    mask: String,
+    cpus: Vec<u32>,
+    rounds: u32,
+) -> Result<(usize, Vec<Outcome>), String> {
     pin_current_thread().map_err(|e| format!("pinning the sender: {e}"))?;
     // SAFETY: sched_getcpu has no preconditions.
     let sender_cpu = unsafe { libc::sched_getcpu() };
@@ -416,7 +425,44 @@ fn measure(ns: String, mask: String, rounds: u32) -> Result<(usize, Vec<Outcome>
     }
     // Dropping `ebpf` detaches the program; deleting the namespace would as well.
     drop(ebpf);
+    outcomes.push(measure_spread(&ns, &mask, cpus, &workload.frames, rounds)?);
     Ok((sender_cpu, outcomes))
+}
+
+/// The `erspan3` copies through the observer spread over the allowed CPUs, as `diagnose --mode
+/// mirror --consume --cpus LIST` attaches it (generic XDP mode, no microburst slots).
+fn measure_spread(
+    ns: &str,
+    mask: &str,
+    cpus: Vec<u32>,
+    inner: &[Frame],
+    rounds: u32,
+) -> Result<Outcome, String> {
+    use roce_observer::source::live::{AttachMode, LiveConfig, Observer, Spread, Vantage};
+    set_rps(ns, mask)?;
+    let mut config = LiveConfig::new(vec![Lab::RX.to_string()]);
+    config.xdp_mode = AttachMode::Skb;
+    config.vantage = Vantage::Mirror { consume: true };
+    config.burst_slot_ns = 0;
+    config.spread = Spread::Cpus(cpus);
+    let observer =
+        Observer::attach(config).map_err(|e| format!("erspan3_spread: {}", one_line(&e)))?;
+    let frames = wrap(inner, Wrap::ErspanIII);
+    let drops_before = backlog_drops();
+    let mut sent = 0u64;
+    for _ in 0..rounds {
+        sent += synth::send(Lab::TX, &frames).map_err(|e| format!("erspan3_spread: {e}"))? as u64;
+    }
+    let (per_cpu, roce_packets) = settle(observer.ebpf(), sent)?;
+    Ok(Outcome {
+        name: "erspan3_spread",
+        what: "ERSPAN III copies, one source, spread (--cpus)",
+        rps: true,
+        sent,
+        per_cpu,
+        roce_packets,
+        backlog_drops: backlog_drops().saturating_sub(drops_before),
+    })
 }
 
 fn run(args: &Args) -> Result<(), String> {
@@ -434,9 +480,11 @@ fn run(args: &Args) -> Result<(), String> {
     let ns = lab.ns.name().to_string();
     let rounds = args.rounds;
     let mask_in = mask.clone();
+    // The CPUs to spread over: every one this process may use (the sender pins itself later).
+    let cpus = allowed.iter().map(|&c| c as u32).collect();
     let (sender_cpu, outcomes) = lab
         .ns
-        .run_in(move || measure(ns, mask_in, rounds))
+        .run_in(move || measure(ns, mask_in, cpus, rounds))
         .map_err(|e| e.to_string())??;
     drop(lab);
 

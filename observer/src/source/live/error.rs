@@ -93,6 +93,8 @@ pub enum LiveError {
     TooManyInterfaces { got: usize, max: u32 },
     #[error("cannot map the microburst slots into memory")]
     BurstMap(#[source] io::Error),
+    #[error("cannot spread the mirror copies over CPUs: {0}")]
+    Spread(String),
     #[error("cannot start the kernel programs' clock: {0}")]
     Clock(String),
     #[error(

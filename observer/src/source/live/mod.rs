@@ -23,6 +23,7 @@ mod clock;
 mod error;
 mod maps;
 mod netdev;
+mod spread;
 
 pub use bursts::{BurstReader, SlotRead, burst_entries, observe_bursts};
 pub use clock::{
@@ -35,6 +36,7 @@ pub use maps::{
     take_flow,
 };
 pub use netdev::{Promiscuous, check_privileges, if_index, interfaces_speed, link_up};
+pub use spread::{Spread, cpu_list, online_cpus, parse_cpu_list};
 
 use self::{
     attach::{attach_egress, attach_error},
@@ -174,6 +176,8 @@ pub struct LiveConfig {
     pub tc_hook: TcHook,
     /// Microburst slot width in ns (0: the kernel keeps no slots).
     pub burst_slot_ns: u64,
+    /// Mirror mode: the CPUs that account the copies.
+    pub spread: Spread,
 }
 
 impl LiveConfig {
@@ -185,6 +189,7 @@ impl LiveConfig {
             max_flows: DEFAULT_MAX_FLOWS,
             tc_hook: TcHook::Auto,
             burst_slot_ns: crate::units::DEFAULT_SLOT_NS,
+            spread: Spread::QueueCpus,
         }
     }
 }
@@ -227,18 +232,22 @@ pub struct Observer {
     ring_slots: usize,
     /// Last operational state seen per slot (for `Link` events).
     oper: Vec<Option<bool>>,
+    /// Mirror mode: the CPUs the copies are spread over (none: accounted where received).
+    spread: Vec<u32>,
 }
 
 /// The kernel object `object` loaded, its programs not yet: the maps `sizes` (name, entries)
-/// resized, the microburst rings sized for `ifaces` interfaces per CPU (two rings each), and its
-/// clock ticking every `tick_ns`.
+/// resized, the microburst rings sized for `ifaces` interfaces per CPU (two rings each), the
+/// spreading cpumap for the host's CPUs, and its clock ticking every `tick_ns`.
 pub fn load_object(
     object: &[u8],
     sizes: &[(&str, u32)],
     ifaces: u32,
     tick_ns: u64,
 ) -> Result<Ebpf, LiveError> {
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))? as u32;
     let mut loader = EbpfLoader::new();
+    loader.map_max_entries(map_names::SPREAD_CPUS, cpus);
     for (name, entries) in sizes {
         loader.map_max_entries(name, *entries);
     }
@@ -293,13 +302,29 @@ impl Observer {
         } else {
             RUN_TICK_NS
         };
+        let spread = match config.vantage {
+            Vantage::Mirror { .. } => spread::resolve(&config.spread, &config.interfaces)?,
+            Vantage::Host if config.spread != Spread::QueueCpus => {
+                return Err(LiveError::Spread(
+                    "host mode accounts every frame where it is received; spreading is for mirror mode".into(),
+                ));
+            }
+            Vantage::Host => Vec::new(),
+        };
         let mut ebpf = load_object(
             EBPF_OBJECT,
             &[(map_names::FLOWS, config.max_flows)],
             ring_slots as u32,
             tick_ns,
         )?;
-        let name = config.vantage.program();
+        if !spread.is_empty() {
+            spread::set_up(&mut ebpf, config.vantage, &spread)?;
+        }
+        let name = if spread.is_empty() {
+            config.vantage.program()
+        } else {
+            programs::SPREAD
+        };
         let prog: &mut Xdp = ebpf
             .program_mut(name)
             .ok_or(LiveError::MissingProgram(name))?
@@ -320,6 +345,7 @@ impl Observer {
             slots: Vec::new(),
             ring_slots,
             oper: Vec::new(),
+            spread,
         })
     }
 
@@ -399,7 +425,7 @@ impl Observer {
                 }
             }
         }
-        let name = self.config.vantage.program();
+        let name = self.attached_program();
         let prog: &mut Xdp = self
             .ebpf
             .program_mut(name)
@@ -433,7 +459,7 @@ impl Observer {
     /// Detaches `a`'s links; `present`: the interface is still there (errors matter). Errors of
     /// an interface that is gone are expected: its links went with it.
     fn release(&mut self, a: &mut Attached, present: bool) -> Result<(), LiveError> {
-        let name = self.config.vantage.program();
+        let name = self.attached_program();
         let mut first = Ok(());
         if let Some(link) = a.xdp.take()
             && let Some(prog) = self
@@ -576,6 +602,20 @@ impl Observer {
 
     pub fn config(&self) -> &LiveConfig {
         &self.config
+    }
+
+    /// Mirror mode: the CPUs the copies are spread over (none: accounted where received).
+    pub fn spread_cpus(&self) -> &[u32] {
+        &self.spread
+    }
+
+    /// The XDP program attached to the interfaces.
+    fn attached_program(&self) -> &'static str {
+        if self.spread.is_empty() {
+            self.config.vantage.program()
+        } else {
+            programs::SPREAD
+        }
     }
 
     /// The loaded object (maps to read).

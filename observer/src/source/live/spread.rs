@@ -1,0 +1,219 @@
+//! Mirror mode spread over CPUs: RSS hashes a mirror copy's outer header, so every copy of one
+//! mirror source lands on one CPU. `roce_spread` sends each frame on through a cpumap to the CPU
+//! its copied packet's hosts hash to, where the observer (a cpumap program) accounts it.
+
+use std::{fs, path::Path};
+
+use aya::{
+    Ebpf,
+    maps::{Array, CpuMap},
+    programs::Xdp,
+};
+use observer_common::{MAX_SPREAD_CPUS, maps, programs};
+
+use super::{LiveError, Vantage, error::load_error};
+
+/// Which CPUs account a mirror port's copies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Spread {
+    /// The CPUs that serve the interfaces' receive queues (their devices' interrupts; every
+    /// online CPU for a device without any, as veth); none when that is one CPU.
+    #[default]
+    QueueCpus,
+    /// These CPUs (one alone moves the accounting off the receiving CPU).
+    Cpus(Vec<u32>),
+}
+
+/// Frames a CPU's queue holds before the cpumap drops (the kernel samples' default).
+const QUEUE_FRAMES: u32 = 2048;
+
+/// A CPU list as the kernel writes them (`0-3,8,10-11`); sorted, without repeats.
+pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
+        let part = part.trim();
+        let number = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("'{s}' in the CPU list '{text}' is not a CPU number"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (number(a)?, number(b)?);
+                if a > b {
+                    return Err(format!("CPU range '{part}' runs backwards"));
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(number(part)?),
+        }
+    }
+    if cpus.is_empty() {
+        return Err(format!("the CPU list '{text}' names no CPU"));
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// The online CPUs.
+pub fn online_cpus() -> Result<Vec<u32>, LiveError> {
+    let path = "/sys/devices/system/cpu/online";
+    let text = fs::read_to_string(path)
+        .map_err(|e| LiveError::Spread(format!("cannot read {path}: {e}")))?;
+    parse_cpu_list(&text).map_err(|e| LiveError::Spread(format!("{path}: {e}")))
+}
+
+/// The CPUs the interrupts of `iface`'s device are delivered to (its queues'); none for a
+/// device without interrupts of its own.
+fn queue_cpus(iface: &str) -> Vec<u32> {
+    let irqs = Path::new("/sys/class/net")
+        .join(iface)
+        .join("device/msi_irqs");
+    let Ok(entries) = fs::read_dir(irqs) else {
+        return Vec::new();
+    };
+    let mut cpus = Vec::new();
+    for irq in entries.flatten() {
+        let dir = Path::new("/proc/irq").join(irq.file_name());
+        let list = fs::read_to_string(dir.join("effective_affinity_list"))
+            .or_else(|_| fs::read_to_string(dir.join("smp_affinity_list")));
+        if let Ok(list) = list
+            && let Ok(mut c) = parse_cpu_list(&list)
+        {
+            cpus.append(&mut c);
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    cpus
+}
+
+/// The CPUs to spread `interfaces`' copies over (none: no spreading): online, checked.
+pub(super) fn resolve(spread: &Spread, interfaces: &[String]) -> Result<Vec<u32>, LiveError> {
+    let online = online_cpus()?;
+    match spread {
+        Spread::Cpus(cpus) => {
+            for cpu in cpus {
+                if !online.contains(cpu) {
+                    return Err(LiveError::Spread(format!(
+                        "CPU {cpu} is not online (online: {})",
+                        cpu_list(&online)
+                    )));
+                }
+            }
+            if cpus.len() > MAX_SPREAD_CPUS as usize {
+                return Err(LiveError::Spread(format!(
+                    "at most {MAX_SPREAD_CPUS} CPUs, not {}",
+                    cpus.len()
+                )));
+            }
+            Ok(cpus.clone())
+        }
+        Spread::QueueCpus => {
+            let mut cpus: Vec<u32> = interfaces.iter().flat_map(|i| queue_cpus(i)).collect();
+            cpus.retain(|c| online.contains(c));
+            cpus.sort_unstable();
+            cpus.dedup();
+            if cpus.is_empty() {
+                cpus = online;
+            }
+            cpus.truncate(MAX_SPREAD_CPUS as usize);
+            Ok(if cpus.len() > 1 { cpus } else { Vec::new() })
+        }
+    }
+}
+
+/// A CPU list in the kernel's form (`0-3,8`).
+pub fn cpu_list(cpus: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// Loads the observer as the cpumap program `vantage` asks for (the loader attaches
+/// `roce_spread` to the interfaces), and points
+/// the cpumap entry of each of `cpus` at that program and `SPREAD` at the CPUs.
+pub(super) fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<(), LiveError> {
+    let observer = match vantage {
+        Vantage::Mirror { consume: true } => programs::OBSERVE_CONSUME_CPUMAP,
+        _ => programs::OBSERVE_CPUMAP,
+    };
+    let prog: &mut Xdp = ebpf
+        .program_mut(observer)
+        .ok_or(LiveError::MissingProgram(observer))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| load_error(&e))?;
+    prog.load().map_err(|e| load_error(&e))?;
+    let fail = |what: &str, e: &dyn std::fmt::Display| LiveError::Spread(format!("{what}: {e}"));
+    let fd = {
+        let prog: &Xdp = ebpf
+            .program(observer)
+            .ok_or(LiveError::MissingProgram(observer))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| load_error(&e))?;
+        prog.fd()
+            .map_err(|e| fail(observer, &e))?
+            .try_clone()
+            .map_err(|e| fail(observer, &e))?
+    };
+    {
+        let map = ebpf
+            .map_mut(maps::SPREAD_CPUS)
+            .ok_or_else(|| LiveError::Spread(format!("no map {}", maps::SPREAD_CPUS)))?;
+        let mut cpumap = CpuMap::try_from(map).map_err(|e| fail(maps::SPREAD_CPUS, &e))?;
+        for cpu in cpus {
+            cpumap
+                .set(*cpu, QUEUE_FRAMES, Some(&fd), 0)
+                .map_err(|e| fail(&format!("the queue of CPU {cpu}"), &e))?;
+        }
+    }
+    let map = ebpf
+        .map_mut(maps::SPREAD)
+        .ok_or_else(|| LiveError::Spread(format!("no map {}", maps::SPREAD)))?;
+    let mut spread: Array<_, u32> = Array::try_from(map).map_err(|e| fail(maps::SPREAD, &e))?;
+    for (i, cpu) in cpus.iter().enumerate() {
+        spread
+            .set(1 + i as u32, cpu, 0)
+            .map_err(|e| fail(maps::SPREAD, &e))?;
+    }
+    // The number last: until then no frame is sent on.
+    spread
+        .set(0, cpus.len() as u32, 0)
+        .map_err(|e| fail(maps::SPREAD, &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_read_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("0-3,8\n").unwrap(), vec![0, 1, 2, 3, 8]);
+        assert_eq!(parse_cpu_list("5").unwrap(), vec![5]);
+        assert_eq!(parse_cpu_list("3,1,1-2").unwrap(), vec![1, 2, 3]);
+        assert_eq!(
+            parse_cpu_list("2-1").unwrap_err(),
+            "CPU range '2-1' runs backwards"
+        );
+        assert_eq!(
+            parse_cpu_list("0,x").unwrap_err(),
+            "'x' in the CPU list '0,x' is not a CPU number"
+        );
+        assert!(parse_cpu_list(" ").is_err());
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(cpu_list(&[4]), "4");
+    }
+}
