@@ -373,6 +373,7 @@ fn every_program_in_the_object_passes_the_verifier() {
         programs::OBSERVE_UNCACHED,
         programs::OBSERVE_SHARED,
         programs::START_CLOCK,
+        programs::BASELINE_DROP,
         programs::SPREAD,
         programs::OBSERVE_CPUMAP,
         programs::OBSERVE_CONSUME_CPUMAP,

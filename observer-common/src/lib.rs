@@ -87,6 +87,8 @@ pub mod programs {
     pub const START_CLOCK: &str = "start_clock";
     /// A program that only counts frames: the benchmark's baseline.
     pub const BASELINE: &str = "count_frames";
+    /// The same, dropping the frames: the sustained-rate benchmark's baseline.
+    pub const BASELINE_DROP: &str = "count_frames_drop";
     /// Benchmark only: the observer without the flow cache (per-CPU LRU table lookups).
     pub const OBSERVE_UNCACHED: &str = "roce_observe_uncached";
     /// Benchmark only: the observer without the cache over one shared LRU table.

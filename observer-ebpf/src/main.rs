@@ -990,6 +990,16 @@ mod kernel {
         xdp_action::XDP_PASS
     }
 
+    /// The sustained-rate benchmark's baseline: counts frames, drops them (as the consuming
+    /// observer drops copies, so that neither pays the stack).
+    #[xdp]
+    pub fn count_frames_drop(_ctx: XdpContext) -> u32 {
+        if let Some(n) = BASELINE.get_ptr_mut(0) {
+            unsafe { *n += 1 };
+        }
+        xdp_action::XDP_DROP
+    }
+
     #[panic_handler]
     fn panic(_info: &core::panic::PanicInfo) -> ! {
         loop {}

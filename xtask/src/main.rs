@@ -64,7 +64,8 @@ enum Cmd {
         args: Vec<OsString>,
     },
     /// Setup, then run the BPF_PROG_TEST_RUN benchmark (extra arguments go to the bench binary),
-    /// then the replay throughput benchmark on whole and on 160-byte frames (bench-replay), then
+    /// then the sustained rate through XDP live frames on one and two CPUs (bench-rate), then
+    /// the replay throughput benchmark on whole and on 160-byte frames (bench-replay), then
     /// the spread of direct RoCE and mirror copies over CPUs under RPS (bench-rss), then the
     /// CPU, drain time and memory of `roce-observer run` at 10k, 100k and 1M flows beside the
     /// idle daemon (bench-daemon, about 3 minutes); only --json is passed on to those.
@@ -128,13 +129,15 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Bench { args } => {
             setup(&ws)?;
             let json: Vec<OsString> = args.iter().filter(|a| *a == "--json").cloned().collect();
-            // The kernel benchmark, then offline replay throughput on whole frames and on a
+            // The kernel benchmark, then the sustained rate through XDP live frames, then
+            // offline replay throughput on whole frames and on a
             // header-only (160-byte snaplen) capture as mirrors and sniffers take, then how
             // receive steering spreads direct RoCE and mirror copies over CPUs, then the
             // daemon's cost by tracked flows; of the extra arguments only --json applies to the
             // runs after the first.
-            let runs: [(&str, Vec<OsString>); 5] = [
+            let runs: [(&str, Vec<OsString>); 6] = [
                 ("bench", args),
+                ("bench-rate", json.clone()),
                 (
                     "bench-replay",
                     [&["--snaplen".into(), "65535".into()][..], &json].concat(),

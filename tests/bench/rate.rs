@@ -1,0 +1,306 @@
+//! `cargo xtask bench` (after bench): the sustained packet rate of the observer, beside a
+//! baseline that only counts, measured in the same run.
+//!
+//! BPF_PROG_TEST_RUN's live-frames mode runs a program on real XDP frames at the highest rate
+//! the CPU can make them, the frames going where the verdict sends them: here both programs
+//! drop (the observer as mirror mode with `--consume` runs it, `roce_observe_consume`, with the
+//! interface counters `run` keeps; the baseline `count_frames_drop`), so neither pays the stack.
+//! Cases: a RoCE WRITE on an existing flow, and the same as an ERSPAN III copy, each on one CPU
+//! and on two at once (one thread pinned per CPU, each its own flow, timed together). Every
+//! figure is the median of `--runs` runs, and each run checks that the observer counted every
+//! frame (nothing lost from its counts).
+
+use std::{process::ExitCode, sync::Barrier, time::Instant};
+
+use aya::{
+    Ebpf,
+    maps::PerCpuArray,
+    programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp},
+};
+use integration_tests::median;
+use observer_common::{Counters, maps, programs, wire};
+use roce_observer::source::{
+    live::{RUN_TICK_NS, if_index, load_object, observe_bursts},
+    synth::{self, Encap, Ip, RoceFrame},
+};
+
+/// Sustained packet rate through XDP live frames (needs root).
+#[derive(clap::Parser)]
+#[command(name = "bench-rate")]
+struct Args {
+    /// Frames per CPU per measurement.
+    #[arg(long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u32).range(100_000..))]
+    frames: u32,
+    /// Measurements per figure; the median is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    runs: u64,
+    /// Print the figures as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Frames the kernel builds per batch (its default is 64).
+const BATCH: u32 = 64;
+
+/// An RC WRITE middle of 1024 B to `dest_qp` from host `host` (its own pair of addresses).
+fn write_middle(host: u8, dest_qp: u32) -> Vec<u8> {
+    let ip = Ip::v4(
+        std::net::Ipv4Addr::new(198, 18, host, 1),
+        std::net::Ipv4Addr::new(198, 18, host, 2),
+    );
+    let mut f = RoceFrame::new(ip, wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE, dest_qp);
+    f.bth.psn = 1000;
+    f.payload_len = 1024;
+    f.to_bytes()
+}
+
+fn erspan3(inner: &[u8]) -> Vec<u8> {
+    synth::encapsulate(
+        inner,
+        Encap::ErspanIII {
+            session: 7,
+            truncated: false,
+            platform: true,
+        },
+    )
+}
+
+/// The object with the observer and the baseline loaded, the loopback device (where
+/// BPF_PROG_TEST_RUN runs XDP) observed as `run` observes: interface counters, no slots.
+fn load() -> Result<Ebpf, String> {
+    let mut ebpf = load_object(roce_observer::EBPF_OBJECT, &[], 1, RUN_TICK_NS)
+        .map_err(|e| format!("loading the kernel object: {e}"))?;
+    for name in [programs::OBSERVE_CONSUME, programs::BASELINE_DROP] {
+        let prog: &mut Xdp = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("no program {name}"))?
+            .try_into()
+            .map_err(|e| format!("{name}: {e}"))?;
+        prog.load().map_err(|e| format!("loading {name}: {e}"))?;
+    }
+    let lo = if_index("lo").map_err(|e| e.to_string())?;
+    observe_bursts(&mut ebpf, &[("lo", lo)], 0).map_err(|e| e.to_string())?;
+    Ok(ebpf)
+}
+
+/// Frames the program `name` counted (all CPUs).
+fn counted(ebpf: &Ebpf, name: &str) -> Result<u64, String> {
+    let fail = |e: &dyn std::fmt::Display| format!("reading the counts: {e}");
+    if name == programs::BASELINE_DROP {
+        let m: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(ebpf.map(maps::BASELINE).ok_or("no BASELINE map")?)
+                .map_err(|e| fail(&e))?;
+        return Ok(m.get(&0, 0).map_err(|e| fail(&e))?.iter().sum());
+    }
+    let m: PerCpuArray<_, Counters> =
+        PerCpuArray::try_from(ebpf.map(maps::COUNTERS).ok_or("no COUNTERS map")?)
+            .map_err(|e| fail(&e))?;
+    Ok(m.get(&0, 0)
+        .map_err(|e| fail(&e))?
+        .iter()
+        .map(|c| c.frames)
+        .sum())
+}
+
+/// Runs `frames[i]` `count` times through `name` on CPU `cpus[i]`, all at once; the frames per
+/// second of them all together, checked against the program's counts.
+fn rate(
+    ebpf: &Ebpf,
+    name: &str,
+    frames: &[Vec<u8>],
+    cpus: &[usize],
+    count: u32,
+) -> Result<f64, String> {
+    let prog: &Xdp = ebpf
+        .program(name)
+        .ok_or_else(|| format!("no program {name}"))?
+        .try_into()
+        .map_err(|e| format!("{name}: {e}"))?;
+    let before = counted(ebpf, name)?;
+    let start = Barrier::new(frames.len());
+    let t0 = Instant::now();
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = frames
+            .iter()
+            .zip(cpus)
+            .map(|(frame, &cpu)| {
+                let start = &start;
+                s.spawn(move || {
+                    roce_observer::lab::pin_current_thread_to(cpu)
+                        .map_err(|e| format!("pinning to CPU {cpu}: {e}"))?;
+                    start.wait();
+                    let r = prog
+                        .test_run(TestRunOptions {
+                            data_in: Some(frame),
+                            repeat: count,
+                            attrs: TestRunAttrs::new().xdp_live_frames(BATCH),
+                            ..Default::default()
+                        })
+                        .map_err(|e| format!("{name}: BPF_PROG_TEST_RUN (live frames): {e}"))?;
+                    if r.return_value != 0 {
+                        return Err(format!("{name}: live frames returned {}", r.return_value));
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a sender panicked".into())))
+            .collect()
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    for r in results {
+        r?;
+    }
+    let want = u64::from(count) * frames.len() as u64;
+    let got = counted(ebpf, name)? - before;
+    if got != want {
+        return Err(format!("{name}: counted {got} of {want} frames"));
+    }
+    Ok(want as f64 / secs)
+}
+
+struct Row {
+    case: &'static str,
+    cpus: usize,
+    observer_pps: f64,
+    baseline_pps: f64,
+}
+
+fn run(args: &Args) -> Result<Vec<Row>, String> {
+    let allowed =
+        roce_observer::lab::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))?;
+    let direct: Vec<Vec<u8>> = (0..2)
+        .map(|i| write_middle(10 + i, 0x11 + u32::from(i)))
+        .collect();
+    let copies: Vec<Vec<u8>> = direct.iter().map(|f| erspan3(f)).collect();
+    let mut rows = Vec::new();
+    for (case, frames) in [
+        ("roce_existing_flow", &direct),
+        ("erspan3_roce_existing_flow", &copies),
+    ] {
+        for n in [1usize, 2] {
+            if n > allowed.len() {
+                continue;
+            }
+            let (mut obs, mut base) = (Vec::new(), Vec::new());
+            for _ in 0..args.runs {
+                let ebpf = load()?;
+                // A first frame each creates the flows: the measured ones hit existing flows.
+                rate(
+                    &ebpf,
+                    programs::OBSERVE_CONSUME,
+                    &frames[..n],
+                    &allowed[..n],
+                    1,
+                )?;
+                base.push(rate(
+                    &ebpf,
+                    programs::BASELINE_DROP,
+                    &frames[..n],
+                    &allowed[..n],
+                    args.frames,
+                )?);
+                obs.push(rate(
+                    &ebpf,
+                    programs::OBSERVE_CONSUME,
+                    &frames[..n],
+                    &allowed[..n],
+                    args.frames,
+                )?);
+            }
+            rows.push(Row {
+                case,
+                cpus: n,
+                observer_pps: median(&obs),
+                baseline_pps: median(&base),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn main() -> ExitCode {
+    let args = <Args as clap::Parser>::parse();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "bench-rate: needs root (BPF_PROG_TEST_RUN loads BPF programs); run as root: cargo xtask bench"
+        );
+        return ExitCode::FAILURE;
+    }
+    let rows = match run(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench-rate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Scaling: the rate on two CPUs over the rate on one, per case.
+    let scaling = |case: &str| {
+        let one = rows.iter().find(|r| r.case == case && r.cpus == 1)?;
+        let two = rows.iter().find(|r| r.case == case && r.cpus == 2)?;
+        Some(two.observer_pps / one.observer_pps)
+    };
+    if args.json {
+        let env = integration_tests::environment_json(&integration_tests::bench_environment());
+        let json = serde_json::json!({
+            "environment": env,
+            "frames_per_cpu": args.frames,
+            "runs": args.runs,
+            "statistic": "median",
+            "results": rows.iter().map(|r| serde_json::json!({
+                "case": r.case,
+                "cpus": r.cpus,
+                "observer_mpps": r.observer_pps / 1e6,
+                "baseline_mpps": r.baseline_pps / 1e6,
+                "observer_mpps_per_cpu": r.observer_pps / 1e6 / r.cpus as f64,
+                "share_of_baseline": r.observer_pps / r.baseline_pps,
+                "lost": 0,
+            })).collect::<Vec<_>>(),
+            "scaling_1_to_2_cpus": {
+                "roce_existing_flow": scaling("roce_existing_flow"),
+                "erspan3_roce_existing_flow": scaling("erspan3_roce_existing_flow"),
+            },
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).expect("serializable")
+        );
+    } else {
+        println!(
+            "XDP live frames (BPF_PROG_TEST_RUN), {} frames per CPU, median of {} runs; {} (consuming, interface counters) beside {}",
+            args.frames,
+            args.runs,
+            programs::OBSERVE_CONSUME,
+            programs::BASELINE_DROP
+        );
+        println!(
+            "{}",
+            integration_tests::environment_line(&integration_tests::bench_environment())
+        );
+        println!(
+            "{:<28} {:>4} {:>13} {:>13} {:>13} {:>9} {:>5}",
+            "case", "cpus", "observer Mpps", "per CPU", "baseline Mpps", "share", "lost"
+        );
+        for r in &rows {
+            println!(
+                "{:<28} {:>4} {:>13.2} {:>13.2} {:>13.2} {:>8.1}% {:>5}",
+                r.case,
+                r.cpus,
+                r.observer_pps / 1e6,
+                r.observer_pps / 1e6 / r.cpus as f64,
+                r.baseline_pps / 1e6,
+                100.0 * r.observer_pps / r.baseline_pps,
+                0
+            );
+        }
+        for case in ["roce_existing_flow", "erspan3_roce_existing_flow"] {
+            if let Some(s) = scaling(case) {
+                println!("{case}: 2 CPUs sustain {s:.2}x the rate of 1");
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
