@@ -13,7 +13,7 @@ use roce_observer::{
     },
     source::{
         capture::{COOKED_FILTER, CaptureConfig, DEFAULT_FILTER, IP_FILTER},
-        live::{Spread, Vantage, cpu_list, parse_cpu_list},
+        live::{Spread, Vantage, cpu_list},
         nic::{NicError, rdma::device_of_capture},
     },
     units::{Named as _, parse_duration, parse_link_speed},
@@ -81,7 +81,7 @@ pub struct DiagnoseArgs {
     /// puts every copy of a mirror source on one CPU): a list (0-3,8), or `queues` (default:
     /// the CPUs of the interfaces' receive queues, every online CPU for a veth; one such CPU
     /// spreads nothing).
-    #[arg(long, value_parser = parse_spread, value_name = "LIST")]
+    #[arg(long, value_parser = roce_observer::daemon::config::parse_spread, value_name = "LIST")]
     pub cpus: Option<Spread>,
     /// Capacity of the kernel flow table (LRU: the least recent flows are evicted when full).
     #[arg(long, default_value_t = observer_common::DEFAULT_MAX_FLOWS)]
@@ -132,14 +132,6 @@ fn nic_plan(observed: &[String], rdma_devs: &[String], mirror: bool) -> Result<O
             Ok(None)
         }
     }
-}
-
-/// `--cpus`: a CPU list, or `queues`.
-fn parse_spread(text: &str) -> Result<Spread, String> {
-    if text == "queues" {
-        return Ok(Spread::QueueCpus);
-    }
-    parse_cpu_list(text).map(Spread::Cpus)
 }
 
 pub fn diagnose(a: DiagnoseArgs) -> Result<()> {

@@ -24,7 +24,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "DEV",
-        conflicts_with_all = ["iface", "mode", "consume", "max_flows", "xdp_mode", "tc_hook"]
+        conflicts_with_all = ["iface", "mode", "consume", "cpus", "max_flows", "xdp_mode", "tc_hook"]
     )]
     pub capture: Option<String>,
     /// With --capture: the capture filter, a libpcap expression ('' for every frame; the
@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// Mirror mode only: drop the copies after accounting.
     #[arg(long)]
     pub consume: bool,
+    /// Mirror mode only: the CPUs that account the copies, each pair of hosts on one of them: a
+    /// list (0-3,8), or `queues` (default: the CPUs of the interfaces' receive queues).
+    #[arg(long, value_parser = roce_observer::daemon::config::parse_spread, value_name = "LIST")]
+    pub cpus: Option<roce_observer::source::live::Spread>,
     /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,
@@ -93,6 +97,7 @@ impl From<RunArgs> for RunOverrides {
             config: a.config,
             mode: a.mode.map(Into::into),
             consume: a.consume,
+            cpus: a.cpus,
             interval: a.interval,
             listen: a.listen,
             max_series: a.max_series,

@@ -12,10 +12,18 @@ use serde::Deserialize;
 use crate::{
     source::{
         capture::CaptureConfig,
-        live::{AttachMode, Mode, TcHook, Vantage},
+        live::{AttachMode, Mode, Spread, TcHook, Vantage, parse_cpu_list},
     },
     units::Named,
 };
+
+/// `cpus`: a CPU list (`0-3,8`), or `queues` (the interfaces' queues' CPUs).
+pub fn parse_spread(text: &str) -> Result<Spread, String> {
+    if text.trim() == "queues" {
+        return Ok(Spread::QueueCpus);
+    }
+    parse_cpu_list(text).map(Spread::Cpus)
+}
 
 /// Default address of the metrics endpoint: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
@@ -53,6 +61,8 @@ pub struct RunOverrides {
     pub mode: Option<Mode>,
     /// Mirror mode only: drop the copies after accounting.
     pub consume: bool,
+    /// Mirror mode only: the CPUs that account the copies (default: the interfaces' queues').
+    pub cpus: Option<Spread>,
     /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
     pub interval: Option<Duration>,
     /// Address of the metrics endpoint (default 127.0.0.1:9477: loopback only; any other
@@ -94,6 +104,8 @@ struct FileConfig {
     iface: Option<Vec<String>>,
     mode: Option<Mode>,
     consume: Option<bool>,
+    /// A CPU list (`0-3,8`) or `queues`.
+    cpus: Option<String>,
     interval: Option<String>,
     listen: Option<String>,
     max_series: Option<usize>,
@@ -126,6 +138,8 @@ pub struct RunConfig {
     pub max_flows: u32,
     pub xdp_mode: AttachMode,
     pub tc_hook: TcHook,
+    /// Mirror mode: the CPUs that account the copies.
+    pub spread: Spread,
     /// A device captured through libpcap instead of interfaces (`ifaces` is then empty, and
     /// the XDP settings unused).
     pub capture: Option<CaptureConfig>,
@@ -219,6 +233,7 @@ impl RunConfig {
                 let xdp_only = [
                     ("mode", args.mode.is_some() || f.mode.is_some()),
                     ("consume", args.consume || f.consume.is_some()),
+                    ("cpus", args.cpus.is_some() || f.cpus.is_some()),
                     ("xdp_mode", args.xdp_mode.is_some() || f.xdp_mode.is_some()),
                     ("tc_hook", args.tc_hook.is_some() || f.tc_hook.is_some()),
                     (
@@ -261,6 +276,18 @@ impl RunConfig {
         let consume = args.consume || f.consume.unwrap_or(false);
         let vantage =
             Vantage::of(mode, consume).ok_or_else(|| invalid("consume", "only in mirror mode"))?;
+        let spread = match (&args.cpus, &f.cpus) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(s)) => Some(parse_spread(s).map_err(|e| parse_err(format!("cpus: {e}")))?),
+            (None, None) => None,
+        };
+        if spread.is_some() && vantage == Vantage::Host {
+            return Err(invalid(
+                "cpus",
+                "only in mirror mode (host mode accounts every frame where it is received)",
+            ));
+        }
+        let spread = spread.unwrap_or_default();
         let duration = |key: &str, v: &Option<String>| -> Result<Option<Duration>, ConfigError> {
             v.as_deref()
                 .map(|s| {
@@ -370,6 +397,7 @@ impl RunConfig {
             max_flows,
             xdp_mode,
             tc_hook,
+            spread,
             capture,
             rdma_devices,
             nic_root,
@@ -390,6 +418,9 @@ impl RunConfig {
         }
         if self.vantage != new.vantage {
             v.push("mode/consume");
+        }
+        if self.spread != new.spread {
+            v.push("cpus");
         }
         if self.max_flows != new.max_flows {
             v.push("max_flows");
@@ -422,9 +453,10 @@ mod tests {
             ..RunOverrides::default()
         };
         let f = file(
-            "iface = [\"eth0\", \"eth1\"]\ninterval = \"30s\"\nmax_series = 7\nlisten = \"0.0.0.0:9000\"\nmode = \"mirror\"\nconsume = true\n",
+            "iface = [\"eth0\", \"eth1\"]\ninterval = \"30s\"\nmax_series = 7\nlisten = \"0.0.0.0:9000\"\nmode = \"mirror\"\nconsume = true\ncpus = \"0-1,3\"\n",
         );
         let c = RunConfig::merge(&args, Some((Path::new("c.toml"), f))).unwrap();
+        assert_eq!(c.spread, Spread::Cpus(vec![0, 1, 3]));
         assert_eq!(c.ifaces, ["eth0", "eth1"]);
         assert_eq!(c.interval, Duration::from_secs(2));
         assert_eq!(c.max_series, 7);
@@ -482,6 +514,11 @@ mod tests {
                 "shorter than the interval",
             ),
             ("iface = [\"a\"]\nconsume = true", "only in mirror mode"),
+            ("iface = [\"a\"]\ncpus = \"0\"", "only in mirror mode"),
+            (
+                "iface = [\"a\"]\nmode = \"mirror\"\ncpus = \"1-0\"",
+                "runs backwards",
+            ),
             ("iface = [\"a\"]\nmax_series = 100000", "above"),
             ("iface = [\"a\"]\nlog_level = \"[[\"", "log level"),
         ] {

@@ -95,7 +95,9 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     live.vantage = config.vantage;
     live.max_flows = config.max_flows;
     live.tc_hook = config.tc_hook;
-    // No microburst slots: they cost a clock read per frame, too much to leave running.
+    live.spread = config.spread.clone();
+    // No microburst slots: an add per frame and a clock ticking at the slot width, too much to
+    // leave running.
     live.burst_slot_ns = 0;
     let listener =
         std::net::TcpListener::bind(config.listen).map_err(|source| DaemonError::Bind {
