@@ -517,6 +517,20 @@ mod kernel {
         }
     }
 
+    /// The updates `account_flow` left for after the accounting, if it left any: a frame that
+    /// is not RoCE pays a load, not a call.
+    #[inline(always)]
+    fn finish() {
+        let pending = match LAT_ARGS.get_ptr(0) {
+            // SAFETY: this CPU's value.
+            Some(args) => unsafe { (*args).head.pending != 0 },
+            None => false,
+        };
+        if pending {
+            after_accounting();
+        }
+    }
+
     /// The updates that follow the accounting of a RoCE packet (`account_flow` marks it
     /// pending): the latency of a request or answer, the messages of a message boundary. Each
     /// is a function of its own whose inputs come from maps; clears the pending mark. Not
@@ -769,7 +783,7 @@ mod kernel {
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
         observe_xdp(ctx);
-        after_accounting();
+        finish();
         xdp_action::XDP_PASS
     }
 
@@ -792,7 +806,7 @@ mod kernel {
     #[classifier]
     pub fn roce_observe_egress(ctx: TcContext) -> i32 {
         observe_egress(ctx);
-        after_accounting();
+        finish();
         TC_ACT_UNSPEC
     }
 
@@ -833,7 +847,7 @@ mod kernel {
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
         let copy = observe_xdp(ctx);
-        after_accounting();
+        finish();
         if copy {
             xdp_action::XDP_DROP
         } else {
@@ -923,7 +937,7 @@ mod kernel {
     #[xdp(map = "cpumap")]
     pub fn roce_observe_cpumap(ctx: XdpContext) -> u32 {
         observe_xdp(ctx);
-        after_accounting();
+        finish();
         xdp_action::XDP_PASS
     }
 
@@ -931,7 +945,7 @@ mod kernel {
     #[xdp(map = "cpumap")]
     pub fn roce_observe_consume_cpumap(ctx: XdpContext) -> u32 {
         let copy = observe_xdp(ctx);
-        after_accounting();
+        finish();
         if copy {
             xdp_action::XDP_DROP
         } else {
