@@ -41,6 +41,23 @@ fn promiscuous(lab: &Lab) -> bool {
     link_details(&lab.ns, "rx0").contains("promiscuity 1")
 }
 
+/// `w`'s frames as ERSPAN II copies of session `session`.
+fn erspan2_copies(w: &synth::Workload, session: u16) -> Vec<Frame> {
+    w.frames
+        .iter()
+        .map(|f| Frame {
+            bytes: synth::encapsulate(
+                &f.bytes,
+                Encap::ErspanII {
+                    session,
+                    truncated: false,
+                },
+            ),
+            ts_ns: f.ts_ns,
+        })
+        .collect()
+}
+
 /// The truth of `w` as seen through ERSPAN II session `session`.
 fn mirrored_truth(w: &synth::Workload, session: u16) -> Aggregate {
     let m = mirror_key(&Mirror {
@@ -59,20 +76,7 @@ fn mirror_mode_counts_erspan_copies_exactly_and_restores_promiscuous_mode() {
         return;
     }
     let w = synth::scenario("loss").unwrap();
-    let copies: Vec<Frame> = w
-        .frames
-        .iter()
-        .map(|f| Frame {
-            bytes: synth::encapsulate(
-                &f.bytes,
-                Encap::ErspanII {
-                    session: 42,
-                    truncated: false,
-                },
-            ),
-            ts_ns: f.ts_ns,
-        })
-        .collect();
+    let copies = erspan2_copies(&w, 42);
     let lab = Lab::create("ro-mirror").unwrap();
     assert!(!promiscuous(&lab));
     let d = Diagnose::start(
@@ -306,20 +310,7 @@ fn copies_spread_over_cpus_are_accounted_exactly() {
     // Every online CPU (on a one-CPU machine the copies move to it through the cpumap alike).
     let online = roce_observer::source::live::online_cpus().unwrap();
     let w = synth::scenario("many-qps").unwrap();
-    let copies: Vec<Frame> = w
-        .frames
-        .iter()
-        .map(|f| Frame {
-            bytes: synth::encapsulate(
-                &f.bytes,
-                Encap::ErspanII {
-                    session: 42,
-                    truncated: false,
-                },
-            ),
-            ts_ns: f.ts_ns,
-        })
-        .collect();
+    let copies = erspan2_copies(&w, 42);
     let lab = Lab::create("ro-spread").unwrap();
     let cpus = roce_observer::source::live::cpu_list(&online);
     let d = Diagnose::start(

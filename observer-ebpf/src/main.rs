@@ -847,6 +847,12 @@ mod kernel {
     /// Never attached in host mode.
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
+        consume(ctx)
+    }
+
+    /// Accounts the frame, then drops it if it is a copy (`roce_observe_consume`).
+    #[inline(always)]
+    fn consume(ctx: XdpContext) -> u32 {
         let copy = observe_xdp(ctx);
         finish();
         if copy {
@@ -945,13 +951,7 @@ mod kernel {
     /// `roce_observe_consume` as the cpumap program of a CPU frames are spread to.
     #[xdp(map = "cpumap")]
     pub fn roce_observe_consume_cpumap(ctx: XdpContext) -> u32 {
-        let copy = observe_xdp(ctx);
-        finish();
-        if copy {
-            xdp_action::XDP_DROP
-        } else {
-            xdp_action::XDP_PASS
-        }
+        consume(ctx)
     }
 
     /// Benchmark only: the observer without the cache, every packet looked up in `$flows`.

@@ -223,20 +223,14 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
 
 fn main() -> ExitCode {
     let args = <Args as clap::Parser>::parse();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "bench-rate: needs root (BPF_PROG_TEST_RUN loads BPF programs); run as root: cargo xtask bench"
-        );
-        return ExitCode::FAILURE;
-    }
-    let rows = match run(&args) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("bench-rate: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    integration_tests::bench_main("bench-rate", "BPF_PROG_TEST_RUN loads BPF programs", || {
+        report(&args, &run(&args)?);
+        Ok(())
+    })
+}
+
+/// Prints the rows (and the scaling from one CPU to two).
+fn report(args: &Args, rows: &[Row]) {
     // Scaling: the rate on two CPUs over the rate on one, per case.
     let scaling = |case: &str| {
         let one = rows.iter().find(|r| r.case == case && r.cpus == 1)?;
@@ -284,7 +278,7 @@ fn main() -> ExitCode {
             "{:<28} {:>4} {:>13} {:>13} {:>13} {:>9} {:>5}",
             "case", "cpus", "observer Mpps", "per CPU", "baseline Mpps", "share", "lost"
         );
-        for r in &rows {
+        for r in rows {
             println!(
                 "{:<28} {:>4} {:>13.2} {:>13.2} {:>13.2} {:>8.1}% {:>5}",
                 r.case,
@@ -302,5 +296,4 @@ fn main() -> ExitCode {
             }
         }
     }
-    ExitCode::SUCCESS
 }
