@@ -77,10 +77,10 @@ pub struct DiagnoseArgs {
     /// Mirror mode only: drop the copies after accounting (they need not climb the stack).
     #[arg(long)]
     pub consume: bool,
-    /// Mirror mode only: the CPUs that account the copies, each QP's hosts on one of them (RSS
-    /// puts every copy of a mirror source on one CPU): a list (0-3,8), or `queues` (default:
+    /// Mirror mode only: the CPUs that account the copies, each pair of hosts on one of them
+    /// (RSS puts every copy of a mirror source on one CPU): a list (0-3,8), `queues` (default:
     /// the CPUs of the interfaces' receive queues, every online CPU for a veth; one such CPU
-    /// spreads nothing).
+    /// spreads nothing) or `off` (accounted where they arrive).
     #[arg(long, value_parser = roce_observer::daemon::config::parse_spread, value_name = "LIST")]
     pub cpus: Option<Spread>,
     /// Capacity of the kernel flow table (LRU: the least recent flows are evicted when full).

@@ -140,7 +140,8 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
             max_flows: observer_common::DEFAULT_MAX_FLOWS,
             tc_hook: TcHook::Auto,
             link_speed: None,
-            spread: Default::default(),
+            // The hash distribution alone: no CPU queues in between.
+            spread: roce_observer::source::live::Spread::Off,
         };
         crate::diagnose::observe(
             live,

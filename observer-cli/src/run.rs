@@ -49,7 +49,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub consume: bool,
     /// Mirror mode only: the CPUs that account the copies, each pair of hosts on one of them: a
-    /// list (0-3,8), or `queues` (default: the CPUs of the interfaces' receive queues).
+    /// list (0-3,8), `queues` (default: the CPUs of the interfaces' receive queues) or `off`.
     #[arg(long, value_parser = roce_observer::daemon::config::parse_spread, value_name = "LIST")]
     pub cpus: Option<roce_observer::source::live::Spread>,
     /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).

@@ -515,7 +515,8 @@ pub struct Clock {
     pub period_ns: u64,
     /// Ticks so far.
     pub ticks: u64,
-    /// How late the timer ran after its tick's time: the largest and the sum, in ns.
+    /// How late the timer ran after the tick it was armed for: the largest and the sum, in ns
+    /// (more than a period: ticks were missed, and frames meanwhile had the older tick).
     pub late_max_ns: u64,
     pub late_sum_ns: u64,
     /// 1: the timer is armed for each tick's absolute time; 0: one period after it ran (kernels

@@ -236,8 +236,11 @@ mod kernel {
             return 0;
         }
         let at = now - now % period;
+        // Late against the tick it was armed for (the one after the last published), however
+        // many ticks it missed meanwhile.
+        let due = e.clock.now_ns + period;
         set_tick(&mut e.clock, at, period);
-        let late = now - at;
+        let late = now.saturating_sub(due);
         e.clock.ticks += 1;
         e.clock.late_sum_ns += late;
         if late > e.clock.late_max_ns {

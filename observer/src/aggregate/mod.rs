@@ -108,7 +108,9 @@ impl Aggregate {
                 let t = cm_seen.entry(HostPair::of(&key)).or_insert(ts_ns);
                 *t = (*t).max(ts_ns);
             }
-            let cm_after = |t: u64| cm_seen.get(&HostPair::of(&key)).is_some_and(|c| *c > t);
+            // At the same time as the flow's last request counts as after it, as in the kernel,
+            // whose clock cannot order the two within one tick.
+            let cm_after = |t: u64| cm_seen.get(&HostPair::of(&key)).is_some_and(|c| *c >= t);
             let input = SeqInput::of(p);
             let mut class = SeqClass::NotAnalysed;
             // What the message update reads of the analysis (nothing for a copy).

@@ -17,12 +17,13 @@ use crate::{
     units::Named,
 };
 
-/// `cpus`: a CPU list (`0-3,8`), or `queues` (the interfaces' queues' CPUs).
+/// `cpus`: a CPU list (`0-3,8`), `queues` (the interfaces' queues' CPUs) or `off`.
 pub fn parse_spread(text: &str) -> Result<Spread, String> {
-    if text.trim() == "queues" {
-        return Ok(Spread::QueueCpus);
+    match text.trim() {
+        "queues" => Ok(Spread::QueueCpus),
+        "off" => Ok(Spread::Off),
+        list => parse_cpu_list(list).map(Spread::Cpus),
     }
-    parse_cpu_list(text).map(Spread::Cpus)
 }
 
 /// Default address of the metrics endpoint: loopback only.

@@ -29,9 +29,10 @@ pub fn start_clock(ebpf: &mut Ebpf, period_ns: u64) -> Result<(), LiveError> {
             .ok_or_else(|| LiveError::Clock(format!("no map {}", maps::CLOCK)))?;
         let mut clock: aya::maps::Array<_, ClockValue> =
             aya::maps::Array::try_from(map).map_err(|e| fail(maps::CLOCK, &e))?;
-        let mut value = ClockValue::default();
+        // The time so far stays (frames read it meanwhile); only the period changes. (Updating
+        // the value cancels a running timer: the program arms it afresh.)
+        let mut value = clock.get(&0, 0).unwrap_or_default();
         value.clock.period_ns = period_ns;
-        // (Updating the value cancels a running timer: the program arms it afresh.)
         clock
             .set(0, value, 0)
             .map_err(|e| fail("writing its period", &e))?;

@@ -304,7 +304,7 @@ impl Observer {
         };
         let spread = match config.vantage {
             Vantage::Mirror { .. } => spread::resolve(&config.spread, &config.interfaces)?,
-            Vantage::Host if config.spread != Spread::QueueCpus => {
+            Vantage::Host if !matches!(config.spread, Spread::QueueCpus | Spread::Off) => {
                 return Err(LiveError::Spread(
                     "host mode accounts every frame where it is received; spreading is for mirror mode".into(),
                 ));
@@ -584,8 +584,8 @@ impl Observer {
         self.oper.get(slot).copied().flatten()
     }
 
-    /// Detaches from every interface now (the maps stay readable): a snapshot taken afterwards
-    /// is final and races no packet.
+    /// Detaches from every interface now (the maps stay readable), and waits for the frames
+    /// still queued for spread CPUs: a snapshot taken afterwards is final and races no packet.
     pub fn detach(&mut self) -> Result<(), LiveError> {
         let mut first = Ok(());
         for slot in 0..self.slots.len() {
@@ -596,6 +596,9 @@ impl Observer {
                     first = r;
                 }
             }
+        }
+        if !self.spread.is_empty() {
+            spread::settle(&self.ebpf);
         }
         first
     }

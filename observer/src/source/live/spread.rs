@@ -6,10 +6,10 @@ use std::{fs, path::Path};
 
 use aya::{
     Ebpf,
-    maps::{Array, CpuMap},
+    maps::{Array, CpuMap, PerCpuArray},
     programs::Xdp,
 };
-use observer_common::{MAX_SPREAD_CPUS, maps, programs};
+use observer_common::{Counters, MAX_SPREAD_CPUS, maps, programs};
 
 use super::{LiveError, Vantage, error::load_error};
 
@@ -22,6 +22,8 @@ pub enum Spread {
     QueueCpus,
     /// These CPUs (one alone moves the accounting off the receiving CPU).
     Cpus(Vec<u32>),
+    /// None: the observer runs where frames arrive.
+    Off,
 }
 
 /// Frames a CPU's queue holds before the cpumap drops (the kernel samples' default).
@@ -43,9 +45,19 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
                 if a > b {
                     return Err(format!("CPU range '{part}' runs backwards"));
                 }
+                if b >= MAX_SPREAD_CPUS {
+                    return Err(format!(
+                        "CPU {b} in '{part}': at most {MAX_SPREAD_CPUS} CPUs"
+                    ));
+                }
                 cpus.extend(a..=b);
             }
             None => cpus.push(number(part)?),
+        }
+        if cpus.len() > MAX_SPREAD_CPUS as usize {
+            return Err(format!(
+                "the CPU list '{text}' names more than {MAX_SPREAD_CPUS} CPUs"
+            ));
         }
     }
     if cpus.is_empty() {
@@ -91,8 +103,12 @@ fn queue_cpus(iface: &str) -> Vec<u32> {
 
 /// The CPUs to spread `interfaces`' copies over (none: no spreading): online, checked.
 pub(super) fn resolve(spread: &Spread, interfaces: &[String]) -> Result<Vec<u32>, LiveError> {
+    if *spread == Spread::Off {
+        return Ok(Vec::new());
+    }
     let online = online_cpus()?;
     match spread {
+        Spread::Off => Ok(Vec::new()),
         Spread::Cpus(cpus) => {
             for cpu in cpus {
                 if !online.contains(cpu) {
@@ -195,6 +211,27 @@ pub(super) fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<
         .map_err(|e| fail(maps::SPREAD, &e))
 }
 
+/// Waits (at most half a second) until the frames still queued for the spread CPUs are
+/// accounted: until the counted frames stop rising. After detaching, so that the final reading
+/// holds them.
+pub(super) fn settle(ebpf: &Ebpf) {
+    let counted = || -> Option<u64> {
+        let counters: PerCpuArray<_, Counters> =
+            PerCpuArray::try_from(ebpf.map(maps::COUNTERS)?).ok()?;
+        Some(counters.get(&0, 0).ok()?.iter().map(|c| c.frames).sum())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    let mut last = counted();
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let now = counted();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +250,10 @@ mod tests {
             "'x' in the CPU list '0,x' is not a CPU number"
         );
         assert!(parse_cpu_list(" ").is_err());
+        assert_eq!(
+            parse_cpu_list("0-4294967295").unwrap_err(),
+            "CPU 4294967295 in '0-4294967295': at most 1024 CPUs"
+        );
         assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
         assert_eq!(cpu_list(&[4]), "4");
     }
