@@ -222,6 +222,54 @@ impl Aggregate {
         }
     }
 
+    /// Takes in the aggregate of another shard of the same frames, dealt out by their pair of
+    /// hosts (replay over several threads): its flows, hosts, requester directions and
+    /// messages are none of this one's and move in as they are; counters, PAUSE senders and
+    /// the per-interface latency histograms add up.
+    pub fn absorb(&mut self, other: Aggregate) {
+        use std::collections::{btree_map, hash_map};
+        fn move_in<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
+            into: &mut HashMap<K, V, S>,
+            from: impl IntoIterator<Item = (K, V)>,
+            merge: impl Fn(&mut V, &V),
+        ) {
+            for (k, v) in from {
+                match into.entry(k) {
+                    hash_map::Entry::Vacant(e) => {
+                        e.insert(v);
+                    }
+                    hash_map::Entry::Occupied(mut e) => merge(e.get_mut(), &v),
+                }
+            }
+        }
+        fn add_in<K: Ord, V>(
+            into: &mut BTreeMap<K, V>,
+            from: BTreeMap<K, V>,
+            merge: impl Fn(&mut V, &V),
+        ) {
+            for (k, v) in from {
+                match into.entry(k) {
+                    btree_map::Entry::Vacant(e) => {
+                        e.insert(v);
+                    }
+                    btree_map::Entry::Occupied(mut e) => merge(e.get_mut(), &v),
+                }
+            }
+        }
+        self.counters.merge(&other.counters);
+        move_in(&mut self.flows, other.flows, FlowStats::merge);
+        move_in(&mut self.unions, other.unions, FlowStats::merge);
+        move_in(&mut self.cm_seen, other.cm_seen, |a, b| *a = (*a).max(*b));
+        move_in(&mut self.latency, other.latency, LatState::merge);
+        move_in(&mut self.messages, other.messages, MsgStats::merge);
+        add_in(&mut self.pauses, other.pauses, PauseStats::merge);
+        add_in(
+            &mut self.latency_scopes,
+            other.latency_scopes,
+            LatHist::merge,
+        );
+    }
+
     /// The same aggregate with the fields that depend on when and in which order packets were
     /// seen (timestamps, PSN continuation state) cleared: what ground truth can be compared to.
     pub fn comparable(&self) -> Aggregate {
