@@ -133,9 +133,12 @@ impl<O: Sharded> Replay<O> {
             let mut pending: Block<O::Mark> = Block::new(shards);
             let mut mark = self.observer.mark();
             let ship = |block: Block<O::Mark>| {
+                // The shards hold the only references: the last done gives the block back.
                 let block = Arc::new(block);
+                let (last, others) = queues.split_last().expect("a shard");
                 // A shard that stopped has panicked: the scope says so when it ends.
-                queues.iter().all(|q| q.send(Arc::clone(&block)).is_ok())
+                others.iter().all(|q| q.send(Arc::clone(&block)).is_ok())
+                    && last.send(block).is_ok()
             };
             // A block given back: its lists for `pending`, its buffer to read into next.
             let recycled = |pending: &mut Block<O::Mark>| -> Vec<u8> {
