@@ -205,6 +205,9 @@ pub struct SeriesBuilder {
     prev_unions: FlowMap,
     /// The interval being filled.
     open: usize,
+    /// Where the interval after it begins: a time before it stays in the open interval (a
+    /// comparison per frame, not a division).
+    next_ns: u64,
     total: Vec<Delta>,
     flows: HashMap<FlowKey, Vec<(u32, Delta)>, rustc_hash::FxBuildHasher>,
     /// The latency histograms (ACK, READ; every interface and side) at the end of the last
@@ -250,6 +253,7 @@ impl SeriesBuilder {
             prev: prev.flows.clone(),
             prev_unions: prev.unions.clone(),
             open: 0,
+            next_ns: start_ns.saturating_add(interval_ns.max(1)),
             total: Vec::new(),
             flows: HashMap::default(),
             prev_latency: latency_totals(prev),
@@ -267,6 +271,9 @@ impl SeriesBuilder {
     /// open one is closed with `flows` (what happened up to now) and the later one opened.
     #[inline]
     pub fn advance(&mut self, ts_ns: u64, flows: &Aggregate) {
+        if ts_ns < self.next_ns {
+            return;
+        }
         let i = self.index_of(ts_ns);
         if i <= self.open {
             return;
@@ -277,6 +284,13 @@ impl SeriesBuilder {
         }
         self.close(flows);
         self.open = i;
+        self.next_ns = self.next_start();
+    }
+
+    /// Where the interval after the open one begins.
+    fn next_start(&self) -> u64 {
+        self.start_ns
+            .saturating_add((self.open as u64 + 1).saturating_mul(self.interval_ns))
     }
 
     /// Closes the open interval with the flow table as it stands at its end.
@@ -347,6 +361,7 @@ impl SeriesBuilder {
         }
         self.interval_ns *= factor;
         self.open /= f;
+        self.next_ns = self.next_start();
         self.total = merge_bins(&self.total, f, Delta::add);
         for points in self.flows.values_mut() {
             merge_points(points, |i| i / f as u32);
@@ -490,6 +505,8 @@ pub struct BurstTracker {
     clock_offset_ns: i128,
     /// Open slot of the per-packet feed.
     open: Option<(u64, u64)>,
+    /// Where the slot after the open one begins (a comparison per frame, not a division).
+    open_end_ns: u64,
     /// The current run of busy slots: (first slot, last slot, bytes, peak slot bytes).
     run: Option<(u64, u64, u64, u64)>,
     bytes: u64,
@@ -531,6 +548,7 @@ impl BurstTracker {
             link_speed_bps,
             clock_offset_ns,
             open: None,
+            open_end_ns: 0,
             run: None,
             bytes: 0,
             peak: (0, 0),
@@ -549,16 +567,26 @@ impl BurstTracker {
     /// of order count in the open slot.
     #[inline]
     pub fn frame(&mut self, ts_ns: u64, frame_len: u64) {
-        let slot = ts_ns / self.slot_ns;
         let wire = frame_len + WIRE_OVERHEAD;
+        if let Some((_, b)) = &mut self.open
+            && ts_ns < self.open_end_ns
+        {
+            *b += wire;
+            return;
+        }
+        let slot = ts_ns / self.slot_ns;
         match &mut self.open {
             Some((s, b)) if slot <= *s => *b += wire,
             Some((s, b)) => {
                 let (s, b) = (*s, *b);
                 self.open = Some((slot, wire));
+                self.open_end_ns = (slot + 1).saturating_mul(self.slot_ns);
                 self.slot(s, b);
             }
-            None => self.open = Some((slot, wire)),
+            None => {
+                self.open = Some((slot, wire));
+                self.open_end_ns = (slot + 1).saturating_mul(self.slot_ns);
+            }
         }
     }
 
