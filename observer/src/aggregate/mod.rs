@@ -21,6 +21,10 @@ use observer_common::{
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
 /// a 40-byte key ordered in a tree cost a fifth of replay time). Reports sort the flows.
 pub type FlowMap = HashMap<FlowKey, FlowStats, rustc_hash::FxBuildHasher>;
+/// Passive latency per requester direction (the same fast hasher: ACKs look it up).
+pub type LatencyMap = HashMap<LatKey, LatState, rustc_hash::FxBuildHasher>;
+/// Messages per flow (the same fast hasher: message boundaries look it up).
+pub type MessageMap = HashMap<FlowKey, MsgStats, rustc_hash::FxBuildHasher>;
 
 /// Flow table, pause table and global counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,18 +35,18 @@ pub struct Aggregate {
     pub unions: FlowMap,
     /// When connection-manager traffic (MADs to QP 1) between two hosts was last seen: a PSN
     /// jump after it is a new incarnation of the QP number (the connection was set up again).
-    pub cm_seen: HashMap<HostPair, u64>,
+    pub cm_seen: HashMap<HostPair, u64, rustc_hash::FxBuildHasher>,
     /// PAUSE / PFC frames per sender (few: switch ports and NICs).
     pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
     /// Passive latency per requester direction of a connection: the timed requests in flight
     /// and the histograms of the samples.
-    pub latency: HashMap<LatKey, LatState>,
+    pub latency: LatencyMap,
     /// The same samples per interface (0 in replay), kind and side.
     pub latency_scopes: BTreeMap<LatScopeKey, LatHist>,
     /// Messages per flow, under the key of its PSN analysis (a mirror copy's: every session's
     /// together, [`FlowKey::union`]).
-    pub messages: HashMap<FlowKey, MsgStats>,
+    pub messages: MessageMap,
 }
 
 impl Aggregate {
@@ -292,11 +296,11 @@ impl Aggregate {
         Aggregate {
             flows,
             unions,
-            cm_seen: HashMap::new(),
+            cm_seen: Default::default(),
             pauses,
             counters: self.counters,
             // Latency samples depend on the clock: compared apart (`latency_counts`).
-            latency: HashMap::new(),
+            latency: Default::default(),
             latency_scopes: BTreeMap::new(),
             messages: self
                 .messages
@@ -322,12 +326,7 @@ impl Aggregate {
 /// analysis's entry, `analysis` that analysis's flags after it), the same the kernel program
 /// makes.
 #[inline]
-pub fn message_update(
-    messages: &mut HashMap<FlowKey, MsgStats>,
-    key: &FlowKey,
-    input: &SeqInput,
-    analysis: u32,
-) {
+pub fn message_update(messages: &mut MessageMap, key: &FlowKey, input: &SeqInput, analysis: u32) {
     let stats = messages.entry(*key).or_default();
     if let Some((kind, size)) = stats.packet(input, analysis) {
         stats.record(kind, size);
@@ -339,7 +338,7 @@ pub fn message_update(
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn latency_update(
-    latency: &mut HashMap<LatKey, LatState>,
+    latency: &mut LatencyMap,
     scopes: &mut BTreeMap<LatScopeKey, LatHist>,
     key: &FlowKey,
     input: &SeqInput,
@@ -360,7 +359,7 @@ pub fn latency_update(
 }
 
 fn latency_answer(
-    latency: &mut HashMap<LatKey, LatState>,
+    latency: &mut LatencyMap,
     scopes: &mut BTreeMap<LatScopeKey, LatHist>,
     key: &FlowKey,
     input: &SeqInput,
