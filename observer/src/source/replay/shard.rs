@@ -2,24 +2,29 @@
 //!
 //! The calling thread reads the file: it cuts the records, keeps the time span and the
 //! warnings, and tells the [`Sharded`] observer of every frame in file order (the time series'
-//! clock and the microburst slots see every frame, as on one thread). It hands each buffer it
-//! has read, with where its frames lie and where the observer's [`Sharded::mark`] changed, to
-//! every shard (bounded queues: a few buffers in flight, memory stays constant in the file's
-//! size). Each shard accounts the frames between the hosts dealt to it, in file order, in an
-//! aggregate of its own, and follows the marks with its part of the observer; the aggregates
-//! and parts are joined at the end.
+//! clock and the microburst slots see every frame, as on one thread). It reads each frame's two
+//! IP hosts ahead (while the bytes it has just read are in its cache) to deal the frame to a
+//! shard, and hands each buffer it has read to every shard, with the frames of each shard in it
+//! and where the observer's [`Sharded::mark`] changed (bounded queues: a few buffers in flight,
+//! memory stays constant in the file's size; the last shard done with a buffer gives it back).
+//! Each shard accounts its frames, in file order, in an aggregate of its own, and follows the
+//! marks with its part of the observer; the aggregates and parts are joined at the end.
 //!
 //! Everything the analysis of a packet reads lies between its two hosts: its flow and the
 //! reverse direction (responses, latency), the PSN analysis of mirror copies of every session
 //! together, the connection manager's traffic between them. So frames are dealt by the pair of
 //! hosts of their RoCE packet, whatever the direction or mirror; frames that are no RoCE packet
 //! go by their IP hosts when they have some, else to the first shard (PAUSE / PFC frames, in
-//! file order there). The shards' flow tables, hosts and requester directions are then
-//! disjoint, and their counters add up.
+//! file order there). A frame whose hosts the reader cannot tell (a mirror copy: its hosts are
+//! inside) goes to every shard, which parses it and keeps it if it is its own. The shards' flow
+//! tables, hosts and requester directions are then disjoint, and their counters add up.
+//!
+//! A capture between two hosts only stays on one shard: the threads help with captures of
+//! many host pairs (a fabric's mirror port, a switch's traffic), not one perftest pair.
 
 use std::{
     io::Read,
-    sync::{Arc, mpsc},
+    sync::{Arc, Mutex, PoisonError, mpsc},
     thread,
 };
 
@@ -68,7 +73,7 @@ impl ShardPart for () {
 }
 
 /// Bytes read at a time: a buffer handed to the shards.
-pub(super) const CHUNK: usize = 2 << 20;
+pub(super) const CHUNK: usize = 1 << 20;
 /// Buffers queued for a shard at most (the reader waits for a slow shard).
 const QUEUE: usize = 4;
 
@@ -117,18 +122,19 @@ impl<O: Sharded> Replay<O> {
         let source = self.begin(&r.ctx.name);
         let shards = shards.max(1);
         let chunk = r.feed.chunk();
-        let (pool_tx, pool_rx) = mpsc::channel::<Block<O::Mark>>();
+        // Blocks given back, the latest on top: its buffer was used last (and may still be
+        // in a cache).
+        let pool: Mutex<Vec<Block<O::Mark>>> = Mutex::new(Vec::new());
         let results = thread::scope(|s| {
             let mut queues = Vec::with_capacity(shards);
             let mut workers = Vec::with_capacity(shards);
             for me in 0..shards {
                 let (tx, rx) = mpsc::sync_channel::<Arc<Block<O::Mark>>>(QUEUE);
-                let pool = pool_tx.clone();
                 let part = self.observer.part();
+                let pool = &pool;
                 workers.push(s.spawn(move || work(me, shards, rx, pool, part)));
                 queues.push(tx);
             }
-            drop(pool_tx);
             let empty = Aggregate::default();
             let mut pending: Block<O::Mark> = Block::new(shards);
             let mut mark = self.observer.mark();
@@ -142,8 +148,8 @@ impl<O: Sharded> Replay<O> {
             };
             // A block given back: its lists for `pending`, its buffer to read into next.
             let recycled = |pending: &mut Block<O::Mark>| -> Vec<u8> {
-                match pool_rx.try_recv() {
-                    Ok(b) => {
+                match pool.lock().unwrap_or_else(PoisonError::into_inner).pop() {
+                    Some(b) => {
                         pending.shards = b.shards;
                         pending.marks = b.marks;
                         pending.shards.iter_mut().for_each(Vec::clear);
@@ -155,7 +161,7 @@ impl<O: Sharded> Replay<O> {
                             Vec::new()
                         }
                     }
-                    Err(_) => Vec::new(),
+                    None => Vec::new(),
                 }
             };
             r.feed.give(recycled(&mut pending));
@@ -222,7 +228,7 @@ fn work<P: ShardPart>(
     me: usize,
     shards: usize,
     blocks: mpsc::Receiver<Arc<Block<P::Mark>>>,
-    pool: mpsc::Sender<Block<P::Mark>>,
+    pool: &Mutex<Vec<Block<P::Mark>>>,
     mut part: P,
 ) -> (Aggregate, P)
 where
@@ -262,7 +268,7 @@ where
         }
         // The last shard done with a block gives its buffers back.
         if let Some(b) = Arc::into_inner(block) {
-            let _ = pool.send(b);
+            pool.lock().unwrap_or_else(PoisonError::into_inner).push(b);
         }
     }
     part.end(&agg);
