@@ -821,5 +821,23 @@ mod tests {
             same(path, &fitted, None, &[(2, 64 << 10), (3, 700)]);
         }
         same(&files[0], &fixed, Some(25_000_000_000), &[(2, 16 << 10)]);
+        // A record header claiming 100 MB, followed by 80 MiB: a corrupt length, not a cut file
+        // (the buffers grow to the same limit on any number of threads).
+        let mut huge = pcap(&demo);
+        let mut record = [0u8; 16];
+        let claim = 100_000_000u32;
+        let big_endian =
+            huge[..4] == [0xA1, 0xB2, 0xC3, 0xD4] || huge[..4] == [0xA1, 0xB2, 0x3C, 0x4D];
+        record[8..12].copy_from_slice(&if big_endian {
+            claim.to_be_bytes()
+        } else {
+            claim.to_le_bytes()
+        });
+        huge.extend_from_slice(&record);
+        huge.resize(huge.len() + (80 << 20), 0);
+        let path = dir.write("huge.pcap", &huge);
+        same(&path, &fitted, None, &[(2, 4096), (3, 1 << 20)]);
+        let r = report(&path, &fitted, None, 2, 4096);
+        assert!(r.contains("corrupt record header"), "{r}");
     }
 }
