@@ -513,6 +513,7 @@ fn copies_lagging_behind_bursts_are_duplicates_while_no_nak_says_otherwise() {
         false,
         None,
         Some(&Default::default()),
+        1,
     )
     .unwrap();
     let s = r.series.as_ref().expect("a series");

@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use roce_observer::{
     analysis::ecmp::{EcmpOptions, analyse},
-    pipeline::{AnalysisOptions, LiveOptions, replay_report},
+    pipeline::{AnalysisOptions, LiveOptions, default_replay_threads, replay_report},
     source::live::{AttachMode, TcHook},
     units::parse_duration,
 };
@@ -149,7 +149,7 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
             a.duration.unwrap_or(Duration::from_secs(10)),
         )?
     } else {
-        replay_report(&a.pcap, false, None, None)?
+        replay_report(&a.pcap, false, None, None, default_replay_threads())?
     };
     output::print_warnings(&report);
     let options = EcmpOptions {

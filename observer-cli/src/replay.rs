@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use roce_observer::{
     analysis::series::{DEFAULT_SLOT_NS, shortest_interval},
-    pipeline::{NicPlan, replay_report},
+    pipeline::{NicPlan, default_replay_threads, replay_report},
     source::nic::host::{Host, Selection},
     units::parse_link_speed,
 };
@@ -31,6 +31,11 @@ pub struct ReplayArgs {
     /// microburst slots into shares of the link.
     #[arg(long, value_parser = parse_link_speed, value_name = "SPEED")]
     pub link_speed: Option<u64>,
+    /// Threads accounting the frames of one capture, beside the one reading it: 1 reads and
+    /// accounts on one thread (several files are merged on one thread). The default: the
+    /// available CPUs, at most 8. The report is the same whatever the number.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub threads: Option<u32>,
     /// The NIC side of the observed host, from copied trees (docs/nic.md): one taken before
     /// the capture and one after (give it twice), for the report's `nic` section.
     #[arg(long, value_name = "DIR")]
@@ -75,7 +80,16 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
             "--nic-root: give two copied trees, taken before and after the capture".into()
         )),
     };
-    let report = replay_report(&a.files, !a.no_progress, a.link_speed, Some(&options))?;
+    let threads = a
+        .threads
+        .map_or_else(default_replay_threads, |n| n as usize);
+    let report = replay_report(
+        &a.files,
+        !a.no_progress,
+        a.link_speed,
+        Some(&options),
+        threads,
+    )?;
     output::print_warnings(&report);
     output::write_html(&report, a.analysis.html.as_deref())?;
     output::print_report(&report, a.json, a.top, a.analysis.color())

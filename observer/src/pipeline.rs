@@ -33,7 +33,7 @@ use crate::{
             self, AttachMode, BurstReader, LiveConfig, LiveError, Observer, SlotRead, TcHook,
             Vantage,
         },
-        replay::{FrameObserver, Replay, ReplayError, UNSUPPORTED_LINK_TYPE},
+        replay::{FrameObserver, Replay, ReplayError, Sharded, UNSUPPORTED_LINK_TYPE},
     },
     units::Named as _,
 };
@@ -246,22 +246,32 @@ fn apply_observed_speed(
 
 /// Replays capture files (`-` is standard input) into a report. With `analysis`, the time series,
 /// microbursts, link speed and findings too; without, the counts alone. Frames of unsupported
-/// pcapng interfaces are counted under `skipped.unsupported_link_type`.
+/// pcapng interfaces are counted under `skipped.unsupported_link_type`. One file is read on
+/// this thread and its frames accounted by `threads` more when that is over one (several files
+/// are merged on this thread alone); the report is the same whatever the number.
 pub fn replay_report(
     files: &[String],
     progress: bool,
     link_speed: Option<u64>,
     analysis: Option<&AnalysisOptions>,
+    threads: usize,
 ) -> Result<Report, PipelineError> {
     let Some(a) = analysis else {
-        let replay = read(Replay::new(), files, progress)?;
+        let replay = read(Replay::new(), files, progress, threads)?;
         return Ok(replay_counts(&replay));
     };
-    let mut replay = read(
+    let replay = read(
         Replay::observed(Timeline::new(a.replay_timeline(link_speed))),
         files,
         progress,
+        threads,
     )?;
+    Ok(analysed(replay, link_speed, a))
+}
+
+/// The report of a replay with the analysis: counts, the time series and microbursts, the link
+/// speed, the ECMP model and the findings.
+fn analysed(mut replay: Replay<Timeline>, link_speed: Option<u64>, a: &AnalysisOptions) -> Report {
     if replay.observer.overflowed() {
         replay.warnings.push(format!(
             "the capture spans more than {MAX_INTERVALS} intervals: the time series stops there (give a longer --interval)"
@@ -271,16 +281,29 @@ pub fn replay_report(
     apply_timeline(&mut report, replay.observer.finish(&replay.agg));
     apply_link_speed(&mut report, link_speed, "give --link-speed");
     conclude(&mut report, a);
-    Ok(report)
+    report
 }
 
-/// Reads every file into `replay`, as one stream merged by capture time.
-fn read<O: FrameObserver>(
+/// Most threads [`default_replay_threads`] gives.
+pub const MAX_DEFAULT_REPLAY_THREADS: usize = 8;
+
+/// The threads replay accounts frames on by default: the CPUs available (1 when unknown), at
+/// most [`MAX_DEFAULT_REPLAY_THREADS`].
+pub fn default_replay_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(MAX_DEFAULT_REPLAY_THREADS)
+}
+
+/// Reads every file into `replay`, as one stream merged by capture time (one file over
+/// `threads` threads).
+fn read<O: Sharded>(
     mut replay: Replay<O>,
     files: &[String],
     progress: bool,
+    threads: usize,
 ) -> Result<Replay<O>, PipelineError> {
-    replay.files(files, progress)?;
+    replay.files_sharded(files, progress, threads)?;
     Ok(replay)
 }
 
@@ -658,5 +681,171 @@ impl CaptureSession {
         );
         conclude(&mut report, &self.analysis);
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{borrow::Cow, path::PathBuf, time::Duration};
+
+    use pcap_file::{
+        DataLink,
+        pcapng::{
+            PcapNgWriter,
+            blocks::{
+                enhanced_packet::EnhancedPacketBlock,
+                interface_description::InterfaceDescriptionBlock,
+                section_header::SectionHeaderBlock,
+            },
+        },
+    };
+
+    use super::*;
+    use crate::source::synth::{self, Frame};
+
+    /// A scratch folder, removed on drop.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(tag: &str) -> Self {
+            let p = std::env::temp_dir().join(format!("roce-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+
+        fn write(&self, name: &str, bytes: &[u8]) -> String {
+            let p = self.0.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p.display().to_string()
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn pcap(frames: &[Frame]) -> Vec<u8> {
+        let mut out = Vec::new();
+        synth::write_pcap(&mut out, frames).unwrap();
+        out
+    }
+
+    /// `frames` played `times` times, each a gap of `gap_ns` after the last ended: a capture
+    /// long enough for the series' bins to grow, with latency samples all along.
+    fn again(frames: &[Frame], times: u64, gap_ns: u64) -> Vec<Frame> {
+        let span = frames.last().unwrap().ts_ns - frames[0].ts_ns;
+        (0..times)
+            .flat_map(|k| {
+                frames.iter().map(move |f| Frame {
+                    bytes: f.bytes.clone(),
+                    ts_ns: f.ts_ns + k * (span + gap_ns),
+                })
+            })
+            .collect()
+    }
+
+    /// Ethernet frames on interface 0 and frames of an interface of unsupported link type.
+    fn pcapng(frames: &[Frame]) -> Vec<u8> {
+        let mut w =
+            PcapNgWriter::with_section_header(Vec::new(), SectionHeaderBlock::default()).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 65535))
+            .unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ERF, 65535))
+            .unwrap();
+        for (k, f) in frames.iter().enumerate() {
+            w.write_pcapng_block(EnhancedPacketBlock {
+                interface_id: u32::from(k % 7 == 3),
+                timestamp: Duration::from_nanos(f.ts_ns / 1_000),
+                original_len: f.bytes.len() as u32,
+                data: Cow::Borrowed(&f.bytes[..]),
+                options: vec![],
+            })
+            .unwrap();
+        }
+        w.into_inner()
+    }
+
+    /// The report of `path` replayed with `a` on one thread, or read in buffers of `chunk`
+    /// bytes by this thread with its frames accounted by `shards` more.
+    fn report(
+        path: &str,
+        a: &AnalysisOptions,
+        speed: Option<u64>,
+        shards: usize,
+        chunk: usize,
+    ) -> String {
+        let mut replay = Replay::observed(Timeline::new(a.replay_timeline(speed)));
+        if shards == 1 {
+            replay.file(path, false).unwrap();
+        } else {
+            replay.file_sharded(path, false, shards, chunk).unwrap();
+        }
+        serde_json::to_string(&analysed(replay, speed, a)).unwrap()
+    }
+
+    #[test]
+    fn shards_give_the_report_of_one_thread() {
+        let dir = Dir::new("pipeline-shards");
+        let fitted = AnalysisOptions::default();
+        let fixed = AnalysisOptions {
+            interval_ns: Some(50_000),
+            slot_ns: Some(10_000),
+            ..Default::default()
+        };
+        let same =
+            |path: &str, a: &AnalysisOptions, speed: Option<u64>, runs: &[(usize, usize)]| {
+                let one = report(path, a, speed, 1, 0);
+                for &(shards, chunk) in runs {
+                    let many = report(path, a, speed, shards, chunk);
+                    assert!(
+                        one == many,
+                        "{path}, {shards} shards, {chunk} B buffers:\n{one}\n{many}"
+                    );
+                }
+            };
+        // Every scenario, in buffers of a few frames.
+        for name in crate::source::synth::scenario_names() {
+            let w = synth::scenario(name).unwrap();
+            let path = dir.write(&format!("{name}.pcap"), &pcap(&w.frames));
+            same(&path, &fitted, None, &[(2, 4096), (3, 700)]);
+        }
+        // Long captures: the bins grow tenfold twice (the span passes 100 ms, then 1 s),
+        // latency samples fall in many intervals, the files span many buffers.
+        let latency = synth::scenario("latency").unwrap().frames;
+        let long = pcap(&again(&latency, 25, 1_000_000));
+        let demo = synth::scenario("demo").unwrap().frames;
+        let files = [
+            dir.write("long.pcap", &long),
+            dir.write("demo-again.pcap", &pcap(&again(&demo, 20, 10_000_000))),
+            // Cut in a record half-way, and in the last.
+            dir.write("cut-middle.pcap", &long[..long.len() / 2 + 7]),
+            dir.write("cut-end.pcap", &long[..long.len() - 5]),
+            dir.write("mixed.pcapng", &pcapng(&again(&latency, 3, 1_000_000))),
+        ];
+        for path in &files {
+            same(path, &fitted, None, &[(2, 64 << 10), (3, 700)]);
+        }
+        same(&files[0], &fixed, Some(25_000_000_000), &[(2, 16 << 10)]);
+        // A record header claiming 100 MB, followed by 80 MiB: a corrupt length, not a cut file
+        // (the buffers grow to the same limit on any number of threads).
+        let mut huge = pcap(&demo);
+        let mut record = [0u8; 16];
+        let claim = 100_000_000u32;
+        let big_endian =
+            huge[..4] == [0xA1, 0xB2, 0xC3, 0xD4] || huge[..4] == [0xA1, 0xB2, 0x3C, 0x4D];
+        record[8..12].copy_from_slice(&if big_endian {
+            claim.to_be_bytes()
+        } else {
+            claim.to_le_bytes()
+        });
+        huge.extend_from_slice(&record);
+        huge.resize(huge.len() + (80 << 20), 0);
+        let path = dir.write("huge.pcap", &huge);
+        same(&path, &fitted, None, &[(2, 4096), (3, 1 << 20)]);
+        let r = report(&path, &fitted, None, 2, 4096);
+        assert!(r.contains("corrupt record header"), "{r}");
     }
 }

@@ -1,8 +1,12 @@
 //! `cargo xtask bench` (second part): offline replay throughput, beside tshark, in the same run.
 //!
 //! Writes a pcap of `--frames` synthetic RoCEv2 frames to a temporary file (streamed: frames are
-//! encoded and written one at a time), then measures, single-threaded:
-//! - `Replay::reader` on the file: frames/s and MB/s, the median of `--runs` runs;
+//! encoded and written one at a time), then measures the path `roce-observer replay FILE` takes,
+//! with the whole analysis on (`pipeline::replay_report` with the default analysis options:
+//! counts, flows, PSN analysis, connections, latency, time series, microbursts, findings):
+//! - on one thread (`--threads 1`), and with the file read on one thread and its frames
+//!   accounted by `--threads` more (default: the CPUs available, as `replay` does): frames/s
+//!   and MB/s, the median of `--runs` runs each, and how the second scales on the first;
 //! - `tshark -n -r FILE` (output to /dev/null), `tshark -n -r FILE -q` and
 //!   `tshark -n -r FILE -q -Y infiniband` (dissects, prints nothing), once each;
 //! - the ratio of replay to `tshark -n -r FILE` (`-q` with no tap skips dissection: it only
@@ -10,10 +14,11 @@
 //!
 //! The traffic: 64 RC QPs (IPv4, DSCP 26) doing RDMA WRITE middle with 256..1024-byte payloads
 //! and in-sequence PSNs, an ACK from the responder every 16 requests of a QP, 1% of requests CE
-//! marked, and a CNP after every 8th CE mark of a QP. Each replay is checked against what was
-//! written (frames, RoCE packets, CE, CNPs, flows, zero PSN gaps and regressions), so a broken
-//! path cannot pass as a fast one. Exit code 0 on a missed target (noisy machines), non-zero on
-//! a wrong replay result or a failure to run.
+//! marked, and a CNP after every 8th CE mark of a QP. Each report is checked against what was
+//! written (frames, RoCE packets, CE, CNPs, flows, connections, the time series' packets, zero
+//! PSN gaps and regressions, no warning), and the threaded report against the one-thread report
+//! (the same JSON), so a broken path cannot pass as a fast one. Exit code 0 on a missed target
+//! (noisy machines), non-zero on a wrong replay result or a failure to run.
 
 use integration_tests::median;
 use std::{
@@ -28,7 +33,8 @@ use std::{
 
 use observer_common::{FlowKey, wire};
 use roce_observer::{
-    source::replay::Replay,
+    model::Report,
+    pipeline::{AnalysisOptions, default_replay_threads, replay_report},
     source::synth::{CE, CNP_DSCP, ECT0, Ip, NOT_ECT, RoceFrame, SYNDROME_ACK},
 };
 
@@ -53,12 +59,19 @@ struct Args {
     /// does (65535: whole frames).
     #[arg(long, default_value_t = 65_535, value_parser = clap::value_parser!(u32).range(64..=65_535))]
     snaplen: u32,
-    /// Replay measurements; the median is reported.
+    /// Replay measurements per thread count; the median is reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     runs: u64,
+    /// Threads accounting frames in the threaded measurement (default: as `replay`, the CPUs
+    /// available, at most 8).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=64))]
+    threads: Option<u32>,
     /// Skip the tshark measurements (no ratio).
     #[arg(long = "no-tshark", action = clap::ArgAction::SetFalse)]
     tshark: bool,
+    /// Leave the generated capture in place (to profile `roce-observer replay` on it).
+    #[arg(long)]
+    keep: bool,
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -226,31 +239,54 @@ fn generate(path: &Path, frames: u64, snaplen: u32) -> std::io::Result<Written> 
     Ok(written)
 }
 
-/// Checks a replay against what was written; the problems found.
-fn check<O: roce_observer::source::replay::FrameObserver>(
-    r: &Replay<O>,
-    w: &Written,
-) -> Vec<String> {
+/// Checks a replay report against what was written; the problems found.
+fn check(r: &Report, w: &Written) -> Vec<String> {
     let mut bad = Vec::new();
-    let c = &r.agg.counters;
+    let t = &r.totals;
     let mut expect = |what: &str, got: u64, want: u64| {
         if got != want {
             bad.push(format!("{what}: {got}, expected {want}"));
         }
     };
-    expect("frames", c.frames, w.frames);
-    expect("roce packets", c.roce_packets, w.frames);
-    expect("CE packets", c.ce_packets, w.ce);
-    expect("CNP packets", c.cnp_packets, w.cnps);
-    expect("flows", r.agg.flows.len() as u64, w.flows.len() as u64);
-    let gaps: u64 = r.agg.flows.values().map(|s| s.psn_gaps).sum();
-    let regressions: u64 = r.agg.flows.values().map(|s| s.psn_regressions).sum();
-    expect("PSN gaps", gaps, 0);
-    expect("PSN regressions", regressions, 0);
-    if !r.warnings.is_empty() {
-        bad.push(format!("warnings: {:?}", r.warnings));
+    expect("frames", t.frames, w.frames);
+    expect("roce packets", t.roce_packets, w.frames);
+    expect("CE packets", t.ce_packets, w.ce);
+    expect("CNP packets", t.cnp_packets, w.cnps);
+    expect("flows", r.flows.len() as u64, w.flows.len() as u64);
+    expect("connections", r.connections.len() as u64, u64::from(QPS));
+    let acks: u64 = r.flows.iter().map(|f| f.ops.ack).sum();
+    expect("ACKs", acks, w.acks);
+    let series_packets: u64 = r
+        .series
+        .as_ref()
+        .map_or(0, |s| s.total.packets.iter().sum());
+    expect("time series packets", series_packets, w.frames);
+    expect("PSN gaps", t.psn.gaps, 0);
+    expect("PSN regressions", t.psn.regressions, 0);
+    if r.microbursts.is_none() {
+        bad.push("no microbursts section".to_string());
+    }
+    if !r.source.warnings.is_empty() {
+        bad.push(format!("warnings: {:?}", r.source.warnings));
     }
     bad
+}
+
+/// One replay of `path` on `threads` threads, its report checked: its seconds and the report.
+fn measure(path: &str, threads: usize, written: &Written) -> Result<(f64, Report), String> {
+    let options = AnalysisOptions::default();
+    let start = Instant::now();
+    let report = replay_report(&[path.to_string()], false, None, Some(&options), threads)
+        .map_err(|e| format!("replay failed: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    let bad = check(&report, written);
+    if !bad.is_empty() {
+        return Err(format!(
+            "wrong replay result ({threads} threads): {}",
+            bad.join("; ")
+        ));
+    }
+    Ok((secs, report))
 }
 
 /// Wall seconds of `tshark -n -r FILE [extra]`, output to /dev/null.
@@ -273,11 +309,14 @@ fn tshark(file: &Path, extra: &[&str]) -> Result<f64, String> {
     Ok(secs)
 }
 
-struct TempFile(PathBuf);
+/// The capture, removed at the end unless kept.
+struct TempFile(PathBuf, bool);
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        if !self.1 {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 }
 
@@ -285,6 +324,7 @@ fn main() -> ExitCode {
     let args = <Args as clap::Parser>::parse();
     let file = TempFile(
         std::env::temp_dir().join(format!("roce-bench-replay-{}.pcap", std::process::id())),
+        args.keep,
     );
     let gen_start = Instant::now();
     let written = match generate(&file.0, args.frames, args.snaplen) {
@@ -310,31 +350,41 @@ fn main() -> ExitCode {
         );
     }
 
-    // Replay as `roce-observer replay FILE` does it (time series and microburst slots
-    // included); the first run also warms the page cache; every run is checked.
+    // Replay as `roce-observer replay FILE` does it, on one thread and on several; every report
+    // is checked, and the threaded one must equal the one-thread one.
     let path = file.0.display().to_string();
-    let mut secs = Vec::new();
+    let threads = args
+        .threads
+        .map_or_else(|| default_replay_threads().max(2), |n| n as usize);
+    // One thread and several in turn, so that the machine's other load falls on both alike.
+    let (mut one_secs, mut many_secs) = (Vec::new(), Vec::new());
     for _ in 0..args.runs {
-        let mut r = Replay::observed(roce_observer::analysis::series::Timeline::new(
-            roce_observer::analysis::series::TimelineConfig::default(),
-        ));
-        let start = Instant::now();
-        let res = r.file(&path, false);
-        let s = start.elapsed().as_secs_f64();
-        if let Err(e) = res {
-            eprintln!("bench-replay: replay failed: {e}");
-            return ExitCode::FAILURE;
+        let runs = measure(&path, 1, &written).and_then(|(s1, r1)| {
+            let (sn, rn) = measure(&path, threads, &written)?;
+            let json_of = |r: &Report| serde_json::to_string(r).expect("serializable");
+            if json_of(&r1) != json_of(&rn) {
+                return Err(format!(
+                    "wrong replay result: the report on {threads} threads differs from the one on 1"
+                ));
+            }
+            Ok((s1, sn))
+        });
+        match runs {
+            Ok((s1, sn)) => {
+                one_secs.push(s1);
+                many_secs.push(sn);
+            }
+            Err(e) => {
+                eprintln!("bench-replay: {e}");
+                return ExitCode::FAILURE;
+            }
         }
-        let bad = check(&r, &written);
-        if !bad.is_empty() {
-            eprintln!("bench-replay: wrong replay result: {}", bad.join("; "));
-            return ExitCode::FAILURE;
-        }
-        secs.push(s);
     }
-    let replay_secs = median(&secs);
+    let one = median(&one_secs);
+    let replay_secs = median(&many_secs);
     let fps = written.frames as f64 / replay_secs;
     let mbps = written.bytes as f64 / replay_secs / 1e6;
+    let scaling = one / replay_secs;
 
     let (ts_full, ts_quiet, ts_filter) = if args.tshark {
         let full = tshark(&file.0, &[]);
@@ -354,26 +404,37 @@ fn main() -> ExitCode {
     // filter does not dissect at all (tshark only reads the records), so its ratio is shown for
     // information only.
     let ratio = ts_full.map(|t| t / replay_secs);
+    let ratio_one = ts_full.map(|t| t / one);
     let ratio_quiet = ts_quiet.map(|t| t / replay_secs);
     let ratio_filter = ts_filter.map(|t| t / replay_secs);
 
+    let pass = |ok: bool| if ok { "PASS" } else { "MISS" };
     let fps_pass = fps >= TARGET_FPS;
     let ratio_pass = ratio.map(|r| r >= TARGET_RATIO);
     let verdict_fps = format!(
-        "{}: replay {:.2} M frames/s (target: at least {:.0} M frames/s)",
-        if fps_pass { "PASS" } else { "MISS" },
+        "{}: replay {:.2} M frames/s on {threads} threads (target: at least {:.0} M frames/s)",
+        pass(fps_pass),
         fps / 1e6,
         TARGET_FPS / 1e6
     );
     let verdict_ratio = match ratio {
         Some(r) => format!(
-            "{}: replay is {r:.1}x faster than tshark -n -r (target: at least {TARGET_RATIO:.0}x)",
-            if r >= TARGET_RATIO { "PASS" } else { "MISS" }
+            "{}: replay on {threads} threads is {r:.1}x faster than tshark -n -r (target: at least {TARGET_RATIO:.0}x)",
+            pass(r >= TARGET_RATIO)
         ),
         None => "SKIP: no tshark figure, no ratio".to_string(),
     };
 
     if args.json {
+        let figures = |secs: &[f64], median_s: f64, ratio: Option<f64>| {
+            serde_json::json!({
+                "runs_seconds": secs,
+                "seconds": median_s,
+                "frames_per_second": written.frames as f64 / median_s,
+                "mb_per_second": written.bytes as f64 / median_s / 1e6,
+                "ratio": ratio,
+            })
+        };
         let json = serde_json::json!({
             "frames": written.frames,
             "snaplen": args.snaplen,
@@ -384,12 +445,17 @@ fn main() -> ExitCode {
             "acks": written.acks,
             "generate_seconds": gen_secs,
             "statistic": "median",
+            "path": "pipeline::replay_report, default analysis options (roce-observer replay FILE)",
+            "threads": threads,
             "replay": {
-                "runs_seconds": secs,
+                "runs_seconds": many_secs,
                 "seconds": replay_secs,
                 "frames_per_second": fps,
                 "mb_per_second": mbps,
             },
+            "replay_one_thread": figures(&one_secs, one, ratio_one),
+            "replay_threads": figures(&many_secs, replay_secs, ratio),
+            "scaling": scaling,
             "tshark": {
                 "seconds": ts_full,
                 "quiet_seconds": ts_quiet,
@@ -410,34 +476,40 @@ fn main() -> ExitCode {
             serde_json::to_string_pretty(&json).expect("serializable")
         );
     } else {
-        println!(
-            "replay (single thread, median of {} runs; runs {}):",
-            args.runs,
+        let runs = |secs: &[f64]| {
             secs.iter()
                 .map(|s| format!("{s:.3} s"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        };
+        println!(
+            "replay FILE with the whole analysis (median of {} runs; 1 thread: {}; {threads} threads: {})",
+            args.runs,
+            runs(&one_secs),
+            runs(&many_secs)
         );
         println!(
-            "{:<28} {:>10} {:>14} {:>10}",
-            "", "seconds", "M frames/s", "MB/s"
+            "{:<30} {:>10} {:>12} {:>10} {:>12}",
+            "", "seconds", "M frames/s", "MB/s", "vs tshark"
         );
-        let row = |name: &str, s: f64| {
+        let row = |name: &str, s: f64, ratio: Option<f64>| {
             println!(
-                "{name:<28} {s:>10.3} {:>14.3} {:>10.1}",
+                "{name:<30} {s:>10.3} {:>12.3} {:>10.1} {:>12}",
                 written.frames as f64 / s / 1e6,
-                written.bytes as f64 / s / 1e6
+                written.bytes as f64 / s / 1e6,
+                ratio.map_or("-".to_string(), |r| format!("{r:.1}x"))
             )
         };
-        row("Replay::file", replay_secs);
+        row("replay, 1 thread", one, ratio_one);
+        row(&format!("replay, {threads} threads"), replay_secs, ratio);
         if let Some(s) = ts_full {
-            row("tshark -n -r FILE", s);
+            row("tshark -n -r FILE", s, None);
         }
         if let Some(s) = ts_quiet {
-            row("tshark -n -r FILE -q", s);
+            row("tshark -n -r FILE -q", s, None);
         }
         if let Some(s) = ts_filter {
-            row("tshark ... -q -Y infiniband", s);
+            row("tshark ... -q -Y infiniband", s, None);
         }
         if let Some(r) = ratio_quiet {
             println!(
@@ -447,6 +519,7 @@ fn main() -> ExitCode {
         if let Some(r) = ratio_filter {
             println!("(tshark -q -Y infiniband dissects without printing: {r:.1}x, not a target)");
         }
+        println!("scaling: 1 -> {threads} threads: {scaling:.2}x the throughput");
         println!("{verdict_fps}");
         println!("{verdict_ratio}");
     }

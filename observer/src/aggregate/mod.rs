@@ -21,6 +21,10 @@ use observer_common::{
 /// The flow table: a hash map with a fast non-cryptographic hasher (keys come from packets, and
 /// a 40-byte key ordered in a tree cost a fifth of replay time). Reports sort the flows.
 pub type FlowMap = HashMap<FlowKey, FlowStats, rustc_hash::FxBuildHasher>;
+/// Passive latency per requester direction (the same fast hasher: ACKs look it up).
+pub type LatencyMap = HashMap<LatKey, LatState, rustc_hash::FxBuildHasher>;
+/// Messages per flow (the same fast hasher: message boundaries look it up).
+pub type MessageMap = HashMap<FlowKey, MsgStats, rustc_hash::FxBuildHasher>;
 
 /// Flow table, pause table and global counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,18 +35,18 @@ pub struct Aggregate {
     pub unions: FlowMap,
     /// When connection-manager traffic (MADs to QP 1) between two hosts was last seen: a PSN
     /// jump after it is a new incarnation of the QP number (the connection was set up again).
-    pub cm_seen: HashMap<HostPair, u64>,
+    pub cm_seen: HashMap<HostPair, u64, rustc_hash::FxBuildHasher>,
     /// PAUSE / PFC frames per sender (few: switch ports and NICs).
     pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
     /// Passive latency per requester direction of a connection: the timed requests in flight
     /// and the histograms of the samples.
-    pub latency: HashMap<LatKey, LatState>,
+    pub latency: LatencyMap,
     /// The same samples per interface (0 in replay), kind and side.
     pub latency_scopes: BTreeMap<LatScopeKey, LatHist>,
     /// Messages per flow, under the key of its PSN analysis (a mirror copy's: every session's
     /// together, [`FlowKey::union`]).
-    pub messages: HashMap<FlowKey, MsgStats>,
+    pub messages: MessageMap,
 }
 
 impl Aggregate {
@@ -224,6 +228,54 @@ impl Aggregate {
         }
     }
 
+    /// Takes in the aggregate of another shard of the same frames, dealt out by their pair of
+    /// hosts (replay over several threads): its flows, hosts, requester directions and
+    /// messages are none of this one's and move in as they are; counters, PAUSE senders and
+    /// the per-interface latency histograms add up.
+    pub fn absorb(&mut self, other: Aggregate) {
+        use std::collections::{btree_map, hash_map};
+        fn move_in<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
+            into: &mut HashMap<K, V, S>,
+            from: impl IntoIterator<Item = (K, V)>,
+            merge: impl Fn(&mut V, &V),
+        ) {
+            for (k, v) in from {
+                match into.entry(k) {
+                    hash_map::Entry::Vacant(e) => {
+                        e.insert(v);
+                    }
+                    hash_map::Entry::Occupied(mut e) => merge(e.get_mut(), &v),
+                }
+            }
+        }
+        fn add_in<K: Ord, V>(
+            into: &mut BTreeMap<K, V>,
+            from: BTreeMap<K, V>,
+            merge: impl Fn(&mut V, &V),
+        ) {
+            for (k, v) in from {
+                match into.entry(k) {
+                    btree_map::Entry::Vacant(e) => {
+                        e.insert(v);
+                    }
+                    btree_map::Entry::Occupied(mut e) => merge(e.get_mut(), &v),
+                }
+            }
+        }
+        self.counters.merge(&other.counters);
+        move_in(&mut self.flows, other.flows, FlowStats::merge);
+        move_in(&mut self.unions, other.unions, FlowStats::merge);
+        move_in(&mut self.cm_seen, other.cm_seen, |a, b| *a = (*a).max(*b));
+        move_in(&mut self.latency, other.latency, LatState::merge);
+        move_in(&mut self.messages, other.messages, MsgStats::merge);
+        add_in(&mut self.pauses, other.pauses, PauseStats::merge);
+        add_in(
+            &mut self.latency_scopes,
+            other.latency_scopes,
+            LatHist::merge,
+        );
+    }
+
     /// The same aggregate with the fields that depend on when and in which order packets were
     /// seen (timestamps, PSN continuation state) cleared: what ground truth can be compared to.
     pub fn comparable(&self) -> Aggregate {
@@ -246,11 +298,11 @@ impl Aggregate {
         Aggregate {
             flows,
             unions,
-            cm_seen: HashMap::new(),
+            cm_seen: Default::default(),
             pauses,
             counters: self.counters,
             // Latency samples depend on the clock: compared apart (`latency_counts`).
-            latency: HashMap::new(),
+            latency: Default::default(),
             latency_scopes: BTreeMap::new(),
             messages: self
                 .messages
@@ -276,12 +328,7 @@ impl Aggregate {
 /// analysis's entry, `analysis` that analysis's flags after it), the same the kernel program
 /// makes.
 #[inline]
-pub fn message_update(
-    messages: &mut HashMap<FlowKey, MsgStats>,
-    key: &FlowKey,
-    input: &SeqInput,
-    analysis: u32,
-) {
+pub fn message_update(messages: &mut MessageMap, key: &FlowKey, input: &SeqInput, analysis: u32) {
     let stats = messages.entry(*key).or_default();
     if let Some((kind, size)) = stats.packet(input, analysis) {
         stats.record(kind, size);
@@ -293,7 +340,7 @@ pub fn message_update(
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn latency_update(
-    latency: &mut HashMap<LatKey, LatState>,
+    latency: &mut LatencyMap,
     scopes: &mut BTreeMap<LatScopeKey, LatHist>,
     key: &FlowKey,
     input: &SeqInput,
@@ -314,7 +361,7 @@ pub fn latency_update(
 }
 
 fn latency_answer(
-    latency: &mut HashMap<LatKey, LatState>,
+    latency: &mut LatencyMap,
     scopes: &mut BTreeMap<LatScopeKey, LatHist>,
     key: &FlowKey,
     input: &SeqInput,

@@ -19,6 +19,7 @@ pub use crate::model::series::{
 use crate::{
     aggregate::{Aggregate, FlowMap},
     model::Direction,
+    source::replay::{ShardPart, Sharded},
 };
 
 /// Bytes a frame occupies on the wire besides the frame the observer sees (preamble, FCS, gap).
@@ -204,6 +205,9 @@ pub struct SeriesBuilder {
     prev_unions: FlowMap,
     /// The interval being filled.
     open: usize,
+    /// Where the interval after it begins: a time before it stays in the open interval (a
+    /// comparison per frame, not a division).
+    next_ns: u64,
     total: Vec<Delta>,
     flows: HashMap<FlowKey, Vec<(u32, Delta)>, rustc_hash::FxBuildHasher>,
     /// The latency histograms (ACK, READ; every interface and side) at the end of the last
@@ -249,6 +253,7 @@ impl SeriesBuilder {
             prev: prev.flows.clone(),
             prev_unions: prev.unions.clone(),
             open: 0,
+            next_ns: start_ns.saturating_add(interval_ns.max(1)),
             total: Vec::new(),
             flows: HashMap::default(),
             prev_latency: latency_totals(prev),
@@ -266,6 +271,9 @@ impl SeriesBuilder {
     /// open one is closed with `flows` (what happened up to now) and the later one opened.
     #[inline]
     pub fn advance(&mut self, ts_ns: u64, flows: &Aggregate) {
+        if ts_ns < self.next_ns {
+            return;
+        }
         let i = self.index_of(ts_ns);
         if i <= self.open {
             return;
@@ -276,10 +284,24 @@ impl SeriesBuilder {
         }
         self.close(flows);
         self.open = i;
+        self.next_ns = self.next_start();
+    }
+
+    /// Where the interval after the open one begins.
+    fn next_start(&self) -> u64 {
+        self.start_ns
+            .saturating_add((self.open as u64 + 1).saturating_mul(self.interval_ns))
     }
 
     /// Closes the open interval with the flow table as it stands at its end.
     pub fn close(&mut self, agg: &Aggregate) {
+        self.close_flows(agg);
+        let now = latency_totals(agg);
+        self.latency_point(self.open, now);
+    }
+
+    /// The flows' part of [`SeriesBuilder::close`]: what each flow, and all of them, added.
+    fn close_flows(&mut self, agg: &Aggregate) {
         let index = self.open;
         if self.total.len() <= index {
             self.total.resize(index + 1, Delta::default());
@@ -309,7 +331,11 @@ impl SeriesBuilder {
         self.total[index].add(&sum);
         self.prev.clone_from(&agg.flows);
         self.prev_unions.clone_from(&agg.unions);
-        let now = latency_totals(agg);
+    }
+
+    /// The latency part of [`SeriesBuilder::close`]: the histograms `now`, at the end of
+    /// interval `index`, against those at the end of the last.
+    fn latency_point(&mut self, index: usize, now: [LatHist; 2]) {
         let d = [
             now[0].since(&self.prev_latency[0]),
             now[1].since(&self.prev_latency[1]),
@@ -335,6 +361,7 @@ impl SeriesBuilder {
         }
         self.interval_ns *= factor;
         self.open /= f;
+        self.next_ns = self.next_start();
         self.total = merge_bins(&self.total, f, Delta::add);
         for points in self.flows.values_mut() {
             merge_points(points, |i| i / f as u32);
@@ -478,6 +505,8 @@ pub struct BurstTracker {
     clock_offset_ns: i128,
     /// Open slot of the per-packet feed.
     open: Option<(u64, u64)>,
+    /// Where the slot after the open one begins (a comparison per frame, not a division).
+    open_end_ns: u64,
     /// The current run of busy slots: (first slot, last slot, bytes, peak slot bytes).
     run: Option<(u64, u64, u64, u64)>,
     bytes: u64,
@@ -519,6 +548,7 @@ impl BurstTracker {
             link_speed_bps,
             clock_offset_ns,
             open: None,
+            open_end_ns: 0,
             run: None,
             bytes: 0,
             peak: (0, 0),
@@ -537,16 +567,26 @@ impl BurstTracker {
     /// of order count in the open slot.
     #[inline]
     pub fn frame(&mut self, ts_ns: u64, frame_len: u64) {
-        let slot = ts_ns / self.slot_ns;
         let wire = frame_len + WIRE_OVERHEAD;
+        if let Some((_, b)) = &mut self.open
+            && ts_ns < self.open_end_ns
+        {
+            *b += wire;
+            return;
+        }
+        let slot = ts_ns / self.slot_ns;
         match &mut self.open {
             Some((s, b)) if slot <= *s => *b += wire,
             Some((s, b)) => {
                 let (s, b) = (*s, *b);
                 self.open = Some((slot, wire));
+                self.open_end_ns = (slot + 1).saturating_mul(self.slot_ns);
                 self.slot(s, b);
             }
-            None => self.open = Some((slot, wire)),
+            None => {
+                self.open = Some((slot, wire));
+                self.open_end_ns = (slot + 1).saturating_mul(self.slot_ns);
+            }
         }
     }
 
@@ -781,6 +821,8 @@ pub struct Timeline {
     /// Replay: the capture files in the order given, and each one's tracker from its first
     /// frame on.
     sources: Vec<(String, Option<usize>)>,
+    /// Fitted: how many times the bins have grown tenfold.
+    coarsened: u32,
 }
 
 impl Timeline {
@@ -802,6 +844,7 @@ impl Timeline {
             cur: None,
             trackers: Vec::new(),
             sources: Vec::new(),
+            coarsened: 0,
         }
     }
 
@@ -866,6 +909,7 @@ impl Timeline {
     fn coarsen_for(&mut self, ts_ns: u64, start: u64) {
         while ts_ns.saturating_sub(start) >= self.horizon_ns && self.bin_ns <= u64::MAX / 10 {
             self.bin_ns *= 10;
+            self.coarsened += 1;
             self.horizon_ns = self.bin_ns.saturating_mul(MAX_FINE_BINS);
             for b in self.cur.iter_mut().chain(self.done.iter_mut()) {
                 b.coarsen(10);
@@ -1001,6 +1045,132 @@ impl Timeline {
             microbursts,
             flow_peaks,
         }
+    }
+}
+
+/// Replay over several threads: the timeline sees every frame on the reading thread (its
+/// clock, intervals and microburst slots), with no flow table; in each shard a [`SeriesShard`]
+/// closes the same intervals at the same frames on the shard's flow table.
+impl Sharded for Timeline {
+    /// How many times the bins grew tenfold, and the open interval.
+    type Mark = (u32, usize);
+    type Part = SeriesShard;
+
+    fn part(&self) -> SeriesShard {
+        SeriesShard {
+            builder: SeriesBuilder::new(self.bin_ns, 0, &Aggregate::default()),
+            coarsened: 0,
+            closes: 0,
+            counted: 0,
+            latency: Vec::new(),
+        }
+    }
+
+    #[inline(always)]
+    fn mark(&self) -> (u32, usize) {
+        (self.coarsened, self.cur.as_ref().map_or(0, |b| b.open))
+    }
+
+    /// The shards' intervals join this timeline's (which closed them on no flow table): each
+    /// flow's and the totals add up. The latency series is worked out again as one flow table
+    /// would have given it: at each close where some shard's histograms grew, every shard's
+    /// (as of its latest close) together, against those of the close before.
+    fn join(&mut self, parts: Vec<SeriesShard>) {
+        let Some(mut cur) = self.cur.take() else {
+            return;
+        };
+        let mut marks = Vec::new();
+        for (shard, p) in parts.into_iter().enumerate() {
+            cur.absorb(p.builder);
+            marks.extend(p.latency.into_iter().map(|m| (m, shard)));
+        }
+        marks.sort_by_key(|(m, shard)| (m.close, *shard));
+        let shards = marks.iter().map(|(_, s)| s + 1).max().unwrap_or(0);
+        let mut totals = vec![[LatHist::default(); 2]; shards];
+        let mut k = 0;
+        while k < marks.len() {
+            let (close, coarsened, index) =
+                (marks[k].0.close, marks[k].0.coarsened, marks[k].0.index);
+            while k < marks.len() && marks[k].0.close == close {
+                totals[marks[k].1] = marks[k].0.totals;
+                k += 1;
+            }
+            let mut now = [LatHist::default(); 2];
+            for t in &totals {
+                now[0].merge(&t[0]);
+                now[1].merge(&t[1]);
+            }
+            // Where the interval lies once the bins grew as often as they did in the end.
+            let grown = self.coarsened.saturating_sub(coarsened);
+            let index = (0..grown).fold(index, |i, _| i / 10);
+            cur.latency_point(index, now);
+        }
+        match &mut self.done {
+            Some(d) => d.absorb(cur),
+            None => self.done = Some(cur),
+        }
+    }
+}
+
+/// A shard's part of a [`Timeline`]: its flows' series, closed at the frames where the
+/// timeline's were, and its latency histograms at each close where they grew.
+#[derive(Debug)]
+pub struct SeriesShard {
+    builder: SeriesBuilder,
+    coarsened: u32,
+    /// Intervals closed so far.
+    closes: u64,
+    /// Latency samples in the shard at its last mark.
+    counted: u64,
+    latency: Vec<LatencyMark>,
+}
+
+/// A shard's latency histograms (all interfaces and sides: ACK, READ) at the `close`th close,
+/// of interval `index` when the bins had grown `coarsened` times.
+#[derive(Debug)]
+struct LatencyMark {
+    close: u64,
+    coarsened: u32,
+    index: usize,
+    totals: [LatHist; 2],
+}
+
+impl SeriesShard {
+    fn close(&mut self, agg: &Aggregate) {
+        self.builder.close_flows(agg);
+        let totals = latency_totals(agg);
+        let counted = totals[0].count + totals[1].count;
+        if counted != self.counted {
+            self.counted = counted;
+            self.latency.push(LatencyMark {
+                close: self.closes,
+                coarsened: self.coarsened,
+                index: self.builder.open,
+                totals,
+            });
+        }
+        self.closes += 1;
+    }
+}
+
+impl ShardPart for SeriesShard {
+    type Mark = (u32, usize);
+
+    /// As [`Timeline::frame`] moved on: the bins grow first, then the open interval closes.
+    fn mark(&mut self, (coarsened, open): (u32, usize), agg: &Aggregate) {
+        while self.coarsened < coarsened {
+            self.builder.coarsen(10);
+            self.coarsened += 1;
+        }
+        if open != self.builder.open {
+            self.close(agg);
+            self.builder.open = open;
+        }
+    }
+
+    /// As [`Timeline::finish`] closes the interval open at the end.
+    fn end(&mut self, agg: &Aggregate) {
+        self.close(agg);
     }
 }
 

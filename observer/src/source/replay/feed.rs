@@ -51,6 +51,17 @@ pub(super) struct Feed<'a, R> {
     /// Where the record [`Feed::next`] consumed last begins: its bytes stay in place until the
     /// next call, so a frame in it can be accounted after the parser has returned.
     record: usize,
+    /// Sharded replay: a buffer read to its end is handed over whole, its frames accounted on
+    /// other threads, rather than compacted in place ([`Feed::handing_over`]).
+    handover: Option<Handover>,
+}
+
+/// The buffers of a feed that hands them over: the next one to fill, and the one given up last
+/// (with every frame read before the record being cut).
+struct Handover {
+    chunk: usize,
+    spare: Option<Vec<u8>>,
+    retired: Option<Vec<u8>>,
 }
 
 impl<'a, R: Read> Feed<'a, R> {
@@ -66,7 +77,55 @@ impl<'a, R: Read> Feed<'a, R> {
             end: 0,
             eof: false,
             record: 0,
+            handover: None,
         }
+    }
+
+    /// A feed of `r` that reads into buffers of `chunk` bytes and hands each over when it is
+    /// read to its end ([`Feed::retired`]): the frames in it stay where they are, for other
+    /// threads to account, and the record cut by its end moves to the next buffer.
+    pub(super) fn handing_over(r: R, chunk: usize) -> Self {
+        Self {
+            buf: vec![0; chunk],
+            handover: Some(Handover {
+                chunk,
+                spare: None,
+                retired: None,
+            }),
+            ..Self::new(r)
+        }
+    }
+
+    /// A buffer to read into once the current one is handed over (its contents do not matter).
+    pub(super) fn give(&mut self, spare: Vec<u8>) {
+        if let Some(h) = &mut self.handover {
+            h.spare = Some(spare);
+        }
+    }
+
+    /// The buffer handed over since the last call, if any: it holds every frame read before
+    /// the record [`Feed::next`] consumed last (which lies in the current buffer).
+    pub(super) fn retired(&mut self) -> Option<Vec<u8>> {
+        self.handover.as_mut()?.retired.take()
+    }
+
+    /// The current buffer, at the end of the input: it holds the frames read since the last
+    /// handover.
+    pub(super) fn take_buffer(&mut self) -> Vec<u8> {
+        self.start = 0;
+        self.end = 0;
+        std::mem::take(&mut self.buf)
+    }
+
+    /// The size of the buffers a feed that hands them over reads into.
+    pub(super) fn chunk(&self) -> usize {
+        self.handover.as_ref().map_or(Self::CHUNK, |h| h.chunk)
+    }
+
+    /// Where the record [`Feed::next`] consumed last begins in the current buffer.
+    #[inline]
+    pub(super) fn record_at(&self) -> usize {
+        self.record
     }
 
     pub(super) fn mapped(data: &'a [u8]) -> Self {
@@ -78,6 +137,7 @@ impl<'a, R: Read> Feed<'a, R> {
             end: data.len(),
             eof: true,
             record: 0,
+            handover: None,
         }
     }
 
@@ -104,7 +164,27 @@ impl<'a, R: Read> Feed<'a, R> {
             self.eof = true;
             return Ok(());
         };
-        if self.start > 0 {
+        if self.start > 0
+            && let Some(h) = &mut self.handover
+        {
+            // The record cut by the end of the buffer goes to the next one; this one is handed
+            // over with the frames before it.
+            let tail = self.end - self.start;
+            let mut next = h.spare.take().unwrap_or_default();
+            let want = h.chunk.max(tail.saturating_mul(2));
+            if next.len() < want {
+                next.resize(want, 0);
+            }
+            next[..tail].copy_from_slice(&self.buf[self.start..self.end]);
+            let old = std::mem::replace(&mut self.buf, next);
+            // A second handover before a frame was read again (pcapng blocks that are no
+            // frames) gives up a buffer no frame lies in: the first is the one to hand over.
+            if h.retired.is_none() {
+                h.retired = Some(old);
+            }
+            self.end = tail;
+            self.start = 0;
+        } else if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;

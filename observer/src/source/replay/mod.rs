@@ -34,11 +34,13 @@ mod link;
 mod pcap;
 mod pcapng;
 mod progress;
+mod shard;
 
 use feed::{Feed, FeedError, Step};
 /// How frames of a link type reach the parser: also live capture's (`source::capture`).
 pub(crate) use link::Link;
 use progress::Progress;
+pub use shard::{ShardPart, Sharded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -143,6 +145,48 @@ impl<O: FrameObserver> Replay<O> {
             readers.push(Reader::open(path, Feed::new(input), size, progress)?);
         }
         self.merge(readers);
+        Ok(())
+    }
+
+    /// Replays the files at `paths` as [`Replay::files`] does; one file (not several: their
+    /// merge stays on one thread) with its frames accounted by `shards` threads beside the one
+    /// reading it, when that is more than one. The result is the same whatever the number.
+    pub fn files_sharded<S: AsRef<str>>(
+        &mut self,
+        paths: &[S],
+        progress: bool,
+        shards: usize,
+    ) -> Result<(), ReplayError>
+    where
+        O: Sharded,
+    {
+        match paths {
+            [one] if shards > 1 => self.file_sharded(one.as_ref(), progress, shards, shard::CHUNK),
+            _ => self.files(paths, progress),
+        }
+    }
+
+    /// Replays the file at `path` (`-` is standard input) read in buffers of `chunk` bytes,
+    /// its frames accounted by `shards` threads.
+    pub(crate) fn file_sharded(
+        &mut self,
+        path: &str,
+        progress: bool,
+        shards: usize,
+        chunk: usize,
+    ) -> Result<(), ReplayError>
+    where
+        O: Sharded,
+    {
+        if path == "-" {
+            let feed = Feed::handing_over(io::stdin().lock(), chunk);
+            let reader = Reader::open(path, feed, None, progress)?;
+            self.sharded(reader, shards);
+            return Ok(());
+        }
+        let (f, size) = open(path)?;
+        let reader = Reader::open(path, Feed::handing_over(f, chunk), size, progress)?;
+        self.sharded(reader, shards);
         Ok(())
     }
 
@@ -300,13 +344,18 @@ impl<O: FrameObserver> Replay<O> {
     /// The time span and the observer see a frame of `source` before it is accounted.
     #[inline(always)]
     fn observe(&mut self, source: usize, f: &Pending, data: &[u8]) {
-        let ts_ns = f.ts_ns;
-        self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
-        self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
+        self.span(f.ts_ns);
         // On the wire before any snaplen.
         let len = f.orig_len.max(data.len() as u32);
         self.observer
-            .frame(source, ts_ns, u64::from(len), &self.agg);
+            .frame(source, f.ts_ns, u64::from(len), &self.agg);
+    }
+
+    /// The time span takes in a frame at `ts_ns`.
+    #[inline(always)]
+    fn span(&mut self, ts_ns: u64) {
+        self.first_ts_ns = Some(self.first_ts_ns.map_or(ts_ns, |t| t.min(ts_ns)));
+        self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
     }
 
     /// One frame of `file` (`source`) near another file's span in time: a request packet that
