@@ -1,12 +1,16 @@
 //! Reading the kernel maps: the one reader of the flow table, the flow cache, the pause table
-//! and the counters, for a snapshot ([`read_maps`]) and for the daemon's drains ([`read_flows`]).
+//! and the counters, for a snapshot ([`read_maps`]) and for the daemon's drains
+//! ([`read_flow_table`] on several threads, then [`read_flow_cache`]).
 //!
 //! Every read goes through [`bpfsys`]: batched lookups (`BPF_MAP_LOOKUP_BATCH`, [`BATCH`]
 //! entries per syscall), one key at a time on kernels without them. A batch walk sees each hash
 //! bucket once while the programs update the map (a key-at-a-time walk can repeat entries when
 //! its current key is deleted under it).
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::{
+    os::fd::{AsFd, BorrowedFd},
+    sync::mpsc,
+};
 
 use aya::{Ebpf, maps::Map};
 use observer_common::{
@@ -38,10 +42,106 @@ pub fn read_flows(ebpf: &Ebpf, sink: &mut impl FlowSink) -> Result<(), LiveError
     let flows = map_fd(ebpf, maps::FLOWS)?;
     bpfsys::percpu_hash_for_each::<FlowKey, FlowStats>(flows, BATCH, |k, v| sink.table_entry(k, v))
         .map_err(read_error(maps::FLOWS))?;
+    read_flow_cache(ebpf, |key, stats| sink.cache_slot(key, stats))
+}
+
+/// Entries a table reader hands over at a time.
+const CHUNK: usize = 1024;
+/// Chunks in flight per reader (bounds the memory of readers running ahead).
+const CHUNKS_AHEAD: usize = 4;
+/// Fewer buckets than this per reader are read by one thread.
+const MIN_BUCKETS_PER_READER: u32 = 1 << 14;
+
+/// Reads the flow table on up to `readers` threads, each walking its share of the hash buckets:
+/// each entry's per-CPU values go through `extract` on the reading thread, and what it returns
+/// to `sink` on the calling thread, while the readers go on. The kernel's copy of the per-CPU
+/// values (every CPU's, whole) is most of a drain's cost and bound by memory latency, so
+/// readers side by side nearly divide its time.
+///
+/// An entry just past the end of one reader's share can come twice (also from the next reader:
+/// see [`bpfsys::percpu_hash_for_each_in`]), read at two instants; `sink` keeps one. Read the
+/// cache ([`read_flow_cache`]) after the table, as [`read_flows`] does.
+pub fn read_flow_table<R: Send>(
+    ebpf: &Ebpf,
+    readers: usize,
+    extract: impl Fn(&FlowKey, &[FlowStats]) -> R + Sync,
+    mut sink: impl FnMut(R),
+) -> Result<(), LiveError> {
+    let flows = map_fd(ebpf, maps::FLOWS)?;
+    let buckets =
+        bpfsys::hash_buckets::<FlowKey, FlowStats>(flows).map_err(read_error(maps::FLOWS))?;
+    let readers = readers
+        .clamp(1, 64)
+        .min((buckets / MIN_BUCKETS_PER_READER).max(1) as usize) as u32;
+    if readers == 1 {
+        bpfsys::percpu_hash_for_each::<FlowKey, FlowStats>(flows, BATCH, |k, v| {
+            sink(extract(k, v))
+        })
+        .map_err(read_error(maps::FLOWS))?;
+        return Ok(());
+    }
+    let extract = &extract;
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel::<Vec<R>>(CHUNKS_AHEAD * readers as usize);
+        let walks: Vec<_> = (0..readers)
+            .map(|i| {
+                let tx = tx.clone();
+                let from = (u64::from(buckets) * u64::from(i) / u64::from(readers)) as u32;
+                let to = if i + 1 == readers {
+                    u32::MAX
+                } else {
+                    (u64::from(buckets) * u64::from(i + 1) / u64::from(readers)) as u32
+                };
+                scope.spawn(move || {
+                    let mut chunk = Vec::with_capacity(CHUNK);
+                    let walked = bpfsys::percpu_hash_for_each_in::<FlowKey, FlowStats>(
+                        flows,
+                        BATCH,
+                        from..to,
+                        |k, v| {
+                            chunk.push(extract(k, v));
+                            if chunk.len() == CHUNK {
+                                // The receiver only goes away after every reader ended.
+                                let _ = tx
+                                    .send(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)));
+                            }
+                        },
+                    );
+                    if !chunk.is_empty() {
+                        let _ = tx.send(chunk);
+                    }
+                    walked
+                })
+            })
+            .collect();
+        drop(tx);
+        for chunk in rx {
+            for r in chunk {
+                sink(r);
+            }
+        }
+        for walk in walks {
+            match walk.join() {
+                Ok(walked) => {
+                    walked.map_err(read_error(maps::FLOWS))?;
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Reads the per-CPU flow cache: `f(key, stats)` per CPU's slot (empty ones included: no
+/// packets), torn slots (a key that does not hash to its slot) left out.
+pub fn read_flow_cache(
+    ebpf: &Ebpf,
+    mut f: impl FnMut(&FlowKey, &FlowStats),
+) -> Result<(), LiveError> {
     let cache = map_fd(ebpf, maps::FLOW_CACHE)?;
     bpfsys::percpu_array_for_each::<FlowSlot>(cache, BATCH, |index, slots| {
         for s in whole_slots(index, slots) {
-            sink.cache_slot(&s.key, &s.stats);
+            f(&s.key, &s.stats);
         }
     })
     .map_err(read_error(maps::FLOW_CACHE))?;

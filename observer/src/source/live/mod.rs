@@ -29,8 +29,8 @@ pub use bursts::{BurstReader, SlotRead, observe_bursts};
 pub use clock::{monotonic_ns, monotonic_to_unix_offset, unix_ns};
 pub use error::{LiveError, OneLine};
 pub use maps::{
-    FlowSink, iface_counters, read_counters, read_flows, read_latency, read_maps, read_pauses,
-    take_flow,
+    FlowSink, iface_counters, read_counters, read_flow_cache, read_flow_table, read_flows,
+    read_latency, read_maps, read_pauses, take_flow,
 };
 pub use netdev::{Promiscuous, check_privileges, if_index, interfaces_speed, link_up};
 
