@@ -45,18 +45,19 @@ pub fn read_flows(ebpf: &Ebpf, sink: &mut impl FlowSink) -> Result<(), LiveError
     read_flow_cache(ebpf, |key, stats| sink.cache_slot(key, stats))
 }
 
-/// Entries a table reader hands over at a time.
-const CHUNK: usize = 1024;
+/// Entries a table reader hands over at a time (a chunk of the daemon's 128-byte readings stays
+/// under the allocator's threshold for a mapping of its own).
+const CHUNK: usize = 512;
 /// Chunks in flight per reader (bounds the memory of readers running ahead).
 const CHUNKS_AHEAD: usize = 4;
 /// Fewer buckets than this per reader are read by one thread.
 const MIN_BUCKETS_PER_READER: u32 = 1 << 14;
 
-/// Reads the flow table on up to `readers` threads, each walking its share of the hash buckets:
-/// each entry's per-CPU values go through `extract` on the reading thread, and what it returns
-/// to `sink` on the calling thread, while the readers go on. The kernel's copy of the per-CPU
-/// values (every CPU's, whole) is most of a drain's cost and bound by memory latency, so
-/// readers side by side nearly divide its time.
+/// Reads the flow table on up to `readers` threads (this one among them), each walking its share
+/// of the hash buckets: each entry's per-CPU values go through `extract` on the reading thread,
+/// and what it returns to `sink` on this one, which takes in the other readers' entries between
+/// batches of its own. The kernel's copy of the per-CPU values (every CPU's, whole) is most of a
+/// drain's cost and bound by memory latency, so readers side by side nearly divide its time.
 ///
 /// An entry just past the end of one reader's share can come twice (also from the next reader:
 /// see [`bpfsys::percpu_hash_for_each_in`]), read at two instants; `sink` keeps one. Read the
@@ -73,35 +74,32 @@ pub fn read_flow_table<R: Send>(
     let readers = readers
         .clamp(1, 64)
         .min((buckets / MIN_BUCKETS_PER_READER).max(1) as usize) as u32;
-    if readers == 1 {
-        bpfsys::percpu_hash_for_each::<FlowKey, FlowStats>(flows, BATCH, |k, v| {
-            sink(extract(k, v))
-        })
-        .map_err(read_error(maps::FLOWS))?;
-        return Ok(());
-    }
+    // Reader i's share: buckets from start(i) to start(i + 1), the last one to the end.
+    let start = |i: u32| (u64::from(buckets) * u64::from(i) / u64::from(readers)) as u32;
+    let end = |i: u32| {
+        if i + 1 == readers {
+            u32::MAX
+        } else {
+            start(i + 1)
+        }
+    };
     let extract = &extract;
     std::thread::scope(|scope| {
         let (tx, rx) = mpsc::sync_channel::<Vec<R>>(CHUNKS_AHEAD * readers as usize);
-        let walks: Vec<_> = (0..readers)
+        let others: Vec<_> = (1..readers)
             .map(|i| {
                 let tx = tx.clone();
-                let from = (u64::from(buckets) * u64::from(i) / u64::from(readers)) as u32;
-                let to = if i + 1 == readers {
-                    u32::MAX
-                } else {
-                    (u64::from(buckets) * u64::from(i + 1) / u64::from(readers)) as u32
-                };
                 scope.spawn(move || {
                     let mut chunk = Vec::with_capacity(CHUNK);
                     let walked = bpfsys::percpu_hash_for_each_in::<FlowKey, FlowStats>(
                         flows,
                         BATCH,
-                        from..to,
+                        start(i)..end(i),
                         |k, v| {
                             chunk.push(extract(k, v));
                             if chunk.len() == CHUNK {
-                                // The receiver only goes away after every reader ended.
+                                // The receiver goes away only after every reader ended (or on
+                                // a panic, when nothing is wanted any more).
                                 let _ = tx
                                     .send(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)));
                             }
@@ -115,12 +113,26 @@ pub fn read_flow_table<R: Send>(
             })
             .collect();
         drop(tx);
+        let mut own = 0usize;
+        let walked = bpfsys::percpu_hash_for_each_in::<FlowKey, FlowStats>(
+            flows,
+            BATCH,
+            start(0)..end(0),
+            |k, v| {
+                sink(extract(k, v));
+                own += 1;
+                if own.is_multiple_of(BATCH as usize) {
+                    for chunk in rx.try_iter() {
+                        chunk.into_iter().for_each(&mut sink);
+                    }
+                }
+            },
+        );
         for chunk in rx {
-            for r in chunk {
-                sink(r);
-            }
+            chunk.into_iter().for_each(&mut sink);
         }
-        for walk in walks {
+        walked.map_err(read_error(maps::FLOWS))?;
+        for walk in others {
             match walk.join() {
                 Ok(walked) => {
                     walked.map_err(read_error(maps::FLOWS))?;
