@@ -197,6 +197,22 @@ impl Reading {
     }
 }
 
+/// Entries of the settle queue kept allocated between drains.
+const QUEUE_KEPT: usize = 1 << 16;
+
+/// No flow: the end of a connection group's list.
+const NONE: u32 = u32::MAX;
+
+/// The hash of a connection group in the book's table of groups.
+fn hash_group(g: &Group) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(&g.0);
+    h.write(&g.1);
+    h.write_u16(g.2);
+    h.write_u16(g.3);
+    h.finish()
+}
+
 /// The hash of a flow key in the book's index.
 fn hash_key(key: &FlowKey) -> u64 {
     const _: () = assert!(size_of::<FlowKey>() == 40);
@@ -227,17 +243,24 @@ struct Slot {
     shrunk: bool,
     /// The latest table reading had a connected transport.
     connected: bool,
-    /// Among the connections of the last finished drain (in [`FlowBook::groups`]).
+    /// Counts for its connection group at the last finished drain: the table held it with a
+    /// connected transport.
     counted: bool,
+    /// The next flow of its connection group ([`NONE`]: the last); see
+    /// [`FlowBook::group_heads`].
+    group_next: u32,
     /// Earliest first-seen time of the table entry (0: none seen).
     table_first: u64,
     /// The latest reading's earliest first-seen time of the table entry.
     table_first_read: u64,
     key: FlowKey,
-    /// The largest values read of the current incarnation (table entry + cache slots).
+    /// The largest values read of the current incarnation (table entry + cache slots): set
+    /// with [`set_last`](Self::set_last).
     last: Counts,
-    /// The latest reading of the table entry (this drain's when `table_epoch` is the drain's).
-    read_table: Counts,
+    /// The latest settled reading of the table entry, when it differs from `last`; mostly they
+    /// are equal, and it takes no room ([`read_table`](Self::read_table)). A reading that
+    /// changed waits in [`FlowBook::queue`] until `finish` settles it.
+    table_apart: Option<Box<Counts>>,
     /// Counts of earlier incarnations (evicted and re-inserted table entries).
     base: Option<Box<Counts>>,
 }
@@ -247,6 +270,7 @@ impl Slot {
         Self {
             key,
             last_change: epoch,
+            group_next: NONE,
             ..Self::default()
         }
     }
@@ -259,6 +283,28 @@ impl Slot {
         c
     }
 
+    /// The latest reading of the table entry.
+    fn read_table(&self) -> Counts {
+        self.table_apart.as_deref().copied().unwrap_or(self.last)
+    }
+
+    fn set_read_table(&mut self, read: Counts) {
+        if read == self.last {
+            self.table_apart = None;
+        } else if let Some(b) = &mut self.table_apart {
+            **b = read;
+        } else {
+            self.table_apart = Some(Box::new(read));
+        }
+    }
+
+    /// Sets `last`, the latest table reading staying what it was.
+    fn set_last(&mut self, last: Counts) {
+        let read = self.read_table();
+        self.last = last;
+        self.set_read_table(read);
+    }
+
     /// The table entry is gone: its counts (all but `cache`, the cache slots' part at the last
     /// read) become an earlier incarnation's.
     fn evicted(&mut self, cache: Counts) {
@@ -266,7 +312,7 @@ impl Slot {
         let mut base = self.base.take().map_or_else(Counts::default, |b| *b);
         base.add(&table);
         self.base = Some(Box::new(base));
-        self.last = self.last.minus(&table);
+        self.set_last(self.last.minus(&table));
         self.table_first = 0;
     }
 }
@@ -342,12 +388,14 @@ pub struct FlowBook {
     cache_last: FxHashMap<FlowKey, Counts>,
     /// The connections of this drain's connected cache slots.
     cache_groups: FxHashSet<Group>,
-    /// The connections of the table's connected entries at the last finished drain: how many
-    /// of its flows each has there.
-    groups: FxHashMap<Group, u32>,
-    /// The flows [`finish`](Self::finish) settles: those whose reading changed, those in a
-    /// cache slot.
-    queue: Vec<u32>,
+    /// The first flow of each connection group (the flows of one [`connections::group_of`]),
+    /// found by the group's hash; the others follow it through [`Slot::group_next`].
+    group_heads: HashTable<u32>,
+    /// Groups with a `counted` flow: the connections the table held at the last finished drain.
+    live_groups: usize,
+    /// The flows [`finish`](Self::finish) settles: those whose table reading changed (with
+    /// it), those in a cache slot.
+    queue: Vec<(u32, Option<Counts>)>,
     /// The idle flows found by the last `finish`.
     idle: Vec<FlowKey>,
     /// Where the next table reading's flow probably is: the one after the last reading's.
@@ -388,7 +436,8 @@ impl FlowBook {
             cache_now: FxHashMap::default(),
             cache_last: FxHashMap::default(),
             cache_groups: FxHashSet::default(),
-            groups: FxHashMap::default(),
+            group_heads: HashTable::new(),
+            live_groups: 0,
             queue: Vec::new(),
             idle: Vec::new(),
             next: 0,
@@ -430,42 +479,150 @@ impl FlowBook {
         let slots = &self.slots;
         self.index
             .insert_unique(hash, i as u32, |&j| hash_key(&slots[j as usize].key));
+        self.link(i);
         if key.is_union() {
             self.unions += 1;
         }
         i
     }
 
-    /// Takes the flow of `key` out of the book.
-    fn remove(&mut self, key: &FlowKey) -> Option<Slot> {
-        let slots = &self.slots;
-        let i = match self
-            .index
-            .find_entry(hash_key(key), |&i| slots[i as usize].key == *key)
-        {
-            Ok(entry) => entry.remove().0 as usize,
-            Err(_) => return None,
-        };
+    /// Takes flow `i` out of the book; the last flow takes its place.
+    fn remove_at(&mut self, i: usize) -> Slot {
+        let key = self.slots[i].key;
+        if let Ok(entry) = self.index.find_entry(hash_key(&key), |&j| j as usize == i) {
+            entry.remove();
+        }
+        self.unlink(i);
         let slot = self.slots.swap_remove(i);
-        if let Some(moved) = self.slots.get(i) {
-            // The last flow took its place.
-            let from = self.slots.len() as u32;
-            if let Some(j) = self.index.find_mut(hash_key(&moved.key), |&j| j == from) {
+        let from = self.slots.len();
+        if i < from {
+            let moved = self.slots[i].key;
+            if let Some(j) = self
+                .index
+                .find_mut(hash_key(&moved), |&j| j as usize == from)
+            {
                 *j = i as u32;
             }
+            self.relink(from, i);
         }
         if key.is_union() {
             self.unions -= 1;
         }
-        Some(slot)
+        slot
     }
 
-    /// Queues flow `i` for `finish` to settle (once per pass).
-    fn queue(&mut self, i: usize) {
+    /// The first flow of group `g` (hash `h`).
+    fn group_head(&self, g: &Group, h: u64) -> Option<usize> {
+        let slots = &self.slots;
+        self.group_heads
+            .find(h, |&j| {
+                slots
+                    .get(j as usize)
+                    .is_some_and(|s| connections::group_of(&s.key) == *g)
+            })
+            .map(|&j| j as usize)
+    }
+
+    /// Puts new flow `i` on its group's list.
+    fn link(&mut self, i: usize) {
+        let g = connections::group_of(&self.slots[i].key);
+        let h = hash_group(&g);
+        match self.group_head(&g, h) {
+            Some(head) => {
+                self.slots[i].group_next = self.slots[head].group_next;
+                self.slots[head].group_next = i as u32;
+            }
+            None => {
+                self.slots[i].group_next = NONE;
+                let slots = &self.slots;
+                self.group_heads.insert_unique(h, i as u32, |&j| {
+                    hash_group(&connections::group_of(&slots[j as usize].key))
+                });
+            }
+        }
+    }
+
+    /// Takes flow `i` off its group's list.
+    fn unlink(&mut self, i: usize) {
+        let g = connections::group_of(&self.slots[i].key);
+        let h = hash_group(&g);
+        let next = self.slots[i].group_next;
+        if let Ok(entry) = self.group_heads.find_entry(h, |&j| j as usize == i) {
+            match next {
+                NONE => {
+                    entry.remove();
+                }
+                n => *entry.into_mut() = n,
+            }
+            return;
+        }
+        let Some(mut p) = self.group_head(&g, h) else {
+            return;
+        };
+        while self.slots[p].group_next != NONE {
+            if self.slots[p].group_next as usize == i {
+                self.slots[p].group_next = next;
+                return;
+            }
+            p = self.slots[p].group_next as usize;
+        }
+    }
+
+    /// The flow that was at `from` is at `to` now: its group's list follows it.
+    fn relink(&mut self, from: usize, to: usize) {
+        let g = connections::group_of(&self.slots[to].key);
+        let h = hash_group(&g);
+        if let Some(j) = self.group_heads.find_mut(h, |&j| j as usize == from) {
+            *j = to as u32;
+            return;
+        }
+        let Some(mut p) = self.group_head(&g, h) else {
+            return;
+        };
+        while self.slots[p].group_next != NONE {
+            if self.slots[p].group_next as usize == from {
+                self.slots[p].group_next = to as u32;
+                return;
+            }
+            p = self.slots[p].group_next as usize;
+        }
+    }
+
+    /// Whether a flow of the list from `head`, other than `except`, is `counted`.
+    fn group_counted(&self, head: usize, except: usize) -> bool {
+        let mut p = head as u32;
+        while p != NONE {
+            let s = &self.slots[p as usize];
+            if p as usize != except && s.counted {
+                return true;
+            }
+            p = s.group_next;
+        }
+        false
+    }
+
+    /// Flow `i`'s `counted` changed: its group's first counted flow came, or its last went.
+    fn counted_changed(&mut self, i: usize) {
+        let g = connections::group_of(&self.slots[i].key);
+        let Some(head) = self.group_head(&g, hash_group(&g)) else {
+            return;
+        };
+        if !self.group_counted(head, i) {
+            if self.slots[i].counted {
+                self.live_groups += 1;
+            } else {
+                self.live_groups -= 1;
+            }
+        }
+    }
+
+    /// Queues flow `i` for `finish` to settle (once per pass), with its table reading when it
+    /// changed.
+    fn queue(&mut self, i: usize, read: Option<Counts>) {
         let s = &mut self.slots[i];
         if s.queued_pass != self.pass {
             s.queued_pass = self.pass;
-            self.queue.push(i as u32);
+            self.queue.push((i as u32, read));
         }
     }
 
@@ -476,6 +633,12 @@ impl FlowBook {
             self.epoch += 1;
         } else {
             self.full = true;
+            // The failed drain's readings stand where this one does not read again.
+            for (i, read) in std::mem::take(&mut self.queue) {
+                if let Some(read) = read {
+                    self.slots[i as usize].set_read_table(read);
+                }
+            }
         }
         self.pass += 1;
         self.finished = false;
@@ -512,16 +675,15 @@ impl FlowBook {
         let was_read = s.prev_table_epoch != 0 && s.prev_table_epoch + 1 == epoch;
         // Read at the last drain, and the same again (counts and first-seen time): nothing to
         // settle, the accounting of `finish` would leave it as it is.
-        let unchanged =
-            !full && was_read && r.counts == s.read_table && r.first == s.table_first_read;
+        let before = s.read_table();
+        let unchanged = !full && was_read && r.counts == before && r.first == s.table_first_read;
         // Within one entry the counts only grow.
-        s.shrunk = was_read && r.counts.0[PACKETS] < s.read_table.0[PACKETS];
+        s.shrunk = was_read && r.counts.0[PACKETS] < before.0[PACKETS];
         s.table_epoch = epoch;
-        s.read_table = r.counts;
         s.table_first_read = r.first;
         s.connected = r.connected;
         if !unchanged {
-            self.queue(i);
+            self.queue(i, Some(r.counts));
         }
     }
 
@@ -551,9 +713,14 @@ impl FlowBook {
     /// Forgets an idle flow; `last` is its table entry's final values (deleted from the kernel
     /// table), if it had one.
     pub fn retire(&mut self, key: &FlowKey, last: Option<&[FlowStats]>) {
-        let Some(mut s) = self.remove(key) else {
+        let Some(i) = self.find(key) else {
             return;
         };
+        if self.slots[i].counted {
+            self.slots[i].counted = false;
+            self.counted_changed(i);
+        }
+        let mut s = self.remove_at(i);
         let before = s.cum().exported(key);
         if let Some(per_cpu) = last {
             let mut read = Counts::default();
@@ -562,34 +729,22 @@ impl FlowBook {
             }
             // Held as any reading (an entry written back since holds counts already seen in
             // the cache); what it misses is in the totals' slack.
-            s.last = s.last.each_max(&read);
+            s.set_last(s.last.each_max(&read));
         }
         self.flows_sum = self.flows_sum.wrapping_minus(&before);
         self.retired.add(&s.cum().exported(key));
-        if s.counted {
-            self.uncount(key);
-        }
         let before = self.members.len();
         self.members.retain(|m| m.key != *key);
         self.demotions += (before - self.members.len()) as u64;
         self.aged += 1;
     }
 
-    fn uncount(&mut self, key: &FlowKey) {
-        let group = connections::group_of(key);
-        if let Some(n) = self.groups.get_mut(&group) {
-            *n -= 1;
-            if *n == 0 {
-                self.groups.remove(&group);
-            }
-        }
-    }
-
-    /// Settles flow `i` for this drain: applies its readings (table and cache), accounts an
-    /// eviction; its growth.
-    fn settle(&mut self, i: usize) -> Counts {
+    /// Settles flow `i` for this drain: applies its readings (`read`: the table's, when it
+    /// changed; and the cache's), accounts an eviction; its growth.
+    fn settle(&mut self, i: usize, read: Option<Counts>) -> Counts {
         let epoch = self.epoch;
         let s = &mut self.slots[i];
+        let table = read.unwrap_or_else(|| s.read_table());
         let key = s.key;
         let mut delta = Counts::default();
         let in_table = s.table_epoch == epoch;
@@ -613,11 +768,7 @@ impl FlowBook {
                 self.evictions += 1;
                 s.evicted(self.cache_last.get(&key).copied().unwrap_or_default());
             }
-            let mut read = if in_table {
-                s.read_table
-            } else {
-                Counts::default()
-            };
+            let mut read = if in_table { table } else { Counts::default() };
             if in_table && s.table_first_read != 0 {
                 s.table_first = match s.table_first {
                     0 => s.table_first_read,
@@ -629,7 +780,7 @@ impl FlowBook {
             }
             let next = s.last.each_max(&read);
             delta = next.minus(&s.last);
-            s.last = next;
+            s.set_last(next);
             if !delta.is_zero() {
                 s.last_change = epoch;
             }
@@ -637,6 +788,9 @@ impl FlowBook {
             // In the table at the last drain, gone now, not deleted by us: evicted.
             self.evictions += 1;
             s.evicted(Counts::default());
+        }
+        if let Some(read) = read {
+            s.set_read_table(read);
         }
         s.shrunk = false;
         delta
@@ -659,16 +813,16 @@ impl FlowBook {
         let cached: Vec<FlowKey> = self.cache_now.keys().copied().collect();
         for key in &cached {
             let i = self.find_or_add(key);
-            self.queue(i);
+            self.queue(i, None);
         }
         if self.full {
             for i in 0..self.slots.len() {
-                self.queue(i);
+                self.queue(i, None);
             }
         }
-        let queue = std::mem::take(&mut self.queue);
-        for &i in &queue {
-            let delta = self.settle(i as usize);
+        let mut queue = std::mem::take(&mut self.queue);
+        for &(i, read) in &queue {
+            let delta = self.settle(i as usize, read);
             let key = self.slots[i as usize].key;
             self.flows_sum = self.flows_sum.wrapping_plus(&delta.exported(&key));
             if let Some(m) = member_index.get(&key) {
@@ -680,6 +834,10 @@ impl FlowBook {
                 }
             }
         }
+        // Settled; a drain that changed many flows (the first, after a fill) leaves no large
+        // buffer behind.
+        queue.clear();
+        queue.shrink_to(QUEUE_KEPT);
         self.queue = queue;
         self.pass_over_every_flow();
         let mut sum = self.retired;
@@ -738,11 +896,15 @@ impl FlowBook {
         });
         let rest_delta = grown.minus(&continuing);
         self.rest.add(&rest_delta);
-        let connections = self.groups.len()
+        // The table's connections, and those of cache slots the table has none of.
+        let connections = self.live_groups
             + self
                 .cache_groups
                 .iter()
-                .filter(|g| !self.groups.contains_key(*g))
+                .filter(|g| {
+                    self.group_head(g, hash_group(g))
+                        .is_none_or(|head| !self.group_counted(head, usize::MAX))
+                })
                 .count();
         self.cache_last = std::mem::take(&mut self.cache_now);
         self.full = false;
@@ -766,28 +928,21 @@ impl FlowBook {
     fn pass_over_every_flow(&mut self) {
         let (epoch, pass) = (self.epoch, self.pass);
         self.idle.clear();
-        for s in &mut self.slots {
+        for i in 0..self.slots.len() {
+            let s = &mut self.slots[i];
             if s.queued_pass != pass && s.table_epoch != 0 && s.table_epoch + 1 == epoch {
                 self.evictions += 1;
                 s.evicted(Counts::default());
-            }
-            let counted = s.table_pass == pass && s.connected;
-            if counted != s.counted {
-                s.counted = counted;
-                let group = connections::group_of(&s.key);
-                if counted {
-                    *self.groups.entry(group).or_default() += 1;
-                } else if let Some(n) = self.groups.get_mut(&group) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.groups.remove(&group);
-                    }
-                }
             }
             if epoch.saturating_sub(s.last_change) >= self.idle_drains
                 && !self.cache_now.contains_key(&s.key)
             {
                 self.idle.push(s.key);
+            }
+            let counted = s.table_pass == pass && s.connected;
+            if counted != s.counted {
+                s.counted = counted;
+                self.counted_changed(i);
             }
         }
     }

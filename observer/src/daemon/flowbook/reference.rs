@@ -468,14 +468,18 @@ mod agree {
         }
     }
 
+    /// Flow `i`: connections of up to six flows (QPs between two hosts on one UDP source port,
+    /// both directions).
     fn key(i: usize) -> FlowKey {
         let mut k = FlowKey {
-            dest_qp: 2 + (i % 7) as u32,
-            udp_src_port: 49152 + (i / 7) as u16,
+            dest_qp: 2 + i as u32,
+            udp_src_port: 49152 + (i / 12) as u16,
             ..FlowKey::default()
         };
-        k.src_ip[15] = (i % 3) as u8;
-        k.dst_ip[15] = 10 + (i % 2) as u8;
+        (k.src_ip[15], k.dst_ip[15]) = ((i % 2) as u8, 10);
+        if i % 4 == 3 {
+            (k.src_ip, k.dst_ip) = (k.dst_ip, k.src_ip);
+        }
         match i % 11 {
             // The PSN analysis of a flow's mirror sessions together.
             9 => k.mirror = MIRROR_UNION,
