@@ -13,8 +13,8 @@ use std::{
 use integration_tests::{median, require_root};
 use observer_common::{FlowKey, FlowSlot, FlowStats};
 use roce_observer::source::live::bpfsys::{
-    BatchStats, percpu_array_for_each, percpu_array_get, percpu_hash_for_each, percpu_hash_take,
-    possible_cpus,
+    BatchStats, hash_buckets, percpu_array_for_each, percpu_array_get, percpu_hash_for_each,
+    percpu_hash_for_each_in, percpu_hash_take, possible_cpus,
 };
 
 const BPF_MAP_CREATE: u32 = 0;
@@ -218,6 +218,72 @@ fn hash_walk_of_100k_flows_batches() {
             ),
         }
     }
+}
+
+/// Walks over shares of the buckets, as readers side by side do: together every flow with all
+/// its CPU values, each share's own flows once, and only a share's last batch running into the
+/// next share (those flows come twice, never more).
+#[test]
+fn bucket_range_walks_cover_the_table_between_them() {
+    if !require_root("bucket_range_walks_cover_the_table_between_them") {
+        return;
+    }
+    const N: u32 = 50_000;
+    let map = flow_table(N);
+    let buckets = hash_buckets::<FlowKey, FlowStats>(map.as_fd()).unwrap();
+    assert_eq!(buckets, TABLE.next_power_of_two());
+    let cpus = cpus();
+    for (shares, batch) in [(2, 256), (3, 7), (4, 4096), (5, 1)] {
+        let mut times = vec![0u32; N as usize];
+        for i in 0..shares {
+            let from = buckets / shares * i;
+            let to = if i + 1 == shares {
+                u32::MAX
+            } else {
+                buckets / shares * (i + 1)
+            };
+            let mut mine = 0u64;
+            let walk = percpu_hash_for_each_in::<FlowKey, FlowStats>(
+                map.as_fd(),
+                batch,
+                from..to,
+                |k, v| {
+                    let id = id_of(k);
+                    assert_eq!(*k, key(id));
+                    assert_eq!(v.len(), cpus);
+                    for (c, s) in v.iter().enumerate() {
+                        assert_eq!(*s, stats(id, c), "flow {id} CPU {c}");
+                    }
+                    times[id as usize] += 1;
+                    mine += 1;
+                },
+            )
+            .unwrap();
+            assert_eq!(walk.entries, mine);
+            assert!(walk.batched, "{walk:?}");
+        }
+        let twice = times.iter().filter(|t| **t == 2).count() as u64;
+        eprintln!("{shares} shares, batch {batch}: {twice} flows read twice");
+        assert!(
+            times.iter().all(|t| *t == 1 || *t == 2),
+            "{shares} shares, batch {batch}: every flow once or twice"
+        );
+        // Only where shares meet, at most a batch each (a bucket of several may grow it).
+        assert!(
+            twice <= u64::from(shares - 1) * 2 * u64::from(batch.max(2)),
+            "{shares} shares, batch {batch}: {twice} flows twice"
+        );
+    }
+    // A range past the last bucket reads nothing; an empty one too.
+    let past = percpu_hash_for_each_in::<FlowKey, FlowStats>(
+        map.as_fd(),
+        64,
+        buckets..u32::MAX,
+        |_, _| panic!("nothing past the last bucket"),
+    )
+    .unwrap();
+    assert_eq!(past.entries, 0);
+    percpu_hash_for_each_in::<FlowKey, FlowStats>(map.as_fd(), 64, 5..5, |_, _| panic!()).unwrap();
 }
 
 /// The key-at-a-time walk (what runs without batch lookups) finds the same flows.

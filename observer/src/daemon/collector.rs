@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use observer_common::{FlowKey, FlowStats, IfaceCounters, OpClass, SkipReason};
+use observer_common::{IfaceCounters, OpClass, SkipReason};
 use serde_json::json;
 use tracing::{debug, error, info, warn};
 
@@ -29,8 +29,7 @@ use super::{
     signals::Command,
     tap::Tap,
 };
-use crate::aggregate::connections;
-use crate::source::live::{self, FlowSink, IfaceEvent, LiveError, OneLine};
+use crate::source::live::{self, IfaceEvent, LiveError, OneLine};
 
 pub(super) fn open_jsonl(path: &Path) -> Result<BufWriter<File>, DaemonError> {
     std::fs::OpenOptions::new()
@@ -477,12 +476,7 @@ impl Collector {
             }
         }
         self.book.begin();
-        let mut tee = Tee {
-            book: &mut self.book,
-            connections: std::collections::HashSet::new(),
-        };
-        self.tap.read_flows(&mut tee)?;
-        let connections = tee.connections.len();
+        self.tap.read_flows(&mut self.book)?;
         let drained = self.book.finish(&totals);
         // Latency: the kernel's histograms are cumulative; the interfaces' by index.
         let mut lat = crate::aggregate::Aggregate::new();
@@ -561,7 +555,7 @@ impl Collector {
             reloads_failed: self.reloads_failed,
             latency,
             qp_latency,
-            connections,
+            connections: drained.connections,
             capture,
             nic: self.nic.metrics(),
             pfc: self.pauses.rows(),
@@ -590,48 +584,6 @@ impl Collector {
             .last_drain_ns
             .store(live::monotonic_ns(), Ordering::Relaxed);
         Ok(())
-    }
-}
-
-/// The book reads the flow maps; the connections among them are counted on the way.
-struct Tee<'a> {
-    book: &'a mut FlowBook,
-    /// One connection's flows share a group (as the report joins them).
-    connections: std::collections::HashSet<connections::Group>,
-}
-
-impl Tee<'_> {
-    fn note(&mut self, key: &FlowKey, stats: &FlowStats) {
-        if stats.transport_mask & connections::CONNECTED != 0
-            && key.dest_qp != observer_common::QP_CM
-        {
-            self.connections.insert(connections::group_of(key));
-        }
-    }
-}
-
-impl FlowSink for Tee<'_> {
-    fn table_entry(&mut self, key: &FlowKey, per_cpu: &[FlowStats]) {
-        for s in per_cpu {
-            self.note(key, s);
-        }
-        self.book.table_entry(key, per_cpu);
-    }
-
-    fn cache_slot(&mut self, key: &FlowKey, stats: &FlowStats) {
-        self.note(key, stats);
-        self.book.cache_slot(key, stats);
-    }
-}
-
-/// The book reads the flow maps.
-impl FlowSink for FlowBook {
-    fn table_entry(&mut self, key: &FlowKey, per_cpu: &[FlowStats]) {
-        FlowBook::table_entry(self, key, per_cpu);
-    }
-
-    fn cache_slot(&mut self, key: &FlowKey, stats: &FlowStats) {
-        FlowBook::cache_slot(self, key, stats);
     }
 }
 

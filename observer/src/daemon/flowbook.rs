@@ -19,11 +19,28 @@
 //!   (packets, bytes, CE, CNP, NAK, RNR NAK), what the totals have and no flow has: packets of
 //!   flows evicted before a drain read them. That slack counts once it was there at two drains
 //!   in a row: a write-back missed by one drain shows up in its flow at the next.
+//!
+//!
+//! What a drain costs, at a million flows: a reading finds its flow where the one after the last
+//! reading's flow is (the kernel hands its entries over in the same order at every drain), else
+//! through a hash table of indices into the vector of flows. A reading equal to the last one
+//! (counts and first-seen time: a flow without a packet since) changes nothing, so only the
+//! flows that changed, and those in a cache slot, go through the accounting above; one pass over
+//! the flows' first bytes finds the entries gone, the idle flows and the connections that came
+//! or went. The sum of every flow's counts is kept as they grow, not added up again. The
+//! model in `flowbook/reference.rs` (every flow settled at every drain) is what the tests hold
+//! this to, drain for drain.
 
-use std::{cmp::Reverse, collections::BinaryHeap};
+use std::{cmp::Reverse, collections::BinaryHeap, hash::Hasher};
 
-use observer_common::{FlowKey, FlowStats, OpClass};
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use observer_common::{FlowKey, FlowStats, OpClass, QP_CM};
+use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
+
+use crate::aggregate::connections::{self, Group};
+
+#[cfg(test)]
+mod reference;
 
 /// Metrics kept per flow.
 pub const METRICS: usize = 9;
@@ -126,21 +143,96 @@ impl Counts {
     pub fn is_zero(&self) -> bool {
         self.0.iter().all(|v| *v == 0)
     }
+
+    /// Field by field `self + o`, wrapping: with [`wrapping_minus`](Self::wrapping_minus), a
+    /// running sum that parts leave exactly as they came.
+    fn wrapping_plus(&self, o: &Counts) -> Counts {
+        let mut d = *self;
+        for (a, b) in d.0.iter_mut().zip(o.0) {
+            *a = a.wrapping_add(b);
+        }
+        d
+    }
+
+    fn wrapping_minus(&self, o: &Counts) -> Counts {
+        let mut d = *self;
+        for (a, b) in d.0.iter_mut().zip(o.0) {
+            *a = a.wrapping_sub(b);
+        }
+        d
+    }
+}
+
+/// What the book takes of a table entry (its per-CPU values): made where the entry is read, so
+/// that a reader thread hands over these 128 bytes, not every CPU's 432.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reading {
+    pub key: FlowKey,
+    /// The counts of the CPUs' values with packets, summed.
+    pub counts: Counts,
+    /// The earliest first-seen time among them (0: no value with packets).
+    pub first: u64,
+    /// A value saw a connected transport (RC, UC, XRC), and the flow is no CM traffic: its
+    /// connection counts among the drain's.
+    pub connected: bool,
+}
+
+impl Reading {
+    pub fn of(key: &FlowKey, per_cpu: &[FlowStats]) -> Self {
+        let mut r = Self {
+            key: *key,
+            ..Self::default()
+        };
+        for v in per_cpu {
+            r.connected |= v.transport_mask & connections::CONNECTED != 0;
+            if v.packets > 0 {
+                r.counts.add(&Counts::of(v));
+                if r.first == 0 || v.first_seen_ns < r.first {
+                    r.first = v.first_seen_ns;
+                }
+            }
+        }
+        r.connected &= key.dest_qp != QP_CM;
+        r
+    }
+}
+
+/// Entries of the settle queue kept allocated between drains.
+const QUEUE_KEPT: usize = 1 << 16;
+
+/// No flow: the end of a connection group's list.
+const NONE: u32 = u32::MAX;
+
+/// The hash of a connection group in the book's table of groups.
+fn hash_group(g: &Group) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(&g.0);
+    h.write(&g.1);
+    h.write_u16(g.2);
+    h.write_u16(g.3);
+    h.finish()
+}
+
+/// The hash of a flow key in the book's index.
+fn hash_key(key: &FlowKey) -> u64 {
+    const _: () = assert!(size_of::<FlowKey>() == 40);
+    // SAFETY: FlowKey is 40 bytes of plain integer fields without padding.
+    let words: [u64; 5] = unsafe { std::ptr::read_unaligned(std::ptr::from_ref(key).cast()) };
+    let mut h = FxHasher::default();
+    for w in words {
+        h.write_u64(w);
+    }
+    h.finish()
 }
 
 /// What the book knows of one flow.
 #[derive(Clone, Debug, Default)]
-struct FlowState {
-    /// Counts of earlier incarnations (evicted and re-inserted table entries).
-    base: Option<Box<Counts>>,
-    /// The largest values read of the current incarnation (table entry + cache slots).
-    last: Counts,
-    /// The latest reading of the table entry (this drain's when `table_epoch` is the drain's).
-    read_table: Counts,
-    /// Earliest first-seen time of the table entry (0: none seen).
-    table_first: u64,
-    /// This drain's earliest first-seen time of the table entry.
-    table_first_read: u64,
+struct Slot {
+    // What the pass over every flow reads, first.
+    /// The pass (one per [`FlowBook::begin`]) the table last handed this flow over in.
+    table_pass: u32,
+    /// The pass this flow was queued in for [`FlowBook::finish`] to settle.
+    queued_pass: u32,
     /// The drain this flow's counts last grew in.
     last_change: u32,
     /// The drain the table last held it in (0: never).
@@ -149,15 +241,68 @@ struct FlowState {
     prev_table_epoch: u32,
     /// This drain's table entry has fewer packets than the last drain's: a new entry.
     shrunk: bool,
+    /// The latest table reading had a connected transport.
+    connected: bool,
+    /// Counts for its connection group at the last finished drain: the table held it with a
+    /// connected transport.
+    counted: bool,
+    /// The next flow of its connection group ([`NONE`]: the last); see
+    /// [`FlowBook::group_heads`].
+    group_next: u32,
+    /// Earliest first-seen time of the table entry (0: none seen).
+    table_first: u64,
+    /// The latest reading's earliest first-seen time of the table entry.
+    table_first_read: u64,
+    key: FlowKey,
+    /// The largest values read of the current incarnation (table entry + cache slots): set
+    /// with [`set_last`](Self::set_last).
+    last: Counts,
+    /// The latest settled reading of the table entry, when it differs from `last`; mostly they
+    /// are equal, and it takes no room ([`read_table`](Self::read_table)). A reading that
+    /// changed waits in [`FlowBook::queue`] until `finish` settles it.
+    table_apart: Option<Box<Counts>>,
+    /// Counts of earlier incarnations (evicted and re-inserted table entries).
+    base: Option<Box<Counts>>,
 }
 
-impl FlowState {
+impl Slot {
+    fn new(key: FlowKey, epoch: u32) -> Self {
+        Self {
+            key,
+            last_change: epoch,
+            group_next: NONE,
+            ..Self::default()
+        }
+    }
+
     fn cum(&self) -> Counts {
         let mut c = self.last;
         if let Some(b) = &self.base {
             c.add(b);
         }
         c
+    }
+
+    /// The latest reading of the table entry.
+    fn read_table(&self) -> Counts {
+        self.table_apart.as_deref().copied().unwrap_or(self.last)
+    }
+
+    fn set_read_table(&mut self, read: Counts) {
+        if read == self.last {
+            self.table_apart = None;
+        } else if let Some(b) = &mut self.table_apart {
+            **b = read;
+        } else {
+            self.table_apart = Some(Box::new(read));
+        }
+    }
+
+    /// Sets `last`, the latest table reading staying what it was.
+    fn set_last(&mut self, last: Counts) {
+        let read = self.read_table();
+        self.last = last;
+        self.set_read_table(read);
     }
 
     /// The table entry is gone: its counts (all but `cache`, the cache slots' part at the last
@@ -167,7 +312,7 @@ impl FlowState {
         let mut base = self.base.take().map_or_else(Counts::default, |b| *b);
         base.add(&table);
         self.base = Some(Box::new(base));
-        self.last = self.last.minus(&table);
+        self.set_last(self.last.minus(&table));
         self.table_first = 0;
     }
 }
@@ -192,7 +337,7 @@ pub struct SeriesRow {
 }
 
 /// The result of one drain.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Drained {
     /// The top-K series, largest by bytes in this drain first.
     pub series: Vec<SeriesRow>,
@@ -212,6 +357,9 @@ pub struct Drained {
     pub aged: u64,
     /// Series that stopped (demoted, or aged out), ever.
     pub demotions: u64,
+    /// Connections (RC, UC, XRC; both directions of a queue pair, every QP between two hosts
+    /// on one UDP source port, joined) among this drain's readings.
+    pub connections: usize,
 }
 
 /// Per-flow counts across drains.
@@ -219,10 +367,15 @@ pub struct FlowBook {
     max_series: usize,
     /// Drains a flow may stay unchanged before it is aged out.
     idle_drains: u32,
-    states: FxHashMap<FlowKey, FlowState>,
+    /// The flows, in no order; `index` finds them by key.
+    slots: Vec<Slot>,
+    /// Indices into `slots`, by [`hash_key`] of their keys.
+    index: HashTable<u32>,
     members: Vec<Member>,
     /// Counts of flows aged out.
     retired: Counts,
+    /// Every flow's counts as exported, summed (wrapping, so that a flow leaves it exactly).
+    flows_sum: Counts,
     rest: Counts,
     /// `grand` at the last drain.
     grand: Counts,
@@ -233,7 +386,31 @@ pub struct FlowBook {
     cache_now: FxHashMap<FlowKey, Counts>,
     /// The last drain's.
     cache_last: FxHashMap<FlowKey, Counts>,
+    /// The connections of this drain's connected cache slots.
+    cache_groups: FxHashSet<Group>,
+    /// The first flow of each connection group (the flows of one [`connections::group_of`]),
+    /// found by the group's hash; the others follow it through [`Slot::group_next`].
+    group_heads: HashTable<u32>,
+    /// Groups with a `counted` flow: the connections the table held at the last finished drain.
+    live_groups: usize,
+    /// The flows [`finish`](Self::finish) settles: those whose table reading changed (with
+    /// it), those in a cache slot.
+    queue: Vec<(u32, Option<Counts>)>,
+    /// The idle flows found by the last `finish`.
+    idle: Vec<FlowKey>,
+    /// Where the next table reading's flow probably is: the one after the last reading's.
+    /// The kernel hands its entries over in the same order at every drain (its hash buckets'),
+    /// and new flows are added in that order, so the guess mostly holds and the readings walk
+    /// the flows in memory order instead of looking each up at random.
+    next: usize,
+    /// Entries of the PSN analysis of mirror sessions together (no flows of their own).
+    unions: usize,
     epoch: u32,
+    /// One per `begin`: a drain done again after a failure is a pass of its own.
+    pass: u32,
+    /// This pass does again a drain that failed before `finish`: its readings may be stored
+    /// unsettled, so every flow is settled, as none can be known unchanged.
+    full: bool,
     /// The last drain ended with `finish` (a failed one is done again under its epoch).
     finished: bool,
     evictions: u64,
@@ -247,16 +424,27 @@ impl FlowBook {
         Self {
             max_series,
             idle_drains: idle_drains.max(1),
-            states: FxHashMap::default(),
+            slots: Vec::new(),
+            index: HashTable::new(),
             members: Vec::new(),
             retired: Counts::default(),
+            flows_sum: Counts::default(),
             rest: Counts::default(),
             grand: Counts::default(),
             slack: Counts::default(),
             lost: Counts::default(),
             cache_now: FxHashMap::default(),
             cache_last: FxHashMap::default(),
+            cache_groups: FxHashSet::default(),
+            group_heads: HashTable::new(),
+            live_groups: 0,
+            queue: Vec::new(),
+            idle: Vec::new(),
+            next: 0,
+            unions: 0,
             epoch: 0,
+            pass: 0,
+            full: false,
             finished: true,
             evictions: 0,
             aged: 0,
@@ -272,49 +460,239 @@ impl FlowBook {
         self.idle_drains = idle_drains.max(1);
     }
 
+    fn find(&self, key: &FlowKey) -> Option<usize> {
+        let slots = &self.slots;
+        self.index
+            .find(hash_key(key), |&i| slots[i as usize].key == *key)
+            .map(|&i| i as usize)
+    }
+
+    /// The flow of `key`, added (with no counts) when new.
+    fn find_or_add(&mut self, key: &FlowKey) -> usize {
+        let hash = hash_key(key);
+        let slots = &self.slots;
+        if let Some(&i) = self.index.find(hash, |&i| slots[i as usize].key == *key) {
+            return i as usize;
+        }
+        let i = self.slots.len();
+        self.slots.push(Slot::new(*key, self.epoch));
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, i as u32, |&j| hash_key(&slots[j as usize].key));
+        self.link(i);
+        if key.is_union() {
+            self.unions += 1;
+        }
+        i
+    }
+
+    /// Takes flow `i` out of the book; the last flow takes its place.
+    fn remove_at(&mut self, i: usize) -> Slot {
+        let key = self.slots[i].key;
+        if let Ok(entry) = self.index.find_entry(hash_key(&key), |&j| j as usize == i) {
+            entry.remove();
+        }
+        self.unlink(i);
+        let slot = self.slots.swap_remove(i);
+        let from = self.slots.len();
+        if i < from {
+            let moved = self.slots[i].key;
+            if let Some(j) = self
+                .index
+                .find_mut(hash_key(&moved), |&j| j as usize == from)
+            {
+                *j = i as u32;
+            }
+            self.relink(from, i);
+        }
+        if key.is_union() {
+            self.unions -= 1;
+        }
+        slot
+    }
+
+    /// The first flow of group `g` (hash `h`).
+    fn group_head(&self, g: &Group, h: u64) -> Option<usize> {
+        let slots = &self.slots;
+        self.group_heads
+            .find(h, |&j| {
+                slots
+                    .get(j as usize)
+                    .is_some_and(|s| connections::group_of(&s.key) == *g)
+            })
+            .map(|&j| j as usize)
+    }
+
+    /// Puts new flow `i` on its group's list.
+    fn link(&mut self, i: usize) {
+        let g = connections::group_of(&self.slots[i].key);
+        let h = hash_group(&g);
+        match self.group_head(&g, h) {
+            Some(head) => {
+                self.slots[i].group_next = self.slots[head].group_next;
+                self.slots[head].group_next = i as u32;
+            }
+            None => {
+                self.slots[i].group_next = NONE;
+                let slots = &self.slots;
+                self.group_heads.insert_unique(h, i as u32, |&j| {
+                    hash_group(&connections::group_of(&slots[j as usize].key))
+                });
+            }
+        }
+    }
+
+    /// Takes flow `i` off its group's list.
+    fn unlink(&mut self, i: usize) {
+        let g = connections::group_of(&self.slots[i].key);
+        let h = hash_group(&g);
+        let next = self.slots[i].group_next;
+        if let Ok(entry) = self.group_heads.find_entry(h, |&j| j as usize == i) {
+            match next {
+                NONE => {
+                    entry.remove();
+                }
+                n => *entry.into_mut() = n,
+            }
+            return;
+        }
+        let Some(mut p) = self.group_head(&g, h) else {
+            return;
+        };
+        while self.slots[p].group_next != NONE {
+            if self.slots[p].group_next as usize == i {
+                self.slots[p].group_next = next;
+                return;
+            }
+            p = self.slots[p].group_next as usize;
+        }
+    }
+
+    /// The flow that was at `from` is at `to` now: its group's list follows it.
+    fn relink(&mut self, from: usize, to: usize) {
+        let g = connections::group_of(&self.slots[to].key);
+        let h = hash_group(&g);
+        if let Some(j) = self.group_heads.find_mut(h, |&j| j as usize == from) {
+            *j = to as u32;
+            return;
+        }
+        let Some(mut p) = self.group_head(&g, h) else {
+            return;
+        };
+        while self.slots[p].group_next != NONE {
+            if self.slots[p].group_next as usize == from {
+                self.slots[p].group_next = to as u32;
+                return;
+            }
+            p = self.slots[p].group_next as usize;
+        }
+    }
+
+    /// Whether a flow of the list from `head`, other than `except`, is `counted`.
+    fn group_counted(&self, head: usize, except: usize) -> bool {
+        let mut p = head as u32;
+        while p != NONE {
+            let s = &self.slots[p as usize];
+            if p as usize != except && s.counted {
+                return true;
+            }
+            p = s.group_next;
+        }
+        false
+    }
+
+    /// Flow `i`'s `counted` changed: its group's first counted flow came, or its last went.
+    fn counted_changed(&mut self, i: usize) {
+        let g = connections::group_of(&self.slots[i].key);
+        let Some(head) = self.group_head(&g, hash_group(&g)) else {
+            return;
+        };
+        if !self.group_counted(head, i) {
+            if self.slots[i].counted {
+                self.live_groups += 1;
+            } else {
+                self.live_groups -= 1;
+            }
+        }
+    }
+
+    /// Queues flow `i` for `finish` to settle (once per pass), with its table reading when it
+    /// changed.
+    fn queue(&mut self, i: usize, read: Option<Counts>) {
+        let s = &mut self.slots[i];
+        if s.queued_pass != self.pass {
+            s.queued_pass = self.pass;
+            self.queue.push((i as u32, read));
+        }
+    }
+
     /// Starts a drain: table entries, then cache slots, then [`finish`](Self::finish). After a
     /// drain that failed before `finish`, the same drain starts over.
     pub fn begin(&mut self) {
         if self.finished {
             self.epoch += 1;
+        } else {
+            self.full = true;
+            // The failed drain's readings stand where this one does not read again.
+            for (i, read) in std::mem::take(&mut self.queue) {
+                if let Some(read) = read {
+                    self.slots[i as usize].set_read_table(read);
+                }
+            }
         }
+        self.pass += 1;
         self.finished = false;
         self.table_entries = 0;
         self.cache_now.clear();
+        self.cache_groups.clear();
+        self.queue.clear();
+        self.next = 0;
     }
 
     /// A table entry: its per-CPU values.
     pub fn table_entry(&mut self, key: &FlowKey, per_cpu: &[FlowStats]) {
+        self.table_reading(&Reading::of(key, per_cpu));
+    }
+
+    /// A table entry, as read ([`Reading::of`]). An entry handed over twice in one drain (the
+    /// readers' shares of the table meet) counts once, as first read.
+    pub fn table_reading(&mut self, r: &Reading) {
+        let (epoch, pass, full) = (self.epoch, self.pass, self.full);
+        let i = match self.slots.get(self.next) {
+            Some(s) if s.key == r.key => self.next,
+            _ => self.find_or_add(&r.key),
+        };
+        self.next = i + 1;
+        let s = &mut self.slots[i];
+        if s.table_pass == pass {
+            return;
+        }
+        s.table_pass = pass;
         self.table_entries += 1;
-        let epoch = self.epoch;
-        let s = self.states.entry(*key).or_insert_with(|| FlowState {
-            last_change: epoch,
-            ..FlowState::default()
-        });
         if s.table_epoch != epoch {
             s.prev_table_epoch = s.table_epoch;
         }
-        let before = s.read_table;
-        let mut read = Counts::default();
-        let mut first = 0;
-        for v in per_cpu.iter().filter(|v| v.packets > 0) {
-            read.add(&Counts::of(v));
-            if first == 0 || v.first_seen_ns < first {
-                first = v.first_seen_ns;
-            }
-        }
+        let was_read = s.prev_table_epoch != 0 && s.prev_table_epoch + 1 == epoch;
+        // Read at the last drain, and the same again (counts and first-seen time): nothing to
+        // settle, the accounting of `finish` would leave it as it is.
+        let before = s.read_table();
+        let unchanged = !full && was_read && r.counts == before && r.first == s.table_first_read;
         // Within one entry the counts only grow.
-        s.shrunk = s.prev_table_epoch != 0
-            && s.prev_table_epoch + 1 == epoch
-            && read.0[PACKETS] < before.0[PACKETS];
+        s.shrunk = was_read && r.counts.0[PACKETS] < before.0[PACKETS];
         s.table_epoch = epoch;
-        s.read_table = read;
-        s.table_first_read = first;
+        s.table_first_read = r.first;
+        s.connected = r.connected;
+        if !unchanged {
+            self.queue(i, Some(r.counts));
+        }
     }
 
     /// A flow cache slot of one CPU, read after the table: a slot written back in between is
     /// missed this drain (and held at its last value), never counted twice.
     pub fn cache_slot(&mut self, key: &FlowKey, stats: &FlowStats) {
+        if stats.transport_mask & connections::CONNECTED != 0 && key.dest_qp != QP_CM {
+            self.cache_groups.insert(connections::group_of(key));
+        }
         if stats.packets > 0 {
             self.cache_now
                 .entry(*key)
@@ -323,28 +701,27 @@ impl FlowBook {
         }
     }
 
-    /// Flows idle long enough to be forgotten: delete each from the kernel table (whether a
-    /// drain saw it there or not: a write-back may have put it there meanwhile) and call
-    /// [`retire`](Self::retire) with what deleting returned. Flows a cache slot holds are kept
-    /// (deleting the table entry would not clear the slot).
+    /// Flows idle long enough to be forgotten (found by the last [`finish`](Self::finish)):
+    /// delete each from the kernel table (whether a drain saw it there or not: a write-back
+    /// may have put it there meanwhile) and call [`retire`](Self::retire) with what deleting
+    /// returned. Flows a cache slot holds are kept (deleting the table entry would not clear
+    /// the slot).
     pub fn idle(&self) -> Vec<FlowKey> {
-        let epoch = self.epoch;
-        self.states
-            .iter()
-            .filter(|(k, s)| {
-                epoch.saturating_sub(s.last_change) >= self.idle_drains
-                    && !self.cache_last.contains_key(k)
-            })
-            .map(|(k, _)| *k)
-            .collect()
+        self.idle.clone()
     }
 
     /// Forgets an idle flow; `last` is its table entry's final values (deleted from the kernel
     /// table), if it had one.
     pub fn retire(&mut self, key: &FlowKey, last: Option<&[FlowStats]>) {
-        let Some(mut s) = self.states.remove(key) else {
+        let Some(i) = self.find(key) else {
             return;
         };
+        if self.slots[i].counted {
+            self.slots[i].counted = false;
+            self.counted_changed(i);
+        }
+        let mut s = self.remove_at(i);
+        let before = s.cum().exported(key);
         if let Some(per_cpu) = last {
             let mut read = Counts::default();
             for v in per_cpu.iter().filter(|v| v.packets > 0) {
@@ -352,8 +729,9 @@ impl FlowBook {
             }
             // Held as any reading (an entry written back since holds counts already seen in
             // the cache); what it misses is in the totals' slack.
-            s.last = s.last.each_max(&read);
+            s.set_last(s.last.each_max(&read));
         }
+        self.flows_sum = self.flows_sum.wrapping_minus(&before);
         self.retired.add(&s.cum().exported(key));
         let before = self.members.len();
         self.members.retain(|m| m.key != *key);
@@ -361,12 +739,67 @@ impl FlowBook {
         self.aged += 1;
     }
 
+    /// Settles flow `i` for this drain: applies its readings (`read`: the table's, when it
+    /// changed; and the cache's), accounts an eviction; its growth.
+    fn settle(&mut self, i: usize, read: Option<Counts>) -> Counts {
+        let epoch = self.epoch;
+        let s = &mut self.slots[i];
+        let table = read.unwrap_or_else(|| s.read_table());
+        let key = s.key;
+        let mut delta = Counts::default();
+        let in_table = s.table_epoch == epoch;
+        let cache = self.cache_now.get(&key);
+        let last_table = if in_table {
+            s.prev_table_epoch
+        } else {
+            s.table_epoch
+        };
+        let was_in_table = last_table != 0 && last_table + 1 == epoch;
+        if in_table || cache.is_some() {
+            // Re-inserted (fewer packets in the entry, or a later first-seen time), or
+            // gone from the table while the cache holds it: the old entry's counts after
+            // its last read are lost (they are in the totals, hence the rest).
+            let reinserted = in_table
+                && (s.shrunk
+                    || (s.table_first != 0
+                        && s.table_first_read != 0
+                        && s.table_first_read > s.table_first));
+            if reinserted || (!in_table && was_in_table) {
+                self.evictions += 1;
+                s.evicted(self.cache_last.get(&key).copied().unwrap_or_default());
+            }
+            let mut read = if in_table { table } else { Counts::default() };
+            if in_table && s.table_first_read != 0 {
+                s.table_first = match s.table_first {
+                    0 => s.table_first_read,
+                    t => t.min(s.table_first_read),
+                };
+            }
+            if let Some(c) = cache {
+                read.add(c);
+            }
+            let next = s.last.each_max(&read);
+            delta = next.minus(&s.last);
+            s.set_last(next);
+            if !delta.is_zero() {
+                s.last_change = epoch;
+            }
+        } else if was_in_table {
+            // In the table at the last drain, gone now, not deleted by us: evicted.
+            self.evictions += 1;
+            s.evicted(Counts::default());
+        }
+        if let Some(read) = read {
+            s.set_read_table(read);
+        }
+        s.shrunk = false;
+        delta
+    }
+
     /// Ends a drain: applies the readings, accounts evictions, re-ranks the series and grows
     /// the rest by what no continuing series took.
     pub fn finish(&mut self, totals: &Counts) -> Drained {
-        let epoch = self.epoch;
         self.finished = true;
-        let mut sum = self.retired;
         // This drain's growth of the members, and of the K fastest other flows (a bounded
         // min-heap: no allocation per active flow).
         let mut member_delta = vec![Counts::default(); self.members.len()];
@@ -377,75 +810,38 @@ impl FlowBook {
             .map(|(i, m)| (m.key, i))
             .collect();
         let mut fastest: BinaryHeap<Reverse<(u64, FlowKey, Counts)>> = BinaryHeap::new();
-        let mut unions = 0;
-        for key in self.cache_now.keys() {
-            self.states.entry(*key).or_insert_with(|| FlowState {
-                last_change: epoch,
-                ..FlowState::default()
-            });
+        let cached: Vec<FlowKey> = self.cache_now.keys().copied().collect();
+        for key in &cached {
+            let i = self.find_or_add(key);
+            self.queue(i, None);
         }
-        for (key, s) in self.states.iter_mut() {
-            let mut delta = Counts::default();
-            let in_table = s.table_epoch == epoch;
-            let cache = self.cache_now.get(key);
-            let last_table = if in_table {
-                s.prev_table_epoch
-            } else {
-                s.table_epoch
-            };
-            let was_in_table = last_table != 0 && last_table + 1 == epoch;
-            if in_table || cache.is_some() {
-                // Re-inserted (fewer packets in the entry, or a later first-seen time), or
-                // gone from the table while the cache holds it: the old entry's counts after
-                // its last read are lost (they are in the totals, hence the rest).
-                let reinserted = in_table
-                    && (s.shrunk
-                        || (s.table_first != 0
-                            && s.table_first_read != 0
-                            && s.table_first_read > s.table_first));
-                if reinserted || (!in_table && was_in_table) {
-                    self.evictions += 1;
-                    s.evicted(self.cache_last.get(key).copied().unwrap_or_default());
-                }
-                let mut read = if in_table {
-                    s.read_table
-                } else {
-                    Counts::default()
-                };
-                if in_table && s.table_first_read != 0 {
-                    s.table_first = match s.table_first {
-                        0 => s.table_first_read,
-                        t => t.min(s.table_first_read),
-                    };
-                }
-                if let Some(c) = cache {
-                    read.add(c);
-                }
-                let next = s.last.each_max(&read);
-                delta = next.minus(&s.last);
-                s.last = next;
-                if !delta.is_zero() {
-                    s.last_change = epoch;
-                }
-            } else if was_in_table {
-                // In the table at the last drain, gone now, not deleted by us: evicted.
-                self.evictions += 1;
-                s.evicted(Counts::default());
+        if self.full {
+            for i in 0..self.slots.len() {
+                self.queue(i, None);
             }
-            s.shrunk = false;
-            sum.add(&s.cum().exported(key));
-            if key.is_union() {
-                unions += 1;
-            }
-            if let Some(i) = member_index.get(key) {
-                member_delta[*i] = delta;
+        }
+        let mut queue = std::mem::take(&mut self.queue);
+        for &(i, read) in &queue {
+            let delta = self.settle(i as usize, read);
+            let key = self.slots[i as usize].key;
+            self.flows_sum = self.flows_sum.wrapping_plus(&delta.exported(&key));
+            if let Some(m) = member_index.get(&key) {
+                member_delta[*m] = delta;
             } else if self.max_series > 0 && (delta.0[BYTES] > 0 || delta.0[PACKETS] > 0) {
-                fastest.push(Reverse((delta.0[BYTES], *key, delta)));
+                fastest.push(Reverse((delta.0[BYTES], key, delta)));
                 if fastest.len() > self.max_series {
                     fastest.pop();
                 }
             }
         }
+        // Settled; a drain that changed many flows (the first, after a fill) leaves no large
+        // buffer behind.
+        queue.clear();
+        queue.shrink_to(QUEUE_KEPT);
+        self.queue = queue;
+        self.pass_over_every_flow();
+        let mut sum = self.retired;
+        sum.add(&self.flows_sum);
         // What the totals have and no flow has, counted once it held for two drains.
         let mut grand = sum;
         for m in 0..TOTALLED {
@@ -473,11 +869,7 @@ impl FlowBook {
         let mut series = Vec::with_capacity(self.members.len());
         let mut continuing = Counts::default();
         for m in &self.members {
-            let cum = self
-                .states
-                .get(&m.key)
-                .map(FlowState::cum)
-                .unwrap_or_default();
+            let cum = self.cum_of(&m.key);
             // A series promoted in this drain starts at 0 (its growth is the rest's), unless
             // its flow is new: then it starts with the flow's counts, all of them this drain's.
             let delta = match before.get(&m.key) {
@@ -504,28 +896,71 @@ impl FlowBook {
         });
         let rest_delta = grown.minus(&continuing);
         self.rest.add(&rest_delta);
+        // The table's connections, and those of cache slots the table has none of.
+        let connections = self.live_groups
+            + self
+                .cache_groups
+                .iter()
+                .filter(|g| {
+                    self.group_head(g, hash_group(g))
+                        .is_none_or(|head| !self.group_counted(head, usize::MAX))
+                })
+                .count();
         self.cache_last = std::mem::take(&mut self.cache_now);
+        self.full = false;
         Drained {
             series,
             rest: self.rest,
             rest_delta,
-            flows: self.states.len() - unions,
+            flows: self.slots.len() - self.unions,
             table_entries: self.table_entries,
             evictions: self.evictions,
             unattributed_packets: self.lost.0[PACKETS],
             aged: self.aged,
             demotions: self.demotions,
+            connections,
         }
     }
 
+    /// What a drain asks of every flow, settled or not, in one pass: an entry the table held at
+    /// the last drain and neither the table nor a cache slot holds now was evicted; the
+    /// connections of the table's connected entries; the idle flows.
+    fn pass_over_every_flow(&mut self) {
+        let (epoch, pass) = (self.epoch, self.pass);
+        self.idle.clear();
+        for i in 0..self.slots.len() {
+            let s = &mut self.slots[i];
+            if s.queued_pass != pass && s.table_epoch != 0 && s.table_epoch + 1 == epoch {
+                self.evictions += 1;
+                s.evicted(Counts::default());
+            }
+            if epoch.saturating_sub(s.last_change) >= self.idle_drains
+                && !self.cache_now.contains_key(&s.key)
+            {
+                self.idle.push(s.key);
+            }
+            let counted = s.table_pass == pass && s.connected;
+            if counted != s.counted {
+                s.counted = counted;
+                self.counted_changed(i);
+            }
+        }
+    }
+
+    /// A flow's counts, every incarnation's (0 for one not in the book).
+    fn cum_of(&self, key: &FlowKey) -> Counts {
+        self.find(key)
+            .map(|i| self.slots[i].cum())
+            .unwrap_or_default()
+    }
     /// Top K by this drain's bytes, sticky: a member stays until a flow grows more than twice
     /// as fast as the slowest member, or it is aged out; free places go to the fastest flows.
     /// A promoted flow's series starts at its counts now.
     fn rank(&mut self, mut candidates: Vec<(u64, FlowKey, Counts)>) {
         // A flow with counts before this drain starts its series at its counts now; a new
         // flow at 0 (its series has all of its counts).
-        let promo_of = |states: &FxHashMap<FlowKey, FlowState>, key: &FlowKey, delta: &Counts| {
-            let cum = states.get(key).map(FlowState::cum).unwrap_or_default();
+        let promo_of = |book: &Self, key: &FlowKey, delta: &Counts| {
+            let cum = book.cum_of(key);
             if cum.minus(delta).is_zero() {
                 Counts::default()
             } else {
@@ -542,7 +977,7 @@ impl FlowBook {
         candidates.truncate(self.max_series);
         for (delta_bytes, key, delta) in candidates {
             if self.members.len() < self.max_series {
-                let promo = promo_of(&self.states, &key, &delta);
+                let promo = promo_of(self, &key, &delta);
                 self.members.push(Member {
                     key,
                     promo,
@@ -560,7 +995,7 @@ impl FlowBook {
             if delta_bytes <= m.delta_bytes.saturating_mul(2) {
                 break;
             }
-            let promo = promo_of(&self.states, &key, &delta);
+            let promo = promo_of(self, &key, &delta);
             self.members[slowest] = Member {
                 key,
                 promo,
@@ -863,6 +1298,160 @@ mod tests {
             growth.add(&exported(&book.finish(&totals(10))));
         }
         assert_eq!(growth.0[PACKETS], 10);
+    }
+
+    /// Drains both the book and the model of the book before drains skipped unchanged flows
+    /// with the same readings (table entries, then cache slots); the book's result, checked
+    /// equal to the model's.
+    fn both(
+        book: &mut FlowBook,
+        model: &mut reference::Reference,
+        table: &[(FlowKey, Vec<FlowStats>)],
+        cache: &[(FlowKey, FlowStats)],
+        total: u64,
+    ) -> Drained {
+        book.begin();
+        model.begin();
+        for (k, v) in table {
+            book.table_entry(k, v);
+            model.table_entry(k, v);
+        }
+        for (k, s) in cache {
+            book.cache_slot(k, s);
+            model.cache_slot(k, s);
+        }
+        let d = book.finish(&totals(total));
+        assert_eq!(d, model.finish(&totals(total)));
+        d
+    }
+
+    #[test]
+    fn one_more_packet_between_drains_shows() {
+        let (mut book, mut model) = (FlowBook::new(0, 100), reference::Reference::new(0, 100));
+        let quiet = (key(2), vec![stats(7, 1), FlowStats::default()]);
+        let mut growth = Counts::default();
+        for n in [10, 10, 11, 11, 11, 12] {
+            let d = both(
+                &mut book,
+                &mut model,
+                &[
+                    (key(1), vec![stats(n, 1), FlowStats::default()]),
+                    quiet.clone(),
+                ],
+                &[],
+                n + 7,
+            );
+            growth.add(&exported(&d));
+            assert_eq!(growth.0[PACKETS], n + 7);
+        }
+        // In a cache slot, on either CPU, in front of an unchanged table entry.
+        for (cpu, n) in [(0, 1), (0, 2), (1, 3)] {
+            let slot = FlowStats {
+                first_seen_ns: 9 + cpu,
+                ..stats(n, 9)
+            };
+            let d = both(
+                &mut book,
+                &mut model,
+                &[
+                    (key(1), vec![stats(12, 1), FlowStats::default()]),
+                    quiet.clone(),
+                ],
+                &[(key(1), slot)],
+                19 + n,
+            );
+            growth.add(&exported(&d));
+            assert_eq!(growth.0[PACKETS], 19 + n);
+        }
+    }
+
+    #[test]
+    fn an_entry_re_created_with_the_same_counts_is_a_new_one() {
+        let (mut book, mut model) = (FlowBook::new(1, 100), reference::Reference::new(1, 100));
+        let entry = |first| (key(1), vec![stats(5, first), FlowStats::default()]);
+        let mut growth = Counts::default();
+        growth.add(&exported(&both(&mut book, &mut model, &[entry(1)], &[], 5)));
+        // Evicted and re-created between two drains, with as many packets, seen later.
+        let d = both(&mut book, &mut model, &[entry(2)], &[], 10);
+        growth.add(&exported(&d));
+        assert_eq!((d.evictions, growth.0[PACKETS]), (1, 10));
+        // Gone at one drain, back at the next with the very same values.
+        let d = both(&mut book, &mut model, &[], &[], 10);
+        growth.add(&exported(&d));
+        assert_eq!(d.evictions, 2);
+        let d = both(&mut book, &mut model, &[entry(2)], &[], 15);
+        growth.add(&exported(&d));
+        assert_eq!(growth.0[PACKETS], 15);
+        assert_eq!(
+            d.series[0].counts.0[PACKETS], 15,
+            "every incarnation counts"
+        );
+    }
+
+    #[test]
+    fn values_moving_between_cpus_count_once() {
+        let (mut book, mut model) = (FlowBook::new(1, 100), reference::Reference::new(1, 100));
+        let mut growth = Counts::default();
+        let readings: [(Vec<FlowStats>, u64); 4] = [
+            (vec![stats(10, 1), FlowStats::default()], 10),
+            // A packet on the other CPU.
+            (vec![stats(10, 1), stats(1, 3)], 11),
+            // Re-created on the other CPU alone, as many packets, the same first tick.
+            (vec![FlowStats::default(), stats(11, 1)], 11),
+            (vec![stats(2, 4), stats(11, 1)], 13),
+        ];
+        for (per_cpu, total) in readings {
+            let d = both(&mut book, &mut model, &[(key(1), per_cpu)], &[], total);
+            growth.add(&exported(&d));
+            assert_eq!(growth.0[PACKETS], total);
+        }
+    }
+
+    #[test]
+    fn an_entry_read_twice_in_a_drain_counts_once() {
+        let mut book = FlowBook::new(1, 100);
+        book.begin();
+        book.table_entry(&key(1), &[stats(10, 1)]);
+        book.table_entry(&key(1), &[stats(12, 1)]);
+        let d = book.finish(&totals(12));
+        assert_eq!(d.table_entries, 1);
+        assert_eq!(
+            d.series[0].counts.0[PACKETS], 10,
+            "the first reading stands"
+        );
+        book.begin();
+        book.table_entry(&key(1), &[stats(12, 1)]);
+        assert_eq!(exported(&book.finish(&totals(12))).0[PACKETS], 2);
+    }
+
+    #[test]
+    fn connections_join_both_directions_and_follow_the_readings() {
+        let mut book = FlowBook::new(0, 100);
+        let rc = |packets| FlowStats {
+            transport_mask: 1,
+            ..stats(packets, 1)
+        };
+        let (mut a, mut b) = (key(5), key(6));
+        (a.src_ip[15], a.dst_ip[15]) = (1, 2);
+        (b.src_ip, b.dst_ip) = (a.dst_ip, a.src_ip);
+        let mut c = a;
+        c.udp_src_port = 7;
+        book.begin();
+        book.table_entry(&a, &[rc(1)]);
+        book.cache_slot(&b, &rc(1));
+        book.cache_slot(&c, &stats(1, 1));
+        assert_eq!(
+            book.finish(&totals(3)).connections,
+            1,
+            "a and b: one connection"
+        );
+        book.begin();
+        book.table_entry(&a, &[rc(1)]);
+        book.table_entry(&c, &[rc(2)]);
+        assert_eq!(book.finish(&totals(4)).connections, 2);
+        book.begin();
+        book.table_entry(&c, &[rc(2)]);
+        assert_eq!(book.finish(&totals(4)).connections, 1, "a is gone");
     }
 
     #[test]

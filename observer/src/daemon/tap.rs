@@ -1,7 +1,7 @@
 //! What the collector drains: the kernel programs' maps on attached interfaces, or the aggregate
 //! a libpcap capture fills (`--capture DEV`). Both hand over the same things, so one collector,
 //! one flow book and one exposition serve either: per-interface counters, the flow table read
-//! into a [`FlowSink`], latency, the global counters, idle flows taken out.
+//! into the [`FlowBook`], latency, the global counters, idle flows taken out.
 //!
 //! A capture is read on a thread of its own into the aggregate replay uses (the same parser,
 //! the same per-flow update); the drain reads that aggregate as it reads the kernel table, one
@@ -20,11 +20,17 @@ use crate::{
     aggregate::Aggregate,
     source::{
         capture::{Capture, CaptureConfig, CaptureError, CaptureStats, Captured, Running},
-        live::{self, FlowSink, IfaceEvent, LiveError, Observer, OneLine},
+        live::{self, IfaceEvent, LiveError, Observer, OneLine},
     },
 };
 
-use super::DaemonError;
+use super::{
+    DaemonError,
+    flowbook::{FlowBook, Reading},
+};
+
+/// Threads reading the kernel's flow table side by side, at most.
+const TABLE_READERS: usize = 4;
 
 /// One observed interface (or capture device): its counters' slot, name, the index its latency
 /// scopes carry, and whether the observer is on it now.
@@ -214,15 +220,23 @@ impl Tap {
         }
     }
 
-    /// Reads the flow table into `sink`: the kernel's table and cache; or the capture's
-    /// flows (and mirror sessions' PSN analyses), one value each.
-    pub(super) fn read_flows(&self, sink: &mut impl FlowSink) -> Result<(), DaemonError> {
+    /// Reads the flow table into `book`: the kernel's table (on a thread per CPU, up to
+    /// [`TABLE_READERS`]) and then its cache; or the capture's flows (and mirror sessions' PSN
+    /// analyses), one value each.
+    pub(super) fn read_flows(&self, book: &mut FlowBook) -> Result<(), DaemonError> {
         match self {
-            Self::Kernel(o) => Ok(live::read_flows(o.ebpf(), sink)?),
+            Self::Kernel(o) => {
+                let readers = std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .min(TABLE_READERS);
+                live::read_flow_table(o.ebpf(), readers, Reading::of, |r| book.table_reading(&r))?;
+                live::read_flow_cache(o.ebpf(), |key, stats| book.cache_slot(key, stats))?;
+                Ok(())
+            }
             Self::Capture(c) => {
                 let counts = c.counts();
                 for (key, stats) in counts.agg.flows.iter().chain(&counts.agg.unions) {
-                    sink.table_entry(key, std::slice::from_ref(stats));
+                    book.table_entry(key, std::slice::from_ref(stats));
                 }
                 Ok(())
             }

@@ -8,12 +8,15 @@
 //! type parameter from corrupting memory.
 //!
 //! A per-CPU value reaches userspace as one slot per possible CPU, each `round_up(size_of::<V>(),
-//! 8)` bytes; the slots are copied out (unaligned reads) into a reused `Vec<V>`, so callbacks get
-//! properly aligned values and the hot path allocates nothing per entry.
+//! 8)` bytes, into 8-byte-aligned buffers: when a slot is exactly a `V` (its size a multiple of
+//! 8, as the flow table's is) callbacks get the values where the kernel wrote them, copied
+//! nowhere; otherwise the slots are copied out into a reused `Vec<V>`. Either way the hot path
+//! allocates nothing per entry.
 
 use std::{
     io,
-    mem::size_of,
+    mem::{align_of, size_of},
+    ops::Range,
     os::fd::{AsRawFd, BorrowedFd, RawFd},
     sync::OnceLock,
 };
@@ -150,13 +153,13 @@ pub fn percpu_hash_for_each<K: Pod, V: Pod>(
     let mut stats = BatchStats::default();
     check_map::<K, V>(map, op, PERCPU_HASHES, &mut stats)?;
     let mut values = PerCpu::<V>::new()?;
-    if batch > 0 && for_each_batched(map, batch, &mut values, &mut stats, &mut f)? {
+    if batch > 0 && for_each_batched(map, batch, None, &mut values, &mut stats, &mut f)? {
         return Ok(stats);
     }
     let mut key: Option<K> = None;
     // SAFETY: K is Pod: every bit pattern, zero included, is a valid K.
     let mut next: K = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0u8; values.slot_bytes()];
+    let mut buf = Words::new(values.slot_bytes());
     loop {
         let mut attr = ElemAttr {
             map_fd: map.as_raw_fd() as u32,
@@ -173,9 +176,9 @@ pub fn percpu_hash_for_each<K: Pod, V: Pod>(
         }
         stats.syscalls += 1;
         // SAFETY: next is key_size bytes, buf the per-CPU value size.
-        match unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, &next, &mut buf) } {
+        match unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, &next, buf.bytes_mut()) } {
             Ok(()) => {
-                f(&next, values.decode(&buf));
+                f(&next, values.decode(buf.bytes()));
                 stats.entries += 1;
             }
             // Deleted (or evicted) since get_next_key returned it.
@@ -206,6 +209,7 @@ pub fn percpu_array_for_each<V: Pod>(
         && for_each_batched(
             map,
             batch,
+            None,
             &mut values,
             &mut stats,
             &mut |i: &u32, v: &[V]| f(*i, v),
@@ -213,13 +217,13 @@ pub fn percpu_array_for_each<V: Pod>(
     {
         return Ok(stats);
     }
-    let mut buf = vec![0u8; values.slot_bytes()];
+    let mut buf = Words::new(values.slot_bytes());
     for i in 0..info.max_entries {
         stats.syscalls += 1;
         // SAFETY: i is the 4-byte key, buf the per-CPU value size.
-        unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, &i, &mut buf) }
+        unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, &i, buf.bytes_mut()) }
             .map_err(|e| BpfSysError::new("BPF_MAP_LOOKUP_ELEM", map, e))?;
-        f(i, values.decode(&buf));
+        f(i, values.decode(buf.bytes()));
         stats.entries += 1;
     }
     Ok(stats)
@@ -234,10 +238,10 @@ pub fn percpu_hash_take<K: Pod, V: Pod>(
     const OP: &str = "BPF_MAP_LOOKUP_AND_DELETE_ELEM";
     check_map::<K, V>(map, OP, PERCPU_HASHES, &mut BatchStats::default())?;
     let mut values = PerCpu::<V>::new()?;
-    let mut buf = vec![0u8; values.slot_bytes()];
+    let mut buf = Words::new(values.slot_bytes());
     // SAFETY: key is key_size bytes (checked), buf the per-CPU value size.
-    match unsafe { lookup(map, BPF_MAP_LOOKUP_AND_DELETE_ELEM, key, &mut buf) } {
-        Ok(()) => Ok(Some(values.decode(&buf).to_vec())),
+    match unsafe { lookup(map, BPF_MAP_LOOKUP_AND_DELETE_ELEM, key, buf.bytes_mut()) } {
+        Ok(()) => Ok(Some(values.decode(buf.bytes()).to_vec())),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
         Err(e) => Err(BpfSysError::new(OP, map, e)),
     }
@@ -261,18 +265,83 @@ pub fn percpu_array_get<V: Pod>(map: BorrowedFd<'_>, index: u32) -> Result<Vec<V
         ));
     }
     let mut values = PerCpu::<V>::new()?;
-    let mut buf = vec![0u8; values.slot_bytes()];
+    let mut buf = Words::new(values.slot_bytes());
     // SAFETY: index is the 4-byte key, buf the per-CPU value size.
-    unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, &index, &mut buf) }
+    unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, &index, buf.bytes_mut()) }
         .map_err(|e| BpfSysError::new(OP, map, e))?;
-    Ok(values.decode(&buf).to_vec())
+    Ok(values.decode(buf.bytes()).to_vec())
+}
+
+/// Buckets of a hash map (`PERCPU_HASH` or `LRU_PERCPU_HASH` of these key and value types): its
+/// capacity rounded up to a power of two, as the kernel sizes the bucket array. The positions
+/// [`percpu_hash_for_each_in`] takes are bucket indices below this.
+pub fn hash_buckets<K: Pod, V: Pod>(map: BorrowedFd<'_>) -> Result<u32, BpfSysError> {
+    let info = check_map::<K, V>(
+        map,
+        "BPF_OBJ_GET_INFO_BY_FD",
+        PERCPU_HASHES,
+        &mut BatchStats::default(),
+    )?;
+    Ok(info
+        .max_entries
+        .checked_next_power_of_two()
+        .unwrap_or(1 << 31))
+}
+
+/// [`percpu_hash_for_each`] over a range of hash buckets: from bucket `buckets.start` until a
+/// batch ends at or past bucket `buckets.end` (or the map ends), so that several threads can
+/// read one map side by side, each its share of the buckets.
+///
+/// The position a batch lookup takes and returns for a hash map is the index of the next bucket
+/// to read (kernel/bpf/hashtab.c, since batch lookups exist, 5.6); the uAPI calls it opaque, and
+/// this is the one place that relies on more. A batch holds whole buckets, so the last one may
+/// run past `buckets.end`: entries of the buckets just past it can come both from here and from
+/// the walk of the next range, read at two instants; a caller that joins ranges keeps one of
+/// the two. Without batch lookups in the kernel (or with `batch` 0) the whole map is walked one
+/// key at a time when the range starts at 0, and nothing is read otherwise.
+pub fn percpu_hash_for_each_in<K: Pod, V: Pod>(
+    map: BorrowedFd<'_>,
+    batch: u32,
+    buckets: Range<u32>,
+    mut f: impl FnMut(&K, &[V]),
+) -> Result<BatchStats, BpfSysError> {
+    if buckets.start == 0 && buckets.end == u32::MAX {
+        return percpu_hash_for_each(map, batch, f);
+    }
+    let mut stats = BatchStats::default();
+    check_map::<K, V>(map, "BPF_MAP_LOOKUP_BATCH", PERCPU_HASHES, &mut stats)?;
+    if buckets.is_empty() {
+        return Ok(stats);
+    }
+    let mut values = PerCpu::<V>::new()?;
+    if batch > 0
+        && for_each_batched(
+            map,
+            batch,
+            Some(buckets.clone()),
+            &mut values,
+            &mut stats,
+            &mut f,
+        )?
+    {
+        return Ok(stats);
+    }
+    // No batch lookups: only one walk (the range from 0) reads, the whole map.
+    if buckets.start == 0 {
+        let whole = percpu_hash_for_each(map, 0, f)?;
+        stats.entries += whole.entries;
+        stats.syscalls += whole.syscalls;
+    }
+    Ok(stats)
 }
 
 /// The batch walk shared by hashes and arrays: `Ok(false)` when the kernel has no batch lookup
-/// for the map (refused on the first call, nothing read yet).
+/// for the map (refused on the first call, nothing read yet). `buckets`: a hash map's range of
+/// buckets (see [`percpu_hash_for_each_in`]); none walks the whole map.
 fn for_each_batched<K: Pod, V: Pod>(
     map: BorrowedFd<'_>,
     batch: u32,
+    buckets: Option<Range<u32>>,
     values: &mut PerCpu<V>,
     stats: &mut BatchStats,
     f: &mut impl FnMut(&K, &[V]),
@@ -283,16 +352,24 @@ fn for_each_batched<K: Pod, V: Pod>(
     let slot = values.slot_bytes();
     // The position token: a u32 bucket index for hashes, the last key for arrays (the generic
     // batch code copies key_size bytes). 8-aligned words, at least 8 bytes.
-    let words = key_size.div_ceil(8).max(1);
-    let mut token_in = vec![0u64; words];
-    let mut token_out = vec![0u64; words];
+    let token_bytes = key_size.next_multiple_of(8).max(8);
+    let mut token_in = Words::new(token_bytes);
+    let mut token_out = Words::new(token_bytes);
+    // A walk from a bucket past the first passes its index as the position to go on from.
+    let mut resume = match &buckets {
+        Some(r) if r.start > 0 => {
+            token_in.set_u32(r.start);
+            true
+        }
+        _ => false,
+    };
     let mut count = batch;
-    let (mut keys, mut vals) = (Vec::new(), Vec::new());
+    let (mut keys, mut vals) = (Words::default(), Words::default());
     resize(&mut keys, &mut vals, count, key_size, slot).map_err(fail)?;
     let mut first = true;
     loop {
         let mut attr = BatchAttr {
-            in_batch: if first { 0 } else { token_in.as_ptr() as u64 },
+            in_batch: if resume { token_in.as_ptr() as u64 } else { 0 },
             out_batch: token_out.as_mut_ptr() as u64,
             keys: keys.as_mut_ptr() as u64,
             values: vals.as_mut_ptr() as u64,
@@ -317,11 +394,13 @@ fn for_each_batched<K: Pod, V: Pod>(
                 _ => return Err(fail(e)),
             },
         };
+        first = false;
         stats.batched = true;
         let n = attr.count.min(count) as usize;
         for (k, v) in keys
+            .bytes()
             .chunks_exact(key_size)
-            .zip(vals.chunks_exact(slot))
+            .zip(vals.bytes().chunks_exact(slot))
             .take(n)
         {
             // SAFETY: k holds size_of::<K>() bytes; K is Pod (any bit pattern is valid).
@@ -337,27 +416,78 @@ fn for_each_batched<K: Pod, V: Pod>(
                 "the kernel returned no entries and no end of the map",
             )));
         }
+        if let Some(r) = &buckets
+            && token_out.u32() >= r.end
+        {
+            return Ok(true);
+        }
         std::mem::swap(&mut token_in, &mut token_out);
-        first = false;
+        resume = true;
     }
 }
 
 /// Sizes the batch buffers for `count` entries.
 fn resize(
-    keys: &mut Vec<u8>,
-    vals: &mut Vec<u8>,
+    keys: &mut Words,
+    vals: &mut Words,
     count: u32,
     key_size: usize,
     slot: usize,
 ) -> Result<(), io::Error> {
     let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "batch buffers too large");
     let n = count as usize;
-    keys.resize(n.checked_mul(key_size).ok_or_else(too_big)?, 0);
-    vals.resize(n.checked_mul(slot).ok_or_else(too_big)?, 0);
+    keys.resize(n.checked_mul(key_size).ok_or_else(too_big)?);
+    vals.resize(n.checked_mul(slot).ok_or_else(too_big)?);
     Ok(())
 }
 
-/// One per-CPU value: the slot layout and a reused vector the slots are copied into.
+/// A byte buffer on 8-byte boundaries, what the kernel writes keys, values and positions into.
+#[derive(Default)]
+struct Words(Vec<u64>);
+
+impl Words {
+    fn new(bytes: usize) -> Self {
+        let mut w = Self::default();
+        w.resize(bytes);
+        w
+    }
+
+    /// Room for at least `bytes` bytes.
+    fn resize(&mut self, bytes: usize) {
+        self.0.resize(bytes.div_ceil(8), 0);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: u64s are 8 initialized bytes each; u8 has no alignment.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), self.0.len() * 8) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in bytes(); any byte written leaves a valid u64.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), self.0.len() * 8) }
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        self.0.as_ptr().cast()
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr().cast()
+    }
+
+    /// The u32 at the start (a hash map's bucket position, in the kernel's byte order).
+    fn u32(&self) -> u32 {
+        let b = self.bytes();
+        u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    fn set_u32(&mut self, v: u32) {
+        self.bytes_mut()[..4].copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+/// One per-CPU value: the slot layout, and a reused vector the slots are copied into when they
+/// cannot be read in place.
 struct PerCpu<V> {
     cpus: usize,
     stride: usize,
@@ -379,8 +509,19 @@ impl<V: Pod> PerCpu<V> {
         self.stride * self.cpus
     }
 
-    /// Copies the CPU slots of `bytes` (at least `slot_bytes`) into aligned values.
-    fn decode(&mut self, bytes: &[u8]) -> &[V] {
+    /// The values in the CPU slots of `bytes` (at least `slot_bytes`): in place when a slot is
+    /// exactly a `V` and `bytes` is aligned for it (the buffers are 8-aligned and slots a
+    /// multiple of 8), else copied out.
+    fn decode<'a>(&'a mut self, bytes: &'a [u8]) -> &'a [V] {
+        let in_place = self.stride == size_of::<V>()
+            && align_of::<V>() <= 8
+            && bytes.len() >= self.slot_bytes()
+            && (bytes.as_ptr() as usize).is_multiple_of(align_of::<V>());
+        if in_place {
+            // SAFETY: `cpus` consecutive V-sized slots, aligned for V, inside `bytes`, which
+            // this borrow keeps alive and unchanged; V is Pod (any bit pattern is valid).
+            return unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), self.cpus) };
+        }
         self.out.clear();
         for slot in bytes.chunks_exact(self.stride).take(self.cpus) {
             // SAFETY: a slot holds at least size_of::<V>() bytes; V is Pod.

@@ -1,12 +1,16 @@
 //! Reading the kernel maps: the one reader of the flow table, the flow cache, the pause table
-//! and the counters, for a snapshot ([`read_maps`]) and for the daemon's drains ([`read_flows`]).
+//! and the counters, for a snapshot ([`read_maps`]) and for the daemon's drains
+//! ([`read_flow_table`] on several threads, then [`read_flow_cache`]).
 //!
 //! Every read goes through [`bpfsys`]: batched lookups (`BPF_MAP_LOOKUP_BATCH`, [`BATCH`]
 //! entries per syscall), one key at a time on kernels without them. A batch walk sees each hash
 //! bucket once while the programs update the map (a key-at-a-time walk can repeat entries when
 //! its current key is deleted under it).
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::{
+    os::fd::{AsFd, BorrowedFd},
+    sync::mpsc,
+};
 
 use aya::{Ebpf, maps::Map};
 use observer_common::{
@@ -38,10 +42,118 @@ pub fn read_flows(ebpf: &Ebpf, sink: &mut impl FlowSink) -> Result<(), LiveError
     let flows = map_fd(ebpf, maps::FLOWS)?;
     bpfsys::percpu_hash_for_each::<FlowKey, FlowStats>(flows, BATCH, |k, v| sink.table_entry(k, v))
         .map_err(read_error(maps::FLOWS))?;
+    read_flow_cache(ebpf, |key, stats| sink.cache_slot(key, stats))
+}
+
+/// Entries a table reader hands over at a time (a chunk of the daemon's 128-byte readings stays
+/// under the allocator's threshold for a mapping of its own).
+const CHUNK: usize = 512;
+/// Chunks in flight per reader (bounds the memory of readers running ahead).
+const CHUNKS_AHEAD: usize = 4;
+/// Fewer buckets than this per reader are read by one thread.
+const MIN_BUCKETS_PER_READER: u32 = 1 << 14;
+
+/// Reads the flow table on up to `readers` threads (this one among them), each walking its share
+/// of the hash buckets: each entry's per-CPU values go through `extract` on the reading thread,
+/// and what it returns to `sink` on this one, which takes in the other readers' entries between
+/// batches of its own. The kernel's copy of the per-CPU values (every CPU's, whole) is most of a
+/// drain's cost and bound by memory latency, so readers side by side nearly divide its time.
+///
+/// An entry just past the end of one reader's share can come twice (also from the next reader:
+/// see [`bpfsys::percpu_hash_for_each_in`]), read at two instants; `sink` keeps one. Read the
+/// cache ([`read_flow_cache`]) after the table, as [`read_flows`] does.
+pub fn read_flow_table<R: Send>(
+    ebpf: &Ebpf,
+    readers: usize,
+    extract: impl Fn(&FlowKey, &[FlowStats]) -> R + Sync,
+    mut sink: impl FnMut(R),
+) -> Result<(), LiveError> {
+    let flows = map_fd(ebpf, maps::FLOWS)?;
+    let buckets =
+        bpfsys::hash_buckets::<FlowKey, FlowStats>(flows).map_err(read_error(maps::FLOWS))?;
+    let readers = readers
+        .clamp(1, 64)
+        .min((buckets / MIN_BUCKETS_PER_READER).max(1) as usize) as u32;
+    // Reader i's share: buckets from start(i) to start(i + 1), the last one to the end.
+    let start = |i: u32| (u64::from(buckets) * u64::from(i) / u64::from(readers)) as u32;
+    let end = |i: u32| {
+        if i + 1 == readers {
+            u32::MAX
+        } else {
+            start(i + 1)
+        }
+    };
+    let extract = &extract;
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel::<Vec<R>>(CHUNKS_AHEAD * readers as usize);
+        let others: Vec<_> = (1..readers)
+            .map(|i| {
+                let tx = tx.clone();
+                scope.spawn(move || {
+                    let mut chunk = Vec::with_capacity(CHUNK);
+                    let walked = bpfsys::percpu_hash_for_each_in::<FlowKey, FlowStats>(
+                        flows,
+                        BATCH,
+                        start(i)..end(i),
+                        |k, v| {
+                            chunk.push(extract(k, v));
+                            if chunk.len() == CHUNK {
+                                // The receiver goes away only after every reader ended (or on
+                                // a panic, when nothing is wanted any more).
+                                let _ = tx
+                                    .send(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)));
+                            }
+                        },
+                    );
+                    if !chunk.is_empty() {
+                        let _ = tx.send(chunk);
+                    }
+                    walked
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut own = 0usize;
+        let walked = bpfsys::percpu_hash_for_each_in::<FlowKey, FlowStats>(
+            flows,
+            BATCH,
+            start(0)..end(0),
+            |k, v| {
+                sink(extract(k, v));
+                own += 1;
+                if own.is_multiple_of(BATCH as usize) {
+                    for chunk in rx.try_iter() {
+                        chunk.into_iter().for_each(&mut sink);
+                    }
+                }
+            },
+        );
+        for chunk in rx {
+            chunk.into_iter().for_each(&mut sink);
+        }
+        walked.map_err(read_error(maps::FLOWS))?;
+        for walk in others {
+            match walk.join() {
+                Ok(walked) => {
+                    walked.map_err(read_error(maps::FLOWS))?;
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Reads the per-CPU flow cache: `f(key, stats)` per CPU's slot (empty ones included: no
+/// packets), torn slots (a key that does not hash to its slot) left out.
+pub fn read_flow_cache(
+    ebpf: &Ebpf,
+    mut f: impl FnMut(&FlowKey, &FlowStats),
+) -> Result<(), LiveError> {
     let cache = map_fd(ebpf, maps::FLOW_CACHE)?;
     bpfsys::percpu_array_for_each::<FlowSlot>(cache, BATCH, |index, slots| {
         for s in whole_slots(index, slots) {
-            sink.cache_slot(&s.key, &s.stats);
+            f(&s.key, &s.stats);
         }
     })
     .map_err(read_error(maps::FLOW_CACHE))?;
