@@ -265,6 +265,9 @@ struct Slot {
     base: Option<Box<Counts>>,
 }
 
+// What a million flows cost the daemon, mostly (docs/benchmarks.md).
+const _: () = assert!(size_of::<Slot>() == 176);
+
 impl Slot {
     fn new(key: FlowKey, epoch: u32) -> Self {
         Self {

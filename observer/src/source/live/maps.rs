@@ -60,8 +60,9 @@ const MIN_BUCKETS_PER_READER: u32 = 1 << 14;
 /// drain's cost and bound by memory latency, so readers side by side nearly divide its time.
 ///
 /// An entry just past the end of one reader's share can come twice (also from the next reader:
-/// see [`bpfsys::percpu_hash_for_each_in`]), read at two instants; `sink` keeps one. Read the
-/// cache ([`read_flow_cache`]) after the table, as [`read_flows`] does.
+/// see [`bpfsys::percpu_hash_for_each_in`]), read at two instants; `sink` keeps one. A kernel
+/// that refused a share's starting bucket gets the whole table read again, each entry coming
+/// twice. Read the cache ([`read_flow_cache`]) after the table, as [`read_flows`] does.
 pub fn read_flow_table<R: Send>(
     ebpf: &Ebpf,
     readers: usize,
@@ -131,14 +132,22 @@ pub fn read_flow_table<R: Send>(
         for chunk in rx {
             chunk.into_iter().for_each(&mut sink);
         }
-        walked.map_err(read_error(maps::FLOWS))?;
+        let first = walked.map_err(read_error(maps::FLOWS))?;
+        let mut refused = false;
         for walk in others {
             match walk.join() {
-                Ok(walked) => {
-                    walked.map_err(read_error(maps::FLOWS))?;
-                }
+                Ok(walked) => refused |= !walked.map_err(read_error(maps::FLOWS))?.batched,
                 Err(panic) => std::panic::resume_unwind(panic),
             }
+        }
+        if first.batched && refused {
+            // Batch lookups work, yet a share's starting bucket was refused: the kernel does not
+            // take a bucket index as a position. The whole table again, in one walk (what the
+            // shares read already comes twice).
+            bpfsys::percpu_hash_for_each::<FlowKey, FlowStats>(flows, BATCH, |k, v| {
+                sink(extract(k, v))
+            })
+            .map_err(read_error(maps::FLOWS))?;
         }
         Ok(())
     })
