@@ -45,22 +45,7 @@ fn same_on_any_threads(file: &Path, args: &[&str]) {
 }
 
 fn pcap_bytes(frames: &[Frame]) -> Vec<u8> {
-    let mut out = Vec::new();
-    synth::write_pcap(&mut out, frames).unwrap();
-    out
-}
-
-/// `frames` played `times` times, each `gap_ns` after the last ended.
-fn again(frames: &[Frame], times: u64, gap_ns: u64) -> Vec<Frame> {
-    let span = frames.last().unwrap().ts_ns - frames[0].ts_ns;
-    (0..times)
-        .flat_map(|k| {
-            frames.iter().map(move |f| Frame {
-                bytes: f.bytes.clone(),
-                ts_ns: f.ts_ns + k * (span + gap_ns),
-            })
-        })
-        .collect()
+    synth::pcap_bytes(frames).unwrap()
 }
 
 /// A capture some 14 MB long: the `demo` and `latency` scenarios over and over for about two
@@ -68,12 +53,16 @@ fn again(frames: &[Frame], times: u64, gap_ns: u64) -> Vec<Frame> {
 fn long_capture() -> Vec<Frame> {
     let demo = synth::scenario("demo").unwrap().frames;
     let latency = synth::scenario("latency").unwrap().frames;
-    let mut frames = again(&demo, 12, 20_000_000);
+    let mut frames = synth::played_again(&demo, 12, 20_000_000);
     let after = frames.last().unwrap().ts_ns + 1_000_000;
-    frames.extend(again(&latency, 20, 30_000_000).into_iter().map(|f| Frame {
-        ts_ns: f.ts_ns - latency[0].ts_ns + after,
-        ..f
-    }));
+    frames.extend(
+        synth::played_again(&latency, 20, 30_000_000)
+            .into_iter()
+            .map(|f| Frame {
+                ts_ns: f.ts_ns - latency[0].ts_ns + after,
+                ..f
+            }),
+    );
     frames
 }
 

@@ -728,23 +728,7 @@ mod tests {
     }
 
     fn pcap(frames: &[Frame]) -> Vec<u8> {
-        let mut out = Vec::new();
-        synth::write_pcap(&mut out, frames).unwrap();
-        out
-    }
-
-    /// `frames` played `times` times, each a gap of `gap_ns` after the last ended: a capture
-    /// long enough for the series' bins to grow, with latency samples all along.
-    fn again(frames: &[Frame], times: u64, gap_ns: u64) -> Vec<Frame> {
-        let span = frames.last().unwrap().ts_ns - frames[0].ts_ns;
-        (0..times)
-            .flat_map(|k| {
-                frames.iter().map(move |f| Frame {
-                    bytes: f.bytes.clone(),
-                    ts_ns: f.ts_ns + k * (span + gap_ns),
-                })
-            })
-            .collect()
+        synth::pcap_bytes(frames).unwrap()
     }
 
     /// Ethernet frames on interface 0 and frames of an interface of unsupported link type.
@@ -815,15 +799,21 @@ mod tests {
         // Long captures: the bins grow tenfold twice (the span passes 100 ms, then 1 s),
         // latency samples fall in many intervals, the files span many buffers.
         let latency = synth::scenario("latency").unwrap().frames;
-        let long = pcap(&again(&latency, 25, 1_000_000));
+        let long = pcap(&synth::played_again(&latency, 25, 1_000_000));
         let demo = synth::scenario("demo").unwrap().frames;
         let files = [
             dir.write("long.pcap", &long),
-            dir.write("demo-again.pcap", &pcap(&again(&demo, 20, 10_000_000))),
+            dir.write(
+                "demo-again.pcap",
+                &pcap(&synth::played_again(&demo, 20, 10_000_000)),
+            ),
             // Cut in a record half-way, and in the last.
             dir.write("cut-middle.pcap", &long[..long.len() / 2 + 7]),
             dir.write("cut-end.pcap", &long[..long.len() - 5]),
-            dir.write("mixed.pcapng", &pcapng(&again(&latency, 3, 1_000_000))),
+            dir.write(
+                "mixed.pcapng",
+                &pcapng(&synth::played_again(&latency, 3, 1_000_000)),
+            ),
         ];
         for path in &files {
             same(path, &fitted, None, &[(2, 64 << 10), (3, 700)]);

@@ -49,7 +49,7 @@ pub use frame::{
     Ext, ExtHeader, Ip, RoceFrame, ext_headers, host_mac, intended_class, opcode_defined,
 };
 pub use noise::{basic_noise, extra_noise, mirror_noise};
-pub use output::{PacketSocket, send, write_pcap};
+pub use output::{PacketSocket, pcap_bytes, send, write_pcap};
 pub use qp::QpStream;
 pub use scenarios::{
     CNP_INTERVAL_NS, PFC_SENDERS, RULE_FRAME_GAP_NS, SCENARIOS, USER_SCENARIOS, scenario,
@@ -58,7 +58,7 @@ pub use scenarios::{
 pub use scenarios::{NIC_DEVICE, NIC_NETDEV};
 pub use timeline::{ConnId, ReqId, Timeline};
 pub use workload::NicReadings;
-pub use workload::{Frame, PsnEvent, Truth, Workload};
+pub use workload::{Frame, PsnEvent, Truth, Workload, played_again};
 
 // The drivers' source-port rule lives with the ECMP analysis; the generator uses it.
 pub use observer_common::wire::{flow_label_to_udp_sport, rdma_udp_sport};

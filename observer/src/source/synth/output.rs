@@ -129,6 +129,13 @@ impl PacketSocket {
     }
 }
 
+/// `frames` as a classic pcap in memory ([`write_pcap`]).
+pub fn pcap_bytes(frames: &[Frame]) -> Result<Vec<u8>, SynthError> {
+    let mut out = Vec::new();
+    write_pcap(&mut out, frames)?;
+    Ok(out)
+}
+
 /// Writes a classic pcap (Ethernet link type, nanosecond timestamps).
 pub fn write_pcap<W: Write>(w: W, frames: &[Frame]) -> Result<(), SynthError> {
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};

@@ -47,6 +47,23 @@ pub struct Frame {
     pub ts_ns: u64,
 }
 
+/// `frames` played `times` times, each round `gap_ns` after the last one ended: a long capture
+/// from a short scenario.
+pub fn played_again(frames: &[Frame], times: u64, gap_ns: u64) -> Vec<Frame> {
+    let (Some(first), Some(last)) = (frames.first(), frames.last()) else {
+        return Vec::new();
+    };
+    let span = last.ts_ns - first.ts_ns;
+    (0..times)
+        .flat_map(|k| {
+            frames.iter().map(move |f| Frame {
+                bytes: f.bytes.clone(),
+                ts_ns: f.ts_ns + k * (span + gap_ns),
+            })
+        })
+        .collect()
+}
+
 /// What the observer must report. In `flows`, `first_seen_ns`, `last_seen_ns`, `psn_next_lo`,
 /// `psn_next_hi` and `psn_valid` are left 0; `counters.flow_insert_failures` is 0. In `pauses`,
 /// `first_seen_ns` and `last_seen_ns` are left 0.
