@@ -448,23 +448,16 @@ mod agree {
     /// Cache slots per CPU: few, so that flows share them and write back often.
     const SLOTS: usize = 3;
 
-    /// xorshift64*: a fixed sequence per seed.
-    struct Rng(u64);
+    /// A fixed sequence per seed.
+    struct Rng(fastrand::Rng);
 
     impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-
         fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
+            self.0.usize(..n)
         }
 
         fn chance(&mut self, percent: u64) -> bool {
-            self.next() % 100 < percent
+            self.0.u64(..100) < percent
         }
     }
 
@@ -658,7 +651,7 @@ mod agree {
     }
 
     fn run(seed: u64, flows: usize, capacity: usize, coarse: bool, drains: usize) {
-        let mut rng = Rng(seed | 1);
+        let mut rng = Rng(fastrand::Rng::with_seed(seed));
         let mut kernel = Kernel {
             table: Vec::new(),
             cache: [[(FlowKey::default(), FlowStats::default()); SLOTS]; CPUS],
