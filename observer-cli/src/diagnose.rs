@@ -81,7 +81,7 @@ pub struct DiagnoseArgs {
     /// (RSS puts every copy of a mirror source on one CPU): a list (0-3,8), `queues` (default:
     /// the CPUs of the interfaces' receive queues, every online CPU for a veth; one such CPU
     /// spreads nothing) or `off` (accounted where they arrive).
-    #[arg(long, value_parser = roce_observer::daemon::config::parse_spread, value_name = "LIST")]
+    #[arg(long, value_parser = roce_observer::source::live::Spread::parse, value_name = "LIST")]
     pub cpus: Option<Spread>,
     /// Capacity of the kernel flow table (LRU: the least recent flows are evicted when full).
     #[arg(long, default_value_t = observer_common::DEFAULT_MAX_FLOWS)]

@@ -50,7 +50,7 @@ pub struct RunArgs {
     pub consume: bool,
     /// Mirror mode only: the CPUs that account the copies, each pair of hosts on one of them: a
     /// list (0-3,8), `queues` (default: the CPUs of the interfaces' receive queues) or `off`.
-    #[arg(long, value_parser = roce_observer::daemon::config::parse_spread, value_name = "LIST")]
+    #[arg(long, value_parser = roce_observer::source::live::Spread::parse, value_name = "LIST")]
     pub cpus: Option<roce_observer::source::live::Spread>,
     /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]

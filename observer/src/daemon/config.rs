@@ -12,19 +12,10 @@ use serde::Deserialize;
 use crate::{
     source::{
         capture::CaptureConfig,
-        live::{AttachMode, Mode, Spread, TcHook, Vantage, parse_cpu_list},
+        live::{AttachMode, Mode, Spread, TcHook, Vantage},
     },
     units::Named,
 };
-
-/// `cpus`: a CPU list (`0-3,8`), `queues` (the interfaces' queues' CPUs) or `off`.
-pub fn parse_spread(text: &str) -> Result<Spread, String> {
-    match text.trim() {
-        "queues" => Ok(Spread::QueueCpus),
-        "off" => Ok(Spread::Off),
-        list => parse_cpu_list(list).map(Spread::Cpus),
-    }
-}
 
 /// Default address of the metrics endpoint: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
@@ -279,7 +270,7 @@ impl RunConfig {
             Vantage::of(mode, consume).ok_or_else(|| invalid("consume", "only in mirror mode"))?;
         let spread = match (&args.cpus, &f.cpus) {
             (Some(s), _) => Some(s.clone()),
-            (None, Some(s)) => Some(parse_spread(s).map_err(|e| parse_err(format!("cpus: {e}")))?),
+            (None, Some(s)) => Some(Spread::parse(s).map_err(|e| parse_err(format!("cpus: {e}")))?),
             (None, None) => None,
         };
         if spread.is_some() && vantage == Vantage::Host {

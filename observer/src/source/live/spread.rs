@@ -26,6 +26,17 @@ pub enum Spread {
     Off,
 }
 
+impl Spread {
+    /// `--cpus` and the `cpus` key: a CPU list (`0-3,8`), `queues` or `off`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "queues" => Ok(Self::QueueCpus),
+            "off" => Ok(Self::Off),
+            list => parse_cpu_list(list).map(Self::Cpus),
+        }
+    }
+}
+
 /// Frames a CPU's queue holds before the cpumap drops (the kernel samples' default).
 const QUEUE_FRAMES: u32 = 2048;
 
