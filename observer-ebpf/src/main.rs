@@ -520,36 +520,28 @@ mod kernel {
         }
     }
 
-    /// The updates `account_flow` left for after the accounting, if it left any: a frame that
-    /// is not RoCE pays a load, not a call.
-    #[inline(always)]
-    fn finish() {
-        let pending = match LAT_ARGS.get_ptr(0) {
-            // SAFETY: this CPU's value.
-            Some(args) => unsafe { (*args).head.pending != 0 },
-            None => false,
-        };
-        if pending {
-            after_accounting();
-        }
-    }
-
     /// The updates that follow the accounting of a RoCE packet (`account_flow` marks it
     /// pending): the latency of a request or answer, the messages of a message boundary. Each
-    /// is a function of its own whose inputs come from maps; clears the pending mark. Inlined
+    /// is a function of its own whose inputs come from maps; clears the pending mark (a frame
+    /// without one, every frame that is not RoCE, pays a load and a test). Inlined
     /// into the programs, after the accounting returned: its map lookups' keys take a slot of
     /// the program's own small frame, not of the accounting's, which nearly fills the 512
     /// bytes (a call of its own cost a RoCE packet 6-7 ns).
     #[inline(always)]
     fn after_accounting() {
-        let (Some(args), Some(input)) = (LAT_ARGS.get_ptr_mut(0), SEQ_INPUT.get_ptr(0)) else {
+        // A frame that is not RoCE pays this one load.
+        let Some(args) = LAT_ARGS.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: this CPU's value.
+        if unsafe { (*args).head.pending } == 0 {
+            return;
+        }
+        let Some(input) = SEQ_INPUT.get_ptr(0) else {
             return;
         };
         // SAFETY: this CPU's values.
         let (latency, message) = unsafe {
-            if (*args).head.pending == 0 {
-                return;
-            }
             (*args).head.pending = 0;
             (
                 role(&*input, SeqClass::of((*args).head.class)),
@@ -787,7 +779,7 @@ mod kernel {
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
         observe_xdp(ctx);
-        finish();
+        after_accounting();
         xdp_action::XDP_PASS
     }
 
@@ -810,7 +802,7 @@ mod kernel {
     #[classifier]
     pub fn roce_observe_egress(ctx: TcContext) -> i32 {
         observe_egress(ctx);
-        finish();
+        after_accounting();
         TC_ACT_UNSPEC
     }
 
@@ -857,7 +849,7 @@ mod kernel {
     #[inline(always)]
     fn consume(ctx: XdpContext) -> u32 {
         let copy = observe_xdp(ctx);
-        finish();
+        after_accounting();
         if copy {
             xdp_action::XDP_DROP
         } else {
@@ -947,7 +939,7 @@ mod kernel {
     #[xdp(map = "cpumap")]
     pub fn roce_observe_cpumap(ctx: XdpContext) -> u32 {
         observe_xdp(ctx);
-        finish();
+        after_accounting();
         xdp_action::XDP_PASS
     }
 
