@@ -384,6 +384,7 @@ fn every_program_in_the_object_passes_the_verifier() {
         programs::SPREAD,
         programs::OBSERVE_CPUMAP,
         programs::OBSERVE_CONSUME_CPUMAP,
+        programs::SPREAD_DROPS,
     ];
     want.sort();
     assert_eq!(names, want);
@@ -392,6 +393,10 @@ fn every_program_in_the_object_passes_the_verifier() {
         let result = match ebpf.program_mut(name).unwrap() {
             aya::programs::Program::Xdp(p) => p.load(),
             aya::programs::Program::SchedClassifier(p) => p.load(),
+            aya::programs::Program::BtfTracePoint(p) => p.load(
+                "xdp_cpumap_enqueue",
+                &aya::Btf::from_sys_fs().expect("kernel BTF"),
+            ),
             _ => panic!("{name}: unexpected program type"),
         };
         if let Err(e) = result {

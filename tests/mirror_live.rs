@@ -361,3 +361,93 @@ fn copies_spread_over_cpus_are_accounted_exactly() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }
+
+/// Holds CPU `cpu` with a real-time thread for `for_ms`: the cpumap queue of that CPU then fills
+/// (its kernel thread is an ordinary task; the kernel's real-time throttling still leaves it 5%
+/// of each second, so the hold ends by itself whatever happens).
+fn hold_cpu(cpu: usize, for_ms: u64) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        roce_observer::lab::pin_current_thread_to(cpu).unwrap();
+        let param = libc::sched_param { sched_priority: 10 };
+        // SAFETY: this thread's own scheduling policy.
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(for_ms);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    })
+}
+
+/// Copies spread to a CPU whose queue fills (the CPU held by a real-time thread while they are
+/// sent) are dropped by the cpumap: the observer counts each drop (`spread_dropped`), so that
+/// what it accounted plus what it dropped is exactly what was sent; the `observer-drops` finding
+/// fires and the loss rule does not call the missing PSNs loss.
+#[test]
+fn copies_dropped_by_a_full_cpu_queue_are_counted_and_not_called_loss() {
+    if !require_root("copies_dropped_by_a_full_cpu_queue_are_counted_and_not_called_loss") {
+        return;
+    }
+    let online = roce_observer::source::live::online_cpus().unwrap();
+    if online.len() < 2 {
+        // A loud skip, not a pass: one CPU cannot be spread to another.
+        eprintln!("SKIPPED copies_dropped_by_a_full_cpu_queue...: needs two online CPUs");
+        return;
+    }
+    let (sender, held) = (online[0] as usize, online[1] as usize);
+    let w = synth::scenario("many-qps").unwrap();
+    let copies = erspan2_copies(&w, 42);
+    let sent = copies.len() as u64;
+    let lab = Lab::create("ro-sdrop").unwrap();
+    let cpus = roce_observer::source::live::cpu_list(&online[..2]);
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &[
+            "--iface",
+            "rx0",
+            "--mode",
+            "mirror",
+            "--consume",
+            "--cpus",
+            &cpus,
+            "--duration",
+            "3s",
+            "--json",
+        ],
+    );
+    let hold = hold_cpu(held, 700);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    lab.ns
+        .run_in(move || {
+            roce_observer::lab::pin_current_thread_to(sender).unwrap();
+            synth::send(Lab::TX, &copies)
+        })
+        .unwrap()
+        .unwrap();
+    hold.join().unwrap();
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "{err}");
+    let r: Report = serde_json::from_str(&out).unwrap();
+    let dropped = r.totals.spread_dropped;
+    eprintln!("{sent} copies sent: {} accounted, {dropped} dropped", r.totals.frames);
+    assert!(
+        dropped > 0,
+        "the held CPU's queue never filled: nothing shows the drops are counted"
+    );
+    assert_eq!(
+        r.totals.frames + dropped,
+        sent,
+        "accounted + dropped = sent"
+    );
+    let finding = r
+        .findings
+        .iter()
+        .find(|f| f.rule == "observer-drops")
+        .expect("the observer-drops finding");
+    assert_eq!(finding.evidence["spread_dropped"], dropped);
+    assert!(
+        !r.findings.iter().any(|f| f.rule == "loss"),
+        "PSNs the observer dropped called loss"
+    );
+}

@@ -558,9 +558,12 @@ pub struct Counters {
     pub egress_frames: u64,
     /// PAUSE / PFC frames not itemized because the pause table refused the insert.
     pub pause_insert_failures: u64,
+    /// Mirror copies dropped before any accounting: spread over CPUs, the queue of the CPU
+    /// they were sent to was full.
+    pub spread_dropped: u64,
 }
 const _: () =
-    assert!(size_of::<Counters>() == (6 + SkipReason::COUNT + 2 + ERSPAN_SESSIONS + 2) * 8);
+    assert!(size_of::<Counters>() == (6 + SkipReason::COUNT + 2 + ERSPAN_SESSIONS + 3) * 8);
 
 impl Default for Counters {
     fn default() -> Self {
@@ -577,6 +580,7 @@ impl Default for Counters {
             mirror_sessions: [0; ERSPAN_SESSIONS],
             egress_frames: 0,
             pause_insert_failures: 0,
+            spread_dropped: 0,
         }
     }
 }
@@ -632,6 +636,7 @@ impl Counters {
         }
         self.egress_frames += o.egress_frames;
         self.pause_insert_failures += o.pause_insert_failures;
+        self.spread_dropped += o.spread_dropped;
     }
 }
 

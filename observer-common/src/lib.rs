@@ -87,6 +87,8 @@ pub mod programs {
     pub const START_CLOCK: &str = "start_clock";
     /// A program that only counts frames: the benchmark's baseline.
     pub const BASELINE: &str = "count_frames";
+    /// Counts the mirror copies the spreading's cpumap dropped (a BTF tracepoint).
+    pub const SPREAD_DROPS: &str = "spread_drops";
     /// The same, dropping the frames: the sustained-rate benchmark's baseline.
     pub const BASELINE_DROP: &str = "count_frames_drop";
     /// Benchmark only: the observer without the flow cache (per-CPU LRU table lookups).
@@ -97,6 +99,9 @@ pub mod programs {
 
 /// CPUs mirror copies can be spread over (the loader sizes the maps to the host's).
 pub const MAX_SPREAD_CPUS: u32 = 1024;
+/// The entry of the `SPREAD` array that holds the id of the `SPREAD_CPUS` cpumap, after the
+/// CPUs: the drop counter counts that map's drops only (0: none yet).
+pub const SPREAD_MAP_ID: u32 = MAX_SPREAD_CPUS + 1;
 
 /// The spread hash of a packet's two IP addresses, the same whichever is the source: the CPU a
 /// spread mirror port sends its copy to (`SPREAD[1 + hash % n]`), so that both directions of a

@@ -24,16 +24,16 @@ mod kernel {
             bpf_get_smp_processor_id, bpf_ktime_get_ns,
             generated::{bpf_timer_init, bpf_timer_set_callback, bpf_timer_start},
         },
-        macros::{btf_map, classifier, map, xdp},
+        macros::{btf_map, btf_tracepoint, classifier, map, xdp},
         maps::{Array, CpuMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
-        programs::{TcContext, XdpContext},
+        programs::{BtfTracePointContext, TcContext, XdpContext},
     };
     use observer_common::{
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Clock, ClockValue,
         Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot,
         FlowStats, HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES,
-        LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MAX_SPREAD_CPUS, MSG_FLOWS,
-        Mirror, MsgKind, MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass,
+        LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind,
+        MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SPREAD_MAP_ID, SeqClass,
         SeqInput, SkipReason, WIRE_OVERHEAD, burst_index,
         latency::lat_bucket_index,
         latency::role,
@@ -183,9 +183,10 @@ mod kernel {
     #[map(name = "SPREAD_CPUS")]
     static SPREAD_CPUS: CpuMap = CpuMap::with_max_entries(1, 0);
 
-    /// The CPUs frames are spread over: entry 0 holds their number n, entries 1 to n the CPUs.
+    /// The CPUs frames are spread over: entry 0 holds their number n, entries 1 to n the CPUs;
+    /// entry `SPREAD_MAP_ID` the id of SPREAD_CPUS (whose drops `spread_drops` counts).
     #[map(name = "SPREAD")]
-    static SPREAD: Array<u32> = Array::with_max_entries(MAX_SPREAD_CPUS + 1, 0);
+    static SPREAD: Array<u32> = Array::with_max_entries(SPREAD_MAP_ID + 1, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -933,6 +934,30 @@ mod kernel {
         match SPREAD_CPUS.redirect(*cpu, u64::from(xdp_action::XDP_PASS)) {
             Ok(action) | Err(action) => action,
         }
+    }
+
+    /// Mirror mode spread over CPUs: counts the copies SPREAD_CPUS dropped because the queue of
+    /// the CPU they were sent to was full (the tracepoint of a cpumap's bulk flush, on the
+    /// sending CPU; its other failures come after the cpumap program accounted the frame).
+    /// Without it such a copy would be a PSN missing on the wire.
+    #[btf_tracepoint(function = "xdp_cpumap_enqueue")]
+    pub fn spread_drops(ctx: BtfTracePointContext) -> i32 {
+        // The tracepoint's arguments are (map_id, processed, drops, to_cpu).
+        let (map_id, drops): (i32, u32) = (ctx.arg(0), ctx.arg(2));
+        if drops == 0 {
+            return 0;
+        }
+        // Another program's cpumap, or ours before the loader named it: not ours to count.
+        match SPREAD.get(SPREAD_MAP_ID) {
+            Some(id) if *id != 0 && *id == map_id as u32 => {}
+            _ => return 0,
+        }
+        if let Some(c) = COUNTERS.get_ptr_mut(0) {
+            // SAFETY: this CPU's value; the flush runs in the softirq that ran the XDP
+            // programs on this CPU, after them, never within one.
+            unsafe { (*c).spread_dropped += u64::from(drops) };
+        }
+        0
     }
 
     /// `roce_observe` as the cpumap program of a CPU frames are spread to (`roce_spread`).

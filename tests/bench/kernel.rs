@@ -383,13 +383,7 @@ fn thread_cpu_time() -> Duration {
 /// the kernel's whole-nanosecond average per repeat for a single run, the thread's CPU time
 /// over the call divided by the repeat otherwise (its own cost, a few microseconds, is lost in
 /// a million repeats).
-fn test_run(
-    p: &Xdp,
-    name: &str,
-    frame: &[u8],
-    out: &mut [u8],
-    repeat: u32,
-) -> Result<f64, String> {
+fn test_run(p: &Xdp, name: &str, frame: &[u8], out: &mut [u8], repeat: u32) -> Result<f64, String> {
     out.fill(0);
     let started = thread_cpu_time();
     let r = p

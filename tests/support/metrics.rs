@@ -107,6 +107,7 @@ pub const EXPORTED_METRICS: &[&str] = &[
     "roce_observer_flow_evictions_total",
     "roce_observer_unattributed_packets_total",
     "roce_observer_flows_aged_total",
+    "roce_observer_spread_dropped_frames_total",
     "roce_observer_series",
     "roce_observer_max_series",
     "roce_observer_series_demotions_total",

@@ -667,6 +667,7 @@ impl Aggregate {
                 mirror: MirrorTotals::of(c),
                 psn,
                 capture: None,
+                spread_dropped: c.spread_dropped,
             },
             flows,
             connections,

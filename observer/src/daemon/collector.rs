@@ -557,6 +557,7 @@ impl Collector {
             qp_latency,
             connections: drained.connections,
             capture,
+            spread_dropped: counters.spread_dropped,
             nic: self.nic.metrics(),
             pfc: self.pauses.rows(),
         };

@@ -270,8 +270,10 @@ pub struct Snapshot {
     pub qp_latency: Vec<(FlowKey, [LatHist; 2])>,
     /// RC, UC and XRC connections among the flows of the last drain.
     pub connections: usize,
-    /// A libpcap capture's own counters (none: XDP, which drops nothing it does not see).
+    /// A libpcap capture's own counters (none: XDP).
     pub capture: Option<CaptureRow>,
+    /// Mirror copies spread over CPUs that found their CPU's queue full (cumulative).
+    pub spread_dropped: u64,
     /// The NIC side: RDMA device counters, driver statistics and configuration.
     pub nic: NicMetrics,
     /// PAUSE / PFC frames on the wire per sender and class.
@@ -663,6 +665,13 @@ impl Collector for SnapshotCollector {
                 ],
             )?;
         }
+        counter(
+            &mut enc,
+            "roce_observer_spread_dropped_frames",
+            "Mirror copies the observer dropped before accounting them: spread over CPUs (cpus), the queue of the CPU a copy was sent to was full. Their PSNs look lost; the observer-drops finding says so",
+            None,
+            s.spread_dropped,
+        )?;
         counter(
             &mut enc,
             "roce_observer_flows_aged",

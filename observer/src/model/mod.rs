@@ -351,6 +351,22 @@ pub struct Totals {
     /// has none to report: it sees each frame as it is received).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<CaptureCounts>,
+    /// Mirror copies dropped before they were accounted: spread over CPUs (`--cpus`), the
+    /// queue of the CPU a copy was sent to was full.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spread_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Totals {
+    /// Frames the observation itself lost: its CPU queues' drops, a capture's buffer and
+    /// interface drops. Their PSNs look lost on the wire.
+    pub fn observer_dropped(&self) -> u64 {
+        self.spread_dropped + self.capture.map_or(0, |c| c.dropped + c.interface_dropped)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

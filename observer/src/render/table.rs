@@ -120,6 +120,13 @@ pub fn render_table(report: &Report, top: usize) -> String {
             c.dropped, c.interface_dropped
         );
     }
+    if t.spread_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "  spread drops: {} mirror copies found the queue of their CPU full (--cpus): never accounted, their PSNs look lost",
+            t.spread_dropped
+        );
+    }
     if !report.flows.is_empty() {
         use Align::{Left, Right};
         let peaks = report.flows.iter().any(|f| f.peak_rate_bps.is_some());

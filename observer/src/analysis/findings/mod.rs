@@ -51,6 +51,7 @@ mod rules {
     pub mod nic_transport_errors;
     pub mod nic_wire_mismatch;
     pub mod not_ect;
+    pub mod observer_drops;
     pub mod pfc_idle_priority;
     pub mod pfc_storm;
     pub mod psn_violation;
@@ -65,9 +66,9 @@ pub use rules::{
     ce_without_cnp::CeWithoutCnp, cnp_priority::CnpPriority, dscp_mix::DscpMix,
     duplicate_copies::DuplicateCopies, ecmp_imbalance::EcmpImbalance,
     flow_table_full::FlowTableFull, incast::Incast, latency::Latency, loss::Loss,
-    microburst::Microburst, not_ect::NotEct, pfc_idle_priority::PfcIdlePriority,
-    pfc_storm::PfcStorm, psn_violation::PsnViolation, qp_reuse::QpReuse, reorder::Reorder,
-    rnr::Rnr, stall::Stall,
+    microburst::Microburst, not_ect::NotEct, observer_drops::ObserverDrops,
+    pfc_idle_priority::PfcIdlePriority, pfc_storm::PfcStorm, psn_violation::PsnViolation,
+    qp_reuse::QpReuse, reorder::Reorder, rnr::Rnr, stall::Stall,
 };
 pub use rules::{
     nic_ecn_without_cnp::NicEcnWithoutCnp, nic_lossless_discards::NicLosslessDiscards,
@@ -153,6 +154,7 @@ registry! {
     latency::LatencyRule,
     ecmp_imbalance::EcmpImbalanceRule,
     flow_table_full::FlowTableFullRule,
+    observer_drops::ObserverDropsRule,
     nic_pfc_priorities::NicPfcPrioritiesRule,
     nic_ecn_without_cnp::NicEcnWithoutCnpRule,
     nic_transport_errors::NicTransportErrorsRule,
@@ -522,6 +524,7 @@ mod tests {
                 "latency",
                 "ecmp-imbalance",
                 "flow-table-full",
+                "observer-drops",
                 "nic-pfc-priorities",
                 "nic-ecn-without-cnp",
                 "nic-transport-errors",
@@ -553,8 +556,13 @@ mod tests {
     fn each_rules_scenario_is_a_synth_scenario_named_after_it() {
         for rule in rules() {
             let Some(scenario) = rule.scenario() else {
-                // The replay's flow table is unbounded: only a live run fills it.
-                assert_eq!(rule.name(), "flow-table-full");
+                // A replay's flow table is unbounded and it drops nothing: only a live run
+                // fills the one or drops.
+                assert!(
+                    ["flow-table-full", "observer-drops"].contains(&rule.name()),
+                    "{}",
+                    rule.name()
+                );
                 continue;
             };
             assert!(

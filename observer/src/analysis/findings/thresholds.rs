@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CeWithoutCnp, CnpPriority, DscpMix, DuplicateCopies, EcmpImbalance, FlowTableFull, Incast,
-    Latency, Loss, Microburst, NotEct, PfcIdlePriority, PfcStorm, PsnViolation, QpReuse, RULES,
-    Reorder, Rnr, Stall,
+    Latency, Loss, Microburst, NotEct, ObserverDrops, PfcIdlePriority, PfcStorm, PsnViolation,
+    QpReuse, RULES, Reorder, Rnr, Stall,
 };
 use super::{
     NicEcnWithoutCnp, NicLosslessDiscards, NicPauseShare, NicPauseStorm, NicPfcPriorities,
@@ -38,6 +38,7 @@ pub struct Thresholds {
     pub latency: Latency,
     pub ecmp_imbalance: EcmpImbalance,
     pub flow_table_full: FlowTableFull,
+    pub observer_drops: ObserverDrops,
     pub nic_pfc_priorities: NicPfcPriorities,
     pub nic_ecn_without_cnp: NicEcnWithoutCnp,
     pub nic_transport_errors: NicTransportErrors,

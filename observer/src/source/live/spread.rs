@@ -5,11 +5,11 @@
 use std::{fs, path::Path};
 
 use aya::{
-    Ebpf,
-    maps::{Array, CpuMap, PerCpuArray},
-    programs::Xdp,
+    Btf, Ebpf,
+    maps::{Array, CpuMap, Map, PerCpuArray},
+    programs::{BtfTracePoint, Xdp},
 };
-use observer_common::{Counters, MAX_SPREAD_CPUS, maps, programs};
+use observer_common::{Counters, MAX_SPREAD_CPUS, SPREAD_MAP_ID, maps, programs};
 
 use super::{LiveError, Vantage, error::load_error};
 
@@ -36,6 +36,10 @@ impl Spread {
         }
     }
 }
+
+/// The tracepoint of a cpumap's bulk flush, which says how many frames found their CPU's queue
+/// full.
+const DROP_TRACEPOINT: &str = "xdp_cpumap_enqueue";
 
 /// Frames a CPU's queue holds before the cpumap drops (the kernel samples' default).
 const QUEUE_FRAMES: u32 = 2048;
@@ -196,17 +200,27 @@ pub(super) fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<
             .try_clone()
             .map_err(|e| fail(observer, &e))?
     };
-    {
+    let cpumap_id = {
         let map = ebpf
             .map_mut(maps::SPREAD_CPUS)
             .ok_or_else(|| LiveError::Spread(format!("no map {}", maps::SPREAD_CPUS)))?;
+        let id = match &*map {
+            Map::CpuMap(data) => data.info().map_err(|e| fail(maps::SPREAD_CPUS, &e))?.id(),
+            _ => {
+                return Err(LiveError::Spread(format!(
+                    "{} is not a cpumap",
+                    maps::SPREAD_CPUS
+                )));
+            }
+        };
         let mut cpumap = CpuMap::try_from(map).map_err(|e| fail(maps::SPREAD_CPUS, &e))?;
         for cpu in cpus {
             cpumap
                 .set(*cpu, QUEUE_FRAMES, Some(&fd), 0)
                 .map_err(|e| fail(&format!("the queue of CPU {cpu}"), &e))?;
         }
-    }
+        id
+    };
     let map = ebpf
         .map_mut(maps::SPREAD)
         .ok_or_else(|| LiveError::Spread(format!("no map {}", maps::SPREAD)))?;
@@ -216,10 +230,40 @@ pub(super) fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<
             .set(1 + i as u32, cpu, 0)
             .map_err(|e| fail(maps::SPREAD, &e))?;
     }
+    // The cpumap's drops are counted from here on: its id names it to `spread_drops`.
+    spread
+        .set(SPREAD_MAP_ID, cpumap_id, 0)
+        .map_err(|e| fail(maps::SPREAD, &e))?;
+    count_drops(ebpf)?;
+    let map = ebpf
+        .map_mut(maps::SPREAD)
+        .ok_or_else(|| LiveError::Spread(format!("no map {}", maps::SPREAD)))?;
+    let mut spread: Array<_, u32> = Array::try_from(map).map_err(|e| fail(maps::SPREAD, &e))?;
     // The number last: until then no frame is sent on.
     spread
         .set(0, cpus.len() as u32, 0)
         .map_err(|e| fail(maps::SPREAD, &e))
+}
+
+/// Loads and attaches `spread_drops`, which counts the copies the cpumap drops when a CPU's
+/// queue is full (in `Counters::spread_dropped`): without it they would be PSNs missing on the
+/// wire.
+fn count_drops(ebpf: &mut Ebpf) -> Result<(), LiveError> {
+    let fail = |e: &dyn std::fmt::Display| {
+        LiveError::Spread(format!(
+            "counting its drops ({}): {e}",
+            programs::SPREAD_DROPS
+        ))
+    };
+    let btf = Btf::from_sys_fs().map_err(|e| fail(&e))?;
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(programs::SPREAD_DROPS)
+        .ok_or(LiveError::MissingProgram(programs::SPREAD_DROPS))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| fail(&e))?;
+    prog.load(DROP_TRACEPOINT, &btf).map_err(|e| fail(&e))?;
+    prog.attach().map_err(|e| fail(&e))?;
+    Ok(())
 }
 
 /// Waits (at most half a second) until the frames still queued for the spread CPUs are

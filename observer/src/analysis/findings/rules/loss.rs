@@ -123,6 +123,17 @@ fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
             }
         ));
     }
+    // PSNs missing with no NAK and no resend are what the observer's own drops look like:
+    // while it dropped frames itself, they prove nothing.
+    let dropped = r.totals.observer_dropped();
+    if dropped > 0 && naks == 0 && episodes == 0 {
+        return Outcome::InsufficientData(format!(
+            "{} missing in {}, no NAK, no resend, and the observer itself dropped {} (see observer-drops): the missing PSNs may be its own",
+            count(missing, "PSN"),
+            count(lost_events, "range"),
+            count(dropped, "frame")
+        ));
+    }
     flows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let lossless = ctx.pfc_seen || ctx.dscp_in_use;
     let rate = (missing + retx) as f64 * 100.0 / requests as f64;
@@ -170,8 +181,16 @@ fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
                     count(episodes, "go-back-N episode")
                 ));
             }
+            let own = if dropped > 0 && missing > 0 {
+                format!(
+                    "; the observer itself dropped {}: the missing PSNs may include them",
+                    count(dropped, "frame")
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "{} ({:.3}% of {}) on {}",
+                "{} ({:.3}% of {}) on {}{own}",
                 parts.join(", "),
                 rate,
                 count(requests, "request packet"),
@@ -193,6 +212,7 @@ fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
             ("loss_percent", ((rate * 1000.0).round() / 1000.0).into()),
             ("lossless_class_configured", lossless.into()),
             ("mirror_only", mirror_only.into()),
+            ("observer_dropped", dropped.into()),
         ]
         .into_iter()
         .map(|(k, v): (&str, serde_json::Value)| (k.to_string(), v))
@@ -306,5 +326,44 @@ mod tests {
         b.mirror = r.flows[0].mirror.clone();
         r.flows.push(b);
         assert_eq!(fired(run(&LossRule, &r, &t)).severity, Severity::Critical);
+    }
+
+    #[test]
+    fn psns_missing_while_the_observer_dropped_frames_prove_nothing() {
+        let t = Thresholds::default();
+        let mut r = report();
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.write, f.psn.gaps) = (100, 100, 2);
+        (f.psn.missing, f.psn.lost_events) = (4, 2);
+        r.flows.push(f);
+        fired(run(&LossRule, &r, &t));
+        for (spread, capture) in [(3, 0), (0, 3)] {
+            r.totals.spread_dropped = spread;
+            r.totals.capture = Some(crate::model::CaptureCounts {
+                received: 100,
+                dropped: capture,
+                interface_dropped: 0,
+            });
+            match run(&LossRule, &r, &t) {
+                Outcome::InsufficientData(why) => assert_eq!(
+                    why,
+                    "4 PSNs missing in 2 ranges, no NAK, no resend, and the observer itself dropped 3 frames (see observer-drops): the missing PSNs may be its own"
+                ),
+                _ => panic!("the loss rule fired or passed on PSNs the observer may have dropped"),
+            }
+        }
+        // A NAK from the responder: the fabric lost packets, whatever the observer dropped.
+        let mut b = flow("10.0.0.2", "10.0.0.1");
+        (b.packets, b.ops.nak, b.psn.nak_seq_errors) = (1, 1, 1);
+        r.flows.push(b);
+        let f = fired(run(&LossRule, &r, &t));
+        assert!(
+            f.summary.ends_with(
+                "; the observer itself dropped 3 frames: the missing PSNs may include them"
+            ),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.evidence["observer_dropped"], 3);
     }
 }

@@ -1,0 +1,159 @@
+//! The observer dropped frames itself before accounting them: mirror copies spread over CPUs
+//! that found their CPU's queue full, frames a libpcap capture had no room for or its interface
+//! dropped. Their PSNs look lost on the wire, so the loss rule does not conclude on missing PSNs
+//! alone while this fires. No synth scenario fires it (a replay drops nothing).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, pct},
+    model::Report,
+    units::count,
+};
+
+pub const ABOUT: About = About {
+    name: "observer-drops",
+    summary: "The observer dropped frames itself (CPU queues or capture buffer full): PSNs may look lost",
+    scenario: None,
+};
+
+/// The rule ([`ABOUT`]): `observer_drops` below, with its [`ObserverDrops`] table.
+pub struct ObserverDropsRule;
+
+impl Rule for ObserverDropsRule {
+    fn about(&self) -> &'static About {
+        &ABOUT
+    }
+
+    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
+        observer_drops(r, &t.observer_drops)
+    }
+
+    /// Dropped frames are unseen ones: a run that dropped every RoCE packet saw none.
+    fn needs_roce(&self) -> bool {
+        false
+    }
+}
+
+/// The `[observer_drops]` table of the rules file, every key optional.
+/// The defaults are its `Default` below; `rules.example.toml` spells them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ObserverDrops {
+    /// Frames dropped by the observer from which the rule fires.
+    pub min_frames: u64,
+}
+
+impl Default for ObserverDrops {
+    fn default() -> Self {
+        Self { min_frames: 1 }
+    }
+}
+
+fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
+    let t = &r.totals;
+    let dropped = t.observer_dropped();
+    if dropped == 0 || dropped < c.min_frames {
+        if t.frames == 0 {
+            return Outcome::InsufficientData("no frame seen, none dropped".into());
+        }
+        return Outcome::Passed(if dropped == 0 {
+            format!("every one of {} accounted", count(t.frames, "frame"))
+        } else {
+            format!(
+                "{} dropped by the observer, below min_frames {}",
+                count(dropped, "frame"),
+                c.min_frames
+            )
+        });
+    }
+    let (buffer, interface) = t
+        .capture
+        .map_or((0, 0), |c| (c.dropped, c.interface_dropped));
+    let mut parts = Vec::new();
+    if t.spread_dropped > 0 {
+        parts.push(format!(
+            "{} found the queue of the CPU they were spread to full",
+            match t.spread_dropped {
+                1 => "1 mirror copy".to_string(),
+                n => format!("{n} mirror copies"),
+            }
+        ));
+    }
+    if buffer > 0 {
+        parts.push(format!(
+            "{} found no room in libpcap's buffer",
+            count(buffer, "frame")
+        ));
+    }
+    if interface > 0 {
+        parts.push(format!(
+            "the interface dropped {} on receive",
+            count(interface, "frame")
+        ));
+    }
+    finding(
+        ABOUT.name,
+        Severity::Warning,
+        "The observer dropped frames itself: PSNs missing in what it saw may be its own",
+        format!(
+            "{} ({:.2}% of what it saw): never accounted, their PSNs look lost; the loss rule does not conclude on missing PSNs alone",
+            parts.join(", "),
+            pct(dropped, t.frames + dropped)
+        ),
+        vec![
+            ("spread_dropped", t.spread_dropped.into()),
+            ("capture_dropped", buffer.into()),
+            ("interface_dropped", interface.into()),
+            ("frames", t.frames.into()),
+        ],
+        Vec::new(),
+        "Spread over more CPUs (--cpus), drop the copies once accounted (--consume) so that they do not climb the stack, or mirror less traffic to this port; for a capture, XDP on the interface instead.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::findings::testing::{fired, passed, report, run};
+
+    #[test]
+    fn frames_the_observer_dropped_fire() {
+        let t = Thresholds::default();
+        let mut r = report();
+        assert!(matches!(
+            run(&ObserverDropsRule, &r, &t),
+            Outcome::InsufficientData(_)
+        ));
+        r.totals.frames = 997;
+        assert_eq!(
+            passed(run(&ObserverDropsRule, &r, &t)),
+            "every one of 997 frames accounted"
+        );
+        r.totals.spread_dropped = 3;
+        let f = fired(run(&ObserverDropsRule, &r, &t));
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(
+            f.summary,
+            "3 mirror copies found the queue of the CPU they were spread to full (0.30% of what it saw): never accounted, their PSNs look lost; the loss rule does not conclude on missing PSNs alone"
+        );
+        assert_eq!(f.evidence["spread_dropped"], 3);
+        r.totals.spread_dropped = 0;
+        r.totals.capture = Some(crate::model::CaptureCounts {
+            received: 1000,
+            dropped: 2,
+            interface_dropped: 1,
+        });
+        let f = fired(run(&ObserverDropsRule, &r, &t));
+        assert_eq!(f.evidence["capture_dropped"], 2);
+        assert_eq!(f.evidence["interface_dropped"], 1);
+        let t = Thresholds {
+            observer_drops: ObserverDrops { min_frames: 10 },
+            ..Thresholds::default()
+        };
+        assert_eq!(
+            passed(run(&ObserverDropsRule, &r, &t)),
+            "3 frames dropped by the observer, below min_frames 10"
+        );
+    }
+}
