@@ -54,8 +54,11 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
     let t = &r.totals;
     let dropped = t.observer_dropped();
     if dropped == 0 || dropped < c.min_frames {
-        if t.frames == 0 {
-            return Outcome::InsufficientData("no frame seen, none dropped".into());
+        if t.roce_packets == 0 {
+            return Outcome::InsufficientData(format!(
+                "no RoCE packet seen, none dropped ({} accounted)",
+                count(t.frames, "frame")
+            ));
         }
         return Outcome::Passed(if dropped == 0 {
             format!("every one of {} accounted", count(t.frames, "frame"))
@@ -126,6 +129,11 @@ mod tests {
             Outcome::InsufficientData(_)
         ));
         r.totals.frames = 997;
+        assert!(matches!(
+            run(&ObserverDropsRule, &r, &t),
+            Outcome::InsufficientData(_)
+        ));
+        r.totals.roce_packets = 900;
         assert_eq!(
             passed(run(&ObserverDropsRule, &r, &t)),
             "every one of 997 frames accounted"
