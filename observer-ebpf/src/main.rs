@@ -474,16 +474,15 @@ mod kernel {
         slot.stats.count(p, now);
         let mut stats = &mut slot.stats;
         // A mirror copy is counted in its session's flow and analysed with the copies of
-        // every session of its flow (a QP sprayed over mirrored links is whole only there),
-        // in the table directly (a second cache slot does not fit the 512-byte stack), under
-        // the key changed in place.
+        // every session of its flow (a QP sprayed over mirrored links is whole only there), in
+        // that flow's own cache slot, under the key changed in place.
         if key.is_copy() {
             key.mirror = union_mirror(key.mirror);
-            let Some(u) = table_entry(key) else {
+            let Some(u) = cached(key, counters) else {
                 return;
             };
-            u.seen(p, now);
-            stats = u;
+            u.stats.seen(p, now);
+            stats = &mut u.stats;
         }
         // SAFETY: this CPU's value.
         let input = unsafe { core::ptr::read_volatile(scratch) };
@@ -736,20 +735,6 @@ mod kernel {
             (*pair).set(key);
             Some(&*pair)
         }
-    }
-
-    /// This CPU's value of `key` in the flow table, inserted (zeroed) when missing.
-    #[inline(always)]
-    fn table_entry(key: &FlowKey) -> Option<&'static mut FlowStats> {
-        if let Some(s) = FLOWS.get_ptr_mut(key) {
-            // SAFETY: this CPU's value.
-            return Some(unsafe { &mut *s });
-        }
-        let zero = ZERO_STATS.get_ptr(0)?;
-        // SAFETY: ZERO_STATS is never written. EEXIST (a race) is fine.
-        let _ = FLOWS.insert(key, unsafe { &*zero }, BPF_NOEXIST as u64);
-        // SAFETY: this CPU's value.
-        FLOWS.get_ptr_mut(key).map(|s| unsafe { &mut *s })
     }
 
     /// This CPU's cache slot of `key`, taken over (its old flow written back) when another
