@@ -422,7 +422,7 @@ fn measure(p: &Xdp, name: &str, case: &Case, repeat: u32) -> Result<f64, String>
         for frame in &case.frames {
             total += test_run(p, name, frame, &mut out, 1)?;
         }
-        Ok(total as f64 / case.frames.len() as f64)
+        Ok(total / case.frames.len() as f64)
     }
 }
 
