@@ -54,9 +54,22 @@ fn pairs(n: usize) -> Vec<Frame> {
 /// just before the ACK's send began, and from just before the request's to just after the
 /// ACK's (the measured sample lies between, give or take the send paths' difference).
 fn send_pairs(lab: &Lab, frames: Vec<Frame>, delays: Vec<Duration>) -> Vec<(u64, u64)> {
+    send_pairs_on(lab, frames, delays, None)
+}
+
+/// [`send_pairs`] from CPU `cpu` (none: the first this process may use).
+fn send_pairs_on(
+    lab: &Lab,
+    frames: Vec<Frame>,
+    delays: Vec<Duration>,
+    cpu: Option<usize>,
+) -> Vec<(u64, u64)> {
     lab.ns
         .run_in(move || {
-            roce_observer::lab::pin_current_thread().unwrap();
+            match cpu {
+                Some(cpu) => roce_observer::lab::pin_current_thread_to(cpu).unwrap(),
+                None => roce_observer::lab::pin_current_thread().unwrap(),
+            }
             let sock = PacketSocket::open("tx0").unwrap();
             let mut truth = Vec::new();
             for (i, (pair, delay)) in frames.chunks(2).zip(delays).enumerate() {
@@ -164,6 +177,82 @@ fn ack_latency_equals_the_delay_the_generator_kept() {
         assert_eq!(qps, [Some(0x11), Some(0x22)], "both QP numbers");
         assert_eq!(c.a.latency.ack.as_ref().map(|a| a.samples), Some(n as u64));
         assert!(c.b.latency.ack.is_none());
+    }
+}
+
+/// Mirror mode spread over CPUs, the CPU the pairs' hosts hash to held by a real-time thread
+/// while they cross: requests and ACKs all wait in its queue and are accounted together once it
+/// is free. The ACK latency is still the delay the generator kept, because the receiving CPU
+/// stamps each frame's arrival before the queue (without the stamp, every sample would be the
+/// few microseconds between two frames of the drained queue).
+#[test]
+fn spread_ack_latency_is_timed_before_the_cpu_queue() {
+    if !require_root("spread_ack_latency_is_timed_before_the_cpu_queue") {
+        return;
+    }
+    let _one = one_at_a_time();
+    let online = roce_observer::source::live::online_cpus().unwrap();
+    if online.len() < 2 {
+        eprintln!(
+            "SKIPPED spread_ack_latency_is_timed_before_the_cpu_queue: needs two online CPUs"
+        );
+        return;
+    }
+    let cpus = &online[..2];
+    let v4 = |last: u8| {
+        let mut a = [0u8; 16];
+        a[10..12].copy_from_slice(&[0xFF, 0xFF]);
+        a[12..].copy_from_slice(&[198, 18, 0, last]);
+        a
+    };
+    // The CPU the spreading sends the pairs to, and the other one to send them from.
+    let to = (observer_common::spread_hash(&v4(1), &v4(2)) % 2) as usize;
+    let (held, sender) = (cpus[to] as usize, cpus[1 - to] as usize);
+    let lab = Lab::create("ro-latsp").unwrap();
+    let list = roce_observer::source::live::cpu_list(cpus);
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &[
+            "--iface",
+            "rx0",
+            "--mode",
+            "mirror",
+            "--cpus",
+            &list,
+            "--duration",
+            "3s",
+            "--json",
+        ],
+    );
+    let n = 20;
+    let hold = integration_tests::hold_cpu(held, 500);
+    std::thread::sleep(Duration::from_millis(30));
+    let truth = send_pairs_on(
+        &lab,
+        pairs(n),
+        vec![Duration::from_millis(5); n],
+        Some(sender),
+    );
+    hold.join().unwrap();
+    let (status, out, err) = d.finish();
+    assert!(status.success(), "diagnose failed: {err}");
+    let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let acks: Vec<&LatencyScope> = report.latency.iter().filter(|l| l.kind == "ack").collect();
+    assert_eq!(acks.len(), 1, "one ACK histogram: {:?}", report.latency);
+    let s = &acks[0].summary;
+    assert_eq!(s.samples, n as u64, "every ACK timed: {s:?}");
+    let lo = truth.iter().map(|t| t.0).min().unwrap();
+    let hi = truth.iter().map(|t| t.1).max().unwrap();
+    eprintln!(
+        "spread, queue held: measured min {} p50 {} max {}; generator {lo}..{hi}",
+        s.min_ns, s.p50_ns, s.max_ns
+    );
+    for (what, v) in [("min", s.min_ns), ("p50", s.p50_ns), ("max", s.max_ns)] {
+        assert!(
+            v + SLACK_NS >= lo && v <= hi + SLACK_NS,
+            "{what} {v} outside the truth {lo}..{hi}: {s:?}"
+        );
     }
 }
 

@@ -362,23 +362,6 @@ fn copies_spread_over_cpus_are_accounted_exactly() {
     }
 }
 
-/// Holds CPU `cpu` with a real-time thread for `for_ms`: the cpumap queue of that CPU then fills
-/// (its kernel thread is an ordinary task; the kernel's real-time throttling still leaves it 5%
-/// of each second, so the hold ends by itself whatever happens).
-fn hold_cpu(cpu: usize, for_ms: u64) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        roce_observer::lab::pin_current_thread_to(cpu).unwrap();
-        let param = libc::sched_param { sched_priority: 10 };
-        // SAFETY: this thread's own scheduling policy.
-        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-        assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(for_ms);
-        while std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
-    })
-}
-
 /// Copies spread to a CPU whose queue fills (the CPU held by a real-time thread while they are
 /// sent) are dropped by the cpumap: the observer counts each drop (`spread_dropped`), so that
 /// what it accounted plus what it dropped is exactly what was sent; the `observer-drops` finding
@@ -416,7 +399,7 @@ fn copies_dropped_by_a_full_cpu_queue_are_counted_and_not_called_loss() {
             "--json",
         ],
     );
-    let hold = hold_cpu(held, 700);
+    let hold = integration_tests::hold_cpu(held, 700);
     std::thread::sleep(std::time::Duration::from_millis(50));
     lab.ns
         .run_in(move || {
@@ -430,7 +413,10 @@ fn copies_dropped_by_a_full_cpu_queue_are_counted_and_not_called_loss() {
     assert!(status.success(), "{err}");
     let r: Report = serde_json::from_str(&out).unwrap();
     let dropped = r.totals.spread_dropped;
-    eprintln!("{sent} copies sent: {} accounted, {dropped} dropped", r.totals.frames);
+    eprintln!(
+        "{sent} copies sent: {} accounted, {dropped} dropped",
+        r.totals.frames
+    );
     assert!(
         dropped > 0,
         "the held CPU's queue never filled: nothing shows the drops are counted"

@@ -115,6 +115,15 @@ pub fn spread_hash(a: &[u8; 16], b: &[u8; 16]) -> u32 {
     ha.wrapping_add(hb).wrapping_mul(0x9E37_79B1) >> 16
 }
 
+/// Whether `roce_spread` stamps a copy with the time it arrived: a packet passive latency may
+/// time (a request with AckReq or a READ, an answer), as [`latency::role`] says without the PSN
+/// analysis's class. (The first request of a new incarnation without AckReq, which only the
+/// analysis knows, is timed when it is accounted.)
+#[inline(always)]
+pub fn spread_stamped(p: &RocePacket) -> bool {
+    latency::role(&SeqInput::of(p), SeqClass::InOrder).is_some()
+}
+
 /// A multiplicative hash of an address's four words.
 #[inline(always)]
 fn address_hash(x: &[u8; 16]) -> u32 {

@@ -22,7 +22,9 @@ mod kernel {
         btf_maps,
         helpers::{
             bpf_get_smp_processor_id, bpf_ktime_get_ns,
-            generated::{bpf_timer_init, bpf_timer_set_callback, bpf_timer_start},
+            generated::{
+                bpf_timer_init, bpf_timer_set_callback, bpf_timer_start, bpf_xdp_adjust_meta,
+            },
         },
         macros::{btf_map, btf_tracepoint, classifier, map, xdp},
         maps::{Array, CpuMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
@@ -41,7 +43,7 @@ mod kernel {
         parse::{Bytes, NO_PAUSE, Plain, read_pause},
         parse_frame,
         seq::{F_FRESH, MESSAGE_BITS},
-        spread_hash, union_mirror,
+        spread_hash, spread_stamped, union_mirror,
     };
 
     #[map(name = "FLOWS")]
@@ -528,7 +530,7 @@ mod kernel {
     /// the program's own small frame, not of the accounting's, which nearly fills the 512
     /// bytes (a call of its own cost a RoCE packet 6-7 ns).
     #[inline(always)]
-    fn after_accounting() {
+    fn after_accounting(arrival_ns: u64) {
         // A frame that is not RoCE pays this one load.
         let Some(args) = LAT_ARGS.get_ptr_mut(0) else {
             return;
@@ -549,7 +551,7 @@ mod kernel {
             )
         };
         if let Some(answer) = latency {
-            account_latency(answer);
+            account_latency(answer, arrival_ns);
         }
         if message {
             account_message();
@@ -635,7 +637,7 @@ mod kernel {
     /// the parser and the PSN analysis, whose product it could not walk; and its stack frame
     /// does not add to the accounting's, which nearly fills the 512 bytes calls share.
     #[inline(never)]
-    fn account_latency(answer: bool) {
+    fn account_latency(answer: bool, arrival_ns: u64) {
         let (Some(args), Some(key), Some(input)) = (
             LAT_ARGS.get_ptr_mut(0),
             FLOW_KEY.get_ptr(0),
@@ -645,8 +647,14 @@ mod kernel {
         };
         // SAFETY: this CPU's values.
         let (args, key, input) = unsafe { (&mut *args, &*key, &*input) };
-        // Latency wants the time of this packet itself, finer than a tick.
-        let (now, ifindex) = (unsafe { bpf_ktime_get_ns() }, args.head.ifindex);
+        // Latency wants the time of this packet itself, finer than a tick: when it arrived,
+        // if a spreading CPU stamped it (before its queue), or now.
+        let now = if arrival_ns != 0 {
+            arrival_ns
+        } else {
+            unsafe { bpf_ktime_get_ns() }
+        };
+        let ifindex = args.head.ifindex;
         let class = SeqClass::of(args.head.class);
         let Some(lk) = LAT_KEY.get_ptr_mut(0) else {
             return;
@@ -765,7 +773,7 @@ mod kernel {
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
         observe_xdp(ctx);
-        after_accounting();
+        after_accounting(0);
         xdp_action::XDP_PASS
     }
 
@@ -788,7 +796,7 @@ mod kernel {
     #[classifier]
     pub fn roce_observe_egress(ctx: TcContext) -> i32 {
         observe_egress(ctx);
-        after_accounting();
+        after_accounting(0);
         TC_ACT_UNSPEC
     }
 
@@ -828,14 +836,15 @@ mod kernel {
     /// Never attached in host mode.
     #[xdp]
     pub fn roce_observe_consume(ctx: XdpContext) -> u32 {
-        consume(ctx)
+        consume(ctx, 0)
     }
 
-    /// Accounts the frame, then drops it if it is a copy (`roce_observe_consume`).
+    /// Accounts the frame, then drops it if it is a copy (`roce_observe_consume`); `arrival_ns`
+    /// as `after_accounting` takes it.
     #[inline(always)]
-    fn consume(ctx: XdpContext) -> u32 {
+    fn consume(ctx: XdpContext, arrival_ns: u64) -> u32 {
         let copy = observe_xdp(ctx);
-        after_accounting();
+        after_accounting(arrival_ns);
         if copy {
             xdp_action::XDP_DROP
         } else {
@@ -905,10 +914,13 @@ mod kernel {
             start: ctx.data(),
             end: ctx.data_end(),
         };
-        let hash = match parse_frame(&pkt).result {
-            Ok(p) => spread_hash(&p.src_ip, &p.dst_ip),
-            Err(_) => 0,
+        let (hash, stamp) = match parse_frame(&pkt).result {
+            Ok(p) => (spread_hash(&p.src_ip, &p.dst_ip), spread_stamped(&p)),
+            Err(_) => (0, false),
         };
+        if stamp {
+            stamp_arrival(&ctx);
+        }
         let n = match SPREAD.get(0) {
             Some(n) if *n > 0 => *n,
             _ => return xdp_action::XDP_PASS,
@@ -948,15 +960,71 @@ mod kernel {
     /// `roce_observe` as the cpumap program of a CPU frames are spread to (`roce_spread`).
     #[xdp(map = "cpumap")]
     pub fn roce_observe_cpumap(ctx: XdpContext) -> u32 {
+        let arrival_ns = take_arrival(&ctx);
         observe_xdp(ctx);
-        after_accounting();
+        after_accounting(arrival_ns);
         xdp_action::XDP_PASS
     }
 
     /// `roce_observe_consume` as the cpumap program of a CPU frames are spread to.
     #[xdp(map = "cpumap")]
     pub fn roce_observe_consume_cpumap(ctx: XdpContext) -> u32 {
-        consume(ctx)
+        let arrival_ns = take_arrival(&ctx);
+        consume(ctx, arrival_ns)
+    }
+
+    /// XDP metadata `roce_spread` puts in front of a frame passive latency may time: the time
+    /// it arrived, before the queue of the CPU it is sent to (whose wait would otherwise be in
+    /// the sample).
+    #[repr(C)]
+    struct Arrival {
+        magic: u64,
+        ns: u64,
+    }
+
+    /// `Arrival::magic`: the metadata is this program's.
+    const ARRIVAL_MAGIC: u64 = 0x726f_6365_6172_7276;
+
+    /// In `roce_spread`: stamps the frame with its arrival time in XDP metadata (the frame's
+    /// bytes stay as they are).
+    #[inline(always)]
+    fn stamp_arrival(ctx: &XdpContext) {
+        // SAFETY: the helper on this program's context; it checks the room itself.
+        if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -(size_of::<Arrival>() as i32)) } != 0 {
+            return;
+        }
+        let (meta, data) = (ctx.metadata(), ctx.data());
+        if meta + size_of::<Arrival>() > data {
+            return;
+        }
+        // SAFETY: the metadata's bytes, bounds checked above.
+        unsafe {
+            let a = meta as *mut Arrival;
+            (*a).magic = ARRIVAL_MAGIC;
+            (*a).ns = bpf_ktime_get_ns();
+        }
+    }
+
+    /// In a cpumap program: the arrival time `roce_spread` stamped (0: none), the metadata
+    /// taken off again so that the frame goes on as it came.
+    #[inline(always)]
+    fn take_arrival(ctx: &XdpContext) -> u64 {
+        let (meta, data) = (ctx.metadata(), ctx.data());
+        // (A `>` test: the verifier learns the metadata's length from it, not from `!=`.)
+        if meta + size_of::<Arrival>() > data {
+            return 0;
+        }
+        // SAFETY: the metadata's bytes, bounds checked above.
+        let (magic, ns) = unsafe {
+            let a = meta as *const Arrival;
+            ((*a).magic, (*a).ns)
+        };
+        if magic != ARRIVAL_MAGIC {
+            return 0;
+        }
+        // SAFETY: the helper on this program's context, giving the metadata's room back.
+        unsafe { bpf_xdp_adjust_meta(ctx.ctx, size_of::<Arrival>() as i32) };
+        ns
     }
 
     /// Benchmark only: the observer without the cache, every packet looked up in `$flows`.

@@ -92,3 +92,20 @@ pub fn received(fd: &std::os::fd::OwnedFd) -> Vec<Vec<u8>> {
         frames.push(buf[..n as usize].to_vec());
     }
 }
+
+/// Holds CPU `cpu` with a real-time thread for `for_ms`: the cpumap queue of that CPU then fills
+/// (its kernel thread is an ordinary task; the kernel's real-time throttling still leaves it 5%
+/// of each second, so the hold ends by itself whatever happens).
+pub fn hold_cpu(cpu: usize, for_ms: u64) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        roce_observer::lab::pin_current_thread_to(cpu).unwrap();
+        let param = libc::sched_param { sched_priority: 10 };
+        // SAFETY: this thread's own scheduling policy.
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(for_ms);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    })
+}
