@@ -41,6 +41,26 @@ fn promiscuous(lab: &Lab) -> bool {
     link_details(&lab.ns, "rx0").contains("promiscuity 1")
 }
 
+/// `diagnose --json` on rx0 in mirror mode, consuming the copies spread over `cpus`.
+fn consume_spread(lab: &Lab, cpus: &str, duration: &str) -> Diagnose {
+    Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &[
+            "--iface",
+            "rx0",
+            "--mode",
+            "mirror",
+            "--consume",
+            "--cpus",
+            cpus,
+            "--duration",
+            duration,
+            "--json",
+        ],
+    )
+}
+
 /// `w`'s frames as ERSPAN II copies of session `session`.
 fn erspan2_copies(w: &synth::Workload, session: u16) -> Vec<Frame> {
     w.frames
@@ -313,22 +333,7 @@ fn copies_spread_over_cpus_are_accounted_exactly() {
     let copies = erspan2_copies(&w, 42);
     let lab = Lab::create("ro-spread").unwrap();
     let cpus = roce_observer::source::live::cpu_list(&online);
-    let d = Diagnose::start(
-        &lab.ns,
-        CLI.as_ref(),
-        &[
-            "--iface",
-            "rx0",
-            "--mode",
-            "mirror",
-            "--consume",
-            "--cpus",
-            &cpus,
-            "--duration",
-            "2s",
-            "--json",
-        ],
-    );
+    let d = consume_spread(&lab, &cpus, "2s");
     assert!(
         d.stderr_text
             .contains(&format!("copies accounted on CPUs {cpus}")),
@@ -383,22 +388,7 @@ fn copies_dropped_by_a_full_cpu_queue_are_counted_and_not_called_loss() {
     let sent = copies.len() as u64;
     let lab = Lab::create("ro-sdrop").unwrap();
     let cpus = roce_observer::source::live::cpu_list(&online[..2]);
-    let d = Diagnose::start(
-        &lab.ns,
-        CLI.as_ref(),
-        &[
-            "--iface",
-            "rx0",
-            "--mode",
-            "mirror",
-            "--consume",
-            "--cpus",
-            &cpus,
-            "--duration",
-            "3s",
-            "--json",
-        ],
-    );
+    let d = consume_spread(&lab, &cpus, "3s");
     let hold = integration_tests::hold_cpu(held, 700);
     std::thread::sleep(std::time::Duration::from_millis(50));
     lab.ns
