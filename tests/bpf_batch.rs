@@ -268,9 +268,11 @@ fn bucket_range_walks_cover_the_table_between_them() {
             times.iter().all(|t| *t == 1 || *t == 2),
             "{shares} shares, batch {batch}: every flow once or twice"
         );
-        // Only where shares meet, at most a batch each (a bucket of several may grow it).
+        // Only where shares meet, at most a batch each, or the bucket there when it holds more
+        // (the kernel hands over whole buckets; 50,000 keys in 65,536 buckets seldom put more
+        // than 8 in one, but the hash seed is random per map).
         assert!(
-            twice <= u64::from(shares - 1) * 2 * u64::from(batch.max(2)),
+            twice <= u64::from(shares - 1) * 2 * u64::from(batch.max(8)),
             "{shares} shares, batch {batch}: {twice} flows twice"
         );
     }
