@@ -393,10 +393,7 @@ fn every_program_in_the_object_passes_the_verifier() {
         let result = match ebpf.program_mut(name).unwrap() {
             aya::programs::Program::Xdp(p) => p.load(),
             aya::programs::Program::SchedClassifier(p) => p.load(),
-            aya::programs::Program::BtfTracePoint(p) => p.load(
-                "xdp_cpumap_enqueue",
-                &aya::Btf::from_sys_fs().expect("kernel BTF"),
-            ),
+            aya::programs::Program::RawTracePoint(p) => p.load(),
             _ => panic!("{name}: unexpected program type"),
         };
         if let Err(e) = result {

@@ -417,12 +417,15 @@ impl FlowKey {
     }
 
     /// The cache slot of this key: a multiplicative hash of the key's five words (cheaper than
-    /// the table's jhash; collisions only cost a write-back).
+    /// the table's jhash; collisions only cost a write-back). The product's top bits: they
+    /// depend on every bit of the word hashed, where lower ones ignore its high bits (there
+    /// the mirror field's session bits, so a mirror copy's session and every-session keys, or
+    /// a flow's two directions, would share a slot and take it from each other per packet).
     #[inline(always)]
     pub fn slot(&self) -> u32 {
         let w = self.words();
         let h = w[0] ^ w[1].rotate_left(17) ^ w[2].rotate_left(31) ^ w[3].rotate_left(47) ^ w[4];
-        (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32 & (FLOW_CACHE_SLOTS - 1)
+        (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FLOW_CACHE_SLOTS.trailing_zeros())) as u32
     }
 }
 

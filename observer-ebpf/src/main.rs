@@ -26,9 +26,9 @@ mod kernel {
                 bpf_timer_init, bpf_timer_set_callback, bpf_timer_start, bpf_xdp_adjust_meta,
             },
         },
-        macros::{btf_map, btf_tracepoint, classifier, map, xdp},
+        macros::{btf_map, classifier, map, raw_tracepoint, xdp},
         maps::{Array, CpuMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
-        programs::{BtfTracePointContext, TcContext, XdpContext},
+        programs::{RawTracePointContext, TcContext, XdpContext},
     };
     use observer_common::{
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Clock, ClockValue,
@@ -918,9 +918,6 @@ mod kernel {
             Ok(p) => (spread_hash(&p.src_ip, &p.dst_ip), spread_stamped(&p)),
             Err(_) => (0, false),
         };
-        if stamp {
-            stamp_arrival(&ctx);
-        }
         let n = match SPREAD.get(0) {
             Some(n) if *n > 0 => *n,
             _ => return xdp_action::XDP_PASS,
@@ -928,30 +925,37 @@ mod kernel {
         let Some(cpu) = SPREAD.get(1 + hash % n) else {
             return xdp_action::XDP_PASS;
         };
+        // Only a frame sent on: a cpumap program takes the stamp off again.
+        if stamp {
+            stamp_arrival(&ctx);
+        }
         match SPREAD_CPUS.redirect(*cpu, u64::from(xdp_action::XDP_PASS)) {
             Ok(action) | Err(action) => action,
         }
     }
 
-    /// Mirror mode spread over CPUs: counts the copies SPREAD_CPUS dropped because the queue of
+    /// Mirror mode spread over CPUs: counts the frames SPREAD_CPUS dropped because the queue of
     /// the CPU they were sent to was full (the tracepoint of a cpumap's bulk flush, on the
     /// sending CPU; its other failures come after the cpumap program accounted the frame).
-    /// Without it such a copy would be a PSN missing on the wire.
-    #[btf_tracepoint(function = "xdp_cpumap_enqueue")]
-    pub fn spread_drops(ctx: BtfTracePointContext) -> i32 {
-        // The tracepoint's arguments are (map_id, processed, drops, to_cpu).
-        let (map_id, drops): (i32, u32) = (ctx.arg(0), ctx.arg(2));
+    /// Without it such a copy would be a PSN missing on the wire. A raw tracepoint: it needs no
+    /// kernel BTF.
+    #[raw_tracepoint(tracepoint = "xdp_cpumap_enqueue")]
+    pub fn spread_drops(ctx: RawTracePointContext) -> i32 {
+        // The tracepoint's arguments are (map_id, processed, drops, to_cpu), a u64 each.
+        let (map_id, drops): (u64, u64) = (ctx.arg(0), ctx.arg(2));
+        let (map_id, drops) = (map_id as u32, drops as u32);
         if drops == 0 {
             return 0;
         }
         // Another program's cpumap, or ours before the loader named it: not ours to count.
         match SPREAD.get(SPREAD_MAP_ID) {
-            Some(id) if *id != 0 && *id == map_id as u32 => {}
+            Some(id) if *id != 0 && *id == map_id => {}
             _ => return 0,
         }
         if let Some(c) = COUNTERS.get_ptr_mut(0) {
-            // SAFETY: this CPU's value; the flush runs in the softirq that ran the XDP
-            // programs on this CPU, after them, never within one.
+            // SAFETY: this CPU's value; the flush runs with bottom halves off, after the XDP
+            // program that redirected (a NAPI poll's end, the generic path, a cpumap thread's
+            // batch), never within one.
             unsafe { (*c).spread_dropped += u64::from(drops) };
         }
         0

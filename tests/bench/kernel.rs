@@ -369,14 +369,19 @@ fn prog<'a>(ebpf: &'a Ebpf, name: &str) -> &'a Xdp {
 /// This thread's CPU time (CLOCK_THREAD_CPUTIME_ID): what a test run spent on this CPU, in
 /// fractions of a nanosecond per packet over a repeat (the kernel reports whole nanoseconds, a
 /// seventh of a baseline of 6-7 ns), and none of the time the thread was off the CPU.
-fn thread_cpu_time() -> Duration {
+fn thread_cpu_time() -> Result<Duration, String> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes the timespec it is given; this clock exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    // SAFETY: clock_gettime writes the timespec it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Err(format!(
+            "clock_gettime(CLOCK_THREAD_CPUTIME_ID): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
 /// One test run; checks the verdict and that the frame comes back unchanged. The run's time:
@@ -385,7 +390,7 @@ fn thread_cpu_time() -> Duration {
 /// a million repeats).
 fn test_run(p: &Xdp, name: &str, frame: &[u8], out: &mut [u8], repeat: u32) -> Result<f64, String> {
     out.fill(0);
-    let started = thread_cpu_time();
+    let started = thread_cpu_time()?;
     let r = p
         .test_run(TestRunOptions {
             data_in: Some(frame),
@@ -406,7 +411,7 @@ fn test_run(p: &Xdp, name: &str, frame: &[u8], out: &mut [u8], repeat: u32) -> R
     if repeat == 1 {
         return Ok(r.duration.as_nanos() as f64);
     }
-    Ok((thread_cpu_time() - started).as_nanos() as f64 / f64::from(repeat))
+    Ok((thread_cpu_time()? - started).as_nanos() as f64 / f64::from(repeat))
 }
 
 /// ns/packet of one case under one program.

@@ -351,8 +351,8 @@ pub struct Totals {
     /// has none to report: it sees each frame as it is received).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<CaptureCounts>,
-    /// Mirror copies dropped before they were accounted: spread over CPUs (`--cpus`), the
-    /// queue of the CPU a copy was sent to was full.
+    /// Frames dropped before they were accounted: mirror mode spread over CPUs (`--cpus`),
+    /// the queue of the CPU a frame was sent to was full.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spread_dropped: u64,
 }
@@ -362,10 +362,11 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Totals {
-    /// Frames the observation itself lost: its CPU queues' drops, a capture's buffer and
-    /// interface drops. Their PSNs look lost on the wire.
+    /// Frames the observer itself dropped: its CPU queues' drops, a capture's buffer drops.
+    /// Their PSNs look lost on the wire. (An interface's receive drops are not in it: on Linux
+    /// they count every frame the stack dropped, most of them not RoCE.)
     pub fn observer_dropped(&self) -> u64 {
-        self.spread_dropped + self.capture.map_or(0, |c| c.dropped + c.interface_dropped)
+        self.spread_dropped + self.capture.map_or(0, |c| c.dropped)
     }
 }
 

@@ -123,8 +123,8 @@ pub fn render_table(report: &Report, top: usize) -> String {
     if t.spread_dropped > 0 {
         let _ = writeln!(
             out,
-            "  spread drops: {} mirror copies found the queue of their CPU full (--cpus): never accounted, their PSNs look lost",
-            t.spread_dropped
+            "  spread drops: {} found the queue of their CPU full (--cpus): never accounted, their PSNs look lost",
+            count(t.spread_dropped, "frame")
         );
     }
     if !report.flows.is_empty() {

@@ -5,9 +5,9 @@
 use std::{fs, path::Path};
 
 use aya::{
-    Btf, Ebpf,
+    Ebpf,
     maps::{Array, CpuMap, Map, PerCpuArray},
-    programs::{BtfTracePoint, Xdp},
+    programs::{RawTracePoint, Xdp},
 };
 use observer_common::{Counters, MAX_SPREAD_CPUS, SPREAD_MAP_ID, maps, programs};
 
@@ -245,7 +245,7 @@ pub(super) fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<
         .map_err(|e| fail(maps::SPREAD, &e))
 }
 
-/// Loads and attaches `spread_drops`, which counts the copies the cpumap drops when a CPU's
+/// Loads and attaches `spread_drops`, which counts the frames the cpumap drops when a CPU's
 /// queue is full (in `Counters::spread_dropped`): without it they would be PSNs missing on the
 /// wire.
 fn count_drops(ebpf: &mut Ebpf) -> Result<(), LiveError> {
@@ -255,14 +255,13 @@ fn count_drops(ebpf: &mut Ebpf) -> Result<(), LiveError> {
             programs::SPREAD_DROPS
         ))
     };
-    let btf = Btf::from_sys_fs().map_err(|e| fail(&e))?;
-    let prog: &mut BtfTracePoint = ebpf
+    let prog: &mut RawTracePoint = ebpf
         .program_mut(programs::SPREAD_DROPS)
         .ok_or(LiveError::MissingProgram(programs::SPREAD_DROPS))?
         .try_into()
         .map_err(|e: aya::programs::ProgramError| fail(&e))?;
-    prog.load(DROP_TRACEPOINT, &btf).map_err(|e| fail(&e))?;
-    prog.attach().map_err(|e| fail(&e))?;
+    prog.load().map_err(|e| fail(&e))?;
+    prog.attach(DROP_TRACEPOINT).map_err(|e| fail(&e))?;
     Ok(())
 }
 

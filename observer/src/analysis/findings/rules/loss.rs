@@ -30,7 +30,7 @@ impl Rule for LossRule {
     }
 
     fn evaluate(&self, r: &Report, t: &Thresholds, ctx: &Context) -> Outcome {
-        loss(r, &t.loss, ctx)
+        loss(r, &t.loss, t.observer_drops.min_frames, ctx)
     }
 }
 
@@ -59,7 +59,9 @@ impl Default for Loss {
     }
 }
 
-fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
+/// `min_drops`: the observer's own drops from which they may explain missing PSNs (the
+/// `observer-drops` rule's threshold).
+fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
     let requests = request_packets(r);
     if requests == 0 {
         return Outcome::InsufficientData(
@@ -123,12 +125,15 @@ fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
             }
         ));
     }
-    // PSNs missing with no NAK and no resend are what the observer's own drops look like:
-    // while it dropped frames itself, they prove nothing.
-    let dropped = r.totals.observer_dropped();
-    if dropped > 0 && naks == 0 && episodes == 0 {
+    // PSNs missing with no NAK and no resend are what the observer's own drops look like: as
+    // long as it dropped as many frames itself, they prove nothing (a drop hides one PSN).
+    let dropped = match r.totals.observer_dropped() {
+        d if d >= min_drops.max(1) => d,
+        _ => 0,
+    };
+    if dropped > 0 && missing <= dropped && naks == 0 && episodes == 0 {
         return Outcome::InsufficientData(format!(
-            "{} missing in {}, no NAK, no resend, and the observer itself dropped {} (see observer-drops): the missing PSNs may be its own",
+            "{} missing in {}, no NAK, no resend, and the observer itself dropped {} (observer-drops): the missing PSNs may be its own",
             count(missing, "PSN"),
             count(lost_events, "range"),
             count(dropped, "frame")
@@ -183,8 +188,9 @@ fn loss(r: &Report, c: &Loss, ctx: &Context) -> Outcome {
             }
             let own = if dropped > 0 && missing > 0 {
                 format!(
-                    "; the observer itself dropped {}: the missing PSNs may include them",
-                    count(dropped, "frame")
+                    "; the observer itself dropped {}: the missing PSNs may include them ({} at least not)",
+                    count(dropped, "frame"),
+                    missing.saturating_sub(dropped)
                 )
             } else {
                 String::new()
@@ -337,7 +343,7 @@ mod tests {
         (f.psn.missing, f.psn.lost_events) = (4, 2);
         r.flows.push(f);
         fired(run(&LossRule, &r, &t));
-        for (spread, capture) in [(3, 0), (0, 3)] {
+        for (spread, capture) in [(4, 0), (0, 5)] {
             r.totals.spread_dropped = spread;
             r.totals.capture = Some(crate::model::CaptureCounts {
                 received: 100,
@@ -347,23 +353,60 @@ mod tests {
             match run(&LossRule, &r, &t) {
                 Outcome::InsufficientData(why) => assert_eq!(
                     why,
-                    "4 PSNs missing in 2 ranges, no NAK, no resend, and the observer itself dropped 3 frames (see observer-drops): the missing PSNs may be its own"
+                    format!(
+                        "4 PSNs missing in 2 ranges, no NAK, no resend, and the observer itself dropped {} frames (observer-drops): the missing PSNs may be its own",
+                        spread + capture
+                    )
                 ),
                 _ => panic!("the loss rule fired or passed on PSNs the observer may have dropped"),
             }
         }
+        // Fewer drops than missing PSNs: some were lost on the wire.
+        r.totals.capture = None;
+        r.totals.spread_dropped = 3;
+        let f = fired(run(&LossRule, &r, &t));
+        assert!(
+            f.summary.ends_with(
+                "; the observer itself dropped 3 frames: the missing PSNs may include them (1 at least not)"
+            ),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.evidence["observer_dropped"], 3);
+        // Drops below observer-drops' threshold are neither its finding nor an excuse here.
+        let raised = Thresholds {
+            observer_drops: crate::analysis::findings::ObserverDrops { min_frames: 10 },
+            ..Thresholds::default()
+        };
+        r.totals.spread_dropped = 5;
+        assert_eq!(
+            fired(run(&LossRule, &r, &raised)).evidence["observer_dropped"],
+            0
+        );
+        // An interface's receive drops are not the observer's.
+        r.totals.spread_dropped = 0;
+        r.totals.capture = Some(crate::model::CaptureCounts {
+            received: 100,
+            dropped: 0,
+            interface_dropped: 50,
+        });
+        assert_eq!(
+            fired(run(&LossRule, &r, &t)).evidence["observer_dropped"],
+            0
+        );
         // A NAK from the responder: the fabric lost packets, whatever the observer dropped.
+        r.totals.capture = None;
+        r.totals.spread_dropped = 4;
         let mut b = flow("10.0.0.2", "10.0.0.1");
         (b.packets, b.ops.nak, b.psn.nak_seq_errors) = (1, 1, 1);
         r.flows.push(b);
         let f = fired(run(&LossRule, &r, &t));
         assert!(
             f.summary.ends_with(
-                "; the observer itself dropped 3 frames: the missing PSNs may include them"
+                "; the observer itself dropped 4 frames: the missing PSNs may include them (0 at least not)"
             ),
             "{}",
             f.summary
         );
-        assert_eq!(f.evidence["observer_dropped"], 3);
     }
 }

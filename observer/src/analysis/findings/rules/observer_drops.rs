@@ -54,7 +54,7 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
     let t = &r.totals;
     let dropped = t.observer_dropped();
     if dropped == 0 || dropped < c.min_frames {
-        if t.roce_packets == 0 {
+        if t.roce_packets == 0 && dropped == 0 {
             return Outcome::InsufficientData(format!(
                 "no RoCE packet seen, none dropped ({} accounted)",
                 count(t.frames, "frame")
@@ -76,11 +76,8 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
     let mut parts = Vec::new();
     if t.spread_dropped > 0 {
         parts.push(format!(
-            "{} found the queue of the CPU they were spread to full",
-            match t.spread_dropped {
-                1 => "1 mirror copy".to_string(),
-                n => format!("{n} mirror copies"),
-            }
+            "{} spread over CPUs found the queue of their CPU full",
+            count(t.spread_dropped, "frame")
         ));
     }
     if buffer > 0 {
@@ -89,18 +86,21 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
             count(buffer, "frame")
         ));
     }
-    if interface > 0 {
-        parts.push(format!(
-            "the interface dropped {} on receive",
+    // Context, not the observer's: the interface's drops count every frame the stack dropped.
+    let context = if interface > 0 {
+        format!(
+            "; the interface also dropped {} on receive, RoCE or not",
             count(interface, "frame")
-        ));
-    }
+        )
+    } else {
+        String::new()
+    };
     finding(
         ABOUT.name,
         Severity::Warning,
         "The observer dropped frames itself: PSNs missing in what it saw may be its own",
         format!(
-            "{} ({:.2}% of what it saw): never accounted, their PSNs look lost; the loss rule does not conclude on missing PSNs alone",
+            "{} ({:.2}% of what it saw): never accounted, their PSNs look lost; the loss rule does not count missing PSNs up to their number as loss{context}",
             parts.join(", "),
             pct(dropped, t.frames + dropped)
         ),
@@ -111,7 +111,7 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
             ("frames", t.frames.into()),
         ],
         Vec::new(),
-        "Spread over more CPUs (--cpus), drop the copies once accounted (--consume) so that they do not climb the stack, or mirror less traffic to this port; for a capture, XDP on the interface instead.",
+        "Spread over more CPUs (--cpus), drop the copies once accounted (--consume) if they still climb the stack, or mirror less traffic to this port; for a capture, XDP on the interface instead.",
     )
 }
 
@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(
             f.summary,
-            "3 mirror copies found the queue of the CPU they were spread to full (0.30% of what it saw): never accounted, their PSNs look lost; the loss rule does not conclude on missing PSNs alone"
+            "3 frames spread over CPUs found the queue of their CPU full (0.30% of what it saw): never accounted, their PSNs look lost; the loss rule does not count missing PSNs up to their number as loss"
         );
         assert_eq!(f.evidence["spread_dropped"], 3);
         r.totals.spread_dropped = 0;
@@ -155,13 +155,21 @@ mod tests {
         let f = fired(run(&ObserverDropsRule, &r, &t));
         assert_eq!(f.evidence["capture_dropped"], 2);
         assert_eq!(f.evidence["interface_dropped"], 1);
+        assert!(
+            f.summary
+                .starts_with("2 frames found no room in libpcap's buffer (0.20%")
+                && f.summary
+                    .ends_with("; the interface also dropped 1 frame on receive, RoCE or not"),
+            "{}",
+            f.summary
+        );
         let t = Thresholds {
             observer_drops: ObserverDrops { min_frames: 10 },
             ..Thresholds::default()
         };
         assert_eq!(
             passed(run(&ObserverDropsRule, &r, &t)),
-            "3 frames dropped by the observer, below min_frames 10"
+            "2 frames dropped by the observer, below min_frames 10"
         );
     }
 }
