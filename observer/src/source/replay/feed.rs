@@ -8,8 +8,9 @@ use std::{
     ops::Deref,
 };
 
-use memmap2::{Mmap, MmapOptions};
 use pcap_file::PcapError;
+
+use super::guard::Guarded;
 
 /// What a step over the buffered bytes did.
 pub(super) enum Step {
@@ -26,6 +27,8 @@ pub(super) enum FeedError {
     Cut,
     /// A record longer than [`Feed::MAX_RECORD`]: a corrupt length field.
     TooLong,
+    /// The mapped file was cut shorter than the record while it was read.
+    Shrunk,
     Parse(PcapError),
 }
 
@@ -38,6 +41,7 @@ impl FeedError {
                 "record length larger than any frame (over {} MiB: corrupt record header)",
                 Feed::<io::Empty>::MAX_RECORD >> 20
             ),
+            Self::Shrunk => "the file was cut shorter while it was read".to_string(),
             Self::Parse(PcapError::InvalidField(what)) => format!("invalid field: {what}"),
             Self::Parse(e) => e.to_string(),
         }
@@ -75,7 +79,7 @@ struct Handover {
 /// Bytes of the input handed over: a buffer read into, or a window of a mapped file.
 pub(super) enum Chunk {
     Read(Vec<u8>),
-    Mapped(Mmap),
+    Mapped(Guarded),
 }
 
 impl Deref for Chunk {
@@ -100,7 +104,7 @@ impl Default for Chunk {
 /// asked for while the frames before them are accounted (the copy would wait for them).
 struct Window {
     file: File,
-    map: Option<Mmap>,
+    map: Option<Guarded>,
     /// Where the window begins in the file.
     base: u64,
     /// The window's bytes up to here are asked for already ([`Window::ahead`]).
@@ -117,6 +121,12 @@ impl Window {
     #[inline]
     fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or_default()
+    }
+
+    /// Whether the file was cut at or before byte `at` of the window.
+    #[inline(always)]
+    fn cut_at(&self, at: usize) -> bool {
+        self.map.as_ref().is_some_and(|m| m.cut_at(at))
     }
 
     /// Asks for the bytes up to `AHEAD` past `at`, a cache line at a time.
@@ -290,17 +300,8 @@ impl<'a, R: Read> Feed<'a, R> {
             .max(tail.saturating_mul(2))
             .min(Self::MAX_RECORD + w.len);
         let len = usize::try_from(size - from).map_or(want, |left| left.min(want));
-        // SAFETY: the window lies within the file's size of just now. A file cut shorter while
-        // a window of it is mapped would fault (SIGBUS) on the pages past its new end, as in any
-        // program that maps files: a file cut before a window is mapped ends there instead. The
-        // parser bounds every length by the window's, whatever the bytes say.
-        let map = unsafe {
-            MmapOptions::new()
-                .offset(from)
-                .len(len)
-                .populate()
-                .map(&w.file)?
-        };
+        let map = Guarded::new(&w.file, from, len)?;
+        let len = map.len();
         let old = w.map.replace(map);
         w.base = from;
         w.asked = 0;
@@ -404,6 +405,9 @@ impl<'a, R: Read> Feed<'a, R> {
                     self.start += n;
                     if let Some(w) = &mut self.win {
                         w.ahead(self.start);
+                        if w.cut_at(self.start.saturating_sub(1)) {
+                            return Err(FeedError::Shrunk);
+                        }
                     }
                     return Ok(n);
                 }

@@ -14,10 +14,11 @@
 //! naming the byte offset and the frame number; the other files are read on.
 //!
 //! [`Replay`] recognizes the container by its magic, merges the files and hands each frame to
-//! the aggregate; the parts live beside it: `feed` (the input, streamed or in memory, cut into
-//! records by pcap-file's slice parsers), `pcap` and `pcapng` (the records of each container),
-//! `link` (how frames of a link type reach the parser) and `progress` (the progress line on a
-//! terminal).
+//! the aggregate; the parts live beside it: `feed` (the input, streamed, mapped a window at a
+//! time or in memory, cut into records by pcap-file's slice parsers), `guard` (mapped windows
+//! that survive their file being cut shorter), `pcap` and `pcapng` (the records of each
+//! container), `link` (how frames of a link type reach the parser), `shard` (one file over
+//! several threads) and `progress` (the progress line on a terminal).
 
 use std::{
     fs::File,
@@ -30,6 +31,7 @@ use crate::aggregate::Aggregate;
 use observer_common::{FlowKey, RocePacket, SeqInput, SkipReason, seq::Request};
 
 mod feed;
+mod guard;
 mod link;
 mod pcap;
 mod pcapng;
