@@ -273,8 +273,12 @@ where
         for (_, m) in marks {
             part.mark(*m, &agg);
         }
-        // The last shard done with a block gives its buffers back.
-        if let Some(b) = Arc::into_inner(block) {
+        // The last shard done with a block gives its buffers back; a window of a mapped file
+        // is unmapped here, off the reading thread.
+        if let Some(mut b) = Arc::into_inner(block) {
+            if matches!(b.buf, Chunk::Mapped(_)) {
+                b.buf = Chunk::default();
+            }
             pool.lock().unwrap_or_else(PoisonError::into_inner).push(b);
         }
     }
