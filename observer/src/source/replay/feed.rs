@@ -99,9 +99,10 @@ impl Default for Chunk {
     }
 }
 
-/// A regular file mapped a window at a time. Reading a cached file with `read()` copies every
-/// byte; through a mapping the parser touches only the lines it reads, and the lines ahead are
-/// asked for while the frames before them are accounted (the copy would wait for them).
+/// A regular file mapped a window at a time. Reading a cached file with `read()` stops the
+/// thread while every byte is copied; through a mapping nothing is copied, and the lines ahead
+/// of the parser are asked for (prefetched) while the frames before them are accounted. Without
+/// asking ahead, each record would wait for memory: the next one's place is in its header.
 struct Window {
     file: File,
     map: Option<Guarded>,
