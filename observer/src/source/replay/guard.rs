@@ -9,8 +9,8 @@
 //! previous handler before the new one, where the standard library's resets SIGBUS to its
 //! default action for any fault not its own (the next fault in a window would then end the
 //! process). The windows in place are kept in a fixed table the handler reads with atomics only
-//! (a signal handler may take no lock nor allocate); when it is full, or the handler cannot be
-//! installed, the window is read into a buffer instead.
+//! (a signal handler may take no lock nor allocate); when it is full, the handler cannot be
+//! installed or the file cannot be mapped, the window is read into a buffer instead.
 
 use std::{
     fs::File,
@@ -164,12 +164,10 @@ impl Guarded {
                     .populate()
                     .map(file)
             };
-            let map = match map {
-                Ok(map) => map,
-                Err(e) => {
-                    TABLE[slot].taken.store(false, Ordering::Release);
-                    return Err(e);
-                }
+            let Ok(map) = map else {
+                // A file system that cannot map the file: it is read instead.
+                TABLE[slot].taken.store(false, Ordering::Release);
+                return Self::read(file, offset, len);
             };
             // The mapping begins at the page holding `offset` and ends at a page's end.
             let start = map.as_ptr() as usize & !(page - 1);
@@ -270,6 +268,11 @@ mod tests {
         assert_eq!(w[40 << 10], 0);
         assert_eq!(w[(60 << 10) - 1], 0);
         drop(w);
+        // Read instead of mapped: up to the file's end.
+        let r = Guarded::read(&f, 4 << 10, 60 << 10).unwrap();
+        assert_eq!(r.len(), 6 << 10);
+        assert!(!r.cut_at(100));
+        assert_eq!(r[100], 7);
         std::fs::remove_file(&path).unwrap();
     }
 }
