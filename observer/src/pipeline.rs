@@ -753,19 +753,24 @@ mod tests {
     }
 
     /// The report of `path` replayed with `a` on one thread, or read in buffers of `chunk`
-    /// bytes by this thread with its frames accounted by `shards` more.
+    /// bytes (mapped in windows of `chunk` bytes with `mapped`) by this thread with its frames
+    /// accounted by `shards` more.
     fn report(
         path: &str,
         a: &AnalysisOptions,
         speed: Option<u64>,
         shards: usize,
         chunk: usize,
+        mapped: bool,
     ) -> String {
         let mut replay = Replay::observed(Timeline::new(a.replay_timeline(speed)));
         if shards == 1 {
             replay.file(path, false).unwrap();
         } else {
-            replay.file_sharded(path, false, shards, chunk).unwrap();
+            let window = mapped.then_some(chunk);
+            replay
+                .file_sharded(path, false, shards, chunk, window)
+                .unwrap();
         }
         serde_json::to_string(&analysed(replay, speed, a)).unwrap()
     }
@@ -779,17 +784,21 @@ mod tests {
             slot_ns: Some(10_000),
             ..Default::default()
         };
-        let same =
-            |path: &str, a: &AnalysisOptions, speed: Option<u64>, runs: &[(usize, usize)]| {
-                let one = report(path, a, speed, 1, 0);
-                for &(shards, chunk) in runs {
-                    let many = report(path, a, speed, shards, chunk);
+        let same = |path: &str,
+                    a: &AnalysisOptions,
+                    speed: Option<u64>,
+                    runs: &[(usize, usize)]| {
+            let one = report(path, a, speed, 1, 0, false);
+            for &(shards, chunk) in runs {
+                for mapped in [false, true] {
+                    let many = report(path, a, speed, shards, chunk, mapped);
                     assert!(
                         one == many,
-                        "{path}, {shards} shards, {chunk} B buffers:\n{one}\n{many}"
+                        "{path}, {shards} shards, {chunk} B buffers (mapped: {mapped}):\n{one}\n{many}"
                     );
                 }
-            };
+            }
+        };
         // Every scenario, in buffers of a few frames.
         for name in crate::source::synth::scenario_names() {
             let w = synth::scenario(name).unwrap();
@@ -835,7 +844,7 @@ mod tests {
         huge.resize(huge.len() + (80 << 20), 0);
         let path = dir.write("huge.pcap", &huge);
         same(&path, &fitted, None, &[(2, 4096), (3, 1 << 20)]);
-        let r = report(&path, &fitted, None, 2, 4096);
+        let r = report(&path, &fitted, None, 2, 4096, true);
         assert!(r.contains("corrupt record header"), "{r}");
     }
 }
