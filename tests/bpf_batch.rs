@@ -13,8 +13,9 @@ use std::{
 use integration_tests::{median, require_root};
 use observer_common::{FlowKey, FlowSlot, FlowStats};
 use roce_observer::source::live::bpfsys::{
-    BatchStats, hash_buckets, percpu_array_for_each, percpu_array_get, percpu_hash_for_each,
-    percpu_hash_for_each_in, percpu_hash_take, possible_cpus,
+    BatchStats, hash_buckets, percpu_array_for_each, percpu_array_for_each_in, percpu_array_get,
+    percpu_hash_for_each, percpu_hash_for_each_in, percpu_hash_lookup_each, percpu_hash_take,
+    possible_cpus,
 };
 
 const BPF_MAP_CREATE: u32 = 0;
@@ -426,6 +427,78 @@ fn array_walk_and_get() {
     let e = percpu_array_get::<FlowSlot>(map.as_fd(), N).unwrap_err();
     assert_one_line(&e.to_string(), "BPF_MAP_LOOKUP_ELEM", map.as_raw_fd());
     assert!(e.to_string().contains("out of range"), "{e}");
+}
+
+#[test]
+fn array_range_reads_just_its_indices() {
+    if !require_root("array_range_reads_just_its_indices") {
+        return;
+    }
+    const N: u32 = 1000;
+    let cpus = cpus();
+    let map = create_map::<u32, FlowKey>(BPF_MAP_TYPE_PERCPU_ARRAY, N);
+    let value = |i: u32, c: usize| key(i * 16 + c as u32);
+    for i in 0..N {
+        let v: Vec<FlowKey> = (0..cpus).map(|c| value(i, c)).collect();
+        update(map.as_fd(), &i, &v, 0);
+    }
+    for batch in [0, 1, 7, 256] {
+        for range in [
+            0..0,
+            0..1,
+            0..300,
+            1..2,
+            299..301,
+            500..N,
+            998..N + 5,
+            N..N + 3,
+        ] {
+            let mut got = Vec::new();
+            let walk =
+                percpu_array_for_each_in::<FlowKey>(map.as_fd(), batch, range.clone(), |i, v| {
+                    assert_eq!(v.len(), cpus);
+                    for (c, k) in v.iter().enumerate() {
+                        assert_eq!(
+                            *k,
+                            value(i, c),
+                            "batch {batch}, {range:?}: index {i} CPU {c}"
+                        );
+                    }
+                    got.push(i);
+                })
+                .unwrap_or_else(|e| panic!("batch {batch}, {range:?}: {e}"));
+            let want: Vec<u32> = (range.start..range.end.min(N)).collect();
+            assert_eq!(got, want, "batch {batch}, {range:?}");
+            assert_eq!(walk.entries, want.len() as u64, "batch {batch}, {range:?}");
+        }
+    }
+}
+
+#[test]
+fn lookups_of_given_keys() {
+    if !require_root("lookups_of_given_keys") {
+        return;
+    }
+    let cpus = cpus();
+    let map = flow_table(100);
+    let keys = [key(3), key(500), key(0), key(99), key(3)];
+    let mut got = Vec::new();
+    let stats = percpu_hash_lookup_each::<FlowKey, FlowStats>(map.as_fd(), &keys, |k, v| {
+        got.push((id_of(k), v.map(<[FlowStats]>::to_vec)));
+    })
+    .unwrap();
+    let want = |id| Some(per_cpu_stats(id, cpus));
+    assert_eq!(
+        got,
+        [
+            (3, want(3)),
+            (500, None),
+            (0, want(0)),
+            (99, want(99)),
+            (3, want(3))
+        ]
+    );
+    assert_eq!((stats.entries, stats.syscalls), (4, 6), "{stats:?}");
 }
 
 #[test]

@@ -390,6 +390,10 @@ const _: () = assert!(size_of::<FlowSlot>() == 40 + size_of::<FlowStats>());
 /// Slots of the flow cache (a power of two).
 pub const FLOW_CACHE_SLOTS: u32 = 4096;
 
+/// Keys per CPU in the log of flows written back to the flow table (`FLOW_LOG`, a ring; a power
+/// of two). A drain that finds more written since the last one reads the whole table instead.
+pub const FLOW_LOG_SLOTS: u32 = 1 << 14;
+
 /// Hashes the key as its five 64-bit words (the derived impl hashes field by field, with
 /// length prefixes for the address arrays: slower in userspace flow tables).
 impl core::hash::Hash for FlowKey {

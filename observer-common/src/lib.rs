@@ -18,8 +18,9 @@ pub use burst::{
     MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
 };
 pub use flow::{
-    Clock, ClockValue, Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot, FlowStats,
-    HostPair, MIRROR_UNION, MirrorOf, QP_CM, UNTAGGED, mirror_key, union_mirror,
+    Clock, ClockValue, Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FLOW_LOG_SLOTS, FlowKey,
+    FlowSlot, FlowStats, HostPair, MIRROR_UNION, MirrorOf, QP_CM, UNTAGGED, mirror_key,
+    union_mirror,
 };
 pub use latency::{
     LAT_BUCKETS, LAT_SLOTS, LatHist, LatKey, LatKind, LatSample, LatScopeKey, LatSide, LatState,
@@ -40,6 +41,11 @@ pub mod maps {
     pub const COUNTERS: &str = "COUNTERS";
     /// Per-CPU direct-mapped cache of hot flows in front of FLOWS (see `FlowSlot`).
     pub const FLOW_CACHE: &str = "FLOW_CACHE";
+    /// Per-CPU ring of the keys written back from the cache to FLOWS (`FlowKey`,
+    /// `FLOW_LOG_SLOTS` entries), and the number written ever (`u64`, one entry): a drain reads
+    /// just the entries written since the last one.
+    pub const FLOW_LOG: &str = "FLOW_LOG";
+    pub const FLOW_LOG_HEAD: &str = "FLOW_LOG_HEAD";
     /// The shared (not per-CPU) flow table of the benchmark-only shared-map variant.
     pub const FLOWS_SHARED: &str = "FLOWS_SHARED";
     /// Counters of the baseline program (frames only), used by the benchmark.

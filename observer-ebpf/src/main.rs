@@ -32,11 +32,11 @@ mod kernel {
     };
     use observer_common::{
         BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, CM_PAIRS, Clock, ClockValue,
-        Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FlowKey, FlowSlot,
-        FlowStats, HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES,
-        LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind,
-        MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SPREAD_MAP_ID, SeqClass,
-        SeqInput, SkipReason, WIRE_OVERHEAD, burst_index,
+        Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FLOW_LOG_SLOTS, FlowKey,
+        FlowSlot, FlowStats, HostPair, IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS,
+        LAT_SCOPE_ENTRIES, LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS,
+        Mirror, MsgKind, MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SPREAD_MAP_ID,
+        SeqClass, SeqInput, SkipReason, WIRE_OVERHEAD, burst_index,
         latency::lat_bucket_index,
         latency::role,
         message::{is_boundary, kind_index, msg_bucket_index},
@@ -52,6 +52,14 @@ mod kernel {
 
     #[map(name = "FLOW_CACHE")]
     static FLOW_CACHE: PerCpuArray<FlowSlot> = PerCpuArray::with_max_entries(FLOW_CACHE_SLOTS, 0);
+
+    /// The keys written back to FLOWS, per CPU (a ring), and how many ever: the daemon's drain
+    /// looks up just these instead of reading the whole table.
+    #[map(name = "FLOW_LOG")]
+    static FLOW_LOG: PerCpuArray<FlowKey> = PerCpuArray::with_max_entries(FLOW_LOG_SLOTS, 0);
+
+    #[map(name = "FLOW_LOG_HEAD")]
+    static FLOW_LOG_HEAD: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
     #[map(name = "COUNTERS")]
     static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
@@ -886,6 +894,7 @@ mod kernel {
             if !written && !slot.key.is_union() {
                 counters.flow_insert_failures += slot.stats.packets;
             }
+            log_written(&slot.key);
         }
         // Stats zeroed before the key changes, so that a reader on another CPU (the daemon's
         // drain) does not pair the new key with the old flow's counts. Program order only (the
@@ -900,6 +909,25 @@ mod kernel {
             slot.stats.seq.pmtu_mask = unsafe { (*prev).seq.pmtu_mask };
         }
         slot.key = *key;
+    }
+
+    /// Appends `key`, just written to FLOWS, to this CPU's log. The key goes in before the count
+    /// that shows it (a volatile store, after the write to FLOWS): a reader that sees the count
+    /// finds the key, and the entry as written.
+    #[inline(always)]
+    fn log_written(key: &FlowKey) {
+        let Some(head) = FLOW_LOG_HEAD.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: this CPU's value.
+        let n = unsafe { *head };
+        if let Some(entry) = FLOW_LOG.get_ptr_mut(n as u32 & (FLOW_LOG_SLOTS - 1)) {
+            // SAFETY: this CPU's values.
+            unsafe {
+                *entry = *key;
+                core::ptr::write_volatile(head, n + 1);
+            }
+        }
     }
 
     /// Mirror mode spread over CPUs: sends each frame to the CPU its hosts hash to (a hash of

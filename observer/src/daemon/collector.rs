@@ -27,7 +27,7 @@ use super::{
     pauses::PauseBook,
     procfs::{cpu_seconds, resident_bytes},
     signals::Command,
-    tap::Tap,
+    tap::{TableCursor, Tap},
 };
 use crate::source::live::{self, IfaceEvent, LiveError, OneLine};
 
@@ -119,6 +119,8 @@ pub(super) struct Collector {
     health: Arc<Health>,
     log: LogHandle,
     book: FlowBook,
+    /// How the drains read the kernel's flow table (the whole of it, or what was written).
+    table: TableCursor,
     ifaces: Vec<IfaceTrack>,
     /// Cumulative totals of interfaces no longer observed.
     removed: Counts,
@@ -157,6 +159,7 @@ impl Collector {
             health,
             log,
             book,
+            table: TableCursor::default(),
             ifaces: Vec::new(),
             removed: Counts::default(),
             drains: 0,
@@ -476,7 +479,7 @@ impl Collector {
             }
         }
         self.book.begin();
-        self.tap.read_flows(&mut self.book)?;
+        self.tap.read_flows(&mut self.book, &mut self.table)?;
         let drained = self.book.finish(&totals);
         // Latency: the kernel's histograms are cumulative; the interfaces' by index.
         let mut lat = crate::aggregate::Aggregate::new();
@@ -575,6 +578,7 @@ impl Collector {
             drain_ms = drain_seconds * 1e3,
             flows = drained.flows,
             table = drained.table_entries,
+            whole_table = self.table.whole,
             series = snapshot.series.len(),
             "drained"
         );

@@ -420,6 +420,8 @@ pub struct FlowBook {
     aged: u64,
     demotions: u64,
     table_entries: usize,
+    /// `table_entries` at the last finished drain.
+    last_table_entries: usize,
 }
 
 impl FlowBook {
@@ -453,6 +455,7 @@ impl FlowBook {
             aged: 0,
             demotions: 0,
             table_entries: 0,
+            last_table_entries: 0,
         }
     }
 
@@ -690,6 +693,47 @@ impl FlowBook {
         }
     }
 
+    /// Whether this drain must read the whole table: it does again a drain that failed (see
+    /// [`begin`](Self::begin)), whose readings are not all known.
+    pub fn wants_whole_table(&self) -> bool {
+        self.full
+    }
+
+    /// Entries the table held at the last finished drain.
+    pub fn last_table_entries(&self) -> usize {
+        self.last_table_entries
+    }
+
+    /// A key the table was asked for in this drain and does not hold (evicted, or never
+    /// inserted): not in the table, whatever [`carry_unread`](Self::carry_unread) does next.
+    pub fn table_missing(&mut self, key: &FlowKey) {
+        if let Some(i) = self.find(key) {
+            let s = &mut self.slots[i];
+            if s.table_pass != self.pass {
+                s.table_pass = self.pass;
+                s.connected = false;
+            }
+        }
+    }
+
+    /// After a drain that read only the entries written since the last one (the rest of the
+    /// table unchanged: none written, none evicted), the entries the table held at the last
+    /// drain and this one did not read, as if read again unchanged. Costs one pass over the
+    /// flows' first bytes, no kernel read.
+    pub fn carry_unread(&mut self) {
+        let (epoch, pass) = (self.epoch, self.pass);
+        for s in &mut self.slots {
+            if s.table_pass != pass && s.table_epoch != 0 && s.table_epoch + 1 == epoch {
+                // What `table_reading` does with a reading equal to the last one.
+                s.table_pass = pass;
+                s.prev_table_epoch = s.table_epoch;
+                s.table_epoch = epoch;
+                s.shrunk = false;
+                self.table_entries += 1;
+            }
+        }
+    }
+
     /// A flow cache slot of one CPU, read after the table: a slot written back in between is
     /// missed this drain (and held at its last value), never counted twice.
     pub fn cache_slot(&mut self, key: &FlowKey, stats: &FlowStats) {
@@ -911,6 +955,7 @@ impl FlowBook {
                 .count();
         self.cache_last = std::mem::take(&mut self.cache_now);
         self.full = false;
+        self.last_table_entries = self.table_entries;
         Drained {
             series,
             rest: self.rest,

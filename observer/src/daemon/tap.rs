@@ -32,6 +32,41 @@ use super::{
 /// Threads reading the kernel's flow table side by side, at most.
 const TABLE_READERS: usize = 4;
 
+/// Drains that may read only the flow log before one reads the whole table again. The log is
+/// exact on its own (see [`TableCursor`]); this bounds what a missed write could cost (the
+/// kernel orders the log's stores by program order only, which only a strongly ordered CPU
+/// keeps for the reader).
+const WHOLE_TABLE_EVERY: u32 = 30;
+
+/// Free entries per possible CPU (and one more) the kernel's LRU table may hold back while
+/// already evicting: it evicts once its global free list has fewer than the 128 entries a CPU
+/// takes at a time, while each CPU's own list keeps up to 128 (kernel/bpf/bpf_lru_list.c);
+/// twice that, as a margin.
+const LRU_HELD_PER_CPU: u64 = 256;
+
+/// A table of more entries than this many times the keys written since the last drain is read
+/// by looking those keys up (a syscall each); a smaller one in a walk.
+const LOOKUPS_PER_WALK: usize = 4;
+
+/// How the drains read the kernel's flow table. The kernel logs every key it writes back from
+/// its cache to the table (`FLOW_LOG`: the only writes to a flow's counts there, a mirror
+/// copy's every-session analysis included), so a drain can look up just the keys written since
+/// the last one, and
+/// take every other entry as unchanged; the table cannot have evicted one while it had room
+/// for every key written since (counted with repeats), so none is gone either. Otherwise
+/// (the first drain, a log overwritten before it was read, a table near full, a drain done again
+/// after a failure, and every
+/// [`WHOLE_TABLE_EVERY`] drains) a drain reads the whole table.
+#[derive(Debug, Default)]
+pub(super) struct TableCursor {
+    /// Keys each CPU had written to the log when the last drain began reading the table.
+    written: Option<Vec<u64>>,
+    /// Drains since the last one that read the whole table.
+    since_whole: u32,
+    /// The last drain read the whole table.
+    pub whole: bool,
+}
+
 /// One observed interface (or capture device): its counters' slot, name, the index its latency
 /// scopes carry, and whether the observer is on it now.
 pub(super) struct TapIface {
@@ -144,6 +179,39 @@ impl CaptureTap {
     }
 }
 
+/// The keys written to the flow table since `from` (deduplicated), when looking them up makes an
+/// exact drain ([`TableCursor`]) and costs less than a walk; `None` when the drain must walk
+/// the whole table.
+fn logged_keys(
+    o: &Observer,
+    book: &FlowBook,
+    from: &[u64],
+    written: &[u64],
+) -> Result<Option<Vec<FlowKey>>, DaemonError> {
+    if book.wants_whole_table() {
+        return Ok(None);
+    }
+    let logged: u64 = written
+        .iter()
+        .zip(from)
+        .map(|(w, f)| w.wrapping_sub(*f))
+        .sum();
+    let held = LRU_HELD_PER_CPU * (written.len() as u64 + 1);
+    let room = u64::from(o.config().max_flows).saturating_sub(book.last_table_entries() as u64);
+    if logged.saturating_add(held) > room {
+        return Ok(None);
+    }
+    let Some(mut keys) = live::read_flow_log(o.ebpf(), from, written)? else {
+        return Ok(None);
+    };
+    keys.sort_unstable();
+    keys.dedup();
+    if keys.len().saturating_mul(LOOKUPS_PER_WALK) > book.last_table_entries().max(1) {
+        return Ok(None);
+    }
+    Ok(Some(keys))
+}
+
 impl Tap {
     pub(super) fn mode(&self) -> &'static str {
         match self {
@@ -223,14 +291,46 @@ impl Tap {
     /// Reads the flow table into `book`: the kernel's table (on a thread per CPU, up to
     /// [`TABLE_READERS`]) and then its cache; or the capture's flows (and mirror sessions' PSN
     /// analyses), one value each.
-    pub(super) fn read_flows(&self, book: &mut FlowBook) -> Result<(), DaemonError> {
+    pub(super) fn read_flows(
+        &self,
+        book: &mut FlowBook,
+        cursor: &mut TableCursor,
+    ) -> Result<(), DaemonError> {
         match self {
             Self::Kernel(o) => {
-                let readers = std::thread::available_parallelism()
-                    .map_or(1, |n| n.get())
-                    .min(TABLE_READERS);
-                live::read_flow_table(o.ebpf(), readers, Reading::of, |r| book.table_reading(&r))?;
-                live::read_flow_cache(o.ebpf(), |key, stats| book.cache_slot(key, stats))?;
+                let ebpf = o.ebpf();
+                let from = cursor.written.take();
+                // Before anything is read: what the kernel writes from here on, the next
+                // drain reads again.
+                let written = live::flow_log_written(ebpf)?;
+                let keys = match from {
+                    Some(from) if cursor.since_whole + 1 < WHOLE_TABLE_EVERY => {
+                        logged_keys(o, book, &from, &written)?
+                    }
+                    _ => None,
+                };
+                cursor.whole = keys.is_none();
+                match keys {
+                    Some(keys) => {
+                        live::read_flow_entries(ebpf, &keys, Reading::of, |key, r| match r {
+                            Some(r) => book.table_reading(&r),
+                            None => book.table_missing(key),
+                        })?;
+                        book.carry_unread();
+                        cursor.since_whole += 1;
+                    }
+                    None => {
+                        let readers = std::thread::available_parallelism()
+                            .map_or(1, |n| n.get())
+                            .min(TABLE_READERS);
+                        live::read_flow_table(ebpf, readers, Reading::of, |r| {
+                            book.table_reading(&r)
+                        })?;
+                        cursor.since_whole = 0;
+                    }
+                }
+                live::read_flow_cache(ebpf, |key, stats| book.cache_slot(key, stats))?;
+                cursor.written = Some(written);
                 Ok(())
             }
             Self::Capture(c) => {

@@ -247,6 +247,115 @@ pub fn percpu_hash_take<K: Pod, V: Pod>(
     }
 }
 
+/// `BPF_MAP_LOOKUP_ELEM` of each of `keys` in a per-CPU hash: `f(key, per_cpu_values)`, `None`
+/// for a key the map does not hold. One syscall per key: for a few keys out of many, cheaper
+/// than a walk.
+pub fn percpu_hash_lookup_each<'k, K: Pod + 'k, V: Pod>(
+    map: BorrowedFd<'_>,
+    keys: impl IntoIterator<Item = &'k K>,
+    mut f: impl FnMut(&K, Option<&[V]>),
+) -> Result<BatchStats, BpfSysError> {
+    const OP: &str = "BPF_MAP_LOOKUP_ELEM";
+    let mut stats = BatchStats::default();
+    check_map::<K, V>(map, OP, PERCPU_HASHES, &mut stats)?;
+    let mut values = PerCpu::<V>::new()?;
+    let mut buf = Words::new(values.slot_bytes());
+    for key in keys {
+        stats.syscalls += 1;
+        // SAFETY: key is key_size bytes (checked), buf the per-CPU value size.
+        match unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, key, buf.bytes_mut()) } {
+            Ok(()) => {
+                f(key, Some(values.decode(buf.bytes())));
+                stats.entries += 1;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => f(key, None),
+            Err(e) => return Err(BpfSysError::new(OP, map, e)),
+        }
+    }
+    Ok(stats)
+}
+
+/// Reads indices `range` of a per-CPU array with `BPF_MAP_LOOKUP_BATCH`, `batch` indices per
+/// syscall (one `BPF_MAP_LOOKUP_ELEM` per index without batch lookups, or with `batch` 0):
+/// `f(index, per_cpu_values)`. Indices past the array's end are not read.
+pub fn percpu_array_for_each_in<V: Pod>(
+    map: BorrowedFd<'_>,
+    batch: u32,
+    range: Range<u32>,
+    mut f: impl FnMut(u32, &[V]),
+) -> Result<BatchStats, BpfSysError> {
+    const OP: &str = "BPF_MAP_LOOKUP_BATCH";
+    let fail = |e| BpfSysError::new(OP, map, e);
+    let mut stats = BatchStats::default();
+    let info = check_map::<u32, V>(map, OP, PERCPU_ARRAYS, &mut stats)?;
+    let range = range.start..range.end.min(info.max_entries);
+    let mut values = PerCpu::<V>::new()?;
+    let slot = values.slot_bytes();
+    let mut at = range.start;
+    if batch > 0 {
+        let (mut keys, mut vals) = (Words::default(), Words::default());
+        resize(&mut keys, &mut vals, batch, size_of::<u32>(), slot).map_err(fail)?;
+        // The position an array's batch lookup takes is the last index read (the generic
+        // batch code goes on from the key after it).
+        let (mut token_in, mut token_out) = (Words::new(8), Words::new(8));
+        while at < range.end {
+            let count = batch.min(range.end - at);
+            if at > 0 {
+                token_in.set_u32(at - 1);
+            }
+            let mut attr = BatchAttr {
+                in_batch: if at > 0 { token_in.as_ptr() as u64 } else { 0 },
+                out_batch: token_out.as_mut_ptr() as u64,
+                keys: keys.as_mut_ptr() as u64,
+                values: vals.as_mut_ptr() as u64,
+                count,
+                map_fd: map.as_raw_fd() as u32,
+                ..BatchAttr::default()
+            };
+            stats.syscalls += 1;
+            // SAFETY: keys and vals hold `batch` >= `count` indices and per-CPU values of the
+            // sizes the map has (checked); the tokens hold 8 bytes.
+            let end = match unsafe { sys_bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) } {
+                Ok(_) => false,
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::ENOENT) => true,
+                    Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP) if !stats.batched => break,
+                    _ => return Err(fail(e)),
+                },
+            };
+            stats.batched = true;
+            let n = attr.count.min(count) as usize;
+            for (k, v) in keys
+                .bytes()
+                .chunks_exact(size_of::<u32>())
+                .zip(vals.bytes().chunks_exact(slot))
+                .take(n)
+            {
+                let index = u32::from_ne_bytes([k[0], k[1], k[2], k[3]]);
+                f(index, values.decode(v));
+            }
+            stats.entries += n as u64;
+            if end || n == 0 {
+                return Ok(stats);
+            }
+            at += n as u32;
+        }
+        if stats.batched {
+            return Ok(stats);
+        }
+    }
+    let mut buf = Words::new(slot);
+    for i in at..range.end {
+        stats.syscalls += 1;
+        // SAFETY: i is the 4-byte key, buf the per-CPU value size.
+        unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, &i, buf.bytes_mut()) }
+            .map_err(|e| BpfSysError::new("BPF_MAP_LOOKUP_ELEM", map, e))?;
+        f(i, values.decode(buf.bytes()));
+        stats.entries += 1;
+    }
+    Ok(stats)
+}
+
 /// `BPF_MAP_LOOKUP_ELEM` of index `index` of a per-CPU array: one `V` per possible CPU.
 pub fn percpu_array_get<V: Pod>(map: BorrowedFd<'_>, index: u32) -> Result<Vec<V>, BpfSysError> {
     const OP: &str = "BPF_MAP_LOOKUP_ELEM";

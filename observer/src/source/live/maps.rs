@@ -14,8 +14,8 @@ use std::{
 
 use aya::{Ebpf, maps::Map};
 use observer_common::{
-    Counters, FlowKey, FlowSlot, FlowStats, IfaceCounters, LatHist, LatKey, LatScopeKey, LatState,
-    MsgStats, PauseKey, PauseStats, maps,
+    Counters, FLOW_LOG_SLOTS, FlowKey, FlowSlot, FlowStats, IfaceCounters, LatHist, LatKey,
+    LatScopeKey, LatState, MsgStats, PauseKey, PauseStats, maps,
 };
 
 use super::{LiveError, bpfsys};
@@ -172,6 +172,80 @@ pub fn read_flow_cache(
 /// The slots of cache entry `index` (one per CPU) whose key belongs there.
 fn whole_slots(index: u32, slots: &[FlowSlot]) -> impl Iterator<Item = &FlowSlot> {
     slots.iter().filter(move |s| s.key.slot() == index)
+}
+
+/// Keys each CPU has written to the flow log (`FLOW_LOG`) ever: what [`read_flow_log`] reads
+/// from and up to.
+pub fn flow_log_written(ebpf: &Ebpf) -> Result<Vec<u64>, LiveError> {
+    per_cpu::<u64>(ebpf, maps::FLOW_LOG_HEAD, 0)
+}
+
+/// The keys written back to the flow table since `from` (per CPU, as [`flow_log_written`] gave
+/// them) up to `to` (read later), in no order and with repeats; `None` when some of them were
+/// overwritten (a CPU wrote a whole ring since `from`) before they could be read, or the CPUs
+/// do not match: then only a walk of the whole table is exact.
+pub fn read_flow_log(
+    ebpf: &Ebpf,
+    from: &[u64],
+    to: &[u64],
+) -> Result<Option<Vec<FlowKey>>, LiveError> {
+    // Key number n is at n % FLOW_LOG_SLOTS; while a CPU has written fewer than the ring holds
+    // since `from`, none of the keys from there on has been overwritten (the one being written
+    // now included).
+    let whole = |written: &[u64]| {
+        written.len() == from.len()
+            && written
+                .iter()
+                .zip(from)
+                .all(|(w, f)| w.wrapping_sub(*f) < u64::from(FLOW_LOG_SLOTS))
+    };
+    if !whole(to) {
+        return Ok(None);
+    }
+    let log = map_fd(ebpf, maps::FLOW_LOG)?;
+    let mut keys = Vec::new();
+    for (cpu, (&f, &t)) in from.iter().zip(to).enumerate() {
+        if t == f {
+            continue;
+        }
+        let start = (f % u64::from(FLOW_LOG_SLOTS)) as u32;
+        let end = start as u64 + (t - f);
+        // One range, or two where the ring wraps.
+        let ranges = if end <= u64::from(FLOW_LOG_SLOTS) {
+            [start..end as u32, 0..0]
+        } else {
+            [
+                start..FLOW_LOG_SLOTS,
+                0..(end - u64::from(FLOW_LOG_SLOTS)) as u32,
+            ]
+        };
+        for range in ranges.into_iter().filter(|r| !r.is_empty()) {
+            bpfsys::percpu_array_for_each_in::<FlowKey>(log, BATCH, range, |_, per_cpu| {
+                keys.extend(per_cpu.get(cpu));
+            })
+            .map_err(read_error(maps::FLOW_LOG))?;
+        }
+    }
+    if !whole(&flow_log_written(ebpf)?) {
+        return Ok(None);
+    }
+    Ok(Some(keys))
+}
+
+/// Looks `keys` up in the flow table: `f(key, Some(extract(key, per_cpu_values)))` for each
+/// entry it holds, `f(key, None)` for each key it does not.
+pub fn read_flow_entries<R>(
+    ebpf: &Ebpf,
+    keys: &[FlowKey],
+    extract: impl Fn(&FlowKey, &[FlowStats]) -> R,
+    mut f: impl FnMut(&FlowKey, Option<R>),
+) -> Result<(), LiveError> {
+    let flows = map_fd(ebpf, maps::FLOWS)?;
+    bpfsys::percpu_hash_lookup_each::<FlowKey, FlowStats>(flows, keys, |k, v| {
+        f(k, v.map(|v| extract(k, v)));
+    })
+    .map_err(read_error(maps::FLOWS))?;
+    Ok(())
 }
 
 /// Deletes `key` from the flow table: its last per-CPU values, none when it is not there.
