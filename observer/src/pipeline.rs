@@ -753,24 +753,19 @@ mod tests {
     }
 
     /// The report of `path` replayed with `a` on one thread, or read in buffers of `chunk`
-    /// bytes (mapped in windows of `chunk` bytes with `mapped`) by this thread with its frames
-    /// accounted by `shards` more.
+    /// bytes by this thread with its frames accounted by `shards` more.
     fn report(
         path: &str,
         a: &AnalysisOptions,
         speed: Option<u64>,
         shards: usize,
         chunk: usize,
-        mapped: bool,
     ) -> String {
         let mut replay = Replay::observed(Timeline::new(a.replay_timeline(speed)));
         if shards == 1 {
             replay.file(path, false).unwrap();
         } else {
-            let window = mapped.then_some(chunk);
-            replay
-                .file_sharded(path, false, shards, chunk, window)
-                .unwrap();
+            replay.file_sharded(path, false, shards, chunk).unwrap();
         }
         serde_json::to_string(&analysed(replay, speed, a)).unwrap()
     }
@@ -784,21 +779,17 @@ mod tests {
             slot_ns: Some(10_000),
             ..Default::default()
         };
-        let same = |path: &str,
-                    a: &AnalysisOptions,
-                    speed: Option<u64>,
-                    runs: &[(usize, usize)]| {
-            let one = report(path, a, speed, 1, 0, false);
-            for &(shards, chunk) in runs {
-                for mapped in [false, true] {
-                    let many = report(path, a, speed, shards, chunk, mapped);
+        let same =
+            |path: &str, a: &AnalysisOptions, speed: Option<u64>, runs: &[(usize, usize)]| {
+                let one = report(path, a, speed, 1, 0);
+                for &(shards, chunk) in runs {
+                    let many = report(path, a, speed, shards, chunk);
                     assert!(
                         one == many,
-                        "{path}, {shards} shards, {chunk} B buffers (mapped: {mapped}):\n{one}\n{many}"
+                        "{path}, {shards} shards, {chunk} B buffers:\n{one}\n{many}"
                     );
                 }
-            }
-        };
+            };
         // Every scenario, in buffers of a few frames.
         for name in crate::source::synth::scenario_names() {
             let w = synth::scenario(name).unwrap();
@@ -844,7 +835,7 @@ mod tests {
         huge.resize(huge.len() + (80 << 20), 0);
         let path = dir.write("huge.pcap", &huge);
         same(&path, &fitted, None, &[(2, 4096), (3, 1 << 20)]);
-        let r = report(&path, &fitted, None, 2, 4096, true);
+        let r = report(&path, &fitted, None, 2, 4096);
         assert!(r.contains("corrupt record header"), "{r}");
     }
 }

@@ -14,11 +14,10 @@
 //! naming the byte offset and the frame number; the other files are read on.
 //!
 //! [`Replay`] recognizes the container by its magic, merges the files and hands each frame to
-//! the aggregate; the parts live beside it: `feed` (the input, streamed, mapped a window at a
-//! time or in memory, cut into records by pcap-file's slice parsers), `guard` (mapped windows
-//! that survive their file being cut shorter), `pcap` and `pcapng` (the records of each
-//! container), `link` (how frames of a link type reach the parser), `shard` (one file over
-//! several threads) and `progress` (the progress line on a terminal).
+//! the aggregate; the parts live beside it: `feed` (the input, streamed or in memory, cut into
+//! records by pcap-file's slice parsers), `pcap` and `pcapng` (the records of each container),
+//! `link` (how frames of a link type reach the parser) and `progress` (the progress line on a
+//! terminal).
 
 use std::{
     fs::File,
@@ -31,7 +30,6 @@ use crate::aggregate::Aggregate;
 use observer_common::{FlowKey, RocePacket, SeqInput, SkipReason, seq::Request};
 
 mod feed;
-mod guard;
 mod link;
 mod pcap;
 mod pcapng;
@@ -163,27 +161,19 @@ impl<O: FrameObserver> Replay<O> {
         O: Sharded,
     {
         match paths {
-            [one] if shards > 1 => self.file_sharded(
-                one.as_ref(),
-                progress,
-                shards,
-                shard::CHUNK,
-                Some(shard::WINDOW),
-            ),
+            [one] if shards > 1 => self.file_sharded(one.as_ref(), progress, shards, shard::CHUNK),
             _ => self.files(paths, progress),
         }
     }
 
-    /// Replays the file at `path` (`-` is standard input) read in buffers of `chunk` bytes, or
-    /// with `window`, mapped that many bytes at a time if it is a regular file; its frames
-    /// accounted by `shards` threads.
+    /// Replays the file at `path` (`-` is standard input) read in buffers of `chunk` bytes,
+    /// its frames accounted by `shards` threads.
     pub(crate) fn file_sharded(
         &mut self,
         path: &str,
         progress: bool,
         shards: usize,
         chunk: usize,
-        window: Option<usize>,
     ) -> Result<(), ReplayError>
     where
         O: Sharded,
@@ -195,11 +185,7 @@ impl<O: FrameObserver> Replay<O> {
             return Ok(());
         }
         let (f, size) = open(path)?;
-        let feed = match (size, window) {
-            (Some(_), Some(window)) => Feed::<File>::windowed(f, window, true),
-            _ => Feed::handing_over(f, chunk),
-        };
-        let reader = Reader::open(path, feed, size, progress)?;
+        let reader = Reader::open(path, Feed::handing_over(f, chunk), size, progress)?;
         self.sharded(reader, shards);
         Ok(())
     }
@@ -211,17 +197,7 @@ impl<O: FrameObserver> Replay<O> {
             return self.reader(path, io::stdin().lock(), None, progress);
         }
         let (f, size) = open(path)?;
-        if size.is_none() {
-            return self.reader(path, f, size, progress);
-        }
-        let reader = Reader::open(
-            path,
-            Feed::<File>::windowed(f, WINDOW, false),
-            size,
-            progress,
-        )?;
-        self.single(reader);
-        Ok(())
+        self.reader(path, f, size, progress)
     }
 
     /// Replays a capture read from `r`, named `name` in messages.
@@ -418,13 +394,9 @@ impl<O: FrameObserver> Replay<O> {
 }
 
 /// Opens a file, with its size when it is a regular file (for the progress line).
-/// Bytes of a regular file mapped at a time on one thread: a few MiB make the system calls
-/// few (their cost is per page mapped), and the memory mapped stays the same whatever the file.
-const WINDOW: usize = 8 << 20;
-
-/// The file at `path`, and its size if it is a regular file (which is read through a mapping;
-/// pipes and devices are streamed).
 fn open(path: &str) -> Result<(File, Option<u64>), ReplayError> {
+    // (Memory-mapping was measured slower than streaming through a cached buffer here:
+    // page faults cost more than the copy.)
     let f = File::open(path).map_err(|error| ReplayError::Io {
         file: path.to_string(),
         error,
@@ -763,33 +735,6 @@ mod tests {
         );
         assert_eq!(streamed.agg, mapped.agg);
         assert_eq!(streamed.warnings, mapped.warnings);
-        // A file mapped a window at a time: windows of a few records, and one window.
-        static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "roce-observer-windowed-{}-{}.pcap",
-            std::process::id(),
-            FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        std::fs::write(&path, bytes).unwrap();
-        for window in [1000, WINDOW] {
-            let mut windowed = Replay::new();
-            let f = File::open(&path).unwrap();
-            let c = Reader::open(
-                "test.pcap",
-                Feed::<File>::windowed(f, window, false),
-                None,
-                false,
-            )
-            .map(|r| windowed.single(r));
-            assert_eq!(
-                a.as_ref().map_err(ToString::to_string),
-                c.as_ref().map_err(ToString::to_string),
-                "{window} B windows"
-            );
-            assert_eq!(streamed.agg, windowed.agg, "{window} B windows");
-            assert_eq!(streamed.warnings, windowed.warnings, "{window} B windows");
-        }
-        std::fs::remove_file(&path).unwrap();
         a.map(|()| streamed)
     }
 

@@ -28,11 +28,7 @@ use std::{
     thread,
 };
 
-use super::{
-    FrameObserver, Link, Reader, Replay,
-    feed::{Chunk, prefetch},
-    link::host_pair,
-};
+use super::{FrameObserver, Link, Reader, Replay, link::host_pair};
 use crate::aggregate::Aggregate;
 
 /// A frame observer whose work on the flow table can be split over shards: it sees every frame
@@ -78,9 +74,6 @@ impl ShardPart for () {
 
 /// Bytes read at a time: a buffer handed to the shards.
 pub(super) const CHUNK: usize = 1 << 20;
-/// Bytes of a regular file mapped at a time: a window handed to the shards (the fewer the
-/// windows, the fewer the system calls; the in-flight windows stay a few MiB each).
-pub(super) const WINDOW: usize = 4 << 20;
 /// Buffers queued for a shard at most (the reader waits for a slow shard).
 const QUEUE: usize = 4;
 
@@ -99,7 +92,7 @@ struct Desc {
 /// A buffer read, the frames of each shard in it (with those whose shard the reader could not
 /// tell in every list), and the marks (the frame before which each applies).
 struct Block<M> {
-    buf: Chunk,
+    buf: Vec<u8>,
     frames: u32,
     shards: Vec<Vec<Desc>>,
     marks: Vec<(u32, M)>,
@@ -108,7 +101,7 @@ struct Block<M> {
 impl<M> Block<M> {
     fn new(shards: usize) -> Self {
         Self {
-            buf: Chunk::default(),
+            buf: Vec::new(),
             frames: 0,
             shards: (0..shards).map(|_| Vec::new()).collect(),
             marks: Vec::new(),
@@ -161,11 +154,11 @@ impl<O: Sharded> Replay<O> {
                         pending.marks = b.marks;
                         pending.shards.iter_mut().for_each(Vec::clear);
                         pending.marks.clear();
-                        // A buffer grown for a huge record is not kept (nor a window of a
-                        // mapped file, unmapped here).
-                        match b.buf {
-                            Chunk::Read(buf) if buf.len() <= 2 * chunk => buf,
-                            _ => Vec::new(),
+                        // A buffer grown for a huge record is not kept.
+                        if b.buf.len() <= 2 * chunk {
+                            b.buf
+                        } else {
+                            Vec::new()
                         }
                     }
                     None => Vec::new(),
@@ -249,7 +242,7 @@ where
             // The reader's core brought the frames in: a frame's first read here waits for
             // its bytes to cross over unless asked for ahead.
             if let Some(ahead) = list.get(j + PREFETCH) {
-                prefetch_frame(&block.buf, ahead.at as usize);
+                prefetch(&block.buf, ahead.at as usize);
             }
             // The marks up to this frame, in order: between two of the shard's frames its
             // flow table stands still.
@@ -273,12 +266,8 @@ where
         for (_, m) in marks {
             part.mark(*m, &agg);
         }
-        // The last shard done with a block gives its buffers back; a window of a mapped file
-        // is unmapped here, off the reading thread.
-        if let Some(mut b) = Arc::into_inner(block) {
-            if matches!(b.buf, Chunk::Mapped(_)) {
-                b.buf = Chunk::default();
-            }
+        // The last shard done with a block gives its buffers back.
+        if let Some(b) = Arc::into_inner(block) {
             pool.lock().unwrap_or_else(PoisonError::into_inner).push(b);
         }
     }
@@ -292,7 +281,19 @@ const PREFETCH: usize = 8;
 /// Asks for the first two cache lines of a frame at `at` in `buf` (its headers), without
 /// waiting for them.
 #[inline(always)]
-fn prefetch_frame(buf: &[u8], at: usize) {
-    prefetch(buf, at);
-    prefetch(buf, at + 64);
+fn prefetch(buf: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in [at, at + 64] {
+        if let Some(b) = buf.get(line) {
+            // SAFETY: a prefetch reads nothing the program sees and never faults; the address
+            // is in `buf` anyway.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    std::ptr::from_ref(b).cast(),
+                );
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (buf, at);
 }
