@@ -191,11 +191,11 @@ fn logged_keys(
     if book.wants_whole_table() {
         return Ok(None);
     }
-    let logged: u64 = written
-        .iter()
-        .zip(from)
-        .map(|(w, f)| w.wrapping_sub(*f))
-        .sum();
+    // A count that went back is not the log the last drain read.
+    if written.iter().zip(from).any(|(w, f)| w < f) {
+        return Ok(None);
+    }
+    let logged: u64 = written.iter().zip(from).map(|(w, f)| w - f).sum();
     let held = LRU_HELD_PER_CPU * (written.len() as u64 + 1);
     let room = u64::from(o.config().max_flows).saturating_sub(book.last_table_entries() as u64);
     if logged.saturating_add(held) > room {
