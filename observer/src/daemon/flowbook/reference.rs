@@ -511,10 +511,9 @@ mod agree {
         coarse: bool,
         /// What the interfaces counted: every packet, whatever became of its flow.
         totals: Counts,
-        /// The keys written back from the cache to the table, in order (the kernel's flow log).
+        /// The keys written back from the cache to the table, in order (the kernel's flow log;
+        /// a mirror copy's every-session analysis goes through the cache like any flow).
         log: Vec<FlowKey>,
-        /// An entry was written in the table itself (a mirror copy's analysis: not logged).
-        copies: bool,
     }
 
     impl Kernel {
@@ -572,12 +571,6 @@ mod agree {
             let mut c = Counts::of(&p);
             c.0[TOTALLED..].fill(0);
             self.totals.add(&c);
-            if key.is_union() {
-                // Updated in the table itself.
-                merge(self.entry(key, cpu), &p);
-                self.copies = true;
-                return;
-            }
             let slot = (key.dest_qp as usize + key.udp_src_port as usize) % SLOTS;
             let (held, stats) = self.cache[cpu][slot];
             if held != *key || stats.packets == 0 {
@@ -666,7 +659,6 @@ mod agree {
             coarse,
             totals: Counts::default(),
             log: Vec::new(),
-            copies: false,
         };
         let (series, idle) = (1 + rng.below(4), 1 + rng.below(4) as u32);
         let mut book = FlowBook::new(series, idle);
@@ -732,7 +724,6 @@ mod agree {
             coarse,
             totals: Counts::default(),
             log: Vec::new(),
-            copies: false,
         };
         let (series, idle) = (1 + rng.below(4), 1 + rng.below(4) as u32);
         let mut book = FlowBook::new(series, idle);
@@ -757,7 +748,6 @@ mod agree {
             let to = kernel.log.len();
             let logged = from.filter(|&f| {
                 !book.wants_whole_table()
-                    && !kernel.copies
                     && book.last_table_entries() + (to - f) <= kernel.capacity
             });
             match logged {
