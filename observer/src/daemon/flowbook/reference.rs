@@ -689,24 +689,36 @@ mod agree {
             book.begin();
             model.begin();
             read(&mut rng, &mut kernel, &mut book, &mut model, flows);
-            let totals = kernel.totals;
-            let got = book.finish(&totals);
-            let want = model.finish(&totals);
-            assert_eq!(got, want, "seed {seed}, drain {drain}");
-            let mut idle = book.idle();
-            let mut want_idle = model.idle();
-            idle.sort();
-            want_idle.sort();
-            assert_eq!(idle, want_idle, "seed {seed}, drain {drain}: idle flows");
-            for k in idle {
-                let last = kernel
-                    .table
-                    .iter()
-                    .position(|(x, _)| *x == k)
-                    .map(|i| kernel.table.remove(i).1);
-                book.retire(&k, last.as_ref().map(|v| &v[..]));
-                model.retire(&k, last.as_ref().map(|v| &v[..]));
-            }
+            finish_drain(&mut kernel, &mut book, &mut model, seed, drain);
+        }
+    }
+
+    /// Ends a drain of both, which must agree on its result and its idle flows, then retires
+    /// those from both (and from the kernel's table, their last values read as they go).
+    fn finish_drain(
+        kernel: &mut Kernel,
+        book: &mut FlowBook,
+        model: &mut Reference,
+        seed: u64,
+        drain: usize,
+    ) {
+        let totals = kernel.totals;
+        let got = book.finish(&totals);
+        let want = model.finish(&totals);
+        assert_eq!(got, want, "seed {seed}, drain {drain}");
+        let mut idle = book.idle();
+        let mut want_idle = model.idle();
+        idle.sort();
+        want_idle.sort();
+        assert_eq!(idle, want_idle, "seed {seed}, drain {drain}: idle flows");
+        for k in idle {
+            let last = kernel
+                .table
+                .iter()
+                .position(|(x, _)| *x == k)
+                .map(|i| kernel.table.remove(i).1);
+            book.retire(&k, last.as_ref().map(|v| &v[..]));
+            model.retire(&k, last.as_ref().map(|v| &v[..]));
         }
     }
 
@@ -747,8 +759,7 @@ mod agree {
             model.begin();
             let to = kernel.log.len();
             let logged = from.filter(|&f| {
-                !book.wants_whole_table()
-                    && book.last_table_entries() + (to - f) <= kernel.capacity
+                !book.wants_whole_table() && book.last_table_entries() + (to - f) <= kernel.capacity
             });
             match logged {
                 Some(f) => {
@@ -780,24 +791,7 @@ mod agree {
                 }
             }
             from = Some(to);
-            let totals = kernel.totals;
-            let got = book.finish(&totals);
-            let want = model.finish(&totals);
-            assert_eq!(got, want, "seed {seed}, drain {drain}");
-            let mut idle = book.idle();
-            let mut want_idle = model.idle();
-            idle.sort();
-            want_idle.sort();
-            assert_eq!(idle, want_idle, "seed {seed}, drain {drain}: idle flows");
-            for k in idle {
-                let last = kernel
-                    .table
-                    .iter()
-                    .position(|(x, _)| *x == k)
-                    .map(|i| kernel.table.remove(i).1);
-                book.retire(&k, last.as_ref().map(|v| &v[..]));
-                model.retire(&k, last.as_ref().map(|v| &v[..]));
-            }
+            finish_drain(&mut kernel, &mut book, &mut model, seed, drain);
         }
         partial
     }
