@@ -153,7 +153,7 @@ pub fn percpu_hash_for_each<K: Pod, V: Pod>(
     let mut stats = BatchStats::default();
     check_map::<K, V>(map, op, PERCPU_HASHES, &mut stats)?;
     let mut values = PerCpu::<V>::new()?;
-    if batch > 0 && for_each_batched(map, batch, None, &mut values, &mut stats, &mut f)? {
+    if batch > 0 && for_each_batched(map, batch, Walk::Whole, &mut values, &mut stats, &mut f)? {
         return Ok(stats);
     }
     let mut key: Option<K> = None;
@@ -209,7 +209,7 @@ pub fn percpu_array_for_each<V: Pod>(
         && for_each_batched(
             map,
             batch,
-            None,
+            Walk::Whole,
             &mut values,
             &mut stats,
             &mut |i: &u32, v: &[V]| f(*i, v),
@@ -285,67 +285,27 @@ pub fn percpu_array_for_each_in<V: Pod>(
     mut f: impl FnMut(u32, &[V]),
 ) -> Result<BatchStats, BpfSysError> {
     const OP: &str = "BPF_MAP_LOOKUP_BATCH";
-    let fail = |e| BpfSysError::new(OP, map, e);
     let mut stats = BatchStats::default();
     let info = check_map::<u32, V>(map, OP, PERCPU_ARRAYS, &mut stats)?;
     let range = range.start..range.end.min(info.max_entries);
     let mut values = PerCpu::<V>::new()?;
-    let slot = values.slot_bytes();
-    let mut at = range.start;
-    if batch > 0 {
-        let (mut keys, mut vals) = (Words::default(), Words::default());
-        resize(&mut keys, &mut vals, batch, size_of::<u32>(), slot).map_err(fail)?;
-        // The position an array's batch lookup takes is the last index read (the generic
-        // batch code goes on from the key after it).
-        let (mut token_in, mut token_out) = (Words::new(8), Words::new(8));
-        while at < range.end {
-            let count = batch.min(range.end - at);
-            if at > 0 {
-                token_in.set_u32(at - 1);
-            }
-            let mut attr = BatchAttr {
-                in_batch: if at > 0 { token_in.as_ptr() as u64 } else { 0 },
-                out_batch: token_out.as_mut_ptr() as u64,
-                keys: keys.as_mut_ptr() as u64,
-                values: vals.as_mut_ptr() as u64,
-                count,
-                map_fd: map.as_raw_fd() as u32,
-                ..BatchAttr::default()
-            };
-            stats.syscalls += 1;
-            // SAFETY: keys and vals hold `batch` >= `count` indices and per-CPU values of the
-            // sizes the map has (checked); the tokens hold 8 bytes.
-            let end = match unsafe { sys_bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) } {
-                Ok(_) => false,
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::ENOENT) => true,
-                    Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP) if !stats.batched => break,
-                    _ => return Err(fail(e)),
-                },
-            };
-            stats.batched = true;
-            let n = attr.count.min(count) as usize;
-            for (k, v) in keys
-                .bytes()
-                .chunks_exact(size_of::<u32>())
-                .zip(vals.bytes().chunks_exact(slot))
-                .take(n)
-            {
-                let index = u32::from_ne_bytes([k[0], k[1], k[2], k[3]]);
-                f(index, values.decode(v));
-            }
-            stats.entries += n as u64;
-            if end || n == 0 {
-                return Ok(stats);
-            }
-            at += n as u32;
-        }
-        if stats.batched {
-            return Ok(stats);
-        }
+    if range.is_empty() {
+        return Ok(stats);
     }
-    let mut buf = Words::new(slot);
-    for i in at..range.end {
+    if batch > 0
+        && for_each_batched(
+            map,
+            batch,
+            Walk::Indices(range.clone()),
+            &mut values,
+            &mut stats,
+            &mut |i: &u32, v: &[V]| f(*i, v),
+        )?
+    {
+        return Ok(stats);
+    }
+    let mut buf = Words::new(values.slot_bytes());
+    for i in range {
         stats.syscalls += 1;
         // SAFETY: i is the 4-byte key, buf the per-CPU value size.
         unsafe { lookup(map, BPF_MAP_LOOKUP_ELEM, &i, buf.bytes_mut()) }
@@ -427,7 +387,7 @@ pub fn percpu_hash_for_each_in<K: Pod, V: Pod>(
         && for_each_batched(
             map,
             batch,
-            Some(buckets.clone()),
+            Walk::Buckets(buckets.clone()),
             &mut values,
             &mut stats,
             &mut f,
@@ -444,13 +404,23 @@ pub fn percpu_hash_for_each_in<K: Pod, V: Pod>(
     Ok(stats)
 }
 
+/// What a batch walk reads.
+enum Walk {
+    /// The whole map.
+    Whole,
+    /// A hash map's range of buckets (see [`percpu_hash_for_each_in`]): until a batch ends at
+    /// or past its end.
+    Buckets(Range<u32>),
+    /// An array's range of indices (not empty), and no index past it.
+    Indices(Range<u32>),
+}
+
 /// The batch walk shared by hashes and arrays: `Ok(false)` when the kernel has no batch lookup
-/// for the map (refused on the first call, nothing read yet). `buckets`: a hash map's range of
-/// buckets (see [`percpu_hash_for_each_in`]); none walks the whole map.
+/// for the map (refused on the first call, nothing read yet).
 fn for_each_batched<K: Pod, V: Pod>(
     map: BorrowedFd<'_>,
     batch: u32,
-    buckets: Option<Range<u32>>,
+    walk: Walk,
     values: &mut PerCpu<V>,
     stats: &mut BatchStats,
     f: &mut impl FnMut(&K, &[V]),
@@ -464,13 +434,24 @@ fn for_each_batched<K: Pod, V: Pod>(
     let token_bytes = key_size.next_multiple_of(8).max(8);
     let mut token_in = Words::new(token_bytes);
     let mut token_out = Words::new(token_bytes);
-    // A walk from a bucket past the first passes its index as the position to go on from.
-    let mut resume = match &buckets {
-        Some(r) if r.start > 0 => {
+    // A walk from a bucket past the first passes its index as the position to go on from; an
+    // array's position is the last index read (the generic batch code goes on from the key
+    // after it).
+    let mut resume = match &walk {
+        Walk::Buckets(r) if r.start > 0 => {
             token_in.set_u32(r.start);
             true
         }
+        Walk::Indices(r) if r.start > 0 => {
+            token_in.set_u32(r.start - 1);
+            true
+        }
         _ => false,
+    };
+    // The next index an array's walk reads.
+    let mut next = match &walk {
+        Walk::Indices(r) => r.start,
+        _ => 0,
     };
     let mut count = batch;
     let (mut keys, mut vals) = (Words::default(), Words::default());
@@ -482,13 +463,16 @@ fn for_each_batched<K: Pod, V: Pod>(
             out_batch: token_out.as_mut_ptr() as u64,
             keys: keys.as_mut_ptr() as u64,
             values: vals.as_mut_ptr() as u64,
-            count,
+            count: match &walk {
+                Walk::Indices(r) => count.min(r.end - next),
+                _ => count,
+            },
             map_fd: map.as_raw_fd() as u32,
             ..BatchAttr::default()
         };
         stats.syscalls += 1;
-        // SAFETY: keys and vals hold `count` keys and per-CPU values of the sizes the map has
-        // (checked); the tokens hold max(key_size, 8) bytes.
+        // SAFETY: keys and vals hold `count` (>= attr.count) keys and per-CPU values of the
+        // sizes the map has (checked); the tokens hold max(key_size, 8) bytes.
         let end = match unsafe { sys_bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) } {
             Ok(_) => false,
             Err(e) => match e.raw_os_error() {
@@ -520,12 +504,18 @@ fn for_each_batched<K: Pod, V: Pod>(
         if end {
             return Ok(true);
         }
+        if let Walk::Indices(r) = &walk {
+            next += n as u32;
+            if n == 0 || next >= r.end {
+                return Ok(true);
+            }
+        }
         if n == 0 {
             return Err(fail(io::Error::other(
                 "the kernel returned no entries and no end of the map",
             )));
         }
-        if let Some(r) = &buckets
+        if let Walk::Buckets(r) = &walk
             && token_out.u32() >= r.end
         {
             return Ok(true);
