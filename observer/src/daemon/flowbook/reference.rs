@@ -649,9 +649,10 @@ mod agree {
         }
     }
 
-    fn run(seed: u64, flows: usize, capacity: usize, coarse: bool, drains: usize) {
+    /// A run's random source, an empty kernel and a book and model of the same random limits.
+    fn start(seed: u64, capacity: usize, coarse: bool) -> (Rng, Kernel, FlowBook, Reference) {
         let mut rng = Rng(fastrand::Rng::with_seed(seed));
-        let mut kernel = Kernel {
+        let kernel = Kernel {
             table: Vec::new(),
             cache: [[(FlowKey::default(), FlowStats::default()); SLOTS]; CPUS],
             capacity,
@@ -661,8 +662,16 @@ mod agree {
             log: Vec::new(),
         };
         let (series, idle) = (1 + rng.below(4), 1 + rng.below(4) as u32);
-        let mut book = FlowBook::new(series, idle);
-        let mut model = Reference::new(series, idle);
+        (
+            rng,
+            kernel,
+            FlowBook::new(series, idle),
+            Reference::new(series, idle),
+        )
+    }
+
+    fn run(seed: u64, flows: usize, capacity: usize, coarse: bool, drains: usize) {
+        let (mut rng, mut kernel, mut book, mut model) = start(seed, capacity, coarse);
         for drain in 0..drains {
             // Quiet drains let flows go idle.
             if !rng.chance(25) {
@@ -723,23 +732,11 @@ mod agree {
     }
 
     /// The book reading only the entries the log shows written since the last drain (and
-    /// taking the others as unchanged) whenever the daemon would (`tap::TableCursor`: no entry
-    /// written in place, room in the table for every key logged, no drain to do again), against
+    /// taking the others as unchanged) whenever the daemon would (`tap::TableCursor`: room in
+    /// the table for every key logged, no drain to do again), against
     /// the model reading the whole table, drain for drain.
     fn run_logged(seed: u64, flows: usize, capacity: usize, coarse: bool, drains: usize) -> usize {
-        let mut rng = Rng(fastrand::Rng::with_seed(seed));
-        let mut kernel = Kernel {
-            table: Vec::new(),
-            cache: [[(FlowKey::default(), FlowStats::default()); SLOTS]; CPUS],
-            capacity,
-            now: 1,
-            coarse,
-            totals: Counts::default(),
-            log: Vec::new(),
-        };
-        let (series, idle) = (1 + rng.below(4), 1 + rng.below(4) as u32);
-        let mut book = FlowBook::new(series, idle);
-        let mut model = Reference::new(series, idle);
+        let (mut rng, mut kernel, mut book, mut model) = start(seed, capacity, coarse);
         // Where the last drain began reading the log (none: read the whole table).
         let mut from: Option<usize> = None;
         let mut partial = 0;
