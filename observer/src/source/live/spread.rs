@@ -221,6 +221,9 @@ pub(super) fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<
         }
         id
     };
+    // Attached before it knows the cpumap's id (it counts nothing until then), and before any
+    // frame is sent on.
+    count_drops(ebpf)?;
     let map = ebpf
         .map_mut(maps::SPREAD)
         .ok_or_else(|| LiveError::Spread(format!("no map {}", maps::SPREAD)))?;
@@ -234,11 +237,6 @@ pub(super) fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<
     spread
         .set(SPREAD_MAP_ID, cpumap_id, 0)
         .map_err(|e| fail(maps::SPREAD, &e))?;
-    count_drops(ebpf)?;
-    let map = ebpf
-        .map_mut(maps::SPREAD)
-        .ok_or_else(|| LiveError::Spread(format!("no map {}", maps::SPREAD)))?;
-    let mut spread: Array<_, u32> = Array::try_from(map).map_err(|e| fail(maps::SPREAD, &e))?;
     // The number last: until then no frame is sent on.
     spread
         .set(0, cpus.len() as u32, 0)
