@@ -9,8 +9,18 @@
 //! and on two at once (one thread pinned per CPU, each its own flow, timed together). Every
 //! figure is the median of `--runs` runs, and each run checks that the observer counted every
 //! frame (nothing lost from its counts).
+//!
+//! Then mirror mode's spreading (`--cpus`): the copies of one mirror source all arrive on one
+//! CPU, as RSS delivers them, where `roce_spread` sends each on through the cpumap to the CPU its
+//! hosts hash to; there the consuming observer accounts it. Spread over that one CPU, then over
+//! two: the rate is the copies accounted per second until the last is, and a copy the cpumap
+//! dropped (its CPU's queue full) is counted as dropped, never lost.
 
-use std::{process::ExitCode, sync::Barrier, time::Instant};
+use std::{
+    process::ExitCode,
+    sync::Barrier,
+    time::{Duration, Instant},
+};
 
 use aya::{
     Ebpf,
@@ -20,7 +30,7 @@ use aya::{
 use integration_tests::median;
 use observer_common::{Counters, maps, programs, wire};
 use roce_observer::source::{
-    live::{RUN_TICK_NS, if_index, load_object, observe_bursts},
+    live::{RUN_TICK_NS, Vantage, if_index, load_object, observe_bursts, set_up_spread},
     synth::{self, Encap, Ip, RoceFrame},
 };
 
@@ -117,8 +127,26 @@ fn rate(
         .try_into()
         .map_err(|e| format!("{name}: {e}"))?;
     let before = counted(ebpf, name)?;
-    let start = Barrier::new(frames.len());
     let t0 = Instant::now();
+    send_live(prog, name, frames, cpus, count)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let want = u64::from(count) * frames.len() as u64;
+    let got = counted(ebpf, name)? - before;
+    if got != want {
+        return Err(format!("{name}: counted {got} of {want} frames"));
+    }
+    Ok(want as f64 / secs)
+}
+
+/// Runs `frames[i]` `count` times through `prog` on CPU `cpus[i]`, all at once.
+fn send_live(
+    prog: &Xdp,
+    name: &str,
+    frames: &[Vec<u8>],
+    cpus: &[usize],
+    count: u32,
+) -> Result<(), String> {
+    let start = Barrier::new(frames.len());
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
         let handles: Vec<_> = frames
             .iter()
@@ -149,16 +177,143 @@ fn rate(
             .map(|h| h.join().unwrap_or_else(|_| Err("a sender panicked".into())))
             .collect()
     });
-    let secs = t0.elapsed().as_secs_f64();
-    for r in results {
-        r?;
-    }
+    results.into_iter().collect()
+}
+
+/// What the observer's cpumap programs accounted, and what the cpumap dropped (all CPUs).
+fn spread_counts(ebpf: &Ebpf) -> Result<(u64, u64), String> {
+    let fail = |e: &dyn std::fmt::Display| format!("reading the counts: {e}");
+    let m: PerCpuArray<_, Counters> =
+        PerCpuArray::try_from(ebpf.map(maps::COUNTERS).ok_or("no COUNTERS map")?)
+            .map_err(|e| fail(&e))?;
+    let values = m.get(&0, 0).map_err(|e| fail(&e))?;
+    Ok((
+        values.iter().map(|c| c.frames).sum(),
+        values.iter().map(|c| c.spread_dropped).sum(),
+    ))
+}
+
+/// The object loaded as mirror mode with `--consume --cpus CPUS` loads it, `roce_spread`
+/// ready to run.
+fn load_spread(cpus: &[usize]) -> Result<Ebpf, String> {
+    let mut ebpf = load()?;
+    let cpus: Vec<u32> = cpus.iter().map(|&c| c as u32).collect();
+    set_up_spread(&mut ebpf, Vantage::Mirror { consume: true }, &cpus)
+        .map_err(|e| format!("spreading over CPUs {cpus:?}: {e}"))?;
+    let prog: &mut Xdp = ebpf
+        .program_mut(programs::SPREAD)
+        .ok_or_else(|| format!("no program {}", programs::SPREAD))?
+        .try_into()
+        .map_err(|e| format!("{}: {e}", programs::SPREAD))?;
+    prog.load()
+        .map_err(|e| format!("loading {}: {e}", programs::SPREAD))?;
+    Ok(ebpf)
+}
+
+/// Sends `frames` (copies of one mirror source) `count` times each through `roce_spread` on CPU
+/// `rx`, and waits until every copy is accounted or dropped: the copies accounted per second
+/// from the start until then, and the number dropped.
+/// The senders stand for the receive queue RSS puts every copy on.
+fn spread_rate(
+    ebpf: &Ebpf,
+    frames: &[Vec<u8>],
+    rx: usize,
+    count: u32,
+) -> Result<(f64, u64), String> {
+    let name = programs::SPREAD;
+    let prog: &Xdp = ebpf
+        .program(name)
+        .ok_or_else(|| format!("no program {name}"))?
+        .try_into()
+        .map_err(|e| format!("{name}: {e}"))?;
+    let (frames0, dropped0) = spread_counts(ebpf)?;
     let want = u64::from(count) * frames.len() as u64;
-    let got = counted(ebpf, name)? - before;
-    if got != want {
-        return Err(format!("{name}: counted {got} of {want} frames"));
+    let t0 = Instant::now();
+    send_live(prog, name, frames, &vec![rx; frames.len()], count)?;
+    // The cpumap threads account what is still queued.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (f, d) = spread_counts(ebpf)?;
+        let (accounted, dropped) = (f - frames0, d - dropped0);
+        if accounted + dropped >= want {
+            let secs = t0.elapsed().as_secs_f64();
+            if accounted + dropped > want {
+                return Err(format!(
+                    "{name}: accounted {accounted} and dropped {dropped} of {want} copies"
+                ));
+            }
+            return Ok((accounted as f64 / secs, dropped));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{name}: after 5 s, {accounted} accounted and {dropped} dropped of {want} copies: {} lost",
+                want - accounted - dropped
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(200));
     }
-    Ok(want as f64 / secs)
+}
+
+/// Puts the threads of the spread's cpumap (`cpumap/CPU/map:ID`) at SCHED_FIFO priority 1, so
+/// that one woken on the CPU the senders run on accounts at once instead of waiting for the
+/// sender's time slice to end.
+fn raise_cpumap_threads(ebpf: &Ebpf) -> Result<(), String> {
+    let id = match ebpf.map(maps::SPREAD_CPUS) {
+        Some(aya::maps::Map::CpuMap(data)) => data
+            .info()
+            .map_err(|e| format!("{}: {e}", maps::SPREAD_CPUS))?
+            .id(),
+        _ => return Err(format!("no cpumap {}", maps::SPREAD_CPUS)),
+    };
+    let suffix = format!("/map:{id}");
+    let mut raised = 0;
+    let proc = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
+    for entry in proc.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+            continue;
+        };
+        let comm = comm.trim_end();
+        if !(comm.starts_with("cpumap/") && comm.ends_with(&suffix)) {
+            continue;
+        }
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: `param` is a valid sched_param.
+        if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {
+            return Err(format!(
+                "raising {comm} (pid {pid}) to SCHED_FIFO: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        raised += 1;
+    }
+    if raised == 0 {
+        return Err(format!("no thread of cpumap {id} in /proc"));
+    }
+    Ok(())
+}
+
+/// Two copies from host pairs that the spread sends to its first and its second CPU.
+fn spread_copies() -> Result<Vec<Vec<u8>>, String> {
+    let mut by_slot: [Option<Vec<u8>>; 2] = [None, None];
+    for host in 10..=250u8 {
+        let copy = erspan3(&write_middle(host, 0x11));
+        let p = observer_common::parse::parse_frame(&copy[..])
+            .result
+            .map_err(|e| format!("the copy of host pair {host} does not parse: {e:?}"))?;
+        let slot = (observer_common::spread_hash(&p.src_ip, &p.dst_ip) % 2) as usize;
+        by_slot[slot].get_or_insert(copy);
+        if let [Some(a), Some(b)] = &by_slot {
+            return Ok(vec![a.clone(), b.clone()]);
+        }
+    }
+    Err("no two host pairs that spread to two CPUs".into())
 }
 
 struct Row {
@@ -166,6 +321,8 @@ struct Row {
     cpus: usize,
     observer_pps: f64,
     baseline_pps: f64,
+    /// Copies the spread's cpumap dropped (a CPU's queue full); counted, not lost.
+    dropped: u64,
 }
 
 fn run(args: &Args) -> Result<Vec<Row>, String> {
@@ -215,6 +372,46 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
                 cpus: n,
                 observer_pps: median(&obs),
                 baseline_pps: median(&base),
+                dropped: 0,
+            });
+        }
+    }
+    // Mirror copies of one source, all arriving on the first CPU (as RSS puts them), accounted
+    // on the second alone (`--cpus` naming one other CPU) and then on both. Then the same with
+    // the cpumap threads at real-time priority. The baseline: the same copies counted and
+    // dropped where they arrive.
+    if allowed.len() < 2 {
+        return Ok(rows);
+    }
+    let copies = spread_copies()?;
+    let rx = allowed[0];
+    for (case, realtime) in [("erspan3_spread", false), ("erspan3_spread_fifo", true)] {
+        for cpus in [&allowed[1..2], &allowed[..2]] {
+            let (mut obs, mut base, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..args.runs {
+                let ebpf = load_spread(cpus)?;
+                if realtime {
+                    raise_cpumap_threads(&ebpf)?;
+                }
+                // A first copy each creates the flows.
+                spread_rate(&ebpf, &copies, rx, 1)?;
+                base.push(rate(
+                    &ebpf,
+                    programs::BASELINE_DROP,
+                    &copies,
+                    &[rx, rx],
+                    args.frames / 2,
+                )?);
+                let (pps, d) = spread_rate(&ebpf, &copies, rx, args.frames / 2)?;
+                obs.push(pps);
+                dropped.push(d as f64);
+            }
+            rows.push(Row {
+                case,
+                cpus: cpus.len(),
+                observer_pps: median(&obs),
+                baseline_pps: median(&base),
+                dropped: median(&dropped) as u64,
             });
         }
     }
@@ -251,12 +448,16 @@ fn report(args: &Args, rows: &[Row]) {
                 "baseline_mpps": r.baseline_pps / 1e6,
                 "observer_mpps_per_cpu": r.observer_pps / 1e6 / r.cpus as f64,
                 "share_of_baseline": r.observer_pps / r.baseline_pps,
-                // `rate` fails the run unless the observer counted every frame.
+                // `rate` and `spread_rate` fail the run unless the observer counted every
+                // frame, or the cpumap counted it dropped.
                 "lost": 0,
+                "dropped": r.dropped,
             })).collect::<Vec<_>>(),
             "scaling_1_to_2_cpus": {
                 "roce_existing_flow": scaling("roce_existing_flow"),
                 "erspan3_roce_existing_flow": scaling("erspan3_roce_existing_flow"),
+                "erspan3_spread": scaling("erspan3_spread"),
+                "erspan3_spread_fifo": scaling("erspan3_spread_fifo"),
             },
         });
         println!(
@@ -276,22 +477,28 @@ fn report(args: &Args, rows: &[Row]) {
             integration_tests::environment_line(&integration_tests::bench_environment())
         );
         println!(
-            "{:<28} {:>4} {:>13} {:>13} {:>13} {:>9} {:>5}",
-            "case", "cpus", "observer Mpps", "per CPU", "baseline Mpps", "share", "lost"
+            "{:<28} {:>4} {:>13} {:>13} {:>13} {:>9} {:>5} {:>8}",
+            "case", "cpus", "observer Mpps", "per CPU", "baseline Mpps", "share", "lost", "dropped"
         );
         for r in rows {
             println!(
-                "{:<28} {:>4} {:>13.2} {:>13.2} {:>13.2} {:>8.1}% {:>5}",
+                "{:<28} {:>4} {:>13.2} {:>13.2} {:>13.2} {:>8.1}% {:>5} {:>8}",
                 r.case,
                 r.cpus,
                 r.observer_pps / 1e6,
                 r.observer_pps / 1e6 / r.cpus as f64,
                 r.baseline_pps / 1e6,
                 100.0 * r.observer_pps / r.baseline_pps,
-                0
+                0,
+                r.dropped
             );
         }
-        for case in ["roce_existing_flow", "erspan3_roce_existing_flow"] {
+        for case in [
+            "roce_existing_flow",
+            "erspan3_roce_existing_flow",
+            "erspan3_spread",
+            "erspan3_spread_fifo",
+        ] {
             if let Some(s) = scaling(case) {
                 println!("{case}: 2 CPUs sustain {s:.2}x the rate of 1");
             }

@@ -64,7 +64,8 @@ enum Cmd {
         args: Vec<OsString>,
     },
     /// Setup, then run the BPF_PROG_TEST_RUN benchmark (extra arguments go to the bench binary),
-    /// then the sustained rate through XDP live frames on one and two CPUs (bench-rate), then
+    /// then the sustained rate through XDP live frames on one and two CPUs, in place and spread
+    /// over CPUs as mirror mode does (bench-rate), then
     /// the replay throughput benchmark on whole and on 160-byte frames (bench-replay), then
     /// the spread of direct RoCE and mirror copies over CPUs under RPS (bench-rss), then the
     /// CPU, drain time and memory of `roce-observer run` at 10k, 100k and 1M flows beside the

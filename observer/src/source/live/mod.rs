@@ -36,7 +36,7 @@ pub use maps::{
     read_flow_log, read_flow_table, read_flows, read_latency, read_maps, read_pauses, take_flow,
 };
 pub use netdev::{Promiscuous, check_privileges, if_index, interfaces_speed, link_up};
-pub use spread::{Spread, cpu_list, online_cpus, parse_cpu_list};
+pub use spread::{Spread, cpu_list, online_cpus, parse_cpu_list, set_up as set_up_spread};
 
 use self::{
     attach::{attach_egress, attach_error},

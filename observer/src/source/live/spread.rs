@@ -176,8 +176,9 @@ pub fn cpu_list(cpus: &[u32]) -> String {
 
 /// Loads the observer as the cpumap program `vantage` asks for (the loader attaches
 /// `roce_spread` to the interfaces), and points
-/// the cpumap entry of each of `cpus` at that program and `SPREAD` at the CPUs.
-pub(super) fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<(), LiveError> {
+/// the cpumap entry of each of `cpus` at that program and `SPREAD` at the CPUs. (Public for
+/// the benchmarks, which run `roce_spread` on frames they make.)
+pub fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<(), LiveError> {
     let observer = match vantage {
         Vantage::Mirror { consume: true } => programs::OBSERVE_CONSUME_CPUMAP,
         _ => programs::OBSERVE_CPUMAP,
