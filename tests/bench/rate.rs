@@ -30,7 +30,10 @@ use aya::{
 use integration_tests::median;
 use observer_common::{Counters, maps, programs, wire};
 use roce_observer::source::{
-    live::{RUN_TICK_NS, Vantage, if_index, load_object, observe_bursts, set_up_spread},
+    live::{
+        RUN_TICK_NS, ThreadPriority, Vantage, cpumap_threads, if_index, load_object,
+        observe_bursts, set_up_spread,
+    },
     synth::{self, Encap, Ip, RoceFrame},
 };
 
@@ -198,8 +201,12 @@ fn spread_counts(ebpf: &Ebpf) -> Result<(u64, u64), String> {
 fn load_spread(cpus: &[usize]) -> Result<Ebpf, String> {
     let mut ebpf = load()?;
     let cpus: Vec<u32> = cpus.iter().map(|&c| c as u32).collect();
-    set_up_spread(&mut ebpf, Vantage::Mirror { consume: true }, &cpus)
-        .map_err(|e| format!("spreading over CPUs {cpus:?}: {e}"))?;
+    match set_up_spread(&mut ebpf, Vantage::Mirror { consume: true }, &cpus)
+        .map_err(|e| format!("spreading over CPUs {cpus:?}: {e}"))?
+    {
+        ThreadPriority::Raised => {}
+        ThreadPriority::Default(why) => return Err(format!("the cpumap threads: {why}")),
+    }
     let prog: &mut Xdp = ebpf
         .program_mut(programs::SPREAD)
         .ok_or_else(|| format!("no program {}", programs::SPREAD))?
@@ -254,47 +261,39 @@ fn spread_rate(
     }
 }
 
-/// Puts the threads of the spread's cpumap (`cpumap/CPU/map:ID`) at SCHED_FIFO priority 1, so
-/// that one woken on the CPU the senders run on accounts at once instead of waiting for the
-/// sender's time slice to end.
-fn raise_cpumap_threads(ebpf: &Ebpf) -> Result<(), String> {
-    let id = match ebpf.map(maps::SPREAD_CPUS) {
-        Some(aya::maps::Map::CpuMap(data)) => data
-            .info()
-            .map_err(|e| format!("{}: {e}", maps::SPREAD_CPUS))?
-            .id(),
-        _ => return Err(format!("no cpumap {}", maps::SPREAD_CPUS)),
-    };
-    let suffix = format!("/map:{id}");
-    let mut raised = 0;
-    let proc = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
-    for entry in proc.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
+/// The priority the spread's cpumap threads run at.
+#[derive(Clone, Copy)]
+enum Threads {
+    /// As mirror mode sets them (`live::THREAD_NICE`).
+    AsMirrorMode,
+    /// Back at the default (nice 0): what raising them buys.
+    Default,
+    /// SCHED_FIFO priority 1: one woken on the CPU the senders run on accounts at once.
+    Fifo,
+}
+
+/// Sets the spread cpumap's threads on `cpus` to `threads`.
+fn set_threads(ebpf: &Ebpf, cpus: &[usize], threads: Threads) -> Result<(), String> {
+    let cpus: Vec<u32> = cpus.iter().map(|&c| c as u32).collect();
+    for pid in cpumap_threads(ebpf, &cpus)? {
+        // SAFETY: plain integers, and a valid sched_param.
+        let rc = unsafe {
+            match threads {
+                Threads::AsMirrorMode => 0,
+                Threads::Default => libc::setpriority(libc::PRIO_PROCESS, pid, 0),
+                Threads::Fifo => libc::sched_setscheduler(
+                    pid as libc::pid_t,
+                    libc::SCHED_FIFO,
+                    &libc::sched_param { sched_priority: 1 },
+                ),
+            }
         };
-        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
-            continue;
-        };
-        let comm = comm.trim_end();
-        if !(comm.starts_with("cpumap/") && comm.ends_with(&suffix)) {
-            continue;
-        }
-        let param = libc::sched_param { sched_priority: 1 };
-        // SAFETY: `param` is a valid sched_param.
-        if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {
+        if rc != 0 {
             return Err(format!(
-                "raising {comm} (pid {pid}) to SCHED_FIFO: {}",
+                "setting the priority of the cpumap thread {pid}: {}",
                 std::io::Error::last_os_error()
             ));
         }
-        raised += 1;
-    }
-    if raised == 0 {
-        return Err(format!("no thread of cpumap {id} in /proc"));
     }
     Ok(())
 }
@@ -377,22 +376,24 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
         }
     }
     // Mirror copies of one source, all arriving on the first CPU (as RSS puts them), accounted
-    // on the second alone (`--cpus` naming one other CPU) and then on both. Then the same with
-    // the cpumap threads at real-time priority. The baseline: the same copies counted and
-    // dropped where they arrive.
+    // on the second alone (`--cpus` naming one other CPU) and then on both; the cpumap threads
+    // as mirror mode sets them, at the default priority, at real-time priority. The baseline:
+    // the same copies counted and dropped where they arrive.
     if allowed.len() < 2 {
         return Ok(rows);
     }
     let copies = spread_copies()?;
     let rx = allowed[0];
-    for (case, realtime) in [("erspan3_spread", false), ("erspan3_spread_fifo", true)] {
+    for (case, threads) in [
+        ("erspan3_spread", Threads::AsMirrorMode),
+        ("erspan3_spread_nice0", Threads::Default),
+        ("erspan3_spread_fifo", Threads::Fifo),
+    ] {
         for cpus in [&allowed[1..2], &allowed[..2]] {
             let (mut obs, mut base, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..args.runs {
                 let ebpf = load_spread(cpus)?;
-                if realtime {
-                    raise_cpumap_threads(&ebpf)?;
-                }
+                set_threads(&ebpf, cpus, threads)?;
                 // A first copy each creates the flows.
                 spread_rate(&ebpf, &copies, rx, 1)?;
                 base.push(rate(
@@ -457,6 +458,7 @@ fn report(args: &Args, rows: &[Row]) {
                 "roce_existing_flow": scaling("roce_existing_flow"),
                 "erspan3_roce_existing_flow": scaling("erspan3_roce_existing_flow"),
                 "erspan3_spread": scaling("erspan3_spread"),
+                "erspan3_spread_nice0": scaling("erspan3_spread_nice0"),
                 "erspan3_spread_fifo": scaling("erspan3_spread_fifo"),
             },
         });
@@ -497,6 +499,7 @@ fn report(args: &Args, rows: &[Row]) {
             "roce_existing_flow",
             "erspan3_roce_existing_flow",
             "erspan3_spread",
+            "erspan3_spread_nice0",
             "erspan3_spread_fifo",
         ] {
             if let Some(s) = scaling(case) {
