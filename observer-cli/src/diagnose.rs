@@ -13,7 +13,7 @@ use roce_observer::{
     },
     source::{
         capture::{COOKED_FILTER, CaptureConfig, DEFAULT_FILTER, IP_FILTER},
-        live::{Spread, ThreadPriority, Vantage, cpu_list},
+        live::{Spread, Vantage, cpu_list},
         nic::{NicError, rdma::device_of_capture},
     },
     units::{Named as _, parse_duration, parse_link_speed},
@@ -204,11 +204,6 @@ pub fn observe(
         [] => String::new(),
         cpus => format!(", copies accounted on CPUs {}", cpu_list(cpus)),
     };
-    if let Some(ThreadPriority::Default(why)) = session.spread_threads() {
-        eprintln!(
-            "roce-observer: the cpumap threads stay at the default priority ({why}); a CPU that also receives copies may drop some, counted as spread drops"
-        );
-    }
     eprintln!(
         "{ATTACHED} to {ifaces} ({} mode, xdp {}{spread}), observing for {:.1}s; Ctrl-C to stop early",
         vantage.name(),

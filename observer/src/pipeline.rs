@@ -405,12 +405,6 @@ impl LiveSession {
         self.observer.spread_cpus()
     }
 
-    /// Mirror mode spread over CPUs: whether the cpumap's threads were raised (none when not
-    /// spreading).
-    pub fn spread_threads(&self) -> Option<&live::ThreadPriority> {
-        self.observer.spread_threads()
-    }
-
     /// Attaches to the interfaces.
     pub fn attach(options: LiveOptions, analysis: AnalysisOptions) -> Result<Self, PipelineError> {
         let (speed, why_unknown) = match (options.link_speed, options.vantage) {

@@ -25,14 +25,10 @@ impl Diagnose {
     /// Starts `cli COMMAND ARGS` (a command that observes live) in `ns` and waits until it has
     /// attached.
     pub fn start_command(ns: &Netns, cli: &Path, command: &str, args: &[&str]) -> Self {
-        let mut cmd = ns.command(cli);
-        cmd.arg(command).args(args);
-        Self::spawn(cmd)
-    }
-
-    /// Starts `cmd` (a command that observes live) and waits until it has attached.
-    pub fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
+        let mut child = ns
+            .command(cli)
+            .arg(command)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

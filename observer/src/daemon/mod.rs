@@ -146,15 +146,6 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
             "attached; serving /metrics and /healthz"
         ),
     }
-    if let Tap::Kernel(observer) = &tap
-        && let Some(live::ThreadPriority::Default(why)) = observer.spread_threads()
-    {
-        warn!(
-            cpus = %live::cpu_list(observer.spread_cpus()),
-            why = %why,
-            "the cpumap threads stay at the default priority: a CPU that also receives copies may drop some (counted as spread drops)"
-        );
-    }
     let (tx, rx) = mpsc::channel();
     let (wake_tx, wake_rx) = UnixStream::pair().map_err(DaemonError::Runtime)?;
     wake_rx

@@ -36,10 +36,7 @@ pub use maps::{
     read_flow_log, read_flow_table, read_flows, read_latency, read_maps, read_pauses, take_flow,
 };
 pub use netdev::{Promiscuous, check_privileges, if_index, interfaces_speed, link_up};
-pub use spread::{
-    Spread, THREAD_NICE, ThreadPriority, cpu_list, cpumap_threads, online_cpus, parse_cpu_list,
-    set_up as set_up_spread,
-};
+pub use spread::{Spread, cpu_list, online_cpus, parse_cpu_list, set_up as set_up_spread};
 
 use self::{
     attach::{attach_egress, attach_error},
@@ -237,8 +234,6 @@ pub struct Observer {
     oper: Vec<Option<bool>>,
     /// Mirror mode: the CPUs the copies are spread over (none: accounted where received).
     spread: Vec<u32>,
-    /// Mirror mode spread over CPUs: the priority of the cpumap's threads.
-    spread_threads: Option<ThreadPriority>,
 }
 
 /// The kernel object `object` loaded, its programs not yet: the maps `sizes` (name, entries)
@@ -322,11 +317,9 @@ impl Observer {
             ring_slots as u32,
             tick_ns,
         )?;
-        let spread_threads = if spread.is_empty() {
-            None
-        } else {
-            Some(spread::set_up(&mut ebpf, config.vantage, &spread)?)
-        };
+        if !spread.is_empty() {
+            spread::set_up(&mut ebpf, config.vantage, &spread)?;
+        }
         let name = if spread.is_empty() {
             config.vantage.program()
         } else {
@@ -353,7 +346,6 @@ impl Observer {
             ring_slots,
             oper: Vec::new(),
             spread,
-            spread_threads,
         })
     }
 
@@ -618,17 +610,6 @@ impl Observer {
     /// Mirror mode: the CPUs the copies are spread over (none: accounted where received).
     pub fn spread_cpus(&self) -> &[u32] {
         &self.spread
-    }
-
-    /// Mirror mode spread over CPUs: whether the cpumap's threads run at [`THREAD_NICE`], or why
-    /// not (none when not spreading).
-    pub fn spread_threads(&self) -> Option<&ThreadPriority> {
-        self.spread_threads.as_ref()
-    }
-
-    /// Mirror mode spread over CPUs: the thread id of the cpumap's thread on each CPU.
-    pub fn spread_thread_ids(&self) -> Result<Vec<u32>, String> {
-        cpumap_threads(&self.ebpf, &self.spread)
     }
 
     /// The XDP program attached to the interfaces.

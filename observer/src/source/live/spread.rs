@@ -174,32 +174,11 @@ pub fn cpu_list(cpus: &[u32]) -> String {
     out.join(",")
 }
 
-/// The nice value of the cpumap's threads (the kernel's, one per CPU, that run the observer on
-/// the copies sent to their CPU).
-pub const THREAD_NICE: i32 = -20;
-
-/// Whether the cpumap's threads run at [`THREAD_NICE`], or why not.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ThreadPriority {
-    Raised,
-    /// Left at the default priority: what failed.
-    Default(String),
-}
-
 /// Loads the observer as the cpumap program `vantage` asks for (the loader attaches
 /// `roce_spread` to the interfaces), and points
 /// the cpumap entry of each of `cpus` at that program and `SPREAD` at the CPUs. (Public for
 /// the benchmarks, which run `roce_spread` on frames they make.)
-///
-/// The cpumap's threads are then raised to [`THREAD_NICE`]: at the default priority, one on a
-/// CPU that also receives copies waits for the receive path's time slice to end, and its
-/// 2048-frame queue overflows meanwhile (`bench-rate` dropped 29% of the copies so, 1.2% at
-/// -20). Without the privilege to (`CAP_SYS_NICE`) they stay as they are, which the result says.
-pub fn set_up(
-    ebpf: &mut Ebpf,
-    vantage: Vantage,
-    cpus: &[u32],
-) -> Result<ThreadPriority, LiveError> {
+pub fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<(), LiveError> {
     let observer = match vantage {
         Vantage::Mirror { consume: true } => programs::OBSERVE_CONSUME_CPUMAP,
         _ => programs::OBSERVE_CPUMAP,
@@ -262,74 +241,7 @@ pub fn set_up(
     // The number last: until then no frame is sent on.
     spread
         .set(0, cpus.len() as u32, 0)
-        .map_err(|e| fail(maps::SPREAD, &e))?;
-    let raised = threads_of(Path::new("/proc"), cpumap_id, cpus).and_then(|pids| {
-        pids.iter().try_for_each(|&pid| {
-            // SAFETY: setpriority takes plain integers.
-            match unsafe { libc::setpriority(libc::PRIO_PROCESS, pid, THREAD_NICE) } {
-                0 => Ok(()),
-                _ => Err(format!(
-                    "setting the nice value of the cpumap thread {pid} to {THREAD_NICE}: {}",
-                    std::io::Error::last_os_error()
-                )),
-            }
-        })
-    });
-    Ok(match raised {
-        Ok(()) => ThreadPriority::Raised,
-        Err(why) => ThreadPriority::Default(why),
-    })
-}
-
-/// The thread ids of the spread cpumap's threads on `cpus` (as [`set_up`] set it up).
-pub fn cpumap_threads(ebpf: &Ebpf, cpus: &[u32]) -> Result<Vec<u32>, String> {
-    let id = match ebpf.map(maps::SPREAD_CPUS) {
-        Some(Map::CpuMap(data)) => data
-            .info()
-            .map_err(|e| format!("{}: {e}", maps::SPREAD_CPUS))?
-            .id(),
-        _ => return Err(format!("no cpumap {}", maps::SPREAD_CPUS)),
-    };
-    threads_of(Path::new("/proc"), id, cpus)
-}
-
-/// The thread of cpumap `id` on each of `cpus` (`cpumap/CPU/map:ID`), by its name in `proc`.
-/// A kernel before 6.2 shows a thread's name cut to 15 bytes: a cut name counts when it begins
-/// the full one.
-fn threads_of(proc: &Path, id: u32, cpus: &[u32]) -> Result<Vec<u32>, String> {
-    let names: Vec<String> = cpus
-        .iter()
-        .map(|c| format!("cpumap/{c}/map:{id}"))
-        .collect();
-    let mut pids = vec![None; cpus.len()];
-    let entries = fs::read_dir(proc).map_err(|e| format!("{}: {e}", proc.display()))?;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // A process that ended meanwhile has no name to read.
-        let Ok(comm) = fs::read_to_string(entry.path().join("comm")) else {
-            continue;
-        };
-        let comm = comm.trim_end_matches('\n');
-        if !comm.starts_with("cpumap/") {
-            continue;
-        }
-        for (name, slot) in names.iter().zip(&mut pids) {
-            if comm == name || (comm.len() == 15 && name.starts_with(comm)) {
-                *slot = Some(pid);
-            }
-        }
-    }
-    names
-        .iter()
-        .zip(pids)
-        .map(|(name, pid)| pid.ok_or_else(|| format!("no thread {name} in {}", proc.display())))
-        .collect()
+        .map_err(|e| fail(maps::SPREAD, &e))
 }
 
 /// Loads and attaches `spread_drops`, which counts the frames the cpumap drops when a CPU's
@@ -376,34 +288,6 @@ pub(super) fn settle(ebpf: &Ebpf) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpumap_threads_are_found_by_name_whole_or_cut_to_15_bytes() {
-        let proc = tempfile::tempdir().unwrap();
-        let task = |pid: &str, comm: &str| {
-            let dir = proc.path().join(pid);
-            fs::create_dir(&dir).unwrap();
-            fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
-        };
-        task("1", "systemd");
-        task("self", "cpumap/0/map:7");
-        task("40", "cpumap/0/map:77");
-        task("41", "cpumap/0/map:7");
-        task("42", "cpumap/1/map:7");
-        task("43", "cpumap/2/map:7");
-        fs::create_dir(proc.path().join("44")).unwrap();
-        assert_eq!(threads_of(proc.path(), 7, &[0, 1]).unwrap(), vec![41, 42]);
-        assert_eq!(threads_of(proc.path(), 77, &[0]).unwrap(), vec![40]);
-        assert_eq!(
-            threads_of(proc.path(), 7, &[3]).unwrap_err(),
-            format!("no thread cpumap/3/map:7 in {}", proc.path().display())
-        );
-        // Before 6.2 the kernel cut names to 15 bytes.
-        task("50", "cpumap/12/map:1");
-        assert_eq!(threads_of(proc.path(), 12345, &[12]).unwrap(), vec![50]);
-        assert_eq!(threads_of(proc.path(), 1, &[12]).unwrap(), vec![50]);
-        assert!(threads_of(proc.path(), 2345, &[12]).is_err());
-    }
 
     #[test]
     fn cpu_lists_read_as_the_kernel_writes_them() {
