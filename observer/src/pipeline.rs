@@ -397,6 +397,9 @@ pub struct LiveSession {
     speed: Option<u64>,
     why_unknown: &'static str,
     started: Instant,
+    /// Each interface's frames missed with its receive ring full, when attached (None:
+    /// unreadable).
+    missed_at_start: Vec<Option<u64>>,
 }
 
 impl LiveSession {
@@ -445,6 +448,11 @@ impl LiveSession {
             );
         }
         let reader = observer.burst_reader()?;
+        let missed_at_start = options
+            .interfaces
+            .iter()
+            .map(|i| live::receive_missed(i))
+            .collect();
         Ok(Self {
             options,
             analysis,
@@ -455,6 +463,7 @@ impl LiveSession {
             speed,
             why_unknown,
             started: Instant::now(),
+            missed_at_start,
         })
     }
 
@@ -509,6 +518,17 @@ impl LiveSession {
             .interfaces()
             .map(|(_, name, ifindex, _)| (ifindex, name.to_string()))
             .collect();
+        // Read before detaching (frames that arrive after it are not the observer's to miss).
+        let interface_missed = self
+            .options
+            .interfaces
+            .iter()
+            .zip(&self.missed_at_start)
+            .filter_map(|(i, start)| {
+                // A counter that went back (the device made again) says nothing of the window.
+                live::receive_missed(i)?.checked_sub((*start)?)
+            })
+            .sum();
         self.observer.detach()?;
         let window = self.started.elapsed().as_secs_f64();
         if let Some(slot_ns) = self.reader.as_ref().map(BurstReader::slot_ns) {
@@ -524,6 +544,7 @@ impl LiveSession {
         let mut source = Source::live(o.interfaces.clone(), o.xdp_mode.name());
         source.mode = Some(o.vantage.name().to_string());
         let mut report = agg.report(source, window);
+        report.totals.interface_missed = interface_missed;
         report.name_latency_interfaces(&names);
         apply_timeline(&mut report, self.timeline.finish(&agg));
         apply_observed_speed(&mut report, o.link_speed, self.speed, self.why_unknown);

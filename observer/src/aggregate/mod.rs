@@ -668,6 +668,7 @@ impl Aggregate {
                 psn,
                 capture: None,
                 spread_dropped: c.spread_dropped,
+                interface_missed: 0,
             },
             flows,
             connections,

@@ -355,6 +355,11 @@ pub struct Totals {
     /// the queue of the CPU a frame was sent to was full.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spread_dropped: u64,
+    /// XDP live: frames the observed interfaces' devices dropped while observed because their
+    /// receive rings were full (`rx_missed_errors`), RoCE or not, before the observer. On a
+    /// mirror port they are copies it never saw.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub interface_missed: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -367,6 +372,19 @@ impl Totals {
     /// they count every frame the stack dropped, most of them not RoCE.)
     pub fn observer_dropped(&self) -> u64 {
         self.spread_dropped + self.capture.map_or(0, |c| c.dropped)
+    }
+}
+
+impl Report {
+    /// Frames dropped before the observer accounted them: [`Totals::observer_dropped`], and in
+    /// mirror mode the mirror port's full receive rings, copies it never saw. In host mode an
+    /// interface's are the host's own packets lost, not the observer's.
+    pub fn observer_dropped(&self) -> u64 {
+        let port = match self.source.mode.as_deref() {
+            Some(mode) if mode.starts_with("mirror") => self.totals.interface_missed,
+            _ => 0,
+        };
+        self.totals.observer_dropped() + port
     }
 }
 

@@ -127,6 +127,18 @@ pub fn render_table(report: &Report, top: usize) -> String {
             count(t.spread_dropped, "frame")
         );
     }
+    if t.interface_missed > 0 {
+        let _ = writeln!(
+            out,
+            "  interface missed: {} dropped by the interfaces' devices with their receive rings full (rx_missed_errors), RoCE or not{}",
+            count(t.interface_missed, "frame"),
+            if report.observer_dropped() > t.observer_dropped() {
+                ": on a mirror port, copies never seen, their PSNs look lost"
+            } else {
+                ""
+            }
+        );
+    }
     if !report.flows.is_empty() {
         use Align::{Left, Right};
         let peaks = report.flows.iter().any(|f| f.peak_rate_bps.is_some());
@@ -601,6 +613,35 @@ mod tests {
         aggregate::Aggregate,
         model::{SCHEMA, Source, ip_of},
     };
+
+    #[test]
+    fn the_observers_drops_have_a_line_each() {
+        let mut r = Aggregate::new().report(Source::live(vec!["rx0".into()], "auto"), 1.0);
+        let lines = |r: &Report| {
+            render_table(r, 5)
+                .lines()
+                .filter(|l| l.contains(" drops: ") || l.contains(" missed: "))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert!(lines(&r).is_empty());
+        r.totals.spread_dropped = 3;
+        r.totals.interface_missed = 1;
+        r.source.mode = Some("mirror".into());
+        assert_eq!(
+            lines(&r),
+            [
+                "  spread drops: 3 frames found the queue of their CPU full (--cpus): never accounted, their PSNs look lost",
+                "  interface missed: 1 frame dropped by the interfaces' devices with their receive rings full (rx_missed_errors), RoCE or not: on a mirror port, copies never seen, their PSNs look lost",
+            ]
+        );
+        // A host's own interface lost the host's packets: not the observer's blind spot.
+        r.source.mode = Some("host".into());
+        assert_eq!(
+            lines(&r)[1],
+            "  interface missed: 1 frame dropped by the interfaces' devices with their receive rings full (rx_missed_errors), RoCE or not"
+        );
+    }
 
     #[test]
     fn message_sizes_are_whole_binary_units_where_they_can_be() {

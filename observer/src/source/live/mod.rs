@@ -35,7 +35,9 @@ pub use maps::{
     FlowSink, flow_log_written, iface_counters, read_counters, read_flow_cache, read_flow_entries,
     read_flow_log, read_flow_table, read_flows, read_latency, read_maps, read_pauses, take_flow,
 };
-pub use netdev::{Promiscuous, check_privileges, if_index, interfaces_speed, link_up};
+pub use netdev::{
+    Promiscuous, check_privileges, if_index, interfaces_speed, link_up, receive_missed,
+};
 pub use spread::{Spread, cpu_list, online_cpus, parse_cpu_list, set_up as set_up_spread};
 
 use self::{

@@ -5,6 +5,7 @@ use std::{
     ffi::CString,
     io,
     os::fd::{AsRawFd, FromRawFd},
+    path::Path,
 };
 
 use super::LiveError;
@@ -113,6 +114,24 @@ pub fn interfaces_speed(ifaces: &[String]) -> Option<u64> {
     }
 }
 
+/// Frames `iface`'s device dropped so far because its receive ring was full (the host did not
+/// keep up): its `rx_missed_errors` (mlx5's `rx_out_of_buffer`, Intel's missed packets), RoCE
+/// or not, always before any XDP program. None when it cannot be read. (`rx_dropped` is not
+/// used: it also counts frames the stack dropped after the observer, such as an unknown
+/// ethertype's.)
+pub fn receive_missed(iface: &str) -> Option<u64> {
+    statistic(Path::new("/sys/class/net"), iface, "rx_missed_errors")
+}
+
+/// The network statistic `name` of `iface` under `net` (a `/sys/class/net`).
+fn statistic(net: &Path, iface: &str, name: &str) -> Option<u64> {
+    std::fs::read_to_string(net.join(iface).join("statistics").join(name))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Whether `iface` is up and running (IFF_UP and IFF_RUNNING), None when it does not exist.
 pub fn link_up(iface: &str) -> Option<bool> {
     let name = CString::new(iface).ok()?;
@@ -135,5 +154,27 @@ pub fn link_up(iface: &str) -> Option<bool> {
         }
         let flags = req.ifr_ifru.ifru_flags as libc::c_int;
         Some(flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_are_read_as_sysfs_writes_them() {
+        let net = std::env::temp_dir().join(format!("roce-netdev-stats-{}", std::process::id()));
+        let stats = net.join("rx0").join("statistics");
+        std::fs::create_dir_all(&stats).unwrap();
+        std::fs::write(stats.join("rx_missed_errors"), "18446744073709551615\n").unwrap();
+        std::fs::write(stats.join("rx_dropped"), "garbage\n").unwrap();
+        assert_eq!(statistic(&net, "rx0", "rx_missed_errors"), Some(u64::MAX));
+        assert_eq!(statistic(&net, "rx0", "rx_dropped"), None);
+        assert_eq!(statistic(&net, "rx0", "rx_fifo_errors"), None);
+        assert_eq!(statistic(&net, "rx1", "rx_missed_errors"), None);
+        std::fs::remove_dir_all(&net).unwrap();
+        // A live device: its counter is the kernel's, whatever it is.
+        assert!(receive_missed("lo").is_some());
+        assert_eq!(receive_missed("no-such-interface"), None);
     }
 }

@@ -127,7 +127,7 @@ fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
     }
     // PSNs missing with no NAK and no resend are what the observer's own drops look like: as
     // long as it dropped as many frames itself, they prove nothing (a drop hides one PSN).
-    let dropped = match r.totals.observer_dropped() {
+    let dropped = match r.observer_dropped() {
         d if d >= min_drops.max(1) => d,
         _ => 0,
     };
@@ -394,6 +394,34 @@ mod tests {
             fired(run(&LossRule, &r, &t)).evidence["observer_dropped"],
             0
         );
+        // XDP live: the observed interfaces' full receive rings are the observer's drops on a
+        // mirror port only (copies it never saw); a host's own interface lost the host's packets.
+        r.totals.capture = None;
+        r.totals.interface_missed = 4;
+        for (mode, excused) in [
+            (None, false),
+            (Some("host"), false),
+            (Some("mirror"), true),
+            (Some("mirror+consume"), true),
+        ] {
+            r.source.mode = mode.map(String::from);
+            match run(&LossRule, &r, &t) {
+                Outcome::InsufficientData(why) => {
+                    assert!(excused, "{mode:?}: {why}");
+                    assert!(
+                        why.contains("the observer itself dropped 4 frames"),
+                        "{why}"
+                    );
+                }
+                Outcome::Fired(f) => {
+                    assert!(!excused, "{mode:?}: {}", f.summary);
+                    assert_eq!(f.evidence["observer_dropped"], 0);
+                }
+                _ => panic!("{mode:?}: the loss rule passed or skipped"),
+            }
+        }
+        r.source.mode = None;
+        r.totals.interface_missed = 0;
         // A NAK from the responder: the fabric lost packets, whatever the observer dropped.
         r.totals.capture = None;
         r.totals.spread_dropped = 4;

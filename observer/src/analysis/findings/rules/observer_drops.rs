@@ -1,7 +1,8 @@
 //! The observer dropped frames itself before accounting them: mirror copies spread over CPUs
-//! that found their CPU's queue full, frames a libpcap capture had no room for or its interface
-//! dropped. Their PSNs look lost on the wire, so the loss rule does not conclude on missing PSNs
-//! alone while this fires. No synth scenario fires it (a replay drops nothing).
+//! that found their CPU's queue full, copies the mirror port's device dropped with its receive
+//! ring full (XDP, mirror mode), frames a libpcap capture had no room for. Their PSNs look lost on the wire, so the
+//! loss rule does not conclude on missing PSNs alone while this fires. No synth scenario fires
+//! it (a replay drops nothing).
 
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +14,7 @@ use crate::{
 
 pub const ABOUT: About = About {
     name: "observer-drops",
-    summary: "The observer dropped frames itself (CPU queues or capture buffer full): PSNs may look lost",
+    summary: "The observer dropped frames itself (CPU queues, mirror port or capture buffer full): PSNs may look lost",
     scenario: None,
 };
 
@@ -52,7 +53,9 @@ impl Default for ObserverDrops {
 
 fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
     let t = &r.totals;
-    let dropped = t.observer_dropped();
+    let dropped = r.observer_dropped();
+    // The mirror port's full rings are in `dropped`; a host interface's are context.
+    let port = dropped - t.observer_dropped();
     if dropped == 0 || dropped < c.min_frames {
         if t.roce_packets == 0 && dropped == 0 {
             return Outcome::InsufficientData(format!(
@@ -80,20 +83,31 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
             count(t.spread_dropped, "frame")
         ));
     }
+    if port > 0 {
+        parts.push(format!(
+            "{} dropped by the mirror port's device with its receive ring full (rx_missed_errors, RoCE or not)",
+            count(port, "frame")
+        ));
+    }
     if buffer > 0 {
         parts.push(format!(
             "{} found no room in libpcap's buffer",
             count(buffer, "frame")
         ));
     }
-    // Context, not the observer's: the interface's drops count every frame the stack dropped.
-    let context = if interface > 0 {
-        format!(
+    // Context, not the observer's: a captured interface's drops count every frame the stack
+    // dropped, and a host interface's full rings lost the host's own packets.
+    let missed = t.interface_missed - port;
+    let context = match (interface, missed) {
+        (0, 0) => String::new(),
+        (0, m) => format!(
+            "; the interface's device also missed {} with its receive ring full, RoCE or not",
+            count(m, "frame")
+        ),
+        (i, _) => format!(
             "; the interface also dropped {} on receive, RoCE or not",
-            count(interface, "frame")
-        )
-    } else {
-        String::new()
+            count(i, "frame")
+        ),
     };
     finding(
         ABOUT.name,
@@ -106,12 +120,14 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
         ),
         vec![
             ("spread_dropped", t.spread_dropped.into()),
+            ("port_dropped", port.into()),
             ("capture_dropped", buffer.into()),
             ("interface_dropped", interface.into()),
+            ("interface_missed", missed.into()),
             ("frames", t.frames.into()),
         ],
         Vec::new(),
-        "Spread over more CPUs (--cpus), drop the copies once accounted (--consume) if they still climb the stack, or mirror less traffic to this port; for a capture, XDP on the interface instead.",
+        "Spread over more CPUs (--cpus), drop the copies once accounted (--consume) if they still climb the stack, or mirror less traffic to this port; for the mirror port's own drops, also a larger receive ring (ethtool -G) or more receive queues; for a capture, XDP on the interface instead.",
     )
 }
 
@@ -170,6 +186,39 @@ mod tests {
         assert_eq!(
             passed(run(&ObserverDropsRule, &r, &t)),
             "2 frames dropped by the observer, below min_frames 10"
+        );
+    }
+
+    #[test]
+    fn a_mirror_ports_full_rings_are_the_observers_a_hosts_are_context() {
+        let t = Thresholds::default();
+        let mut r = report();
+        (r.totals.frames, r.totals.roce_packets) = (995, 900);
+        r.totals.interface_missed = 5;
+        r.source.mode = Some("mirror+consume".into());
+        let f = fired(run(&ObserverDropsRule, &r, &t));
+        assert_eq!(
+            f.summary,
+            "5 frames dropped by the mirror port's device with its receive ring full (rx_missed_errors, RoCE or not) (0.50% of what it saw): never accounted, their PSNs look lost; the loss rule does not count missing PSNs up to their number as loss"
+        );
+        assert_eq!(f.evidence["port_dropped"], 5);
+        assert_eq!(f.evidence["interface_missed"], 0);
+        // In host mode the interface dropped the host's own packets: not the observer's.
+        r.source.mode = Some("host".into());
+        assert_eq!(
+            passed(run(&ObserverDropsRule, &r, &t)),
+            "every one of 995 frames accounted"
+        );
+        r.totals.spread_dropped = 3;
+        let f = fired(run(&ObserverDropsRule, &r, &t));
+        assert_eq!(f.evidence["port_dropped"], 0);
+        assert_eq!(f.evidence["interface_missed"], 5);
+        assert!(
+            f.summary.ends_with(
+                "; the interface's device also missed 5 frames with its receive ring full, RoCE or not"
+            ),
+            "{}",
+            f.summary
         );
     }
 }
