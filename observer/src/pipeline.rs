@@ -397,9 +397,9 @@ pub struct LiveSession {
     speed: Option<u64>,
     why_unknown: &'static str,
     started: Instant,
-    /// Each interface's frames missed with its receive ring full, when attached (None:
-    /// unreadable).
-    missed_at_start: Vec<Option<u64>>,
+    /// Each interface's device index and frames missed for lack of buffer space, when
+    /// attached (None: unreadable).
+    missed_at_start: Vec<Option<(u32, u64)>>,
 }
 
 impl LiveSession {
@@ -525,10 +525,11 @@ impl LiveSession {
             .iter()
             .zip(&self.missed_at_start)
             .filter_map(|(i, start)| {
-                // A counter that went back (the device made again) says nothing of the window.
-                live::receive_missed(i)?.checked_sub((*start)?)
+                // A device made again, or a counter that went back, says nothing of the window.
+                let ((index, end), (index_then, start)) = (live::receive_missed(i)?, (*start)?);
+                (index == index_then).then_some(end.checked_sub(start)?)
             })
-            .sum();
+            .fold(0u64, u64::saturating_add);
         self.observer.detach()?;
         let window = self.started.elapsed().as_secs_f64();
         if let Some(slot_ns) = self.reader.as_ref().map(BurstReader::slot_ns) {

@@ -355,9 +355,9 @@ pub struct Totals {
     /// the queue of the CPU a frame was sent to was full.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spread_dropped: u64,
-    /// XDP live: frames the observed interfaces' devices dropped while observed because their
-    /// receive rings were full (`rx_missed_errors`), RoCE or not, before the observer. On a
-    /// mirror port they are copies it never saw.
+    /// XDP live: frames the observed interfaces' devices dropped while observed for lack of
+    /// buffer space (`rx_missed_errors`, what each driver counts there), RoCE or not, before
+    /// the observer. On a mirror port they are copies it never saw.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub interface_missed: u64,
 }
@@ -367,11 +367,13 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Totals {
-    /// Frames the observer itself dropped: its CPU queues' drops, a capture's buffer drops.
-    /// Their PSNs look lost on the wire. (An interface's receive drops are not in it: on Linux
-    /// they count every frame the stack dropped, most of them not RoCE.)
+    /// Frames the observer itself dropped in any mode: its CPU queues' drops, a capture's
+    /// buffer drops. Their PSNs look lost on the wire. (A capture's interface drops are not in
+    /// it: on Linux they count every frame the stack dropped, most of them not RoCE.) The rules
+    /// use [`Report::observer_dropped`], which adds a mirror port's own.
     pub fn observer_dropped(&self) -> u64 {
-        self.spread_dropped + self.capture.map_or(0, |c| c.dropped)
+        self.spread_dropped
+            .saturating_add(self.capture.map_or(0, |c| c.dropped))
     }
 }
 
@@ -380,11 +382,18 @@ impl Report {
     /// mirror mode the mirror port's full receive rings, copies it never saw. In host mode an
     /// interface's are the host's own packets lost, not the observer's.
     pub fn observer_dropped(&self) -> u64 {
-        let port = match self.source.mode.as_deref() {
-            Some(mode) if mode.starts_with("mirror") => self.totals.interface_missed,
+        self.totals
+            .observer_dropped()
+            .saturating_add(self.port_dropped())
+    }
+
+    /// In mirror mode, the frames the mirror port's device dropped before the observer
+    /// (`totals.interface_missed`); 0 in any other mode.
+    pub fn port_dropped(&self) -> u64 {
+        match self.source.mode.as_deref() {
+            Some("mirror" | "mirror+consume") => self.totals.interface_missed,
             _ => 0,
-        };
-        self.totals.observer_dropped() + port
+        }
     }
 }
 

@@ -130,9 +130,9 @@ pub fn render_table(report: &Report, top: usize) -> String {
     if t.interface_missed > 0 {
         let _ = writeln!(
             out,
-            "  interface missed: {} dropped by the interfaces' devices with their receive rings full (rx_missed_errors), RoCE or not{}",
+            "  interface missed: {} dropped by the interfaces' devices for lack of buffer space (rx_missed_errors), RoCE or not{}",
             count(t.interface_missed, "frame"),
-            if report.observer_dropped() > t.observer_dropped() {
+            if report.port_dropped() > 0 {
                 ": on a mirror port, copies never seen, their PSNs look lost"
             } else {
                 ""
@@ -632,14 +632,14 @@ mod tests {
             lines(&r),
             [
                 "  spread drops: 3 frames found the queue of their CPU full (--cpus): never accounted, their PSNs look lost",
-                "  interface missed: 1 frame dropped by the interfaces' devices with their receive rings full (rx_missed_errors), RoCE or not: on a mirror port, copies never seen, their PSNs look lost",
+                "  interface missed: 1 frame dropped by the interfaces' devices for lack of buffer space (rx_missed_errors), RoCE or not: on a mirror port, copies never seen, their PSNs look lost",
             ]
         );
         // A host's own interface lost the host's packets: not the observer's blind spot.
         r.source.mode = Some("host".into());
         assert_eq!(
             lines(&r)[1],
-            "  interface missed: 1 frame dropped by the interfaces' devices with their receive rings full (rx_missed_errors), RoCE or not"
+            "  interface missed: 1 frame dropped by the interfaces' devices for lack of buffer space (rx_missed_errors), RoCE or not"
         );
     }
 

@@ -114,13 +114,24 @@ pub fn interfaces_speed(ifaces: &[String]) -> Option<u64> {
     }
 }
 
-/// Frames `iface`'s device dropped so far because its receive ring was full (the host did not
-/// keep up): its `rx_missed_errors` (mlx5's `rx_out_of_buffer`, Intel's missed packets), RoCE
-/// or not, always before any XDP program. None when it cannot be read. (`rx_dropped` is not
-/// used: it also counts frames the stack dropped after the observer, such as an unknown
-/// ethertype's.)
-pub fn receive_missed(iface: &str) -> Option<u64> {
-    statistic(Path::new("/sys/class/net"), iface, "rx_missed_errors")
+/// Frames `iface`'s device dropped so far for lack of buffer space, before any XDP program
+/// ran: its `rx_missed_errors`, RoCE or not, with the device's index (which tells a device made
+/// again under the same name). None when it cannot be read, or when sysfs shows another
+/// network namespace's `iface` (it shows the namespace it was mounted in, not this process's).
+///
+/// What a driver counts there varies: mlx5 its receive queues' `rx_out_of_buffer` (in
+/// `rx_dropped` before Linux 6.10), ixgbe its packet buffer's overflows (a full ring of one
+/// queue is `rx_no_dma_resources`, in `ethtool -S` only), ice its port buffer's drops (a full
+/// ring in `rx_dropped`). `rx_dropped` is not used: it also counts frames the stack dropped
+/// after the observer, such as an unknown ethertype's.
+pub fn receive_missed(iface: &str) -> Option<(u32, u64)> {
+    let net = Path::new("/sys/class/net");
+    let index = if_index(iface).ok()?;
+    let shown = std::fs::read_to_string(net.join(iface).join("ifindex")).ok()?;
+    if shown.trim().parse::<u32>().ok()? != index {
+        return None;
+    }
+    Some((index, statistic(net, iface, "rx_missed_errors")?))
 }
 
 /// The network statistic `name` of `iface` under `net` (a `/sys/class/net`).
@@ -173,8 +184,11 @@ mod tests {
         assert_eq!(statistic(&net, "rx0", "rx_fifo_errors"), None);
         assert_eq!(statistic(&net, "rx1", "rx_missed_errors"), None);
         std::fs::remove_dir_all(&net).unwrap();
-        // A live device: its counter is the kernel's, whatever it is.
-        assert!(receive_missed("lo").is_some());
+        // A live device: its counter is the kernel's, whatever it is, with its index.
+        assert_eq!(
+            receive_missed("lo").map(|(index, _)| index),
+            Some(if_index("lo").unwrap())
+        );
         assert_eq!(receive_missed("no-such-interface"), None);
     }
 }

@@ -1,6 +1,6 @@
 //! The observer dropped frames itself before accounting them: mirror copies spread over CPUs
-//! that found their CPU's queue full, copies the mirror port's device dropped with its receive
-//! ring full (XDP, mirror mode), frames a libpcap capture had no room for. Their PSNs look lost on the wire, so the
+//! that found their CPU's queue full, copies the mirror port's device dropped for lack of
+//! buffer space (XDP, mirror mode), frames a libpcap capture had no room for. Their PSNs look lost on the wire, so the
 //! loss rule does not conclude on missing PSNs alone while this fires. No synth scenario fires
 //! it (a replay drops nothing).
 
@@ -54,8 +54,8 @@ impl Default for ObserverDrops {
 fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
     let t = &r.totals;
     let dropped = r.observer_dropped();
-    // The mirror port's full rings are in `dropped`; a host interface's are context.
-    let port = dropped - t.observer_dropped();
+    // The mirror port's device's drops are in `dropped`; a host interface's are context.
+    let port = r.port_dropped();
     if dropped == 0 || dropped < c.min_frames {
         if t.roce_packets == 0 && dropped == 0 {
             return Outcome::InsufficientData(format!(
@@ -85,7 +85,7 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
     }
     if port > 0 {
         parts.push(format!(
-            "{} dropped by the mirror port's device with its receive ring full (rx_missed_errors, RoCE or not)",
+            "{} dropped by the mirror port's device for lack of buffer space (rx_missed_errors, RoCE or not)",
             count(port, "frame")
         ));
     }
@@ -96,12 +96,12 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
         ));
     }
     // Context, not the observer's: a captured interface's drops count every frame the stack
-    // dropped, and a host interface's full rings lost the host's own packets.
-    let missed = t.interface_missed - port;
+    // dropped, and a host interface's device lost the host's own packets.
+    let missed = t.interface_missed.saturating_sub(port);
     let context = match (interface, missed) {
         (0, 0) => String::new(),
         (0, m) => format!(
-            "; the interface's device also missed {} with its receive ring full, RoCE or not",
+            "; the interface's device also missed {} for lack of buffer space, RoCE or not",
             count(m, "frame")
         ),
         (i, _) => format!(
@@ -123,7 +123,7 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
             ("port_dropped", port.into()),
             ("capture_dropped", buffer.into()),
             ("interface_dropped", interface.into()),
-            ("interface_missed", missed.into()),
+            ("interface_missed", t.interface_missed.into()),
             ("frames", t.frames.into()),
         ],
         Vec::new(),
@@ -199,10 +199,10 @@ mod tests {
         let f = fired(run(&ObserverDropsRule, &r, &t));
         assert_eq!(
             f.summary,
-            "5 frames dropped by the mirror port's device with its receive ring full (rx_missed_errors, RoCE or not) (0.50% of what it saw): never accounted, their PSNs look lost; the loss rule does not count missing PSNs up to their number as loss"
+            "5 frames dropped by the mirror port's device for lack of buffer space (rx_missed_errors, RoCE or not) (0.50% of what it saw): never accounted, their PSNs look lost; the loss rule does not count missing PSNs up to their number as loss"
         );
         assert_eq!(f.evidence["port_dropped"], 5);
-        assert_eq!(f.evidence["interface_missed"], 0);
+        assert_eq!(f.evidence["interface_missed"], 5);
         // In host mode the interface dropped the host's own packets: not the observer's.
         r.source.mode = Some("host".into());
         assert_eq!(
@@ -215,7 +215,7 @@ mod tests {
         assert_eq!(f.evidence["interface_missed"], 5);
         assert!(
             f.summary.ends_with(
-                "; the interface's device also missed 5 frames with its receive ring full, RoCE or not"
+                "; the interface's device also missed 5 frames for lack of buffer space, RoCE or not"
             ),
             "{}",
             f.summary
