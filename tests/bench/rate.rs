@@ -103,14 +103,7 @@ fn counted(ebpf: &Ebpf, name: &str) -> Result<u64, String> {
                 .map_err(|e| fail(&e))?;
         return Ok(m.get(&0, 0).map_err(|e| fail(&e))?.iter().sum());
     }
-    let m: PerCpuArray<_, Counters> =
-        PerCpuArray::try_from(ebpf.map(maps::COUNTERS).ok_or("no COUNTERS map")?)
-            .map_err(|e| fail(&e))?;
-    Ok(m.get(&0, 0)
-        .map_err(|e| fail(&e))?
-        .iter()
-        .map(|c| c.frames)
-        .sum())
+    Ok(observer_counts(ebpf)?.0)
 }
 
 /// Runs `frames[i]` `count` times through `name` on CPU `cpus[i]`, all at once; the frames per
@@ -181,8 +174,9 @@ fn send_live(
     results.into_iter().collect()
 }
 
-/// What the observer's cpumap programs accounted, and what the cpumap dropped (all CPUs).
-fn spread_counts(ebpf: &Ebpf) -> Result<(u64, u64), String> {
+/// Frames the observer accounted (in place or as the cpumap programs), and copies the spread's
+/// cpumap dropped (all CPUs).
+fn observer_counts(ebpf: &Ebpf) -> Result<(u64, u64), String> {
     let fail = |e: &dyn std::fmt::Display| format!("reading the counts: {e}");
     let m: PerCpuArray<_, Counters> =
         PerCpuArray::try_from(ebpf.map(maps::COUNTERS).ok_or("no COUNTERS map")?)
@@ -227,14 +221,14 @@ fn spread_rate(
         .ok_or_else(|| format!("no program {name}"))?
         .try_into()
         .map_err(|e| format!("{name}: {e}"))?;
-    let (frames0, dropped0) = spread_counts(ebpf)?;
+    let (frames0, dropped0) = observer_counts(ebpf)?;
     let want = u64::from(count) * frames.len() as u64;
     let t0 = Instant::now();
     send_live(prog, name, frames, &vec![rx; frames.len()], count)?;
     // The cpumap threads account what is still queued.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (f, d) = spread_counts(ebpf)?;
+        let (f, d) = observer_counts(ebpf)?;
         let (accounted, dropped) = (f - frames0, d - dropped0);
         if accounted + dropped >= want {
             let secs = t0.elapsed().as_secs_f64();

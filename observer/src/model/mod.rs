@@ -379,8 +379,8 @@ impl Totals {
 
 impl Report {
     /// Frames dropped before the observer accounted them: [`Totals::observer_dropped`], and in
-    /// mirror mode the mirror port's full receive rings, copies it never saw. In host mode an
-    /// interface's are the host's own packets lost, not the observer's.
+    /// mirror mode [`Report::port_dropped`], copies it never saw. In host mode an interface's
+    /// are the host's own packets lost, not the observer's.
     pub fn observer_dropped(&self) -> u64 {
         self.totals
             .observer_dropped()

@@ -1,8 +1,8 @@
 //! The observer dropped frames itself before accounting them: mirror copies spread over CPUs
 //! that found their CPU's queue full, copies the mirror port's device dropped for lack of
-//! buffer space (XDP, mirror mode), frames a libpcap capture had no room for. Their PSNs look lost on the wire, so the
-//! loss rule does not conclude on missing PSNs alone while this fires. No synth scenario fires
-//! it (a replay drops nothing).
+//! buffer space (XDP, mirror mode), frames a libpcap capture had no room for. Their PSNs look
+//! lost on the wire, so the loss rule does not conclude on missing PSNs alone while this fires.
+//! No synth scenario fires it (a replay drops nothing).
 
 use serde::{Deserialize, Serialize};
 
