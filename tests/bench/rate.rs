@@ -48,6 +48,10 @@ struct Args {
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Load the kernel object from this file instead of the one built in (e.g. another
+    /// revision's, to compare two objects back to back on the same machine).
+    #[arg(long, value_name = "PATH")]
+    object: Option<std::path::PathBuf>,
 }
 
 /// Frames the kernel builds per batch (its default is 64).
@@ -78,8 +82,8 @@ fn erspan3(inner: &[u8]) -> Vec<u8> {
 
 /// The object with the observer and the baseline loaded, the loopback device (where
 /// BPF_PROG_TEST_RUN runs XDP) observed as `run` observes: interface counters, no slots.
-fn load() -> Result<Ebpf, String> {
-    let mut ebpf = load_object(roce_observer::EBPF_OBJECT, &[], 1, RUN_TICK_NS)
+fn load(object: &[u8]) -> Result<Ebpf, String> {
+    let mut ebpf = load_object(object, &[], 1, RUN_TICK_NS)
         .map_err(|e| format!("loading the kernel object: {e}"))?;
     for name in [programs::OBSERVE_CONSUME, programs::BASELINE_DROP] {
         let prog: &mut Xdp = ebpf
@@ -190,8 +194,8 @@ fn observer_counts(ebpf: &Ebpf) -> Result<(u64, u64), String> {
 
 /// The object loaded as mirror mode with `--consume --cpus CPUS` loads it, `roce_spread`
 /// ready to run.
-fn load_spread(cpus: &[usize]) -> Result<Ebpf, String> {
-    let mut ebpf = load()?;
+fn load_spread(object: &[u8], cpus: &[usize]) -> Result<Ebpf, String> {
+    let mut ebpf = load(object)?;
     let cpus: Vec<u32> = cpus.iter().map(|&c| c as u32).collect();
     set_up_spread(&mut ebpf, Vantage::Mirror { consume: true }, &cpus)
         .map_err(|e| format!("spreading over CPUs {cpus:?}: {e}"))?;
@@ -346,6 +350,10 @@ struct Row {
 }
 
 fn run(args: &Args) -> Result<Vec<Row>, String> {
+    let object = match &args.object {
+        Some(path) => std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        None => roce_observer::EBPF_OBJECT.to_vec(),
+    };
     let allowed =
         roce_observer::lab::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))?;
     let direct: Vec<Vec<u8>> = (0..2)
@@ -363,7 +371,7 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
             }
             let (mut obs, mut base) = (Vec::new(), Vec::new());
             for _ in 0..args.runs {
-                let ebpf = load()?;
+                let ebpf = load(&object)?;
                 // A first frame each creates the flows: the measured ones hit existing flows.
                 rate(
                     &ebpf,
@@ -413,7 +421,7 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
         'case: for cpus in [&allowed[1..2], &allowed[..2]] {
             let (mut obs, mut base, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..args.runs {
-                let ebpf = load_spread(cpus)?;
+                let ebpf = load_spread(&object, cpus)?;
                 // Without the privilege or the kernel threads in sight, this case only: the
                 // rows measured stand.
                 if let Err(e) = set_threads(&ebpf, cpus, threads) {
