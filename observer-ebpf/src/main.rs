@@ -429,9 +429,16 @@ mod kernel {
         }
     }
 
+    /// `account!`'s result: the frame is a copy (decapsulated from GRE/ERSPAN, a RoCE packet, a
+    /// PAUSE / PFC frame), which `--consume` drops.
+    const COPY: u32 = 1;
+    /// `account!`'s result: the frame is a RoCE packet, which `after_accounting` may have work
+    /// for.
+    const ROCE: u32 = 2;
+
     /// Accounts the frame in the interface's counters and microburst slot, the counters, the
-    /// flow cache and the flow table; whether it is a copy (decapsulated from GRE/ERSPAN, or
-    /// RoCE). `egress`: a transmitted frame (TC).
+    /// flow cache and the flow table; what it was (`COPY`, `ROCE`). `egress`: a transmitted
+    /// frame (TC).
     macro_rules! account {
         ($ctx:expr, $egress:expr, $ifindex:expr, $len:expr) => {{
             let iface = match observed($ifindex) {
@@ -447,6 +454,7 @@ mod kernel {
                 unsafe { (*c).frame($len) };
             }
             let (roce, copy) = parse_and_count!($ctx, $egress);
+            let done = if copy { COPY } else { 0 } | if roce.is_some() { ROCE } else { 0 };
             if let Some((p, counters)) = roce {
                 if let Some(c) = iface {
                     // SAFETY: this CPU's value.
@@ -462,7 +470,7 @@ mod kernel {
                     account_flow(&p, key, counters, $ifindex);
                 }
             }
-            copy
+            done
         }};
     }
 
@@ -532,14 +540,17 @@ mod kernel {
 
     /// The updates that follow the accounting of a RoCE packet (`account_flow` marks it
     /// pending): the latency of a request or answer, the messages of a message boundary. Each
-    /// is a function of its own whose inputs come from maps; clears the pending mark (a frame
-    /// without one, every frame that is not RoCE, pays a load and a test). Inlined
-    /// into the programs, after the accounting returned: its map lookups' keys take a slot of
-    /// the program's own small frame, not of the accounting's, which nearly fills the 512
-    /// bytes (a call of its own cost a RoCE packet 6-7 ns).
+    /// is a function of its own whose inputs come from maps; clears the pending mark. `done`:
+    /// what `account!` returned (a frame that is not RoCE pays a test of it; a RoCE packet
+    /// without the mark, a load and a test). Inlined into the programs, after the accounting
+    /// returned: its map lookups' keys take a slot of the program's own small frame, not of
+    /// the accounting's, which nearly fills the 512 bytes (a call of its own cost a RoCE packet
+    /// 6-7 ns).
     #[inline(always)]
-    fn after_accounting(arrival_ns: u64) {
-        // A frame that is not RoCE pays this one load.
+    fn after_accounting(done: u32, arrival_ns: u64) {
+        if done & ROCE == 0 {
+            return;
+        }
         let Some(args) = LAT_ARGS.get_ptr_mut(0) else {
             return;
         };
@@ -780,16 +791,17 @@ mod kernel {
     /// Host and mirror mode: account, then pass every frame on unchanged.
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
-        observe_xdp(ctx);
-        after_accounting(0);
+        let done = observe_xdp(ctx);
+        after_accounting(done, 0);
         xdp_action::XDP_PASS
     }
 
-    /// The accounting of an XDP frame (all but the updates after it); whether it is a copy.
+    /// The accounting of an XDP frame (all but the updates after it); what it was (`COPY`,
+    /// `ROCE`).
     /// The context by value: a reference would take a slot of the caller's stack frame, and
     /// the verifier counts frames in 16 bytes, which this one nearly fills out of 512.
     #[inline(never)]
-    fn observe_xdp(ctx: XdpContext) -> bool {
+    fn observe_xdp(ctx: XdpContext) -> u32 {
         let ctx = &ctx;
         account!(ctx, false, xdp_ifindex(ctx), xdp_len(ctx))
     }
@@ -803,14 +815,14 @@ mod kernel {
     /// TCX_NEXT, and cls_bpf's "continue"): never drops, redirects or changes a packet.
     #[classifier]
     pub fn roce_observe_egress(ctx: TcContext) -> i32 {
-        observe_egress(ctx);
-        after_accounting(0);
+        let done = observe_egress(ctx);
+        after_accounting(done, 0);
         TC_ACT_UNSPEC
     }
 
-    /// The accounting of a transmitted frame (all but the latency update).
+    /// The accounting of a transmitted frame (all but the updates after it); what it was.
     #[inline(never)]
-    fn observe_egress(ctx: TcContext) {
+    fn observe_egress(ctx: TcContext) -> u32 {
         let ctx = &ctx;
         let linear = (ctx.data_end() - ctx.data()) as u32;
         let len = ctx.len();
@@ -836,7 +848,7 @@ mod kernel {
         }
         // SAFETY: reading the context's ifindex field.
         let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-        account!(ctx, true, ifindex, len);
+        account!(ctx, true, ifindex, len)
     }
 
     /// Mirror mode with --consume: account, then drop the copies (GRE/ERSPAN copies and RoCE
@@ -851,9 +863,9 @@ mod kernel {
     /// as `after_accounting` takes it.
     #[inline(always)]
     fn consume(ctx: XdpContext, arrival_ns: u64) -> u32 {
-        let copy = observe_xdp(ctx);
-        after_accounting(arrival_ns);
-        if copy {
+        let done = observe_xdp(ctx);
+        after_accounting(done, arrival_ns);
+        if done & COPY != 0 {
             xdp_action::XDP_DROP
         } else {
             xdp_action::XDP_PASS
@@ -993,8 +1005,8 @@ mod kernel {
     #[xdp(map = "cpumap")]
     pub fn roce_observe_cpumap(ctx: XdpContext) -> u32 {
         let arrival_ns = take_arrival(&ctx);
-        observe_xdp(ctx);
-        after_accounting(arrival_ns);
+        let done = observe_xdp(ctx);
+        after_accounting(done, arrival_ns);
         xdp_action::XDP_PASS
     }
 
