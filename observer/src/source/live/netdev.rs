@@ -9,6 +9,7 @@ use std::{
 };
 
 use super::LiveError;
+use crate::source::nic::number;
 
 /// Promiscuous mode on an interface for as long as this lives: a packet-socket membership
 /// (PACKET_MR_PROMISC), which the kernel counts and releases when the socket closes, also when
@@ -125,22 +126,12 @@ pub fn interfaces_speed(ifaces: &[String]) -> Option<u64> {
 /// ring in `rx_dropped`). `rx_dropped` is not used: it also counts frames the stack dropped
 /// after the observer, such as an unknown ethertype's.
 pub fn receive_missed(iface: &str) -> Option<(u32, u64)> {
-    let net = Path::new("/sys/class/net");
+    let dev = Path::new("/sys/class/net").join(iface);
     let index = if_index(iface).ok()?;
-    let shown = std::fs::read_to_string(net.join(iface).join("ifindex")).ok()?;
-    if shown.trim().parse::<u32>().ok()? != index {
+    if number(&dev.join("ifindex"))? != u64::from(index) {
         return None;
     }
-    Some((index, statistic(net, iface, "rx_missed_errors")?))
-}
-
-/// The network statistic `name` of `iface` under `net` (a `/sys/class/net`).
-fn statistic(net: &Path, iface: &str, name: &str) -> Option<u64> {
-    std::fs::read_to_string(net.join(iface).join("statistics").join(name))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    Some((index, number(&dev.join("statistics/rx_missed_errors"))?))
 }
 
 /// Whether `iface` is up and running (IFF_UP and IFF_RUNNING), None when it does not exist.
@@ -179,10 +170,11 @@ mod tests {
         std::fs::create_dir_all(&stats).unwrap();
         std::fs::write(stats.join("rx_missed_errors"), "18446744073709551615\n").unwrap();
         std::fs::write(stats.join("rx_dropped"), "garbage\n").unwrap();
-        assert_eq!(statistic(&net, "rx0", "rx_missed_errors"), Some(u64::MAX));
-        assert_eq!(statistic(&net, "rx0", "rx_dropped"), None);
-        assert_eq!(statistic(&net, "rx0", "rx_fifo_errors"), None);
-        assert_eq!(statistic(&net, "rx1", "rx_missed_errors"), None);
+        assert_eq!(number(&stats.join("rx_missed_errors")), Some(u64::MAX));
+        assert_eq!(number(&stats.join("rx_dropped")), None);
+        assert_eq!(number(&stats.join("rx_fifo_errors")), None);
+        let other = net.join("rx1").join("statistics").join("rx_missed_errors");
+        assert_eq!(number(&other), None);
         std::fs::remove_dir_all(&net).unwrap();
         // A live device: its counter is the kernel's, whatever it is, with its index.
         assert_eq!(

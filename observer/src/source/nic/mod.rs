@@ -161,7 +161,8 @@ fn line(path: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// A file holding one number; none when it cannot be read or is none.
-fn number(path: &Path) -> Option<u64> {
+/// A file holding one number; none when it cannot be read or is none (also live mode's reader
+/// of a netdev's sysfs counters).
+pub(crate) fn number(path: &Path) -> Option<u64> {
     line(path).and_then(|v| v.parse().ok())
 }
