@@ -245,6 +245,75 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     assert_eq!(ring_bytes(&ebpf, 1).0, 0, "the egress ring");
 }
 
+/// Microburst slots read while the kernel's clock runs late: the reader goes by the kernel's
+/// tick, not its own clock, so frames that take a slot CLOCK_MONOTONIC has left behind are read
+/// all the same, none lost and none reported lost. (The timer is stopped where it stands, as a
+/// late one is, then started again.)
+#[test]
+fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
+    if !require_root("kernel_burst_slots_are_read_whole_when_the_clock_runs_late") {
+        return;
+    }
+    use observer_common::{ClockValue, maps};
+    use roce_observer::source::live::{BurstReader, SlotRead, read_clock, start_clock};
+    let frames: Vec<Vec<u8>> = synth::scenario("demo")
+        .unwrap()
+        .frames
+        .into_iter()
+        .map(|f| f.bytes)
+        .take(100)
+        .collect();
+    let wire: u64 = frames.iter().map(|f| f.len() as u64 + 24).sum();
+    let mut ebpf = load_observer();
+    let lo = roce_observer::source::live::if_index("lo").unwrap();
+    let slot_ns = 1_000_000;
+    roce_observer::source::live::observe_bursts(&mut ebpf, &[("lo", lo)], slot_ns).unwrap();
+    let mut reader = BurstReader::of_object(&ebpf, slot_ns).unwrap();
+    let mut read = Vec::new();
+    let mut drain = |reader: &mut BurstReader, ebpf: &aya::Ebpf| {
+        let tick = read_clock(ebpf).unwrap().clock.tick;
+        reader.drain(tick, |ring, r| read.push((ring, r)));
+    };
+    // The timer stops (writing the value cancels it): the tick stays where it is.
+    {
+        let mut clock: aya::maps::Array<_, ClockValue> =
+            aya::maps::Array::try_from(ebpf.map_mut(maps::CLOCK).unwrap()).unwrap();
+        let value = clock.get(&0, 0).unwrap();
+        clock.set(0, value, 0).unwrap();
+    }
+    let stale = read_clock(&ebpf).unwrap().clock.tick;
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    assert!(
+        monotonic_ns() / slot_ns >= stale + 5,
+        "CLOCK_MONOTONIC moved on"
+    );
+    assert_eq!(
+        read_clock(&ebpf).unwrap().clock.tick,
+        stale,
+        "the timer stopped"
+    );
+    // Drained meanwhile, then the frames come, in the slot of the tick they read.
+    drain(&mut reader, &ebpf);
+    for f in &frames {
+        run(&ebpf, f);
+    }
+    drain(&mut reader, &ebpf);
+    // The timer runs again and catches up; the next drains find the slot complete.
+    start_clock(&mut ebpf, slot_ns).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    assert!(
+        read_clock(&ebpf).unwrap().clock.tick > stale + 5,
+        "caught up"
+    );
+    drain(&mut reader, &ebpf);
+    drain(&mut reader, &ebpf);
+    assert_eq!(
+        read,
+        vec![(0, SlotRead::Bytes(stale, wire))],
+        "every frame's bytes, in the stale tick's slot, read once"
+    );
+}
+
 /// The programs' clock: a BPF timer ticks it at its period, on the period's multiples of
 /// CLOCK_MONOTONIC, and says how late it ran.
 #[test]

@@ -467,12 +467,13 @@ impl LiveSession {
         })
     }
 
-    /// Moves the microburst slots the kernel has completed (up to slot `upto`, or all of them
-    /// but the current one) into the timeline.
-    fn feed(&mut self, upto: Option<u64>) {
+    /// Moves the microburst slots the kernel has completed into the timeline: all of them
+    /// once detached (`detached`), else those before the one before the kernel clock's slot.
+    fn feed(&mut self, detached: bool) -> Result<(), PipelineError> {
         let Some(reader) = self.reader.as_mut() else {
-            return;
+            return Ok(());
         };
+        let tick = self.observer.clock_tick()?;
         let (rings, timeline) = (&self.rings, &mut self.timeline);
         let mut take = |ring: usize, read: SlotRead| {
             if let Some(Some(t)) = rings.get(ring) {
@@ -482,15 +483,18 @@ impl LiveSession {
                 }
             }
         };
-        match upto {
-            Some(u) => reader.drain_until(u, &mut take),
-            None => reader.drain(&mut take),
+        if detached {
+            // No frame comes any more; the latest took the kernel clock's slot at most.
+            reader.drain_until(tick + 1, &mut take);
+        } else {
+            reader.drain(tick, &mut take);
         }
+        Ok(())
     }
 
     /// Samples the rings and, at each interval's end, the flow table.
     fn tick(&mut self) -> Result<(), PipelineError> {
-        self.feed(None);
+        self.feed(false)?;
         let now = live::unix_ns();
         if self.timeline.due(now) {
             let agg = self.observer.snapshot()?;
@@ -532,11 +536,7 @@ impl LiveSession {
             .fold(0u64, u64::saturating_add);
         self.observer.detach()?;
         let window = self.started.elapsed().as_secs_f64();
-        if let Some(slot_ns) = self.reader.as_ref().map(BurstReader::slot_ns) {
-            // Detached: every slot is complete.
-            let upto = live::monotonic_ns() / slot_ns + 2;
-            self.feed(Some(upto));
-        }
+        self.feed(true)?;
         self.reader = None;
         let agg = self.observer.snapshot()?;
         // The last interval ends now: its rates are over the part of it that passed.

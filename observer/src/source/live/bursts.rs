@@ -11,7 +11,7 @@ use observer_common::{
     BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, IfaceCounters, maps,
 };
 
-use super::{LiveError, clock::monotonic_ns};
+use super::LiveError;
 
 /// Has the loaded object count the interfaces `interfaces` (name, ifindex) and keep their
 /// microburst slots of `slot_ns` (0: none; else the clock ticks at that period from now on):
@@ -166,6 +166,13 @@ pub enum SlotRead {
 
 /// The kernel's microburst rings, mapped into this process: reads complete slots in order,
 /// summed over the CPUs' rings, and zeroes them for the ring's next turn.
+///
+/// Which slots are complete is told by the kernel's own clock (its tick, [`read_clock`]), not
+/// by this process's: a frame takes the slot of the tick it reads, and a BPF timer that runs
+/// late (a busy or virtual CPU) leaves that tick behind CLOCK_MONOTONIC for as long; a slot
+/// read by the time of this process would be read before the frames still arriving in it.
+///
+/// [`read_clock`]: super::read_clock
 pub struct BurstReader {
     ptr: std::ptr::NonNull<BurstSlot>,
     len_bytes: usize,
@@ -181,10 +188,29 @@ pub struct BurstReader {
 unsafe impl Send for BurstReader {}
 
 impl BurstReader {
+    /// The rings of a loaded object whose slots [`observe_bursts`] started (for a bare loaded
+    /// object, as the kernel tests use; the observer has
+    /// [`Observer::burst_reader`](super::Observer::burst_reader)).
+    pub fn of_object(ebpf: &Ebpf, slot_ns: u64) -> Result<Self, LiveError> {
+        let rings = rings_per_cpu(ebpf)? as usize;
+        let data = match super::maps::map(ebpf, maps::BURSTS)? {
+            aya::maps::Map::Array(data) => data,
+            _ => {
+                return Err(LiveError::BadMap {
+                    map: maps::BURSTS,
+                    problem: "not an array",
+                });
+            }
+        };
+        Self::new(data, rings, slot_ns, super::read_clock(ebpf)?.clock.tick)
+    }
+
+    /// `tick`: the kernel clock's slot now (the first slot to read).
     pub(super) fn new(
         data: &aya::maps::MapData,
         rings: usize,
         slot_ns: u64,
+        tick: u64,
     ) -> Result<Self, LiveError> {
         use std::os::fd::AsFd;
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))?;
@@ -204,14 +230,13 @@ impl BurstReader {
         if ptr == libc::MAP_FAILED {
             return Err(LiveError::BurstMap(io::Error::last_os_error()));
         }
-        let now = monotonic_ns() / slot_ns;
         Ok(Self {
             ptr: std::ptr::NonNull::new(ptr.cast()).expect("mmap succeeded"),
             len_bytes,
             rings,
             cpus,
             slot_ns,
-            next: vec![now; rings],
+            next: vec![tick; rings],
         })
     }
 
@@ -225,7 +250,8 @@ impl BurstReader {
     }
 
     /// Reads every ring's slots before `upto` (exclusive): `f(ring, what)`. Live, `upto` is the
-    /// current slot less one (slots still being written stay); after detaching, any later slot.
+    /// kernel clock's slot less one (slots still being written stay); after detaching, any
+    /// later slot.
     pub fn drain_until(&mut self, upto: u64, mut f: impl FnMut(usize, SlotRead)) {
         use std::sync::atomic::{AtomicU64, Ordering};
         let ring_len = BURST_RING_SLOTS as u64;
@@ -261,10 +287,11 @@ impl BurstReader {
         }
     }
 
-    /// Reads the complete slots (all but the current one and the one before it).
-    pub fn drain(&mut self, f: impl FnMut(usize, SlotRead)) {
-        let now = monotonic_ns() / self.slot_ns;
-        self.drain_until(now.saturating_sub(1), f);
+    /// Reads the complete slots: all before the one before `tick`, the kernel clock's slot now
+    /// ([`read_clock`](super::read_clock)). A frame that read the tick just before it moved on
+    /// has had a whole period since to add its bytes.
+    pub fn drain(&mut self, tick: u64, f: impl FnMut(usize, SlotRead)) {
+        self.drain_until(tick.saturating_sub(1), f);
     }
 }
 

@@ -649,7 +649,13 @@ impl Observer {
                 });
             }
         };
-        BurstReader::new(data, rings, self.config.burst_slot_ns).map(Some)
+        BurstReader::new(data, rings, self.config.burst_slot_ns, self.clock_tick()?).map(Some)
+    }
+
+    /// The kernel clock's slot now: the microburst slot the programs give a frame (behind
+    /// CLOCK_MONOTONIC while its timer runs late).
+    pub fn clock_tick(&self) -> Result<u64, LiveError> {
+        Ok(read_clock(&self.ebpf)?.clock.tick)
     }
 
     /// Reads and sums the kernel maps. First/last-seen times are converted from the kernel's
