@@ -247,8 +247,8 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
 
 /// Microburst slots read while the kernel's clock runs late: the reader goes by the kernel's
 /// tick, not its own clock, so frames that take a slot CLOCK_MONOTONIC has left behind are read
-/// all the same, none lost and none reported lost. (The timer is stopped where it stands, as a
-/// late one is, then started again.)
+/// all the same, none lost and none reported lost, with the time the tick stood at that slot.
+/// (The timer is stopped where it stands, as a late one is, then started again.)
 #[test]
 fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
     if !require_root("kernel_burst_slots_are_read_whole_when_the_clock_runs_late") {
@@ -298,8 +298,11 @@ fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
         run(&ebpf, f);
     }
     drain(&mut reader, &ebpf);
-    // The timer runs again and catches up; the next drains find the slot complete.
+    // The timer runs again and catches up; the next drains find the slot complete, and how
+    // long the tick stood at it.
+    let restart = monotonic_ns() / slot_ns;
     start_clock(&mut ebpf, slot_ns).unwrap();
+    let restarted = monotonic_ns() / slot_ns;
     std::thread::sleep(std::time::Duration::from_millis(10));
     assert!(
         read_clock(&ebpf).unwrap().clock.tick > stale + 5,
@@ -307,10 +310,19 @@ fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
     );
     drain(&mut reader, &ebpf);
     drain(&mut reader, &ebpf);
+    let [(0, SlotRead::Bytes { slot, bytes, slots })] = read[..] else {
+        panic!("one read of ring 0: {read:?}");
+    };
     assert_eq!(
-        read,
-        vec![(0, SlotRead::Bytes(stale, wire))],
+        (slot, bytes),
+        (stale, wire),
         "every frame's bytes, in the stale tick's slot, read once"
+    );
+    assert!(
+        (restart - stale..=restarted - stale).contains(&slots),
+        "the slot stood for {slots} slots' time: until the restart, {} to {}",
+        restart - stale,
+        restarted - stale
     );
 }
 

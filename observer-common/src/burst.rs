@@ -26,6 +26,19 @@ pub struct BurstSlot {
 }
 const _: () = assert!(size_of::<BurstSlot>() == 16);
 
+/// A slot the programs' clock stood at for longer than a slot (its timer ran late): the frames
+/// of slot `slot` came until the tick moved on to `end`, over `end - slot` slots' time (value of
+/// `BURST_SPANS` at `slot % BURST_RING_SLOTS`, written before the tick moves on: `end`, then
+/// `slot`). A slot the tick left on time has no entry: the one there is of another turn of the
+/// ring, with another `slot`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BurstSpan {
+    pub slot: u64,
+    pub end: u64,
+}
+const _: () = assert!(size_of::<BurstSpan>() == 16);
+
 /// Entries of `BURST_IFACES`, an array indexed by ifindex modulo its size (an array lookup
 /// costs the kernel program almost nothing; a hash lookup per frame cost 20 ns): the loader
 /// refuses two observed interfaces in one entry.

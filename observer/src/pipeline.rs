@@ -478,7 +478,9 @@ impl LiveSession {
         let mut take = |ring: usize, read: SlotRead| {
             if let Some(Some(t)) = rings.get(ring) {
                 match read {
-                    SlotRead::Bytes(slot, bytes) => timeline.trackers[*t].slot(slot, bytes),
+                    SlotRead::Bytes { slot, bytes, slots } => {
+                        timeline.trackers[*t].span(slot, bytes, slots)
+                    }
                     SlotRead::Lost(n) => timeline.trackers[*t].lost(n),
                 }
             }

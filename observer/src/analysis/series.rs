@@ -516,6 +516,7 @@ pub struct BurstTracker {
     longest: (u64, u64),
     top: Vec<Burst>,
     lost_slots: u64,
+    uncertain_slots: u64,
     /// Per interval of the series: (wire bytes, peak slot bytes).
     per_interval: Vec<(u64, u64)>,
     series_start_ns: u64,
@@ -557,6 +558,7 @@ impl BurstTracker {
             longest: (0, 0),
             top: Vec::new(),
             lost_slots: 0,
+            uncertain_slots: 0,
             per_interval: Vec::new(),
             series_start_ns: series.0,
             interval_ns: series.1.max(1),
@@ -623,6 +625,22 @@ impl BurstTracker {
             (_, false) => self.end_run(),
         }
         self.busy_slots += u64::from(busy);
+    }
+
+    /// The wire bytes of `slots` slots from `first` on, whose frames came at times not known
+    /// more finely (live: the kernel clock's tick stood at `first` that long): spread evenly
+    /// over them (the remainder a byte each to the first). Each shows the span's average rate,
+    /// which at least one slot of it reached: a burst found there is real, one inside it may
+    /// be missed.
+    pub fn span(&mut self, first: u64, bytes: u64, slots: u64) {
+        if slots <= 1 {
+            return self.slot(first, bytes);
+        }
+        self.uncertain_slots += slots;
+        let (each, rest) = (bytes / slots, bytes % slots);
+        for j in 0..slots {
+            self.slot(first + j, each + u64::from(j < rest));
+        }
     }
 
     /// Slots lost to the kernel ring's reuse.
@@ -697,6 +715,7 @@ impl BurstTracker {
             longest_burst_at_ns: self.longest.1,
             top: self.top.clone(),
             lost_slots: self.lost_slots,
+            uncertain_slots: self.uncertain_slots,
         }
     }
 
@@ -1233,6 +1252,30 @@ mod tests {
         t.slot(1, 100_000);
         t.slot(3, 100_000);
         assert_eq!(t.report().bursts, 2);
+    }
+
+    /// A slot the kernel's clock stood at for longer (its timer late): its bytes spread over
+    /// the span at the average rate. One that would have looked like line rate in a single
+    /// slot is below the threshold over four; a span whose average is busy is a burst as long.
+    #[test]
+    fn a_span_spreads_its_bytes_over_its_slots() {
+        let mut t = tracker(Some(10_000_000_000));
+        t.span(1, 125_000, 1);
+        t.span(4, 200_000, 4);
+        t.span(10, 250_003, 3);
+        let r = t.report();
+        assert_eq!(r.bytes, 125_000 + 200_000 + 250_003);
+        assert_eq!(r.uncertain_slots, 7);
+        assert_eq!((r.busy_slots, r.bursts), (1 + 3, 2));
+        assert_eq!(r.peak_bps, 10e9, "slot 1 alone");
+        assert_eq!(r.longest_burst_ns, 300_000);
+        assert_eq!(r.longest_burst_at_ns, 1_000_000);
+        assert_eq!(r.top[1].bytes, 250_003, "the remainder kept");
+        // Four slots of 50,000 bytes each: none busy.
+        let mut t = tracker(Some(10_000_000_000));
+        t.span(4, 200_000, 4);
+        let r = t.report();
+        assert_eq!((r.busy_slots, r.bursts, r.peak_bps), (0, 0, 4e9));
     }
 
     #[test]

@@ -328,6 +328,14 @@ pub fn render_timeline(report: &Report) -> String {
             ],
             rows,
         ));
+        let uncertain: u64 = m.interfaces.iter().map(|i| i.uncertain_slots).sum();
+        if uncertain > 0 {
+            let _ = writeln!(
+                out,
+                "{} averaged over longer spans: the kernel clock's timer ran late, so their frames' times are known only that finely",
+                count(uncertain, "slot")
+            );
+        }
     }
     out
 }
@@ -783,6 +791,7 @@ mod tests {
                     longest_burst_at_ns: 0,
                     top: Vec::new(),
                     lost_slots: 0,
+                    uncertain_slots: 0,
                 })
                 .collect(),
         });

@@ -8,7 +8,7 @@ use aya::{
     maps::{MapError, PerCpuArray},
 };
 use observer_common::{
-    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, IfaceCounters, maps,
+    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, BurstSpan, IfaceCounters, maps,
 };
 
 use super::LiveError;
@@ -158,72 +158,43 @@ pub(super) fn unregister_interface(ebpf: &mut Ebpf, ifindex: u32) {
 /// What reading a ring slot found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotRead {
-    /// The slot's wire bytes (non-zero).
-    Bytes(u64, u64),
+    /// A slot's wire bytes (non-zero): the frames of `slots` slots' time from `slot` on. More
+    /// than one when the kernel clock's timer ran late and its tick stood at `slot` that long:
+    /// where in that time the frames came is not known.
+    Bytes { slot: u64, bytes: u64, slots: u64 },
     /// Slots the ring had reused before they were read.
     Lost(u64),
 }
 
-/// The kernel's microburst rings, mapped into this process: reads complete slots in order,
-/// summed over the CPUs' rings, and zeroes them for the ring's next turn.
-///
-/// Which slots are complete is told by the kernel's own clock (its tick, [`read_clock`]), not
-/// by this process's: a frame takes the slot of the tick it reads, and a BPF timer that runs
-/// late (a busy or virtual CPU) leaves that tick behind CLOCK_MONOTONIC for as long; a slot
-/// read by the time of this process would be read before the frames still arriving in it.
-///
-/// [`read_clock`]: super::read_clock
-pub struct BurstReader {
-    ptr: std::ptr::NonNull<BurstSlot>,
+/// A map's value area (BPF_F_MMAPABLE) mapped into this process, shared with the kernel.
+struct Mapped<T> {
+    ptr: std::ptr::NonNull<T>,
     len_bytes: usize,
-    /// Rings per CPU, and CPUs.
-    rings: usize,
-    cpus: usize,
-    slot_ns: u64,
-    /// Per ring, the next slot to read.
-    next: Vec<u64>,
 }
 
-// SAFETY: the mapping is owned by the reader and only touched through &mut self.
-unsafe impl Send for BurstReader {}
-
-impl BurstReader {
-    /// The rings of a loaded object whose slots [`observe_bursts`] started (for a bare loaded
-    /// object, as the kernel tests use; the observer has
-    /// [`Observer::burst_reader`](super::Observer::burst_reader)).
-    pub fn of_object(ebpf: &Ebpf, slot_ns: u64) -> Result<Self, LiveError> {
-        let rings = rings_per_cpu(ebpf)? as usize;
-        let data = match super::maps::map(ebpf, maps::BURSTS)? {
+impl<T> Mapped<T> {
+    /// The first `entries` values of the array map `name` of `ebpf`.
+    fn new(ebpf: &Ebpf, name: &'static str, entries: usize) -> Result<Self, LiveError> {
+        use std::os::fd::AsFd;
+        let data = match super::maps::map(ebpf, name)? {
             aya::maps::Map::Array(data) => data,
             _ => {
                 return Err(LiveError::BadMap {
-                    map: maps::BURSTS,
+                    map: name,
                     problem: "not an array",
                 });
             }
         };
-        Self::new(data, rings, slot_ns, super::read_clock(ebpf)?.clock.tick)
-    }
-
-    /// `tick`: the kernel clock's slot now (the first slot to read).
-    pub(super) fn new(
-        data: &aya::maps::MapData,
-        rings: usize,
-        slot_ns: u64,
-        tick: u64,
-    ) -> Result<Self, LiveError> {
-        use std::os::fd::AsFd;
-        let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))?;
-        let len_bytes = cpus * rings * BURST_RING_SLOTS as usize * std::mem::size_of::<BurstSlot>();
-        let fd = data.fd().as_fd();
-        // SAFETY: mapping the map's value area (BPF_F_MMAPABLE), shared with the kernel.
+        let len_bytes = entries * std::mem::size_of::<T>();
+        // SAFETY: mapping the map's value area, which stays as long as the map (the mapping
+        // holds a reference to it).
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len_bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                fd.as_raw_fd(),
+                data.fd().as_fd().as_raw_fd(),
                 0,
             )
         };
@@ -233,10 +204,61 @@ impl BurstReader {
         Ok(Self {
             ptr: std::ptr::NonNull::new(ptr.cast()).expect("mmap succeeded"),
             len_bytes,
+        })
+    }
+}
+
+impl<T> Drop for Mapped<T> {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len_bytes) };
+    }
+}
+
+/// The kernel's microburst rings, mapped into this process: reads complete slots in order,
+/// summed over the CPUs' rings, and zeroes them for the ring's next turn.
+///
+/// Which slots are complete is told by the kernel's own clock (its tick, [`read_clock`]), not
+/// by this process's: a frame takes the slot of the tick it reads, and a BPF timer that runs
+/// late (a busy or virtual CPU) leaves that tick behind CLOCK_MONOTONIC for as long; a slot
+/// read by the time of this process would be read before the frames still arriving in it. How
+/// long the tick stood at a slot the kernel records (`BURST_SPANS`), read with the slot.
+///
+/// [`read_clock`]: super::read_clock
+pub struct BurstReader {
+    slots: Mapped<BurstSlot>,
+    spans: Mapped<BurstSpan>,
+    /// Rings per CPU, and CPUs.
+    rings: usize,
+    cpus: usize,
+    slot_ns: u64,
+    /// Per ring, the next slot to read.
+    next: Vec<u64>,
+}
+
+// SAFETY: the mappings are owned by the reader and only touched through &mut self.
+unsafe impl Send for BurstReader {}
+
+impl BurstReader {
+    /// The rings of a loaded object whose slots [`observe_bursts`] started (for a bare loaded
+    /// object, as the kernel tests use; the observer has
+    /// [`Observer::burst_reader`](super::Observer::burst_reader)).
+    pub fn of_object(ebpf: &Ebpf, slot_ns: u64) -> Result<Self, LiveError> {
+        Self::new(ebpf, rings_per_cpu(ebpf)? as usize, slot_ns)
+    }
+
+    /// The `rings` rings per CPU of `ebpf`'s slots of `slot_ns`, read from the kernel clock's
+    /// slot now on.
+    pub(super) fn new(ebpf: &Ebpf, rings: usize, slot_ns: u64) -> Result<Self, LiveError> {
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))?;
+        let ring_len = BURST_RING_SLOTS as usize;
+        Ok(Self {
+            slots: Mapped::new(ebpf, maps::BURSTS, cpus * rings * ring_len)?,
+            spans: Mapped::new(ebpf, maps::BURST_SPANS, ring_len)?,
             rings,
             cpus,
             slot_ns,
-            next: vec![tick; rings],
+            next: vec![super::read_clock(ebpf)?.clock.tick; rings],
         })
     }
 
@@ -247,6 +269,24 @@ impl BurstReader {
     /// How often to drain so that no slot is reused before it is read: a quarter of a ring.
     pub fn period(&self) -> std::time::Duration {
         std::time::Duration::from_nanos((self.slot_ns * BURST_RING_SLOTS as u64 / 4).max(1))
+    }
+
+    /// Slots' time the frames of slot `s` came over: until the tick moved on (1 unless it stood
+    /// there longer).
+    fn span(&self, s: u64) -> u64 {
+        let i = (s % BURST_RING_SLOTS as u64) as usize;
+        // SAFETY: i < BURST_RING_SLOTS, inside the mapping; the clock wrote `end`, then `slot`,
+        // before the tick moved on past `s`, which it has by the time `s` is read.
+        unsafe {
+            let e = self.spans.ptr.as_ptr().add(i);
+            if std::ptr::read_volatile(&raw const (*e).slot) != s {
+                return 1;
+            }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            std::ptr::read_volatile(&raw const (*e).end)
+                .saturating_sub(s)
+                .max(1)
+        }
     }
 
     /// Reads every ring's slots before `upto` (exclusive): `f(ring, what)`. Live, `upto` is the
@@ -270,7 +310,7 @@ impl BurstReader {
                     // complete slot is no longer written by its CPU (whose plain stores wrote
                     // the tag, then the bytes).
                     unsafe {
-                        let e = self.ptr.as_ptr().add(i);
+                        let e = self.slots.ptr.as_ptr().add(i);
                         let tag = std::ptr::read_volatile(&raw const (*e).slot);
                         if tag == s {
                             bytes +=
@@ -279,7 +319,15 @@ impl BurstReader {
                     }
                 }
                 if bytes > 0 {
-                    f(ring, SlotRead::Bytes(s, bytes));
+                    let slots = self.span(s);
+                    f(
+                        ring,
+                        SlotRead::Bytes {
+                            slot: s,
+                            bytes,
+                            slots,
+                        },
+                    );
                 }
                 s += 1;
             }
@@ -292,13 +340,6 @@ impl BurstReader {
     /// has had a whole period since to add its bytes.
     pub fn drain(&mut self, tick: u64, f: impl FnMut(usize, SlotRead)) {
         self.drain_until(tick.saturating_sub(1), f);
-    }
-}
-
-impl Drop for BurstReader {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len_bytes) };
     }
 }
 

@@ -639,17 +639,7 @@ impl Observer {
         if self.config.burst_slot_ns == 0 {
             return Ok(None);
         }
-        let rings = 2 * self.ring_slots;
-        let data = match maps::map(&self.ebpf, map_names::BURSTS)? {
-            aya::maps::Map::Array(data) => data,
-            _ => {
-                return Err(LiveError::BadMap {
-                    map: map_names::BURSTS,
-                    problem: "not an array",
-                });
-            }
-        };
-        BurstReader::new(data, rings, self.config.burst_slot_ns, self.clock_tick()?).map(Some)
+        BurstReader::new(&self.ebpf, 2 * self.ring_slots, self.config.burst_slot_ns).map(Some)
     }
 
     /// The kernel clock's slot now: the microburst slot the programs give a frame (behind

@@ -67,11 +67,27 @@ fn microburst(r: &Report, c: &Microburst) -> Outcome {
             .iter()
             .filter_map(|i| i.peak_percent)
             .fold(0.0, f64::max);
-        return Outcome::Passed(format!(
+        let mut note = format!(
             "no {} us slot at or above {}% of the link speed (peak {peak:.1}%)",
             mb.slot_ns / 1000,
             mb.threshold_percent
-        ));
+        );
+        // What the slots could not see.
+        let uncertain: u64 = mb.interfaces.iter().map(|i| i.uncertain_slots).sum();
+        if uncertain > 0 {
+            note.push_str(&format!(
+                "; {} averaged over longer spans (the kernel clock's timer ran late): a burst inside one may not show",
+                count(uncertain, "slot")
+            ));
+        }
+        let lost: u64 = mb.interfaces.iter().map(|i| i.lost_slots).sum();
+        if lost > 0 {
+            note.push_str(&format!(
+                "; {} lost before they were read",
+                count(lost, "slot")
+            ));
+        }
+        return Outcome::Passed(note);
     }
     let per: Vec<String> = hits
         .iter()
@@ -134,6 +150,7 @@ mod tests {
                 longest_burst_at_ns: 0,
                 top: Vec::new(),
                 lost_slots: 0,
+                uncertain_slots: 0,
             }],
         }
     }
@@ -157,6 +174,16 @@ mod tests {
         assert_eq!(
             note,
             "no 100 us slot at or above 90% of the link speed (peak 95.0%)"
+        );
+        // A pass on slots that saw less says so.
+        let mut mb = bursts(Some(10_000_000_000), 0);
+        mb.interfaces[0].uncertain_slots = 12;
+        mb.interfaces[0].lost_slots = 1;
+        r.microbursts = Some(mb);
+        let note = passed(run(&MicroburstRule, &r, &t));
+        assert_eq!(
+            note,
+            "no 100 us slot at or above 90% of the link speed (peak 95.0%); 12 slots averaged over longer spans (the kernel clock's timer ran late): a burst inside one may not show; 1 slot lost before they were read"
         );
     }
 }
