@@ -247,14 +247,15 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
 
 /// Microburst slots read while the kernel's clock runs late: the reader goes by the kernel's
 /// tick, not its own clock, so frames that take a slot CLOCK_MONOTONIC has left behind are read
-/// all the same, none lost and none reported lost, with the time the tick stood at that slot.
+/// all the same, none lost and none reported lost, with the time the tick stood at that slot,
+/// even when that is longer than the ring. Once detached, the last slot spans until then.
 /// (The timer is stopped where it stands, as a late one is, then started again.)
 #[test]
 fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
     if !require_root("kernel_burst_slots_are_read_whole_when_the_clock_runs_late") {
         return;
     }
-    use observer_common::{ClockValue, maps};
+    use observer_common::{BURST_RING_SLOTS, ClockValue, maps};
     use roce_observer::source::live::{BurstReader, SlotRead, read_clock, start_clock};
     let frames: Vec<Vec<u8>> = synth::scenario("demo")
         .unwrap()
@@ -266,26 +267,37 @@ fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
     let wire: u64 = frames.iter().map(|f| f.len() as u64 + 24).sum();
     let mut ebpf = load_observer();
     let lo = roce_observer::source::live::if_index("lo").unwrap();
-    let slot_ns = 1_000_000;
+    // 10 us slots: a ring is 20 ms.
+    let slot_ns = 10_000;
+    let stall = std::time::Duration::from_millis(30);
+    let ring_ns = slot_ns * u64::from(BURST_RING_SLOTS);
+    assert!(stall.as_nanos() as u64 > ring_ns + 5_000_000);
     roce_observer::source::live::observe_bursts(&mut ebpf, &[("lo", lo)], slot_ns).unwrap();
     let mut reader = BurstReader::of_object(&ebpf, slot_ns).unwrap();
     let mut read = Vec::new();
     let mut drain = |reader: &mut BurstReader, ebpf: &aya::Ebpf| {
-        let tick = read_clock(ebpf).unwrap().clock.tick;
-        reader.drain(tick, |ring, r| read.push((ring, r)));
+        reader.drain(&read_clock(ebpf).unwrap().clock, |ring, r| {
+            read.push((ring, r))
+        });
     };
-    // The timer stops (writing the value cancels it): the tick stays where it is.
-    {
+    // The timer stops (writing the value cancels it), then the tick is set to the slot of now,
+    // one the timer never left (so the kernel recorded no span of it), with its time.
+    let stop = |ebpf: &mut aya::Ebpf| -> u64 {
         let mut clock: aya::maps::Array<_, ClockValue> =
             aya::maps::Array::try_from(ebpf.map_mut(maps::CLOCK).unwrap()).unwrap();
-        let value = clock.get(&0, 0).unwrap();
+        let mut value = clock.get(&0, 0).unwrap();
         clock.set(0, value, 0).unwrap();
-    }
-    let stale = read_clock(&ebpf).unwrap().clock.tick;
-    std::thread::sleep(std::time::Duration::from_millis(10));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        value.clock.tick = monotonic_ns() / slot_ns;
+        value.clock.now_ns = value.clock.tick * slot_ns;
+        clock.set(0, value, 0).unwrap();
+        value.clock.tick
+    };
+    let stale = stop(&mut ebpf);
+    std::thread::sleep(stall);
     assert!(
-        monotonic_ns() / slot_ns >= stale + 5,
-        "CLOCK_MONOTONIC moved on"
+        monotonic_ns() / slot_ns > stale + u64::from(BURST_RING_SLOTS),
+        "CLOCK_MONOTONIC moved on by more than a ring"
     );
     assert_eq!(
         read_clock(&ebpf).unwrap().clock.tick,
@@ -303,15 +315,16 @@ fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
     let restart = monotonic_ns() / slot_ns;
     start_clock(&mut ebpf, slot_ns).unwrap();
     let restarted = monotonic_ns() / slot_ns;
-    std::thread::sleep(std::time::Duration::from_millis(10));
+    let ticks = read_clock(&ebpf).unwrap().clock.ticks;
+    std::thread::sleep(std::time::Duration::from_millis(5));
     assert!(
-        read_clock(&ebpf).unwrap().clock.tick > stale + 5,
-        "caught up"
+        read_clock(&ebpf).unwrap().clock.ticks > ticks,
+        "the timer ticks again"
     );
     drain(&mut reader, &ebpf);
     drain(&mut reader, &ebpf);
     let [(0, SlotRead::Bytes { slot, bytes, slots })] = read[..] else {
-        panic!("one read of ring 0: {read:?}");
+        panic!("one read of ring 0, nothing lost: {read:?}");
     };
     assert_eq!(
         (slot, bytes),
@@ -323,6 +336,78 @@ fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
         "the slot stood for {slots} slots' time: until the restart, {} to {}",
         restart - stale,
         restarted - stale
+    );
+    // Stopped again, the reader caught up (nothing to read), frames, then read as once
+    // detached: the last slot spans until now.
+    let nothing = |_, r| panic!("nothing more to read: {r:?}");
+    let stale = stop(&mut ebpf);
+    reader.drain(&read_clock(&ebpf).unwrap().clock, nothing);
+    for f in &frames {
+        run(&ebpf, f);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let (before, mut last) = (monotonic_ns() / slot_ns, Vec::new());
+    reader.drain_all(&read_clock(&ebpf).unwrap().clock, before, |ring, r| {
+        last.push((ring, r))
+    });
+    assert_eq!(
+        last,
+        vec![(
+            0,
+            SlotRead::Bytes {
+                slot: stale,
+                bytes: wire,
+                slots: before - stale + 1
+            }
+        )]
+    );
+    assert!(before - stale + 1 >= 500, "5 ms of 10 us slots");
+
+    // A reader a whole ring behind: the slot whose entry frames of a later turn took is lost
+    // (the frames run on one CPU: each CPU has its own ring), and said so; the later one read.
+    // SAFETY: a zeroed set with CPU 0 added, for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+    let first = stop(&mut ebpf);
+    reader.drain(&read_clock(&ebpf).unwrap().clock, nothing);
+    for f in &frames {
+        run(&ebpf, f);
+    }
+    let later = first + u64::from(BURST_RING_SLOTS);
+    {
+        let mut clock: aya::maps::Array<_, ClockValue> =
+            aya::maps::Array::try_from(ebpf.map_mut(maps::CLOCK).unwrap()).unwrap();
+        let mut value = clock.get(&0, 0).unwrap();
+        (value.clock.tick, value.clock.now_ns) = (later, later * slot_ns);
+        clock.set(0, value, 0).unwrap();
+    }
+    for f in &frames[..10] {
+        run(&ebpf, f);
+    }
+    let mut behind = Vec::new();
+    let later_wire: u64 = frames[..10].iter().map(|f| f.len() as u64 + 24).sum();
+    reader.drain_all(&read_clock(&ebpf).unwrap().clock, later, |ring, r| {
+        behind.push((ring, r))
+    });
+    assert_eq!(
+        behind,
+        vec![
+            (0, SlotRead::Lost(1)),
+            (
+                0,
+                SlotRead::Bytes {
+                    slot: later,
+                    bytes: later_wire,
+                    slots: 1
+                }
+            )
+        ]
     );
 }
 

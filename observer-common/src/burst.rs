@@ -11,6 +11,11 @@ use crate::parse::{OpClass, RocePacket};
 /// of history, four times the reader's period.
 pub const BURST_RING_SLOTS: u32 = 2048;
 
+/// Records in the `BURST_SPANS` log (a power of two). A record covers two slots at least, so a
+/// reader that drains every quarter ring ([`BURST_RING_SLOTS`]) finds at most a quarter of it
+/// new.
+pub const BURST_SPAN_LOG: u32 = 1024;
+
 /// Interfaces whose slots the kernel keeps (rings: two per interface, ingress and egress).
 pub const MAX_BURST_IFACES: u32 = 64;
 
@@ -26,11 +31,10 @@ pub struct BurstSlot {
 }
 const _: () = assert!(size_of::<BurstSlot>() == 16);
 
-/// A slot the programs' clock stood at for longer than a slot (its timer ran late): the frames
-/// of slot `slot` came until the tick moved on to `end`, over `end - slot` slots' time (value of
-/// `BURST_SPANS` at `slot % BURST_RING_SLOTS`, written before the tick moves on: `end`, then
-/// `slot`). A slot the tick left on time has no entry: the one there is of another turn of the
-/// ring, with another `slot`.
+/// A slot the programs' clock stood at for longer than a slot (its timer ran late, missing a
+/// tick): the frames of slot `slot` came until the tick moved on to `end`, over `end - slot`
+/// slots' time. Record n of the `BURST_SPANS` log is at n % [`BURST_SPAN_LOG`]; the clock
+/// writes it, then counts it in `Clock::spans`, then moves the tick on.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BurstSpan {

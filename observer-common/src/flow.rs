@@ -529,8 +529,10 @@ pub struct Clock {
     /// 1: the timer is armed for each tick's absolute time; 0: one period after it ran (kernels
     /// without absolute BPF timers), so ticks drift by its lateness.
     pub absolute: u64,
+    /// Records written to `BURST_SPANS` so far (record n at n % `BURST_SPAN_LOG`).
+    pub spans: u64,
 }
-const _: () = assert!(size_of::<Clock>() == 7 * 8);
+const _: () = assert!(size_of::<Clock>() == 8 * 8);
 
 /// The `CLOCK` array's value as userspace sees it: the clock and the kernel's timer (opaque,
 /// read back as zeroes).
@@ -540,7 +542,7 @@ pub struct ClockValue {
     pub clock: Clock,
     pub timer: [u64; 2],
 }
-const _: () = assert!(size_of::<ClockValue>() == 9 * 8);
+const _: () = assert!(size_of::<ClockValue>() == 10 * 8);
 
 /// Global counters (one per-CPU array slot).
 #[repr(C)]

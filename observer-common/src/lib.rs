@@ -14,8 +14,8 @@ pub mod seq;
 pub mod wire;
 
 pub use burst::{
-    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, BurstSpan, IFACE_COUNTER_SLOTS,
-    IfaceCounters, MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
+    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BURST_SPAN_LOG, BurstIface, BurstSlot, BurstSpan,
+    IFACE_COUNTER_SLOTS, IfaceCounters, MAX_BURST_IFACES, WIRE_OVERHEAD, burst_index,
 };
 pub use flow::{
     Clock, ClockValue, Counters, DIRECTION_EGRESS, FLOW_CACHE_SLOTS, FLOW_LOG_SLOTS, FlowKey,
@@ -54,7 +54,8 @@ pub mod maps {
     pub const PAUSES: &str = "PAUSES";
     /// Microburst slot rings (mmapable array of BurstSlot).
     pub const BURSTS: &str = "BURSTS";
-    /// The slots the clock's tick stood at longer than a slot (mmapable array of BurstSpan).
+    /// The slots the clock's tick stood at longer than a slot (mmapable array of BurstSpan, a
+    /// log of `BURST_SPAN_LOG` records).
     pub const BURST_SPANS: &str = "BURST_SPANS";
     /// Mirror mode spread over CPUs: the cpumap (CPU -> queue and observer program), and the
     /// CPUs spread over (entry 0: their number n, entries 1..=n: the CPUs).

@@ -31,12 +31,13 @@ mod kernel {
         programs::{RawTracePointContext, TcContext, XdpContext},
     };
     use observer_common::{
-        BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, BurstSpan, CM_PAIRS, Clock,
-        ClockValue, Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS, FLOW_CACHE_SLOTS,
-        FLOW_LOG_SLOTS, FlowKey, FlowSlot, FlowStats, HostPair, IFACE_COUNTER_SLOTS, IfaceCounters,
-        LAT_CONNS, LAT_SCOPE_ENTRIES, LatHist, LatKey, LatScopeKey, LatState, MAX_PAUSE_SENDERS,
-        MSG_FLOWS, Mirror, MsgKind, MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket,
-        SPREAD_MAP_ID, SeqClass, SeqInput, SkipReason, WIRE_OVERHEAD, burst_index,
+        BURST_IFACE_SLOTS, BURST_RING_SLOTS, BURST_SPAN_LOG, BurstIface, BurstSlot, BurstSpan,
+        CM_PAIRS, Clock, ClockValue, Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS,
+        FLOW_CACHE_SLOTS, FLOW_LOG_SLOTS, FlowKey, FlowSlot, FlowStats, HostPair,
+        IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES, LatHist, LatKey,
+        LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind, MsgStats, Pause,
+        PauseKey, PauseStats, QP_CM, RocePacket, SPREAD_MAP_ID, SeqClass, SeqInput, SkipReason,
+        WIRE_OVERHEAD, burst_index,
         latency::lat_bucket_index,
         latency::role,
         message::{is_boundary, kind_index, msg_bucket_index},
@@ -102,11 +103,10 @@ mod kernel {
     #[map(name = "BURSTS")]
     static BURSTS: Array<BurstSlot> = Array::with_max_entries(2 * BURST_RING_SLOTS, BPF_F_MMAPABLE);
 
-    /// The slots the clock's tick stood at for longer than a slot (`BurstSpan`, written by
-    /// `set_tick`), mapped into the reader's memory.
+    /// The slots the clock's tick stood at for longer than a slot (`BurstSpan`, a log written
+    /// by `set_tick`), mapped into the reader's memory.
     #[map(name = "BURST_SPANS")]
-    static BURST_SPANS: Array<BurstSpan> =
-        Array::with_max_entries(BURST_RING_SLOTS, BPF_F_MMAPABLE);
+    static BURST_SPANS: Array<BurstSpan> = Array::with_max_entries(BURST_SPAN_LOG, BPF_F_MMAPABLE);
 
     /// The observed interfaces and their rings, at ifindex % BURST_IFACE_SLOTS (an array: the
     /// verifier inlines its lookup); frames of other interfaces keep no slots.
@@ -274,23 +274,28 @@ mod kernel {
         0
     }
 
-    /// Publishes a tick: its slot first, then its time (frames read either alone). A tick left
-    /// more than a slot after its own (the timer ran late) is recorded in `BURST_SPANS` first:
-    /// its slot holds the frames of that longer time. (Only a tick of the same period: a
-    /// restart at another one numbers its slots afresh.)
+    /// Publishes a tick: its slot first, then its time (frames read either alone). A tick the
+    /// clock leaves for one more than a slot on (the timer missed a tick: it ran late) is
+    /// logged in `BURST_SPANS` first, and counted: its slot holds the frames of that longer
+    /// time. (Only a tick of the same period: a restart at another one numbers its slots
+    /// afresh.)
     #[inline(always)]
     fn set_tick(c: &mut Clock, at: u64, period: u64) {
         let tick = at / period;
-        // SAFETY: fields of live map values; BURST_SPANS is written by the clock alone.
+        // SAFETY: fields of live map values; BURST_SPANS and `spans` are written by the clock
+        // alone.
         unsafe {
             let prev = core::ptr::read_volatile(&c.tick);
             if prev > 0
                 && tick > prev + 1
                 && prev.wrapping_mul(period) == core::ptr::read_volatile(&c.now_ns)
-                && let Some(s) = BURST_SPANS.get_ptr_mut(prev as u32 & (BURST_RING_SLOTS - 1))
             {
-                core::ptr::write_volatile(&mut (*s).end, tick);
-                core::ptr::write_volatile(&mut (*s).slot, prev);
+                let n = core::ptr::read_volatile(&c.spans);
+                if let Some(s) = BURST_SPANS.get_ptr_mut(n as u32 & (BURST_SPAN_LOG - 1)) {
+                    core::ptr::write_volatile(&mut (*s).slot, prev);
+                    core::ptr::write_volatile(&mut (*s).end, tick);
+                    core::ptr::write_volatile(&mut c.spans, n + 1);
+                }
             }
             core::ptr::write_volatile(&mut c.tick, tick);
             core::ptr::write_volatile(&mut c.now_ns, at);

@@ -468,12 +468,12 @@ impl LiveSession {
     }
 
     /// Moves the microburst slots the kernel has completed into the timeline: all of them
-    /// once detached (`detached`), else those before the one before the kernel clock's slot.
+    /// once detached (`detached`), else those the kernel clock's tick left a period ago.
     fn feed(&mut self, detached: bool) -> Result<(), PipelineError> {
         let Some(reader) = self.reader.as_mut() else {
             return Ok(());
         };
-        let tick = self.observer.clock_tick()?;
+        let clock = self.observer.clock()?;
         let (rings, timeline) = (&self.rings, &mut self.timeline);
         let mut take = |ring: usize, read: SlotRead| {
             if let Some(Some(t)) = rings.get(ring) {
@@ -486,10 +486,10 @@ impl LiveSession {
             }
         };
         if detached {
-            // No frame comes any more; the latest took the kernel clock's slot at most.
-            reader.drain_until(tick + 1, &mut take);
+            let now_slot = live::monotonic_ns() / reader.slot_ns();
+            reader.drain_all(&clock, now_slot, &mut take);
         } else {
-            reader.drain(tick, &mut take);
+            reader.drain(&clock, &mut take);
         }
         Ok(())
     }

@@ -629,9 +629,8 @@ impl BurstTracker {
 
     /// The wire bytes of `slots` slots from `first` on, whose frames came at times not known
     /// more finely (live: the kernel clock's tick stood at `first` that long): spread evenly
-    /// over them (the remainder a byte each to the first). Each shows the span's average rate,
-    /// which at least one slot of it reached: a burst found there is real, one inside it may
-    /// be missed.
+    /// over them (the remainder a byte each to the first). Each shows about the span's average
+    /// rate (the span is known to within a slot): a burst shorter than the span may not show.
     pub fn span(&mut self, first: u64, bytes: u64, slots: u64) {
         if slots <= 1 {
             return self.slot(first, bytes);

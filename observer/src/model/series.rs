@@ -183,7 +183,7 @@ pub struct InterfaceBursts {
     pub lost_slots: u64,
     /// Slots whose frames came at times known only over a longer span (live: the kernel
     /// clock's timer ran late, its tick standing at one slot that long): their bytes are spread
-    /// evenly over the span, so a burst inside one may not show.
+    /// evenly over the span, so a burst shorter than its span may not show.
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub uncertain_slots: u64,
 }

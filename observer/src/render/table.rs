@@ -332,7 +332,7 @@ pub fn render_timeline(report: &Report) -> String {
         if uncertain > 0 {
             let _ = writeln!(
                 out,
-                "{} averaged over longer spans: the kernel clock's timer ran late, so their frames' times are known only that finely",
+                "{} averaged over longer spans: the kernel clock's timer ran late, so their frames' times are known only to the span",
                 count(uncertain, "slot")
             );
         }

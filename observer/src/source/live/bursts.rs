@@ -8,7 +8,8 @@ use aya::{
     maps::{MapError, PerCpuArray},
 };
 use observer_common::{
-    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BurstIface, BurstSlot, BurstSpan, IfaceCounters, maps,
+    BURST_IFACE_SLOTS, BURST_RING_SLOTS, BURST_SPAN_LOG, BurstIface, BurstSlot, BurstSpan, Clock,
+    IfaceCounters, maps,
 };
 
 use super::LiveError;
@@ -222,7 +223,9 @@ impl<T> Drop for Mapped<T> {
 /// by this process's: a frame takes the slot of the tick it reads, and a BPF timer that runs
 /// late (a busy or virtual CPU) leaves that tick behind CLOCK_MONOTONIC for as long; a slot
 /// read by the time of this process would be read before the frames still arriving in it. How
-/// long the tick stood at a slot the kernel records (`BURST_SPANS`), read with the slot.
+/// long the tick stood at a slot when that was longer than a slot the clock logs
+/// (`BURST_SPANS`); the reader takes the log's new records at each drain and each slot's span
+/// with its bytes.
 ///
 /// [`read_clock`]: super::read_clock
 pub struct BurstReader {
@@ -234,6 +237,10 @@ pub struct BurstReader {
     slot_ns: u64,
     /// Per ring, the next slot to read.
     next: Vec<u64>,
+    /// Records of the span log taken so far, and those of slots some ring has still to read
+    /// (slot -> the tick that followed it).
+    spans_taken: u64,
+    pending: std::collections::BTreeMap<u64, u64>,
 }
 
 // SAFETY: the mappings are owned by the reader and only touched through &mut self.
@@ -251,14 +258,16 @@ impl BurstReader {
     /// slot now on.
     pub(super) fn new(ebpf: &Ebpf, rings: usize, slot_ns: u64) -> Result<Self, LiveError> {
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))?;
-        let ring_len = BURST_RING_SLOTS as usize;
+        let clock = super::read_clock(ebpf)?.clock;
         Ok(Self {
-            slots: Mapped::new(ebpf, maps::BURSTS, cpus * rings * ring_len)?,
-            spans: Mapped::new(ebpf, maps::BURST_SPANS, ring_len)?,
+            slots: Mapped::new(ebpf, maps::BURSTS, cpus * rings * BURST_RING_SLOTS as usize)?,
+            spans: Mapped::new(ebpf, maps::BURST_SPANS, BURST_SPAN_LOG as usize)?,
             rings,
             cpus,
             slot_ns,
-            next: vec![super::read_clock(ebpf)?.clock.tick; rings],
+            next: vec![clock.tick; rings],
+            spans_taken: clock.spans,
+            pending: Default::default(),
         })
     }
 
@@ -271,38 +280,71 @@ impl BurstReader {
         std::time::Duration::from_nanos((self.slot_ns * BURST_RING_SLOTS as u64 / 4).max(1))
     }
 
-    /// Slots' time the frames of slot `s` came over: until the tick moved on (1 unless it stood
-    /// there longer).
-    fn span(&self, s: u64) -> u64 {
-        let i = (s % BURST_RING_SLOTS as u64) as usize;
-        // SAFETY: i < BURST_RING_SLOTS, inside the mapping; the clock wrote `end`, then `slot`,
-        // before the tick moved on past `s`, which it has by the time `s` is read.
-        unsafe {
-            let e = self.spans.ptr.as_ptr().add(i);
-            if std::ptr::read_volatile(&raw const (*e).slot) != s {
-                return 1;
-            }
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-            std::ptr::read_volatile(&raw const (*e).end)
-                .saturating_sub(s)
-                .max(1)
+    /// Takes the span log's records up to `count` (`Clock::spans`). Any the log no longer
+    /// holds are of slots long since read or lost.
+    fn take_spans(&mut self, count: u64) {
+        let log = u64::from(BURST_SPAN_LOG);
+        for n in self.spans_taken.max(count.saturating_sub(log))..count {
+            // SAFETY: n % log < BURST_SPAN_LOG, inside the mapping; the clock wrote record n
+            // before counting it, and rewrites it only after `log` records more.
+            let (slot, end) = unsafe {
+                let e = self.spans.ptr.as_ptr().add((n % log) as usize);
+                (
+                    std::ptr::read_volatile(&raw const (*e).slot),
+                    std::ptr::read_volatile(&raw const (*e).end),
+                )
+            };
+            self.pending.insert(slot, end);
         }
+        self.spans_taken = self.spans_taken.max(count);
     }
 
-    /// Reads every ring's slots before `upto` (exclusive): `f(ring, what)`. Live, `upto` is the
-    /// kernel clock's slot less one (slots still being written stay); after detaching, any
-    /// later slot.
-    pub fn drain_until(&mut self, upto: u64, mut f: impl FnMut(usize, SlotRead)) {
+    /// Slots' time the frames of slot `s` came over: until the tick moved on, as the clock
+    /// logged it when that was more than one slot on; 1 without a record.
+    fn span(&self, s: u64) -> u64 {
+        self.pending
+            .get(&s)
+            .map_or(1, |end| end.saturating_sub(s).max(1))
+    }
+
+    /// Reads every ring's complete slots while attached: those the kernel clock (`clock`,
+    /// [`read_clock`](super::read_clock)) left at least a period ago. A frame that read the
+    /// tick just before it moved on has had that period to add its bytes.
+    pub fn drain(&mut self, clock: &Clock, f: impl FnMut(usize, SlotRead)) {
+        self.take_spans(clock.spans);
+        self.read(clock.tick.saturating_sub(1), None, f);
+    }
+
+    /// Reads every slot left, once detached (no frame comes any more): those up to the kernel
+    /// clock's slot (`clock`), which frames took until now (`now_slot`, the slot of
+    /// CLOCK_MONOTONIC now; later when the timer is late).
+    pub fn drain_all(&mut self, clock: &Clock, now_slot: u64, f: impl FnMut(usize, SlotRead)) {
+        self.take_spans(clock.spans);
+        self.read(
+            clock.tick + 1,
+            Some(now_slot.saturating_sub(clock.tick).saturating_add(1)),
+            f,
+        );
+    }
+
+    /// Reads every ring's slots before `upto` (exclusive): `f(ring, what)`. Live (`last`
+    /// None), a slot whose span ends after `upto` waits; detached, the slot `upto - 1` spans
+    /// `last` slots unless the clock recorded its span.
+    fn read(&mut self, upto: u64, last: Option<u64>, mut f: impl FnMut(usize, SlotRead)) {
         use std::sync::atomic::{AtomicU64, Ordering};
         let ring_len = BURST_RING_SLOTS as u64;
         for ring in 0..self.rings {
             let mut s = self.next[ring];
-            if upto > s + ring_len {
-                f(ring, SlotRead::Lost(upto - ring_len - s));
-                s = upto - ring_len;
-            }
+            // Slots in a row whose entry the ring had reused for a later slot on some CPU.
+            let mut lost = 0;
             while s < upto {
-                let mut bytes = 0;
+                let mut slots = self.span(s);
+                match last {
+                    None if s + slots > upto => break,
+                    Some(n) if s + 1 == upto && slots == 1 => slots = n,
+                    _ => {}
+                }
+                let (mut bytes, mut reused) = (0, false);
                 for cpu in 0..self.cpus {
                     let i = (cpu * self.rings + ring) * BURST_RING_SLOTS as usize
                         + (s % ring_len) as usize;
@@ -315,11 +357,22 @@ impl BurstReader {
                         if tag == s {
                             bytes +=
                                 AtomicU64::from_ptr(&raw mut (*e).bytes).swap(0, Ordering::AcqRel);
+                        } else if tag > s {
+                            reused = true;
                         }
                     }
                 }
+                if reused {
+                    lost += 1;
+                } else if lost > 0 {
+                    f(ring, SlotRead::Lost(lost));
+                    lost = 0;
+                }
                 if bytes > 0 {
-                    let slots = self.span(s);
+                    if lost > 0 {
+                        f(ring, SlotRead::Lost(lost));
+                        lost = 0;
+                    }
                     f(
                         ring,
                         SlotRead::Bytes {
@@ -329,17 +382,17 @@ impl BurstReader {
                         },
                     );
                 }
-                s += 1;
+                // The tick never stood at the slots a span covers.
+                s += slots;
+            }
+            if lost > 0 {
+                f(ring, SlotRead::Lost(lost));
             }
             self.next[ring] = s.max(self.next[ring]);
         }
-    }
-
-    /// Reads the complete slots: all before the one before `tick`, the kernel clock's slot now
-    /// ([`read_clock`](super::read_clock)). A frame that read the tick just before it moved on
-    /// has had a whole period since to add its bytes.
-    pub fn drain(&mut self, tick: u64, f: impl FnMut(usize, SlotRead)) {
-        self.drain_until(tick.saturating_sub(1), f);
+        if let Some(&oldest) = self.next.iter().min() {
+            self.pending = self.pending.split_off(&oldest);
+        }
     }
 }
 

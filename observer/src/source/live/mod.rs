@@ -642,10 +642,10 @@ impl Observer {
         BurstReader::new(&self.ebpf, 2 * self.ring_slots, self.config.burst_slot_ns).map(Some)
     }
 
-    /// The kernel clock's slot now: the microburst slot the programs give a frame (behind
-    /// CLOCK_MONOTONIC while its timer runs late).
-    pub fn clock_tick(&self) -> Result<u64, LiveError> {
-        Ok(read_clock(&self.ebpf)?.clock.tick)
+    /// The kernel programs' clock now: its tick is the microburst slot they give a frame
+    /// (behind CLOCK_MONOTONIC while its timer runs late).
+    pub fn clock(&self) -> Result<observer_common::Clock, LiveError> {
+        Ok(read_clock(&self.ebpf)?.clock)
     }
 
     /// Reads and sums the kernel maps. First/last-seen times are converted from the kernel's

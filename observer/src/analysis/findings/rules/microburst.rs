@@ -76,16 +76,13 @@ fn microburst(r: &Report, c: &Microburst) -> Outcome {
         let uncertain: u64 = mb.interfaces.iter().map(|i| i.uncertain_slots).sum();
         if uncertain > 0 {
             note.push_str(&format!(
-                "; {} averaged over longer spans (the kernel clock's timer ran late): a burst inside one may not show",
+                "; {} averaged over longer spans (the kernel clock's timer ran late): a burst shorter than its span may not show",
                 count(uncertain, "slot")
             ));
         }
         let lost: u64 = mb.interfaces.iter().map(|i| i.lost_slots).sum();
         if lost > 0 {
-            note.push_str(&format!(
-                "; {} lost before they were read",
-                count(lost, "slot")
-            ));
+            note.push_str(&format!("; {} lost before being read", count(lost, "slot")));
         }
         return Outcome::Passed(note);
     }
@@ -183,7 +180,7 @@ mod tests {
         let note = passed(run(&MicroburstRule, &r, &t));
         assert_eq!(
             note,
-            "no 100 us slot at or above 90% of the link speed (peak 95.0%); 12 slots averaged over longer spans (the kernel clock's timer ran late): a burst inside one may not show; 1 slot lost before they were read"
+            "no 100 us slot at or above 90% of the link speed (peak 95.0%); 12 slots averaged over longer spans (the kernel clock's timer ran late): a burst shorter than its span may not show; 1 slot lost before being read"
         );
     }
 }
