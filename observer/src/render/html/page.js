@@ -499,21 +499,22 @@
       return dur(ns);
     }
     s.append(el("h3", null, "Microbursts per interface"));
+    var averaged = rows.some(function (i) { return i.uncertain_slots > 0; });
     s.append(el("p", "muted", "Slot " + dur(MB.slot_ns) + "; a slot is busy at or above " + dec(MB.threshold_percent) +
       "% of " + (isNum(MB.link_speed_bps) ? rate(MB.link_speed_bps) : "the link speed (unknown: no bursts, peaks only)") +
       ". Times are from the start of the series." +
-      (rows.some(function (i) { return i.uncertain_slots > 0; }) ?
+      (averaged ?
         " Averaged slots: the kernel clock's timer ran late, so their frames' times are known only over a longer span; their bytes are spread evenly over it." : "")));
     if (!rows.length) { s.append(el("p", "note", "No interface had traffic.")); return; }
     s.append(table([{ h: "Interface" }, { h: "Bytes (wire)", num: true }, { h: "Peak", num: true }, { h: "Peak % link", num: true },
       { h: "Peak at", num: true }, { h: "Busy slots", num: true }, { h: "Bursts", num: true }, { h: "Longest", num: true },
-      { h: "Lost slots", num: true }, { h: "Averaged slots", num: true }], rows.map(function (i) {
+      { h: "Lost slots", num: true }].concat(averaged ? [{ h: "Averaged slots", num: true }] : []), rows.map(function (i) {
       return [i.name + " " + i.direction, bytes(i.bytes), rate(i.peak_bps),
         { v: pct(i.peak_percent), cls: i.peak_percent >= (MB.threshold_percent || 100) ? "warn" : "" },
         at(i.peak_at_ns), int(i.busy_slots), { v: int(i.bursts), cls: i.bursts > 0 ? "warn" : "" },
         i.longest_burst_ns ? dur(i.longest_burst_ns) + " at " + at(i.longest_burst_at_ns) : "-",
-        { v: int(i.lost_slots), cls: i.lost_slots > 0 ? "bad" : "" },
-        { v: int(i.uncertain_slots || 0), cls: i.uncertain_slots > 0 ? "warn" : "" }];
+        { v: int(i.lost_slots), cls: i.lost_slots > 0 ? "bad" : "" }].concat(averaged ?
+        [{ v: int(i.uncertain_slots || 0), cls: i.uncertain_slots > 0 ? "warn" : "" }] : []);
     })));
     rows.forEach(function (i) {
       var top = arr(i.top);

@@ -156,6 +156,15 @@ pub(super) fn unregister_interface(ebpf: &mut Ebpf, ifindex: u32) {
     }
 }
 
+/// The span of the clock's slot `tick` at `now_slot`, as the clock would log it if it moved on
+/// now: until `now_slot` when that is more than the next slot, else one slot.
+fn last_span(tick: u64, now_slot: u64) -> u64 {
+    match now_slot.saturating_sub(tick) {
+        late @ 2.. => late,
+        _ => 1,
+    }
+}
+
 /// What reading a ring slot found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotRead {
@@ -241,6 +250,8 @@ pub struct BurstReader {
     /// (slot -> the tick that followed it).
     spans_taken: u64,
     pending: std::collections::BTreeMap<u64, u64>,
+    /// The kernel clock's tick at the last live drain.
+    tick_seen: Option<u64>,
 }
 
 // SAFETY: the mappings are owned by the reader and only touched through &mut self.
@@ -268,6 +279,7 @@ impl BurstReader {
             next: vec![clock.tick; rings],
             spans_taken: clock.spans,
             pending: Default::default(),
+            tick_seen: None,
         })
     }
 
@@ -280,11 +292,14 @@ impl BurstReader {
         std::time::Duration::from_nanos((self.slot_ns * BURST_RING_SLOTS as u64 / 4).max(1))
     }
 
-    /// Takes the span log's records up to `count` (`Clock::spans`). Any the log no longer
-    /// holds are of slots long since read or lost.
+    /// Takes the span log's records up to `count` (`Clock::spans`). Those more than half the
+    /// log back are left: the clock may be writing over the oldest as they are read, and their
+    /// slots are half a ring or more behind (read or lost by now).
     fn take_spans(&mut self, count: u64) {
         let log = u64::from(BURST_SPAN_LOG);
-        for n in self.spans_taken.max(count.saturating_sub(log))..count {
+        // A clock value written back from an older copy (a restart) counts from there on.
+        self.spans_taken = self.spans_taken.min(count);
+        for n in self.spans_taken.max(count.saturating_sub(log / 2))..count {
             // SAFETY: n % log < BURST_SPAN_LOG, inside the mapping; the clock wrote record n
             // before counting it, and rewrites it only after `log` records more.
             let (slot, end) = unsafe {
@@ -296,7 +311,7 @@ impl BurstReader {
             };
             self.pending.insert(slot, end);
         }
-        self.spans_taken = self.spans_taken.max(count);
+        self.spans_taken = count;
     }
 
     /// Slots' time the frames of slot `s` came over: until the tick moved on, as the clock
@@ -308,23 +323,27 @@ impl BurstReader {
     }
 
     /// Reads every ring's complete slots while attached: those the kernel clock (`clock`,
-    /// [`read_clock`](super::read_clock)) left at least a period ago. A frame that read the
-    /// tick just before it moved on has had that period to add its bytes.
+    /// [`read_clock`](super::read_clock)) has moved on from twice since, or once before the
+    /// last drain (its tick has stood since). A frame that read the tick just before it moved
+    /// on has had a tick's time (or a drain's) to add its bytes.
     pub fn drain(&mut self, clock: &Clock, f: impl FnMut(usize, SlotRead)) {
         self.take_spans(clock.spans);
-        self.read(clock.tick.saturating_sub(1), None, f);
+        let upto = if self.tick_seen == Some(clock.tick) {
+            clock.tick
+        } else {
+            clock.tick.saturating_sub(1)
+        };
+        self.tick_seen = Some(clock.tick);
+        self.read(upto, None, f);
     }
 
     /// Reads every slot left, once detached (no frame comes any more): those up to the kernel
     /// clock's slot (`clock`), which frames took until now (`now_slot`, the slot of
-    /// CLOCK_MONOTONIC now; later when the timer is late).
+    /// CLOCK_MONOTONIC now). As the clock would have logged it, that slot spans until
+    /// `now_slot` when the timer is more than a slot late, else it is one slot.
     pub fn drain_all(&mut self, clock: &Clock, now_slot: u64, f: impl FnMut(usize, SlotRead)) {
         self.take_spans(clock.spans);
-        self.read(
-            clock.tick + 1,
-            Some(now_slot.saturating_sub(clock.tick).saturating_add(1)),
-            f,
-        );
+        self.read(clock.tick + 1, Some(last_span(clock.tick, now_slot)), f);
     }
 
     /// Reads every ring's slots before `upto` (exclusive): `f(ring, what)`. Live (`last`
@@ -363,7 +382,7 @@ impl BurstReader {
                     }
                 }
                 if reused {
-                    lost += 1;
+                    lost += slots;
                 } else if lost > 0 {
                     f(ring, SlotRead::Lost(lost));
                     lost = 0;
@@ -399,6 +418,17 @@ impl BurstReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Detached, the last slot is one slot unless the timer was more than a slot late: an
+    /// on-time timer that has not yet run for the slot just begun makes no span.
+    #[test]
+    fn the_last_slot_spans_only_behind_a_late_timer() {
+        assert_eq!(last_span(100, 100), 1);
+        assert_eq!(last_span(100, 101), 1);
+        assert_eq!(last_span(100, 102), 2);
+        assert_eq!(last_span(100, 600), 500);
+        assert_eq!(last_span(100, 99), 1, "a clock read after CLOCK_MONOTONIC");
+    }
 
     #[test]
     fn interfaces_in_one_kernel_entry_are_refused() {
