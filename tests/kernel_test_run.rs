@@ -182,6 +182,17 @@ fn psn_continuity_survives_cache_write_back() {
     assert_eq!(kernel.counters.flow_insert_failures, 0);
 }
 
+/// The first `n` frames of the demo scenario.
+fn demo_frames(n: usize) -> Vec<Vec<u8>> {
+    synth::scenario("demo")
+        .unwrap()
+        .frames
+        .into_iter()
+        .map(|f| f.bytes)
+        .take(n)
+        .collect()
+}
+
 /// Microburst slots in the kernel: every frame of an observed interface adds its bytes on the
 /// wire (frame + 24) to the slot of its time in its ring; frames of other interfaces add
 /// nothing.
@@ -191,13 +202,7 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
         return;
     }
     use observer_common::{BURST_RING_SLOTS, BurstSlot, maps};
-    let frames: Vec<Vec<u8>> = synth::scenario("demo")
-        .unwrap()
-        .frames
-        .into_iter()
-        .map(|f| f.bytes)
-        .take(200)
-        .collect();
+    let frames = demo_frames(200);
     let mut ebpf = load_observer();
     // Not observed: nothing counted.
     for f in &frames[..10] {
@@ -248,8 +253,8 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
 /// Microburst slots read while the kernel's clock runs late: the reader goes by the kernel's
 /// tick, not its own clock, so frames that take a slot CLOCK_MONOTONIC has left behind are read
 /// all the same, none lost and none reported lost, with the time the tick stood at that slot,
-/// even when that is longer than the ring. Once detached, the last slot spans until then.
-/// (The timer is stopped where it stands, as a late one is, then started again.)
+/// even when that is longer than the ring. Once detached, the last slot spans until then. (The
+/// timer is stopped, as a late one stands still, then started again.)
 #[test]
 fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
     if !require_root("kernel_burst_slots_are_read_whole_when_the_clock_runs_late") {
@@ -257,13 +262,7 @@ fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
     }
     use observer_common::{BURST_RING_SLOTS, ClockValue, maps};
     use roce_observer::source::live::{BurstReader, SlotRead, read_clock, start_clock};
-    let frames: Vec<Vec<u8>> = synth::scenario("demo")
-        .unwrap()
-        .frames
-        .into_iter()
-        .map(|f| f.bytes)
-        .take(100)
-        .collect();
+    let frames = demo_frames(100);
     let wire: u64 = frames.iter().map(|f| f.len() as u64 + 24).sum();
     let mut ebpf = load_observer();
     let lo = roce_observer::source::live::if_index("lo").unwrap();
