@@ -244,10 +244,10 @@ pub struct BurstReader {
     rings: usize,
     cpus: usize,
     slot_ns: u64,
-    /// Per ring, the next slot to read.
-    next: Vec<u64>,
-    /// Records of the span log taken so far, and those of slots some ring has still to read
-    /// (slot -> the tick that followed it).
+    /// The next slot to read (of every ring: they are read slot by slot together).
+    next: u64,
+    /// Records of the span log taken so far, and those of slots still to read (slot -> the
+    /// tick that followed it).
     spans_taken: u64,
     pending: std::collections::BTreeMap<u64, u64>,
     /// The kernel clock's tick at the last live drain.
@@ -276,7 +276,7 @@ impl BurstReader {
             rings,
             cpus,
             slot_ns,
-            next: vec![clock.tick; rings],
+            next: clock.tick,
             spans_taken: clock.spans,
             pending: Default::default(),
             tick_seen: None,
@@ -352,17 +352,18 @@ impl BurstReader {
     fn read(&mut self, upto: u64, last: Option<u64>, mut f: impl FnMut(usize, SlotRead)) {
         use std::sync::atomic::{AtomicU64, Ordering};
         let ring_len = BURST_RING_SLOTS as u64;
-        for ring in 0..self.rings {
-            let mut s = self.next[ring];
-            // Slots in a row whose entry the ring had reused for a later slot on some CPU.
-            let mut lost = 0;
-            while s < upto {
-                let mut slots = self.span(s);
-                match last {
-                    None if s + slots > upto => break,
-                    Some(n) if s + 1 == upto && slots == 1 => slots = n,
-                    _ => {}
-                }
+        // Per ring, slots in a row whose entry the ring had reused for a later slot on some
+        // CPU.
+        let mut lost = vec![0; self.rings];
+        let mut s = self.next;
+        while s < upto {
+            let mut slots = self.span(s);
+            match last {
+                None if s + slots > upto => break,
+                Some(n) if s + 1 == upto && slots == 1 => slots = n,
+                _ => {}
+            }
+            for (ring, lost) in lost.iter_mut().enumerate() {
                 let (mut bytes, mut reused) = (0, false);
                 for cpu in 0..self.cpus {
                     let i = (cpu * self.rings + ring) * BURST_RING_SLOTS as usize
@@ -382,16 +383,12 @@ impl BurstReader {
                     }
                 }
                 if reused {
-                    lost += slots;
-                } else if lost > 0 {
-                    f(ring, SlotRead::Lost(lost));
-                    lost = 0;
+                    *lost += slots;
+                }
+                if *lost > 0 && (!reused || bytes > 0) {
+                    f(ring, SlotRead::Lost(std::mem::take(lost)));
                 }
                 if bytes > 0 {
-                    if lost > 0 {
-                        f(ring, SlotRead::Lost(lost));
-                        lost = 0;
-                    }
                     f(
                         ring,
                         SlotRead::Bytes {
@@ -401,17 +398,17 @@ impl BurstReader {
                         },
                     );
                 }
-                // The tick never stood at the slots a span covers.
-                s += slots;
             }
+            // The tick never stood at the slots a span covers.
+            s += slots;
+        }
+        for (ring, lost) in lost.into_iter().enumerate() {
             if lost > 0 {
                 f(ring, SlotRead::Lost(lost));
             }
-            self.next[ring] = s.max(self.next[ring]);
         }
-        if let Some(&oldest) = self.next.iter().min() {
-            self.pending = self.pending.split_off(&oldest);
-        }
+        self.next = s.max(self.next);
+        self.pending = self.pending.split_off(&self.next);
     }
 }
 
