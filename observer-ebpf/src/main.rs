@@ -240,6 +240,8 @@ mod kernel {
     /// `bpf_timer_start`: the time is absolute (kernel 6.7 and later).
     const BPF_F_TIMER_ABS: u64 = 1;
     const EBUSY: i64 = 16;
+    /// `start_clock`'s result when `bpf_timer_init` fails: this plus its errno.
+    const INIT_FAILED: u32 = 1000;
 
     /// The clock's tick: publishes the tick's time and slot, arms the timer for the next.
     /// (A timer callback: the kernel calls it with the map, the key and the value.)
@@ -304,7 +306,7 @@ mod kernel {
 
     /// Starts the clock's timer at the period the loader wrote into `CLOCK` (it runs this
     /// program once with BPF_PROG_TEST_RUN). XDP_PASS when it runs; otherwise the step that
-    /// failed: 10 no period, 11 init, 12 callback, 13 start.
+    /// failed: 10 no period, 12 callback, 13 start, or `INIT_FAILED` + the errno of the init.
     #[xdp]
     pub fn start_clock(_ctx: XdpContext) -> u32 {
         let Some(e) = CLOCK.get_ptr_mut(0) else {
@@ -328,7 +330,7 @@ mod kernel {
             );
             // Started before (a restart with another period): keep its timer.
             if r != 0 && r != -EBUSY {
-                return 11;
+                return INIT_FAILED + (-r) as u32;
             }
             if bpf_timer_set_callback(&mut e.timer, tick as *mut core::ffi::c_void) != 0 {
                 return 12;
