@@ -361,6 +361,25 @@ fn psn_violation_fires_on_a_request_inside_a_read() {
     );
 }
 
+/// The same fault as two real failure captures hold it, each side's UDP port from its own QPN:
+/// the READ's responses travel on the other port, the pairing joins them, so the path MTU is
+/// known and the SEND inside the READ is a violation; the request then left unanswered while
+/// another QP goes on is a stall.
+#[test]
+fn psn_violation_and_stall_fire_with_ports_per_direction() {
+    let (_, r) = rule_scenario("rule-psn-violation-split", &["psn-violation", "stall"]);
+    let f = finding(&r, "psn-violation");
+    assert_eq!(f.severity, Severity::Critical);
+    assert_eq!(evidence_u64(f, "violations"), 1);
+    assert_eq!(evidence_u64(f, "pmtu"), 1024);
+    let read = evidence_u64(f, "first_other_psn");
+    assert_eq!(evidence_u64(f, "first_psn"), read + 2);
+    let s = finding(&r, "stall");
+    assert_eq!(s.severity, Severity::Critical);
+    assert_eq!(s.flows[0].src_ip, ip("198.18.75.1"));
+    assert_eq!(f.flows[0].src_ip, ip("198.18.75.1"));
+}
+
 /// A receiver that stops answering while the other QP goes on for 300 ms.
 #[test]
 fn stall_fires_on_requests_left_unanswered() {

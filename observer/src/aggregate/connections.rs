@@ -1,13 +1,15 @@
 //! Joins the report's flows into connections: the two directions of an RC, UC or XRC
-//! connection have swapped addresses, one UDP source port and one observation (direct, or every
-//! mirror session together); each direction's destination QP is the other side's QP number.
+//! connection have swapped addresses and one observation (direct, or every mirror session
+//! together), and are paired by [`super::pairing`] on their ports or their PSNs; each
+//! direction's destination QP is the other side's QP number.
 
 use std::collections::BTreeMap;
 
-use observer_common::seq::{F_RESP, F_VALID, MAX_GO_BACK, pmtu_of, psn_sub};
-use observer_common::{FlowKey, LatKey, LatKind, MIRROR_UNION, MsgStats, QP_CM};
+use observer_common::seq::pmtu_of;
+use observer_common::{FlowKey, LatHist, LatKey, LatKind, MIRROR_UNION, MsgStats, QP_CM};
 
 use super::Aggregate;
+use super::pairing::{Dir, dir_of};
 use crate::model::connections::{
     ConnSide, Connection, LatencyScope, LatencySummary, Messages, OtherTraffic, PsnSummary,
     SideLatency, kind_name, side_name,
@@ -33,8 +35,8 @@ fn scope(k: &FlowKey) -> u16 {
     }
 }
 
-/// Two hosts (lower address first), the UDP source port, the observation: one connection's
-/// flows (the daemon counts connections by it too).
+/// Two hosts (lower address first), the UDP source port, the observation: the daemon counts
+/// connections by it.
 pub(crate) type Group = ([u8; 16], [u8; 16], u16, u16);
 
 pub(crate) fn group_of(k: &FlowKey) -> Group {
@@ -54,14 +56,14 @@ struct Direction<'a> {
 
 impl Aggregate {
     /// The connections among `rows` (the report's flows with their keys, in report order),
-    /// most bytes first, and the traffic that is no connection.
+    /// most bytes first, and the traffic that is no connection. The directions are paired by
+    /// [`Aggregate::pairing`], not by their UDP source port.
     pub(super) fn connections(
         &self,
         rows: &[(FlowKey, Flow)],
     ) -> (Vec<Connection>, Vec<OtherTraffic>) {
         let mut other = Vec::new();
-        // Per group, per (sender, destination QP): the rows.
-        let mut groups: BTreeMap<Group, BTreeMap<([u8; 16], u32), Direction>> = BTreeMap::new();
+        let mut dirs: BTreeMap<Dir, Direction> = BTreeMap::new();
         for (k, f) in rows {
             let mask = self.flows.get(k).map_or(0, |s| s.transport_mask);
             let connected = mask & CONNECTED != 0 || mask == CNP;
@@ -86,20 +88,41 @@ impl Aggregate {
             if !connected {
                 continue;
             }
-            groups
-                .entry(group_of(k))
-                .or_default()
-                .entry((k.src_ip, k.dest_qp))
-                .or_default()
-                .rows
-                .push((k, f));
+            dirs.entry(dir_of(k)).or_default().rows.push((k, f));
         }
+        let pairing = self.pairing();
         let mut out = Vec::new();
-        for (g, dirs) in &groups {
-            let (up, down): (Vec<_>, Vec<_>) = dirs.iter().partition(|((src, _), _)| *src == g.0);
-            for (x, y) in self.pair(&up, &down) {
-                out.push(self.connection(g, x, y));
+        let mut done = std::collections::BTreeSet::new();
+        for (d, x) in &dirs {
+            if !done.insert(*d) {
+                continue;
             }
+            let partner = pairing.partner.get(d).filter(|(p, _)| dirs.contains_key(p));
+            let (y, by) = match partner {
+                Some((p, by)) => {
+                    done.insert(*p);
+                    (dirs.get(p), Some(*by))
+                }
+                None => (None, None),
+            };
+            // `x` goes from lo to hi, `y` back.
+            let (lo, hi, scope) = if d.0 <= d.1 {
+                (d.0, d.1, d.3)
+            } else {
+                (d.1, d.0, d.3)
+            };
+            let (x, y) = if d.0 <= d.1 {
+                (Some(x), y)
+            } else {
+                (y, Some(x))
+            };
+            let mut c = self.connection((lo, hi, scope), x, y);
+            c.paired_by = by.map(|b| b.name().to_string());
+            c.ambiguous = match by {
+                Some(_) => None,
+                None => pairing.ambiguous.get(d).map(|n| *n as u32),
+            };
+            out.push(c);
         }
         out.sort_by(|a, b| {
             b.bytes
@@ -113,71 +136,18 @@ impl Aggregate {
         (out, other)
     }
 
-    /// Pairs the directions of one group: one each way is one connection; several (two
-    /// connections between the same hosts on one UDP port) pair where one direction's
-    /// answers follow the other's requests (the newest answer within reach of the next
-    /// request PSN), and stay one-sided where that is not unique.
-    #[allow(clippy::type_complexity)]
-    fn pair<'a, 'b>(
+    /// One connection between hosts `lo` and `hi` in observation `scope`: `x` what `lo` sent,
+    /// `y` what `hi` sent.
+    fn connection(
         &self,
-        up: &'b [(&'a ([u8; 16], u32), &'b Direction<'a>)],
-        down: &'b [(&'a ([u8; 16], u32), &'b Direction<'a>)],
-    ) -> Vec<(Option<&'b Direction<'a>>, Option<&'b Direction<'a>>)> {
-        if up.len() <= 1 && down.len() <= 1 {
-            return vec![(up.first().map(|d| d.1), down.first().map(|d| d.1))];
-        }
-        let answers = |req: &Direction, resp: &Direction| {
-            req.rows.iter().any(|(rk, _)| {
-                let Some(r) = self.analysis(rk) else {
-                    return false;
-                };
-                resp.rows.iter().any(|(ak, _)| {
-                    self.analysis(ak).is_some_and(|a| {
-                        r.seq_track.flags & F_VALID != 0
-                            && a.seq_track.flags & F_RESP != 0
-                            && psn_sub(r.seq_track.next_hi, a.seq_track.resp_psn) < MAX_GO_BACK
-                    })
-                })
-            })
-        };
-        let linked = |u: &Direction, d: &Direction| answers(u, d) || answers(d, u);
-        let mut out = Vec::new();
-        let mut used_down = vec![false; down.len()];
-        for (_, u) in up {
-            let cands: Vec<usize> = (0..down.len()).filter(|j| linked(u, down[*j].1)).collect();
-            let unique = match cands.as_slice() {
-                [j] => up.iter().filter(|(_, u2)| linked(u2, down[*j].1)).count() == 1,
-                _ => false,
-            };
-            if unique {
-                used_down[cands[0]] = true;
-                out.push((Some(*u), Some(down[cands[0]].1)));
-            } else {
-                out.push((Some(*u), None));
-            }
-        }
-        for (j, (_, d)) in down.iter().enumerate() {
-            if !used_down[j] {
-                out.push((None, Some(*d)));
-            }
-        }
-        out
-    }
-
-    /// The entry holding a row's PSN analysis (a mirror copy's is every session's).
-    fn analysis(&self, k: &FlowKey) -> Option<&observer_common::FlowStats> {
-        match k.union() {
-            Some(u) => self.unions.get(&u),
-            None => self.flows.get(k),
-        }
-    }
-
-    fn connection(&self, g: &Group, x: Option<&Direction>, y: Option<&Direction>) -> Connection {
-        let (lo, hi) = (g.0, g.1);
+        (lo, hi, scope): ([u8; 16], [u8; 16], u16),
+        x: Option<&Direction>,
+        y: Option<&Direction>,
+    ) -> Connection {
         // The QP of a side: the destination QP of what the other side sent it.
         let qp_of = |d: Option<&Direction>| d.and_then(|d| d.rows.first().map(|(k, _)| k.dest_qp));
-        let mut side_x = self.side(lo, hi, g, x, qp_of(y));
-        let mut side_y = self.side(hi, lo, g, y, qp_of(x));
+        let mut side_x = self.side(lo, hi, scope, x, qp_of(y));
+        let mut side_y = self.side(hi, lo, scope, y, qp_of(x));
         if side_y.requests() > side_x.requests() {
             std::mem::swap(&mut side_x, &mut side_y);
         }
@@ -190,7 +160,7 @@ impl Aggregate {
             if let Some(s) = self.flows.get(k) {
                 mask |= s.transport_mask;
             }
-            if let Some(s) = self.analysis(k) {
+            if let Some(s) = self.analysis_of(k) {
                 pmtu_mask |= s.seq.pmtu_mask;
             }
             if let Some(m) = &f.mirror
@@ -211,9 +181,18 @@ impl Aggregate {
             "RC"
         };
         let (packets, bytes) = (side_x.packets + side_y.packets, side_x.bytes + side_y.bytes);
+        // The port of the side that sent more requests (its busiest), else the other's.
+        let udp_src_port = side_x
+            .ports
+            .first()
+            .or(side_y.ports.first())
+            .copied()
+            .unwrap_or(0);
         Connection {
             transport: transport.to_string(),
-            udp_src_port: g.2,
+            udp_src_port,
+            paired_by: None,
+            ambiguous: None,
             mirrors,
             pmtu: pmtu_of(pmtu_mask),
             packets,
@@ -232,13 +211,14 @@ impl Aggregate {
         &self,
         ip: [u8; 16],
         peer: [u8; 16],
-        g: &Group,
+        scope: u16,
         sent: Option<&Direction>,
         qp: Option<u32>,
     ) -> ConnSide {
         let mut s = ConnSide {
             ip: ip_of(ip),
             qp,
+            ports: Vec::new(),
             packets: 0,
             bytes: 0,
             ops: Default::default(),
@@ -249,7 +229,10 @@ impl Aggregate {
             latency: SideLatency::default(),
             keys: Vec::new(),
         };
+        // Its UDP source ports, the busiest first.
+        let mut ports: BTreeMap<u16, u64> = BTreeMap::new();
         for (k, f) in sent.into_iter().flat_map(|d| d.rows.iter()) {
+            *ports.entry(k.udp_src_port).or_default() += f.bytes;
             s.packets += f.packets;
             s.bytes += f.bytes;
             s.ops.add(&f.ops);
@@ -269,19 +252,36 @@ impl Aggregate {
             }
         }
         s.messages = Messages::of(&messages);
-        let key = LatKey {
-            requester: ip,
-            responder: peer,
-            udp_src_port: g.2,
-            mirror: g.3,
-            _pad: 0,
-        };
-        if let Some(l) = self.latency.get(&key) {
+        let mut by_bytes: Vec<(u16, u64)> = ports.into_iter().collect();
+        by_bytes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        s.ports = by_bytes.into_iter().map(|(p, _)| p).collect();
+        // Its requests are timed under the port they travel with.
+        let mut hist = [LatHist::default(); 2];
+        let (mut skipped, mut conflicts) = (0, 0);
+        let mut any = false;
+        for port in &s.ports {
+            let key = LatKey {
+                requester: ip,
+                responder: peer,
+                udp_src_port: *port,
+                mirror: scope,
+                _pad: 0,
+            };
+            if let Some(l) = self.latency.get(&key) {
+                any = true;
+                for (h, o) in hist.iter_mut().zip(&l.hist) {
+                    h.merge(o);
+                }
+                skipped += u64::from(l.skipped);
+                conflicts += u64::from(l.conflicts);
+            }
+        }
+        if any {
             s.latency = SideLatency {
-                ack: LatencySummary::of(&l.hist[LatKind::Ack as usize]),
-                read: LatencySummary::of(&l.hist[LatKind::Read as usize]),
-                skipped: u64::from(l.skipped),
-                conflicts: u64::from(l.conflicts),
+                ack: LatencySummary::of(&hist[LatKind::Ack as usize]),
+                read: LatencySummary::of(&hist[LatKind::Read as usize]),
+                skipped,
+                conflicts,
             };
         }
         s

@@ -5,6 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 pub(crate) mod connections;
+pub(crate) mod pairing;
+
+use pairing::{Dir, dir_of};
 
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use crate::units::count;
@@ -386,6 +389,42 @@ fn latency_answer(
     }
 }
 
+/// What a flow's reverse direction says of it: the answers (packets per operation), the path
+/// MTU it learned, and the PSN state of the flow that answered last (a direction seen on
+/// several ports is taken together).
+struct Reverse {
+    ops: [u64; OpClass::COUNT],
+    pmtu_mask: u32,
+    track: observer_common::SeqTrack,
+}
+
+impl Reverse {
+    fn of(
+        rows: &[(&FlowKey, &FlowStats)],
+        ops_of: impl Fn(&FlowKey, &FlowStats) -> [u64; OpClass::COUNT],
+    ) -> Self {
+        let mut r = Reverse {
+            ops: [0; OpClass::COUNT],
+            pmtu_mask: 0,
+            track: observer_common::SeqTrack::default(),
+        };
+        let mut newest = None;
+        for (k, s) in rows {
+            for (a, b) in r.ops.iter_mut().zip(ops_of(k, s)) {
+                *a += b;
+            }
+            r.pmtu_mask |= s.seq.pmtu_mask;
+            let at = (s.seq_track.flags & observer_common::seq::F_RESP != 0)
+                .then_some(s.seq_track.resp_ns);
+            if newest.is_none() || at > newest.flatten() {
+                newest = Some(at);
+                r.track = s.seq_track;
+            }
+        }
+        r
+    }
+}
+
 /// The longest RNR NAK timer (the IBTA's encoding 0: 655.36 ms).
 const RNR_TIMER_MAX_NS: u64 = 655_360_000;
 
@@ -425,24 +464,6 @@ impl Aggregate {
             .map(|(_, s)| s.seq_track.req_ns.max(s.seq_track.resp_ns))
             .max()
             .unwrap_or(0);
-        // The reverse direction: the one flow back, or (host mode sees a connection both
-        // leave and arrive) the one flow back in the other direction of the host.
-        let reverse = |k: &FlowKey| -> Option<(&FlowKey, &FlowStats)> {
-            let (src, dst, sport, mirror) = tuple(k);
-            let back = by_tuple.get(&(dst, src, sport, mirror))?;
-            let one = match back.as_slice() {
-                [r] => Some(*r),
-                many => {
-                    let mut other = many.iter().filter(|r| r.is_egress() != k.is_egress());
-                    match (other.next(), other.next()) {
-                        (Some(r), None) => Some(*r),
-                        _ => None,
-                    }
-                }
-            };
-            one.filter(|_| k.dest_qp != 1)
-                .and_then(|r| Some((r, self.stats(r)?)))
-        };
         // The packets per operation of an entry: the analysis of mirror sessions together
         // counts none of its own, its sessions' flows have them.
         let mut union_ops: HashMap<FlowKey, [u64; OpClass::COUNT]> = HashMap::new();
@@ -464,15 +485,76 @@ impl Aggregate {
                 s.ops
             }
         };
+        // The reverse direction: the one flow back, or (host mode sees a connection both
+        // leave and arrive) the one flow back in the other direction of the host.
+        let reverse_by_port = |k: &FlowKey| -> Option<(&FlowKey, &FlowStats)> {
+            let (src, dst, sport, mirror) = tuple(k);
+            let back = by_tuple.get(&(dst, src, sport, mirror))?;
+            let one = match back.as_slice() {
+                [r] => Some(*r),
+                many => {
+                    let mut other = many.iter().filter(|r| r.is_egress() != k.is_egress());
+                    match (other.next(), other.next()) {
+                        (Some(r), None) => Some(*r),
+                        _ => None,
+                    }
+                }
+            };
+            one.filter(|_| k.dest_qp != 1)
+                .and_then(|r| Some((r, self.stats(r)?)))
+        };
+        // Otherwise the direction the pairing found (its ports differ, or it moved ports):
+        // its flows in the same observation (mirror session, or the union of them), taken
+        // together.
+        let pairing = self.pairing();
+        let mut by_dir: HashMap<Dir, Vec<&FlowKey>> = HashMap::new();
+        for k in self.all().map(|(k, _)| k) {
+            by_dir.entry(dir_of(k)).or_default().push(k);
+        }
+        let reverse_by_pairing = |k: &FlowKey| -> Option<Vec<&FlowKey>> {
+            let (back, _) = pairing.partner.get(&dir_of(k))?;
+            let view = |r: &FlowKey| (r.mirror & !DIRECTION_EGRESS, r.is_union());
+            let same: Vec<&FlowKey> = by_dir
+                .get(back)?
+                .iter()
+                .filter(|r| view(r) == view(k))
+                .copied()
+                .collect();
+            (!same.is_empty()).then_some(same)
+        };
+        // The next PSN a direction's flows in one observation expect, from the one that sent
+        // last (several when it moved ports).
+        let newest_sent = |k: &FlowKey| -> Option<u32> {
+            let view = |r: &FlowKey| (r.mirror & !DIRECTION_EGRESS, r.is_union());
+            by_dir
+                .get(&dir_of(k))?
+                .iter()
+                .filter(|r| view(r) == view(k))
+                .filter_map(|r| self.stats(r))
+                .filter(|s| s.seq_track.flags & F_VALID != 0)
+                .max_by_key(|s| s.seq_track.req_ns)
+                .map(|s| s.seq_track.next_hi)
+        };
+        let reverse = |k: &FlowKey| -> Option<Reverse> {
+            if let Some((rk, r)) = reverse_by_port(k) {
+                return Some(Reverse::of(&[(rk, r)], |k, s| ops_of(k, s)));
+            }
+            let keys = reverse_by_pairing(k)?;
+            let rows: Vec<(&FlowKey, &FlowStats)> = keys
+                .into_iter()
+                .filter_map(|r| Some((r, self.stats(r)?)))
+                .collect();
+            (!rows.is_empty()).then(|| Reverse::of(&rows, |k, s| ops_of(k, s)))
+        };
         let mut flows: Vec<(FlowKey, Flow)> = self
             .all()
             .map(|(k, s)| {
                 let mut f = Flow::new(k, s, window_seconds);
-                let Some((rk, r)) = reverse(k) else {
+                let Some(r) = reverse(k) else {
                     return (*k, f);
                 };
-                let r_ops = ops_of(rk, r);
-                let pmtu = pmtu_of(s.seq.pmtu_mask | r.seq.pmtu_mask);
+                let r_ops = r.ops;
+                let pmtu = pmtu_of(s.seq.pmtu_mask | r.pmtu_mask);
                 f.psn = f.psn.with_pmtu(s, pmtu);
                 // A sender goes back only after a NAK or a timeout. Where the observation
                 // copies packets (two taps, a switch mirroring a packet twice) and the flow's
@@ -521,11 +603,14 @@ impl Aggregate {
                 }
                 f.psn.retransmissions += rnr;
                 f.psn.retransmission_episodes += rnr;
-                let (t, rt) = (&s.seq_track, &r.seq_track);
+                let (t, rt) = (&s.seq_track, &r.track);
                 if t.flags & F_ACKREQ != 0 && end > t.ackreq_ns {
+                    // The newest request of the direction: a connection moved to another
+                    // port sent its later requests there.
+                    let newest = newest_sent(k).unwrap_or(t.next_hi);
                     let answered = rt.flags & F_RESP != 0
                         && !psn_after(t.ackreq_psn, rt.resp_psn)
-                        && !psn_after(rt.resp_psn, psn_sub(t.next_hi, 1))
+                        && !psn_after(rt.resp_psn, psn_sub(newest, 1))
                         && rt.resp_ns >= t.ackreq_ns;
                     if !answered {
                         f.psn.unanswered = Some(crate::model::Unanswered {
@@ -542,23 +627,30 @@ impl Aggregate {
         // Responses to PSNs no request used: the responder's flow carries the violation.
         // Per request flow: its newest request PSN and the newest PSN it may have used (a READ
         // of unknown path MTU, or cut before its RETH, consumes a range).
-        let sent_hi: HashMap<Tuple, (u32, u32)> = self
-            .all()
-            .filter(|(_, s)| s.seq_track.flags & F_VALID != 0)
-            .map(|(k, s)| {
-                let t = &s.seq_track;
-                (tuple(k), (t.top, psn_sub(t.next_hi, 1)))
-            })
-            .collect();
+        // The requests are the one flow back on the same port, else the paired direction's
+        // flows in the same observation, of which the one that sent last.
+        let sent_hi = |k: &FlowKey| -> Option<(u32, u32)> {
+            let (src, dst, sport, mirror) = tuple(k);
+            let back: Vec<&FlowKey> = match by_tuple.get(&(dst, src, sport, mirror)) {
+                Some(v) if v.len() == 1 => v.clone(),
+                Some(_) => return None,
+                None => reverse_by_pairing(k)?,
+            };
+            let t = back
+                .iter()
+                .filter_map(|r| self.stats(r))
+                .filter(|s| s.seq_track.flags & F_VALID != 0)
+                .map(|s| &s.seq_track)
+                .max_by_key(|t| t.req_ns)?;
+            Some((t.top, psn_sub(t.next_hi, 1)))
+        };
         for (k, f) in &mut flows {
             let Some(s) = self.stats(k) else { continue };
             let t = &s.seq_track;
-            let (src, dst, sport, mirror) = tuple(k);
-            let requests = by_tuple.get(&(dst, src, sport, mirror)).map_or(0, Vec::len);
-            if t.flags & F_RESP == 0 || requests != 1 {
+            if t.flags & F_RESP == 0 {
                 continue;
             }
-            if let Some(&(top, hi)) = sent_hi.get(&(dst, src, sport, mirror))
+            if let Some((top, hi)) = sent_hi(k)
                 && psn_after(t.resp_psn, top)
                 && psn_sub(t.resp_psn, top) > psn_sub(hi, top)
             {

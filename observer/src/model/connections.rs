@@ -15,7 +15,18 @@ use super::{FlowMirror, Ops, Psn};
 pub struct Connection {
     /// "RC", "UC" or "XRC" (from the opcodes seen).
     pub transport: String,
+    /// The UDP source port of side A (its busiest), or of B when A sent nothing; each side's
+    /// ports are in `a.ports` and `b.ports`.
     pub udp_src_port: u16,
+    /// How its two directions were found to be one connection: "port" (the only directions
+    /// each way of the two hosts on one UDP source port), "psn" (one direction's answers follow
+    /// the other's requests, and no other's fit as well). Absent when one-sided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_by: Option<String>,
+    /// One-sided because several reverse directions fit its PSNs equally (or its one fit fits
+    /// another too): how many directions were in contention. Never paired by a guess.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ambiguous: Option<u32>,
     /// The mirror sessions the connection was seen in (empty: seen directly).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<FlowMirror>,
@@ -42,6 +53,10 @@ pub struct ConnSide {
     /// Its QP number: the destination QP of the packets sent to it. Absent when none was seen.
     #[serde(default)]
     pub qp: Option<u32>,
+    /// The UDP source ports of what it sent, the busiest first (several when the connection
+    /// moved to other paths mid-way).
+    #[serde(default)]
+    pub ports: Vec<u16>,
     pub packets: u64,
     pub bytes: u64,
     pub ops: Ops,

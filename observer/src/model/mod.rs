@@ -553,9 +553,15 @@ pub struct Psn {
     /// New incarnations of the QP number (QP reuse: a PSN jump no sender makes).
     #[serde(default)]
     pub resets: u64,
-    /// Requests inside a READ's consumed PSN range under the path MTU (0 while it is unknown).
+    /// Requests inside a READ's consumed PSN range under the path MTU (while it is unknown,
+    /// those inside it under every candidate path MTU).
     #[serde(default)]
     pub violations: u64,
+    /// While the path MTU is unknown: the requests inside a READ's range under some candidate
+    /// path MTU (the smallest gives the widest range), which only the path MTU can confirm or
+    /// clear. 0 once it is known.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unverified_violations: u64,
     /// The path MTU learned from FIRST and MIDDLE payloads (of this flow or its reverse
     /// direction); null until learned.
     #[serde(default)]
@@ -643,6 +649,7 @@ impl Psn {
             lost_events: n(c.lost_events.wrapping_add(open_events)),
             resets: c.resets,
             violations: 0,
+            unverified_violations: 0,
             pmtu: None,
             nak_seq_errors: c.nak_seq,
             first_violation: None,
@@ -664,6 +671,10 @@ impl Psn {
         self.violations = match pmtu {
             Some(p) => violations_under(c, p),
             None => u64::from(c.violations.iter().copied().min().unwrap_or(0)),
+        };
+        self.unverified_violations = match pmtu {
+            Some(_) => 0,
+            None => u64::from(c.violations.iter().copied().max().unwrap_or(0)) - self.violations,
         };
         let k = pmtu.map_or(observer_common::seq::PMTUS as u32 - 1, |p| {
             (p / 256).trailing_zeros()
@@ -691,6 +702,7 @@ impl Psn {
         self.lost_events += o.lost_events;
         self.resets += o.resets;
         self.violations += o.violations;
+        self.unverified_violations += o.unverified_violations;
         self.nak_seq_errors += o.nak_seq_errors;
     }
 }
@@ -899,6 +911,22 @@ pub fn percent(part: u64, whole: u64) -> f64 {
 }
 
 impl Report {
+    /// The connection, paired both ways, that flow `f` is a direction of (its sender's and
+    /// receiver's addresses, the receiver's QP, the same observation), if any.
+    pub fn paired_connection_of(&self, f: &Flow) -> Option<&connections::Connection> {
+        self.connections.iter().find(|c| {
+            let side = |from: &connections::ConnSide, to: &connections::ConnSide| {
+                from.ip == f.src_ip && to.ip == f.dst_ip && to.qp == Some(f.dest_qp)
+            };
+            c.paired_by.is_some()
+                && (side(&c.a, &c.b) || side(&c.b, &c.a))
+                && match &f.mirror {
+                    None => c.mirrors.is_empty(),
+                    Some(m) => c.mirrors.contains(m),
+                }
+        })
+    }
+
     /// Sets each flow's `peak_rate_bps` from the series' peaks by flow key (flows without
     /// traffic in the series get 0).
     pub fn set_flow_peaks(&mut self, peaks: &std::collections::HashMap<FlowKey, f64>) {

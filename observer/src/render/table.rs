@@ -433,6 +433,22 @@ fn more(out: &mut String, len: usize, top: usize, row: &str) {
     }
 }
 
+/// The SPORT cell of a connection: its port when both sides used one and the same; "a/b"
+/// when each side used its own; a side that used several shows its busiest and "+N" more.
+fn conn_ports(c: &crate::model::connections::Connection) -> String {
+    let side = |p: &[u16]| match p {
+        [] => "-".to_string(),
+        [one] => one.to_string(),
+        [first, rest @ ..] => format!("{first}+{}", rest.len()),
+    };
+    match (c.a.ports.as_slice(), c.b.ports.as_slice()) {
+        ([], []) => c.udp_src_port.to_string(),
+        (a, b) if a == b || b.is_empty() => side(a),
+        ([], b) => side(b),
+        (a, b) => format!("{}/{}", side(a), side(b)),
+    }
+}
+
 /// "p50 / p99" of a latency summary, "-" without samples.
 fn p50_p99(l: Option<&LatencySummary>) -> String {
     l.map_or("-".to_string(), |l| {
@@ -458,7 +474,7 @@ fn render_connections(out: &mut String, report: &Report, top: usize) {
                     qp(c.b.qp),
                     c.transport.clone(),
                     c.pmtu.map_or("-".to_string(), |m| m.to_string()),
-                    c.udp_src_port.to_string(),
+                    conn_ports(c),
                     c.a.packets.to_string(),
                     c.b.packets.to_string(),
                     human_bytes(c.bytes),

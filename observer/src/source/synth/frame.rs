@@ -37,6 +37,18 @@ impl Ip {
         }
     }
 
+    /// The same addresses with IPv6 flow label `label` (IPv4 unchanged).
+    pub fn with_flow_label(self, label: u32) -> Self {
+        match self {
+            Self::V6 { src, dst, .. } => Self::V6 {
+                src,
+                dst,
+                flow_label: label & 0xF_FFFF,
+            },
+            v4 => v4,
+        }
+    }
+
     /// The opposite direction (options and flow label kept).
     pub fn reversed(self) -> Self {
         match self {
@@ -71,7 +83,7 @@ impl Ip {
     }
 
     /// (source, destination), IPv4 v4-mapped.
-    fn mapped(&self) -> ([u8; 16], [u8; 16]) {
+    pub(super) fn mapped(&self) -> ([u8; 16], [u8; 16]) {
         match self {
             Self::V4 { src, dst, .. } => {
                 (src.to_ipv6_mapped().octets(), dst.to_ipv6_mapped().octets())

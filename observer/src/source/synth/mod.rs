@@ -50,7 +50,7 @@ pub use frame::{
 };
 pub use noise::{basic_noise, extra_noise, mirror_noise};
 pub use output::{PacketSocket, pcap_bytes, send, write_pcap};
-pub use qp::QpStream;
+pub use qp::{PortRule, QpStream, rxe_local_sport};
 pub use scenarios::{
     CNP_INTERVAL_NS, PFC_SENDERS, RULE_FRAME_GAP_NS, SCENARIOS, USER_SCENARIOS, scenario,
     scenario_names,
@@ -58,7 +58,7 @@ pub use scenarios::{
 pub use scenarios::{NIC_DEVICE, NIC_NETDEV};
 pub use timeline::{ConnId, ReqId, Timeline};
 pub use workload::NicReadings;
-pub use workload::{Frame, PsnEvent, Truth, Workload, played_again};
+pub use workload::{ConnTruth, Frame, PsnEvent, Truth, Workload, played_again};
 
 // The drivers' source-port rule lives with the ECMP analysis; the generator uses it.
 pub use observer_common::wire::{flow_label_to_udp_sport, rdma_udp_sport};

@@ -8,7 +8,7 @@ use observer_common::wire::{self, op};
 use observer_common::{Bth, OpClass, VlanTag};
 
 use super::frame::{Ext, Ip, RoceFrame, intended_class, intended_message};
-use super::workload::{PsnEvent, Workload};
+use super::workload::{ConnTruth, PsnEvent, Workload};
 use super::{
     CE, CNP_DSCP, DEFAULT_PKEY, MASK24, NOT_ECT, SCENARIO_PMTU, SYNDROME_ACK, SYNDROME_RNR_NAK,
     flow_label_to_udp_sport, rdma_udp_sport,
@@ -82,6 +82,47 @@ pub const RNR_WAIT_NS: u64 = 10_240_000;
 /// of L bytes makes the next request PSN acceptable anywhere in [psn + ceil(L/4096),
 /// psn + ceil(L/256)] (the stream itself advances by ceil(L/pmtu)); beyond that a jump is one gap,
 /// missing = the distance past the end of that range; a backward step is one regression.
+/// How the two ends of a connection choose their UDP source ports: the rules real NICs and
+/// drivers follow, so that the observer's pairing is tested on each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortRule {
+    /// mlx5 and the Linux drivers since the 2022 "make the source UDP port vary" series: a
+    /// flow label from the product of both QPNs, the same port both ways.
+    Symmetric,
+    /// Soft-RoCE (rxe) before that series: 0xC000 plus a 14-bit hash of the sender's own QPN,
+    /// so each direction has its own port.
+    LocalQpn,
+    /// A fixed port per QP on each side (drivers that take it from a per-QP context, an
+    /// application's choice): (requester's, responder's).
+    Fixed(u16, u16),
+    /// An IPv6 flow label set per QP by each side's application (`rdma_set_option` or the
+    /// GRH of `ibv_modify_qp`): (requester's label, responder's label), each side's port from
+    /// its own label.
+    FlowLabels(u32, u32),
+}
+
+impl PortRule {
+    /// The ports (requester's, responder's) for requester QP `req_qpn` and responder QP
+    /// `resp_qpn`.
+    pub fn ports(self, req_qpn: u32, resp_qpn: u32) -> (u16, u16) {
+        match self {
+            Self::Symmetric => {
+                let p = rdma_udp_sport(req_qpn, resp_qpn);
+                (p, p)
+            }
+            Self::LocalQpn => (rxe_local_sport(req_qpn), rxe_local_sport(resp_qpn)),
+            Self::Fixed(a, b) => (a, b),
+            Self::FlowLabels(a, b) => (flow_label_to_udp_sport(a), flow_label_to_udp_sport(b)),
+        }
+    }
+}
+
+/// Soft-RoCE's source port before the 2022 series: `0xC000 + hash_32(qpn, 14)` (the kernel's
+/// multiplicative `hash_32` with `GOLDEN_RATIO_32`), from the sender's own QPN only.
+pub fn rxe_local_sport(qpn: u32) -> u16 {
+    0xC000 | ((qpn.wrapping_mul(0x61C8_8647) >> (32 - 14)) as u16 & 0x3FFF)
+}
+
 #[derive(Clone, Debug)]
 pub struct QpStream {
     /// Template of the requester's packets (addresses, tags, TOS, ports, P_Key, dest QP). Its `ext`
@@ -209,6 +250,35 @@ impl QpStream {
         self.req.udp_src_port = port;
         self.resp.udp_src_port = port;
         self
+    }
+
+    /// Sets the UDP source ports by a NIC's rule ([`PortRule`]): the requester's packets get
+    /// the first, the responder's the second.
+    pub fn with_port_rule(mut self, rule: PortRule) -> Self {
+        let (req, resp) = rule.ports(self.resp.bth.dest_qp, self.req.bth.dest_qp);
+        self.req.udp_src_port = req;
+        self.resp.udp_src_port = resp;
+        if let PortRule::FlowLabels(a, b) = rule {
+            self.req.ip = self.req.ip.with_flow_label(a);
+            self.resp.ip = self.resp.ip.with_flow_label(b);
+        }
+        self
+    }
+
+    /// Sets the UDP source port of the requester's packets only (a NIC or load balancer that
+    /// re-sprays the connection onto another path from the next packet on).
+    pub fn set_request_port(&mut self, port: u16) {
+        self.req.udp_src_port = port;
+    }
+
+    /// Sets the UDP source port of the responder's packets only.
+    pub fn set_response_port(&mut self, port: u16) {
+        self.resp.udp_src_port = port;
+    }
+
+    /// The UDP source ports (requester's, responder's).
+    pub fn ports(&self) -> (u16, u16) {
+        (self.req.udp_src_port, self.resp.udp_src_port)
     }
 
     /// Sets the DSCP of the responder's CNPs (by default [`CNP_DSCP`]), e.g. 0 for a NIC whose
@@ -449,6 +519,17 @@ impl QpStream {
     }
 
     fn push(&mut self, w: &mut Workload, f: &RoceFrame, class: OpClass, event: PsnEvent) {
+        if class != OpClass::Cnp {
+            let (req_ip, resp_ip) = self.req.ip.mapped();
+            let key = ConnTruth {
+                requester: req_ip,
+                requester_qp: self.resp.bth.dest_qp & MASK24,
+                responder: resp_ip,
+                responder_qp: self.req.bth.dest_qp & MASK24,
+            };
+            let ways = w.truth.connections.entry(key).or_default();
+            ways[usize::from(f.ip.mapped().0 != req_ip)] = true;
+        }
         match self.snap {
             Some(keep) => w.push_cut(f, class, event, keep),
             None => w.push_roce_psn(f, class, event),

@@ -79,6 +79,18 @@ pub struct Truth {
     pub latency: BTreeMap<(LatKey, LatKind), Vec<u64>>,
     /// The messages the observer must count per flow, as the scenario made them.
     pub messages: BTreeMap<FlowKey, MsgStats>,
+    /// The connections of the scenario's queue pairs, and whether packets went each way
+    /// (\[requester to responder, back\]; CNPs not counted).
+    pub connections: BTreeMap<ConnTruth, [bool; 2]>,
+}
+
+/// One connection as the generator made it: both ends' addresses (IPv4 v4-mapped) and QPNs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnTruth {
+    pub requester: [u8; 16],
+    pub requester_qp: u32,
+    pub responder: [u8; 16],
+    pub responder_qp: u32,
 }
 
 /// What the generator did with a request packet, as the PSN analysis must classify it.

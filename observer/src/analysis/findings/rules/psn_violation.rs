@@ -53,20 +53,24 @@ fn psn_violation(r: &Report, c: &PsnViolation) -> Outcome {
     let violations: u64 = r.flows.iter().map(|f| f.psn.violations).sum();
     if violations < c.min_violations.max(1) {
         let reads: u64 = r.flows.iter().map(|f| f.ops.read_request).sum();
-        let unverified = r
-            .flows
-            .iter()
-            .filter(|f| f.ops.read_request > 0 && f.psn.pmtu.is_none())
-            .count();
-        let mut note = format!(
+        let note = format!(
             "no violation over {}, {}",
             count(followed, "flow"),
             count(reads, "READ")
         );
-        if unverified > 0 {
-            note.push_str(&format!(
-                " ({} of unknown path MTU: their READ accounting is unverified)",
-                count(unverified as u64, "flow")
+        // A request inside a READ's range under some path MTUs and not others: only the path
+        // MTU (a FIRST or MIDDLE packet either way) tells, so the rule cannot pass it.
+        let unverified: Vec<&crate::model::Flow> = r
+            .flows
+            .iter()
+            .filter(|f| f.psn.pmtu.is_none() && f.psn.unverified_violations > 0)
+            .collect();
+        if !unverified.is_empty() {
+            let requests: u64 = unverified.iter().map(|f| f.psn.unverified_violations).sum();
+            return Outcome::InsufficientData(format!(
+                "{} inside a READ's range under some path MTUs on {} of unknown path MTU (no FIRST or MIDDLE packet either way showed it); {note}",
+                count(requests, "request"),
+                count(unverified.len() as u64, "flow")
             ));
         }
         return Outcome::Passed(note);
@@ -140,10 +144,18 @@ mod tests {
         let mut f = flow("10.0.0.1", "10.0.0.2");
         (f.packets, f.ops.send, f.ops.read_request) = (10, 9, 1);
         r.flows.push(f);
+        // No request inside the READ's range even under the smallest path MTU: verified.
         assert_eq!(
             passed(run(&PsnViolationRule, &r, &t)),
-            "no violation over 1 flow, 1 READ (1 flow of unknown path MTU: their READ accounting is unverified)"
+            "no violation over 1 flow, 1 READ"
         );
+        // Inside it under some path MTUs: only the path MTU can tell, and it is unknown.
+        r.flows[0].psn.unverified_violations = 1;
+        assert_eq!(
+            insufficient(run(&PsnViolationRule, &r, &t)),
+            "1 request inside a READ's range under some path MTUs on 1 flow of unknown path MTU (no FIRST or MIDDLE packet either way showed it); no violation over 1 flow, 1 READ"
+        );
+        r.flows[0].psn.unverified_violations = 0;
         r.flows[0].psn.pmtu = Some(1024);
         r.flows[0].psn.violations = 1;
         r.flows[0].psn.first_violation = Some(Violation {

@@ -46,10 +46,11 @@ impl Default for Stall {
 
 fn stall(r: &Report, c: &Stall) -> Outcome {
     let min_ns = (c.min_ms * 1e6) as u64;
-    // Connections with both directions seen (swapped addresses, the same UDP source port and
-    // mirror, as the report joins them): only there can an answer be missed.
+    // Connections with both directions seen (a connection the report paired, or swapped
+    // addresses on the same UDP source port and mirror): only there can an answer be missed.
     let answers_seen = |f: &crate::model::Flow| {
         f.psn.unanswered.is_some()
+            || r.paired_connection_of(f).is_some()
             || r.flows.iter().any(|b| {
                 (b.src_ip, b.dst_ip, b.udp_src_port) == (f.dst_ip, f.src_ip, f.udp_src_port)
                     && b.mirror == f.mirror

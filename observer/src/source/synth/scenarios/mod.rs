@@ -8,7 +8,9 @@
 //!   `ipv6-vlan`;
 //! - `pfc`: `pfc`, pauses beside RoCE;
 //! - `latency`: `latency`, responders answering after known latencies;
-//! - `rules`: `rules-clean` and one `rule-*` scenario per rule of the findings engine.
+//! - `rules`: `rules-clean` and one `rule-*` scenario per rule of the findings engine;
+//! - `pairing`: `pairing-*`, connections whose directions use different UDP source ports (as
+//!   NICs other than mlx5 make them), and `rule-psn-violation-split`.
 
 use observer_common::wire;
 
@@ -21,6 +23,7 @@ mod corpus;
 mod demo;
 mod latency;
 mod nic;
+mod pairing;
 mod pfc;
 mod rules;
 mod traffic;
@@ -36,6 +39,10 @@ use nic::{
     rule_nic_ecn_without_cnp, rule_nic_lossless_discards, rule_nic_pause_share,
     rule_nic_pause_storm, rule_nic_pfc_priorities, rule_nic_transport_errors,
     rule_nic_wire_mismatch, rules_clean_nic,
+};
+use pairing::{
+    pairing_ambiguous, pairing_fixed_port, pairing_flow_labels, pairing_local_port,
+    pairing_many_qps, pairing_respray, rule_psn_violation_split,
 };
 use pfc::pfc_scenario;
 use rules::{
@@ -139,6 +146,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "a READ of 3000 bytes at path MTU 1024 (PSNs N..N+2) followed by a SEND at N+2 (rule psn-violation)",
     ),
     (
+        "rule-psn-violation-split",
+        "the psn-violation fault with each side's UDP port from its own QPN (Soft-RoCE before 2022): a READ of 3 packets answered, a SEND inside its range, an ACK naming PSN 0xFFFFFF, then silence while another QP goes on for 300 ms (rules psn-violation and stall)",
+    ),
+    (
         "rule-stall",
         "a receiver that stops answering while another QP goes on for 300 ms (rule stall)",
     ),
@@ -173,6 +184,30 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "rule-ecmp-imbalance",
         "16 QPs between two hosts on one UDP source port: one uplink of 4 takes them all (rule ecmp-imbalance, with --uplinks 4)",
+    ),
+    (
+        "pairing-local-port",
+        "3 RC connections whose sides each take their UDP source port from their own QPN (Soft-RoCE, irdma, hns before 2022): WRITE, READ, SEND, coalesced ACKs",
+    ),
+    (
+        "pairing-fixed-port",
+        "2 RC connections with a fixed UDP source port per QP on each side (62017 one way, 57236 the other; 72 and 69)",
+    ),
+    (
+        "pairing-flow-labels",
+        "2 IPv6 RC connections whose sides set flow labels of their own (each side's port from its own label)",
+    ),
+    (
+        "pairing-many-qps",
+        "NCCL between two hosts: 4 RC QPs each way, all starting at PSN 0, ports per direction, channels carrying 4 to 16 WRITEs",
+    ),
+    (
+        "pairing-respray",
+        "flowlets: a connection moved to another UDP source port (both ways) every 5 WRITEs, and one whose requester alone moves (ports per direction), ACKs due coming back on the new port",
+    ),
+    (
+        "pairing-ambiguous",
+        "2 RC QPs between the same hosts in lockstep from PSN 0, ports per direction: nothing tells their directions apart",
     ),
     (
         "rules-clean-nic",
@@ -246,6 +281,13 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "rule-incast" => rule_incast(&mut w),
         "rule-microburst" => rule_microburst(&mut w),
         "rule-ecmp-imbalance" => rule_ecmp_imbalance(&mut w),
+        "rule-psn-violation-split" => rule_psn_violation_split(&mut w),
+        "pairing-local-port" => pairing_local_port(&mut w),
+        "pairing-fixed-port" => pairing_fixed_port(&mut w),
+        "pairing-flow-labels" => pairing_flow_labels(&mut w),
+        "pairing-many-qps" => pairing_many_qps(&mut w),
+        "pairing-respray" => pairing_respray(&mut w),
+        "pairing-ambiguous" => pairing_ambiguous(&mut w),
         "rules-clean-nic" => rules_clean_nic(&mut w),
         "rule-nic-pfc-priorities" => rule_nic_pfc_priorities(&mut w),
         "rule-nic-ecn-without-cnp" => rule_nic_ecn_without_cnp(&mut w),
@@ -418,6 +460,7 @@ mod tests {
             counters: c.counters,
             latency: Default::default(),
             messages: c.messages.into_iter().collect(),
+            connections: Default::default(),
         }
     }
 

@@ -437,8 +437,9 @@ mod tests {
         let rules: Vec<&str> = scenario_names()
             .filter(|n| n.starts_with("rule-") || n.starts_with("rules-clean"))
             .collect();
-        // One per rule but flow-table-full, and the two clean ones.
-        assert_eq!(rules.len(), 26, "{rules:?}");
+        // One per rule but flow-table-full, the two clean ones, and psn-violation's second
+        // (ports per direction).
+        assert_eq!(rules.len(), 27, "{rules:?}");
         for (name, w) in all_scenarios() {
             if rules.contains(&name) {
                 assert_deterministic(name, &w);

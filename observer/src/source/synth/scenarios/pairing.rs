@@ -1,0 +1,202 @@
+//! Connections whose two directions do not share one UDP source port, as real NICs make them:
+//! `pairing-local-port` (Soft-RoCE before 2022: each side's port from its own QPN),
+//! `pairing-fixed-port` (a fixed port per QP on each side), `pairing-flow-labels` (IPv6, each
+//! side's application sets its own flow label), `pairing-many-qps` (NCCL: several QPs per pair
+//! of hosts, every one starting at PSN 0), `pairing-respray` (a NIC or load balancer moving
+//! connections to other ports mid-way, in flowlets), `pairing-ambiguous` (two QPs of one pair of hosts in
+//! lockstep: no evidence tells their directions apart) and `rule-psn-violation-split` (the READ
+//! overlap of the psn-violation rule, then a bogus ACK and silence, ports per direction).
+
+use observer_common::wire;
+
+use super::{ack_all, qp_v4, qp_v6};
+use crate::source::synth::qp::{PortRule, QpStream};
+use crate::source::synth::workload::Workload;
+
+/// Frames 2 us apart: a few hundred frames take about a millisecond.
+const GAP_NS: u64 = 2_000;
+
+/// An RC QP from 198.18.`net`.`hosts[0]` (QP `qpns[0]`) to .`hosts[1]` (QP `qpns[1]`) with
+/// the ports of `rule`.
+fn pair_qp(net: u8, hosts: [u8; 2], qpns: [u32; 2], first_psn: u32, rule: PortRule) -> QpStream {
+    qp_v4(wire::TRANSPORT_RC, net, hosts, qpns, first_psn).with_port_rule(rule)
+}
+
+/// A day's mix on one QP: WRITEs of several packets, a READ, SENDs; ACKs coalesced.
+fn mix(w: &mut Workload, qp: &mut QpStream, round: usize) {
+    match round % 4 {
+        0 => {
+            qp.write(w, 4096);
+        }
+        1 => {
+            qp.read(w, 3000);
+        }
+        2 => {
+            qp.send(w, 2048);
+        }
+        _ => {
+            qp.write(w, 1024);
+        }
+    }
+    qp.ack_if_due(w, 4);
+}
+
+/// Three pairs of hosts, one QP each, every port from its sender's own QPN.
+pub(super) fn pairing_local_port(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut qps: Vec<QpStream> = (0..3u32)
+        .map(|i| {
+            let h = 1 + i as u8;
+            let qpns = [0x11 + i, 0x12 + 3 * i];
+            pair_qp(
+                70,
+                [h, 100 + h],
+                qpns,
+                0x0012_3400 * (i + 1),
+                PortRule::LocalQpn,
+            )
+        })
+        .collect();
+    for round in 0..12 {
+        for qp in &mut qps {
+            mix(w, qp, round);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+/// Two pairs of hosts, one QP each, a fixed port per QP on each side.
+pub(super) fn pairing_fixed_port(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut qps = [
+        pair_qp(
+            71,
+            [1, 101],
+            [0x200, 0x301],
+            77,
+            PortRule::Fixed(62017, 57236),
+        ),
+        pair_qp(
+            71,
+            [2, 102],
+            [0x201, 0x302],
+            0xABCDE,
+            PortRule::Fixed(72, 69),
+        ),
+    ];
+    for round in 0..12 {
+        for qp in &mut qps {
+            mix(w, qp, round + 1);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+/// IPv6: each side's application sets its own flow label per QP, and each side's port follows
+/// its own label.
+pub(super) fn pairing_flow_labels(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut qps = [
+        qp_v6([0x71, 0x171], 0, [0x400, 0x500], 1000)
+            .with_port_rule(PortRule::FlowLabels(0x1_2345, 0x5_4321)),
+        qp_v6([0x72, 0x172], 0, [0x401, 0x501], 0x00FF_FFF0)
+            .with_port_rule(PortRule::FlowLabels(0xA_BCDE, 0x3)),
+    ];
+    for round in 0..12 {
+        for qp in &mut qps {
+            mix(w, qp, round + 2);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+/// NCCL between two hosts: four QPs (channels) each way of one pair of hosts, every QP starting
+/// at PSN 0, ports per direction; the channels carry different amounts, so the PSNs of their
+/// answers tell them apart.
+pub(super) fn pairing_many_qps(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut qps: Vec<QpStream> = (0..4u32)
+        .flat_map(|i| {
+            [
+                pair_qp(72, [1, 2], [0x60 + i, 0x90 + i], 0, PortRule::LocalQpn),
+                pair_qp(72, [2, 1], [0x70 + i, 0xA0 + i], 0, PortRule::LocalQpn),
+            ]
+        })
+        .collect();
+    for round in 0..16 {
+        for (i, qp) in qps.iter_mut().enumerate() {
+            // Channel k sends on k + 1 rounds of 4: 4, 8, 12 and 16 WRITEs.
+            if round % 4 < i / 2 + 1 {
+                qp.write(w, 2048);
+                let last = qp.last_psn();
+                qp.ack(w, last);
+            }
+        }
+    }
+}
+
+/// Connections re-sprayed in flowlets: every 5 WRITEs both sides of one move to another port
+/// (one port both ways), and the requester alone of another (ports per direction), each move
+/// with an ACK still due that comes back on the new port.
+pub(super) fn pairing_respray(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut both = pair_qp(73, [1, 101], [0x310, 0x320], 500, PortRule::Symmetric);
+    let mut one = pair_qp(73, [2, 102], [0x311, 0x321], 9000, PortRule::LocalQpn);
+    for round in 0..20u16 {
+        if round % 5 == 0 {
+            let p = 0xD000 + 17 * round;
+            both.set_request_port(p);
+            both.set_response_port(p);
+            one.set_request_port(0xE000 + round);
+        }
+        both.write(w, 4096);
+        both.ack_if_due(w, 4);
+        one.write(w, 2048);
+        one.ack_if_due(w, 4);
+    }
+    ack_all(w, [&mut both, &mut one]);
+}
+
+/// Two QPs of one pair of hosts in lockstep, from PSN 0, with ports per direction: both
+/// answer streams fit both request streams, and nothing else tells them apart.
+pub(super) fn pairing_ambiguous(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut qps = [
+        pair_qp(74, [1, 2], [0x51, 0x61], 0, PortRule::LocalQpn),
+        pair_qp(74, [1, 2], [0x52, 0x62], 0, PortRule::LocalQpn),
+    ];
+    for _ in 0..8 {
+        for qp in &mut qps {
+            qp.write(w, 1024);
+        }
+        for qp in &mut qps {
+            let last = qp.last_psn();
+            qp.ack(w, last);
+        }
+    }
+}
+
+/// The fault of two real failure captures, with each side's port from its own QPN: a READ of
+/// 3000 bytes at PSN N under path MTU 1024 (PSNs N..N+2) answered in full, then a SEND at N+2
+/// inside the READ's range, an ACK naming PSN 0xFFFFFF (before any request), then silence
+/// while another QP goes on for 300 ms.
+pub(super) fn rule_psn_violation_split(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut bad = pair_qp(75, [1, 101], [0x11, 0x12], 0, PortRule::LocalQpn);
+    let mut other = pair_qp(75, [2, 102], [0x13, 0x14], 0x4000, PortRule::LocalQpn);
+    for _ in 0..4 {
+        for qp in [&mut bad, &mut other] {
+            qp.write(w, 2048);
+            let last = qp.last_psn();
+            qp.ack(w, last);
+        }
+    }
+    bad.read_then_overlap(w, 3000, 512);
+    bad.ack(w, 0x00FF_FFFF);
+    for _ in 0..15 {
+        w.wait(20_000_000);
+        other.write(w, 1024);
+        let last = other.last_psn();
+        other.ack(w, last);
+    }
+}
