@@ -756,3 +756,69 @@ fn kernel_latency_samples_equal_userspace_and_truth_on_the_latency_scenario() {
     assert_eq!(counts(&user), truth, "replay against the generator");
     assert_eq!(counts(&kernel), truth, "kernel against the generator");
 }
+
+/// Connections whose directions use different UDP source ports (each side's from its own QPN,
+/// fixed per QP, flow labels per side, several QPs from PSN 0, flowlets) pair from the
+/// kernel's maps exactly as from the userspace aggregation of the same frames: the pairing
+/// reads only what both memories keep. Lockstep QPs stay one-sided in both.
+#[test]
+fn kernel_pairs_connections_as_userspace() {
+    if !require_root("kernel_pairs_connections_as_userspace") {
+        return;
+    }
+    use roce_observer::model::Source;
+    let conns = |a: &Aggregate| {
+        let r = a.report(Source::pcap(vec![], vec![]), 1.0);
+        r.connections
+            .iter()
+            .map(|c| {
+                (
+                    c.a.ip,
+                    c.a.qp,
+                    c.b.ip,
+                    c.b.qp,
+                    c.paired_by.clone(),
+                    c.ambiguous,
+                    c.pmtu,
+                    c.a.ports.clone(),
+                    c.b.ports.clone(),
+                )
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    for scenario in [
+        "pairing-local-port",
+        "pairing-fixed-port",
+        "pairing-flow-labels",
+        "pairing-many-qps",
+        "pairing-respray",
+        "pairing-ambiguous",
+        "rule-psn-violation-split",
+        "rule-ecmp-imbalance",
+    ] {
+        let w = synth::scenario(scenario).expect("scenario");
+        let ebpf = load_observer();
+        let mut user = Aggregate::new();
+        for f in &w.frames {
+            run(&ebpf, &f.bytes);
+            // At the capture's times: the kernel stamps frames on its own clock, in the same
+            // order.
+            let _ = user.push(&f.bytes, f.ts_ns);
+        }
+        let kernel = read_maps(&ebpf, 0).expect("read maps");
+        let (k, u) = (conns(&kernel), conns(&user));
+        assert_eq!(k, u, "{scenario}: connections");
+        let both = u.iter().filter(|c| c.4.is_some()).count();
+        let truth = w
+            .truth
+            .connections
+            .values()
+            .filter(|w| w[0] && w[1])
+            .count();
+        if scenario == "pairing-ambiguous" {
+            assert_eq!(both, 0, "{scenario}");
+        } else {
+            assert_eq!(both, truth, "{scenario}: paired");
+        }
+    }
+}
