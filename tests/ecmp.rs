@@ -79,6 +79,9 @@ fn every_rc_connection_of_the_real_captures_pairs() {
                     assert_ne!(rule, c.udp_src_port, "{name}");
                 }
                 SourcePort::SharedTuple => {}
+                SourcePort::PerDirection { .. } => {
+                    panic!("{name}: the real captures use one port both ways")
+                }
             }
         }
     }

@@ -512,6 +512,7 @@ fn full_report() -> Report {
         .collect();
     r.ecmp = Some(analyse(
         &r.flows,
+        &r.connections,
         &EcmpOptions {
             uplinks: 4,
             ..Default::default()

@@ -100,6 +100,26 @@ fn each_side_taking_its_port_from_its_own_qpn_pairs_on_psns() {
     }
 }
 
+/// The hash model takes the report's pairing: each connection with a port per direction is
+/// a connection to it too, with both its 5-tuples, and no flow is "without a reverse".
+#[test]
+fn the_hash_model_pairs_what_the_report_paired() {
+    use roce_observer::analysis::ecmp::{EcmpOptions, analyse};
+    for name in [
+        "pairing-local-port",
+        "pairing-fixed-port",
+        "pairing-flow-labels",
+    ] {
+        let r = report(&synth::scenario(name).unwrap());
+        let e = analyse(&r.flows, &r.connections, &EcmpOptions::default());
+        let c = &e.connections;
+        assert_eq!(c.paired, r.connections.len(), "{name}: {c:?}");
+        assert_eq!(c.per_direction, r.connections.len(), "{name}: {c:?}");
+        assert_eq!(c.unpaired_flows, 0, "{name}: {c:?}");
+        assert_eq!(e.flows, 2 * r.connections.len() as u64, "{name}");
+    }
+}
+
 #[test]
 fn fixed_ports_per_qp_pair_on_psns() {
     let r = assert_paired("pairing-fixed-port", "psn");

@@ -163,7 +163,7 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
         target: a.target,
         ..EcmpOptions::default()
     };
-    let analysis = analyse(&report.flows, &options);
+    let analysis = analyse(&report.flows, &report.connections, &options);
     if a.json {
         report.ecmp = Some(analysis);
         output::stdout(|out| roce_observer::render::json::write(&report, out))

@@ -202,7 +202,11 @@ pub fn conclude(report: &mut Report, options: &AnalysisOptions) {
         plan.finish(report);
     }
     if let Some(ecmp) = &options.ecmp {
-        report.ecmp = Some(crate::analysis::ecmp::analyse(&report.flows, ecmp));
+        report.ecmp = Some(crate::analysis::ecmp::analyse(
+            &report.flows,
+            &report.connections,
+            ecmp,
+        ));
     }
     let (findings, checks) = findings::evaluate(report, &options.thresholds);
     report.findings = findings;

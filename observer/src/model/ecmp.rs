@@ -52,6 +52,9 @@ pub struct Connections {
     pub overridden: usize,
     /// Paired connections whose 5-tuple other QPs share.
     pub shared_tuple: usize,
+    /// Paired connections whose directions have ports of their own (paired on their PSNs).
+    #[serde(default)]
+    pub per_direction: usize,
     /// Flows sharing their 5-tuple with a flow to another QP (paired or not): no entropy.
     pub shared_tuple_flows: usize,
     /// Flows to QP 1 (UD connection management), never paired.

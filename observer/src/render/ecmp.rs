@@ -101,11 +101,16 @@ pub fn render(report: &EcmpReport) -> String {
     }
     let _ = writeln!(
         out,
-        "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple), {unpaired}, {} sharing a 5-tuple, {} to QP 1",
+        "connections: {} paired ({} drivers' source port, {} overridden, {} sharing a 5-tuple{}), {unpaired}, {} sharing a 5-tuple, {} to QP 1",
         c.paired,
         c.conforming,
         c.overridden,
         c.shared_tuple,
+        if c.per_direction > 0 {
+            format!(", {} with a port per direction", c.per_direction)
+        } else {
+            String::new()
+        },
         count(c.shared_tuple_flows as u64, "flow"),
         count(c.qp1_flows as u64, "flow")
     );

@@ -4,7 +4,7 @@
 
 use super::{
     hash::{Bucket, Fields, FlowFields, HashFn, HashModel},
-    pairing::{SourcePort, pair, rdma_udp_sport},
+    pairing::{SourcePort, pair_with, rdma_udp_sport},
     predict::{Balance, FlowLoad, balance, mean_balance, random_trials, spread, two_tiers},
 };
 use crate::model::{
@@ -160,7 +160,11 @@ fn what_helps(
 }
 
 /// The analysis of `flows` under `o`.
-pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
+pub fn analyse(
+    flows: &[Flow],
+    joined: &[crate::model::connections::Connection],
+    o: &EcmpOptions,
+) -> EcmpReport {
     let with_key = |mut m: HashModel| {
         if let Some(key) = &o.toeplitz_key {
             m.toeplitz_key = key.clone();
@@ -195,7 +199,7 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
         .filter(|u| top.iter().filter(|v| v == u).count() > 1)
         .count();
 
-    let p = pair(flows);
+    let p = pair_with(flows, joined);
     let mut connections = Connections {
         paired: p.connections.len(),
         unpaired_flows: p.unpaired.len(),
@@ -209,6 +213,7 @@ pub fn analyse(flows: &[Flow], o: &EcmpOptions) -> EcmpReport {
             SourcePort::Conforming => connections.conforming += 1,
             SourcePort::Overridden { .. } => connections.overridden += 1,
             SourcePort::SharedTuple => connections.shared_tuple += 1,
+            SourcePort::PerDirection { .. } => connections.per_direction += 1,
         }
     }
 
@@ -341,7 +346,7 @@ mod tests {
     #[test]
     fn one_port_for_all_is_worse_than_random_and_only_the_dest_qp_helps() {
         let flows: Vec<Flow> = (0..32).map(|i| flow(4791, 0x100 + i, 1000)).collect();
-        let r = analyse(&flows, &EcmpOptions::default());
+        let r = analyse(&flows, &[], &EcmpOptions::default());
         assert_eq!(r.balance_bytes.max_over_mean, 4.0);
         assert_eq!(r.balance_bytes.idle, 3);
         assert!(
@@ -395,6 +400,7 @@ mod tests {
         }
         let r = analyse(
             &flows,
+            &[],
             &EcmpOptions {
                 uplinks: 8,
                 ..EcmpOptions::default()
@@ -404,6 +410,7 @@ mod tests {
         assert_eq!(r.verdict, "too few flows to judge (8 flows over 8 uplinks)");
         let four = analyse(
             &flows,
+            &[],
             &EcmpOptions {
                 uplinks: 4,
                 target: 1.4,
@@ -422,7 +429,7 @@ mod tests {
             "{hint}"
         );
         // No flows: nothing to judge, nothing to propose, one line.
-        let empty = analyse(&[], &EcmpOptions::default());
+        let empty = analyse(&[], &[], &EcmpOptions::default());
         assert_eq!(empty.verdict, "no RoCEv2 flows to model");
         assert_eq!(empty.what_if.qps_per_connection, None);
         assert_eq!(empty.what_if.hint, None);
@@ -446,7 +453,7 @@ mod tests {
                 flows.push(f);
             }
         }
-        let r = analyse(&flows, &EcmpOptions::default());
+        let r = analyse(&flows, &[], &EcmpOptions::default());
         assert_eq!(r.balance_bytes.max_over_mean, 1.0);
         assert!(r.what_if.meets_target);
         assert_eq!(r.what_if.qps_per_connection, Some(1));
@@ -464,10 +471,11 @@ mod tests {
         let flows: Vec<Flow> = (0..256u32)
             .map(|q| flow(rdma_udp_sport(0x100 + q, 0x900 + q), 0x900 + q, 1000))
             .collect();
-        let r = analyse(&flows, &EcmpOptions::default());
+        let r = analyse(&flows, &[], &EcmpOptions::default());
         assert_eq!(r.verdict, "as good as random", "{r:?}");
         let two = analyse(
             &flows,
+            &[],
             &EcmpOptions {
                 tier2: Some((4, HashFn::Crc32, 0, Bucket::Modulo)),
                 ..EcmpOptions::default()

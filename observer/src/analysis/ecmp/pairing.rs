@@ -1,6 +1,8 @@
-//! Connection pairing: the two directions of an RC connection (swapped IP addresses, the same
-//! UDP source port: ACKs, NAKs and CNPs travel in reverse), with both QP numbers recovered from
-//! the BTH destination QPs, and the source port checked against the Linux RDMA drivers' rule.
+//! Connection pairing for the hash model: the two directions of an RC connection (swapped IP
+//! addresses, the same UDP source port: ACKs, NAKs and CNPs travel in reverse), with both QP
+//! numbers recovered from the BTH destination QPs, and the source port checked against the
+//! Linux RDMA drivers' rule; then the connections the report paired on their PSNs, whose
+//! directions have ports of their own.
 
 use std::{collections::BTreeMap, net::IpAddr};
 
@@ -20,6 +22,10 @@ pub enum SourcePort {
     Overridden { expected: u16 },
     /// Several queue pairs share this 5-tuple in one direction: they hash alike, no entropy.
     SharedTuple,
+    /// Each direction has a port of its own (older drivers take it from the sender's own QPN
+    /// or a per-QP context, applications set a flow label per side): the report paired the
+    /// directions on their PSNs. `b_to_a` is the reverse direction's port.
+    PerDirection { b_to_a: u16 },
 }
 
 /// Both directions of one connection.
@@ -69,6 +75,89 @@ fn context(f: &Flow) -> Context {
 /// Where several flows share a direction, the drivers' rule matches them up (both QPNs must give
 /// the port); the rest stay unpaired, and the connections found are marked `SharedTuple`.
 pub fn pair(flows: &[Flow]) -> Pairing {
+    pair_with(flows, &[])
+}
+
+/// [`pair`], then the flows it left unpaired that are the two directions of a connection the
+/// report paired on its PSNs (`joined`: the report's connections), one flow each way in one
+/// observation: a connection whose directions have ports of their own
+/// ([`SourcePort::PerDirection`]), or whose one port other QPs share
+/// ([`SourcePort::SharedTuple`]). A connection that moved ports keeps a connection per port
+/// where both ways moved together, and its other flows stay unpaired: each port is a path of
+/// its own to the hash.
+pub fn pair_with(flows: &[Flow], joined: &[crate::model::connections::Connection]) -> Pairing {
+    let (mut out, mut reasons) = pair_by_port(flows);
+    for c in joined
+        .iter()
+        .filter(|c| c.paired_by.as_deref() == Some("psn"))
+    {
+        let (Some(qa), Some(qb)) = (c.a.qp, c.b.qp) else {
+            continue;
+        };
+        // The unpaired flow from `from` to `to`'s QP `qp`, if exactly one.
+        let one = |from: IpAddr, to: IpAddr, qp: u32, out: &Pairing| -> Option<usize> {
+            let mut it = out.unpaired.iter().copied().filter(|i| {
+                let f = &flows[*i];
+                f.src_ip == from && f.dst_ip == to && f.dest_qp == qp
+            });
+            match (it.next(), it.next()) {
+                (Some(i), None) => Some(i),
+                _ => None,
+            }
+        };
+        let (Some(f), Some(r)) = (one(c.a.ip, c.b.ip, qb, &out), one(c.b.ip, c.a.ip, qa, &out))
+        else {
+            continue;
+        };
+        if context(&flows[f]) != context(&flows[r]) {
+            continue;
+        }
+        out.unpaired.retain(|i| *i != f && *i != r);
+        reasons.retain(|(i, _)| *i != f && *i != r);
+        // `a` the lower address, as the port pairing has it.
+        let (f, r, qa, qb) = if flows[f].src_ip <= flows[f].dst_ip {
+            (f, r, qa, qb)
+        } else {
+            (r, f, qb, qa)
+        };
+        out.connections.push(Connection {
+            a: flows[f].src_ip,
+            b: flows[f].dst_ip,
+            udp_src_port: flows[f].udp_src_port,
+            qpn_a: qa,
+            qpn_b: qb,
+            flows: [f, r],
+            // One port both ways that other QPs share: the port could not pair them.
+            source_port: if flows[f].udp_src_port == flows[r].udp_src_port {
+                SourcePort::SharedTuple
+            } else {
+                SourcePort::PerDirection {
+                    b_to_a: flows[r].udp_src_port,
+                }
+            },
+        });
+    }
+    for (_, why) in reasons {
+        match why {
+            Why::OneWay => out.why.one_way += 1,
+            Why::OtherMirror => out.why.other_mirror += 1,
+            Why::SharedTuple => out.why.shared_tuple += 1,
+        }
+    }
+    out
+}
+
+/// Why a flow was left unpaired by its port.
+#[derive(Clone, Copy)]
+enum Why {
+    OneWay,
+    OtherMirror,
+    SharedTuple,
+}
+
+/// The pairing by port, with why each unpaired flow is (tallied by the caller).
+fn pair_by_port(flows: &[Flow]) -> (Pairing, Vec<(usize, Why)>) {
+    let mut reasons = Vec::new();
     type Group = (Vec<usize>, Vec<usize>);
     let mut groups: BTreeMap<(IpAddr, IpAddr, u16, Context), Group> = BTreeMap::new();
     let mut out = Pairing::default();
@@ -146,15 +235,14 @@ pub fn pair(flows: &[Flow]) -> Pairing {
             let all_ways = ways[&(a, b, sport)];
             for (side, other, seen_other) in [(&fwd, &rev, all_ways[1]), (&rev, &fwd, all_ways[0])]
             {
-                let why = &mut out.why;
-                let n = side.len();
-                if shared {
-                    why.shared_tuple += n;
+                let why = if shared {
+                    Why::SharedTuple
                 } else if other.is_empty() && seen_other > 0 {
-                    why.other_mirror += n;
+                    Why::OtherMirror
                 } else {
-                    why.one_way += n;
-                }
+                    Why::OneWay
+                };
+                reasons.extend(side.iter().map(|i| (*i, why)));
             }
             out.unpaired.extend(fwd);
             out.unpaired.extend(rev);
@@ -162,7 +250,7 @@ pub fn pair(flows: &[Flow]) -> Pairing {
     }
     out.unpaired.sort_unstable();
     out.shared_tuple_flows.sort_unstable();
-    out
+    (out, reasons)
 }
 
 #[cfg(test)]
@@ -250,6 +338,78 @@ mod tests {
                 shared_tuple: 0
             }
         );
+    }
+
+    /// A connection whose directions have ports of their own stays unpaired by port; the
+    /// report's pairing on its PSNs joins it, and only it.
+    #[test]
+    fn connections_the_report_paired_on_psns_join_with_a_port_per_direction() {
+        use crate::model::connections::{ConnSide, Connection as Joined};
+        let flows = vec![
+            flow("198.18.0.1", "198.18.0.2", 0xC011, 0x12),
+            flow("198.18.0.2", "198.18.0.1", 0xC022, 0x11),
+            flow("198.18.0.3", "198.18.0.4", 0xC033, 0x21),
+            flow("198.18.0.4", "198.18.0.3", 0xC044, 0x22),
+        ];
+        let alone = pair(&flows);
+        assert!(alone.connections.is_empty());
+        assert_eq!(alone.why.one_way, 4);
+        let side = |ip: &str, qp: u32| ConnSide {
+            ip: ip.parse().unwrap(),
+            qp: Some(qp),
+            ports: Vec::new(),
+            packets: 1,
+            bytes: 1,
+            ops: Ops::default(),
+            ce: 0,
+            psn: Default::default(),
+            peak_rate_bps: None,
+            messages: None,
+            latency: Default::default(),
+            keys: Vec::new(),
+        };
+        let joined = |by: Option<&str>, a: ConnSide, b: ConnSide| Joined {
+            transport: "RC".into(),
+            udp_src_port: 0,
+            paired_by: by.map(str::to_string),
+            ambiguous: None,
+            mirrors: Vec::new(),
+            pmtu: None,
+            packets: 2,
+            bytes: 2,
+            first_seen_ns: 0,
+            last_seen_ns: 0,
+            active_rate_bps: None,
+            a,
+            b,
+        };
+        let report = [
+            // B first: the side order of the report does not matter.
+            joined(
+                Some("psn"),
+                side("198.18.0.2", 0x12),
+                side("198.18.0.1", 0x11),
+            ),
+            // Not paired by the report: stays unpaired.
+            joined(None, side("198.18.0.3", 0x22), side("198.18.0.4", 0x21)),
+        ];
+        let p = pair_with(&flows, &report);
+        assert_eq!(p.connections.len(), 1);
+        let c = &p.connections[0];
+        assert_eq!(
+            (c.a, c.b, c.qpn_a, c.qpn_b, c.flows, c.udp_src_port),
+            (
+                "198.18.0.1".parse().unwrap(),
+                "198.18.0.2".parse().unwrap(),
+                0x11,
+                0x12,
+                [0, 1],
+                0xC011
+            )
+        );
+        assert_eq!(c.source_port, SourcePort::PerDirection { b_to_a: 0xC022 });
+        assert_eq!(p.unpaired, vec![2, 3]);
+        assert_eq!(p.why.one_way, 2);
     }
 
     #[test]

@@ -124,7 +124,7 @@ mod tests {
             f.udp_src_port = 0xC000 + 7 * i;
             r.flows.push(f);
         }
-        r.ecmp = Some(analyse(&r.flows, &EcmpOptions::default()));
+        r.ecmp = Some(analyse(&r.flows, &r.connections, &EcmpOptions::default()));
         r
     }
 
