@@ -315,6 +315,51 @@ fn unusable_inputs_are_one_line_errors() {
     );
 }
 
+/// An `--html` path that cannot be written is refused before the capture is read (a usage
+/// error naming it), never after the analysis, and nothing is left behind.
+#[test]
+fn an_unwritable_html_path_is_refused_before_the_run() {
+    let dir = Scratch::new("replay-html");
+    let pcap = synth_to(&dir, "demo");
+    let missing = dir.path("no-such-folder/report.html");
+    let folder = dir.path("a-folder");
+    std::fs::create_dir(&folder).unwrap();
+    for (html, why) in [
+        (&missing, "No such file or directory (os error 2)"),
+        (&folder, "Is a directory (os error 21)"),
+    ] {
+        let (status, out, err) = output(
+            Command::new(CLI)
+                .arg("replay")
+                .arg(&pcap)
+                .arg("--html")
+                .arg(html),
+        );
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(
+            err.trim_end(),
+            format!(
+                "roce-observer: error: --html {}: cannot write there: {why}",
+                html.display()
+            )
+        );
+    }
+    // A writable path: checked, written once the report is printed.
+    let ok = dir.path("report.html");
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .arg("replay")
+            .arg(&pcap)
+            .arg("--no-progress")
+            .arg("--html")
+            .arg(&ok),
+    );
+    assert!(status.success(), "{err}");
+    assert!(out.contains("findings"), "{out}");
+    assert!(std::fs::read_to_string(&ok).unwrap().contains("<html"));
+}
+
 #[test]
 fn synth_lists_its_scenarios() {
     let (status, out, _) = output(Command::new(CLI).args(["synth", "--list"]));

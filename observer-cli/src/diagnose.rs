@@ -147,6 +147,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
     if let Some(html) = &a.analysis.html {
         let inputs: Vec<_> = a.analysis.rules.iter().map(Into::into).collect();
         output::refuse_overwrite("--html", html, &inputs)?;
+        output::check_writable("--html", html)?;
     }
     let observed = a
         .capture
@@ -168,9 +169,13 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
             link_speed: a.link_speed,
         };
         let report = observe_capture(options, analysis, a.duration)?;
-        output::print_warnings(&report);
-        output::write_html(&report, a.analysis.html.as_deref())?;
-        return output::print_report(&report, a.json, a.top, a.analysis.color());
+        return output::finish(
+            &report,
+            a.analysis.html.as_deref(),
+            a.json,
+            a.top,
+            a.analysis.color(),
+        );
     }
     let options = LiveOptions {
         interfaces: a.ifaces.clone(),
@@ -182,9 +187,13 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         spread: a.cpus.unwrap_or_default(),
     };
     let report = observe(options, analysis, a.duration)?;
-    output::print_warnings(&report);
-    output::write_html(&report, a.analysis.html.as_deref())?;
-    output::print_report(&report, a.json, a.top, a.analysis.color())
+    output::finish(
+        &report,
+        a.analysis.html.as_deref(),
+        a.json,
+        a.top,
+        a.analysis.color(),
+    )
 }
 
 /// Attaches, says so on stderr (the [`ATTACHED`] line), observes for `duration` or until

@@ -150,6 +150,50 @@ pub fn print_warnings(report: &Report) {
     }
 }
 
+/// Refuses an output file that cannot be written (no such folder, no permission, a read-only
+/// file system), before the run: a run of minutes must not end in losing its report. An
+/// existing file is opened for writing without truncating it; a new one is created and
+/// removed again.
+pub fn check_writable(flag: &str, output: &Path) -> Result<()> {
+    let tried = if output.exists() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(output)
+            .map(drop)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(output)
+            .and_then(|f| {
+                drop(f);
+                std::fs::remove_file(output)
+            })
+    };
+    tried.map_err(|e| {
+        UsageError(format!(
+            "{flag} {}: cannot write there: {e}",
+            output.display()
+        ))
+        .into()
+    })
+}
+
+/// Prints the report, then writes the HTML report when `--html` asked for it: should writing
+/// it fail after all, the printed report is not lost.
+pub fn finish(
+    report: &Report,
+    html: Option<&Path>,
+    json: bool,
+    top: usize,
+    color: bool,
+) -> Result<()> {
+    print_warnings(report);
+    let html = write_html(report, html);
+    print_report(report, json, top, color)?;
+    html
+}
+
 /// Writes the HTML report when `--html` asked for it.
 pub fn write_html(report: &Report, path: Option<&Path>) -> Result<()> {
     if let Some(path) = path {

@@ -59,6 +59,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
             .map(Into::into)
             .collect();
         output::refuse_overwrite("--html", html, &inputs)?;
+        output::check_writable("--html", html)?;
     }
     output::refuse_twice(&a.files)?;
     let mut options = a.analysis.options()?;
@@ -90,7 +91,11 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         Some(&options),
         threads,
     )?;
-    output::print_warnings(&report);
-    output::write_html(&report, a.analysis.html.as_deref())?;
-    output::print_report(&report, a.json, a.top, a.analysis.color())
+    output::finish(
+        &report,
+        a.analysis.html.as_deref(),
+        a.json,
+        a.top,
+        a.analysis.color(),
+    )
 }
