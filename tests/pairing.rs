@@ -226,6 +226,8 @@ fn qps_nothing_tells_apart_stay_one_sided_and_say_so() {
     for c in &r.connections {
         assert_eq!(c.paired_by, None);
         assert_eq!(c.ambiguous, Some(2), "{c:?}");
+        // A is the side that sent something, requests or (a responder seen alone) answers.
+        assert!(c.a.packets > 0 && c.b.packets == 0, "{c:?}");
     }
     // The JSON says it; the one-sided rows too.
     let json = serde_json::to_value(&r.connections[0]).unwrap();

@@ -148,7 +148,9 @@ impl Aggregate {
         let qp_of = |d: Option<&Direction>| d.and_then(|d| d.rows.first().map(|(k, _)| k.dest_qp));
         let mut side_x = self.side(lo, hi, scope, x, qp_of(y));
         let mut side_y = self.side(hi, lo, scope, y, qp_of(x));
-        if side_y.requests() > side_x.requests() {
+        // A: the side that sent more requests; with none either way (a responder seen alone),
+        // the side that sent anything.
+        if (side_y.requests(), side_y.packets) > (side_x.requests(), side_x.packets) {
             std::mem::swap(&mut side_x, &mut side_y);
         }
         let rows = || x.into_iter().chain(y).flat_map(|d| d.rows.iter());

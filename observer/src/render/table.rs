@@ -525,7 +525,7 @@ fn render_connections(out: &mut String, report: &Report, top: usize) {
         ));
         let _ = writeln!(
             out,
-            "  A sent the most requests; messages and latency are A's (--json has B's); MSGS n+m?: m of unknown size"
+            "  A sent the most requests (with none, the most packets); messages and latency are A's (--json has B's); MSGS n+m?: m of unknown size"
         );
         more(out, report.connections.len(), top, "connection");
     }

@@ -619,7 +619,7 @@
           msgs(a.messages), msgs(b.messages), lat(la.ack), lat(la.read), lat(lb.ack),
           { v: int(lost), cls: lost > 0 ? "bad" : "", sort: lost }, { v: int(retx), cls: retx > 0 ? "bad" : "", sort: retx }];
       }))));
-      s.append(el("p", "muted", "Both directions of each connection joined (one UDP source port, swapped addresses). A sent the most requests. " +
+      s.append(el("p", "muted", "Both directions of each connection joined (swapped addresses, paired by their port or their PSNs). A sent the most requests (with none, the most packets). " +
         "Messages: what each side posted (a WRITE or READ by its DMA length, a SEND from its FIRST to its LAST packet), " +
         "how many (+n?: n of unknown size) and their size p50 / p99 (the title has the kinds and extremes). " +
         "Latency: how long the other side took to answer that side's requests, timed on the wire (p50 / p99; the title has the samples). " +
