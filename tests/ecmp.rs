@@ -124,6 +124,23 @@ fn ecmp_command_on_a_capture() {
             .arg(&file),
     );
     assert!(status.success(), "{err}");
+    // The capture as an argument, as `replay` takes it: the same report.
+    let (status, positional, err) = output(
+        Command::new(CLI)
+            .args([
+                "ecmp",
+                "--uplinks",
+                "8",
+                "--tiers",
+                "2",
+                "--uplinks2",
+                "4",
+                "--json",
+            ])
+            .arg(&file),
+    );
+    assert!(status.success(), "{err}");
+    assert_eq!(positional, out);
     // The same capture twice would count every packet as a copy: refused in one line.
     let (status, again, err) = output(
         Command::new(CLI)
@@ -199,7 +216,7 @@ fn ecmp_command_on_a_capture() {
         ),
         (
             &["--duration", "5s"][..],
-            "roce-observer: error: --duration and --mode apply to --iface, not --pcap",
+            "roce-observer: error: --duration and --mode apply to --iface, not to capture files",
         ),
     ] {
         let (status, _, err) = output(

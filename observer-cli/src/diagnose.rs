@@ -68,6 +68,8 @@ pub struct DiagnoseArgs {
     /// Print the roce-observer/report/v1 JSON (every flow) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// How XDP attaches: native when the driver supports it, generic (skb) otherwise, or the
+    /// one asked for.
     #[arg(long, value_enum, default_value_t = XdpModeArg::Auto)]
     pub xdp_mode: XdpModeArg,
     /// host: a host's own interface, every frame passes on unchanged. mirror: a SPAN/ERSPAN

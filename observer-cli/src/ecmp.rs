@@ -17,13 +17,18 @@ use crate::{
 };
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["pcap", "ifaces"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["files", "pcap", "ifaces"])))]
 pub struct EcmpArgs {
+    /// Capture files to analyse, as `replay` takes them (or --pcap, or --iface).
+    #[arg(value_name = "FILE")]
+    pub files: Vec<String>,
     /// Uplinks (ECMP members) of the first tier.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub uplinks: u32,
+    /// The switch's hash function.
     #[arg(long, value_enum, default_value = "crc32")]
     pub hash: HashArg,
+    /// The header fields the switch hashes.
     #[arg(long, value_enum, default_value = "5tuple")]
     pub fields: FieldsArg,
     /// Hash seed (decimal or 0x hex).
@@ -53,7 +58,7 @@ pub struct EcmpArgs {
     /// The max/mean the what-if aims under.
     #[arg(long, default_value_t = 1.1)]
     pub target: f64,
-    /// Capture files to analyse (instead of --iface).
+    /// Capture files to analyse (the same as giving them as arguments).
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub pcap: Vec<String>,
     /// Interfaces to observe live (instead of --pcap).
@@ -125,14 +130,15 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
     if let Some((_, hash2, seed2, _)) = tier2 {
         hash2.check_seed(seed2, "--seed2")?;
     }
-    if !a.pcap.is_empty() && (a.duration.is_some() || a.mode.is_some()) {
-        bail!("--duration and --mode apply to --iface, not --pcap");
+    let files: Vec<String> = a.files.iter().chain(&a.pcap).cloned().collect();
+    if !files.is_empty() && (a.duration.is_some() || a.mode.is_some()) {
+        bail!("--duration and --mode apply to --iface, not to capture files");
     }
-    output::refuse_twice(&a.pcap)?;
+    output::refuse_twice(&files)?;
     if !(a.target > 1.0 && a.target.is_finite()) {
         bail!("--target must be above 1 (a max/mean), not {}", a.target);
     }
-    let mut report = if a.pcap.is_empty() {
+    let mut report = if files.is_empty() {
         let live = LiveOptions {
             interfaces: a.ifaces.clone(),
             xdp_mode: AttachMode::Auto,
@@ -149,7 +155,7 @@ pub fn ecmp(a: EcmpArgs) -> Result<()> {
             a.duration.unwrap_or(Duration::from_secs(10)),
         )?
     } else {
-        replay_report(&a.pcap, false, None, None, default_replay_threads())?
+        replay_report(&files, false, None, None, default_replay_threads())?
     };
     output::print_warnings(&report);
     let options = EcmpOptions {

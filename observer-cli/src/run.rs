@@ -42,44 +42,47 @@ pub struct RunArgs {
     /// TOML file with the same keys as these flags (snake_case); read again on SIGHUP.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// host (default) or mirror (a SPAN/ERSPAN destination port).
+    /// host or mirror (a SPAN/ERSPAN destination port) [default: host]
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
     /// Mirror mode only: drop the copies after accounting.
     #[arg(long)]
     pub consume: bool,
     /// Mirror mode only: the CPUs that account the copies, each pair of hosts on one of them: a
-    /// list (0-3,8), `queues` (default: the CPUs of the interfaces' receive queues) or `off`.
+    /// list (0-3,8), `queues` (the CPUs of the interfaces' receive queues) or `off`
+    /// [default: queues]
     #[arg(long, value_parser = roce_observer::source::live::Spread::parse, value_name = "LIST")]
     pub cpus: Option<roce_observer::source::live::Spread>,
-    /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
+    /// How often the kernel maps are drained into the metrics, at least 100ms [default: 10s]
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,
-    /// Address of the metrics endpoint (default 127.0.0.1:9477: loopback only; any other
-    /// address exposes unauthenticated metrics to the network).
+    /// Address of the metrics endpoint: loopback only by default; any other address exposes
+    /// unauthenticated metrics to the network [default: 127.0.0.1:9477]
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
     /// Queue pairs exported as their own series (the top K by recent bytes); all others are
-    /// summed in one `qp="rest"` series (default 100; 0: only the rest).
+    /// summed in one `qp="rest"` series (0: only the rest) [default: 100]
     #[arg(long, value_name = "K")]
     pub max_series: Option<usize>,
     /// Append one JSON line per interval (deltas) to FILE (re-opened on SIGHUP).
     #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
-    /// error, warn, info (default), debug or trace; or a tracing filter. Without it the
-    /// ROCE_OBSERVER_LOG environment variable is used.
+    /// error, warn, info, debug or trace; or a tracing filter. Without it the
+    /// ROCE_OBSERVER_LOG environment variable is used [default: info]
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// Flows unchanged this long are deleted from the kernel table (default 5m).
+    /// Flows unchanged this long are deleted from the kernel table [default: 5m]
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub idle_timeout: Option<Duration>,
-    /// Capacity of the kernel flow table (LRU; default 16384). The kernel allocates it in full,
-    /// per possible CPU: max_flows x (112 + 216 x CPUs) bytes.
+    /// Capacity of the kernel flow table (LRU). The kernel allocates it in full, per possible
+    /// CPU: max_flows x (112 + 216 x CPUs) bytes [default: 16384]
     #[arg(long, value_name = "N")]
     pub max_flows: Option<u32>,
+    /// How XDP attaches: native when the driver supports it, generic (skb) otherwise, or the
+    /// one asked for [default: auto]
     #[arg(long, value_enum)]
     pub xdp_mode: Option<XdpModeArg>,
-    /// Host mode: the TC egress hook (auto, tcx, clsact).
+    /// Host mode: the TC egress hook [default: auto]
     #[arg(long, value_enum, value_name = "HOOK")]
     pub tc_hook: Option<TcHookArg>,
     /// An RDMA device whose NIC side (its counters, and the driver statistics and settings of
