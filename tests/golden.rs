@@ -171,20 +171,24 @@ fn outputs_equal_the_golden_files() {
     }
     let root = workspace_root();
     let mut shared = Vec::new();
+    // The shared folders missing (a clone without ../shared, outside CI: skipped loudly).
+    let mut missing = Vec::new();
     for sub in ["real", "erspan", "negative"] {
-        if let Some(files) = shared_capture_files("golden", sub) {
-            let mut names: Vec<String> = files
-                .iter()
-                .map(|p| {
-                    format!(
-                        "../shared/captures/{sub}/{}",
-                        p.file_name().unwrap().to_string_lossy()
-                    )
-                })
-                .collect();
-            names.sort();
-            shared.extend(names);
-        }
+        let Some(files) = shared_capture_files("golden", sub) else {
+            missing.push(sub);
+            continue;
+        };
+        let mut names: Vec<String> = files
+            .iter()
+            .map(|p| {
+                format!(
+                    "../shared/captures/{sub}/{}",
+                    p.file_name().unwrap().to_string_lossy()
+                )
+            })
+            .collect();
+        names.sort();
+        shared.extend(names);
     }
     let mut differing = Vec::new();
     let cases = cases(&scenarios, &shared);
@@ -224,9 +228,17 @@ fn outputs_equal_the_golden_files() {
         let files = files_under(&golden_dir());
         let cased: std::collections::BTreeSet<PathBuf> =
             cases.iter().map(|c| golden_dir().join(&c.file)).collect();
+        // The golden files of a missing shared folder's captures stay, unchecked this run.
+        let of_missing = |f: &PathBuf| {
+            let name = f.file_name().unwrap().to_string_lossy().to_string();
+            f.parent() == Some(golden_dir().join("captures").as_path())
+                && missing.iter().any(|sub| {
+                    name.starts_with(&format!("{sub}_")) || name.starts_with(&format!("{sub}-"))
+                })
+        };
         let orphans: Vec<String> = files
             .iter()
-            .filter(|f| !cased.contains(*f))
+            .filter(|f| !cased.contains(*f) && !of_missing(f))
             .map(|f| f.display().to_string())
             .collect();
         assert!(orphans.is_empty(), "golden files of no case: {orphans:?}");
