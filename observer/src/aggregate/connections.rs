@@ -201,8 +201,9 @@ impl Aggregate {
             bytes,
             first_seen_ns: if first == u64::MAX { 0 } else { first },
             last_seen_ns: last,
-            active_rate_bps: (last > first && first != u64::MAX)
-                .then(|| bytes as f64 * 8.0 * 1e9 / (last - first) as f64),
+            active_rate_bps: (first != u64::MAX)
+                .then(|| crate::model::active_rate_of(packets, bytes, first, last))
+                .flatten(),
             a: side_x,
             b: side_y,
         }

@@ -469,12 +469,13 @@ pub struct Flow {
     /// bytes * 8 / window.seconds: the flow's share of the whole observation.
     pub rate_bps: f64,
     /// bytes * 8 / (last_seen_ns - first_seen_ns): the rate while the flow was active. Absent
-    /// when those are equal (a single packet, or a flow shorter than the clock's resolution:
-    /// one kernel tick live).
+    /// below 3 packets or a span of 1 us (a single packet, two packets whose gap says nothing
+    /// of a rate, or a flow shorter than the clock's resolution: one kernel tick live).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_rate_bps: Option<f64>,
     /// The flow's busiest interval of the time series, bits/s (over the time that interval
-    /// covers); absent without a series.
+    /// covers), or its `active_rate_bps` when that is higher (an interval's rate counts the
+    /// time the flow was idle in it): never below it. Absent without a series.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rate_bps: Option<f64>,
 }
@@ -887,11 +888,22 @@ impl MirrorTotals {
 
 /// Bits/s over a flow's first to last packet; none when they are one instant.
 fn active_rate(s: &FlowStats) -> Option<f64> {
-    let ns = s
-        .last_seen_ns
-        .checked_sub(s.first_seen_ns)
-        .filter(|ns| *ns > 0)?;
-    Some(s.bytes as f64 * 8.0 * 1e9 / ns as f64)
+    active_rate_of(s.packets, s.bytes, s.first_seen_ns, s.last_seen_ns)
+}
+
+/// A rate needs this many packets: over two, the span between them says little (two packets
+/// 285 ns apart would read as tens of Gb/s).
+pub const MIN_RATE_PACKETS: u64 = 3;
+/// And a span of at least this long.
+pub const MIN_RATE_SPAN_NS: u64 = 1_000;
+
+/// `bytes` * 8 over `first_ns` to `last_ns`, when `packets` and the span are enough to tell a
+/// rate ([`MIN_RATE_PACKETS`], [`MIN_RATE_SPAN_NS`]).
+pub fn active_rate_of(packets: u64, bytes: u64, first_ns: u64, last_ns: u64) -> Option<f64> {
+    let ns = last_ns
+        .checked_sub(first_ns)
+        .filter(|ns| *ns >= MIN_RATE_SPAN_NS)?;
+    (packets >= MIN_RATE_PACKETS).then(|| bytes as f64 * 8.0 * 1e9 / ns as f64)
 }
 
 pub fn rate(bytes: u64, seconds: f64) -> f64 {
@@ -933,7 +945,11 @@ impl Report {
         let by_id: std::collections::HashMap<_, f64> =
             peaks.iter().map(|(k, p)| (FlowId::of_key(k), *p)).collect();
         for f in &mut self.flows {
-            f.peak_rate_bps = Some(by_id.get(&FlowId::of_flow(f)).copied().unwrap_or(0.0));
+            // An interval's rate is over all of the interval, also where the flow was idle:
+            // the rate over its active span is one it reached too, so the peak is never below
+            // it.
+            let interval = by_id.get(&FlowId::of_flow(f)).copied().unwrap_or(0.0);
+            f.peak_rate_bps = Some(interval.max(f.active_rate_bps.unwrap_or(0.0)));
         }
         // A side's flow seen in several mirror sessions: the busiest session's interval.
         for c in &mut self.connections {
@@ -975,5 +991,52 @@ mod tests {
         // 0xC0-0xDF and 0xE0-0xFF are both manufacturer specific.
         assert_eq!(transport_names(1 << 6 | 1 << 7), ["vendor"]);
         assert!(transport_names(0).is_empty());
+    }
+
+    /// Two packets 285 ns apart are no rate; three over a microsecond or more are.
+    #[test]
+    fn a_rate_needs_three_packets_over_a_microsecond() {
+        assert_eq!(active_rate_of(2, 2000, 1_000, 1_285), None);
+        assert_eq!(active_rate_of(3, 3000, 1_000, 1_500), None);
+        assert_eq!(active_rate_of(3, 3000, 1_000, 2_000), Some(24e9));
+        assert_eq!(active_rate_of(1, 1000, 5, 5), None);
+    }
+
+    /// PEAK is never below RATE: a flow busy for a tenth of its only interval has its
+    /// interval's rate a tenth of its active rate.
+    #[test]
+    fn the_peak_is_never_below_the_active_rate() {
+        let key = FlowKey {
+            src_ip: [1; 16],
+            dst_ip: [2; 16],
+            dest_qp: 7,
+            udp_src_port: 49152,
+            mirror: 0,
+        };
+        let s = FlowStats {
+            packets: 10,
+            bytes: 10_000,
+            first_seen_ns: 0,
+            last_seen_ns: 100_000,
+            ..FlowStats::default()
+        };
+        let mut r: Report = serde_json::from_value(serde_json::json!({
+            "schema": SCHEMA, "source": {"kind": "pcap"}, "window": {"seconds": 1.0},
+            "totals": {"frames": 0, "roce_packets": 0, "roce_bytes": 0, "ce_packets": 0,
+                "cnp_packets": 0, "flow_insert_failures": 0, "evicted_packets": 0,
+                "egress_frames": 0, "pause_insert_failures": 0, "skipped": {},
+                "psn": Psn::default()},
+            "flows": []
+        }))
+        .unwrap();
+        r.flows.push(Flow::new(&key, &s, 1.0));
+        let active = r.flows[0].active_rate_bps.unwrap();
+        assert_eq!(active, 800e6);
+        let peaks = [(key, active / 10.0)].into_iter().collect();
+        r.set_flow_peaks(&peaks);
+        assert_eq!(r.flows[0].peak_rate_bps, Some(active));
+        let peaks = [(key, active * 2.0)].into_iter().collect();
+        r.set_flow_peaks(&peaks);
+        assert_eq!(r.flows[0].peak_rate_bps, Some(active * 2.0));
     }
 }
