@@ -551,6 +551,34 @@ fn microburst_fires_on_frames_back_to_back_near_line_rate() {
     assert!((90.0..100.0).contains(&peak), "peak {peak}% of the link");
 }
 
+/// A slot above 100% of the link speed given: the speed is wrong or several links are in the
+/// capture. The run warns and the finding says so.
+#[test]
+fn a_burst_above_the_link_speed_warns_that_the_speed_is_wrong() {
+    let dir = Scratch::new("findings-overspeed");
+    let (_, pcap) = capture(&dir, "rule-microburst");
+    let r = replay_json(&[pcap], &["--link-speed", "5G"]);
+    let w: Vec<&String> = r
+        .source
+        .warnings
+        .iter()
+        .filter(|w| w.contains("of the link speed (5 Gb/s): the link speed is wrong"))
+        .collect();
+    assert_eq!(w.len(), 1, "{:?}", r.source.warnings);
+    let f = finding(&r, "microburst");
+    assert!(
+        f.summary
+            .ends_with("above 100%: the link speed is wrong, or this holds several links' traffic"),
+        "{}",
+        f.summary
+    );
+    // At the right speed, neither.
+    let dir = Scratch::new("findings-rightspeed");
+    let (_, pcap) = capture(&dir, "rule-microburst");
+    let r = replay_json(&[pcap], &["--link-speed", "10G"]);
+    assert!(r.source.warnings.is_empty(), "{:?}", r.source.warnings);
+    assert!(!finding(&r, "microburst").summary.contains("above 100%"));
+}
 #[test]
 fn ecmp_imbalance_fires_when_every_qp_shares_one_5_tuple() {
     let (w, r) = rule_scenario("rule-ecmp-imbalance", &["ecmp-imbalance"]);

@@ -201,6 +201,7 @@ pub fn conclude(report: &mut Report, options: &AnalysisOptions) {
     if let Some(plan) = &options.nic {
         plan.finish(report);
     }
+    warn_above_line_rate(report);
     if let Some(ecmp) = &options.ecmp {
         report.ecmp = Some(crate::analysis::ecmp::analyse(
             &report.flows,
@@ -211,6 +212,34 @@ pub fn conclude(report: &mut Report, options: &AnalysisOptions) {
     let (findings, checks) = findings::evaluate(report, &options.thresholds);
     report.findings = findings;
     report.checks = checks;
+}
+
+/// Says in `source.warnings` when a microburst slot carried more than the link speed allows:
+/// the speed given is wrong, or the interface or capture carries several links' traffic (a
+/// mirror port fed by several links, captures of several links merged).
+fn warn_above_line_rate(report: &mut Report) {
+    let Some(mb) = &report.microbursts else {
+        return;
+    };
+    let Some(speed) = mb.link_speed_bps else {
+        return;
+    };
+    let mut warnings = Vec::new();
+    for i in &mb.interfaces {
+        if let Some(p) = i.peak_percent.filter(|p| *p > 100.0) {
+            warnings.push(format!(
+                "{} {}: a {} slot carried {p:.0}% of the link speed ({} Gb/s): the link speed is wrong (--link-speed), or this holds the traffic of several links",
+                i.name,
+                match i.direction {
+                    crate::model::Direction::Ingress => "in",
+                    crate::model::Direction::Egress => "out",
+                },
+                crate::units::duration(mb.slot_ns),
+                speed as f64 / 1e9
+            ));
+        }
+    }
+    report.source.warnings.extend(warnings);
 }
 
 /// Sets the report's link speed; when pause frames were seen but no speed is known, says why in

@@ -107,11 +107,20 @@ fn microburst(r: &Report, c: &Microburst) -> Outcome {
         Severity::Warning,
         "Microbursts near line rate",
         format!(
-            "slots of {} us at or above {}% of {} Gb/s: {}",
+            "slots of {} us at or above {}% of {} Gb/s: {}{}",
             mb.slot_ns / 1000,
             mb.threshold_percent,
             mb.link_speed_bps.unwrap_or(0) as f64 / 1e9,
-            per.join("; ")
+            per.join("; "),
+            // More than one link can carry: the speed or the observation is not one link's.
+            if hits
+                .iter()
+                .any(|i| i.peak_percent.is_some_and(|p| p > 100.0))
+            {
+                "; above 100%: the link speed is wrong, or this holds several links' traffic"
+            } else {
+                ""
+            }
         ),
         vec![
             ("interfaces", per.into()),
