@@ -195,11 +195,18 @@ fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
             } else {
                 String::new()
             };
+            // NAKs alone: the responder saw a PSN missing, yet none is missing or resent here.
+            let share = if missing + retx == 0 {
+                format!(
+                    "with no PSN missing or resent in view: the loss was past this point of observation, or the resend was not seen; over {}",
+                    count(requests, "request packet")
+                )
+            } else {
+                format!("{rate:.3}% of {}", count(requests, "request packet"))
+            };
             format!(
-                "{} ({:.3}% of {}) on {}{own}",
+                "{} ({share}) on {}{own}",
                 parts.join(", "),
-                rate,
-                count(requests, "request packet"),
                 count(flows.len() as u64, "flow")
             )
         },
@@ -236,6 +243,25 @@ fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
 mod tests {
     use super::*;
     use crate::analysis::findings::testing::{fired, flow, passed, report, run};
+
+    /// A NAK (PSN sequence error) with nothing missing or resent in view says so, not "0.000%".
+    #[test]
+    fn a_nak_with_nothing_missing_or_resent_says_what_it_is() {
+        let t = Thresholds::default();
+        let mut r = report();
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.send) = (76, 76);
+        r.flows.push(f);
+        let mut b = flow("10.0.0.2", "10.0.0.1");
+        (b.packets, b.ops.nak, b.psn.nak_seq_errors) = (1, 1, 1);
+        r.flows.push(b);
+        let f = fired(run(&LossRule, &r, &t));
+        assert_eq!(
+            f.summary,
+            "1 NAK sequence error (with no PSN missing or resent in view: the loss was past this point of observation, or the resend was not seen; over 76 request packets) on 1 flow"
+        );
+        assert!(!f.summary.contains('%'));
+    }
 
     #[test]
     fn lost_psns_fire_critical_in_a_lossless_class_and_rnr_retries_do_not_count() {
