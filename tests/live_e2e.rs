@@ -280,7 +280,7 @@ fn several_interfaces_are_summed() {
 
 /// The truth of `w` seen twice: sent (TC egress, flows marked egress) and received.
 fn seen_both_ways(w: &synth::Workload) -> Aggregate {
-    let ingress = truth_aggregate(&w.truth);
+    let ingress = integration_tests::with_tracks(truth_aggregate(&w.truth), w);
     let mut egress = ingress.clone();
     egress.flows = egress
         .flows

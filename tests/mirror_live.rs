@@ -85,7 +85,10 @@ fn mirrored_truth(w: &synth::Workload, session: u16) -> Aggregate {
         session: Some(session),
         truncated: false,
     });
-    let mut t = mirrored(truth_aggregate(&w.truth), m);
+    let mut t = mirrored(
+        integration_tests::with_tracks(truth_aggregate(&w.truth), w),
+        m,
+    );
     t.counters.mirror_sessions[usize::from(session)] = t.counters.frames;
     t
 }

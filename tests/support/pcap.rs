@@ -23,6 +23,37 @@ pub fn truth_aggregate(t: &Truth) -> Aggregate {
     }
 }
 
+/// The truth aggregate of `w` with each flow's PSN continuation state (its newest request and
+/// answer PSNs and when) as the analysis ends on the workload's frames. The generator's truth
+/// keeps counts, not that state; the report pairs directions whose ports differ, or that share
+/// one port with other QPs, on it. Whether that pairing is right is tested against the
+/// generator's own record of its connections (`tests/pairing.rs`); here it only lets a report
+/// of the truth pair what a live report pairs. Flows seen directly and the analyses of mirror
+/// sessions together get the state; a session's own flow keeps none, as observed.
+pub fn with_tracks(mut agg: Aggregate, w: &roce_observer::source::synth::Workload) -> Aggregate {
+    let mut parsed = Aggregate::new();
+    for f in &w.frames {
+        let _ = parsed.push(&f.bytes, f.ts_ns);
+    }
+    let track = |k: &FlowKey| {
+        parsed
+            .flows
+            .get(&FlowKey { mirror: 0, ..*k })
+            .map(|s| s.seq_track)
+    };
+    for (k, s) in agg.flows.iter_mut().filter(|(k, _)| !k.is_copy()) {
+        if let Some(t) = track(k) {
+            s.seq_track = t;
+        }
+    }
+    for (k, s) in agg.unions.iter_mut() {
+        if let Some(t) = track(k) {
+            s.seq_track = t;
+        }
+    }
+    agg
+}
+
 /// The aggregate `direct` (of traffic seen directly) as seen through mirror `mirror` (a
 /// [`FlowKey::mirror`] value): each flow's counts under the mirror's key, its PSN analysis under
 /// the key of every session together.

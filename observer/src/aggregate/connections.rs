@@ -16,14 +16,8 @@ use crate::model::connections::{
 };
 use crate::model::{Flow, ip_of};
 
-/// `FlowStats::transport_mask` bits of the connected transports (RC, UC, XRC) and of CNPs.
-const RC: u32 = 1;
-const UC: u32 = 1 << 1;
-const UD: u32 = 1 << 3;
-const CNP: u32 = 1 << 4;
-const XRC: u32 = 1 << 5;
-/// The connected transports: RC, UC and XRC.
-pub(crate) const CONNECTED: u32 = RC | UC | XRC;
+pub(crate) use super::pairing::CONNECTED;
+use super::pairing::{CNP, RC, UC, UD, XRC};
 
 /// The observation a flow belongs to: direct (either direction of a host), or every mirror
 /// session together.

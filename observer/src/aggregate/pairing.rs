@@ -26,10 +26,15 @@ use observer_common::seq::{F_ACKREQ, F_RESP, F_VALID, MAX_GO_BACK, psn_sub};
 use observer_common::{FlowKey, FlowStats, MIRROR_UNION, QP_CM};
 
 use super::Aggregate;
-use super::connections::CONNECTED;
 
-/// `FlowStats::transport_mask` bit of CNPs.
-const CNP: u32 = 1 << 4;
+/// `FlowStats::transport_mask` bits of the connected transports (RC, UC, XRC), UD and CNPs.
+pub(crate) const RC: u32 = 1;
+pub(crate) const UC: u32 = 1 << 1;
+pub(crate) const UD: u32 = 1 << 3;
+pub(crate) const CNP: u32 = 1 << 4;
+pub(crate) const XRC: u32 = 1 << 5;
+/// The connected transports: RC, UC and XRC.
+pub(crate) const CONNECTED: u32 = RC | UC | XRC;
 
 /// One direction of a connection: sender, receiver, the receiver's QP (the destination QP),
 /// and the observation (0 direct, [`MIRROR_UNION`] every mirror session together). Its flows
