@@ -16,8 +16,9 @@ pub struct EcmpReport {
     /// Share of the random trials whose busiest uplink (max/mean by bytes) was lighter than
     /// the model's: 0.5 is typical of a random hash, near 1 is worse than nearly all.
     pub random_percentile: f64,
-    /// "as good as random", "2.1x worse than random would be" (the model's excess of max/mean
-    /// over 1, against random's), "better than random", or why there is nothing to judge.
+    /// From `random_percentile`: "worse than random" (busier than 95% of the random
+    /// placements or more), "better than random" (5% or fewer), "as good as random" between,
+    /// each with the percentile; or why there is nothing to judge.
     pub verdict: String,
     /// Of the `top_k` largest flows, how many share an uplink with another of them.
     pub top_k: usize,
@@ -92,8 +93,10 @@ pub struct Tier2 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WhatIf {
     pub target: f64,
-    /// max/mean by bytes with the destination QP added to the hash.
-    pub with_dest_qp: f64,
+    /// max/mean by bytes with the destination QP added to the hash; absent when the model
+    /// hashes it already (`5tuple+qp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_dest_qp: Option<f64>,
     /// The fewest QPs per connection (NCCL_IB_QPS_PER_CONNECTION, 1 to 16) from which on, up to
     /// 16, max/mean stays under the target: each paired connection split into that many, an
     /// equal share apiece, both directions of QP j on the drivers' port for QPNs (a + j, b + j);

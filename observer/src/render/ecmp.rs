@@ -63,14 +63,8 @@ pub fn render(report: &EcmpReport) -> String {
     let r = &report.random_bytes;
     let _ = writeln!(
         out,
-        "max/mean {:.2} (random hash: {:.2}; busier than {:.0}% of random placements), CV {:.2}, Jain {:.3}, idle uplinks {}: {}",
-        b.max_over_mean,
-        r.max_over_mean,
-        report.random_percentile * 100.0,
-        b.cv,
-        b.jain,
-        b.idle,
-        report.verdict
+        "max/mean {:.2} (random hash: {:.2} on average), CV {:.2}, Jain {:.3}, idle uplinks {}: {}",
+        b.max_over_mean, r.max_over_mean, b.cv, b.jain, b.idle, report.verdict
     );
     let _ = writeln!(
         out,
@@ -132,10 +126,14 @@ pub fn render(report: &EcmpReport) -> String {
         Some(k) => format!("{k} QPs per connection would meet it"),
         None => "no count up to 16 QPs per connection would".to_string(),
     };
+    let dest_qp = match w.with_dest_qp {
+        Some(m) => format!("destination QP in the hash gives {m:.2}"),
+        None => "the destination QP is hashed already".to_string(),
+    };
     let _ = writeln!(
         out,
-        "what-if (target max/mean {:.2}): destination QP in the hash gives {:.2}; {qps}",
-        w.target, w.with_dest_qp
+        "what-if (target max/mean {:.2}): {dest_qp}; {qps}",
+        w.target
     );
     if let Some(hint) = &w.hint {
         let _ = writeln!(out, "hint: {hint}");

@@ -5,7 +5,7 @@
 use super::{
     hash::{Bucket, Fields, FlowFields, HashFn, HashModel},
     pairing::{SourcePort, pair_with, rdma_udp_sport},
-    predict::{Balance, FlowLoad, balance, mean_balance, random_trials, spread, two_tiers},
+    predict::{FlowLoad, balance, mean_balance, random_trials, spread, two_tiers},
 };
 use crate::model::{
     Flow,
@@ -74,9 +74,20 @@ fn loads(flows: &[Flow]) -> Vec<FlowLoad> {
 
 /// The flows with each paired connection split into `k` QPs (k = 1: as they are): an equal
 /// share apiece, both directions of QP j on the drivers' port for QPNs (a + j, b + j).
-fn split(fl: &[FlowLoad], connections: &[super::pairing::Connection], k: u32) -> Vec<FlowLoad> {
+fn split(
+    fl: &[FlowLoad],
+    data: &[bool],
+    connections: &[super::pairing::Connection],
+    k: u32,
+) -> Vec<FlowLoad> {
+    let data_only = |v: Vec<(usize, FlowLoad)>| -> Vec<FlowLoad> {
+        v.into_iter()
+            .filter(|(i, _)| data[*i])
+            .map(|(_, f)| f)
+            .collect()
+    };
     if k <= 1 {
-        return fl.to_vec();
+        return data_only(fl.iter().copied().enumerate().collect());
     }
     let mut in_connection = vec![false; fl.len()];
     let mut out = Vec::with_capacity(fl.len() * k as usize);
@@ -91,7 +102,7 @@ fn split(fl: &[FlowLoad], connections: &[super::pairing::Connection], k: u32) ->
                 g.weight /= f64::from(k);
                 g.fields.dest_qp = dest_qp;
                 g.fields.src_port = port;
-                out.push(g);
+                out.push((idx, g));
             }
         }
         in_connection[c.flows[0]] = true;
@@ -99,63 +110,104 @@ fn split(fl: &[FlowLoad], connections: &[super::pairing::Connection], k: u32) ->
     }
     out.extend(
         fl.iter()
-            .zip(&in_connection)
-            .filter(|(_, paired)| !**paired)
-            .map(|(f, _)| *f),
+            .copied()
+            .enumerate()
+            .filter(|(i, _)| !in_connection[*i]),
     );
-    out
+    data_only(out)
 }
 
-/// The verdict on a model's max/mean `m` for `flows` flows over `n` uplinks, against random
-/// trials: compares the excess over a perfect 1.0, as the ratio of max/means compresses it.
-fn verdict(flows: usize, n: u32, m: f64, trials: &[Balance]) -> String {
+/// A flow that carries data: SEND, WRITE or READ response packets. The others (ACKs, NAKs,
+/// CNPs, READ requests alone) weigh next to nothing on an uplink; counted as flows they would
+/// make a few data flows look like many.
+fn carries_data(f: &Flow) -> bool {
+    f.ops.send + f.ops.write + f.ops.read_response > 0
+}
+
+/// The share of random placements the model's busiest uplink must be busier than to be worse
+/// than random (and, mirrored, less busy than to be better).
+const WORSE_PERCENTILE: f64 = 0.95;
+
+/// The verdict on a model for `flows` data flows over `n` uplinks, from where its max/mean
+/// falls among random placements of the same flows: `percentile`, the share of them it is
+/// busier than. One measure, so the verdict and the percentile shown beside it agree.
+fn verdict(flows: usize, n: u32, percentile: f64) -> String {
     if flows == 0 {
-        return "no RoCEv2 flows to model".to_string();
+        return "no RoCEv2 data flows to model".to_string();
     }
     if flows < 2 * n as usize {
-        return format!("too few flows to judge ({flows} flows over {n} uplinks)");
+        return format!("too few flows to judge ({flows} data flows over {n} uplinks)");
     }
-    let r = mean_balance(trials).max_over_mean;
-    let excess = |x: f64| (x - 1.0).max(0.0);
-    let ratio = if excess(r) < 1e-9 {
-        if excess(m) < 1e-9 { 1.0 } else { f64::INFINITY }
+    if percentile >= WORSE_PERCENTILE {
+        format!(
+            "worse than random: busier than {:.0}% of random placements",
+            percentile * 100.0
+        )
+    } else if percentile <= 1.0 - WORSE_PERCENTILE {
+        format!(
+            "better than random: busier than {:.0}% of random placements",
+            percentile * 100.0
+        )
     } else {
-        excess(m) / excess(r)
-    };
-    if (0.8..=1.25).contains(&ratio) {
-        "as good as random".to_string()
-    } else if ratio < 0.8 {
-        "better than random".to_string()
-    } else {
-        format!("{ratio:.1}x worse than random would be")
+        format!(
+            "as good as random: busier than {:.0}% of random placements",
+            percentile * 100.0
+        )
     }
 }
 
 /// What would bring the busiest uplink under the target, from the cause: QPs sharing one
 /// 5-tuple (most bytes) need the destination QP in the hash or ports per QP, not more QPs.
+/// `with_dest_qp`: max/mean with the destination QP in the hash (absent when the model hashes
+/// it already). `as_random`: the hash spreads as well as random placement does, and only more
+/// flows would even it out.
 fn what_helps(
     shared_tuple: bool,
     qps: Option<u32>,
-    dest_qp_meets: bool,
-    with_dest_qp: f64,
+    with_dest_qp: Option<f64>,
+    target: f64,
+    as_random: bool,
 ) -> String {
-    let dest_qp = format!(
-        "hash on the destination QP where the switch supports it (5tuple+qp gives max/mean {with_dest_qp:.2})"
-    );
-    if shared_tuple {
-        return format!(
-            "most bytes travel on QPs that share one 5-tuple (one UDP source port), and more QPs on it would share it too: {dest_qp}, or let the NICs give each QP its own source port (the drivers' rule, not a fixed port or flow label)"
-        );
-    }
-    match (qps, dest_qp_meets) {
-        (Some(k), true) => {
-            format!("use {k} QPs per connection (NCCL_IB_QPS_PER_CONNECTION={k}), or {dest_qp}")
+    let dest_qp = with_dest_qp.map(|m| {
+        format!(
+            "hash on the destination QP where the switch supports it (5tuple+qp gives max/mean {m:.2})"
+        )
+    });
+    let dest_qp_meets = with_dest_qp.is_some_and(|m| m < target);
+    let helps = if shared_tuple {
+        let ports = "let the NICs give each QP its own source port (the drivers' rule, not a fixed port or flow label)";
+        match &dest_qp {
+            Some(d) => format!(
+                "most bytes travel on QPs that share one 5-tuple (one UDP source port), and more QPs on it would share it too: {d}, or {ports}"
+            ),
+            None => format!(
+                "most bytes travel on QPs that share one 5-tuple (one UDP source port) and the destination QP in the hash does not even them out: {ports}"
+            ),
         }
-        (Some(k), false) => format!("use {k} QPs per connection (NCCL_IB_QPS_PER_CONNECTION={k})"),
-        (None, true) => dest_qp,
-        (None, false) => format!(
-            "neither up to 16 QPs per connection nor the destination QP in the hash reaches the target ({with_dest_qp:.2} with it): the flows are too few or too unequal for a hash to even them out; spread the traffic over more connections, or use adaptive routing or packet spraying where the fabric has it"
-        ),
+    } else {
+        match (qps, dest_qp_meets, &dest_qp) {
+            (Some(k), true, Some(d)) => {
+                format!("use {k} QPs per connection (NCCL_IB_QPS_PER_CONNECTION={k}), or {d}")
+            }
+            (Some(k), _, _) => {
+                format!("use {k} QPs per connection (NCCL_IB_QPS_PER_CONNECTION={k})")
+            }
+            (None, true, Some(d)) => d.clone(),
+            (None, _, _) => format!(
+                "neither up to 16 QPs per connection nor {} reaches the target: the flows are too few or too unequal for a hash to even them out; spread the traffic over more connections, or use adaptive routing or packet spraying where the fabric has it",
+                match with_dest_qp {
+                    Some(m) => format!("the destination QP in the hash ({m:.2} with it)"),
+                    None => "the destination QP, already hashed,".to_string(),
+                }
+            ),
+        }
+    };
+    if as_random {
+        format!(
+            "the hash does as well as random placement with these flows; to bring the busiest uplink under {target:.2}: {helps}"
+        )
+    } else {
+        helps
     }
 }
 
@@ -173,7 +225,10 @@ pub fn analyse(
     };
     let model = with_key(HashModel::new(o.fields, o.hash, o.seed, o.bucket));
     let n = o.uplinks.max(1);
-    let fl = loads(flows);
+    // Every flow, for the pairing's indices; the data flows are what the uplinks carry.
+    let all = loads(flows);
+    let data: Vec<bool> = flows.iter().map(carries_data).collect();
+    let fl: Vec<FlowLoad> = split(&all, &data, &[], 1);
     let s = spread(&fl, &model, n);
     let weights: Vec<f64> = fl.iter().map(|f| f.weight).collect();
     let balance_bytes = balance(&s.weight);
@@ -247,9 +302,13 @@ pub fn analyse(
         o.seed,
         o.bucket,
     ));
-    let with_dest_qp = balance(&spread(&fl, &with_qp, n).weight).max_over_mean;
+    // The destination QP added to the hash: nothing to add when the model hashes it.
+    let with_dest_qp = (o.fields != Fields::FiveTupleQp)
+        .then(|| balance(&spread(&fl, &with_qp, n).weight).max_over_mean);
     let curve: Vec<f64> = (1..=16u32)
-        .map(|k| balance(&spread(&split(&fl, &p.connections, k), &model, n).weight).max_over_mean)
+        .map(|k| {
+            balance(&spread(&split(&all, &data, &p.connections, k), &model, n).weight).max_over_mean
+        })
         .collect();
     // Met as measured: nothing to change (whatever more QPs would give). Else the smallest k
     // from which on every count up to 16 stays under the target.
@@ -262,15 +321,22 @@ pub fn analyse(
         (1..=16u32).find(|k| curve[*k as usize - 1..].iter().all(|m| *m < o.target))
     };
     // Flows whose QPs share one 5-tuple: more QPs on it would share it too.
-    let shared_bytes: f64 = p.shared_tuple_flows.iter().map(|i| fl[*i].weight).sum();
+    let shared_bytes: f64 = p
+        .shared_tuple_flows
+        .iter()
+        .filter(|i| data[**i])
+        .map(|i| all[*i].weight)
+        .sum();
     let total_bytes: f64 = fl.iter().map(|f| f.weight).sum();
     let shared_cause = total_bytes > 0.0 && shared_bytes * 2.0 >= total_bytes;
+    let verdict = verdict(fl.len(), n, random_percentile);
     let hint = (!fl.is_empty() && !meets_target).then(|| {
         what_helps(
             shared_cause,
             qps_per_connection,
-            with_dest_qp < o.target,
             with_dest_qp,
+            o.target,
+            verdict.starts_with("as good as random") || verdict.starts_with("better"),
         )
     });
 
@@ -290,7 +356,7 @@ pub fn analyse(
                 flows: s.flows[u],
             })
             .collect(),
-        verdict: verdict(fl.len(), n, balance_bytes.max_over_mean, &trials),
+        verdict,
         balance_bytes,
         balance_flows: balance(&flow_counts),
         random_bytes,
@@ -325,7 +391,10 @@ mod tests {
             packets: 1,
             bytes,
             ecn: Ecn::default(),
-            ops: Ops::default(),
+            ops: Ops {
+                write: 1,
+                ..Ops::default()
+            },
             psn: Psn::default(),
             psn_scope: None,
             transports: Vec::new(),
@@ -349,13 +418,13 @@ mod tests {
         let r = analyse(&flows, &[], &EcmpOptions::default());
         assert_eq!(r.balance_bytes.max_over_mean, 4.0);
         assert_eq!(r.balance_bytes.idle, 3);
-        assert!(
-            r.verdict.ends_with("worse than random would be"),
+        assert_eq!(
+            r.verdict, "worse than random: busier than 100% of random placements",
             "{}",
             r.verdict
         );
         assert_eq!(r.top_k_colliding, 8);
-        assert!(r.what_if.with_dest_qp < 2.0, "{:?}", r.what_if);
+        assert!(r.what_if.with_dest_qp.unwrap() < 2.0, "{:?}", r.what_if);
         // QPs sharing one fixed port cannot be told apart into connections, and more QPs on
         // that port would share it too: only the destination QP in the hash helps, and the
         // hint says so.
@@ -407,7 +476,10 @@ mod tests {
             },
         );
         assert_eq!(r.connections.paired, 4);
-        assert_eq!(r.verdict, "too few flows to judge (8 flows over 8 uplinks)");
+        assert_eq!(
+            r.verdict,
+            "too few flows to judge (8 data flows over 8 uplinks)"
+        );
         let four = analyse(
             &flows,
             &[],
@@ -425,17 +497,40 @@ mod tests {
         assert!(!four.what_if.meets_target);
         let hint = four.what_if.hint.as_deref().unwrap();
         assert!(
-            hint.starts_with(&format!("use {k} QPs per connection")),
+            hint.ends_with(&format!(
+                "use {k} QPs per connection (NCCL_IB_QPS_PER_CONNECTION={k})"
+            )),
             "{hint}"
         );
         // No flows: nothing to judge, nothing to propose, one line.
         let empty = analyse(&[], &[], &EcmpOptions::default());
-        assert_eq!(empty.verdict, "no RoCEv2 flows to model");
+        assert_eq!(empty.verdict, "no RoCEv2 data flows to model");
         assert_eq!(empty.what_if.qps_per_connection, None);
         assert_eq!(empty.what_if.hint, None);
         let text = crate::render::ecmp::render(&empty);
         assert_eq!(text.lines().count(), 1, "{text}");
-        assert!(text.contains("no RoCEv2 flows to model"), "{text}");
+        assert!(text.contains("no RoCEv2 data flows to model"), "{text}");
+    }
+
+    /// A model that hashes the destination QP already proposes no destination QP in the hash.
+    #[test]
+    fn no_dest_qp_what_if_when_the_qp_is_hashed() {
+        let flows: Vec<Flow> = (0..4).map(|i| flow(4791, 0x100 + i, 1000)).collect();
+        let o = EcmpOptions {
+            fields: Fields::FiveTupleQp,
+            ..EcmpOptions::default()
+        };
+        let r = analyse(&flows, &[], &o);
+        assert_eq!(r.what_if.with_dest_qp, None);
+        let hint = r.what_if.hint.as_deref().unwrap();
+        assert!(!hint.contains("hash on the destination QP"), "{hint}");
+        let text = crate::render::ecmp::render(&r);
+        assert!(
+            text.contains("the destination QP is hashed already"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r.what_if).unwrap();
+        assert!(json.get("with_dest_qp").is_none());
     }
 
     #[test]
@@ -472,7 +567,10 @@ mod tests {
             .map(|q| flow(rdma_udp_sport(0x100 + q, 0x900 + q), 0x900 + q, 1000))
             .collect();
         let r = analyse(&flows, &[], &EcmpOptions::default());
-        assert_eq!(r.verdict, "as good as random", "{r:?}");
+        assert!(
+            r.verdict.starts_with("as good as random: busier than "),
+            "{r:?}"
+        );
         let two = analyse(
             &flows,
             &[],

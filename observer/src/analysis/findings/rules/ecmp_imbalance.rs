@@ -56,18 +56,32 @@ fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
     if e.flows < 2 * uplinks {
         return Outcome::InsufficientData(format!(
             "{} over {}: at least {} needed to judge the spread",
-            count(e.flows, "flow"),
+            count(e.flows, "data flow"),
             count(uplinks, "uplink"),
             2 * uplinks
         ));
     }
-    let worse = e.verdict.ends_with("worse than random would be");
+    // Worse than random: busier than `min_percentile` of random placements of the same flows
+    // (the measure `ecmp`'s verdict is on).
     let percentile = e.random_percentile * 100.0;
-    if !worse || percentile < c.min_percentile {
-        return Outcome::Passed(format!(
-            "{}: max/mean {:.2} (random {:.2}), percentile {percentile:.0}",
+    if percentile < c.min_percentile {
+        let mut note = format!(
+            "{}: max/mean {:.2} (random {:.2})",
             e.verdict, e.balance_bytes.max_over_mean, e.random_bytes.max_over_mean
-        ));
+        );
+        // The hash is not at fault, yet the busiest uplink is above the what-if's target:
+        // what the ecmp command recommends is said here too.
+        if !e.what_if.meets_target {
+            note.push_str(&format!(
+                "; above the target max/mean {:.2} all the same, as few flows are under any hash: {}",
+                e.what_if.target,
+                match e.what_if.qps_per_connection {
+                    Some(k) => format!("{k} QPs per connection would meet it (ecmp's what-if)"),
+                    None => "no count up to 16 QPs per connection would (ecmp's what-if)".into(),
+                }
+            ));
+        }
+        return Outcome::Passed(note);
     }
     finding(
         ABOUT.name,
@@ -134,10 +148,38 @@ mod tests {
         let note = insufficient(run(&EcmpImbalanceRule, &modelled(7), &t));
         assert_eq!(
             note,
-            "7 flows over 4 uplinks: at least 8 needed to judge the spread"
+            "7 data flows over 4 uplinks: at least 8 needed to judge the spread"
         );
         // 400 flows of equal size: any sane hash spreads them about as random hashing does.
         let note = passed(run(&EcmpImbalanceRule, &modelled(400), &t));
-        assert!(note.contains("random"), "{note}");
+        assert!(note.contains(" than random: busier than "), "{note}");
+        // 10 flows over 4 uplinks: as random, and above the target 1.1 all the same: the pass
+        // says what the what-if recommends, never a plain pass beside a recommendation.
+        let r = modelled(10);
+        let note = passed(run(&EcmpImbalanceRule, &r, &t));
+        let w = &r.ecmp.as_ref().unwrap().what_if;
+        assert!(!w.meets_target && w.hint.is_some(), "{w:?}");
+        assert!(
+            note.contains("above the target max/mean 1.10 all the same"),
+            "{note}"
+        );
+    }
+
+    /// ACK-only flows weigh nothing on an uplink: they are no data flows to count.
+    #[test]
+    fn answers_alone_are_no_data_flows() {
+        let mut r = modelled(4);
+        for i in 0..8u16 {
+            let mut b = flow("10.1.0.1", &format!("10.0.0.{}", 1 + i));
+            (b.packets, b.ops.ack, b.bytes) = (10, 10, 480);
+            r.flows.push(b);
+        }
+        r.ecmp = Some(analyse(&r.flows, &r.connections, &EcmpOptions::default()));
+        assert_eq!(r.ecmp.as_ref().unwrap().flows, 4);
+        let note = insufficient(run(&EcmpImbalanceRule, &r, &Thresholds::default()));
+        assert_eq!(
+            note,
+            "4 data flows over 4 uplinks: at least 8 needed to judge the spread"
+        );
     }
 }
