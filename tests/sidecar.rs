@@ -475,6 +475,10 @@ fn soak_flaps_recreation_nonroot() {
     chmod_777(&scratch.path(""));
     let jsonl = scratch.path("intervals.jsonl");
     let max_series = 3;
+    let started_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     let daemon = Daemon::start(
         &lab.ns,
         &[
@@ -611,6 +615,28 @@ fn soak_flaps_recreation_nonroot() {
     assert!(!integration_tests::has_xdp(&lab.ns, "rx0"));
     assert!(!log.contains("ERROR"), "{log}");
 
+    // The JSON lines: intervals that follow one another from the attach on, QPs and ports as
+    // numbers.
+    let text = std::fs::read_to_string(&jsonl).unwrap();
+    let mut end = None;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (a, b) = (
+            v["start_unix_ns"].as_u64().unwrap(),
+            v["end_unix_ns"].as_u64().unwrap(),
+        );
+        assert!(a <= b, "{line}");
+        if let Some(prev) = end {
+            assert_eq!(a, prev, "an interval starts where the last ended: {line}");
+        }
+        end = Some(b);
+        for q in v["qps"].as_array().unwrap() {
+            assert!(q["qp"].is_u64() && q["sport"].is_u64(), "{q}");
+        }
+    }
+    // The first interval runs from the attach, after the run started.
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(first["start_unix_ns"].as_u64().unwrap() >= started_unix_ns);
     // The JSON lines: per-interval deltas that add up to the same totals, every metric.
     let (lines, ifaces, qps) = jsonl_sums(&[&jsonl]);
     assert!(lines >= 40, "{lines} lines");

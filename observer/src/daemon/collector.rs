@@ -128,6 +128,8 @@ pub(super) struct Collector {
     reloads_ok: u64,
     reloads_failed: u64,
     last_drain: Instant,
+    /// The same, on the wall clock: the JSON lines' interval bounds.
+    last_drain_unix_ns: u64,
     /// Interfaces a reload named that do not exist yet: attached when they appear.
     pending: Vec<String>,
     /// The last re-attach error per interface (logged once per reason).
@@ -139,8 +141,12 @@ pub(super) struct Collector {
 }
 
 impl Collector {
+    /// `attached`: when the tap began counting (the attach, or the capture's opening): the
+    /// first interval runs from then.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         tap: Tap,
+        attached: (Instant, u64),
         config: RunConfig,
         args: RunOverrides,
         jsonl: Option<BufWriter<File>>,
@@ -165,7 +171,8 @@ impl Collector {
             drains: 0,
             reloads_ok: 0,
             reloads_failed: 0,
-            last_drain: Instant::now(),
+            last_drain: attached.0,
+            last_drain_unix_ns: attached.1,
             pending: Vec::new(),
             attach_errors: std::collections::HashMap::new(),
             nic,
@@ -468,6 +475,8 @@ impl Collector {
         let started = Instant::now();
         let elapsed = started.duration_since(self.last_drain);
         self.last_drain = started;
+        let (start_unix_ns, end_unix_ns) = (self.last_drain_unix_ns, live::unix_ns());
+        self.last_drain_unix_ns = end_unix_ns;
         // Interface counters first: the flows read afterwards hold at least what they count.
         let mut totals = self.removed;
         for t in &mut self.ifaces {
@@ -565,7 +574,13 @@ impl Collector {
             pfc: self.pauses.rows(),
         };
         if let Some(w) = self.jsonl.as_mut() {
-            let line = json_line(&snapshot, &self.ifaces, &drained.rest_delta, elapsed);
+            let line = json_line(
+                &snapshot,
+                &self.ifaces,
+                &drained.rest_delta,
+                (start_unix_ns, end_unix_ns),
+                elapsed,
+            );
             let written = serde_json::to_writer(&mut *w, &line)
                 .map_err(std::io::Error::other)
                 .and_then(|()| w.write_all(b"\n"))
@@ -592,11 +607,14 @@ impl Collector {
     }
 }
 
-/// The JSON line of a drain: its snapshot's deltas (`rest_delta`: the rest's).
+/// The JSON line of a drain: its snapshot's deltas (`rest_delta`: the rest's) over the
+/// interval `bounds` (unix ns: the last drain, or the attach, to this one) that took `elapsed`
+/// on the monotonic clock.
 fn json_line(
     s: &Snapshot,
     ifaces: &[IfaceTrack],
     rest_delta: &Counts,
+    bounds: (u64, u64),
     elapsed: Duration,
 ) -> serde_json::Value {
     let dirs: &[(usize, &str)] = if s.egress {
@@ -620,12 +638,17 @@ fn json_line(
                     .into_iter()
                     .map(|(k, v)| (k.to_string(), v.into()))
                     .collect();
+            // Numbers stay numbers here (the labels are strings only for Prometheus).
+            o.insert("qp".into(), r.key.dest_qp.into());
+            o.insert("sport".into(), r.key.udp_src_port.into());
             o.extend(counts_json(&r.delta));
             o.into()
         })
         .collect();
     json!({
-        "time": live::unix_ns() as f64 / 1e9,
+        "time": bounds.1 as f64 / 1e9,
+        "start_unix_ns": bounds.0,
+        "end_unix_ns": bounds.1,
         "interval_seconds": elapsed.as_secs_f64(),
         "interfaces": interfaces,
         "qps": qps,

@@ -110,6 +110,8 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     let jsonl = config.jsonl.as_deref().map(open_jsonl).transpose()?;
     // Before attaching: a named RDMA device the host lacks is a wrong name.
     nic::check_named(&config)?;
+    // Counting starts with the attach: the first interval runs from here.
+    let attached = (std::time::Instant::now(), live::unix_ns());
     let tap = match &config.capture {
         Some(c) => Tap::Capture(CaptureTap::open(c.clone())?),
         None => Tap::Kernel(Observer::attach(live)?),
@@ -151,7 +153,16 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     wake_rx
         .set_nonblocking(true)
         .map_err(DaemonError::Runtime)?;
-    let mut collector = Collector::new(tap, config, args, jsonl, publisher, health.clone(), log);
+    let mut collector = Collector::new(
+        tap,
+        attached,
+        config,
+        args,
+        jsonl,
+        publisher,
+        health.clone(),
+        log,
+    );
     collector.drain()?;
     let worker = std::thread::Builder::new()
         .name("collector".into())
