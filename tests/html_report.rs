@@ -580,6 +580,25 @@ fn full_report_renders_every_chart_without_errors() {
     for (rule, _) in roce_observer::analysis::findings::RULES {
         assert!(dom.contains(&format!(">{rule}<")), "check {rule}");
     }
+    // The latency histogram's time axis: labels on the decades, as durations, none "0 s".
+    let at_labels = dom
+        .find("data-x-labels=\"")
+        .expect("the latency histogram keeps its axis labels");
+    let rest = &dom[at_labels + "data-x-labels=\"".len()..];
+    let labels: Vec<&str> = rest[..rest.find('"').unwrap()].split('|').collect();
+    assert!(labels.len() >= 2, "{labels:?}");
+    for l in &labels {
+        assert!(
+            *l != "0 s"
+                && (l.ends_with("µs")
+                    || l.ends_with("ms")
+                    || l.ends_with(" s")
+                    || l.ends_with("ns")),
+            "{labels:?}"
+        );
+    }
+    let distinct: std::collections::BTreeSet<&&str> = labels.iter().collect();
+    assert_eq!(distinct.len(), labels.len(), "{labels:?}");
     let qp = format!("0x{:06x}", report.flows[0].dest_qp);
     assert!(dom.contains(&qp), "top flow QP {qp}");
     assert!(dom.contains(&report.ecmp.as_ref().unwrap().verdict));

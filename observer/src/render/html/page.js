@@ -63,6 +63,19 @@
     return isNum(x) ? x.toFixed(digits === undefined ? 1 : digits) + " %" : "-";
   }
   function share(part, whole) { return whole > 0 ? part * 100 / whole : 0; }
+  // A connection's ports as the terminal table shows them: one both ways, "a/b" when each side
+  // used its own, "p+N" for a side that used N more.
+  function connPorts(c) {
+    var side = function (p) {
+      p = arr(p);
+      return p.length === 0 ? "-" : p.length === 1 ? String(p[0]) : p[0] + "+" + (p.length - 1);
+    };
+    var a = arr(c.a && c.a.ports), b = arr(c.b && c.b.ports);
+    if (!a.length && !b.length) return String(c.udp_src_port);
+    if (a.join() === b.join() || !b.length) return side(a);
+    if (!a.length) return side(b);
+    return side(a) + "/" + side(b);
+  }
   function hex(qp) { return "0x" + (Number(qp) >>> 0).toString(16).padStart(6, "0"); }
   function flowName(f) {
     return f.src_ip + " \u2192 " + f.dst_ip + "  QP " + hex(f.dest_qp) + "  sport " +
@@ -613,7 +626,7 @@
         var lost = (pa.missing || 0) + (pb.missing || 0), retx = (pa.retransmissions || 0) + (pb.retransmissions || 0);
         var via = arr(c.mirrors).length ? "  [" + arr(c.mirrors).map(mirrorName).join(", ") + "]" : "";
         return [{ v: String(a.ip) + " ↔ " + String(b.ip) + via, cls: "flow" }, qpCell(a.qp), qpCell(b.qp), c.transport,
-          isNum(c.pmtu) ? c.pmtu : { v: "-", sort: 0 }, c.udp_src_port,
+          isNum(c.pmtu) ? c.pmtu : { v: "-", sort: 0 }, { v: connPorts(c), sort: c.udp_src_port },
           { v: int(a.packets), sort: a.packets }, { v: int(b.packets), sort: b.packets }, { v: bytes(c.bytes), sort: c.bytes },
           isNum(c.active_rate_bps) ? { v: rate(c.active_rate_bps), sort: c.active_rate_bps } : { v: "-", sort: 0 },
           msgs(a.messages), msgs(b.messages), lat(la.ack), lat(la.read), lat(lb.ack),
@@ -662,7 +675,18 @@
       plot(s, "Latency histograms: samples per bucket (8 per octave)", {
         series: series,
         scales: { x: { time: false, distr: 3 }, y: { range: zeroTo } },
-        axes: [{ label: "latency (µs, log)", values: function (u, v) { return v.map(function (x) { return dur(x * 1e3); }); } },
+        // Labels on the powers of ten only: uPlot's log axis also ticks 2..9 of each decade,
+        // and hands null for the ticks it leaves bare (which would read "0 s").
+        // The labels drawn (on a canvas) are also kept on the chart as data-x-labels.
+        axes: [{ label: "latency (log)", values: function (u, v) {
+          var labels = v.map(function (x) {
+            if (!isNum(x) || x <= 0) return "";
+            var l = Math.log10(x);
+            return Math.abs(l - Math.round(l)) < 1e-6 ? dur(x * 1e3) : "";
+          });
+          u.root.setAttribute("data-x-labels", labels.filter(Boolean).join("|"));
+          return labels;
+        } },
           { label: "samples", values: axisNums(1), size: 60 }],
       }, d);
     } catch (e) {
