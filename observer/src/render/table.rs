@@ -600,12 +600,15 @@ fn message_size(b: u64) -> String {
     }
 }
 
+/// Bytes in IEC binary units, one convention for every byte count the table and the HTML page
+/// show (message sizes, volumes, the totals): KiB, MiB, ... with one decimal. Rates stay in
+/// decimal bits per second, as links are rated.
 fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = b as f64;
     let mut i = 0;
-    while v >= 1000.0 && i < UNITS.len() - 1 {
-        v /= 1000.0;
+    while v >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
         i += 1;
     }
     if i == 0 {
@@ -665,6 +668,14 @@ mod tests {
             lines(&r)[1],
             "  interface missed: 1 frame dropped by the interfaces' devices for lack of buffer space (rx_missed_errors), RoCE or not"
         );
+    }
+
+    /// Volumes in the same binary units as message sizes: no KB beside KiB.
+    #[test]
+    fn byte_counts_use_binary_units_as_message_sizes_do() {
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(862_300), "842.1 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
     }
 
     #[test]

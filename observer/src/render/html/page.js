@@ -43,7 +43,8 @@
   }
   var RATE_UNITS = ["b/s", "kb/s", "Mb/s", "Gb/s", "Tb/s"];
   function rate(bps) { return scaled(bps, RATE_UNITS, 1000); }
-  function bytes(b) { return scaled(b, ["B", "KB", "MB", "GB", "TB", "PB"], 1000); }
+  // Bytes in IEC binary units, as the terminal prints them; rates in decimal bits per second.
+  function bytes(b) { return scaled(b, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"], 1024); }
   // As the terminal prints durations: "850 ns", "720 \u00b5s", "3.2 ms", "12.4 s", "2.5 min".
   function dur(ns) {
     if (!isNum(ns) || ns < 0) return "-";
