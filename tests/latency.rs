@@ -67,3 +67,90 @@ fn latency_histograms_hold_the_samples_the_generator_meant() {
         }
     }
 }
+
+/// A capture taken on one host holds its own requests' round trips and its answers to the
+/// others' requests: with the host's address, the latency section splits them (requests_out,
+/// requests_in), each exactly the samples the generator meant for the requests of that side.
+#[test]
+fn a_capture_hosts_own_requests_and_its_answers_are_told_apart() {
+    let w = synth::scenario("latency").expect("the latency scenario");
+    let mut agg = Aggregate::new();
+    for f in &w.frames {
+        let _ = agg.push(&f.bytes, f.ts_ns);
+    }
+    // One requester of the scenario as the capture's host.
+    let host = w.truth.latency.keys().next().unwrap().0.requester;
+    let local = roce_observer::model::ip_of(host);
+    let (scopes, said) = agg.capture_latency(&[local]);
+    assert!(said.is_empty(), "{said:?}");
+    for kind in LatKind::ALL {
+        let want = |out: bool| -> u64 {
+            w.truth
+                .latency
+                .iter()
+                .filter(|((k, kd), _)| *kd == kind && (k.requester == host) == out)
+                .map(|(_, s)| s.len() as u64)
+                .sum()
+        };
+        let got = |side: &str| -> u64 {
+            scopes
+                .iter()
+                .filter(|s| s.kind == kind.name() && s.side == side)
+                .map(|s| s.summary.samples)
+                .sum()
+        };
+        assert_eq!(got("requests_out"), want(true), "{}", kind.name());
+        assert_eq!(got("requests_in"), want(false), "{}", kind.name());
+    }
+    assert!(scopes.iter().any(|s| s.side == "requests_out"));
+}
+
+/// On a real NCCL node's capture the host is the one address every flow has at an end: the
+/// split is the same as with that address given; a two-host capture cannot tell and says so.
+#[test]
+fn the_capture_host_is_inferred_or_the_report_says_it_cannot() {
+    use roce_observer::source::replay::Replay;
+    let Some(files) = integration_tests::shared_capture_files(
+        "the_capture_host_is_inferred_or_the_report_says_it_cannot",
+        "real",
+    ) else {
+        return;
+    };
+    let read = |name: &str| {
+        let file = files.iter().find(|f| f.ends_with(name)).unwrap();
+        let mut r = Replay::new();
+        r.file(file.to_str().unwrap(), false).unwrap();
+        r.agg
+    };
+    let node0 = read("nccl_nccl_node0.pcap");
+    let (inferred, said) = node0.capture_latency(&[]);
+    assert!(said.is_empty(), "{said:?}");
+    let sides: std::collections::BTreeSet<&str> =
+        inferred.iter().map(|s| s.side.as_str()).collect();
+    assert_eq!(sides, ["requests_in", "requests_out"].into());
+    // The host: the one address common to every flow.
+    let r = node0.report(roce_observer::model::Source::pcap(vec![], vec![]), 1.0);
+    let mut common: Vec<std::net::IpAddr> = vec![r.flows[0].src_ip, r.flows[0].dst_ip];
+    for f in r.flows.iter().filter(|f| f.dest_qp != 1) {
+        common.retain(|ip| *ip == f.src_ip || *ip == f.dst_ip);
+    }
+    assert_eq!(common.len(), 1, "{common:?}");
+    let host = common[0];
+    let (given, _) = node0.capture_latency(&[host]);
+    assert_eq!(
+        inferred
+            .iter()
+            .map(|s| (&s.kind, &s.side, s.summary.samples))
+            .collect::<Vec<_>>(),
+        given
+            .iter()
+            .map(|s| (&s.kind, &s.side, s.summary.samples))
+            .collect::<Vec<_>>()
+    );
+    // Two hosts both requesting: unknown, said, all under requests_in.
+    let lat = read("rdma_write_lat.pcap");
+    let (scopes, said) = lat.capture_latency(&[]);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("give --local-ip"), "{said:?}");
+    assert!(scopes.iter().all(|s| s.side == "requests_in"));
+}

@@ -92,6 +92,7 @@ impl AnalysisArgs {
             thresholds,
             ecmp,
             nic: None,
+            local_hosts: Vec::new(),
         })
     }
 

@@ -40,6 +40,11 @@ pub struct ReplayArgs {
     /// the capture and one after (give it twice), for the report's `nic` section.
     #[arg(long, value_name = "DIR")]
     pub nic_root: Vec<PathBuf>,
+    /// An address of the host the capture was taken on (repeat for several): its own requests'
+    /// round trips are `requests_out` latency, its answers to others `requests_in`. Without
+    /// it the host is the one address every flow has at one end, when there is one.
+    #[arg(long = "local-ip", value_name = "IP")]
+    pub local_ips: Vec<std::net::IpAddr>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -63,6 +68,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     }
     output::refuse_twice(&a.files)?;
     let mut options = a.analysis.options()?;
+    options.local_hosts = a.local_ips.clone();
     options.nic = match a.nic_root.as_slice() {
         [] => None,
         [before, after] => {

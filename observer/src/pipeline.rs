@@ -66,6 +66,10 @@ pub struct AnalysisOptions {
     pub ecmp: Option<EcmpOptions>,
     /// The host's NIC side, for the report's `nic` section; none: not read.
     pub nic: Option<NicPlan>,
+    /// Replay: the addresses of the host the capture was taken on (`--local-ip`), which tell
+    /// its own requests' round trips from its answers to others' requests; empty: inferred
+    /// from the capture where it can be.
+    pub local_hosts: Vec<std::net::IpAddr>,
 }
 
 /// The NIC side of a report: its first reading, taken when the observation starts, and where
@@ -311,6 +315,9 @@ fn analysed(mut replay: Replay<Timeline>, link_speed: Option<u64>, a: &AnalysisO
         ));
     }
     let mut report = replay_counts(&replay);
+    let (latency, said) = replay.agg.capture_latency(&a.local_hosts);
+    report.latency = latency;
+    report.source.warnings.extend(said);
     apply_timeline(&mut report, replay.observer.finish(&replay.agg));
     apply_link_speed(&mut report, link_speed, "give --link-speed");
     conclude(&mut report, a);

@@ -284,6 +284,87 @@ impl Aggregate {
         s
     }
 
+    /// The latency histograms of a capture, by side: a capture taken on one host holds both its
+    /// own requests' round trips (`requests_out`) and its answers to others' requests
+    /// (`requests_in`), which only the host's addresses tell apart: `local` when given, else
+    /// the one address every connected flow of the capture has at one end. With no such
+    /// address (a capture between switches, a mirror) every side is `requests_in`, the time
+    /// from where the requests were seen to where the answers were; with two (the capture
+    /// holds two hosts only) the host is unknown, and when both sent timed requests the
+    /// returned line says their answers are together. Mirror copies stay `mirror`.
+    pub fn capture_latency(&self, local: &[std::net::IpAddr]) -> (Vec<LatencyScope>, Vec<String>) {
+        use observer_common::LatSide;
+        let mut said = Vec::new();
+        let local: Vec<[u8; 16]> = if local.is_empty() {
+            self.capture_host(&mut said)
+        } else {
+            local.iter().map(|ip| crate::model::ip_bytes(*ip)).collect()
+        };
+        let mut hists: BTreeMap<(u8, u8), LatHist> = BTreeMap::new();
+        for (k, l) in &self.latency {
+            let side = if k.mirror != 0 {
+                LatSide::Mirror
+            } else if local.contains(&k.requester) {
+                LatSide::RequestsOut
+            } else {
+                LatSide::RequestsIn
+            };
+            for kind in observer_common::LatKind::ALL {
+                let h = &l.hist[kind as usize];
+                if h.count > 0 {
+                    hists.entry((kind as u8, side as u8)).or_default().merge(h);
+                }
+            }
+        }
+        let scopes = hists
+            .iter()
+            .filter_map(|((kind, side), h)| {
+                Some(LatencyScope {
+                    interface: None,
+                    ifindex: 0,
+                    kind: kind_name(*kind).to_string(),
+                    side: side_name(LatSide::of(*side)).to_string(),
+                    summary: LatencySummary::of(h)?,
+                })
+            })
+            .collect();
+        (scopes, said)
+    }
+
+    /// The host a capture was taken on: the one address at an end of every connected flow seen
+    /// directly. None when there is no such address, or two (then, when both hosts' requests
+    /// were timed, a line in `said`).
+    fn capture_host(&self, said: &mut Vec<String>) -> Vec<[u8; 16]> {
+        let mut common: Option<Vec<[u8; 16]>> = None;
+        for (k, _) in self.connected_flows().filter(|(k, _)| !k.is_copy()) {
+            let ends = [k.src_ip, k.dst_ip];
+            common = Some(match common {
+                None => ends.to_vec(),
+                Some(c) => c.into_iter().filter(|a| ends.contains(a)).collect(),
+            });
+        }
+        let common = common.unwrap_or_default();
+        match common.as_slice() {
+            [one] => vec![*one],
+            [a, b] => {
+                let timed = |ip: &[u8; 16]| {
+                    self.latency.iter().any(|(k, l)| {
+                        k.mirror == 0 && k.requester == *ip && l.hist.iter().any(|h| h.count > 0)
+                    })
+                };
+                if timed(a) && timed(b) {
+                    said.push(format!(
+                        "latency: the capture holds two hosts ({} and {}) that both sent timed requests, and which of them took it is unknown: requests_in holds both sides' answers (give --local-ip to split them)",
+                        ip_of(*a),
+                        ip_of(*b)
+                    ));
+                }
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The per-interface latency histograms, summarised (the interfaces unnamed: live capture
     /// names them, [`crate::model::Report::name_latency_interfaces`]).
     pub fn latency_scopes(&self) -> Vec<LatencyScope> {

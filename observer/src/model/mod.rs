@@ -776,6 +776,14 @@ pub fn qp_hex(qp: u32) -> String {
     format!("0x{qp:06x}")
 }
 
+/// An address as the keys carry it: IPv4 v4-mapped.
+pub fn ip_bytes(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
 /// IPv4 addresses travel v4-mapped; reports show them in their usual form.
 pub fn ip_of(bytes: [u8; 16]) -> IpAddr {
     let v6 = Ipv6Addr::from(bytes);
