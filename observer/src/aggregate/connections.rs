@@ -343,7 +343,9 @@ impl Aggregate {
                 Some(c) => c.into_iter().filter(|a| ends.contains(a)).collect(),
             });
         }
-        let common = common.unwrap_or_default();
+        let mut common = common.unwrap_or_default();
+        // In address order: the flows' order depends on the map (and the replay's threads).
+        common.sort();
         match common.as_slice() {
             [one] => vec![*one],
             [a, b] => {
