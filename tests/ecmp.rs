@@ -108,39 +108,28 @@ fn ecmp_command_on_a_capture() {
             .arg(&file),
     );
     assert!(status.success(), "{err}");
-    let (status, out, err) = output(
-        Command::new(CLI)
-            .args([
-                "ecmp",
-                "--uplinks",
-                "8",
-                "--tiers",
-                "2",
-                "--uplinks2",
-                "4",
-                "--json",
-            ])
-            .arg("--pcap")
-            .arg(&file),
-    );
-    assert!(status.success(), "{err}");
-    // The capture as an argument, as `replay` takes it: the same report.
-    let (status, positional, err) = output(
-        Command::new(CLI)
-            .args([
-                "ecmp",
-                "--uplinks",
-                "8",
-                "--tiers",
-                "2",
-                "--uplinks2",
-                "4",
-                "--json",
-            ])
-            .arg(&file),
-    );
-    assert!(status.success(), "{err}");
-    assert_eq!(positional, out);
+    // The capture after --pcap, or as an argument as `replay` takes it: the same report.
+    let two_tiers = |pcap_flag: bool| {
+        let mut cmd = Command::new(CLI);
+        cmd.args([
+            "ecmp",
+            "--uplinks",
+            "8",
+            "--tiers",
+            "2",
+            "--uplinks2",
+            "4",
+            "--json",
+        ]);
+        if pcap_flag {
+            cmd.arg("--pcap");
+        }
+        let (status, out, err) = output(cmd.arg(&file));
+        assert!(status.success(), "{err}");
+        out
+    };
+    let out = two_tiers(true);
+    assert_eq!(two_tiers(false), out);
     // The same capture twice would count every packet as a copy: refused in one line.
     let (status, again, err) = output(
         Command::new(CLI)
