@@ -793,6 +793,8 @@ fn kernel_pairs_connections_as_userspace() {
         "pairing-many-qps",
         "pairing-respray",
         "pairing-ambiguous",
+        "pairing-port-collision",
+        "pairing-qp-reuse",
         "rule-psn-violation-split",
         "rule-ecmp-imbalance",
     ] {

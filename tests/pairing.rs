@@ -183,6 +183,28 @@ fn a_connection_moved_to_other_ports_stays_one() {
     }
 }
 
+/// QPs numbered alike on both hosts: one connection's requests share their port with the
+/// other's answers. That coincidence pairs nothing: the PSNs pair both connections right.
+#[test]
+fn a_port_shared_by_coincidence_pairs_nothing() {
+    let r = assert_paired("pairing-port-collision", "psn");
+    assert_eq!(r.connections.len(), 2);
+    for f in &r.flows {
+        assert!(f.psn.unanswered.is_none() && f.psn.violations == 0, "{f:?}");
+    }
+}
+
+/// A QP number reused with another peer QP, from a PSN behind: two connections, each by its
+/// port, and the first one's last request is not taken for unanswered.
+#[test]
+fn a_qp_number_reused_with_another_peer_is_two_connections() {
+    let r = assert_paired("pairing-qp-reuse", "port");
+    assert_eq!(r.connections.len(), 2);
+    for f in &r.flows {
+        assert!(f.psn.unanswered.is_none(), "{f:?}");
+    }
+}
+
 /// Same-port traffic pairs by port, as before, on everyday scenarios.
 #[test]
 fn one_port_both_ways_pairs_by_port() {

@@ -9,7 +9,7 @@ use observer_common::seq::pmtu_of;
 use observer_common::{FlowKey, LatHist, LatKey, LatKind, MIRROR_UNION, MsgStats, QP_CM};
 
 use super::Aggregate;
-use super::pairing::{Dir, dir_of};
+use super::pairing::dir_of;
 use crate::model::connections::{
     ConnSide, Connection, LatencyScope, LatencySummary, Messages, OtherTraffic, PsnSummary,
     SideLatency, kind_name, side_name,
@@ -57,7 +57,8 @@ impl Aggregate {
         rows: &[(FlowKey, Flow)],
     ) -> (Vec<Connection>, Vec<OtherTraffic>) {
         let mut other = Vec::new();
-        let mut dirs: BTreeMap<Dir, Direction> = BTreeMap::new();
+        // The connected rows, in report order.
+        let mut connected_rows: Vec<(&FlowKey, &Flow)> = Vec::new();
         for (k, f) in rows {
             let mask = self.flows.get(k).map_or(0, |s| s.transport_mask);
             let connected = mask & CONNECTED != 0 || mask == CNP;
@@ -79,43 +80,35 @@ impl Aggregate {
                 });
                 continue;
             }
-            if !connected {
-                continue;
+            if connected {
+                connected_rows.push((k, f));
             }
-            dirs.entry(dir_of(k)).or_default().rows.push((k, f));
         }
         let pairing = self.pairing();
-        let mut out = Vec::new();
-        let mut done = std::collections::BTreeSet::new();
-        for (d, x) in &dirs {
-            if !done.insert(*d) {
+        // Per unit of the pairing, its rows each way (lo's, hi's), in report order.
+        let mut units: BTreeMap<usize, [Direction; 2]> = BTreeMap::new();
+        for (k, f) in connected_rows {
+            let Some(i) = pairing.unit_of.get(k) else {
                 continue;
-            }
-            let partner = pairing.partner.get(d).filter(|(p, _)| dirs.contains_key(p));
-            let (y, by) = match partner {
-                Some((p, by)) => {
-                    done.insert(*p);
-                    (dirs.get(p), Some(*by))
-                }
-                None => (None, None),
             };
-            // `x` goes from lo to hi, `y` back.
-            let (lo, hi, scope) = if d.0 <= d.1 {
-                (d.0, d.1, d.3)
-            } else {
-                (d.1, d.0, d.3)
+            let way = usize::from(!pairing.units[*i].lo.contains(k));
+            units.entry(*i).or_default()[way].rows.push((k, f));
+        }
+        let mut out = Vec::new();
+        for (i, [x, y]) in &units {
+            let u = &pairing.units[*i];
+            let Some((k, _)) = x.rows.first().or(y.rows.first()) else {
+                continue;
             };
-            let (x, y) = if d.0 <= d.1 {
-                (Some(x), y)
-            } else {
-                (y, Some(x))
-            };
-            let mut c = self.connection((lo, hi, scope), x, y);
-            c.paired_by = by.map(|b| b.name().to_string());
-            c.ambiguous = match by {
-                Some(_) => None,
-                None => pairing.ambiguous.get(d).map(|n| *n as u32),
-            };
+            let d = dir_of(k);
+            let (lo, hi) = if d.0 <= d.1 { (d.0, d.1) } else { (d.1, d.0) };
+            let (x, y) = (
+                (!x.rows.is_empty()).then_some(x),
+                (!y.rows.is_empty()).then_some(y),
+            );
+            let mut c = self.connection((lo, hi, d.3), x, y);
+            c.paired_by = u.by.map(|b| b.name().to_string());
+            c.ambiguous = u.ambiguous.map(|n| n as u32);
             out.push(c);
         }
         out.sort_by(|a, b| {

@@ -7,8 +7,6 @@ use std::collections::{BTreeMap, HashMap};
 pub(crate) mod connections;
 pub(crate) mod pairing;
 
-use pairing::{Dir, dir_of};
-
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use crate::units::count;
 use observer_common::latency::role;
@@ -503,45 +501,69 @@ impl Aggregate {
             one.filter(|_| k.dest_qp != 1)
                 .and_then(|r| Some((r, self.stats(r)?)))
         };
-        // Otherwise the direction the pairing found (its ports differ, or it moved ports):
-        // its flows in the same observation (mirror session, or the union of them), taken
-        // together.
+        // A connected flow's reverse is what the pairing found: the other way's flows (over
+        // every port it used) in the same observation (direct, one mirror session, or the
+        // sessions' union), the other host direction preferred (host mode sees a connection
+        // both leave and arrive). A flow the pairing did not consider (UD) takes the one flow
+        // back on its port.
         let pairing = self.pairing();
-        let mut by_dir: HashMap<Dir, Vec<&FlowKey>> = HashMap::new();
-        for k in self.all().map(|(k, _)| k) {
-            by_dir.entry(dir_of(k)).or_default().push(k);
+        let mut union_member: HashMap<FlowKey, FlowKey> = HashMap::new();
+        for k in pairing.unit_of.keys() {
+            if let Some(u) = k.union() {
+                union_member.entry(u).or_insert(*k);
+            }
         }
-        let reverse_by_pairing = |k: &FlowKey| -> Option<Vec<&FlowKey>> {
-            let (back, _) = pairing.partner.get(&dir_of(k))?;
-            let view = |r: &FlowKey| (r.mirror & !DIRECTION_EGRESS, r.is_union());
-            let same: Vec<&FlowKey> = by_dir
-                .get(back)?
+        let view = |r: &FlowKey| (r.mirror & !DIRECTION_EGRESS, r.is_union());
+        // The flows of one side of `k`'s connection (`own`: `k`'s side) as `k` sees them.
+        let side_of = |k: &FlowKey, own: bool| -> Option<Vec<FlowKey>> {
+            let member = if k.is_union() {
+                *union_member.get(k)?
+            } else {
+                *k
+            };
+            let rows = if own {
+                pairing.same_side(&member)?
+            } else {
+                pairing.reverse(&member)?
+            };
+            let mut rows: Vec<FlowKey> = rows
                 .iter()
+                .map(|r| {
+                    if k.is_union() {
+                        r.union().unwrap_or(*r)
+                    } else {
+                        *r
+                    }
+                })
                 .filter(|r| view(r) == view(k))
-                .copied()
                 .collect();
-            (!same.is_empty()).then_some(same)
+            rows.sort();
+            rows.dedup();
+            if !own && rows.iter().any(|r| r.is_egress() != k.is_egress()) {
+                rows.retain(|r| r.is_egress() != k.is_egress());
+            }
+            if own {
+                rows.retain(|r| r.is_egress() == k.is_egress());
+            }
+            Some(rows)
         };
-        // The next PSN a direction's flows in one observation expect, from the one that sent
-        // last (several when it moved ports).
+        // The next PSN a direction expects, from its flow that sent last (several when the
+        // connection moved ports).
         let newest_sent = |k: &FlowKey| -> Option<u32> {
-            let view = |r: &FlowKey| (r.mirror & !DIRECTION_EGRESS, r.is_union());
-            by_dir
-                .get(&dir_of(k))?
+            side_of(k, true)?
                 .iter()
-                .filter(|r| view(r) == view(k))
                 .filter_map(|r| self.stats(r))
                 .filter(|s| s.seq_track.flags & F_VALID != 0)
                 .max_by_key(|s| s.seq_track.req_ns)
                 .map(|s| s.seq_track.next_hi)
         };
         let reverse = |k: &FlowKey| -> Option<Reverse> {
-            if let Some((rk, r)) = reverse_by_port(k) {
+            let Some(keys) = side_of(k, false) else {
+                let (rk, r) = reverse_by_port(k)?;
                 return Some(Reverse::of(&[(rk, r)], |k, s| ops_of(k, s)));
-            }
-            let keys = reverse_by_pairing(k)?;
+            };
             let rows: Vec<(&FlowKey, &FlowStats)> = keys
-                .into_iter()
+                .iter()
                 .filter_map(|r| Some((r, self.stats(r)?)))
                 .collect();
             (!rows.is_empty()).then(|| Reverse::of(&rows, |k, s| ops_of(k, s)))
@@ -630,11 +652,9 @@ impl Aggregate {
         // The requests are the one flow back on the same port, else the paired direction's
         // flows in the same observation, of which the one that sent last.
         let sent_hi = |k: &FlowKey| -> Option<(u32, u32)> {
-            let (src, dst, sport, mirror) = tuple(k);
-            let back: Vec<&FlowKey> = match by_tuple.get(&(dst, src, sport, mirror)) {
-                Some(v) if v.len() == 1 => v.clone(),
-                Some(_) => return None,
-                None => reverse_by_pairing(k)?,
+            let back: Vec<FlowKey> = match side_of(k, false) {
+                Some(rows) => rows,
+                None => vec![*reverse_by_port(k)?.0],
             };
             let t = back
                 .iter()

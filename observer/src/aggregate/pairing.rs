@@ -67,21 +67,47 @@ impl PairedBy {
     }
 }
 
-/// The pairing of an aggregate's connected directions.
+/// One connection as the pairing found it: the flows (rows) each way, `lo` what the lower
+/// address sent; one side empty when it stayed one-sided.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Unit {
+    pub lo: Vec<FlowKey>,
+    pub hi: Vec<FlowKey>,
+    pub by: Option<PairedBy>,
+    /// One-sided because no reverse direction fits it alone: how many directions were in
+    /// contention (at least 2).
+    pub ambiguous: Option<usize>,
+}
+
+/// The pairing of an aggregate's connected flows: its connections, and each flow's.
 #[derive(Debug, Default)]
 pub(crate) struct Pairing {
-    /// Each paired direction's reverse, and the evidence.
-    pub partner: HashMap<Dir, (Dir, PairedBy)>,
-    /// Directions left one-sided because no reverse direction fits them alone: how many
-    /// directions are in contention (at least 2: several fit it equally, or its one fit fits
-    /// another as well).
-    pub ambiguous: HashMap<Dir, usize>,
+    pub units: Vec<Unit>,
+    /// Each connected flow's unit (by index).
+    pub unit_of: HashMap<FlowKey, usize>,
 }
 
 impl Pairing {
-    fn join(&mut self, a: Dir, b: Dir, by: PairedBy) {
-        self.partner.insert(a, (b, by));
-        self.partner.insert(b, (a, by));
+    fn push(&mut self, u: Unit) {
+        let i = self.units.len();
+        for k in u.lo.iter().chain(&u.hi) {
+            self.unit_of.insert(*k, i);
+        }
+        self.units.push(u);
+    }
+
+    /// The flows `k`'s way of its connection (`k` among them); `None` when `k` is no
+    /// connected flow.
+    pub(crate) fn same_side(&self, k: &FlowKey) -> Option<&[FlowKey]> {
+        let u = &self.units[*self.unit_of.get(k)?];
+        Some(if u.lo.contains(k) { &u.lo } else { &u.hi })
+    }
+
+    /// The flows the other way of `k`'s connection; `None` when `k` is no connected flow (the
+    /// pairing did not consider it), empty when its connection is one-sided.
+    pub(crate) fn reverse(&self, k: &FlowKey) -> Option<&[FlowKey]> {
+        let u = &self.units[*self.unit_of.get(k)?];
+        Some(if u.lo.contains(k) { &u.hi } else { &u.lo })
     }
 }
 
@@ -106,10 +132,22 @@ fn answers(req: &FlowStats, req_first_ns: u64, resp: &FlowStats) -> u8 {
     }
 }
 
+/// `resp`'s answers and `req`'s requests are of unrelated PSN ranges: the newest answer lies
+/// farther from the newest request, either way, than a sender can have in flight. (An answer
+/// a little ahead of every request is no proof of another connection: it is the protocol
+/// violation of a response to a PSN never sent.)
+fn unrelated(req: &FlowStats, resp: &FlowStats) -> bool {
+    let (r, a) = (&req.seq_track, &resp.seq_track);
+    if r.flags & F_VALID == 0 || a.flags & F_RESP == 0 {
+        return false;
+    }
+    let newest = psn_sub(r.next_hi, 1);
+    psn_sub(newest, a.resp_psn) >= MAX_GO_BACK && psn_sub(a.resp_psn, newest) >= MAX_GO_BACK
+}
+
 impl Aggregate {
     /// The flows a pairing considers: those of a connected transport (or CNPs alone), not the
-    /// connection manager's; with the analysis entry of each (a mirror copy's is every
-    /// session's).
+    /// connection manager's.
     pub(crate) fn connected_flows(&self) -> impl Iterator<Item = (&FlowKey, &FlowStats)> {
         self.flows.iter().filter(|(k, s)| {
             let mask = s.transport_mask;
@@ -117,74 +155,45 @@ impl Aggregate {
         })
     }
 
-    /// Pairs the connected directions ([module docs](self)).
-    pub(crate) fn pairing(&self) -> Pairing {
-        // Each direction's flows.
-        let mut dirs: BTreeMap<Dir, Vec<&FlowKey>> = BTreeMap::new();
-        for (k, _) in self.connected_flows() {
-            dirs.entry(dir_of(k)).or_default().push(k);
-        }
-        let mut out = Pairing::default();
-        // 1. Per two hosts, observation and UDP source port: the directions each way.
-        type PortGroup = ([u8; 16], [u8; 16], u16, u16);
-        let mut ports: BTreeMap<PortGroup, [BTreeSet<Dir>; 2]> = BTreeMap::new();
-        for (d, keys) in &dirs {
-            let (src, dst, _, scope) = *d;
-            let (lo, hi, way) = if src <= dst {
-                (src, dst, 0)
-            } else {
-                (dst, src, 1)
+    fn first_ns(&self, keys: &[FlowKey]) -> u64 {
+        keys.iter()
+            .filter_map(|k| self.flows.get(k))
+            .map(|s| s.first_seen_ns)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The PSN evidence between two sets of flows, the opposite ways of two hosts: the best
+    /// fit ([`answers`], either way), and whether some answers and requests between them are
+    /// of unrelated ranges with nothing fitting.
+    fn evidence(&self, x: &[FlowKey], y: &[FlowKey]) -> (u8, bool) {
+        let (fx, fy) = (self.first_ns(x), self.first_ns(y));
+        let (mut best, mut unrelated_seen) = (0, false);
+        for kx in x {
+            let Some(sx) = self.analysis_of(kx) else {
+                continue;
             };
-            for k in keys {
-                ports.entry((lo, hi, k.udp_src_port, scope)).or_default()[way].insert(*d);
-            }
-        }
-        let mut by_port: BTreeMap<Dir, BTreeSet<Dir>> = BTreeMap::new();
-        for [up, down] in ports.values() {
-            if let ([u], [d]) = (
-                up.iter().collect::<Vec<_>>().as_slice(),
-                down.iter().collect::<Vec<_>>().as_slice(),
-            ) {
-                by_port.entry(**u).or_default().insert(**d);
-                by_port.entry(**d).or_default().insert(**u);
-            }
-        }
-        for (a, partners) in &by_port {
-            // A direction whose ports name two different reverse directions pairs on PSNs.
-            if let [b] = partners.iter().collect::<Vec<_>>().as_slice()
-                && by_port.get(*b).is_some_and(|p| p.len() == 1)
-                && a < *b
-            {
-                out.join(*a, **b, PairedBy::Port);
-            }
-        }
-        // 2. Per two hosts and observation, the directions left: by their PSNs.
-        let first_ns = |keys: &[&FlowKey]| {
-            keys.iter()
-                .filter_map(|k| self.flows.get(k))
-                .map(|s| s.first_seen_ns)
-                .min()
-                .unwrap_or(0)
-        };
-        let score = |x: &[&FlowKey], y: &[&FlowKey]| -> u8 {
-            let (fx, fy) = (first_ns(x), first_ns(y));
-            let mut best = 0;
-            for kx in x {
-                let Some(sx) = self.analysis_of(kx) else {
+            for ky in y {
+                let Some(sy) = self.analysis_of(ky) else {
                     continue;
                 };
-                for ky in y {
-                    let Some(sy) = self.analysis_of(ky) else {
-                        continue;
-                    };
-                    best = best.max(answers(sx, fx, sy)).max(answers(sy, fy, sx));
-                }
+                best = best.max(answers(sx, fx, sy)).max(answers(sy, fy, sx));
+                unrelated_seen |= unrelated(sx, sy) || unrelated(sy, sx);
             }
-            best
-        };
+        }
+        (best, unrelated_seen && best == 0)
+    }
+
+    /// Pairs the connected flows ([module docs](self)).
+    pub(crate) fn pairing(&self) -> Pairing {
+        // Each direction's flows, and per two hosts and observation the directions each way.
+        let mut dirs: BTreeMap<Dir, Vec<FlowKey>> = BTreeMap::new();
+        for (k, _) in self.connected_flows() {
+            dirs.entry(dir_of(k)).or_default().push(*k);
+        }
         type HostPair = ([u8; 16], [u8; 16], u16);
         let mut hosts: BTreeMap<HostPair, [Vec<Dir>; 2]> = BTreeMap::new();
-        for d in dirs.keys().filter(|d| !out.partner.contains_key(*d)) {
+        for d in dirs.keys() {
             let (src, dst, _, scope) = *d;
             if src <= dst {
                 hosts.entry((src, dst, scope)).or_default()[0].push(*d);
@@ -192,56 +201,196 @@ impl Aggregate {
                 hosts.entry((dst, src, scope)).or_default()[1].push(*d);
             }
         }
-        for [mut up, mut down] in hosts.into_values() {
-            if up.is_empty() || down.is_empty() {
-                continue;
-            }
-            let scores: HashMap<(Dir, Dir), u8> = up
+        let mut out = Pairing::default();
+        for ((lo, _, _), [up, down]) in &hosts {
+            let lo = *lo;
+            let mut left: BTreeMap<Dir, Vec<FlowKey>> = up
                 .iter()
-                .flat_map(|u| down.iter().map(move |d| (*u, *d)))
-                .map(|(u, d)| ((u, d), score(&dirs[&u], &dirs[&d])))
-                .filter(|(_, s)| *s > 0)
+                .chain(down)
+                .map(|d| (*d, dirs[d].clone()))
                 .collect();
-            let s = |u: &Dir, d: &Dir| scores.get(&(*u, *d)).copied().unwrap_or(0);
-            // The strongest fits of `x` among `others`.
-            let best = |x: &Dir, others: &[Dir], flip: bool| -> Vec<Dir> {
-                let of = |o: &Dir| if flip { s(o, x) } else { s(x, o) };
-                let top = others.iter().map(of).max().unwrap_or(0);
-                if top == 0 {
-                    return Vec::new();
-                }
-                others.iter().filter(|o| of(o) == top).copied().collect()
-            };
-            loop {
-                let mut joined = None;
-                for u in &up {
-                    if let [d] = best(u, &down, false).as_slice()
-                        && best(d, &up, true).as_slice() == [*u]
-                    {
-                        joined = Some((*u, *d));
-                        break;
-                    }
-                }
-                let Some((u, d)) = joined else { break };
-                out.join(u, d, PairedBy::Psn);
-                up.retain(|x| *x != u);
-                down.retain(|x| *x != d);
-            }
-            // What is left with a fit had no unique one (a fit it shares counts two).
-            for u in &up {
-                let n = best(u, &down, false).len();
-                if n > 0 {
-                    out.ambiguous.insert(*u, n.max(2));
-                }
-            }
-            for d in &down {
-                let n = best(d, &up, true).len();
-                if n > 0 {
-                    out.ambiguous.insert(*d, n.max(2));
+            self.pair_by_port(up, down, &mut left, &mut out, lo);
+            self.pair_by_psn(&mut left, &mut out, lo);
+        }
+        out
+    }
+
+    /// Step 1, per two hosts: on each UDP source port the only direction each way pairs, unless
+    /// their PSNs show unrelated ranges. A direction whose ports name one partner pairs whole (a
+    /// connection that moved ports); one whose ports name several pairs per port (a QP number
+    /// reused with another peer QP). Skipped where the hosts' directions have ports of their
+    /// own (some direction with requests or answers has no direction back on any of its
+    /// ports): there one port both ways is a coincidence, no evidence.
+    fn pair_by_port(
+        &self,
+        up: &[Dir],
+        down: &[Dir],
+        left: &mut BTreeMap<Dir, Vec<FlowKey>>,
+        out: &mut Pairing,
+        lo: [u8; 16],
+    ) {
+        let ports_of =
+            |d: &Dir| -> BTreeSet<u16> { left[d].iter().map(|k| k.udp_src_port).collect() };
+        // Per port: the directions each way.
+        let mut by_port: BTreeMap<u16, [Vec<Dir>; 2]> = BTreeMap::new();
+        for (way, side) in [up, down].iter().enumerate() {
+            for d in *side {
+                for p in ports_of(d) {
+                    by_port.entry(p).or_default()[way].push(*d);
                 }
             }
         }
-        out
+        let talks = |d: &Dir| {
+            left[d]
+                .iter()
+                .filter_map(|k| self.analysis_of(k))
+                .any(|s| s.seq_track.flags & (F_VALID | F_RESP) != 0)
+        };
+        // 0: this direction goes up, 1: down; a port's other way is the other index.
+        let way_of = |d: &Dir| usize::from(!up.contains(d));
+        let own_ports = up.iter().chain(down).any(|d| {
+            talks(d)
+                && ports_of(d)
+                    .iter()
+                    .all(|p| by_port[p][1 - way_of(d)].is_empty())
+        });
+        if own_ports {
+            return;
+        }
+        // The port edges: a port with one direction each way.
+        let mut edges: Vec<(u16, Dir, Dir)> = Vec::new();
+        for (p, [u, d]) in &by_port {
+            if let ([u], [d]) = (u.as_slice(), d.as_slice()) {
+                edges.push((*p, *u, *d));
+            }
+        }
+        let partners = |d: &Dir| -> BTreeSet<Dir> {
+            edges
+                .iter()
+                .filter_map(|(_, u, v)| {
+                    if u == d {
+                        Some(*v)
+                    } else if v == d {
+                        Some(*u)
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        };
+        let mut whole: Vec<(Dir, Dir)> = Vec::new();
+        for (_, u, d) in &edges {
+            if partners(u).len() == 1 && partners(d).len() == 1 && !whole.contains(&(*u, *d)) {
+                whole.push((*u, *d));
+            }
+        }
+        // A port pair stands unless the PSNs say otherwise: unrelated ranges, or another
+        // direction whose answers fit strictly better (only looked for below an exact fit).
+        let fits_better_elsewhere = |u: &Dir, d: &Dir, score: u8| {
+            score < 2
+                && (down
+                    .iter()
+                    .any(|o| o != d && self.evidence(&left[u], &left[o]).0 > score)
+                    || up
+                        .iter()
+                        .any(|o| o != u && self.evidence(&left[o], &left[d]).0 > score))
+        };
+        let mut refused: Vec<(Dir, Dir)> = Vec::new();
+        for (u, d) in &whole {
+            let (score, unrelated) = self.evidence(&left[u], &left[d]);
+            if unrelated || fits_better_elsewhere(u, d, score) {
+                refused.push((*u, *d));
+            }
+        }
+        for (u, d) in whole {
+            if refused.contains(&(u, d)) {
+                continue;
+            }
+            let (x, y) = (left[&u].clone(), left[&d].clone());
+            left.remove(&u);
+            left.remove(&d);
+            out.push(unit(lo, x, y, Some(PairedBy::Port)));
+        }
+        // A direction whose ports name several partners: per port.
+        for (p, u, d) in edges {
+            let (Some(xs), Some(ys)) = (left.get(&u), left.get(&d)) else {
+                continue;
+            };
+            let at = |rows: &[FlowKey]| -> Vec<FlowKey> {
+                rows.iter()
+                    .copied()
+                    .filter(|k| k.udp_src_port == p)
+                    .collect()
+            };
+            let (x, y) = (at(xs), at(ys));
+            if x.is_empty() || y.is_empty() || self.evidence(&x, &y).1 || refused.contains(&(u, d))
+            {
+                continue;
+            }
+            for (dir, rows) in [(u, &x), (d, &y)] {
+                if let Some(r) = left.get_mut(&dir) {
+                    r.retain(|k| !rows.contains(k));
+                    if r.is_empty() {
+                        left.remove(&dir);
+                    }
+                }
+            }
+            out.push(unit(lo, x, y, Some(PairedBy::Port)));
+        }
+    }
+
+    /// Step 2, per two hosts: the directions left pair on their PSNs, each the other's only
+    /// strongest fit; what is left stays one-sided, saying when it had fits it shared.
+    fn pair_by_psn(&self, left: &mut BTreeMap<Dir, Vec<FlowKey>>, out: &mut Pairing, lo: [u8; 16]) {
+        let (mut up, mut down): (Vec<Dir>, Vec<Dir>) =
+            left.keys().copied().partition(|d| d.0 == lo);
+        let scores: HashMap<(Dir, Dir), u8> = up
+            .iter()
+            .flat_map(|u| down.iter().map(move |d| (*u, *d)))
+            .map(|(u, d)| ((u, d), self.evidence(&left[&u], &left[&d]).0))
+            .filter(|(_, s)| *s > 0)
+            .collect();
+        let s = |u: &Dir, d: &Dir| scores.get(&(*u, *d)).copied().unwrap_or(0);
+        // The strongest fits of `x` among `others` (`flip`: `x` goes down).
+        let best = |x: &Dir, others: &[Dir], flip: bool| -> Vec<Dir> {
+            let of = |o: &Dir| if flip { s(o, x) } else { s(x, o) };
+            let top = others.iter().map(of).max().unwrap_or(0);
+            if top == 0 {
+                return Vec::new();
+            }
+            others.iter().filter(|o| of(o) == top).copied().collect()
+        };
+        loop {
+            let mut joined = None;
+            for u in &up {
+                if let [d] = best(u, &down, false).as_slice()
+                    && best(d, &up, true).as_slice() == [*u]
+                {
+                    joined = Some((*u, *d));
+                    break;
+                }
+            }
+            let Some((u, d)) = joined else { break };
+            let (x, y) = (left.remove(&u).unwrap(), left.remove(&d).unwrap());
+            out.push(unit(lo, x, y, Some(PairedBy::Psn)));
+            up.retain(|x| *x != u);
+            down.retain(|x| *x != d);
+        }
+        // What is left is one-sided; with a fit it shared, ambiguous.
+        for (d, rows) in std::mem::take(left) {
+            let n = if d.0 == lo {
+                best(&d, &down, false).len()
+            } else {
+                best(&d, &up, true).len()
+            };
+            let mut u = if d.0 == lo {
+                unit(lo, rows, Vec::new(), None)
+            } else {
+                unit(lo, Vec::new(), rows, None)
+            };
+            u.ambiguous = (n > 0).then(|| n.max(2));
+            out.push(u);
+        }
     }
 
     /// The entry holding a flow's PSN analysis (a mirror copy's is every session's).
@@ -250,5 +399,22 @@ impl Aggregate {
             Some(u) => self.unions.get(&u),
             None => self.flows.get(k),
         }
+    }
+}
+
+/// A connection of `x` and `y` (one direction's flows each, or one of them empty), sorted
+/// into what the lower address `lo` sent and what the other sent.
+fn unit(lo: [u8; 16], x: Vec<FlowKey>, y: Vec<FlowKey>, by: Option<PairedBy>) -> Unit {
+    let x_from_lo = match (x.first(), y.first()) {
+        (Some(k), _) => k.src_ip == lo,
+        (None, Some(k)) => k.src_ip != lo,
+        (None, None) => true,
+    };
+    let (lo_rows, hi_rows) = if x_from_lo { (x, y) } else { (y, x) };
+    Unit {
+        lo: lo_rows,
+        hi: hi_rows,
+        by,
+        ambiguous: None,
     }
 }

@@ -42,7 +42,8 @@ use nic::{
 };
 use pairing::{
     pairing_ambiguous, pairing_fixed_port, pairing_flow_labels, pairing_local_port,
-    pairing_many_qps, pairing_respray, rule_psn_violation_split,
+    pairing_many_qps, pairing_port_collision, pairing_qp_reuse, pairing_respray,
+    rule_psn_violation_split,
 };
 use pfc::pfc_scenario;
 use rules::{
@@ -203,7 +204,15 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "pairing-respray",
-        "flowlets: a connection moved to another UDP source port (both ways) every 5 WRITEs, and one whose requester alone moves (ports per direction), ACKs due coming back on the new port",
+        "flowlets: a connection moved to another UDP source port (both ways) every 5 WRITEs, and one whose requester alone moves (ports per direction), an ACK due coming back on the new port",
+    ),
+    (
+        "pairing-port-collision",
+        "Soft-RoCE numbering QPs alike on both hosts (0x11 to 0x12, 0x12 to 0x11), ports per direction: one connection's requests share a port with the other's answers",
+    ),
+    (
+        "pairing-qp-reuse",
+        "a QP number reused with another peer QP after a second's silence, from a PSN behind the first connection's, one port both ways",
     ),
     (
         "pairing-ambiguous",
@@ -288,6 +297,8 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "pairing-many-qps" => pairing_many_qps(&mut w),
         "pairing-respray" => pairing_respray(&mut w),
         "pairing-ambiguous" => pairing_ambiguous(&mut w),
+        "pairing-port-collision" => pairing_port_collision(&mut w),
+        "pairing-qp-reuse" => pairing_qp_reuse(&mut w),
         "rules-clean-nic" => rules_clean_nic(&mut w),
         "rule-nic-pfc-priorities" => rule_nic_pfc_priorities(&mut w),
         "rule-nic-ecn-without-cnp" => rule_nic_ecn_without_cnp(&mut w),

@@ -141,6 +141,7 @@ pub(super) fn pairing_many_qps(w: &mut Workload) {
 pub(super) fn pairing_respray(w: &mut Workload) {
     w.set_frame_gap(GAP_NS);
     let mut both = pair_qp(73, [1, 101], [0x310, 0x320], 500, PortRule::Symmetric);
+    // Two packets per WRITE, an ACK every 4 packets: one is due across each move.
     let mut one = pair_qp(73, [2, 102], [0x311, 0x321], 9000, PortRule::LocalQpn);
     for round in 0..20u16 {
         if round % 5 == 0 {
@@ -149,7 +150,7 @@ pub(super) fn pairing_respray(w: &mut Workload) {
             both.set_response_port(p);
             one.set_request_port(0xE000 + round);
         }
-        both.write(w, 4096);
+        both.write(w, 2048);
         both.ack_if_due(w, 4);
         one.write(w, 2048);
         one.ack_if_due(w, 4);
@@ -199,4 +200,41 @@ pub(super) fn rule_psn_violation_split(w: &mut Workload) {
         let last = other.last_psn();
         other.ack(w, last);
     }
+}
+
+/// Soft-RoCE before 2022 numbers QPs alike on every host: A's QP 0x11 talks to B's 0x12 and
+/// A's 0x12 to B's 0x11, so one connection's requests share their port with the other's
+/// answers. The port is no evidence there: their PSNs pair them.
+pub(super) fn pairing_port_collision(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut qps = [
+        pair_qp(76, [1, 101], [0x11, 0x12], 0x0001_0000, PortRule::LocalQpn),
+        pair_qp(76, [1, 101], [0x12, 0x11], 0x0080_0000, PortRule::LocalQpn),
+    ];
+    for round in 0..10 {
+        for qp in &mut qps {
+            mix(w, qp, round);
+        }
+    }
+    ack_all(w, &mut qps);
+}
+
+/// B's QP number 0x40 reused: first with A's QP 0x30, then, after a second's silence, with A's
+/// 0x31 from a PSN behind the first connection's (one port both ways, as mlx5 makes them):
+/// two connections, each paired by its port, nothing left unanswered.
+pub(super) fn pairing_qp_reuse(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut first = pair_qp(77, [1, 101], [0x30, 0x40], 0x50_0000, PortRule::Symmetric);
+    for _ in 0..8 {
+        first.write(w, 2048);
+        first.ack_if_due(w, 4);
+    }
+    ack_all(w, [&mut first]);
+    w.wait(1_000_000_000);
+    let mut second = pair_qp(77, [1, 101], [0x31, 0x40], 0x10_0000, PortRule::Symmetric);
+    for _ in 0..8 {
+        second.write(w, 2048);
+        second.ack_if_due(w, 4);
+    }
+    ack_all(w, [&mut second]);
 }
