@@ -474,9 +474,9 @@ impl Collector {
     pub(super) fn drain(&mut self) -> Result<(), DaemonError> {
         let started = Instant::now();
         let elapsed = started.duration_since(self.last_drain);
-        self.last_drain = started;
+        // Moved on once the drain has gone through: after a failed one the next interval
+        // starts where the last good one ended.
         let (start_unix_ns, end_unix_ns) = (self.last_drain_unix_ns, live::unix_ns());
-        self.last_drain_unix_ns = end_unix_ns;
         // Interface counters first: the flows read afterwards hold at least what they count.
         let mut totals = self.removed;
         for t in &mut self.ifaces {
@@ -573,6 +573,8 @@ impl Collector {
             nic: self.nic.metrics(),
             pfc: self.pauses.rows(),
         };
+        self.last_drain = started;
+        self.last_drain_unix_ns = end_unix_ns;
         if let Some(w) = self.jsonl.as_mut() {
             let line = json_line(
                 &snapshot,

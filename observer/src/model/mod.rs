@@ -959,7 +959,8 @@ impl Report {
             let interval = by_id.get(&FlowId::of_flow(f)).copied().unwrap_or(0.0);
             f.peak_rate_bps = Some(interval.max(f.active_rate_bps.unwrap_or(0.0)));
         }
-        // A side's flow seen in several mirror sessions: the busiest session's interval.
+        // A side's flows (several mirror sessions of one flow, or the ports a connection
+        // moved through): the busiest one's interval, not a sum per interval.
         for c in &mut self.connections {
             for side in [&mut c.a, &mut c.b] {
                 side.peak_rate_bps = (!side.keys.is_empty()).then(|| {

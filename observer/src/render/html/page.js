@@ -754,7 +754,9 @@
       " of " + arr(E.tier2.spines).length + " spines polarized"]);
     var w = E.what_if;
     if (w && E.flows > 0) {
-      pairs.push(["what-if: destination QP in the hash", dec(w.with_dest_qp) + " busiest/mean (target " + dec(w.target) + ")"]);
+      pairs.push(["what-if: destination QP in the hash", isNum(w.with_dest_qp)
+        ? dec(w.with_dest_qp) + " busiest/mean (target " + dec(w.target) + ")"
+        : "hashed already"]);
       pairs.push(["what-if: QPs per connection", w.meets_target || w.qps_per_connection === 1 ? "the flows as they are already meet the target"
         : isNum(w.qps_per_connection) ? w.qps_per_connection + " QPs per connection would meet the target"
           : "no count up to 16 QPs per connection would meet the target"]);
@@ -766,7 +768,7 @@
     var ys = up.map(function (u) { return u.bytes; });
     var mean = totalBytes / up.length;
     var d = [xs, ys, flat(up.length, mean)];
-    var bu = unitFor(Math.max(max(ys), rb ? mean * rb.max_over_mean : 0), ["B", "KB", "MB", "GB", "TB", "PB"], 1000);
+    var bu = unitFor(Math.max(max(ys), rb ? mean * rb.max_over_mean : 0), ["B", "KiB", "MiB", "GiB", "TiB", "PiB"], 1024);
     var series = [
       { label: "uplink", value: function (u, v) { return v === null || v === undefined ? "-" : "uplink " + v; } },
       line("bytes on the uplink (model)", PALETTE[0], bytes, { fill: "rgba(31,119,180,0.35)", width: 1,
