@@ -8,7 +8,10 @@
 //! evidence, strongest first:
 //!
 //! 1. **port**: the only direction each way of the two hosts on a UDP source port (today's
-//!    drivers' rule, and one port both ways in general);
+//!    drivers' rule, and one port both ways in general), unless their PSNs show unrelated
+//!    ranges or another direction fits strictly better; a direction whose ports name several
+//!    partners (a QP number reused with another peer QP) pairs per port. Not where the hosts'
+//!    directions have ports of their own: there a shared port is a coincidence;
 //! 2. **psn**: one direction's answers (ACK, NAK, READ and atomic responses) follow the other's
 //!    requests: the newest answer lies within a sender's reach behind the newest request PSN
 //!    and came after the requests began; an answer naming exactly the last request that asked
