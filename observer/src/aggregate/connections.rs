@@ -55,6 +55,7 @@ impl Aggregate {
     pub(super) fn connections(
         &self,
         rows: &[(FlowKey, Flow)],
+        pairing: &super::pairing::Pairing,
     ) -> (Vec<Connection>, Vec<OtherTraffic>) {
         let mut other = Vec::new();
         // The connected rows, in report order.
@@ -84,7 +85,6 @@ impl Aggregate {
                 connected_rows.push((k, f));
             }
         }
-        let pairing = self.pairing();
         // Per unit of the pairing, its rows each way (lo's, hi's), in report order.
         let mut units: BTreeMap<usize, [Direction; 2]> = BTreeMap::new();
         for (k, f) in connected_rows {

@@ -440,7 +440,11 @@ impl Aggregate {
     /// The flows of the report, each joined to its reverse direction (swapped addresses, the
     /// same UDP source port and mirror): the path MTU either direction learned, responses
     /// checked against the requests they answer, requests left unanswered, RNR retries.
-    fn linked_flows(&self, window_seconds: f64) -> Vec<(FlowKey, Flow)> {
+    fn linked_flows(
+        &self,
+        window_seconds: f64,
+        pairing: &pairing::Pairing,
+    ) -> Vec<(FlowKey, Flow)> {
         use observer_common::seq::{F_ACKREQ, F_RESP, F_VALID, pmtu_of, psn_after, psn_sub};
         type Tuple = ([u8; 16], [u8; 16], u16, u16);
         let tuple = |k: &FlowKey| -> Tuple {
@@ -506,7 +510,6 @@ impl Aggregate {
         // sessions' union), the other host direction preferred (host mode sees a connection
         // both leave and arrive). A flow the pairing did not consider (UD) takes the one flow
         // back on its port.
-        let pairing = self.pairing();
         let mut union_member: HashMap<FlowKey, FlowKey> = HashMap::new();
         for k in pairing.unit_of.keys() {
             if let Some(u) = k.union() {
@@ -705,8 +708,11 @@ impl Aggregate {
     pub fn report(&self, source: Source, window_seconds: f64) -> Report {
         let agg = self;
         let c = &agg.counters;
+        // Which flows are one connection: worked out once, for the flows' reverse directions
+        // and the connections.
+        let pairing = agg.pairing();
         let (unions, mut rows): (Vec<_>, Vec<_>) = agg
-            .linked_flows(window_seconds)
+            .linked_flows(window_seconds, &pairing)
             .into_iter()
             .partition(|(k, _)| k.is_union());
         rows.sort_by(|(ka, a), (kb, b)| {
@@ -741,7 +747,7 @@ impl Aggregate {
                 f.psn_scope = Some(crate::model::PsnScope { mirror_views, here });
             }
         }
-        let (connections, other_traffic) = agg.connections(&rows);
+        let (connections, other_traffic) = agg.connections(&rows, &pairing);
         let flows: Vec<Flow> = rows.into_iter().map(|(_, f)| f).collect();
         let mut psn = crate::model::Psn::default();
         for f in &flows {

@@ -148,6 +148,34 @@ fn unrelated(req: &FlowStats, resp: &FlowStats) -> bool {
     psn_sub(newest, a.resp_psn) >= MAX_GO_BACK && psn_sub(a.resp_psn, newest) >= MAX_GO_BACK
 }
 
+/// What the pairing reads of one side's flows.
+struct Summary<'a> {
+    stats: Vec<&'a FlowStats>,
+    first_ns: u64,
+    /// Some flow sent requests; some answered.
+    requests: bool,
+    answers: bool,
+}
+
+/// The PSN evidence between two sides, the opposite ways of two hosts: the best fit
+/// ([`answers`], either way), and whether some answers and requests between them are of
+/// unrelated ranges with nothing fitting.
+fn evidence(x: &Summary, y: &Summary) -> (u8, bool) {
+    if !(x.requests && y.answers || y.requests && x.answers) {
+        return (0, false);
+    }
+    let (mut best, mut unrelated_seen) = (0, false);
+    for sx in &x.stats {
+        for sy in &y.stats {
+            best = best
+                .max(answers(sx, x.first_ns, sy))
+                .max(answers(sy, y.first_ns, sx));
+            unrelated_seen |= unrelated(sx, sy) || unrelated(sy, sx);
+        }
+    }
+    (best, unrelated_seen && best == 0)
+}
+
 impl Aggregate {
     /// The flows a pairing considers: those of a connected transport (or CNPs alone), not the
     /// connection manager's.
@@ -158,33 +186,26 @@ impl Aggregate {
         })
     }
 
-    fn first_ns(&self, keys: &[FlowKey]) -> u64 {
-        keys.iter()
-            .filter_map(|k| self.flows.get(k))
-            .map(|s| s.first_seen_ns)
-            .min()
-            .unwrap_or(0)
+    /// What the pairing reads of some flows: their PSN analyses and when the first began.
+    fn summary(&self, keys: &[FlowKey]) -> Summary<'_> {
+        let stats: Vec<&FlowStats> = keys.iter().filter_map(|k| self.analysis_of(k)).collect();
+        let flags = stats.iter().fold(0, |f, s| f | s.seq_track.flags);
+        Summary {
+            stats,
+            first_ns: keys
+                .iter()
+                .filter_map(|k| self.flows.get(k))
+                .map(|s| s.first_seen_ns)
+                .min()
+                .unwrap_or(0),
+            requests: flags & F_VALID != 0,
+            answers: flags & F_RESP != 0,
+        }
     }
 
-    /// The PSN evidence between two sets of flows, the opposite ways of two hosts: the best
-    /// fit ([`answers`], either way), and whether some answers and requests between them are
-    /// of unrelated ranges with nothing fitting.
+    /// The PSN evidence between two sets of flows, the opposite ways of two hosts.
     fn evidence(&self, x: &[FlowKey], y: &[FlowKey]) -> (u8, bool) {
-        let (fx, fy) = (self.first_ns(x), self.first_ns(y));
-        let (mut best, mut unrelated_seen) = (0, false);
-        for kx in x {
-            let Some(sx) = self.analysis_of(kx) else {
-                continue;
-            };
-            for ky in y {
-                let Some(sy) = self.analysis_of(ky) else {
-                    continue;
-                };
-                best = best.max(answers(sx, fx, sy)).max(answers(sy, fy, sx));
-                unrelated_seen |= unrelated(sx, sy) || unrelated(sy, sx);
-            }
-        }
-        (best, unrelated_seen && best == 0)
+        evidence(&self.summary(x), &self.summary(y))
     }
 
     /// Pairs the connected flows ([module docs](self)).
@@ -345,47 +366,63 @@ impl Aggregate {
     /// Step 2, per two hosts: the directions left pair on their PSNs, each the other's only
     /// strongest fit; what is left stays one-sided, saying when it had fits it shared.
     fn pair_by_psn(&self, left: &mut BTreeMap<Dir, Vec<FlowKey>>, out: &mut Pairing, lo: [u8; 16]) {
-        let (mut up, mut down): (Vec<Dir>, Vec<Dir>) =
-            left.keys().copied().partition(|d| d.0 == lo);
-        let scores: HashMap<(Dir, Dir), u8> = up
+        let (up, down): (Vec<Dir>, Vec<Dir>) = left.keys().copied().partition(|d| d.0 == lo);
+        let summaries: HashMap<Dir, Summary> = left
             .iter()
-            .flat_map(|u| down.iter().map(move |d| (*u, *d)))
-            .map(|(u, d)| ((u, d), self.evidence(&left[&u], &left[&d]).0))
-            .filter(|(_, s)| *s > 0)
+            .map(|(d, rows)| (*d, self.summary(rows)))
             .collect();
-        let s = |u: &Dir, d: &Dir| scores.get(&(*u, *d)).copied().unwrap_or(0);
-        // The strongest fits of `x` among `others` (`flip`: `x` goes down).
-        let best = |x: &Dir, others: &[Dir], flip: bool| -> Vec<Dir> {
-            let of = |o: &Dir| if flip { s(o, x) } else { s(x, o) };
-            let top = others.iter().map(of).max().unwrap_or(0);
-            if top == 0 {
-                return Vec::new();
-            }
-            others.iter().filter(|o| of(o) == top).copied().collect()
-        };
-        loop {
-            let mut joined = None;
-            for u in &up {
-                if let [d] = best(u, &down, false).as_slice()
-                    && best(d, &up, true).as_slice() == [*u]
-                {
-                    joined = Some((*u, *d));
-                    break;
+        // The fits (score > 0) of each direction, the other way: few per direction.
+        let mut fits: HashMap<Dir, Vec<(Dir, u8)>> = HashMap::new();
+        for u in &up {
+            for d in &down {
+                let score = evidence(&summaries[u], &summaries[d]).0;
+                if score > 0 {
+                    fits.entry(*u).or_default().push((*d, score));
+                    fits.entry(*d).or_default().push((*u, score));
                 }
             }
-            let Some((u, d)) = joined else { break };
-            let (x, y) = (left.remove(&u).unwrap(), left.remove(&d).unwrap());
-            out.push(unit(lo, x, y, Some(PairedBy::Psn)));
-            up.retain(|x| *x != u);
-            down.retain(|x| *x != d);
+        }
+        let mut remaining: BTreeSet<Dir> = left.keys().copied().collect();
+        // The strongest fits of `x` among the directions remaining.
+        let best = |x: &Dir, remaining: &BTreeSet<Dir>| -> Vec<Dir> {
+            let here: Vec<(Dir, u8)> = fits
+                .get(x)
+                .into_iter()
+                .flatten()
+                .filter(|(o, _)| remaining.contains(o))
+                .copied()
+                .collect();
+            let top = here.iter().map(|(_, s)| *s).max().unwrap_or(0);
+            here.into_iter()
+                .filter(|(_, s)| *s == top && top > 0)
+                .map(|(o, _)| o)
+                .collect()
+        };
+        // In rounds: every pair each other's only strongest fit joins at once (such pairs are
+        // disjoint, and stay such when others leave), then the fits are worked out again
+        // among the directions left, until a round joins nothing.
+        loop {
+            let joined: Vec<(Dir, Dir)> = up
+                .iter()
+                .filter(|u| remaining.contains(u))
+                .filter_map(|u| match best(u, &remaining).as_slice() {
+                    [d] if best(d, &remaining).as_slice() == [*u] => Some((*u, *d)),
+                    _ => None,
+                })
+                .collect();
+            if joined.is_empty() {
+                break;
+            }
+            for (u, d) in joined {
+                remaining.remove(&u);
+                remaining.remove(&d);
+                let (x, y) = (left.remove(&u).unwrap(), left.remove(&d).unwrap());
+                out.push(unit(lo, x, y, Some(PairedBy::Psn)));
+            }
         }
         // What is left is one-sided; with a fit it shared, ambiguous.
         for (d, rows) in std::mem::take(left) {
-            let n = if d.0 == lo {
-                best(&d, &down, false).len()
-            } else {
-                best(&d, &up, true).len()
-            };
+            let n = best(&d, &remaining).len();
             let mut u = if d.0 == lo {
                 unit(lo, rows, Vec::new(), None)
             } else {
