@@ -46,16 +46,18 @@ impl Default for Stall {
 
 fn stall(r: &Report, c: &Stall) -> Outcome {
     let min_ns = (c.min_ms * 1e6) as u64;
-    // Connections with both directions seen (a connection the report paired, or swapped
-    // addresses on the same UDP source port and mirror): only there can an answer be missed.
+    // Connections with both directions seen: only there can an answer be missed. The
+    // report's connections say which (a shared port can be a coincidence); a report without
+    // them (one read back from elsewhere) is joined by port, swapped addresses and mirror.
     let answers_seen = |f: &crate::model::Flow| {
         f.psn.unanswered.is_some()
             || r.paired_connection_of(f).is_some()
-            || r.flows.iter().any(|b| {
-                (b.src_ip, b.dst_ip, b.udp_src_port) == (f.dst_ip, f.src_ip, f.udp_src_port)
-                    && b.mirror == f.mirror
-                    && b.dest_qp != 1
-            })
+            || r.connections.is_empty()
+                && r.flows.iter().any(|b| {
+                    (b.src_ip, b.dst_ip, b.udp_src_port) == (f.dst_ip, f.src_ip, f.udp_src_port)
+                        && b.mirror == f.mirror
+                        && b.dest_qp != 1
+                })
     };
     let paired = r
         .flows
@@ -133,6 +135,65 @@ mod tests {
     use super::*;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
     use crate::model::{Unanswered, Wait};
+
+    /// A flow back on the same port that the report did not pair with it (a coincidence of
+    /// ports) shows no answers: too little to judge, not a pass.
+    #[test]
+    fn a_port_shared_by_coincidence_is_no_connection_seen_both_ways() {
+        use crate::model::connections::{ConnSide, Connection};
+        let t = Thresholds::default();
+        let mut r = report();
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        (f.packets, f.ops.write) = (10, 10);
+        r.flows.push(f);
+        let mut back = flow("10.0.0.2", "10.0.0.1");
+        (back.dest_qp, back.packets, back.ops.ack) = (0x22, 2, 2);
+        r.flows.push(back);
+        assert!(passed(run(&StallRule, &r, &t)).starts_with("every request answered"));
+        let side = |ip: &str, qp: Option<u32>, packets| ConnSide {
+            ip: ip.parse().unwrap(),
+            qp,
+            ports: Vec::new(),
+            packets,
+            bytes: 0,
+            ops: Default::default(),
+            ce: 0,
+            psn: Default::default(),
+            peak_rate_bps: None,
+            messages: None,
+            latency: Default::default(),
+            keys: Vec::new(),
+        };
+        // The report's pairing: two one-sided connections.
+        for (a, b) in [
+            (
+                side("10.0.0.1", None, 10),
+                side("10.0.0.2", Some(r.flows[0].dest_qp), 0),
+            ),
+            (side("10.0.0.2", None, 2), side("10.0.0.1", Some(0x22), 0)),
+        ] {
+            r.connections.push(Connection {
+                transport: "RC".into(),
+                udp_src_port: 0,
+                paired_by: None,
+                ambiguous: None,
+                mirrors: Vec::new(),
+                pmtu: None,
+                packets: 0,
+                bytes: 0,
+                first_seen_ns: 0,
+                last_seen_ns: 0,
+                active_rate_bps: None,
+                a,
+                b,
+            });
+        }
+        let note = insufficient(run(&StallRule, &r, &t));
+        assert!(
+            note.starts_with("no connection seen in both directions"),
+            "{note}"
+        );
+    }
 
     #[test]
     fn unanswered_requests_and_long_resend_waits_fire() {
