@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 
 use observer_common::seq::pmtu_of;
-use observer_common::{FlowKey, LatHist, LatKey, LatKind, MIRROR_UNION, MsgStats, QP_CM};
+use observer_common::{FlowKey, LatHist, LatKey, LatKind, MsgStats, QP_CM};
 
 use super::Aggregate;
-use super::pairing::dir_of;
+use super::pairing::{dir_of, scope_of};
 use crate::model::connections::{
     ConnSide, Connection, LatencyScope, LatencySummary, Messages, OtherTraffic, PsnSummary,
     SideLatency, kind_name, side_name,
@@ -18,16 +18,6 @@ use crate::model::{Flow, ip_of};
 
 pub(crate) use super::pairing::CONNECTED;
 use super::pairing::{CNP, RC, UC, UD, XRC};
-
-/// The observation a flow belongs to: direct (either direction of a host), or every mirror
-/// session together.
-fn scope(k: &FlowKey) -> u16 {
-    if k.mirror & 0x8000 != 0 {
-        MIRROR_UNION
-    } else {
-        0
-    }
-}
 
 /// Two hosts (lower address first), the UDP source port, the observation: the daemon counts
 /// connections by it.
@@ -39,7 +29,7 @@ pub(crate) fn group_of(k: &FlowKey) -> Group {
     } else {
         (k.dst_ip, k.src_ip)
     };
-    (lo, hi, k.udp_src_port, scope(k))
+    (lo, hi, k.udp_src_port, scope_of(k))
 }
 
 /// The rows one direction of a connection sent: every mirror session's row of one flow.

@@ -437,9 +437,10 @@ fn with_entry(map: &mut FlowMap, key: FlowKey, f: impl FnOnce(&mut FlowStats)) {
 }
 
 impl Aggregate {
-    /// The flows of the report, each joined to its reverse direction (swapped addresses, the
-    /// same UDP source port and mirror): the path MTU either direction learned, responses
-    /// checked against the requests they answer, requests left unanswered, RNR retries.
+    /// The flows of the report, each joined to its reverse direction (the other way of its
+    /// connection as `pairing` found it, or for a flow the pairing does not consider, the one
+    /// flow back on its port): the path MTU either direction learned, responses checked
+    /// against the requests they answer, requests left unanswered, RNR retries.
     fn linked_flows(
         &self,
         window_seconds: f64,
@@ -550,16 +551,18 @@ impl Aggregate {
             }
             Some(rows)
         };
-        // The next PSN a direction expects, from its flow that sent last (several when the
-        // connection moved ports).
-        let newest_sent = |k: &FlowKey| -> Option<u32> {
-            side_of(k, true)?
-                .iter()
+        // The PSN state of the flow among `rows` that sent a request last (several flows when
+        // the connection moved ports).
+        let last_sender = |rows: &[FlowKey]| -> Option<&observer_common::SeqTrack> {
+            rows.iter()
                 .filter_map(|r| self.stats(r))
                 .filter(|s| s.seq_track.flags & F_VALID != 0)
-                .max_by_key(|s| s.seq_track.req_ns)
-                .map(|s| s.seq_track.next_hi)
+                .map(|s| &s.seq_track)
+                .max_by_key(|t| t.req_ns)
         };
+        // The next PSN a direction expects.
+        let newest_sent =
+            |k: &FlowKey| -> Option<u32> { Some(last_sender(&side_of(k, true)?)?.next_hi) };
         let reverse = |k: &FlowKey| -> Option<Reverse> {
             let Some(keys) = side_of(k, false) else {
                 let (rk, r) = reverse_by_port(k)?;
@@ -652,19 +655,14 @@ impl Aggregate {
         // Responses to PSNs no request used: the responder's flow carries the violation.
         // Per request flow: its newest request PSN and the newest PSN it may have used (a READ
         // of unknown path MTU, or cut before its RETH, consumes a range).
-        // The requests are the one flow back on the same port, else the paired direction's
-        // flows in the same observation, of which the one that sent last.
+        // The requests are the reverse's flows (as for `reverse`), of which the one that sent
+        // last.
         let sent_hi = |k: &FlowKey| -> Option<(u32, u32)> {
             let back: Vec<FlowKey> = match side_of(k, false) {
                 Some(rows) => rows,
                 None => vec![*reverse_by_port(k)?.0],
             };
-            let t = back
-                .iter()
-                .filter_map(|r| self.stats(r))
-                .filter(|s| s.seq_track.flags & F_VALID != 0)
-                .map(|s| &s.seq_track)
-                .max_by_key(|t| t.req_ns)?;
+            let t = last_sender(&back)?;
             Some((t.top, psn_sub(t.next_hi, 1)))
         };
         for (k, f) in &mut flows {

@@ -44,14 +44,19 @@ pub(crate) const CONNECTED: u32 = RC | UC | XRC;
 /// are every UDP source port, mirror session and host direction it was seen on.
 pub(crate) type Dir = ([u8; 16], [u8; 16], u32, u16);
 
-/// The direction of flow `k`.
-pub(crate) fn dir_of(k: &FlowKey) -> Dir {
-    let scope = if k.mirror & 0x8000 != 0 {
+/// The observation a flow belongs to: direct (either direction of a host), or every mirror
+/// session together.
+pub(crate) fn scope_of(k: &FlowKey) -> u16 {
+    if k.mirror & 0x8000 != 0 {
         MIRROR_UNION
     } else {
         0
-    };
-    (k.src_ip, k.dst_ip, k.dest_qp, scope)
+    }
+}
+
+/// The direction of flow `k`.
+pub(crate) fn dir_of(k: &FlowKey) -> Dir {
+    (k.src_ip, k.dst_ip, k.dest_qp, scope_of(k))
 }
 
 /// The evidence two directions were paired on.
@@ -281,51 +286,42 @@ impl Aggregate {
         if own_ports {
             return;
         }
-        // The port edges: a port with one direction each way.
+        // The port edges: a port with one direction each way; each direction's partners.
         let mut edges: Vec<(u16, Dir, Dir)> = Vec::new();
+        let mut partners: BTreeMap<Dir, BTreeSet<Dir>> = BTreeMap::new();
         for (p, [u, d]) in &by_port {
             if let ([u], [d]) = (u.as_slice(), d.as_slice()) {
                 edges.push((*p, *u, *d));
+                partners.entry(*u).or_default().insert(*d);
+                partners.entry(*d).or_default().insert(*u);
             }
         }
-        let partners = |d: &Dir| -> BTreeSet<Dir> {
-            edges
-                .iter()
-                .filter_map(|(_, u, v)| {
-                    if u == d {
-                        Some(*v)
-                    } else if v == d {
-                        Some(*u)
-                    } else {
-                        None
-                    }
-                })
-                .collect()
-        };
-        let mut whole: Vec<(Dir, Dir)> = Vec::new();
-        for (_, u, d) in &edges {
-            if partners(u).len() == 1 && partners(d).len() == 1 && !whole.contains(&(*u, *d)) {
-                whole.push((*u, *d));
-            }
-        }
+        let single = |d: &Dir| partners.get(d).is_some_and(|p| p.len() == 1);
+        let whole: BTreeSet<(Dir, Dir)> = edges
+            .iter()
+            .filter(|(_, u, d)| single(u) && single(d))
+            .map(|(_, u, d)| (*u, *d))
+            .collect();
         // A port pair stands unless the PSNs say otherwise: unrelated ranges, or another
         // direction whose answers fit strictly better (only looked for below an exact fit).
+        let summaries: HashMap<Dir, Summary> = left
+            .iter()
+            .map(|(d, rows)| (*d, self.summary(rows)))
+            .collect();
+        let ev = |u: &Dir, d: &Dir| evidence(&summaries[u], &summaries[d]);
         let fits_better_elsewhere = |u: &Dir, d: &Dir, score: u8| {
             score < 2
-                && (down
-                    .iter()
-                    .any(|o| o != d && self.evidence(&left[u], &left[o]).0 > score)
-                    || up
-                        .iter()
-                        .any(|o| o != u && self.evidence(&left[o], &left[d]).0 > score))
+                && (down.iter().any(|o| o != d && ev(u, o).0 > score)
+                    || up.iter().any(|o| o != u && ev(o, d).0 > score))
         };
-        let mut refused: Vec<(Dir, Dir)> = Vec::new();
-        for (u, d) in &whole {
-            let (score, unrelated) = self.evidence(&left[u], &left[d]);
-            if unrelated || fits_better_elsewhere(u, d, score) {
-                refused.push((*u, *d));
-            }
-        }
+        let refused: BTreeSet<(Dir, Dir)> = whole
+            .iter()
+            .filter(|(u, d)| {
+                let (score, unrelated) = ev(u, d);
+                unrelated || fits_better_elsewhere(u, d, score)
+            })
+            .copied()
+            .collect();
         for (u, d) in whole {
             if refused.contains(&(u, d)) {
                 continue;
