@@ -285,3 +285,46 @@ impl ConnSide {
         self.ops.send + self.ops.write + self.ops.read_request + self.ops.atomic
     }
 }
+
+/// Connections to judge, for unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{ConnSide, Connection};
+
+    /// A side at `ip` with QP `qp` that sent `packets` packets and nothing else counted.
+    pub fn side(ip: &str, qp: Option<u32>, packets: u64) -> ConnSide {
+        ConnSide {
+            ip: ip.parse().unwrap(),
+            qp,
+            ports: Vec::new(),
+            packets,
+            bytes: packets,
+            ops: Default::default(),
+            ce: 0,
+            psn: Default::default(),
+            peak_rate_bps: None,
+            messages: None,
+            latency: Default::default(),
+            keys: Vec::new(),
+        }
+    }
+
+    /// An RC connection of `a` and `b`, paired by `paired_by` (`None`: one-sided).
+    pub fn connection(paired_by: Option<&str>, a: ConnSide, b: ConnSide) -> Connection {
+        Connection {
+            transport: "RC".into(),
+            udp_src_port: 0,
+            paired_by: paired_by.map(str::to_string),
+            ambiguous: None,
+            mirrors: Vec::new(),
+            pmtu: None,
+            packets: a.packets + b.packets,
+            bytes: a.bytes + b.bytes,
+            first_seen_ns: 0,
+            last_seen_ns: 0,
+            active_rate_bps: None,
+            a,
+            b,
+        }
+    }
+}

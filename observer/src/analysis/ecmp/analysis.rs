@@ -126,7 +126,7 @@ fn carries_data(f: &Flow) -> bool {
 
 /// The share of random placements the model's busiest uplink must be busier than to be worse
 /// than random (and, mirrored, less busy than to be better).
-const WORSE_PERCENTILE: f64 = 0.95;
+pub const WORSE_PERCENTILE: f64 = 0.95;
 
 /// The verdict on a model for `flows` data flows over `n` uplinks, from where its max/mean
 /// falls among random placements of the same flows: `percentile`, the share of them it is
@@ -228,7 +228,12 @@ pub fn analyse(
     // Every flow, for the pairing's indices; the data flows are what the uplinks carry.
     let all = loads(flows);
     let data: Vec<bool> = flows.iter().map(carries_data).collect();
-    let fl: Vec<FlowLoad> = split(&all, &data, &[], 1);
+    let fl: Vec<FlowLoad> = all
+        .iter()
+        .zip(&data)
+        .filter(|(_, d)| **d)
+        .map(|(f, _)| *f)
+        .collect();
     let s = spread(&fl, &model, n);
     let weights: Vec<f64> = fl.iter().map(|f| f.weight).collect();
     let balance_bytes = balance(&s.weight);
@@ -329,14 +334,15 @@ pub fn analyse(
         .sum();
     let total_bytes: f64 = fl.iter().map(|f| f.weight).sum();
     let shared_cause = total_bytes > 0.0 && shared_bytes * 2.0 >= total_bytes;
-    let verdict = verdict(fl.len(), n, random_percentile);
+    // Enough flows to judge, and no worse than random: only more flows would even them out.
+    let as_random = fl.len() >= 2 * n as usize && random_percentile < WORSE_PERCENTILE;
     let hint = (!fl.is_empty() && !meets_target).then(|| {
         what_helps(
             shared_cause,
             qps_per_connection,
             with_dest_qp,
             o.target,
-            verdict.starts_with("as good as random") || verdict.starts_with("better"),
+            as_random,
         )
     });
 
@@ -356,7 +362,7 @@ pub fn analyse(
                 flows: s.flows[u],
             })
             .collect(),
-        verdict,
+        verdict: verdict(fl.len(), n, random_percentile),
         balance_bytes,
         balance_flows: balance(&flow_counts),
         random_bytes,

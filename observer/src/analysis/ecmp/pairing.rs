@@ -344,7 +344,7 @@ mod tests {
     /// report's pairing on its PSNs joins it, and only it.
     #[test]
     fn connections_the_report_paired_on_psns_join_with_a_port_per_direction() {
-        use crate::model::connections::{ConnSide, Connection as Joined};
+        use crate::model::connections::testing::{connection as joined, side};
         let flows = vec![
             flow("198.18.0.1", "198.18.0.2", 0xC011, 0x12),
             flow("198.18.0.2", "198.18.0.1", 0xC022, 0x11),
@@ -354,44 +354,19 @@ mod tests {
         let alone = pair(&flows);
         assert!(alone.connections.is_empty());
         assert_eq!(alone.why.one_way, 4);
-        let side = |ip: &str, qp: u32| ConnSide {
-            ip: ip.parse().unwrap(),
-            qp: Some(qp),
-            ports: Vec::new(),
-            packets: 1,
-            bytes: 1,
-            ops: Ops::default(),
-            ce: 0,
-            psn: Default::default(),
-            peak_rate_bps: None,
-            messages: None,
-            latency: Default::default(),
-            keys: Vec::new(),
-        };
-        let joined = |by: Option<&str>, a: ConnSide, b: ConnSide| Joined {
-            transport: "RC".into(),
-            udp_src_port: 0,
-            paired_by: by.map(str::to_string),
-            ambiguous: None,
-            mirrors: Vec::new(),
-            pmtu: None,
-            packets: 2,
-            bytes: 2,
-            first_seen_ns: 0,
-            last_seen_ns: 0,
-            active_rate_bps: None,
-            a,
-            b,
-        };
         let report = [
             // B first: the side order of the report does not matter.
             joined(
                 Some("psn"),
-                side("198.18.0.2", 0x12),
-                side("198.18.0.1", 0x11),
+                side("198.18.0.2", Some(0x12), 1),
+                side("198.18.0.1", Some(0x11), 1),
             ),
             // Not paired by the report: stays unpaired.
-            joined(None, side("198.18.0.3", 0x22), side("198.18.0.4", 0x21)),
+            joined(
+                None,
+                side("198.18.0.3", Some(0x22), 1),
+                side("198.18.0.4", Some(0x21), 1),
+            ),
         ];
         let p = pair_with(&flows, &report);
         assert_eq!(p.connections.len(), 1);

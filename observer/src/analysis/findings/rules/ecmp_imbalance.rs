@@ -87,7 +87,7 @@ fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
         ABOUT.name,
         Severity::Warning,
         // The verdict's "worse than random" is at 95%: a lower threshold fires on less.
-        if e.verdict.starts_with("worse than random") {
+        if e.random_percentile >= crate::analysis::ecmp::analysis::WORSE_PERCENTILE {
             "ECMP imbalance worse than random hashing"
         } else {
             "ECMP imbalance beyond the percentile threshold"

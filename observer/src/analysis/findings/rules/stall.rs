@@ -140,7 +140,7 @@ mod tests {
     /// ports) shows no answers: too little to judge, not a pass.
     #[test]
     fn a_port_shared_by_coincidence_is_no_connection_seen_both_ways() {
-        use crate::model::connections::{ConnSide, Connection};
+        use crate::model::connections::testing::{connection, side};
         let t = Thresholds::default();
         let mut r = report();
         let mut f = flow("10.0.0.1", "10.0.0.2");
@@ -150,44 +150,20 @@ mod tests {
         (back.dest_qp, back.packets, back.ops.ack) = (0x22, 2, 2);
         r.flows.push(back);
         assert!(passed(run(&StallRule, &r, &t)).starts_with("every request answered"));
-        let side = |ip: &str, qp: Option<u32>, packets| ConnSide {
-            ip: ip.parse().unwrap(),
-            qp,
-            ports: Vec::new(),
-            packets,
-            bytes: 0,
-            ops: Default::default(),
-            ce: 0,
-            psn: Default::default(),
-            peak_rate_bps: None,
-            messages: None,
-            latency: Default::default(),
-            keys: Vec::new(),
-        };
         // The report's pairing: two one-sided connections.
-        for (a, b) in [
-            (
+        let qp = r.flows[0].dest_qp;
+        r.connections = vec![
+            connection(
+                None,
                 side("10.0.0.1", None, 10),
-                side("10.0.0.2", Some(r.flows[0].dest_qp), 0),
+                side("10.0.0.2", Some(qp), 0),
             ),
-            (side("10.0.0.2", None, 2), side("10.0.0.1", Some(0x22), 0)),
-        ] {
-            r.connections.push(Connection {
-                transport: "RC".into(),
-                udp_src_port: 0,
-                paired_by: None,
-                ambiguous: None,
-                mirrors: Vec::new(),
-                pmtu: None,
-                packets: 0,
-                bytes: 0,
-                first_seen_ns: 0,
-                last_seen_ns: 0,
-                active_rate_bps: None,
-                a,
-                b,
-            });
-        }
+            connection(
+                None,
+                side("10.0.0.2", None, 2),
+                side("10.0.0.1", Some(0x22), 0),
+            ),
+        ];
         let note = insufficient(run(&StallRule, &r, &t));
         assert!(
             note.starts_with("no connection seen in both directions"),
