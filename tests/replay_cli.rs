@@ -396,9 +396,9 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     let (status, _, err) = output(Command::new(CLI).arg("replay").arg(&a).arg(&other));
     assert!(status.success(), "{err}");
     assert!(err.is_empty(), "{err}");
-    // The same traffic from a second tap (a copy of the file, the same times): named, counts
-    // add up, and each copy, merged right after its original, is a duplicate, not a resend.
-    // The reordering the generator made is counted once.
+    // The same traffic from a second tap (a copy of the file, the same times): named, and
+    // each packet counted once, seen at two points. The reordering the generator made is
+    // counted once.
     let b = dir.path("tap2.pcap");
     std::fs::copy(&a, &b).unwrap();
     let (status, out, err) = output(
@@ -419,19 +419,15 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     let r = report(&out);
     assert_eq!(r.source.warnings.len(), 1, "{:?}", r.source.warnings);
     let truth = truth_aggregate(&w.truth).report(r.source.clone(), r.window.seconds);
-    let requests: u64 = truth
-        .flows
-        .iter()
-        .filter(|f| f.psn_followed())
-        .map(|f| f.ops.send + f.ops.write + f.ops.read_request + f.ops.atomic)
-        .sum();
     let p = &r.totals.psn;
-    assert_eq!(r.totals.frames, 2 * w.frames.len() as u64);
+    assert_eq!(r.totals.roce_packets, truth.totals.roce_packets);
     assert_eq!(
         (p.out_of_order, p.duplicates, p.retransmissions, p.missing),
-        (truth.totals.psn.out_of_order, requests, 0, 0),
+        (truth.totals.psn.out_of_order, 0, 0, 0),
         "{p:?}"
     );
+    let points = r.points.expect("two points");
+    assert_eq!(points.seen_at, vec![0, truth.totals.roce_packets]);
 }
 
 /// VLAN IDs per flow: the outer tag's, and the inner one of QinQ frames, as the generator
@@ -505,12 +501,13 @@ fn writes(qp: u32, n: u32, t0: u64, gap_ns: u64) -> Vec<(synth::RoceFrame, u64)>
         .collect()
 }
 
-/// The same traffic captured by two taps (the second file: the same frames 3 us later) is
-/// merged by time: every packet of the second copy is a duplicate, none a resend, and the
-/// duplicate-copies rule says so. A flow whose packets are 1 us apart has its copies 3 packets
-/// behind (a run of PSNs seen before, like a go-back-N), one 10 us apart right after each.
+/// The same traffic captured by two taps (the second file: the same frames 3 us later) is two
+/// observation points: every packet counts once, seen at two points 3 us apart, none a
+/// duplicate or a resend, and no finding beyond the one capture's. A flow whose packets are
+/// 1 us apart has its copies 3 packets behind (a run of PSNs seen before, like a go-back-N),
+/// one 10 us apart right after each.
 #[test]
-fn the_same_traffic_from_two_taps_is_duplicates_not_resends() {
+fn the_same_traffic_from_two_taps_is_counted_once_at_two_points() {
     let dir = Scratch::new("replay-two-taps");
     let t0 = synth::BASE_TS_NS;
     let mut frames = writes(0x21, 200, t0, 1_000);
@@ -533,11 +530,11 @@ fn the_same_traffic_from_two_taps_is_duplicates_not_resends() {
         warnings[0].starts_with(&format!(
             "roce-observer: warning: {} overlaps the files before it in time and holds some of their flows: ",
             b.display()
-        )) && warnings[0].contains("counts as a duplicate, not a resend"),
+        )) && warnings[0].contains("counts once"),
         "{err}"
     );
     assert_eq!(r.source.warnings.len(), 1);
-    assert_eq!(r.totals.frames, 2 * requests);
+    assert_eq!(r.totals.frames, requests);
     let p = &r.totals.psn;
     assert_eq!(
         (
@@ -547,17 +544,22 @@ fn the_same_traffic_from_two_taps_is_duplicates_not_resends() {
             p.gaps,
             p.out_of_order
         ),
-        (requests, 0, 0, 0, 0),
+        (0, 0, 0, 0, 0),
         "{p:?}"
     );
-    for f in &r.flows {
-        assert_eq!(f.psn.duplicates * 2, f.packets, "{f:?}");
-    }
-    // The copies add the duplicate-copies finding and nothing else.
-    let mut want = fired(&one);
-    want.push("duplicate-copies");
-    want.sort();
-    assert_eq!(fired(&r), want);
+    assert_eq!(
+        integration_tests::timeless(&r.flows),
+        integration_tests::timeless(&one.flows)
+    );
+    let points = r.points.as_ref().expect("two points");
+    assert_eq!(points.seen_at, vec![0, requests]);
+    // One direction only: the 3 us are the clocks' and the path's together, said so.
+    assert_eq!(points.one_way.len(), 1, "{points:?}");
+    let w = &points.one_way[0];
+    assert_eq!((w.min_ns, w.max_ns, w.packets), (3_000, 3_000, requests));
+    assert!(!w.clock_corrected);
+    assert!(points.missing.is_empty());
+    assert_eq!(fired(&r), fired(&one));
     // Standard input can be one of the merged files.
     let piped = run_with_input(
         Command::new(CLI)

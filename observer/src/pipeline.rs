@@ -315,9 +315,27 @@ fn analysed(mut replay: Replay<Timeline>, link_speed: Option<u64>, a: &AnalysisO
         ));
     }
     let mut report = replay_counts(&replay);
-    let (latency, said) = replay.agg.capture_latency(&a.local_hosts);
-    report.latency = latency;
-    report.source.warnings.extend(said);
+    match &replay.points {
+        // Several points of one traffic: each point's latency, in its own clock.
+        Some(points) => {
+            for (view, file) in points.views.iter().zip(&points.files) {
+                let (latency, said) = view.capture_latency(&a.local_hosts);
+                report.latency.extend(latency.into_iter().map(|mut l| {
+                    l.interface = Some(file.clone());
+                    l
+                }));
+                report
+                    .source
+                    .warnings
+                    .extend(said.into_iter().map(|w| format!("{file}: {w}")));
+            }
+        }
+        None => {
+            let (latency, said) = replay.agg.capture_latency(&a.local_hosts);
+            report.latency = latency;
+            report.source.warnings.extend(said);
+        }
+    }
     apply_timeline(&mut report, replay.observer.finish(&replay.agg));
     apply_link_speed(&mut report, link_speed, "give --link-speed");
     conclude(&mut report, a);
@@ -353,6 +371,10 @@ fn replay_counts<O: FrameObserver>(replay: &Replay<O>) -> Report {
         Source::pcap(replay.files.clone(), replay.warnings.clone()),
         replay.window_seconds(),
     );
+    report.points = replay
+        .points
+        .as_ref()
+        .map(crate::analysis::points::summarize);
     if replay.unsupported_link_frames > 0 {
         report.totals.skipped.insert(
             UNSUPPORTED_LINK_TYPE.to_string(),

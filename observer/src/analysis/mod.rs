@@ -4,4 +4,5 @@
 pub mod checklist;
 pub mod ecmp;
 pub mod findings;
+pub mod points;
 pub mod series;

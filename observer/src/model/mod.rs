@@ -16,6 +16,7 @@ pub mod connections;
 pub mod ecmp;
 pub mod findings;
 pub mod nic;
+pub mod points;
 pub mod series;
 
 pub use series::FlowRef;
@@ -64,6 +65,10 @@ pub struct Report {
     /// interface).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic: Option<nic::Nic>,
+    /// Replay of captures taken at several observation points of the same traffic: what each
+    /// saw of the others' packets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points: Option<points::Points>,
 }
 
 /// The `pfc` section: who asked whom to pause, on which priority, for how long.

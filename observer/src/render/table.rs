@@ -234,6 +234,7 @@ pub fn render_table(report: &Report, top: usize) -> String {
     }
     render_connections(&mut out, report, top);
     render_latency(&mut out, report);
+    render_points(&mut out, report);
     if let Some(pfc) = &report.pfc {
         render_pfc(&mut out, pfc, top);
     }
@@ -567,6 +568,94 @@ fn render_latency(out: &mut String, report: &Report) {
             duration(s.p90_ns),
             duration(s.p99_ns),
             duration(s.max_ns),
+        );
+    }
+}
+
+/// Several observation points of one traffic: how many saw each packet, the time from one to
+/// another per direction (their clocks' offset taken out when both directions tell it), and
+/// the packets a point carrying their flow did not see.
+fn render_points(out: &mut String, report: &Report) {
+    let Some(p) = &report.points else {
+        return;
+    };
+    let seen: Vec<String> = p
+        .seen_at
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(i, n)| {
+            format!(
+                "{} at {}",
+                count(*n, "packet"),
+                count(i as u64 + 1, "point")
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "
+observation points: {} files of the same traffic, each packet counted once: {}",
+        p.files.len(),
+        seen.join(", ")
+    );
+    let signed = |ns: i64| {
+        if ns < 0 {
+            format!("-{}", duration(ns.unsigned_abs()))
+        } else {
+            duration(ns as u64)
+        }
+    };
+    for c in &p.clocks {
+        let _ = writeln!(
+            out,
+            "  clocks: {} runs {} {} {} (from {} <-> {}, the fastest packet each way taken as equally fast); fabric round trip {}",
+            c.b,
+            duration(c.offset_ns.unsigned_abs()),
+            if c.offset_ns < 0 {
+                "behind"
+            } else {
+                "ahead of"
+            },
+            c.a,
+            c.hosts[0],
+            c.hosts[1],
+            signed(c.round_trip_ns)
+        );
+    }
+    for w in &p.one_way {
+        let _ = writeln!(
+            out,
+            "  one way {} -> {}, {} -> {}: {}, min {}, p50 {}, p99 {}, max {}{}",
+            w.src,
+            w.dst,
+            w.from,
+            w.to,
+            count(w.packets, "packet"),
+            signed(w.min_ns),
+            signed(w.p50_ns),
+            signed(w.p99_ns),
+            signed(w.max_ns),
+            if w.clock_corrected {
+                ""
+            } else {
+                " (seen one way only: the clocks' offset is in these times)"
+            }
+        );
+    }
+    for m in &p.missing {
+        let psns: Vec<String> = m.psns.iter().map(|p| format!("{p:#08x}")).collect();
+        let _ = writeln!(
+            out,
+            "  not seen at {}: {} of {} -> {} QP {:#08x} sport {} seen last at {} (PSN {})",
+            m.not_seen_at,
+            count(m.packets, "packet"),
+            m.src,
+            m.dst,
+            m.dest_qp,
+            m.udp_src_port,
+            m.last_seen,
+            psns.join(", ")
         );
     }
 }

@@ -5,8 +5,10 @@
 //! Several files are read as one stream, merged by capture time: each file is read a frame at a
 //! time, and the earliest pending frame of any file goes next (on a tie, the file given first).
 //! Rotated captures (one after the other in time) are so read in sequence, whatever the order
-//! they are given in; two captures of the same traffic (two taps, a mirror copying twice) give
-//! each packet's copy right after it, where the PSN analysis takes it for the duplicate it is.
+//! they are given in. Captures of the same traffic at several observation points (per-node
+//! captures of one job, two taps) overlap in time and share flows: each packet counts once, at
+//! the point that gave it first, and what the others saw of it is kept apart (`points`: how
+//! many points saw it, the time from one to the other, where a missing one was seen last).
 //!
 //! A file that cannot be used at all (bad magic, unsupported link type, cut inside its header)
 //! is an error, before any frame is read. A file that breaks part-way (a record cut by the end
@@ -27,12 +29,14 @@ use std::{
 use pcap_file::PcapError;
 
 use crate::aggregate::Aggregate;
-use observer_common::{FlowKey, RocePacket, SeqInput, SkipReason, seq::Request};
+use observer_common::{FlowKey, RocePacket, SkipReason};
+use points::Points;
 
 mod feed;
 mod link;
 mod pcap;
 mod pcapng;
+pub mod points;
 mod progress;
 mod shard;
 
@@ -92,6 +96,8 @@ pub struct Replay<O = ()> {
     pub warnings: Vec<String>,
     /// Told of every frame ([`Replay::observed`]).
     pub observer: O,
+    /// Several files read merged: what each observation point saw of the others' packets.
+    pub points: Option<Points>,
 }
 
 /// The name under which frames of unsupported pcapng interfaces appear in `totals.skipped`.
@@ -115,6 +121,7 @@ impl<O: FrameObserver> Replay<O> {
             unsupported_link_frames: 0,
             warnings: Vec::new(),
             observer,
+            points: None,
         }
     }
 
@@ -260,6 +267,13 @@ impl<O: FrameObserver> Replay<O> {
         let mut latest: Vec<Option<u64>> = vec![None; n];
         let mut ended: Vec<bool> = pending.iter().map(Option::is_none).collect();
         let mut overlap = Overlap::new(n);
+        let mut points = Points::new(readers.iter().map(|r| r.ctx.name.clone()).collect());
+        if n > points::MAX_POINTS {
+            self.warnings.push(format!(
+                "{n} files: only the first {} are matched against each other as observation points (a packet a later file shares with another counts again)",
+                points::MAX_POINTS
+            ));
+        }
         loop {
             // The earliest pending frame and the next earliest, ordered by (time, file).
             let mut first: Option<(u64, usize)> = None;
@@ -278,6 +292,9 @@ impl<O: FrameObserver> Replay<O> {
             let bound = second.unwrap_or((u64::MAX, usize::MAX));
             // Another file has begun and not ended: this one overlaps it in time. (The others
             // stand still while this one goes on, so that holds for the whole run.)
+            let live = (0..n.min(points::MAX_POINTS))
+                .filter(|&j| j != i && !ended[j] && latest[j].is_some())
+                .fold(0u64, |m, j| m | 1 << j);
             let overlapping = (0..n).any(|j| j != i && !ended[j] && latest[j].is_some());
             let mut next = pending[i].take();
             while let Some(f) = next {
@@ -295,15 +312,28 @@ impl<O: FrameObserver> Replay<O> {
                             || latest[j].is_some_and(|t| f.ts_ns <= t.saturating_add(COPY_LAG_NS)))
                 });
                 let data = readers[i].data(&f);
+                // Each point's own view, in its own clock: its latency.
+                if let Some(view) = points.views.get_mut(i) {
+                    let _ = view.push_parsed(f.link.parse(data), data, f.ts_ns);
+                }
                 if near {
-                    let named = self.frame_near(base + i, i, &f, data, overlapping, &mut overlap);
+                    let named = self.frame_near(
+                        base + i,
+                        i,
+                        &f,
+                        data,
+                        overlapping,
+                        live,
+                        &mut overlap,
+                        &mut points,
+                    );
                     if let Some(k) = named
                         && let Some(r) = readers.get_mut(k)
                     {
                         r.ctx.warnings.push(format!(
-                            "{} overlaps the files before it in time and holds some of their flows: read merged with them by time as another observation point (counts add up; a packet seen again in another file within {} ms counts as a duplicate, not a resend)",
+                            "{} overlaps the files before it in time and holds some of their flows: read as another observation point of the same traffic (a packet seen at several points within {} ms counts once: see `points`)",
                             r.ctx.name,
-                            COPY_LAG_NS / 1_000_000
+                            points::SIGHT_WINDOW_NS / 1_000_000
                         ));
                     }
                 } else {
@@ -313,6 +343,12 @@ impl<O: FrameObserver> Replay<O> {
             }
             ended[i] = next.is_none();
             pending[i] = next;
+        }
+        points.finish();
+        if points.shared() {
+            self.agg.latency = points.latency();
+            self.agg.latency_scopes.clear();
+            self.points = Some(points);
         }
         for r in readers {
             self.end(r);
@@ -358,9 +394,10 @@ impl<O: FrameObserver> Replay<O> {
         self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
     }
 
-    /// One frame of `file` (`source`) near another file's span in time: a request packet that
-    /// file gave already is a copy ([`Aggregate::push_copy`]). While `overlapping`, the file
-    /// it names for holding another's flows, the first time.
+    /// One frame of `file` (`source`) near another file's span in time: a packet another
+    /// point gave already is a sighting of it, not counted again ([`Points::sight`]). While
+    /// `overlapping`, the file it names for holding another's flows, the first time.
+    #[allow(clippy::too_many_arguments)]
     fn frame_near(
         &mut self,
         source: usize,
@@ -368,27 +405,26 @@ impl<O: FrameObserver> Replay<O> {
         f: &Pending,
         data: &[u8],
         overlapping: bool,
+        live: u64,
         overlap: &mut Overlap,
+        points: &mut Points,
     ) -> Option<usize> {
         self.observe(source, f, data);
         let parsed = f.link.parse(data);
-        let (copy, named) = match &parsed.result {
+        let (seen, named) = match &parsed.result {
             Ok(p) => {
-                let flow = overlap.flow(FlowKey::of(p));
                 let named = if overlapping {
-                    overlap.carried(file, flow)
+                    overlap.carried(file, FlowKey::of(p))
                 } else {
                     None
                 };
-                (overlap.copy(file, flow, p, f.ts_ns), named)
+                (points.sight(file, p, f.ts_ns, live), named)
             }
             Err(_) => (false, None),
         };
-        let _ = if copy {
-            self.agg.push_copy(parsed, data, f.ts_ns)
-        } else {
-            self.agg.push_parsed(parsed, data, f.ts_ns)
-        };
+        if !seen {
+            let _ = self.agg.push_parsed(parsed, data, f.ts_ns);
+        }
         named
     }
 }
@@ -407,85 +443,32 @@ fn open(path: &str) -> Result<(File, Option<u64>), ReplayError> {
 
 /// A copy of a packet never lags it by this much: a PSN seen again after that long is a
 /// resend after a timeout, to the PSN analysis too.
-const COPY_LAG_NS: u64 = observer_common::seq::RETX_IDLE_NS;
-
-/// Request packets of a flow remembered to tell copies: the last this many PSNs. A copy
-/// lagging further behind is left to the PSN analysis (to which, at its window's 64 PSNs, it
-/// may look like a resend).
-const COPY_PSNS: usize = 32;
+const COPY_LAG_NS: u64 = points::SIGHT_WINDOW_NS;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
 
 /// What overlapping files hold of each other's traffic, per flow: the first file in the order
 /// given that carried it while overlapping others in time (to name, once, each file that holds
-/// flows of a file before it), and its last request packets near other files, with the file
-/// that gave them (to tell a copy from another file from a resend).
+/// flows of a file before it).
 struct Overlap {
-    flows: HashMap<FlowKey, usize>,
-    seen: Vec<Seen>,
-    /// The flow looked up last, and its index in `seen`: a packet's copy often follows it.
-    last: Option<(FlowKey, usize)>,
+    first: HashMap<FlowKey, usize>,
     named: Vec<bool>,
-}
-
-struct Seen {
-    first: Option<usize>,
-    /// By PSN modulo [`COPY_PSNS`].
-    recent: [Recent; COPY_PSNS],
-}
-
-/// A request packet: its PSN, the file that gave it and when (none: no packet).
-#[derive(Clone, Copy)]
-struct Recent {
-    ts_ns: u64,
-    psn: u32,
-    file: u32,
-}
-
-impl Recent {
-    const NONE: Self = Self {
-        ts_ns: 0,
-        psn: 0,
-        file: u32::MAX,
-    };
 }
 
 impl Overlap {
     fn new(files: usize) -> Self {
         Self {
-            flows: HashMap::default(),
-            seen: Vec::new(),
-            last: None,
+            first: HashMap::default(),
             named: vec![false; files],
         }
-    }
-
-    /// The index of flow `key` in `seen`.
-    #[inline]
-    fn flow(&mut self, key: FlowKey) -> usize {
-        if let Some((k, i)) = self.last
-            && k == key
-        {
-            return i;
-        }
-        let next = self.seen.len();
-        let i = *self.flows.entry(key).or_insert(next);
-        if i == next {
-            self.seen.push(Seen {
-                first: None,
-                recent: [Recent::NONE; COPY_PSNS],
-            });
-        }
-        self.last = Some((key, i));
-        i
     }
 
     /// File `i` carried flow `flow` while overlapping another file in time. Whichever of it
     /// and the flow's first file so far comes later in the order given holds traffic of a file
     /// before it (named unless it was already); the earlier is the flow's first file from now
     /// on. (A later file that carried it before was named then.)
-    fn carried(&mut self, i: usize, flow: usize) -> Option<usize> {
-        let first = self.seen.get_mut(flow)?.first.get_or_insert(i);
+    fn carried(&mut self, i: usize, flow: FlowKey) -> Option<usize> {
+        let first = self.first.entry(flow).or_insert(i);
         let later = match (*first).cmp(&i) {
             std::cmp::Ordering::Equal => return None,
             std::cmp::Ordering::Less => i,
@@ -493,35 +476,6 @@ impl Overlap {
         };
         let named = self.named.get_mut(later)?;
         (!std::mem::replace(named, true)).then_some(later)
-    }
-
-    /// Whether packet `p` of flow `flow`, from file `i` at `ts_ns`, is a request another file
-    /// gave within [`COPY_LAG_NS`]: a copy. Else it is the one the PSN analysis follows,
-    /// whoever gives it again (the same file: a resend, or its own duplicate).
-    #[inline]
-    fn copy(&mut self, i: usize, flow: usize, p: &RocePacket, ts_ns: u64) -> bool {
-        let input = SeqInput::of(p);
-        if Request::of(&input, input.class()).is_none() {
-            return false;
-        }
-        let Some(seen) = self.seen.get_mut(flow) else {
-            return false;
-        };
-        let slot = &mut seen.recent[input.psn as usize % COPY_PSNS];
-        let file = i as u32;
-        if slot.file != Recent::NONE.file
-            && slot.file != file
-            && slot.psn == input.psn
-            && ts_ns.abs_diff(slot.ts_ns) < COPY_LAG_NS
-        {
-            return true;
-        }
-        *slot = Recent {
-            ts_ns,
-            psn: input.psn,
-            file,
-        };
-        false
     }
 }
 

@@ -90,7 +90,7 @@ fn duplicate_copies(r: &Report, c: &DuplicateCopies) -> Outcome {
             ("mirrored", mirrored.into()),
         ],
         flows.into_iter().map(|(_, f)| f).collect(),
-        "A sender never sends a PSN twice but to resend it, and these were not resends: the copies come from the observation. Look for a mirror session copying both ingress and egress of one port, two taps or SPAN sessions feeding one capture, or capture files that overlap. Packet and byte counts of these flows include the copies.",
+        "A sender never sends a PSN twice but to resend it, and these were not resends: the copies come from the observation. Look for a mirror session copying both ingress and egress of one port, or two taps or SPAN sessions feeding one capture. Packet and byte counts of these flows include the copies.",
     )
 }
 
