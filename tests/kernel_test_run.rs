@@ -735,7 +735,22 @@ fn kernel_latency_samples_equal_userspace_and_truth_on_the_latency_scenario() {
     if !require_root("kernel_latency_samples_equal_userspace_and_truth_on_the_latency_scenario") {
         return;
     }
-    let w = synth::scenario("latency").expect("scenario");
+    latency_equals_truth("latency");
+}
+
+/// The same with ports per direction (each side's from its own QPN, flow labels per side,
+/// fixed per QP; two connections between the same hosts): the kernel's answers find their
+/// requests by PSN as replay's do.
+#[test]
+fn kernel_latency_with_ports_per_direction_equals_userspace_and_truth() {
+    if !require_root("kernel_latency_with_ports_per_direction_equals_userspace_and_truth") {
+        return;
+    }
+    latency_equals_truth("latency-ports");
+}
+
+fn latency_equals_truth(scenario: &str) {
+    let w = synth::scenario(scenario).expect("scenario");
     let ebpf = load_observer();
     let mut user = Aggregate::new();
     for f in w.frames.iter().filter(|f| f.bytes.len() >= ETH_HEADER_LEN) {
@@ -753,8 +768,16 @@ fn kernel_latency_samples_equal_userspace_and_truth_on_the_latency_scenario() {
     for ((key, kind), samples) in &w.truth.latency {
         truth.entry(*key).or_default()[*kind as usize] += samples.len() as u64;
     }
-    assert_eq!(counts(&user), truth, "replay against the generator");
-    assert_eq!(counts(&kernel), truth, "kernel against the generator");
+    assert_eq!(
+        counts(&user),
+        truth,
+        "{scenario}: replay against the generator"
+    );
+    assert_eq!(
+        counts(&kernel),
+        truth,
+        "{scenario}: kernel against the generator"
+    );
 }
 
 /// Connections whose directions use different UDP source ports (each side's from its own QPN,
@@ -793,6 +816,7 @@ fn kernel_pairs_connections_as_userspace() {
         "pairing-many-qps",
         "pairing-respray",
         "pairing-ambiguous",
+        "pairing-cm",
         "pairing-port-collision",
         "pairing-qp-reuse",
         "rule-psn-violation-split",

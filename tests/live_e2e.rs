@@ -742,6 +742,7 @@ fn connections_with_ports_per_direction_pair_live() {
         "pairing-flow-labels",
         "pairing-many-qps",
         "pairing-respray",
+        "pairing-cm",
         "rule-psn-violation-split",
     ];
     let lab = Lab::create("ro-pair").unwrap();
@@ -779,6 +780,22 @@ fn connections_with_ports_per_direction_pair_live() {
     assert_eq!(got, want, "{:#?}", report.connections);
     assert_eq!(report.connections.len(), want.len(), "nothing one-sided");
     assert!(report.connections.iter().all(|c| c.pmtu == Some(1024)));
+    // The answers found their requests across the ports: the connections of one QP per pair
+    // of hosts have their ACK latency.
+    for c in &report.connections {
+        let lone = report
+            .connections
+            .iter()
+            .filter(|o| {
+                (o.a.ip, o.b.ip) == (c.a.ip, c.b.ip) || (o.a.ip, o.b.ip) == (c.b.ip, c.a.ip)
+            })
+            .count()
+            == 1;
+        if lone {
+            let ack = c.a.latency.ack.as_ref().map_or(0, |l| l.samples);
+            assert!(ack > 0, "no ACK latency: {c:#?}");
+        }
+    }
     let fired: std::collections::BTreeSet<&str> =
         report.findings.iter().map(|f| f.rule.as_str()).collect();
     // (The stall needs the scenario's 300 ms of silence, which sending back to back does not

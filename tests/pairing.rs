@@ -278,8 +278,9 @@ fn the_read_overlap_fault_with_ports_per_direction_is_seen_whole() {
 /// The real Soft-RoCE captures use one port both ways: every connection with traffic both ways
 /// pairs by port, as before (the single READ request of one capture has no answer).
 #[test]
-fn real_captures_pair_by_port() {
-    let Some(files) = integration_tests::shared_capture_files("real_captures_pair_by_port", "real")
+fn real_captures_pair_by_port_or_cm() {
+    let Some(files) =
+        integration_tests::shared_capture_files("real_captures_pair_by_port_or_cm", "real")
     else {
         return;
     };
@@ -300,7 +301,10 @@ fn real_captures_pair_by_port() {
         for c in &r.connections {
             if c.a.qp.is_some() && c.b.qp.is_some() {
                 pairs += 1;
-                assert_eq!(c.paired_by.as_deref(), Some("port"), "{file:?}: {c:?}");
+                // (The connection manager's exchange, where it was captured, pairs first:
+                // `the_connection_manager_pairs_as_tshark_reads_it`.)
+                let by = c.paired_by.as_deref();
+                assert!(by == Some("port") || by == Some("cm"), "{file:?}: {c:?}");
             } else {
                 // One-sided: nothing came back between these hosts at all.
                 let (from, to) = if c.a.packets > 0 {
@@ -316,4 +320,122 @@ fn real_captures_pair_by_port() {
         }
     }
     assert!(pairs >= 20, "{pairs} connections paired");
+}
+
+/// The answers of connections whose directions use ports of their own time their requests
+/// (the samples themselves are checked against the generator in `tests/latency.rs`): every
+/// connection of these scenarios has ACK and READ samples on its requester's side, including
+/// two whose requests and answers share ports crosswise by coincidence.
+#[test]
+fn answers_on_ports_of_their_own_time_their_requests() {
+    for name in [
+        "pairing-local-port",
+        "pairing-fixed-port",
+        "pairing-flow-labels",
+        "pairing-port-collision",
+    ] {
+        let r = report(&synth::scenario(name).unwrap());
+        assert!(!r.connections.is_empty(), "{name}");
+        for c in &r.connections {
+            let l = &c.a.latency;
+            let n = |s: &Option<roce_observer::model::connections::LatencySummary>| {
+                s.as_ref().map_or(0, |l| l.samples)
+            };
+            assert!(n(&l.ack) > 0 && n(&l.read) > 0, "{name}: {c:#?}");
+        }
+    }
+}
+
+/// Lockstep QPs (nothing in their PSNs or ports tells them apart) whose connection manager's
+/// exchange was seen pair on it.
+#[test]
+fn the_connection_manager_tells_lockstep_qps_apart() {
+    assert_paired("pairing-cm", "cm");
+}
+
+/// The REQ and REP as tshark reads them (its own InfiniBand dissector: the sender's address,
+/// local QPN and starting PSN of each) make the connections paired by "cm", exactly: on the
+/// real `rdma_cm.pcap` (two connections set up by RDMA-CM) and on the generated `pairing-cm`.
+#[test]
+fn the_connection_manager_pairs_as_tshark_reads_it() {
+    use std::process::Command;
+    if Command::new("tshark").arg("-v").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "tshark is missing: CI must have it (cargo xtask setup installs it)"
+        );
+        eprintln!("SKIPPED the_connection_manager_pairs_as_tshark_reads_it: no tshark");
+        return;
+    }
+    let dir = integration_tests::Scratch::new("pairing-cm");
+    let generated = dir.path("pairing-cm.pcap");
+    let w = synth::scenario("pairing-cm").unwrap();
+    synth::write_pcap(std::fs::File::create(&generated).unwrap(), &w.frames).unwrap();
+    let mut files = vec![generated];
+    if let Some(real) = integration_tests::shared_capture_files(
+        "the_connection_manager_pairs_as_tshark_reads_it",
+        "real",
+    ) {
+        files.extend(real.into_iter().filter(|f| f.ends_with("rdma_cm.pcap")));
+    }
+    for file in files {
+        let out = Command::new("tshark")
+            .arg("-n")
+            .arg("-r")
+            .arg(&file)
+            .args(["-Y", "infiniband.bth.destqp == 1", "-T", "fields"])
+            .args([
+                "-e",
+                "ip.src",
+                "-e",
+                "ip.dst",
+                "-e",
+                "infiniband.mad.attributeid",
+            ])
+            .args([
+                "-e",
+                "infiniband.cm.req.localqpn",
+                "-e",
+                "infiniband.cm.rep.localqpn",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        // REQ: (requester, responder) -> requester's QP; REP: (requester, responder) -> the
+        // responder's QP (a REP goes back to the requester).
+        let (mut reqs, mut reps) = (Vec::new(), Vec::new());
+        for line in text.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let qpn = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+            let (src, dst): (IpAddr, IpAddr) = (f[0].parse().unwrap(), f[1].parse().unwrap());
+            match f[2] {
+                "0x0010" => reqs.push(((src, dst), qpn(f[3]))),
+                "0x0013" => reps.push(((dst, src), qpn(f[4]))),
+                _ => {}
+            }
+        }
+        assert_eq!(reqs.len(), reps.len(), "{file:?}: {text}");
+        assert!(!reqs.is_empty(), "{file:?}");
+        // In order: the n-th REP answers the n-th REQ between the same hosts.
+        let want: BTreeSet<Ends> = reqs
+            .iter()
+            .zip(&reps)
+            .map(|(((a, b), qa), (hosts, qb))| {
+                assert_eq!((*a, *b), *hosts, "{file:?}");
+                ends((*a, *qa), (*b, *qb))
+            })
+            .collect();
+        let mut replay = Replay::new();
+        replay.file(file.to_str().unwrap(), false).unwrap();
+        let r = replay
+            .agg
+            .report(Source::pcap(vec![], vec![]), replay.window_seconds());
+        let got: BTreeSet<Ends> = r
+            .connections
+            .iter()
+            .filter(|c| c.paired_by.as_deref() == Some("cm"))
+            .map(ends_of)
+            .collect();
+        assert_eq!(got, want, "{file:?}: {:#?}", r.connections);
+    }
 }

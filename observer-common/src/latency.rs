@@ -323,6 +323,8 @@ pub const LF_SHARED: u32 = 1 << 1;
 pub const LF_EGRESS: u32 = 1 << 2;
 /// `LatState::newest` holds a PSN.
 pub const LF_NEWEST: u32 = 1 << 3;
+/// `LatState::last` holds a PSN.
+pub const LF_LAST: u32 = 1 << 4;
 
 /// Mirror copies of one packet through several sessions arrive within this of each other; a
 /// request seen again later is a resend, whatever the PSN analysis calls it (it calls the first
@@ -356,6 +358,13 @@ pub struct LatState {
     pub skipped: u32,
     /// Requests whose QP number differed from the one in flight (see `LF_SHARED`).
     pub conflicts: u32,
+    /// Nonzero once an answer reached this state (under its own port, or through a
+    /// [`LatLinkKey`]): its requests stop noting themselves in their hosts' [`LatPeers`].
+    /// Written by the answers' CPU only (a request of a new incarnation clears it).
+    pub answered: u32,
+    /// The newest request of any kind seen in order (`LF_LAST`): what an answer must be near
+    /// to be to these requests ([`LatState::fits`]).
+    pub last: u32,
     pub _pad: u32,
     /// The newest PSN an answer acknowledged and when ([`slot_word`]; 0 none): a request at or
     /// behind it seen soon after (a copy through a slower mirror session, a late capture) was
@@ -364,7 +373,7 @@ pub struct LatState {
     pub acked: u64,
     pub hist: [LatHist; 2],
 }
-const _: () = assert!(size_of::<LatState>() == 16 * LAT_SLOTS + 40 + 2 * size_of::<LatHist>());
+const _: () = assert!(size_of::<LatState>() == 16 * LAT_SLOTS + 48 + 2 * size_of::<LatHist>());
 
 impl Default for LatState {
     fn default() -> Self {
@@ -378,6 +387,8 @@ impl Default for LatState {
             flags: 0,
             skipped: 0,
             conflicts: 0,
+            answered: 0,
+            last: 0,
             _pad: 0,
             acked: 0,
             hist: [LatHist::default(); 2],
@@ -545,6 +556,7 @@ impl LatState {
                 self.read = [0; LAT_SLOTS];
                 self.flags &= !(LF_UNTIMED | LF_SHARED | LF_NEWEST);
                 self.acked = 0;
+                self.answered = 0;
                 self.qp = dest_qp;
             }
             // Sent again, or a copy of it seen: no sample from it (Karn's rule).
@@ -563,6 +575,8 @@ impl LatState {
             SeqClass::InOrder | SeqClass::Ahead => {}
             _ => return,
         }
+        self.last = psn;
+        self.flags |= LF_LAST;
         // Two connections under the key (a UDP port shared between the same hosts): their
         // ACKs cannot be told apart, so nothing is timed from then on. Checked first: the
         // other connection's PSNs would expire this one's timed requests.
@@ -579,6 +593,7 @@ impl LatState {
                 self.ack = [0; LAT_SLOTS];
                 self.read = [0; LAT_SLOTS];
                 self.acked = 0;
+                self.answered = 0;
             } else {
                 // Another connection under the same key: nothing is timed any more (until a
                 // new incarnation).
@@ -745,6 +760,17 @@ impl LatState {
         }
     }
 
+    /// An answer of PSN `psn` can be to these requests: at or behind the newest (or just
+    /// ahead, [`PEER_AHEAD`]); true when no request told yet. Another connection's answers
+    /// under the same port (its directions use ports of their own, one of them this one's)
+    /// fit nothing here, unless their PSNs are this one's too.
+    #[inline(always)]
+    pub fn fits(&self, psn: u32) -> bool {
+        self.flags & LF_LAST == 0
+            || psn_sub(self.last.wrapping_add(PEER_AHEAD), psn & 0xFF_FFFF)
+                < MAX_GO_BACK + PEER_AHEAD
+    }
+
     /// Records a sample in this state's histogram of its kind.
     #[inline(always)]
     pub fn record(&mut self, kind: LatKind, ns: u64) {
@@ -787,6 +813,170 @@ impl LatState {
     }
 }
 
+/// Requester directions of one pair of hosts (a [`LatKey`] with port 0) not answered yet, each
+/// one word: the port its requests travel with and its newest request's PSN. The answers of a
+/// connection whose directions use ports of their own (each side's from its own QPN, fixed
+/// per QP, a flow label per side) find no [`LatState`] under their port: the requester
+/// direction whose newest request their PSN falls behind, when it is the only one, is theirs,
+/// and a [`LatLinkKey`] keeps it for their later answers. Two that fit give no link: nothing
+/// is guessed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatPeers {
+    /// Bit 63 set, the port in bits 62..47, the PSN in 46..23, the time in units of
+    /// 2^[`PEER_TIME_SHIFT`] ns modulo 2^23 below; 0 empty.
+    pub slot: [u64; LAT_PEER_SLOTS],
+}
+const _: () = assert!(size_of::<LatPeers>() == 8 * LAT_PEER_SLOTS);
+
+/// Unanswered requester directions kept per pair of hosts (the oldest makes room).
+pub const LAT_PEER_SLOTS: usize = 8;
+/// [`LatPeers`]' clock: about a millisecond.
+const PEER_TIME_SHIFT: u32 = 20;
+const PEER_TIME_MASK: u64 = (1 << 23) - 1;
+/// A direction noted longer ago than this (about 17 s, the longest sample kept) fits no answer.
+const PEER_MAX_AGE: u64 = 1 << 14;
+/// An ACK may name a request after the newest noted (coalesced over requests without AckReq,
+/// which are not noted: the middle of a long WRITE): by this many PSNs at most.
+const PEER_AHEAD: u32 = MAX_GO_BACK;
+
+#[inline(always)]
+const fn peer_word(port: u16, psn: u32, now_ns: u64) -> u64 {
+    (1 << 63)
+        | ((port as u64) << 47)
+        | (((psn & 0xFF_FFFF) as u64) << 23)
+        | ((now_ns >> PEER_TIME_SHIFT) & PEER_TIME_MASK)
+}
+
+#[inline(always)]
+const fn peer_port(w: u64) -> u16 {
+    (w >> 47) as u16
+}
+
+#[inline(always)]
+const fn peer_psn(w: u64) -> u32 {
+    ((w >> 23) & 0xFF_FFFF) as u32
+}
+
+#[inline(always)]
+const fn peer_age(w: u64, now_ns: u64) -> u64 {
+    ((now_ns >> PEER_TIME_SHIFT).wrapping_sub(w)) & PEER_TIME_MASK
+}
+
+impl LatPeers {
+    /// A request of PSN `psn` on `port`, not answered yet, seen at `now_ns`. One store per
+    /// slot: a CPU reading it meanwhile sees the old word or the new one.
+    #[inline(always)]
+    pub fn note(&mut self, port: u16, psn: u32, now_ns: u64) {
+        // Each port starts looking at a slot of its own: two CPUs noting two ports at once
+        // rarely pick the same empty slot (one note would be lost, and with it an ambiguity).
+        let home = usize::from(port) % LAT_PEER_SLOTS;
+        let (mut same, mut empty, mut old) = (LAT_PEER_SLOTS, LAT_PEER_SLOTS, 0);
+        let mut old_age = 0;
+        let mut n = 0;
+        while n < LAT_PEER_SLOTS {
+            let i = (home + n) % LAT_PEER_SLOTS;
+            let mut w = self.slot[i];
+            // Noted too long ago to fit an answer: free (told before its time wraps).
+            if w != 0 && peer_age(w, now_ns) >= PEER_MAX_AGE {
+                self.slot[i] = 0;
+                w = 0;
+            }
+            if w == 0 {
+                if empty == LAT_PEER_SLOTS {
+                    empty = i;
+                }
+            } else if peer_port(w) == port {
+                same = i;
+            } else if peer_age(w, now_ns) >= old_age {
+                old_age = peer_age(w, now_ns);
+                old = i;
+            }
+            n += 1;
+        }
+        let mut psn = psn & 0xFF_FFFF;
+        let at = if same < LAT_PEER_SLOTS {
+            // A request sent again is a little behind the newest: the newest stays. (Far
+            // behind: a new connection on the port.)
+            let w = self.slot[same];
+            let back = psn_sub(peer_psn(w), psn);
+            if back != 0 && back < MAX_GO_BACK {
+                psn = peer_psn(w);
+            }
+            same
+        } else if empty < LAT_PEER_SLOTS {
+            empty
+        } else {
+            old
+        };
+        if at < LAT_PEER_SLOTS {
+            self.slot[at] = peer_word(port, psn, now_ns);
+        }
+    }
+
+    /// The port of the only direction an answer of PSN `psn` seen at `now_ns` fits: at or
+    /// behind its newest request by less than a sender can have in flight (or just ahead,
+    /// [`PEER_AHEAD`]), noted recently.
+    #[inline(always)]
+    pub fn fit(&self, psn: u32, now_ns: u64) -> Option<u16> {
+        let mut found = None;
+        let mut i = 0;
+        while i < LAT_PEER_SLOTS {
+            let w = self.slot[i];
+            if w != 0
+                && peer_age(w, now_ns) < PEER_MAX_AGE
+                && psn_sub(peer_psn(w).wrapping_add(PEER_AHEAD), psn) < MAX_GO_BACK + PEER_AHEAD
+            {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(peer_port(w));
+            }
+            i += 1;
+        }
+        found
+    }
+
+    /// The direction on `port` is answered: its slot is free.
+    #[inline(always)]
+    pub fn forget(&mut self, port: u16) {
+        let mut i = 0;
+        while i < LAT_PEER_SLOTS {
+            let w = self.slot[i];
+            if w != 0 && peer_port(w) == port {
+                self.slot[i] = 0;
+            }
+            i += 1;
+        }
+    }
+}
+
+/// The answers of a requester direction whose answers travel on a port of their own: the
+/// requester and responder, the QP the answers name (the requester's), the observation. The
+/// value is the port of the requests (the [`LatKey`] of their [`LatState`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LatLinkKey {
+    pub requester: [u8; 16],
+    pub responder: [u8; 16],
+    pub qp: u32,
+    pub mirror: u16,
+    pub _pad: u16,
+}
+const _: () = assert!(size_of::<LatLinkKey>() == 40);
+
+impl LatLinkKey {
+    /// The link key of an answer of flow `k` under its latency key `lk`.
+    #[inline(always)]
+    pub fn set(&mut self, lk: &LatKey, k: &FlowKey) {
+        self.requester = lk.requester;
+        self.responder = lk.responder;
+        self.qp = k.dest_qp;
+        self.mirror = lk.mirror;
+        self._pad = 0;
+    }
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: repr(C), no padding (asserted above), every bit pattern valid.
@@ -794,6 +984,8 @@ mod pod {
     unsafe impl aya::Pod for super::LatState {}
     unsafe impl aya::Pod for super::LatHist {}
     unsafe impl aya::Pod for super::LatScopeKey {}
+    unsafe impl aya::Pod for super::LatLinkKey {}
+    unsafe impl aya::Pod for super::LatPeers {}
 }
 
 #[cfg(test)]
@@ -1298,5 +1490,47 @@ mod tests {
             3_100 * US,
         );
         assert_eq!(s.answer(&ack(2, 0), 3_200 * US), None);
+    }
+
+    /// An answer finds the only unanswered direction whose newest request it falls behind
+    /// (or just ahead of); two that fit give nothing; a request sent again keeps the newest.
+    #[test]
+    fn peers_fit_only_one_direction() {
+        let mut p = LatPeers::default();
+        p.note(50001, 100, US);
+        p.note(50002, 0x20_0000, US);
+        assert_eq!(p.fit(100, 2 * US), Some(50001));
+        assert_eq!(p.fit(90, 2 * US), Some(50001));
+        assert_eq!(p.fit(100 + PEER_AHEAD / 2, 2 * US), Some(50001));
+        assert_eq!(p.fit(0x20_0000, 2 * US), Some(50002));
+        assert_eq!(p.fit(0x80_0000, 2 * US), None, "nobody's");
+        // Sent again: behind the newest, which stays.
+        p.note(50001, 50, 3 * US);
+        assert_eq!(p.fit(100, 4 * US), Some(50001));
+        // A third direction near the first: their answers are told apart by nothing.
+        p.note(50003, 120, 5 * US);
+        assert_eq!(p.fit(100, 6 * US), None);
+        p.forget(50003);
+        assert_eq!(p.fit(100, 6 * US), Some(50001));
+        // Too old to fit (about 17 s).
+        assert_eq!(p.fit(100, 20_000_000 * US), None);
+    }
+
+    /// A full set makes room by its oldest direction.
+    #[test]
+    fn peers_replace_the_oldest() {
+        let mut p = LatPeers::default();
+        let ms = 1_000 * US;
+        for i in 0..LAT_PEER_SLOTS as u16 {
+            p.note(
+                40000 + i,
+                u32::from(i) * 0x10_0000,
+                (u64::from(i) + 1) * 4 * ms,
+            );
+        }
+        p.note(49999, 0xF0_0000, 40 * ms);
+        assert_eq!(p.fit(0, 41 * ms), None, "the oldest (port 40000) made room");
+        assert_eq!(p.fit(0x10_0000, 41 * ms), Some(40001));
+        assert_eq!(p.fit(0xF0_0000, 41 * ms), Some(49999));
     }
 }

@@ -4,6 +4,7 @@
 #![no_std]
 
 pub mod burst;
+pub mod cm;
 pub mod flow;
 pub mod latency;
 pub mod loghist;
@@ -23,8 +24,8 @@ pub use flow::{
     union_mirror,
 };
 pub use latency::{
-    LAT_BUCKETS, LAT_SLOTS, LatHist, LatKey, LatKind, LatSample, LatScopeKey, LatSide, LatState,
-    lat_bucket, lat_bucket_bounds,
+    LAT_BUCKETS, LAT_PEER_SLOTS, LAT_SLOTS, LatHist, LatKey, LatKind, LatLinkKey, LatPeers,
+    LatSample, LatScopeKey, LatSide, LatState, lat_bucket, lat_bucket_bounds,
 };
 pub use loghist::LogScale;
 pub use message::{MSG_BUCKETS, MSG_SCALE, MsgKind, MsgStats};
@@ -72,6 +73,15 @@ pub mod maps {
     /// Passive latency per requester direction of a connection (`LatKey` -> `LatState`, one
     /// shared LRU value per key: requests and answers may be handled on different CPUs).
     pub const LAT: &str = "LAT";
+    /// Per pair of hosts (`LatKey` with port 0), the requester directions not answered yet
+    /// (`LatPeers`, one shared LRU value): how answers on a port of their own find theirs.
+    pub const LAT_PEERS: &str = "LAT_PEERS";
+    /// The requests' port of the answers that found theirs through `LAT_PEERS`
+    /// (`LatLinkKey` -> u16, LRU).
+    pub const LAT_LINKS: &str = "LAT_LINKS";
+    /// What the connection manager's REQ and REP said of each connection (`CmKey` ->
+    /// `CmConn`, one shared LRU value).
+    pub const CM_CONNS: &str = "CM_CONNS";
     /// Latency histograms per interface, kind and side (`LatScopeKey` -> `LatHist`, per-CPU).
     pub const LAT_SCOPES: &str = "LAT_SCOPES";
     /// Messages per flow, in its analysis entry (`FlowKey` -> `MsgStats`, one shared LRU

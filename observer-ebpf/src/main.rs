@@ -35,9 +35,10 @@ mod kernel {
         CM_PAIRS, Clock, ClockValue, Counters, DEFAULT_MAX_FLOWS, DIRECTION_EGRESS,
         FLOW_CACHE_SLOTS, FLOW_LOG_SLOTS, FlowKey, FlowSlot, FlowStats, HostPair,
         IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES, LatHist, LatKey,
-        LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind, MsgStats, Pause,
-        PauseKey, PauseStats, QP_CM, RocePacket, SPREAD_MAP_ID, SeqClass, SeqInput, SkipReason,
-        WIRE_OVERHEAD, burst_index,
+        LatLinkKey, LatPeers, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind,
+        MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SPREAD_MAP_ID, SeqClass,
+        SeqInput, SkipReason, WIRE_OVERHEAD, burst_index,
+        cm::{CmConn, CmKey, CmMad, mad_at, read_cm},
         latency::lat_bucket_index,
         latency::role,
         message::{is_boundary, kind_index, msg_bucket_index},
@@ -128,6 +129,19 @@ mod kernel {
     #[map(name = "CM_SEEN")]
     static CM_SEEN: LruHashMap<HostPair, u64> = LruHashMap::with_max_entries(CM_PAIRS, 0);
 
+    /// What the connection manager's REQ and REP said of each connection (one shared value per
+    /// connection; a REQ and its REP are far apart in time).
+    #[map(name = "CM_CONNS")]
+    static CM_CONNS: LruHashMap<CmKey, CmConn> = LruHashMap::with_max_entries(CM_PAIRS, 0);
+
+    /// A zeroed CmConn that is never written.
+    #[map(name = "ZERO_CM")]
+    static ZERO_CM: PerCpuArray<CmConn> = PerCpuArray::with_max_entries(1, 0);
+
+    /// One `CmKey` per CPU, for the lookups in `CM_CONNS`.
+    #[map(name = "CM_CONN_KEY")]
+    static CM_CONN_KEY: PerCpuArray<CmKey> = PerCpuArray::with_max_entries(1, 0);
+
     /// One `HostPair` per CPU, for the lookups in `CM_SEEN` (no room on the stack).
     #[map(name = "CM_KEY")]
     static CM_KEY: PerCpuArray<HostPair> = PerCpuArray::with_max_entries(1, 0);
@@ -142,6 +156,19 @@ mod kernel {
     /// word, published by one store; histogram counts are added atomically.
     #[map(name = "LAT")]
     static LAT: LruHashMap<LatKey, LatState> = LruHashMap::with_max_entries(LAT_CONNS, 0);
+
+    /// Per pair of hosts, the requester directions not answered yet: how answers on a port of
+    /// their own find their requests' `LAT` entry (one shared value, one word per direction).
+    #[map(name = "LAT_PEERS")]
+    static LAT_PEERS: LruHashMap<LatKey, LatPeers> = LruHashMap::with_max_entries(LAT_CONNS, 0);
+
+    /// A zeroed LatPeers that is never written.
+    #[map(name = "ZERO_PEERS")]
+    static ZERO_PEERS: PerCpuArray<LatPeers> = PerCpuArray::with_max_entries(1, 0);
+
+    /// The requests' port of answers that found theirs through `LAT_PEERS`.
+    #[map(name = "LAT_LINKS")]
+    static LAT_LINKS: LruHashMap<LatLinkKey, u16> = LruHashMap::with_max_entries(LAT_CONNS, 0);
 
     /// A zeroed LatState that is never written: new latency entries are inserted from it.
     #[map(name = "ZERO_LAT")]
@@ -159,6 +186,8 @@ mod kernel {
         head: LatHead,
         /// The key of the per-interface histogram (map memory: no room on the stack).
         scope: LatScopeKey,
+        /// The key of an answer's link to its requests' port (map memory too).
+        link: LatLinkKey,
     }
 
     #[repr(C)]
@@ -500,6 +529,66 @@ mod kernel {
         }};
     }
 
+    /// After the accounting of a RoCE packet to QP 1 (a MAD; its key is in `FLOW_KEY`): what a
+    /// connection manager's REQ or REP says. Functions of their own, called by the programs
+    /// after the accounting returned (as the latency update is): in the parser's paths the
+    /// verifier could not walk them.
+    /// (The context's fields are read with volatile loads: plain ones LLVM moves into the
+    /// caller and passes as arguments, widened by shifts the verifier refuses on packet
+    /// pointers.)
+    #[inline(never)]
+    fn account_cm_xdp(ctx: XdpContext) {
+        // SAFETY: reading fields of the program's context.
+        let (start, end) = unsafe {
+            (
+                core::ptr::read_volatile(&(*ctx.ctx).data) as usize,
+                core::ptr::read_volatile(&(*ctx.ctx).data_end) as usize,
+            )
+        };
+        account_cm_of(&Packet { start, end });
+    }
+
+    #[inline(never)]
+    fn account_cm_tc(ctx: TcContext) {
+        // SAFETY: reading fields of the program's context.
+        let (start, end) = unsafe {
+            (
+                core::ptr::read_volatile(&(*ctx.skb.skb).data) as usize,
+                core::ptr::read_volatile(&(*ctx.skb.skb).data_end) as usize,
+            )
+        };
+        account_cm_of(&Packet { start, end });
+    }
+
+    #[inline(always)]
+    fn account_cm_of(pkt: &Packet) {
+        let Some(key) = FLOW_KEY.get_ptr(0) else {
+            return;
+        };
+        // SAFETY: this CPU's value: the key of the RoCE packet just accounted.
+        let key = unsafe { &*key };
+        if key.dest_qp != QP_CM {
+            return;
+        }
+        account_cm(&read_cm(pkt, mad_at(pkt.end - pkt.start)), key);
+    }
+
+    /// Takes in a REQ or REP of the connection manager (`m`, sent in flow `key`).
+    #[inline(always)]
+    fn account_cm(m: &CmMad, key: &FlowKey) {
+        let Some(ck) = CM_CONN_KEY.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: this CPU's value.
+        let ck = unsafe { &mut *ck };
+        if !ck.set(m, key) {
+            return;
+        }
+        if let Some(conn) = shared_entry(&CM_CONNS, &*ck, &ZERO_CM) {
+            conn.record(m);
+        }
+    }
+
     /// Accounts a RoCE packet in the flow cache (and the flow table behind it).
     #[inline(always)]
     fn account_flow(p: &RocePacket, key: &mut FlowKey, counters: &mut Counters, ifindex: u32) {
@@ -713,13 +802,78 @@ mod kernel {
             };
             state.note_direction(key);
             state.request(input, key.dest_qp, class, key.is_union(), now);
+            // SAFETY: a live map value; the answers' CPU writes `answered`.
+            if unsafe { core::ptr::read_volatile(&state.answered) } == 0 {
+                let port = lk.udp_src_port;
+                lk.udp_src_port = 0;
+                if let Some(peers) = shared_entry(&LAT_PEERS, &*lk, &ZERO_PEERS) {
+                    peers.note(port, input.psn, now);
+                }
+            }
             return;
         }
-        let Some(state) = LAT.get_ptr_mut(&*lk) else {
-            return;
+        // SAFETY: a live map value (shared: see LAT).
+        let own = LAT
+            .get_ptr_mut(&*lk)
+            .filter(|state| unsafe { (**state).fits(input.psn) });
+        let state = match own {
+            Some(state) => state,
+            None => {
+                // No requests under the answers' port that it can answer: the directions use
+                // ports of their own (another connection's requests may use this answer port).
+                // The link found before, while its requests can be the ones answered; else the
+                // only unanswered direction the answer fits, linked from now on.
+                let link = &mut args.link;
+                link.set(lk, key);
+                // SAFETY: a live map value.
+                let mut port = match LAT_LINKS.get_ptr(&*link) {
+                    Some(port) => unsafe { core::ptr::read_volatile(port) },
+                    None => 0,
+                };
+                if port != 0 {
+                    lk.udp_src_port = port;
+                    // SAFETY: a live map value (shared: see LAT).
+                    let fits = LAT
+                        .get_ptr(&*lk)
+                        .is_some_and(|state| unsafe { (*state).fits(input.psn) });
+                    if !fits {
+                        port = 0;
+                    }
+                }
+                if port == 0 {
+                    lk.udp_src_port = 0;
+                    let Some(peers) = LAT_PEERS.get_ptr_mut(&*lk) else {
+                        return;
+                    };
+                    // SAFETY: a live map value (shared: one word per direction).
+                    let peers = unsafe { &mut *peers };
+                    let Some(found) = peers.fit(input.psn, now) else {
+                        return;
+                    };
+                    peers.forget(found);
+                    let _ = LAT_LINKS.insert(&*link, &found, 0);
+                    port = found;
+                }
+                lk.udp_src_port = port;
+                match LAT.get_ptr_mut(&*lk) {
+                    Some(state) => state,
+                    None => return,
+                }
+            }
         };
         // SAFETY: a live map value (shared: see LAT).
         let state = unsafe { &mut *state };
+        if state.answered == 0 {
+            state.answered = 1;
+            // Answered: its requests leave the unanswered ones (those of a link are gone).
+            let port = lk.udp_src_port;
+            lk.udp_src_port = 0;
+            if let Some(peers) = LAT_PEERS.get_ptr_mut(&*lk) {
+                // SAFETY: a live map value (shared: one word per direction).
+                unsafe { (*peers).forget(port) };
+            }
+            lk.udp_src_port = port;
+        }
         let Some((kind, ns)) = state.answer(input, now) else {
             return;
         };
@@ -817,8 +971,12 @@ mod kernel {
     /// Host and mirror mode: account, then pass every frame on unchanged.
     #[xdp]
     pub fn roce_observe(ctx: XdpContext) -> u32 {
+        let raw = ctx.ctx;
         let done = observe_xdp(ctx);
         after_accounting(done, 0);
+        if done & ROCE != 0 {
+            account_cm_xdp(XdpContext::new(raw));
+        }
         xdp_action::XDP_PASS
     }
 
@@ -841,8 +999,12 @@ mod kernel {
     /// TCX_NEXT, and cls_bpf's "continue"): never drops, redirects or changes a packet.
     #[classifier]
     pub fn roce_observe_egress(ctx: TcContext) -> i32 {
+        let raw = ctx.skb.skb;
         let done = observe_egress(ctx);
         after_accounting(done, 0);
+        if done & ROCE != 0 {
+            account_cm_tc(TcContext::new(raw));
+        }
         TC_ACT_UNSPEC
     }
 
@@ -889,8 +1051,12 @@ mod kernel {
     /// as `after_accounting` takes it.
     #[inline(always)]
     fn consume(ctx: XdpContext, arrival_ns: u64) -> u32 {
+        let raw = ctx.ctx;
         let done = observe_xdp(ctx);
         after_accounting(done, arrival_ns);
+        if done & ROCE != 0 {
+            account_cm_xdp(XdpContext::new(raw));
+        }
         if done & COPY != 0 {
             xdp_action::XDP_DROP
         } else {
@@ -1031,8 +1197,12 @@ mod kernel {
     #[xdp(map = "cpumap")]
     pub fn roce_observe_cpumap(ctx: XdpContext) -> u32 {
         let arrival_ns = take_arrival(&ctx);
+        let raw = ctx.ctx;
         let done = observe_xdp(ctx);
         after_accounting(done, arrival_ns);
+        if done & ROCE != 0 {
+            account_cm_xdp(XdpContext::new(raw));
+        }
         xdp_action::XDP_PASS
     }
 

@@ -10,10 +10,12 @@ pub fn truth_aggregate(t: &Truth) -> Aggregate {
         flows: t.flows.iter().map(|(k, v)| (*k, *v)).collect(),
         unions: Default::default(),
         cm_seen: Default::default(),
+        cm_conns: t.cm.clone(),
         pauses: t.pauses.clone(),
         counters: t.counters,
         latency: Default::default(),
         latency_scopes: Default::default(),
+        latency_links: Default::default(),
         messages: t
             .messages
             .iter()

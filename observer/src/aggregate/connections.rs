@@ -317,7 +317,7 @@ impl Aggregate {
     /// The host a capture was taken on: the one address at an end of every connected flow seen
     /// directly. None when there is no such address, or two (then, when both hosts' requests
     /// were timed, a line in `said`).
-    fn capture_host(&self, said: &mut Vec<String>) -> Vec<[u8; 16]> {
+    pub fn capture_host(&self, said: &mut Vec<String>) -> Vec<[u8; 16]> {
         let mut common: Option<Vec<[u8; 16]>> = None;
         for (k, _) in self.connected_flows().filter(|(k, _)| !k.is_copy()) {
             let ends = [k.src_ip, k.dst_ip];

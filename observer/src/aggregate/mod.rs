@@ -9,11 +9,12 @@ pub(crate) mod pairing;
 
 use crate::model::{Flow, MirrorTotals, PfcReport, Report, SCHEMA, Source, Totals, Window};
 use crate::units::count;
+use observer_common::cm::{CmConn, CmKey, mad_at, read_cm};
 use observer_common::latency::role;
 use observer_common::{
-    Counters, DIRECTION_EGRESS, FlowKey, FlowStats, HostPair, LatHist, LatKey, LatScopeKey,
-    LatState, MsgStats, OpClass, Parsed, PauseKey, PauseStats, QP_CM, RocePacket, SeqClass,
-    SeqInput, SkipReason,
+    Counters, DIRECTION_EGRESS, FlowKey, FlowStats, HostPair, LatHist, LatKey, LatLinkKey,
+    LatPeers, LatScopeKey, LatState, MsgStats, OpClass, Parsed, PauseKey, PauseStats, QP_CM,
+    RocePacket, SeqClass, SeqInput, SkipReason,
     message::is_boundary,
     parse_frame,
     seq::{F_FRESH, MESSAGE_BITS},
@@ -24,6 +25,15 @@ use observer_common::{
 pub type FlowMap = HashMap<FlowKey, FlowStats, rustc_hash::FxBuildHasher>;
 /// Passive latency per requester direction (the same fast hasher: ACKs look it up).
 pub type LatencyMap = HashMap<LatKey, LatState, rustc_hash::FxBuildHasher>;
+/// How answers on a port of their own find their requests' latency state: the unanswered
+/// requester directions per pair of hosts, and the links found (the kernel's `LAT_PEERS` and
+/// `LAT_LINKS`). Working state only: never reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LatencyLinks {
+    pub peers: HashMap<LatKey, LatPeers, rustc_hash::FxBuildHasher>,
+    pub links: HashMap<LatLinkKey, u16, rustc_hash::FxBuildHasher>,
+}
+
 /// Messages per flow (the same fast hasher: message boundaries look it up).
 pub type MessageMap = HashMap<FlowKey, MsgStats, rustc_hash::FxBuildHasher>;
 
@@ -37,6 +47,9 @@ pub struct Aggregate {
     /// When connection-manager traffic (MADs to QP 1) between two hosts was last seen: a PSN
     /// jump after it is a new incarnation of the QP number (the connection was set up again).
     pub cm_seen: HashMap<HostPair, u64, rustc_hash::FxBuildHasher>,
+    /// What the connection manager's REQ and REP said of each connection set up while
+    /// observed: both QPs, exactly.
+    pub cm_conns: BTreeMap<CmKey, CmConn>,
     /// PAUSE / PFC frames per sender (few: switch ports and NICs).
     pub pauses: BTreeMap<PauseKey, PauseStats>,
     pub counters: Counters,
@@ -45,6 +58,8 @@ pub struct Aggregate {
     pub latency: LatencyMap,
     /// The same samples per interface (0 in replay), kind and side.
     pub latency_scopes: BTreeMap<LatScopeKey, LatHist>,
+    /// How answers on a port of their own find their requests' latency state.
+    pub latency_links: LatencyLinks,
     /// Messages per flow, under the key of its PSN analysis (a mirror copy's: every session's
     /// together, [`FlowKey::union`]).
     pub messages: MessageMap,
@@ -68,30 +83,6 @@ impl Aggregate {
         frame: &[u8],
         ts_ns: u64,
     ) -> Result<RocePacket, SkipReason> {
-        self.push_seen(parsed, frame, ts_ns, false)
-    }
-
-    /// Accounts a parsed request packet that another observation point gave already (replay of
-    /// captures that overlap): counted like any packet, and as a duplicate, but kept out of the
-    /// PSN analysis, which follows the packets as first seen. (A copy lagging behind a few
-    /// packets would look like a go-back-N resend there.)
-    pub fn push_copy(
-        &mut self,
-        parsed: Parsed,
-        frame: &[u8],
-        ts_ns: u64,
-    ) -> Result<RocePacket, SkipReason> {
-        self.push_seen(parsed, frame, ts_ns, true)
-    }
-
-    #[inline(always)]
-    fn push_seen(
-        &mut self,
-        parsed: Parsed,
-        frame: &[u8],
-        ts_ns: u64,
-        copy: bool,
-    ) -> Result<RocePacket, SkipReason> {
         if let Some(pause) = parsed.pause(frame) {
             self.pauses
                 .entry(PauseKey::of(&pause, &parsed.mirror))
@@ -112,24 +103,22 @@ impl Aggregate {
             if key.dest_qp == QP_CM {
                 let t = cm_seen.entry(HostPair::of(&key)).or_insert(ts_ns);
                 *t = (*t).max(ts_ns);
+                let m = read_cm(frame, mad_at(frame.len()));
+                let mut ck = CmKey::default();
+                if ck.set(&m, &key) {
+                    self.cm_conns.entry(ck).or_default().record(&m);
+                }
             }
             // At the same time as the flow's last request counts as after it, as in the kernel,
             // whose clock cannot order the two within one tick.
             let cm_after = |t: u64| cm_seen.get(&HostPair::of(&key)).is_some_and(|c| *c >= t);
             let input = SeqInput::of(p);
             let mut class = SeqClass::NotAnalysed;
-            // What the message update reads of the analysis (nothing for a copy).
+            // What the message update reads of the analysis.
             let mut analysis = 0;
-            // The PSN analysis, or a copy another observation point gave: a duplicate.
             let mut analyse = |s: &mut FlowStats| {
-                if copy {
-                    s.seq.duplicates += 1;
-                    s.psn_regressions += 1;
-                    class = SeqClass::Duplicate;
-                } else {
-                    class = s.seq().packet(&input, ts_ns, cm_after);
-                    analysis = s.seq_track.flags & MESSAGE_BITS;
-                }
+                class = s.seq().packet(&input, ts_ns, cm_after);
+                analysis = s.seq_track.flags & MESSAGE_BITS;
             };
             match key.union() {
                 None => with_entry(flows, key, |s| {
@@ -151,9 +140,10 @@ impl Aggregate {
                 let analysed = key.union().unwrap_or(key);
                 message_update(&mut self.messages, &analysed, &input, analysis);
             }
-            let copies = copy || key.is_copy();
+            let copies = key.is_copy();
             latency_update(
                 &mut self.latency,
+                &mut self.latency_links,
                 &mut self.latency_scopes,
                 &key,
                 &input,
@@ -218,6 +208,9 @@ impl Aggregate {
         for (key, stats) in &other.pauses {
             self.merge_pause(*key, stats);
         }
+        for (key, conn) in &other.cm_conns {
+            self.cm_conns.entry(*key).or_default().merge(conn);
+        }
         for (key, state) in &other.latency {
             self.merge_latency(*key, state);
         }
@@ -268,8 +261,19 @@ impl Aggregate {
         move_in(&mut self.unions, other.unions, FlowStats::merge);
         move_in(&mut self.cm_seen, other.cm_seen, |a, b| *a = (*a).max(*b));
         move_in(&mut self.latency, other.latency, LatState::merge);
+        move_in(
+            &mut self.latency_links.peers,
+            other.latency_links.peers,
+            |_, _| {},
+        );
+        move_in(
+            &mut self.latency_links.links,
+            other.latency_links.links,
+            |_, _| {},
+        );
         move_in(&mut self.messages, other.messages, MsgStats::merge);
         add_in(&mut self.pauses, other.pauses, PauseStats::merge);
+        add_in(&mut self.cm_conns, other.cm_conns, CmConn::merge);
         add_in(
             &mut self.latency_scopes,
             other.latency_scopes,
@@ -300,11 +304,13 @@ impl Aggregate {
             flows,
             unions,
             cm_seen: Default::default(),
+            cm_conns: self.cm_conns.clone(),
             pauses,
             counters: self.counters,
             // Latency samples depend on the clock: compared apart (`latency_counts`).
             latency: Default::default(),
             latency_scopes: BTreeMap::new(),
+            latency_links: Default::default(),
             messages: self
                 .messages
                 .iter()
@@ -337,11 +343,12 @@ pub fn message_update(messages: &mut MessageMap, key: &FlowKey, input: &SeqInput
 }
 
 /// The passive latency update of one packet (`class`: its PSN analysis's; `copies`: the
-/// observation is mirror copies or overlapping captures), the same the kernel program makes.
+/// observation is mirror copies), the same the kernel program makes.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn latency_update(
     latency: &mut LatencyMap,
+    links: &mut LatencyLinks,
     scopes: &mut BTreeMap<LatScopeKey, LatHist>,
     key: &FlowKey,
     input: &SeqInput,
@@ -353,37 +360,90 @@ pub fn latency_update(
     match role(input, class) {
         None => {}
         Some(false) => {
-            let state = latency.entry(LatKey::of_request(key)).or_default();
+            let lk = LatKey::of_request(key);
+            let state = latency.entry(lk).or_default();
             state.note_direction(key);
             state.request(input, key.dest_qp, class, copies, ts_ns);
+            if state.answered == 0 {
+                let pair = LatKey {
+                    udp_src_port: 0,
+                    ..lk
+                };
+                let peers = links.peers.entry(pair).or_default();
+                peers.note(lk.udp_src_port, input.psn, ts_ns);
+            }
         }
-        Some(true) => latency_answer(latency, scopes, key, input, ifindex, ts_ns),
+        Some(true) => latency_answer(latency, links, scopes, key, input, ifindex, ts_ns),
     }
 }
 
 fn latency_answer(
     latency: &mut LatencyMap,
+    links: &mut LatencyLinks,
     scopes: &mut BTreeMap<LatScopeKey, LatHist>,
     key: &FlowKey,
     input: &SeqInput,
     ifindex: u32,
     ts_ns: u64,
 ) {
-    {
-        let lk = LatKey::of_answer(key);
-        let Some(state) = latency.get_mut(&lk) else {
-            return;
-        };
-        if let Some((kind, ns)) = state.answer(input, ts_ns) {
-            state.record(kind, ns);
-            let scope = LatScopeKey {
-                ifindex,
-                kind: kind as u8,
-                side: state.side(&lk) as u8,
-                _pad: 0,
+    let mut lk = LatKey::of_answer(key);
+    if !latency.get(&lk).is_some_and(|s| s.fits(input.psn)) {
+        // No requests under the answers' port that it can answer: the directions use ports of
+        // their own (and another connection's requests may use this one's answer port). The
+        // link found before, while its requests can be the ones answered; else the only
+        // unanswered direction the answer fits (the first answer, or the requests moved to
+        // another port), linked from now on.
+        let mut link = LatLinkKey::default();
+        link.set(&lk, key);
+        // (Port 0, never a RoCE source port, is no link: as in the kernel.)
+        let linked = links.links.get(&link).copied().filter(|port| {
+            let at = LatKey {
+                udp_src_port: *port,
+                ..lk
             };
-            scopes.entry(scope).or_default().record(ns);
+            *port != 0 && latency.get(&at).is_some_and(|s| s.fits(input.psn))
+        });
+        let port = match linked {
+            Some(port) => port,
+            None => {
+                lk.udp_src_port = 0;
+                let Some(port) = links.peers.get_mut(&lk).and_then(|peers| {
+                    let port = peers.fit(input.psn, ts_ns)?;
+                    peers.forget(port);
+                    Some(port)
+                }) else {
+                    return;
+                };
+                links.links.insert(link, port);
+                port
+            }
+        };
+        lk.udp_src_port = port;
+    }
+    let Some(state) = latency.get_mut(&lk) else {
+        return;
+    };
+    if state.answered == 0 {
+        state.answered = 1;
+        // Answered under its own port: its requests leave the unanswered ones.
+        let port = lk.udp_src_port;
+        let pair = LatKey {
+            udp_src_port: 0,
+            ..lk
+        };
+        if let Some(peers) = links.peers.get_mut(&pair) {
+            peers.forget(port);
         }
+    }
+    if let Some((kind, ns)) = state.answer(input, ts_ns) {
+        state.record(kind, ns);
+        let scope = LatScopeKey {
+            ifindex,
+            kind: kind as u8,
+            side: state.side(&lk) as u8,
+            _pad: 0,
+        };
+        scopes.entry(scope).or_default().record(ns);
     }
 }
 
@@ -797,6 +857,7 @@ impl Aggregate {
             findings: Vec::new(),
             checks: Vec::new(),
             nic: None,
+            points: None,
         }
     }
 }

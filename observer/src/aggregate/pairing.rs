@@ -7,6 +7,8 @@
 //! receiver's QP and the observation, over every port it used, and two directions pair on the
 //! evidence, strongest first:
 //!
+//! 0. **cm**: the connection manager's REQ and REP, when seen: they name both QPs (and the PSNs
+//!    each side starts at), so the directions to them are one connection, exactly;
 //! 1. **port**: the only direction each way of the two hosts on a UDP source port (today's
 //!    drivers' rule, and one port both ways in general), unless their PSNs show unrelated
 //!    ranges or another direction fits strictly better; a direction whose ports name several
@@ -62,6 +64,7 @@ pub(crate) fn dir_of(k: &FlowKey) -> Dir {
 /// The evidence two directions were paired on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum PairedBy {
+    Cm,
     Port,
     Psn,
 }
@@ -69,6 +72,7 @@ pub(crate) enum PairedBy {
 impl PairedBy {
     pub(crate) const fn name(self) -> &'static str {
         match self {
+            Self::Cm => "cm",
             Self::Port => "port",
             Self::Psn => "psn",
         }
@@ -238,10 +242,64 @@ impl Aggregate {
                 .chain(down)
                 .map(|d| (*d, dirs[d].clone()))
                 .collect();
-            self.pair_by_port(up, down, &mut left, &mut out, lo);
+            self.pair_by_cm(&mut left, &mut out, lo);
+            let up: Vec<Dir> = up
+                .iter()
+                .filter(|d| left.contains_key(d))
+                .copied()
+                .collect();
+            let down: Vec<Dir> = down
+                .iter()
+                .filter(|d| left.contains_key(d))
+                .copied()
+                .collect();
+            self.pair_by_port(&up, &down, &mut left, &mut out, lo);
             self.pair_by_psn(&mut left, &mut out, lo);
         }
         out
+    }
+
+    /// Step 0, per two hosts: a connection the connection manager set up while observed (its
+    /// REQ and REP both seen) pairs the direction to the responder's QP with the one to the
+    /// requester's, unless another exchange names one of them too.
+    fn pair_by_cm(&self, left: &mut BTreeMap<Dir, Vec<FlowKey>>, out: &mut Pairing, lo: [u8; 16]) {
+        let Some(&(a, b, _, scope)) = left.keys().next() else {
+            return;
+        };
+        let (x, y) = if a == lo { (a, b) } else { (b, a) };
+        let pairs: Vec<(Dir, Dir)> = self
+            .cm_conns
+            .iter()
+            .filter(|(k, c)| {
+                let hosts = (k.requester, k.responder);
+                (hosts == (x, y) || hosts == (y, x)) && k.mirror == scope && c.complete()
+            })
+            .map(|(k, c)| {
+                (
+                    (k.requester, k.responder, c.rep_qpn, scope),
+                    (k.responder, k.requester, c.req_qpn, scope),
+                )
+            })
+            .collect();
+        // A direction two exchanges name (a QP number set up again with another peer QP) is
+        // left to the port step, which splits it per port.
+        let mut claims: BTreeMap<Dir, usize> = BTreeMap::new();
+        for (u, d) in &pairs {
+            *claims.entry(*u).or_default() += 1;
+            *claims.entry(*d).or_default() += 1;
+        }
+        for (u, d) in pairs {
+            if claims[&u] > 1 || claims[&d] > 1 {
+                continue;
+            }
+            let (Some(rx), Some(ry)) = (left.get(&u), left.get(&d)) else {
+                continue;
+            };
+            let (rx, ry) = (rx.clone(), ry.clone());
+            left.remove(&u);
+            left.remove(&d);
+            out.push(unit(lo, rx, ry, Some(PairedBy::Cm)));
+        }
     }
 
     /// Step 1, per two hosts: on each UDP source port the only direction each way pairs, unless

@@ -54,8 +54,10 @@ use super::replay::{FrameObserver, Link};
 use crate::aggregate::Aggregate;
 
 /// Bytes kept of each frame: every byte the parser can read (the longest headers it reads end
-/// at byte 248; at 254 behind a Linux cooked v2 header, 6 bytes longer than Ethernet's).
-pub const SNAPLEN: u32 = 256;
+/// at byte 248; at 254 behind a Linux cooked v2 header, 6 bytes longer than Ethernet's), and a
+/// connection manager's MAD whole (its REQ or REP is read from the frame's end: 322 bytes over
+/// IPv4, 342 over IPv6, some 470 inside the longest mirror headers).
+pub const SNAPLEN: u32 = 512;
 
 /// What the parser accounts for, untagged or under one or two VLAN tags: RoCEv2 (UDP to port
 /// 4791), GRE (mirror copies, decapsulated whatever they carry), and MAC control (PAUSE / PFC;
@@ -638,7 +640,7 @@ mod tests {
         let whole = parse_frame(&f[..]);
         let p = whole.result.expect("the longest headers parse as RoCE");
         assert!(p.has_reth && whole.mirror.is_some(), "{p:?}");
-        assert_eq!(parse_frame(&f[..SNAPLEN as usize]).result, Ok(p));
+        assert_eq!(parse_frame(&f[..LONGEST_HEADERS]).result, Ok(p));
         let short = parse_frame(&f[..LONGEST_HEADERS - 1]).result;
         assert!(short.is_ok_and(|q| !q.has_reth), "{short:?}");
         // The replayed aggregate of snapped frames is the whole frames'.
@@ -755,7 +757,7 @@ mod tests {
         assert!(tags > 1000, "{tags}");
         let longest = longest_headers();
         assert!(program.filter(&longest));
-        assert!(program.filter(&longest[..SNAPLEN as usize]));
+        assert!(program.filter(&longest[..LONGEST_HEADERS]));
         // The flows, pauses and RoCE counts are the unfiltered ones.
         assert_eq!(all.flows, filtered.flows);
         assert_eq!(all.unions, filtered.unions);

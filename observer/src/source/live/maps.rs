@@ -13,6 +13,7 @@ use std::{
 };
 
 use aya::{Ebpf, maps::Map};
+use observer_common::cm::{CmConn, CmKey};
 use observer_common::{
     Counters, FLOW_LOG_SLOTS, FlowKey, FlowSlot, FlowStats, IfaceCounters, LatHist, LatKey,
     LatScopeKey, LatState, MsgStats, PauseKey, PauseStats, maps,
@@ -342,7 +343,7 @@ fn read_shared<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod>(
 }
 
 /// Adds the latency maps: the per-connection states (one shared value each) and the
-/// per-interface histograms (per-CPU).
+/// per-interface histograms (per-CPU); and what the connection manager said of connections.
 pub fn read_latency(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> {
     for (key, state) in &read_shared::<LatKey, LatState>(ebpf, maps::LAT)? {
         agg.merge_latency(*key, state);
@@ -354,6 +355,9 @@ pub fn read_latency(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> {
         }
     })
     .map_err(read_error(maps::LAT_SCOPES))?;
+    for (key, conn) in &read_shared::<CmKey, CmConn>(ebpf, maps::CM_CONNS)? {
+        agg.cm_conns.entry(*key).or_default().merge(conn);
+    }
     Ok(())
 }
 

@@ -312,6 +312,8 @@ pub struct RoceFrame {
     pub ext: Ext,
     /// Bytes of payload (including pad bytes) after the extension headers, before the ICRC.
     pub payload_len: usize,
+    /// The payload's first bytes (a MAD's fields); the rest is a pattern.
+    pub payload_head: Vec<u8>,
 }
 
 /// Byte offsets of a frame's layers, from the generator's own layout.
@@ -365,6 +367,7 @@ impl RoceFrame {
             },
             ext: Ext::default(),
             payload_len: 0,
+            payload_head: Vec::new(),
         }
     }
 
@@ -476,7 +479,12 @@ impl RoceFrame {
         for h in ext_headers(self.bth.opcode) {
             h.encode(&self.ext, &mut b);
         }
-        b.extend((0..self.payload_len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(7)));
+        b.extend(
+            (0..self.payload_len).map(|i| match self.payload_head.get(i) {
+                Some(v) => *v,
+                None => (i as u8).wrapping_mul(31).wrapping_add(7),
+            }),
+        );
         let icrc = icrc(&b, &l, matches!(self.ip, Ip::V6 { .. }));
         b.extend_from_slice(&icrc.to_le_bytes());
         b

@@ -803,9 +803,40 @@ impl QpStream {
 
     /// The connection manager sets the connection up (again): a REQ from the requester's host
     /// to the responder's, the REP back and the RTU, each a 256-byte MAD in a UD SEND to QP 1
-    /// (Q_Key 0x80010000), unreliable datagrams that are no request of this QP.
+    /// (Q_Key 0x80010000), unreliable datagrams that are no request of this QP. The REQ names
+    /// the requester's QP and the PSN its requests start at (the next one), the REP the
+    /// responder's QP (and a PSN of its own); the truth keeps what they said.
     pub fn cm_exchange(&mut self, w: &mut Workload) {
-        for (i, template) in [&self.req, &self.resp, &self.req].into_iter().enumerate() {
+        use observer_common::cm::{CM_REP, CM_REQ, CmKey, CmMad};
+        let req_qpn = self.resp.bth.dest_qp;
+        let rep_qpn = self.req.bth.dest_qp;
+        let comm = 0x1000_0000 | req_qpn;
+        let rep_psn = (rep_qpn.wrapping_mul(2_654_435_761) >> 8) & MASK24;
+        let req = CmMad {
+            attr: CM_REQ,
+            local_comm: comm,
+            qpn: req_qpn,
+            psn: self.next_psn,
+            ..CmMad::default()
+        };
+        let rep = CmMad {
+            attr: CM_REP,
+            local_comm: 0x2000_0000 | rep_qpn,
+            remote_comm: comm,
+            qpn: rep_qpn,
+            psn: rep_psn,
+            ..CmMad::default()
+        };
+        let rtu = CmMad {
+            attr: 0x0014,
+            local_comm: comm,
+            remote_comm: rep.local_comm,
+            ..CmMad::default()
+        };
+        for (i, (template, mad)) in [(&self.req, req), (&self.resp, rep), (&self.req, rtu)]
+            .into_iter()
+            .enumerate()
+        {
             let mut f = template.clone();
             f.bth.opcode = wire::TRANSPORT_UD | op::SEND_ONLY;
             f.bth.dest_qp = observer_common::QP_CM;
@@ -817,7 +848,14 @@ impl QpStream {
                 ..Ext::default()
             };
             f.payload_len = 256;
+            f.payload_head = cm_mad_bytes(&mad, i as u64);
             w.push_roce(&f, OpClass::Send);
+        }
+        let mut key = CmKey::default();
+        if key.set(&req, &self.req.flow_key()) {
+            let conn = w.truth.cm.entry(key).or_default();
+            conn.record(&req);
+            conn.record(&rep);
         }
     }
 
@@ -846,6 +884,32 @@ impl QpStream {
         self.resending = None;
         n
     }
+}
+
+/// The first bytes of a CM MAD saying `m` (InfiniBand Architecture vol. 1, 12.6): the MAD
+/// header (base version 1, class 0x07, class version 2, method Send, transaction `tid`,
+/// attribute `m.attr`), then the REQ's or REP's fields at their offsets.
+fn cm_mad_bytes(m: &observer_common::cm::CmMad, tid: u64) -> Vec<u8> {
+    use observer_common::cm::{CM_REP, CM_REQ, MGMT_CLASS_CM};
+    let mut b = vec![0u8; 24 + 72];
+    b[0] = 1;
+    b[1] = MGMT_CLASS_CM;
+    b[2] = 2;
+    b[3] = 0x03;
+    b[8..16].copy_from_slice(&(0x5eed_0000_0000_0000 | tid).to_be_bytes());
+    b[16..18].copy_from_slice(&m.attr.to_be_bytes());
+    let d = 24;
+    b[d..d + 4].copy_from_slice(&m.local_comm.to_be_bytes());
+    b[d + 4..d + 8].copy_from_slice(&m.remote_comm.to_be_bytes());
+    let (qpn_at, psn_at) = match m.attr {
+        CM_REQ => (32, 44),
+        CM_REP => (12, 20),
+        _ => return b,
+    };
+    // 24 bits each, the 8 bits after them (other fields) left 0.
+    b[d + qpn_at..d + qpn_at + 4].copy_from_slice(&(m.qpn << 8).to_be_bytes());
+    b[d + psn_at..d + psn_at + 4].copy_from_slice(&(m.psn << 8).to_be_bytes());
+    b
 }
 
 #[cfg(test)]

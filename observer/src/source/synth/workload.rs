@@ -82,6 +82,8 @@ pub struct Truth {
     /// The connections of the scenario's queue pairs, and whether packets went each way
     /// (\[requester to responder, back\]; CNPs not counted).
     pub connections: BTreeMap<ConnTruth, [bool; 2]>,
+    /// The connection manager's exchanges the workload holds: what its REQ and REP said.
+    pub cm: BTreeMap<observer_common::cm::CmKey, observer_common::cm::CmConn>,
 }
 
 /// One connection as the generator made it: both ends' addresses (IPv4 v4-mapped) and QPNs.

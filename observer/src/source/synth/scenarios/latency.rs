@@ -17,7 +17,7 @@ use observer_common::wire;
 
 use super::{qp_v4, qp_v6};
 use crate::source::synth::BASE_TS_NS;
-use crate::source::synth::qp::RNR_WAIT_NS;
+use crate::source::synth::qp::{PortRule, RNR_WAIT_NS, rxe_local_sport};
 use crate::source::synth::timeline::{ConnId, ReqId, Timeline};
 use crate::source::synth::workload::Workload;
 
@@ -34,22 +34,51 @@ const ACK_TIMEOUT_NS: u64 = 8_389 * US;
 const HEARTBEAT_NS: u64 = 250 * US;
 
 pub(super) fn latency(w: &mut Workload) {
+    schedule(w, None);
+}
+
+/// `latency-ports`: the same schedule on connections whose directions use ports of their own:
+/// A's sides each take theirs from their own QPN (Soft-RoCE before 2022), B's from flow labels
+/// of their own, C's are fixed per QP. C runs between A's hosts, so that an answer finds its
+/// requests by PSN among two requester directions, and C's requests travel on the port of A's
+/// answers (a coincidence of ports: A's answers are not C's).
+pub(super) fn latency_ports(w: &mut Workload) {
+    schedule(
+        w,
+        Some([
+            PortRule::LocalQpn,
+            PortRule::FlowLabels(0x1_2345, 0x5_4321),
+            PortRule::Fixed(rxe_local_sport(0x7081), 57236),
+        ]),
+    );
+}
+
+fn schedule(w: &mut Workload, rules: Option<[PortRule; 3]>) {
+    let rule = |i: usize| rules.map_or(PortRule::Symmetric, |r| r[i]);
     let mut tl = Timeline::new();
-    let a = tl.connect(qp_v4(
-        wire::TRANSPORT_RC,
-        70,
-        [1, 101],
-        [0x7001, 0x7081],
-        0xFF_FFF8,
-    ));
-    let b = tl.connect(qp_v6([0x7201, 0x7301], 0, [0x7201, 0x7281], 0x1000));
-    let c = tl.connect(qp_v4(
-        wire::TRANSPORT_RC,
-        71,
-        [1, 101],
-        [0x7101, 0x7181],
-        0x20_0000,
-    ));
+    let a = tl.connect(
+        qp_v4(
+            wire::TRANSPORT_RC,
+            70,
+            [1, 101],
+            [0x7001, 0x7081],
+            0xFF_FFF8,
+        )
+        .with_port_rule(rule(0)),
+    );
+    let b =
+        tl.connect(qp_v6([0x7201, 0x7301], 0, [0x7201, 0x7281], 0x1000).with_port_rule(rule(1)));
+    let c_net = if rules.is_some() { 70 } else { 71 };
+    let c = tl.connect(
+        qp_v4(
+            wire::TRANSPORT_RC,
+            c_net,
+            [1, 101],
+            [0x7101, 0x7181],
+            0x20_0000,
+        )
+        .with_port_rule(rule(2)),
+    );
     let end = acks(&mut tl, a, BASE_TS_NS + 10 * US);
     reads(&mut tl, c, BASE_TS_NS + 20 * US + 667);
     heartbeat(&mut tl, b, BASE_TS_NS + 333, end + MS);

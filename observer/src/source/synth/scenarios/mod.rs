@@ -33,7 +33,7 @@ pub use rules::RULE_FRAME_GAP_NS;
 
 use corpus::{corpus, many_qps};
 use demo::{demo, e2e};
-use latency::latency;
+use latency::{latency, latency_ports};
 pub use nic::{NIC_DEVICE, NIC_NETDEV};
 use nic::{
     rule_nic_ecn_without_cnp, rule_nic_lossless_discards, rule_nic_pause_share,
@@ -41,7 +41,7 @@ use nic::{
     rule_nic_wire_mismatch, rules_clean_nic,
 };
 use pairing::{
-    pairing_ambiguous, pairing_fixed_port, pairing_flow_labels, pairing_local_port,
+    pairing_ambiguous, pairing_cm, pairing_fixed_port, pairing_flow_labels, pairing_local_port,
     pairing_many_qps, pairing_port_collision, pairing_qp_reuse, pairing_respray,
     rule_psn_violation_split,
 };
@@ -187,6 +187,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "16 QPs between two hosts on one UDP source port: one uplink of 4 takes them all (rule ecmp-imbalance, with --uplinks 4)",
     ),
     (
+        "latency-ports",
+        "the latency scenario on connections whose directions use ports of their own (each side's from its own QPN, flow labels per side, fixed per QP), two of them between the same hosts",
+    ),
+    (
         "pairing-local-port",
         "3 RC connections whose sides each take their UDP source port from their own QPN (Soft-RoCE, irdma, hns before 2022): WRITE, READ, SEND, coalesced ACKs",
     ),
@@ -217,6 +221,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "pairing-ambiguous",
         "2 RC QPs between the same hosts in lockstep from PSN 0, ports per direction: nothing tells their directions apart",
+    ),
+    (
+        "pairing-cm",
+        "pairing-ambiguous with the connection manager's REQ, REP and RTU seen before each QP starts: they name both QPs",
     ),
     (
         "rules-clean-nic",
@@ -291,12 +299,14 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "rule-microburst" => rule_microburst(&mut w),
         "rule-ecmp-imbalance" => rule_ecmp_imbalance(&mut w),
         "rule-psn-violation-split" => rule_psn_violation_split(&mut w),
+        "latency-ports" => latency_ports(&mut w),
         "pairing-local-port" => pairing_local_port(&mut w),
         "pairing-fixed-port" => pairing_fixed_port(&mut w),
         "pairing-flow-labels" => pairing_flow_labels(&mut w),
         "pairing-many-qps" => pairing_many_qps(&mut w),
         "pairing-respray" => pairing_respray(&mut w),
         "pairing-ambiguous" => pairing_ambiguous(&mut w),
+        "pairing-cm" => pairing_cm(&mut w),
         "pairing-port-collision" => pairing_port_collision(&mut w),
         "pairing-qp-reuse" => pairing_qp_reuse(&mut w),
         "rules-clean-nic" => rules_clean_nic(&mut w),
@@ -472,6 +482,7 @@ mod tests {
             latency: Default::default(),
             messages: c.messages.into_iter().collect(),
             connections: Default::default(),
+            cm: c.cm_conns,
         }
     }
 

@@ -4,7 +4,8 @@
 //! side's application sets its own flow label), `pairing-many-qps` (NCCL: several QPs per pair
 //! of hosts, every one starting at PSN 0), `pairing-respray` (a NIC or load balancer moving
 //! connections to other ports mid-way, in flowlets), `pairing-ambiguous` (two QPs of one pair of hosts in
-//! lockstep: no evidence tells their directions apart) and `rule-psn-violation-split` (the READ
+//! lockstep: no evidence tells their directions apart), `pairing-cm` (the same, with the
+//! connection manager's REQ and REP seen: they do) and `rule-psn-violation-split` (the READ
 //! overlap of the psn-violation rule, then a bogus ACK and silence, ports per direction).
 
 use observer_common::wire;
@@ -169,6 +170,28 @@ pub(super) fn pairing_ambiguous(w: &mut Workload) {
     for _ in 0..8 {
         for qp in &mut qps {
             qp.write(w, 1024);
+        }
+        for qp in &mut qps {
+            let last = qp.last_psn();
+            qp.ack(w, last);
+        }
+    }
+}
+
+/// `pairing-ambiguous` with the connection manager's exchange seen before each QP starts: its
+/// REQ and REP name both QPs, which tells the lockstep directions apart exactly.
+pub(super) fn pairing_cm(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut qps = [
+        pair_qp(78, [1, 2], [0x51, 0x61], 0, PortRule::LocalQpn),
+        pair_qp(78, [1, 2], [0x52, 0x62], 0, PortRule::LocalQpn),
+    ];
+    for qp in &mut qps {
+        qp.cm_exchange(w);
+    }
+    for _ in 0..8 {
+        for qp in &mut qps {
+            qp.write(w, 2048);
         }
         for qp in &mut qps {
             let last = qp.last_psn();
