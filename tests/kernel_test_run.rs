@@ -817,6 +817,7 @@ fn kernel_pairs_connections_as_userspace() {
         "pairing-respray",
         "pairing-ambiguous",
         "pairing-cm",
+        "pairing-spray",
         "pairing-port-collision",
         "pairing-qp-reuse",
         "rule-psn-violation-split",

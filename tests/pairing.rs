@@ -439,3 +439,42 @@ fn the_connection_manager_pairs_as_tshark_reads_it() {
         assert_eq!(got, want, "{file:?}: {:#?}", r.connections);
     }
 }
+
+/// Per-packet spraying: every request packet of one connection on the next of four ports. The
+/// connection is one, its four request flows are marked sprayed (each port holds every fourth
+/// PSN), their holes stay out of the totals, and neither loss nor reordering fires: nothing
+/// was lost. Flowlets that move on to new ports are not marked.
+#[test]
+fn per_packet_spraying_is_not_loss() {
+    use roce_observer::pipeline::{AnalysisOptions, conclude};
+    let w = synth::scenario("pairing-spray").unwrap();
+    let mut r = report(&w);
+    conclude(&mut r, &AnalysisOptions::default());
+    assert_eq!(paired(&r).len(), 1, "{:#?}", r.connections);
+    let sprayed: Vec<_> = r.flows.iter().filter(|f| f.psn.sprayed > 0).collect();
+    assert_eq!(sprayed.len(), 4, "{:#?}", r.flows);
+    assert!(sprayed.iter().all(|f| f.psn.sprayed == 4));
+    assert!(
+        sprayed.iter().any(|f| f.psn.missing > 0 || f.psn.gaps > 0),
+        "the holes are there"
+    );
+    assert_eq!(
+        (
+            r.totals.psn.missing,
+            r.totals.psn.lost_events,
+            r.totals.psn.out_of_order
+        ),
+        (0, 0, 0)
+    );
+    let c = paired(&r)[0];
+    assert_eq!((c.a.psn.missing, c.b.psn.missing), (0, 0), "{c:#?}");
+    let fired: Vec<&str> = r.findings.iter().map(|f| f.rule.as_str()).collect();
+    assert!(
+        !fired.contains(&"loss") && !fired.contains(&"reorder"),
+        "{fired:?}"
+    );
+    let loss = r.checks.iter().find(|c| c.rule == "loss").unwrap();
+    assert!(loss.note.contains("sprayed over several ports"), "{loss:?}");
+    let flowlets = report(&synth::scenario("pairing-respray").unwrap());
+    assert!(flowlets.flows.iter().all(|f| f.psn.sprayed == 0));
+}

@@ -805,6 +805,7 @@ impl Aggregate {
                 f.psn_scope = Some(crate::model::PsnScope { mirror_views, here });
             }
         }
+        mark_sprayed(&mut rows);
         let (connections, other_traffic) = agg.connections(&rows, &pairing);
         let flows: Vec<Flow> = rows.into_iter().map(|(_, f)| f).collect();
         let mut psn = crate::model::Psn::default();
@@ -858,6 +859,43 @@ impl Aggregate {
             checks: Vec::new(),
             nic: None,
             points: None,
+        }
+    }
+}
+
+/// Marks the flows of directions (sender, receiver, QP, observation) seen on several UDP source
+/// ports in turn: two of its ports' flows overlap in time (per-packet spraying, or flowlets that
+/// come back to a port). Each port's PSN analysis holds only its share of the PSNs, so its holes
+/// are the other ports' packets ([`crate::model::Psn::sprayed`]). Flowlets that move on to new
+/// ports (one after the other in time) are followed whole and stay unmarked.
+fn mark_sprayed(rows: &mut [(FlowKey, Flow)]) {
+    // Per direction, each port's span (its mirror sessions' rows together).
+    let mut dirs: BTreeMap<pairing::Dir, BTreeMap<u16, (u64, u64)>> = BTreeMap::new();
+    for (k, f) in rows.iter() {
+        if f.packets > 0 && k.dest_qp != QP_CM {
+            let span = dirs
+                .entry(pairing::dir_of(k))
+                .or_default()
+                .entry(k.udp_src_port)
+                .or_insert((f.first_seen_ns, f.last_seen_ns));
+            span.0 = span.0.min(f.first_seen_ns);
+            span.1 = span.1.max(f.last_seen_ns);
+        }
+    }
+    let sprayed: BTreeMap<_, u64> = dirs
+        .into_iter()
+        .map(|(d, ports)| (d, ports.into_values().collect::<Vec<_>>()))
+        .filter(|(_, spans)| {
+            spans
+                .iter()
+                .enumerate()
+                .any(|(i, a)| spans[i + 1..].iter().any(|b| a.0 < b.1 && b.0 < a.1))
+        })
+        .map(|(d, spans)| (d, spans.len() as u64))
+        .collect();
+    for (k, f) in rows.iter_mut() {
+        if let Some(n) = sprayed.get(&pairing::dir_of(k)) {
+            f.psn.sprayed = *n;
         }
     }
 }

@@ -90,8 +90,11 @@ pub struct PsnSummary {
 
 impl PsnSummary {
     pub fn add(&mut self, p: &Psn) {
-        self.missing += p.missing;
-        self.out_of_order += p.out_of_order;
+        // A sprayed direction's holes are its other ports' packets ([`Psn::sprayed`]).
+        if p.sprayed == 0 {
+            self.missing += p.missing;
+            self.out_of_order += p.out_of_order;
+        }
         self.duplicates += p.duplicates;
         self.retransmissions += p.retransmissions;
         self.resets += p.resets;

@@ -587,6 +587,13 @@ pub struct Psn {
     /// began and how long it lasted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest_resend_wait: Option<Wait>,
+    /// The flow's direction (sender, receiver, QP) was seen on this many UDP source ports in
+    /// turn (per-packet spraying, or flowlets coming back to a port): its PSNs are followed per
+    /// port, so `gaps`, `missing`, `lost_events` and `out_of_order` count the other ports'
+    /// packets, not loss or reordering. They stay out of the totals and are not judged. 0: not
+    /// sprayed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sprayed: u64,
 }
 
 /// Where the PSN analysis of a flow seen in several mirror sessions is.
@@ -664,6 +671,7 @@ impl Psn {
                 at_ns: c.timeout_at_ns,
                 for_ns: c.timeout_max_ns,
             }),
+            sprayed: 0,
         }
         .with_pmtu(s, pmtu)
     }
@@ -698,14 +706,17 @@ impl Psn {
 
     /// Adds another flow's analysis (totals); the path MTU stays if they agree.
     pub fn add(&mut self, o: &Psn) {
-        self.gaps += o.gaps;
-        self.missing += o.missing;
+        // A sprayed direction's holes are its other ports' packets.
+        if o.sprayed == 0 {
+            self.gaps += o.gaps;
+            self.missing += o.missing;
+            self.out_of_order += o.out_of_order;
+            self.lost_events += o.lost_events;
+        }
         self.regressions += o.regressions;
-        self.out_of_order += o.out_of_order;
         self.duplicates += o.duplicates;
         self.retransmissions += o.retransmissions;
         self.retransmission_episodes += o.retransmission_episodes;
-        self.lost_events += o.lost_events;
         self.resets += o.resets;
         self.violations += o.violations;
         self.unverified_violations += o.unverified_violations;

@@ -230,6 +230,12 @@ pub fn render_table(report: &Report, top: usize) -> String {
                 "  A flow seen in several mirror sessions has its PSNs analysed all sessions together, on its first row (^ on the others)"
             );
         }
+        if shown.iter().any(|f| f.psn.sprayed > 0) {
+            let _ = writeln!(
+                out,
+                "  Flows of a direction sprayed over several ports in turn (psn.sprayed in --json): each port holds a share of its PSNs, so LOST and REORD there count the other ports' packets, not loss; not in the totals, not judged"
+            );
+        }
         more(&mut out, report.flows.len(), top, "flow");
     }
     render_connections(&mut out, report, top);

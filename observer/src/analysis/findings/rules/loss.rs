@@ -89,12 +89,19 @@ fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
         } else {
             f.psn.retransmissions
         };
-        missing += f.psn.missing;
-        lost_events += f.psn.lost_events;
+        // A sprayed direction's holes are its other ports' packets: not loss. (Its NAKs and
+        // resends still are what they are.)
+        let (f_missing, f_lost) = if f.psn.sprayed > 0 {
+            (0, 0)
+        } else {
+            (f.psn.missing, f.psn.lost_events)
+        };
+        missing += f_missing;
+        lost_events += f_lost;
         naks += f.psn.nak_seq_errors;
         retx += own_retx;
         episodes += own_episodes;
-        let n = f.psn.lost_events + f.psn.nak_seq_errors + own_episodes;
+        let n = f_lost + f.psn.nak_seq_errors + own_episodes;
         if n > 0 {
             flows.push((n, FlowRef::of_flow(f), f.mirror.is_some()));
         }
@@ -111,9 +118,13 @@ fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
             )
         };
         return Outcome::Passed(format!(
-            "{seen} over {} ({} out of order, {}{})",
+            "{seen} over {} ({} out of order, {}{}){}",
             count(requests, "request packet"),
-            r.flows.iter().map(|f| f.psn.out_of_order).sum::<u64>(),
+            r.flows
+                .iter()
+                .filter(|f| f.psn.sprayed == 0)
+                .map(|f| f.psn.out_of_order)
+                .sum::<u64>(),
             count(
                 r.flows.iter().map(|f| f.psn.duplicates).sum::<u64>(),
                 "duplicate"
@@ -122,7 +133,8 @@ fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
                 0 => String::new(),
                 1 => ", 1 retry after an RNR NAK".into(),
                 n => format!(", {n} retries after RNR NAKs"),
-            }
+            },
+            sprayed_note(r)
         ));
     }
     // PSNs missing with no NAK and no resend are what the observer's own drops look like: as
@@ -237,6 +249,20 @@ fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
             .collect(),
         hint: hint.into(),
     })
+}
+
+/// What the flows sprayed over several ports leave unjudged, if any: "; ...".
+pub(crate) fn sprayed_note(r: &Report) -> String {
+    let sprayed: Vec<&crate::model::Flow> = r.flows.iter().filter(|f| f.psn.sprayed > 0).collect();
+    if sprayed.is_empty() {
+        return String::new();
+    }
+    let holes: u64 = sprayed.iter().map(|f| f.psn.missing).sum();
+    format!(
+        "; {} of directions sprayed over several ports in turn not judged: each port holds a share of the PSNs, so its {} are the other ports' packets",
+        count(sprayed.len() as u64, "flow"),
+        count(holes, "missing PSN")
+    )
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use nic::{
 };
 use pairing::{
     pairing_ambiguous, pairing_cm, pairing_fixed_port, pairing_flow_labels, pairing_local_port,
-    pairing_many_qps, pairing_port_collision, pairing_qp_reuse, pairing_respray,
+    pairing_many_qps, pairing_port_collision, pairing_qp_reuse, pairing_respray, pairing_spray,
     rule_psn_violation_split,
 };
 use pfc::pfc_scenario;
@@ -227,6 +227,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "pairing-ambiguous with the connection manager's REQ, REP and RTU seen before each QP starts: they name both QPs",
     ),
     (
+        "pairing-spray",
+        "per-packet spraying: every request packet of a connection on the next of 4 UDP source ports, the ACKs on one; nothing lost",
+    ),
+    (
         "rules-clean-nic",
         "rules-clean beside a well-configured mlx5 host's NIC, read a second apart: no NIC rule fires",
     ),
@@ -307,6 +311,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "pairing-respray" => pairing_respray(&mut w),
         "pairing-ambiguous" => pairing_ambiguous(&mut w),
         "pairing-cm" => pairing_cm(&mut w),
+        "pairing-spray" => pairing_spray(&mut w),
         "pairing-port-collision" => pairing_port_collision(&mut w),
         "pairing-qp-reuse" => pairing_qp_reuse(&mut w),
         "rules-clean-nic" => rules_clean_nic(&mut w),

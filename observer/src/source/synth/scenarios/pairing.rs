@@ -5,7 +5,8 @@
 //! of hosts, every one starting at PSN 0), `pairing-respray` (a NIC or load balancer moving
 //! connections to other ports mid-way, in flowlets), `pairing-ambiguous` (two QPs of one pair of hosts in
 //! lockstep: no evidence tells their directions apart), `pairing-cm` (the same, with the
-//! connection manager's REQ and REP seen: they do) and `rule-psn-violation-split` (the READ
+//! connection manager's REQ and REP seen: they do), `pairing-spray` (every request packet on
+//! the next of 4 ports) and `rule-psn-violation-split` (the READ
 //! overlap of the psn-violation rule, then a bogus ACK and silence, ports per direction).
 
 use observer_common::wire;
@@ -157,6 +158,20 @@ pub(super) fn pairing_respray(w: &mut Workload) {
         one.ack_if_due(w, 4);
     }
     ack_all(w, [&mut both, &mut one]);
+}
+
+/// Per-packet spraying: a NIC or load balancer gives every request packet of a connection the
+/// next of 4 UDP source ports (the ACKs keep one), so each port's flow holds every fourth PSN
+/// and nothing is lost.
+pub(super) fn pairing_spray(w: &mut Workload) {
+    w.set_frame_gap(GAP_NS);
+    let mut qp = pair_qp(79, [1, 101], [0x410, 0x420], 7000, PortRule::Symmetric);
+    for k in 0..64u16 {
+        qp.set_request_port(0xD100 + (k % 4));
+        qp.write(w, 1024);
+        qp.ack_if_due(w, 8);
+    }
+    ack_all(w, [&mut qp]);
 }
 
 /// Two QPs of one pair of hosts in lockstep, from PSN 0, with ports per direction: both
