@@ -5,9 +5,12 @@
 pub struct Scratch(std::path::PathBuf);
 
 impl Scratch {
-    /// `roce-{tag}-{pid}`: unique per test binary run and tag.
+    /// `roce-{tag}-{pid}-{n}`: unique per test binary run, tag and call (tests running at once
+    /// may take the same tag: each gets a folder of its own).
     pub fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("roce-{tag}-{}", std::process::id()));
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("roce-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         Self(p)
