@@ -143,7 +143,8 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
             "lossless-discards",
             "mtu",
             "firmware",
-            "transport-errors"
+            "transport-errors",
+            "cnp-sent"
         ]
     );
     for (name, status, evidence) in &items {
@@ -182,7 +183,11 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
         out.contains("PASS     pfc                ens1f0np0  PFC on priority 3 only"),
         "{out}"
     );
-    assert!(out.ends_with("check: nothing failed (10 items)\n"), "{out}");
+    assert!(out.ends_with("check: nothing failed (11 items)\n"), "{out}");
+    assert_eq!(
+        item(&items, "cnp-sent").1,
+        "in 1.0 s: port 1: 400 marked, 380 CNPs sent; no CNP ignored"
+    );
 }
 
 #[test]
@@ -322,6 +327,33 @@ fn each_counter_item_fails_when_its_counters_move_in_the_window() {
     let (b, a) = copy(&dir);
     std::fs::write(hw_counter(&a, "local_ack_timeout_err"), "3\n").unwrap();
     fails_alone(&b, &a, &[], "transport-errors", "local_ack_timeout_err +3");
+    // ECN-marked arrivals and no CNP sent over the window: the notification point is off.
+    let (b, a) = copy(&dir);
+    let sent = std::fs::read_to_string(hw_counter(&b, "np_cnp_sent")).unwrap();
+    std::fs::write(hw_counter(&a, "np_cnp_sent"), sent).unwrap();
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "cnp-sent",
+        "port 1: 400 ECN-marked RoCE packets arrived and no CNP was sent",
+    );
+    // CNPs received and ignored: the reaction point is off.
+    let (b, a) = copy(&dir);
+    let ignored = hw_counter(&a, "rp_cnp_ignored");
+    let n: u64 = std::fs::read_to_string(&ignored)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::fs::write(&ignored, format!("{}\n", n + 9)).unwrap();
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "cnp-sent",
+        "port 1: 9 CNPs received and ignored",
+    );
     // One reading: the counter items cannot judge.
     let (b, _) = copy(&dir);
     let (status, out, _) = output(
@@ -340,7 +372,12 @@ fn each_counter_item_fails_when_its_counters_move_in_the_window() {
         .collect();
     assert_eq!(
         unknown,
-        ["pause-storms", "lossless-discards", "transport-errors"]
+        [
+            "pause-storms",
+            "lossless-discards",
+            "transport-errors",
+            "cnp-sent"
+        ]
     );
 }
 

@@ -145,6 +145,8 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
     for d in &nic.devices {
         let (s, e) = transport_errors(d, nic.seconds);
         push("transport-errors", &d.name, s, e);
+        let (s, e) = cnp_sent(d, nic.seconds);
+        push("cnp-sent", &d.name, s, e);
     }
     Checklist {
         schema: SCHEMA.into(),
@@ -584,6 +586,62 @@ fn transport_errors(d: &crate::model::nic::Device, seconds: f64) -> (ItemStatus,
                 "in {seconds:.1} s: {}: packets are lost or reordered on the way",
                 grew.join(", ")
             ),
+        )
+    }
+}
+
+/// DCQCN working both ways over the window: ECN-marked arrivals answered by CNPs (the
+/// notification point, `np_ecn_marked_roce_packets` against `np_cnp_sent`), and CNPs received
+/// not ignored (the reaction point, `rp_cnp_ignored`, where the device counts it).
+fn cnp_sent(d: &crate::model::nic::Device, seconds: f64) -> (ItemStatus, String) {
+    let mut have = false;
+    let mut bad = Vec::new();
+    let mut seen = Vec::new();
+    for p in &d.ports {
+        if let (Some(marked), Some(sent)) =
+            (p.hw("np_ecn_marked_roce_packets"), p.hw("np_cnp_sent"))
+        {
+            have = true;
+            if marked > 0 && sent == 0 {
+                bad.push(format!(
+                    "port {}: {marked} ECN-marked RoCE packets arrived and no CNP was sent (the notification point is off on their priority: ecn/roce_np)",
+                    p.port
+                ));
+            } else {
+                seen.push(format!(
+                    "port {}: {marked} marked, {sent} CNPs sent",
+                    p.port
+                ));
+            }
+        }
+        if let Some(ignored) = p.hw("rp_cnp_ignored") {
+            have = true;
+            if ignored > 0 {
+                bad.push(format!(
+                    "port {}: {ignored} CNPs received and ignored (rp_cnp_ignored: the reaction point is off on their priority: ecn/roce_rp)",
+                    p.port
+                ));
+            }
+        }
+    }
+    if !have {
+        return (
+            ItemStatus::Unknown,
+            "the device counts no ECN-marked arrivals, CNPs sent or CNPs ignored".into(),
+        );
+    }
+    if let Some(u) = one_reading(seconds) {
+        return u;
+    }
+    if bad.is_empty() {
+        (
+            ItemStatus::Pass,
+            format!("in {seconds:.1} s: {}; no CNP ignored", seen.join(", ")),
+        )
+    } else {
+        (
+            ItemStatus::Fail,
+            format!("in {seconds:.1} s: {}", bad.join("; ")),
         )
     }
 }

@@ -303,7 +303,7 @@ impl Checklist {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChecklistItem {
     /// "pfc", "trust-dscp", "cnp-trust", "ecn", "cnp-marking", "mtu", "firmware",
-    /// "pause-storms", "lossless-discards", "transport-errors", "roce-device".
+    /// "pause-storms", "lossless-discards", "transport-errors", "cnp-sent", "roce-device".
     pub item: String,
     /// The netdev or RDMA device judged; empty for the host as a whole.
     #[serde(default, skip_serializing_if = "String::is_empty")]
