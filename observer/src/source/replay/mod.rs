@@ -29,7 +29,7 @@ use std::{
 use pcap_file::PcapError;
 
 use crate::aggregate::Aggregate;
-use observer_common::{FlowKey, RocePacket, SkipReason};
+use observer_common::{FlowKey, Parsed, RocePacket, SkipReason};
 use points::Points;
 
 mod feed;
@@ -312,9 +312,11 @@ impl<O: FrameObserver> Replay<O> {
                             || latest[j].is_some_and(|t| f.ts_ns <= t.saturating_add(COPY_LAG_NS)))
                 });
                 let data = readers[i].data(&f);
-                // Each point's own view, in its own clock: its latency.
+                // Parsed once: for the point's own view (its latency, in its own clock) and
+                // for the merged accounting.
+                let parsed = f.link.parse(data);
                 if let Some(view) = points.views.get_mut(i) {
-                    let _ = view.push_parsed(f.link.parse(data), data, f.ts_ns);
+                    let _ = view.push_parsed(parsed, data, f.ts_ns);
                 }
                 if near {
                     let named = self.frame_near(
@@ -322,6 +324,7 @@ impl<O: FrameObserver> Replay<O> {
                         i,
                         &f,
                         data,
+                        parsed,
                         overlapping,
                         live,
                         &mut overlap,
@@ -337,7 +340,8 @@ impl<O: FrameObserver> Replay<O> {
                         ));
                     }
                 } else {
-                    let _ = self.frame(base + i, &f, data);
+                    self.observe(base + i, &f, data);
+                    let _ = self.agg.push_parsed(parsed, data, f.ts_ns);
                 }
                 next = readers[i].next();
             }
@@ -394,7 +398,7 @@ impl<O: FrameObserver> Replay<O> {
         self.last_ts_ns = Some(self.last_ts_ns.map_or(ts_ns, |t| t.max(ts_ns)));
     }
 
-    /// One frame of `file` (`source`) near another file's span in time: a packet another
+    /// One frame of `file` (`source`), `parsed`, near another file's span in time: a packet another
     /// point gave already is a sighting of it, not counted again ([`Points::sight`]). While
     /// `overlapping`, the file it names for holding another's flows, the first time.
     #[allow(clippy::too_many_arguments)]
@@ -404,13 +408,13 @@ impl<O: FrameObserver> Replay<O> {
         file: usize,
         f: &Pending,
         data: &[u8],
+        parsed: Parsed,
         overlapping: bool,
         live: u64,
         overlap: &mut Overlap,
         points: &mut Points,
     ) -> Option<usize> {
         self.observe(source, f, data);
-        let parsed = f.link.parse(data);
         let (seen, named) = match &parsed.result {
             Ok(p) => {
                 let named = if overlapping {

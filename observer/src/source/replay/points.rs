@@ -103,12 +103,10 @@ pub struct Points {
     span: Vec<(u64, u64)>,
     /// The newest PSN each point saw of each flow.
     newest: FxMap<(FlowKey, u8), (u32, u64)>,
-    /// Per file, the files it shared a request with (a bit each).
-    established: Vec<u64>,
-    /// Per file, the files it shared [`TRUST_REQUESTS`] requests with (a bit each).
-    trusted: Vec<u64>,
-    /// Requests shared per pair of files (lower first).
-    shared: FxMap<(u8, u8), u32>,
+    /// Per file, the requests it shared with each other file (in order: no resend of one
+    /// matched to the other's original). One is a point of the same traffic; from
+    /// [`TRUST_REQUESTS`] on, one trusted with requests reordered between them.
+    shared: Vec<[u32; MAX_POINTS]>,
     /// Per file, the files that were capturing while it was (a bit each).
     overlapped: Vec<u64>,
 }
@@ -121,8 +119,7 @@ impl Points {
             seen_at: vec![0; n],
             span: vec![(u64::MAX, 0); n],
             overlapped: vec![0; n],
-            established: vec![0; n],
-            trusted: vec![0; n],
+            shared: vec![[0; MAX_POINTS]; n],
             views: (0..n).map(|_| Aggregate::new()).collect(),
             ..Self::default()
         }
@@ -190,19 +187,18 @@ impl Points {
         }
         // Answers (ACKs) repeat their PSN often: they go to another point's only once a
         // request (a PSN sent once but to resend it) showed the two points see one traffic.
-        let established = if request {
-            u64::MAX
-        } else {
-            self.established.get(file).copied().unwrap_or(0)
-        };
         // Once two points shared enough requests, a request behind the newest at one of them
         // and not at the other is reordered between them (adaptive routing, spraying), not
         // a resend shared out.
-        let trusted = self.trusted.get(file).copied().unwrap_or(0);
+        const NONE: [u32; MAX_POINTS] = [0; MAX_POINTS];
+        let shared = self.shared.get(file).unwrap_or(&NONE);
+        let shared_with = |other: u8| shared.get(usize::from(other)).copied().unwrap_or(0);
+        let trusted = |other: u8| shared_with(other) >= TRUST_REQUESTS;
         let open = self.sightings.entry(key).or_default();
         let candidate = |s: &Sighting| {
             s.seen & (1 << file) == 0
-                && overlapped & established & (1 << s.first) != 0
+                && overlapped & (1 << s.first) != 0
+                && (request || shared_with(s.first) > 0)
                 && ts_ns.abs_diff(s.ts_ns) <= SIGHT_WINDOW_NS
         };
         // Sent again at both points first (a resend is not its lost original's), then, between
@@ -210,23 +206,13 @@ impl Points {
         let at = open
             .iter()
             .position(|s| candidate(s) && s.resent == behind)
-            .or_else(|| {
-                open.iter()
-                    .position(|s| candidate(s) && trusted & (1 << s.first) != 0)
-            });
+            .or_else(|| open.iter().position(|s| candidate(s) && trusted(s.first)));
         if let Some(s) = at.and_then(|i| open.get_mut(i)) {
             if request && s.resent == behind {
                 let first = usize::from(s.first);
-                let (a, b) = (first.min(file), first.max(file));
-                let n = self.shared.entry((a as u8, b as u8)).or_default();
-                *n += 1;
-                let trust = *n >= TRUST_REQUESTS;
                 for (x, y) in [(file, first), (first, file)] {
-                    if let Some(e) = self.established.get_mut(x) {
-                        *e |= 1 << y;
-                    }
-                    if trust && let Some(t) = self.trusted.get_mut(x) {
-                        *t |= 1 << y;
+                    if let Some(n) = self.shared.get_mut(x).and_then(|c| c.get_mut(y)) {
+                        *n += 1;
                     }
                 }
             }
@@ -376,14 +362,17 @@ impl Points {
         }
         let carried = self.carried.get(&key.flow).copied().unwrap_or(0);
         let shares = self
-            .established
+            .shared
             .get(usize::from(s.first))
             .copied()
-            .unwrap_or(0);
-        let mut absent = carried & shares & !s.seen;
+            .unwrap_or([0; MAX_POINTS]);
+        let mut absent = carried & !s.seen;
         while absent != 0 {
             let i = absent.trailing_zeros() as u8;
             absent &= absent - 1;
+            if shares[usize::from(i)] == 0 {
+                continue;
+            }
             // (Bounded: points that each carry part of a flow, as the links of a sprayed
             // one do, would list every packet.)
             if self.absent.len() < MAX_SAMPLES {
