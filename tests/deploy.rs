@@ -35,6 +35,9 @@ const CONFIG_KEYS: &[&str] = &[
     "max_flows",
     "xdp_mode",
     "tc_hook",
+    "rdma_devices",
+    "netdevs",
+    "all_rdma_devices",
 ];
 
 /// Capabilities every deployment must grant: maps and program load, attaching, and the
@@ -501,8 +504,14 @@ fn check_config(what: &str, text: &str) -> toml::Table {
     for k in config.keys() {
         assert!(CONFIG_KEYS.contains(&k.as_str()), "{what}: unknown key {k}");
     }
-    let ifaces = config["iface"].as_array().expect("iface = [...]");
-    assert!(!ifaces.is_empty() && ifaces.iter().all(|i| i.as_str().is_some()));
+    // The daemon's own loader takes it (what it would say at start, short of the host).
+    let scratch = Scratch::new("deploy-config");
+    let file = scratch.file("config.toml", text);
+    roce_observer::daemon::RunConfig::load(&roce_observer::daemon::RunOverrides {
+        config: Some(file),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{what}: the daemon refuses it: {e}"));
     if let Some(mode) = config.get("mode") {
         assert!(
             ["host", "mirror"].contains(&mode.as_str().unwrap()),
@@ -533,6 +542,7 @@ fn check_config(what: &str, text: &str) -> toml::Table {
 #[test]
 fn example_config_parses() {
     let config = check_config("deploy/systemd/config.toml", &read("systemd/config.toml"));
+    assert!(config["iface"].as_array().is_some_and(|i| !i.is_empty()));
     for k in [
         "iface",
         "mode",
@@ -658,12 +668,13 @@ fn kubernetes_daemonset_is_host_network_with_ebpf_capabilities_only() {
     let cm = kind(&docs, "ConfigMap");
     assert_eq!(volume["configMap"]["name"], cm["metadata"]["name"]);
     let file = config_path.file_name().unwrap().to_str().unwrap();
-    check_config(
+    let config = check_config(
         "the ConfigMap's config",
         cm["data"][file]
             .as_str()
             .expect("the config file in the ConfigMap"),
     );
+    assert!(config["iface"].as_array().is_some_and(|i| !i.is_empty()));
 
     // The Service selects the pods and names the port the ServiceMonitor scrapes.
     let svc = kind(&docs, "Service");
@@ -685,5 +696,50 @@ fn kubernetes_daemonset_is_host_network_with_ebpf_capabilities_only() {
             &svc["metadata"]["labels"][k], v,
             "ServiceMonitor selector {k}"
         );
+    }
+}
+
+/// The DaemonSet for offload hosts: the NIC side alone (its config names no interface and no
+/// capture, and the daemon's loader takes it as such), as nobody with every capability dropped
+/// and none added, on the host network.
+#[test]
+fn kubernetes_nic_daemonset_attaches_nothing_without_capabilities() {
+    let test = "kubernetes_nic_daemonset_attaches_nothing_without_capabilities";
+    let Some(python) = venv_python(test) else {
+        return;
+    };
+    let docs = yaml_documents(&python, "kubernetes/daemonset-nic.yaml");
+    let ds = kind(&docs, "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    let c = &pod["containers"].as_array().unwrap()[0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsUser"], 65534);
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"]);
+    assert!(
+        sc["capabilities"].get("add").is_none(),
+        "no capability added"
+    );
+    let cm = kind(&docs, "ConfigMap");
+    let text = cm["data"]["config.toml"].as_str().unwrap();
+    check_config("the NIC DaemonSet's config", text);
+    let scratch = Scratch::new("deploy-nic-config");
+    let config = roce_observer::daemon::RunConfig::load(&roce_observer::daemon::RunOverrides {
+        config: Some(scratch.file("config.toml", text)),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(config.nic_only() && config.all_rdma_devices, "{config:?}");
+    let args = strings(&c["args"]);
+    assert_eq!(
+        args[..3],
+        ["run", "--config", "/etc/roce-observer/config.toml"]
+    );
+    let svc = kind(&docs, "Service");
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&ds["spec"]["template"]["metadata"]["labels"][k], v);
     }
 }

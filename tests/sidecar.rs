@@ -56,11 +56,16 @@ impl Daemon {
 
     /// As `start`, with ROCE_OBSERVER_LOG set to `log` (unset when None).
     fn start_env(ns: &Netns, args: &[&str], unprivileged: bool, log: Option<&str>) -> Self {
-        let mut cmd = if unprivileged {
+        let cmd = if unprivileged {
             as_nobody(ns, "-all,+bpf,+net_admin,+perfmon")
         } else {
             ns.command(CLI)
         };
+        Self::spawn(cmd, args, log)
+    }
+
+    /// Starts `run ARGS` with `cmd` (the CLI, or setpriv running it), waits until it serves.
+    fn spawn(mut cmd: Command, args: &[&str], log: Option<&str>) -> Self {
         let mut child = cmd
             .arg("run")
             .args(args)
@@ -986,7 +991,11 @@ fn endpoints_listener_and_errors() {
         lines[0].to_string()
     };
     let scratch = Scratch::new("endpoints");
-    assert!(run(&[]).contains("no interface to observe"));
+    assert!(run(&[]).contains("nothing to observe"));
+    // The NIC side alone: a wrong name at start is an error, not an absent source.
+    assert!(run(&["--rdma-dev", "nosuchdev9"]).contains("nosuchdev9"));
+    assert!(run(&["--netdev", "nosuch0"]).contains("nosuch0"));
+    assert!(run(&["--netdev", "lo", "--max-flows", "5"]).contains("max_flows without iface"));
     assert_eq!(
         run(&["--iface", "nosuch0"]),
         "roce-observer: error: interface 'nosuch0' not found"
@@ -1749,6 +1758,231 @@ fn nic_side_from_a_changing_tree() {
     let (status, log) = d.stop();
     assert!(status.success(), "{log}");
     assert!(!log.contains("ERROR"), "{log}");
+}
+
+/// The effective capabilities and the real uid of process `pid`.
+fn caps_and_uid(pid: u32) -> (u64, u32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    (
+        u64::from_str_radix(&field("CapEff:"), 16).unwrap(),
+        field("Uid:").parse().unwrap(),
+    )
+}
+
+/// Whatever is attached to `dev` in `ns` (XDP, TC programs): ip's and tc's own words.
+fn attached_programs(ns: &Netns, dev: &str) -> String {
+    let (_, link, _) = output(ns.command("ip").args(["-d", "link", "show", "dev", dev]));
+    let mut found: Vec<String> = link
+        .lines()
+        .filter(|l| l.contains("xdp") || l.contains("prog/"))
+        .map(str::to_string)
+        .collect();
+    for dir in ["ingress", "egress"] {
+        let (_, tc, _) = output(ns.command("tc").args(["filter", "show", "dev", dev, dir]));
+        found.extend(
+            tc.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_string),
+        );
+    }
+    found.join("\n")
+}
+
+/// The NIC side alone (`rdma_devices` and no interface): as `nobody` with no capability at all,
+/// nothing is attached anywhere, no wire family is exported (not even at 0), and every counter,
+/// setting and the QP table of the tree are, following the tree's changes; promtool lints the
+/// text. Then live, `--netdev` of a veth: its driver information and statistics are read as
+/// nobody without capabilities (the SIOCETHTOOL reads need none), DCB absent and said so.
+#[test]
+fn nic_only_sidecar_attaches_nothing_and_needs_no_capability() {
+    if !require_root("nic_only_sidecar_attaches_nothing_and_needs_no_capability") {
+        return;
+    }
+    const HW: &str = "hw_counters";
+    let lab = lab("ro-nicalone");
+    let scratch = Scratch::new("nicalone");
+    let tree = NicTree::copy(&scratch);
+    let config = scratch.file(
+        "run.toml",
+        &format!(
+            "rdma_devices = [\"mlx5_0\"]\ninterval = \"300ms\"\nnic_root = \"{}\"\n",
+            tree.dir.display()
+        ),
+    );
+    let d = Daemon::spawn(
+        as_nobody(&lab.ns, "-all"),
+        &["--config", config.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(caps_and_uid(d.pid()), (0, 65534), "nobody, no capability");
+    let s = wait_drains(&lab.ns, 2.0);
+    let names: std::collections::BTreeSet<&str> = s.iter().map(|x| x.name.as_str()).collect();
+    let want: std::collections::BTreeSet<&str> = integration_tests::NIC_ONLY_METRICS
+        .iter()
+        .chain(integration_tests::NIC_METRICS)
+        .copied()
+        .filter(|n| *n != "roce_nic_priority_discards_total")
+        .collect();
+    assert_eq!(names, want);
+    assert_eq!(one(&s, "roce_observer_info", &[("mode", "nic")]), 1.0);
+    for dev in ["lo", "rx0", "tx0"] {
+        assert_eq!(attached_programs(&lab.ns, dev), "", "{dev}");
+    }
+    // The QP table, counted per process.
+    let qps: serde_json::Value = serde_json::from_str(&tree.text("rdma/qps.json")).unwrap();
+    let q = &qps[0];
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_queue_pairs",
+            &[
+                ("device", q["ifname"].as_str().unwrap()),
+                ("state", q["state"].as_str().unwrap()),
+                ("pid", &q["pid"].to_string()),
+                ("comm", q["comm"].as_str().unwrap()),
+            ]
+        ),
+        qps.as_array().unwrap().len() as f64
+    );
+    assert_eq!(one(&s, "roce_nic_source_up", &[("source", "qps")]), 1.0);
+    // Counters follow the tree.
+    let cnp = tree.counter(HW, "np_cnp_sent");
+    tree.set_counter(HW, "np_cnp_sent", cnp + 41);
+    tree.add_stats(&[("rx_prio3_pause", 6), ("rx_discards_phy", 2)]);
+    let s = wait_drains(&lab.ns, 2.0);
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_rdma_stat_total",
+            &[("counter", "np_cnp_sent")]
+        ),
+        41.0
+    );
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_pfc_pause_frames_total",
+            &[("priority", "3"), ("dir", "rx")]
+        ),
+        6.0
+    );
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_driver_stat_total",
+            &[("counter", "rx_discards_phy")]
+        ),
+        2.0
+    );
+    let (status, _, text) = get(&lab.ns, "/metrics", None);
+    assert_eq!(status, 200);
+    promtool_lint(&text);
+    let (status, log) = d.stop();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("the NIC side alone, nothing attached"),
+        "{log}"
+    );
+    assert!(!log.contains("ERROR") && !log.contains("WARN"), "{log}");
+
+    // Live: a veth's driver side, named with --netdev.
+    let d = Daemon::spawn(
+        as_nobody(&lab.ns, "-all"),
+        &["--netdev", "rx0", "--interval", "300ms"],
+        None,
+    );
+    assert_eq!(caps_and_uid(d.pid()).0, 0);
+    let s = wait_drains(&lab.ns, 2.0);
+    for (source, up) in [("driver", 1.0), ("stats", 1.0), ("dcb", 0.0)] {
+        assert_eq!(
+            one(
+                &s,
+                "roce_nic_source_up",
+                &[("source", source), ("subject", "rx0")]
+            ),
+            up,
+            "{source}"
+        );
+    }
+    assert_eq!(
+        one(&s, "roce_nic_info", &[("iface", "rx0")]),
+        1.0,
+        "ethtool -i of a veth"
+    );
+    assert_eq!(attached_programs(&lab.ns, "rx0"), "");
+    let (status, log) = d.stop();
+    assert!(status.success(), "{log}");
+}
+
+/// `diagnose` with the NIC side alone (`--netdev` of a veth, no interface): as `nobody` with no
+/// capability, nothing attached while it reads; the report says the wire is not observed (no
+/// wire rule judges it, not even as "too little"), holds the netdev's NIC side over the
+/// duration, and says why DCB is absent; XDP settings without an interface are refused.
+#[test]
+fn diagnose_the_nic_side_alone_as_nobody() {
+    if !require_root("diagnose_the_nic_side_alone_as_nobody") {
+        return;
+    }
+    let lab = lab("ro-diagnic");
+    let child = as_nobody(&lab.ns, "-all")
+        .args(["diagnose", "--netdev", "rx0", "--duration", "2s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(caps_and_uid(child.id()), (0, 65534));
+    for dev in ["rx0", "tx0"] {
+        assert_eq!(attached_programs(&lab.ns, dev), "", "{dev}");
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("attached to nothing"), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["source"]["kind"], "nic");
+    assert_eq!(r["source"]["interfaces"], serde_json::json!(["rx0"]));
+    let seconds = r["nic"]["seconds"].as_f64().unwrap();
+    assert!((1.9..10.0).contains(&seconds), "{seconds}");
+    assert_eq!(r["nic"]["interfaces"][0]["name"], "rx0");
+    let absent = r["nic"]["absent"].as_array().unwrap();
+    assert!(
+        absent
+            .iter()
+            .any(|a| a["source"] == "dcb" && a["subject"] == "rx0"),
+        "{absent:?}"
+    );
+    assert_eq!(r["findings"], serde_json::json!([]));
+    for c in r["checks"].as_array().unwrap() {
+        let rule = c["rule"].as_str().unwrap();
+        if rule.starts_with("nic-") {
+            assert_ne!(c["status"], "skipped", "{c}");
+        } else {
+            assert_eq!(c["status"], "skipped", "{c}");
+            assert_eq!(c["note"], "the wire is not observed (the NIC side alone)");
+        }
+    }
+    let (status, _, err) =
+        output(
+            lab.ns
+                .command(CLI)
+                .args(["diagnose", "--netdev", "rx0", "--xdp-mode", "skb"]),
+        );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.trim(),
+        "roce-observer: error: --xdp-mode needs --iface: the NIC side alone (--rdma-dev, --netdev) attaches nothing"
+    );
 }
 
 /// PAUSE / PFC frames on the wire (the pfc scenario: a storm on priority 3, PFC on 3 and 4

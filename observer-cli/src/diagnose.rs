@@ -10,11 +10,16 @@ use roce_observer::{
     model::Report,
     pipeline::{
         AnalysisOptions, CaptureOptions, CaptureSession, Ended, LiveOptions, LiveSession, NicPlan,
+        NicSession,
     },
     source::{
         capture::{COOKED_FILTER, CaptureConfig, DEFAULT_FILTER, IP_FILTER},
         live::{Spread, Vantage, cpu_list},
-        nic::{NicError, rdma::device_of_capture},
+        nic::{
+            NicError,
+            host::{Host, Selection},
+            rdma::device_of_capture,
+        },
     },
     units::{Named as _, parse_duration, parse_link_speed},
 };
@@ -34,7 +39,7 @@ pub struct DiagnoseArgs {
     #[arg(
         long = "iface",
         short = 'i',
-        required_unless_present = "capture",
+        required_unless_present_any = ["capture", "rdma_devs", "netdevs"],
         value_name = "IF"
     )]
     pub ifaces: Vec<String>,
@@ -100,8 +105,14 @@ pub struct DiagnoseArgs {
     /// An RDMA device whose NIC side (counters, configuration, QPs) the report adds (repeat for
     /// several); the ones behind the observed interfaces, or the captured device, are found
     /// without it.
+    /// With neither --iface nor --capture: the NIC side alone over --duration, nothing
+    /// attached (an offload host, whose RDMA netdev XDP sees no RoCE on).
     #[arg(long = "rdma-dev", value_name = "DEV")]
     pub rdma_devs: Vec<String>,
+    /// A netdev whose driver statistics and settings the report adds (repeat for several);
+    /// with neither --iface nor --capture, read alone as --rdma-dev.
+    #[arg(long = "netdev", value_name = "IF")]
+    pub netdevs: Vec<String>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -110,9 +121,14 @@ pub struct DiagnoseArgs {
 /// (interfaces, or a captured RDMA device); none when there is none. A mirror port's host is
 /// the collector, not the mirrored hosts: only named devices are read there. A wrong name is an
 /// error; any other failure to read a warning (the wire view stands).
-fn nic_plan(observed: &[String], rdma_devs: &[String], mirror: bool) -> Result<Option<NicPlan>> {
+fn nic_plan(
+    observed: &[String],
+    rdma_devs: &[String],
+    netdevs: &[String],
+    mirror: bool,
+) -> Result<Option<NicPlan>> {
     let mut devs = rdma_devs.to_vec();
-    let mut ifaces = Vec::new();
+    let mut ifaces = netdevs.to_vec();
     for o in observed.iter().filter(|_| !mirror) {
         // A captured RDMA device (`mlx5_0`, or `mlx5_0:1` for a port) is a device; anything
         // else a netdev.
@@ -158,8 +174,11 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         .cloned()
         .collect::<Vec<_>>();
     let mut analysis = a.analysis.options()?;
+    if observed.is_empty() {
+        return diagnose_nic_alone(a, analysis);
+    }
     let mirror = a.capture.is_none() && vantage != Vantage::Host;
-    analysis.nic = nic_plan(&observed, &a.rdma_devs, mirror)?;
+    analysis.nic = nic_plan(&observed, &a.rdma_devs, &a.netdevs, mirror)?;
     if let Some(device) = a.capture {
         let mut capture = CaptureConfig::new(device);
         capture.promiscuous = !a.no_promiscuous;
@@ -189,6 +208,58 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         spread: a.cpus.unwrap_or_default(),
     };
     let report = observe(options, analysis, a.duration)?;
+    output::finish(
+        &report,
+        a.analysis.html.as_deref(),
+        a.json,
+        a.top,
+        a.analysis.color(),
+    )
+}
+
+/// The NIC side alone: two readings `--duration` apart, nothing attached; the settings of the
+/// kernel programs are refused (they would be silently ignored).
+fn diagnose_nic_alone(a: DiagnoseArgs, mut analysis: AnalysisOptions) -> Result<()> {
+    let xdp_only = [
+        ("--xdp-mode", a.xdp_mode != XdpModeArg::Auto),
+        ("--mode", a.mode != ModeArg::Host),
+        ("--consume", a.consume),
+        ("--cpus", a.cpus.is_some()),
+        ("--tc-hook", a.tc_hook.is_some()),
+        (
+            "--max-flows",
+            a.max_flows != observer_common::DEFAULT_MAX_FLOWS,
+        ),
+        ("--link-speed", a.link_speed.is_some()),
+    ];
+    if let Some((flag, _)) = xdp_only.iter().find(|(_, set)| *set) {
+        bail!(output::UsageError(format!(
+            "{flag} needs --iface: the NIC side alone (--rdma-dev, --netdev) attaches nothing"
+        )));
+    }
+    let selection = Selection {
+        interfaces: a.netdevs.clone(),
+        rdma_devices: a.rdma_devs.clone(),
+        no_qps: false,
+    };
+    analysis.nic = Some(NicPlan::start(Host::Live, selection)?);
+    let mut session = NicSession::start(analysis);
+    eprintln!(
+        "{ATTACHED} to nothing: reading the NIC side of {} for {:.1}s; Ctrl-C to stop early",
+        a.rdma_devs
+            .iter()
+            .chain(&a.netdevs)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", "),
+        a.duration.as_secs_f64()
+    );
+    match session.observe(a.duration)? {
+        Ended::Elapsed | Ended::Failed => {}
+        Ended::Interrupted => eprintln!("roce-observer: interrupted, reporting what was read"),
+        Ended::Terminated => eprintln!("roce-observer: terminated, reporting what was read"),
+    }
+    let report = session.finish();
     output::finish(
         &report,
         a.analysis.html.as_deref(),

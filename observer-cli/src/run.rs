@@ -89,8 +89,18 @@ pub struct RunArgs {
     /// the netdevs behind it) is exported (repeat for several; replaces the config file's
     /// rdma_devices). The ones behind the observed interfaces, or the captured device, are
     /// exported without it.
+    /// With neither --iface nor --capture, the NIC side alone is exported and nothing is
+    /// attached (an offload host: XDP on its RDMA netdev sees no RoCE).
     #[arg(long = "rdma-dev", value_name = "DEV")]
     pub rdma_devs: Vec<String>,
+    /// Every RDMA device the host has, as they come and go (replaces the config file's
+    /// all_rdma_devices when set).
+    #[arg(long)]
+    pub all_rdma_devs: bool,
+    /// A netdev whose driver statistics and settings (PFC, DCB, DCQCN, MTU) are exported,
+    /// nothing attached to it (repeat for several; replaces the config file's netdevs).
+    #[arg(long = "netdev", value_name = "IF")]
+    pub netdevs: Vec<String>,
 }
 
 impl From<RunArgs> for RunOverrides {
@@ -114,6 +124,8 @@ impl From<RunArgs> for RunOverrides {
             capture_filter: a.capture_filter,
             no_promiscuous: a.no_promiscuous,
             rdma_devices: a.rdma_devs,
+            netdevs: a.netdevs,
+            all_rdma_devices: a.all_rdma_devs,
         }
     }
 }

@@ -618,6 +618,46 @@ impl LiveSession {
     }
 }
 
+/// The NIC side alone (an offload host, whose RDMA netdev XDP sees no RoCE on): nothing is
+/// attached; the plan's first reading was taken when the session started, the second is taken
+/// by [`NicSession::finish`], and the findings that read NIC data judge the window between.
+pub struct NicSession {
+    analysis: AnalysisOptions,
+    started: Instant,
+}
+
+impl NicSession {
+    /// Starts the window now; `analysis.nic` is the plan, read at its start.
+    pub fn start(analysis: AnalysisOptions) -> Self {
+        Self {
+            analysis,
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits for `duration`, or until SIGINT or SIGTERM, whichever comes first.
+    pub fn observe(&mut self, duration: Duration) -> Result<Ended, PipelineError> {
+        watch(duration, Duration::from_millis(100), || Ok(None))
+    }
+
+    /// The second reading and the report: no wire view (its counts are empty, and no wire rule
+    /// has anything to judge), the `nic` section and its findings.
+    pub fn finish(self) -> Report {
+        let window = self.started.elapsed().as_secs_f64();
+        let subjects = self.analysis.nic.as_ref().map_or_else(Vec::new, |p| {
+            p.selection
+                .rdma_devices
+                .iter()
+                .chain(&p.selection.interfaces)
+                .cloned()
+                .collect()
+        });
+        let mut report = crate::aggregate::Aggregate::new().report(Source::nic(subjects), window);
+        conclude(&mut report, &self.analysis);
+        report
+    }
+}
+
 /// Where and how to capture through libpcap.
 #[derive(Clone, Debug)]
 pub struct CaptureOptions {

@@ -136,6 +136,20 @@ pub const NIC_METRICS: &[&str] = &[
     "roce_nic_pfc_enabled",
     "roce_nic_mtu_bytes",
     "roce_nic_dcqcn_enabled",
+    "roce_nic_queue_pairs",
+];
+
+/// What `roce-observer run` exports of itself with the NIC side alone (nothing attached: no
+/// wire family, not even at 0), besides [`NIC_METRICS`].
+pub const NIC_ONLY_METRICS: &[&str] = &[
+    "roce_observer_info",
+    "roce_observer_drain_seconds",
+    "roce_observer_drains_total",
+    "roce_observer_interval_seconds",
+    "roce_observer_cpu_seconds_total",
+    "roce_observer_resident_memory_bytes",
+    "roce_observer_config_reloads_total",
+    "roce_nic_source_up",
 ];
 
 /// What `roce-observer run` exports once PAUSE / PFC frames were seen on the wire (seconds:

@@ -814,12 +814,16 @@ impl Aggregate {
         }
         Report {
             schema: SCHEMA.to_string(),
-            notice: (c.roce_packets == 0).then(|| {
-                format!(
-                    "no RoCEv2 packet in {}: nothing below is about RoCE",
-                    count(c.frames, "frame")
-                )
-            }),
+            notice: if source.kind == "nic" {
+                Some("the NIC side alone: nothing attached, the wire not observed".to_string())
+            } else {
+                (c.roce_packets == 0).then(|| {
+                    format!(
+                        "no RoCEv2 packet in {}: nothing below is about RoCE",
+                        count(c.frames, "frame")
+                    )
+                })
+            },
             source,
             window: Window {
                 seconds: window_seconds,

@@ -269,12 +269,20 @@ impl Collector {
     }
 
     fn stop(mut self, signal: &str) -> Result<(), DaemonError> {
-        info!("{signal}: detaching");
+        let nothing = self.tap.is_nothing();
+        info!(
+            "{signal}: {}",
+            if nothing { "stopping" } else { "detaching" }
+        );
         let detached = self.tap.detach();
         // After detaching, the last drain races no packet.
         let drained = self.drain();
         if detached.is_ok() && drained.is_ok() {
-            info!("detached from every interface; final counters published; exiting");
+            if nothing {
+                info!("final counters published; exiting");
+            } else {
+                info!("detached from every interface; final counters published; exiting");
+            }
         }
         detached?;
         drained
@@ -392,9 +400,10 @@ impl Collector {
             warn!("reload: {what} changes only with a restart; keeping the running value");
         }
         let old: Vec<String> = self.tap.configured();
-        // Between XDP interfaces and a capture, or from one capture to another, only a restart
-        // changes (said above): the interfaces stay as they are.
-        let same_source = self.tap.capture().is_none() && new.capture.is_none();
+        // Between XDP interfaces, a capture and the NIC side alone, or from one capture to
+        // another, only a restart changes (said above): the interfaces stay as they are.
+        let same_source =
+            matches!(self.tap, Tap::Kernel(_)) && new.capture.is_none() && !new.nic_only();
         let wanted: &[String] = if same_source { &new.ifaces } else { &old };
         self.pending.retain(|i| wanted.contains(i));
         for iface in old.iter().filter(|i| !wanted.contains(i)) {

@@ -87,6 +87,11 @@ pub struct RunOverrides {
     /// RDMA devices whose NIC side is exported besides those behind the observed interfaces
     /// or the captured device (replaces the config file's `rdma_devices` when not empty).
     pub rdma_devices: Vec<String>,
+    /// Netdevs whose driver statistics and settings are exported (nothing is attached to
+    /// them); replaces the config file's `netdevs` when not empty.
+    pub netdevs: Vec<String>,
+    /// Every RDMA device the host has (now and later) is exported.
+    pub all_rdma_devices: bool,
 }
 
 /// The config file: every key optional.
@@ -111,6 +116,8 @@ struct FileConfig {
     capture_filter: Option<String>,
     promiscuous: Option<bool>,
     rdma_devices: Option<Vec<String>>,
+    netdevs: Option<Vec<String>>,
+    all_rdma_devices: Option<bool>,
     /// For tests and replays: read the NIC side from a copied tree (docs/nic.md) instead of
     /// this host. No flag: not for production.
     nic_root: Option<PathBuf>,
@@ -138,6 +145,12 @@ pub struct RunConfig {
     /// RDMA devices named (`--rdma-dev`, `rdma_devices`): their NIC side is exported besides
     /// that of the devices behind the observed interfaces or the captured device.
     pub rdma_devices: Vec<String>,
+    /// Netdevs named (`--netdev`, `netdevs`): their driver statistics and settings are
+    /// exported, nothing is attached to them.
+    pub netdevs: Vec<String>,
+    /// Every RDMA device the host has (`--all-rdma-devs`, `all_rdma_devices`), as it comes
+    /// and goes: one DaemonSet for hosts whose devices are named differently.
+    pub all_rdma_devices: bool,
     /// A copied tree to read the NIC side from instead of this host (tests and replays).
     pub nic_root: Option<PathBuf>,
 }
@@ -211,34 +224,58 @@ impl RunConfig {
                 (i, c) => (i, c),
             },
         };
-        if ifaces.is_empty() && capture.is_none() {
+        // The NIC side alone (an offload host, whose RDMA netdev XDP sees no RoCE on): named
+        // devices or netdevs, nothing attached.
+        let rdma_devices = if args.rdma_devices.is_empty() {
+            f.rdma_devices.clone().unwrap_or_default()
+        } else {
+            args.rdma_devices.clone()
+        };
+        let netdevs = if args.netdevs.is_empty() {
+            f.netdevs.clone().unwrap_or_default()
+        } else {
+            args.netdevs.clone()
+        };
+        let all_rdma_devices = args.all_rdma_devices || f.all_rdma_devices.unwrap_or(false);
+        let nic_only = ifaces.is_empty() && capture.is_none();
+        if nic_only && rdma_devices.is_empty() && netdevs.is_empty() && !all_rdma_devices {
             return Err(invalid(
-                "no interface to observe",
-                "give --iface IF (repeatable) or iface = [\"IF\"] in the config file, or --capture DEV",
+                "nothing to observe",
+                "give --iface IF (repeatable) or iface = [\"IF\"] in the config file, --capture DEV, or for the NIC side alone (nothing attached) --rdma-dev DEV, --all-rdma-devs or --netdev IF",
             ));
         }
         let capture_filter = args.capture_filter.clone().or(f.capture_filter);
         let promiscuous = !args.no_promiscuous && f.promiscuous.unwrap_or(true);
+        // Settings of the kernel programs, meaningless for a capture or the NIC side alone.
+        if capture.is_some() || nic_only {
+            let xdp_only = [
+                ("mode", args.mode.is_some() || f.mode.is_some()),
+                ("consume", args.consume || f.consume.is_some()),
+                ("cpus", args.cpus.is_some() || f.cpus.is_some()),
+                ("xdp_mode", args.xdp_mode.is_some() || f.xdp_mode.is_some()),
+                ("tc_hook", args.tc_hook.is_some() || f.tc_hook.is_some()),
+                (
+                    "max_flows",
+                    args.max_flows.is_some() || f.max_flows.is_some(),
+                ),
+            ];
+            if let Some((key, _)) = xdp_only.iter().find(|(_, set)| *set) {
+                let (with, why) = if nic_only {
+                    (
+                        "without iface",
+                        "it sets up XDP on interfaces; the NIC side alone attaches nothing",
+                    )
+                } else {
+                    (
+                        "with capture",
+                        "it sets up XDP on interfaces; a libpcap capture has no such setting",
+                    )
+                };
+                return Err(invalid(format!("{key} {with}"), why));
+            }
+        }
         let capture = match capture {
             Some(dev) => {
-                // Settings of the kernel programs, meaningless for a capture.
-                let xdp_only = [
-                    ("mode", args.mode.is_some() || f.mode.is_some()),
-                    ("consume", args.consume || f.consume.is_some()),
-                    ("cpus", args.cpus.is_some() || f.cpus.is_some()),
-                    ("xdp_mode", args.xdp_mode.is_some() || f.xdp_mode.is_some()),
-                    ("tc_hook", args.tc_hook.is_some() || f.tc_hook.is_some()),
-                    (
-                        "max_flows",
-                        args.max_flows.is_some() || f.max_flows.is_some(),
-                    ),
-                ];
-                if let Some((key, _)) = xdp_only.iter().find(|(_, set)| *set) {
-                    return Err(invalid(
-                        format!("{key} with capture"),
-                        "it sets up XDP on interfaces; a libpcap capture has no such setting",
-                    ));
-                }
                 let mut c = CaptureConfig::new(dev);
                 c.promiscuous = promiscuous;
                 if let Some(filter) = capture_filter {
@@ -343,11 +380,6 @@ impl RunConfig {
             tracing_subscriber::EnvFilter::try_new(level)
                 .map_err(|e| invalid(format!("log level '{level}'"), e.to_string()))?;
         }
-        let rdma_devices = if args.rdma_devices.is_empty() {
-            f.rdma_devices.unwrap_or_default()
-        } else {
-            args.rdma_devices.clone()
-        };
         for (i, dev) in rdma_devices.iter().enumerate() {
             if !is_device_name(dev) {
                 return Err(invalid(
@@ -357,6 +389,17 @@ impl RunConfig {
             }
             if rdma_devices[..i].contains(dev) {
                 return Err(invalid(format!("RDMA device '{dev}'"), "given twice"));
+            }
+        }
+        for (i, dev) in netdevs.iter().enumerate() {
+            if crate::source::nic::check_interface(dev).is_err() {
+                return Err(invalid(
+                    format!("netdev '{dev}'"),
+                    "not an interface name (1 to 15 bytes, no '/', not '.' or '..')",
+                ));
+            }
+            if netdevs[..i].contains(dev) {
+                return Err(invalid(format!("netdev '{dev}'"), "given twice"));
             }
         }
         let nic_root = f.nic_root;
@@ -392,8 +435,15 @@ impl RunConfig {
             spread,
             capture,
             rdma_devices,
+            netdevs,
+            all_rdma_devices,
             nic_root,
         })
+    }
+
+    /// Nothing attached and nothing captured: the NIC side alone.
+    pub fn nic_only(&self) -> bool {
+        self.ifaces.is_empty() && self.capture.is_none()
     }
 
     /// Drains a flow may stay unchanged before it is deleted.
@@ -425,6 +475,9 @@ impl RunConfig {
         }
         if self.capture != new.capture {
             v.push("capture");
+        }
+        if self.nic_only() != new.nic_only() {
+            v.push("iface (the NIC side alone, or interfaces attached)");
         }
         v
     }
@@ -495,7 +548,7 @@ mod tests {
     fn bad_values_are_one_line_errors() {
         let args = RunOverrides::default();
         for (text, want) in [
-            ("", "no interface"),
+            ("", "nothing to observe"),
             ("iface = [\"a\"]\ninterval = \"5\u{3bc}s\"", "interval"),
             ("iface = [\"a\"]\ninterval = \"10ms\"", "below the minimum"),
             ("iface = [\"a\"]\nlisten = \"localhost\"", "ADDR:PORT"),
@@ -521,6 +574,56 @@ mod tests {
             assert!(!e.contains('\n'), "{e}");
         }
         assert!(toml::from_str::<FileConfig>("ifaces = []").is_err());
+    }
+
+    #[test]
+    fn the_nic_side_alone_needs_a_device_or_netdev_and_no_xdp_setting() {
+        let merge = |args: &RunOverrides, text: &str| {
+            RunConfig::merge(args, Some((Path::new("c.toml"), file(text))))
+        };
+        let none = RunOverrides::default();
+        for text in [
+            "rdma_devices = [\"mlx5_0\"]",
+            "netdevs = [\"ens1f0np0\"]",
+            "all_rdma_devices = true",
+        ] {
+            let c = merge(&none, text).unwrap();
+            assert!(c.nic_only(), "{text}");
+            assert!(c.fixed_changes(&c).is_empty());
+        }
+        let c = merge(&none, "iface = [\"eth0\"]\nnetdevs = [\"eth1\"]").unwrap();
+        assert!(!c.nic_only());
+        assert_eq!(c.netdevs, ["eth1"]);
+        let flag = RunOverrides {
+            netdevs: vec!["eth2".into()],
+            ..RunOverrides::default()
+        };
+        assert_eq!(
+            merge(&flag, "netdevs = [\"eth1\"]").unwrap().netdevs,
+            ["eth2"]
+        );
+        let attached = merge(&none, "iface = [\"eth0\"]").unwrap();
+        let alone = merge(&none, "all_rdma_devices = true").unwrap();
+        assert_eq!(
+            attached.fixed_changes(&alone),
+            ["iface (the NIC side alone, or interfaces attached)"]
+        );
+        for (text, want) in [
+            ("", "nothing to observe"),
+            ("all_rdma_devices = false", "nothing to observe"),
+            (
+                "rdma_devices = [\"m\"]\nmax_flows = 10",
+                "max_flows without iface",
+            ),
+            ("netdevs = [\"e\"]\nmode = \"mirror\"", "mode without iface"),
+            ("netdevs = [\"e\", \"e\"]", "given twice"),
+            ("netdevs = [\"a/b\"]", "not an interface name"),
+            ("netdevs = [\"abcdefghijklmnopq\"]", "not an interface name"),
+        ] {
+            let e = merge(&none, text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]

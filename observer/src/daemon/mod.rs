@@ -6,7 +6,9 @@
 //! publishes a [`openmetrics::Snapshot`]; a tokio runtime serves `/metrics` and
 //! `/healthz` and turns signals into commands (SIGTERM/SIGINT: detach and exit, SIGHUP: reload
 //! the config file). Interfaces that go away and come back are attached again by themselves
-//! (netlink link events, and a check every interval).
+//! (netlink link events, and a check every interval). With only RDMA devices or netdevs named
+//! (an offload host: XDP on its RDMA netdev sees no RoCE), nothing is attached and the NIC side
+//! alone is exported.
 
 mod collector;
 pub mod config;
@@ -114,6 +116,7 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     let attached = (std::time::Instant::now(), live::unix_ns());
     let tap = match &config.capture {
         Some(c) => Tap::Capture(CaptureTap::open(c.clone())?),
+        None if config.nic_only() => Tap::Nothing,
         None => Tap::Kernel(Observer::attach(live)?),
     };
     let publisher = openmetrics::Publisher::default();
@@ -129,6 +132,14 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         );
     }
     match (&config.capture, tap.capture()) {
+        _ if tap.is_nothing() => info!(
+            rdma_devices = ?config.rdma_devices,
+            all_rdma_devices = config.all_rdma_devices,
+            netdevs = ?config.netdevs,
+            interval = ?config.interval,
+            listen = %config.listen,
+            "the NIC side alone, nothing attached; serving /metrics and /healthz"
+        ),
         (Some(c), Some(t)) => info!(
             capture = %c.device,
             promiscuous = c.promiscuous,

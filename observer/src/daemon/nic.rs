@@ -16,7 +16,8 @@ use tracing::{info, warn};
 use super::{
     config::{RunConfig, is_device_name},
     openmetrics::{
-        NicConfigRow, NicInfoRow, NicMetrics, RdmaCounterRow, SourceRow, StatFamily, StatRow,
+        NicConfigRow, NicInfoRow, NicMetrics, QpGroup, RdmaCounterRow, SourceRow, StatFamily,
+        StatRow,
     },
 };
 use crate::source::live::OneLine;
@@ -178,6 +179,10 @@ pub(super) struct NicSide {
     host: Host,
     /// RDMA devices named in the configuration.
     named: Vec<String>,
+    /// Netdevs named in the configuration (read whether or not an RDMA device is behind them).
+    netdevs: Vec<String>,
+    /// Every RDMA device of the host.
+    all: bool,
     /// The observed interfaces (and a captured netdev): the RDMA devices behind them are read.
     observed: Vec<String>,
     /// A captured device: read when it is an RDMA device.
@@ -200,13 +205,16 @@ pub(super) struct NicSide {
     reader: Reader,
 }
 
-/// At the start, a named RDMA device the host lacks is an error (a wrong name); afterwards
-/// (a reload, a driver reload) it is an absent source.
+/// At the start, a named RDMA device or netdev the host lacks is an error (a wrong name);
+/// afterwards (a reload, a driver reload) it is an absent source.
 pub(super) fn check_named(config: &RunConfig) -> Result<(), NicError> {
     let side = NicSide::new(config);
     let class = side.class();
-    match side.named.iter().find(|d| !class.join(d).is_dir()) {
-        Some(missing) => Err(NicError::NoRdmaDevice(missing.clone())),
+    if let Some(missing) = side.named.iter().find(|d| !class.join(d).is_dir()) {
+        return Err(NicError::NoRdmaDevice(missing.clone()));
+    }
+    match side.netdevs.iter().find(|n| !side.has_netdev(n)) {
+        Some(missing) => Err(NicError::NoInterface(missing.clone())),
         None => Ok(()),
     }
 }
@@ -217,6 +225,8 @@ impl NicSide {
         let mut side = Self {
             host: Host::Live,
             named: Vec::new(),
+            netdevs: Vec::new(),
+            all: false,
             observed: Vec::new(),
             capture: None,
             resolved: None,
@@ -251,12 +261,16 @@ impl NicSide {
         if host != self.host
             || observed != self.observed
             || config.rdma_devices != self.named
+            || config.netdevs != self.netdevs
+            || config.all_rdma_devices != self.all
             || capture != self.capture
         {
             self.prune = true;
         }
         self.host = host;
         self.named = config.rdma_devices.clone();
+        self.netdevs = config.netdevs.clone();
+        self.all = config.all_rdma_devices;
         self.observed = observed;
         self.capture = capture;
         self.resolved = None;
@@ -276,6 +290,11 @@ impl NicSide {
 
     fn class(&self) -> PathBuf {
         self.root().join("sys/class/infiniband")
+    }
+
+    /// Whether the host (or the tree) has the netdev `name`.
+    fn has_netdev(&self, name: &str) -> bool {
+        self.root().join("sys/class/net").join(name).is_dir()
     }
 
     /// The RDMA devices the host has (none without the class).
@@ -311,7 +330,7 @@ impl NicSide {
             }
         }
         for d in devices {
-            if !out.contains(d) && behind(&class.join(d), &self.observed) {
+            if !out.contains(d) && (self.all || behind(&class.join(d), &self.observed)) {
                 out.push(d.clone());
             }
         }
@@ -330,8 +349,17 @@ impl NicSide {
                 chosen
             }
         };
-        if devices.is_empty() {
-            let reason = if self.observed.is_empty() {
+        // Named netdevs the host has now (one gone is left out: its sources say so).
+        let netdevs: Vec<String> = self
+            .netdevs
+            .iter()
+            .filter(|n| self.has_netdev(n))
+            .cloned()
+            .collect();
+        if devices.is_empty() && netdevs.is_empty() {
+            let reason = if self.all {
+                "the host has no RDMA device".to_string()
+            } else if self.observed.is_empty() {
                 "no RDMA device named (rdma_devices)".to_string()
             } else {
                 format!(
@@ -354,9 +382,9 @@ impl NicSide {
             return;
         }
         let selection = Selection {
-            interfaces: Vec::new(),
+            interfaces: netdevs,
             rdma_devices: devices,
-            no_qps: true,
+            no_qps: false,
         };
         let Some(result) = self.reader.read(&self.host, selection) else {
             // Still reading (a firmware command that hangs): the drain goes on, the counters
@@ -475,6 +503,10 @@ impl NicSide {
                 sources.push(((source.to_string(), i.name.clone()), r));
             }
         }
+        // The QP table: RDMA netlink (a host without it, or an older kernel, says why).
+        if !s.devices().is_empty() {
+            sources.push((("qps".to_string(), String::new()), s.qps.reason()));
+        }
         self.set_sources(sources, None);
         self.last = Some(s);
     }
@@ -539,7 +571,25 @@ impl NicSide {
             .collect();
         let mut info = Vec::new();
         let mut config = Vec::new();
+        let mut qps: BTreeMap<QpGroup, u64> = BTreeMap::new();
         if let Some(s) = &self.last {
+            // The QPs of the devices read, counted per process and state: which process holds
+            // the host's QPs, without a series per QP.
+            let devices: Vec<&str> = s.devices().iter().map(|d| d.name.as_str()).collect();
+            for q in s.qps.present().map_or(&[][..], Vec::as_slice) {
+                if !devices.contains(&q.device.as_str()) {
+                    continue;
+                }
+                let key = QpGroup {
+                    device: q.device.clone(),
+                    port: q.port.map_or_else(String::new, |p| p.to_string()),
+                    qp_type: q.qp_type.clone(),
+                    state: q.state.clone(),
+                    pid: q.pid.map_or_else(String::new, |p| p.to_string()),
+                    comm: q.comm.clone().unwrap_or_default(),
+                };
+                *qps.entry(key).or_default() += 1;
+            }
             for i in &s.interfaces {
                 let device = s
                     .devices()
@@ -588,6 +638,7 @@ impl NicSide {
             stats,
             info,
             config,
+            qps: qps.into_iter().collect(),
             sources: self.sources.clone(),
         }
     }

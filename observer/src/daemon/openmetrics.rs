@@ -219,7 +219,22 @@ pub struct NicMetrics {
     pub stats: Vec<StatRow>,
     pub info: Vec<NicInfoRow>,
     pub config: Vec<NicConfigRow>,
+    /// The QP table counted per device, port, type, state and process.
+    pub qps: Vec<(QpGroup, u64)>,
     pub sources: Vec<SourceRow>,
+}
+
+/// QPs of one device port, type and state held by one process (`rdma res show qp`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct QpGroup {
+    pub device: String,
+    /// Empty until the QP is bound to a port.
+    pub port: String,
+    pub qp_type: String,
+    pub state: String,
+    /// Empty for kernel QPs.
+    pub pid: String,
+    pub comm: String,
 }
 
 /// One sender's PAUSE / PFC frames of one class seen on the wire (the kernel's pause table),
@@ -382,6 +397,8 @@ fn counter(
 impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.0.lock().map_err(|_| std::fmt::Error)?;
+        // The NIC side alone (nothing attached) observes no wire: no wire family says 0.
+        let wire = s.mode != "nic";
         let dirs: &[(usize, &str)] = if s.egress {
             &[(0, "rx"), (1, "tx")]
         } else {
@@ -475,66 +492,69 @@ impl Collector for SnapshotCollector {
                 rows,
             )?;
         }
-        for (m, (name, help)) in METRIC_NAMES.iter().enumerate() {
-            let (family, unit) = match *name {
-                "bytes" => ("roce_qp".to_string(), Some(Unit::Bytes)),
-                _ => (format!("roce_qp_{name}"), None),
-            };
-            let rows = s
-                .series
-                .iter()
-                .map(|r| (flow_labels(&r.key), r.counts.0[m]))
-                .chain(std::iter::once((rest_labels(), s.rest.0[m])));
-            counter_family(
-                &mut enc,
-                &family,
-                &format!("{help}, per queue pair (top K by recent bytes, and qp=\"rest\")"),
-                unit.as_ref(),
-                rows,
-            )?;
-        }
-        for kind in LatKind::ALL {
-            let (name, help) = match kind {
-                LatKind::Ack => (
-                    "roce_ack_latency",
-                    "Passive ACK latency: a request with AckReq seen to the first ACK or NAK covering it (coalesced ACKs to the newest timed request, Karn's rule), per interface the answers arrived on and side (requests_out: this host's requests, the round trip through the fabric and the peer; requests_in: requests arriving; mirror: tap to responder to tap)",
-                ),
-                LatKind::Read => (
-                    "roce_read_latency",
-                    "Passive READ latency: a READ request seen to the first packet of its response, per interface and side (as roce_ack_latency_seconds)",
-                ),
-            };
-            histogram_family(
-                &mut enc,
-                name,
-                help,
-                s.latency.iter().filter(|r| r.kind == kind as u8).map(|r| {
-                    (
-                        [("iface", r.iface.clone()), ("side", r.side.to_string())],
-                        r.hist,
-                    )
-                }),
-            )?;
-            histogram_family(
-                &mut enc,
-                &format!("roce_qp_{}_latency", kind.name()),
-                &format!(
-                    "Passive {} latency of the requests a queue pair's flow sent (its source is the requester), top K series only",
-                    kind.name().to_uppercase()
-                ),
-                s.qp_latency
+        if wire {
+            for (m, (name, help)) in METRIC_NAMES.iter().enumerate() {
+                let (family, unit) = match *name {
+                    "bytes" => ("roce_qp".to_string(), Some(Unit::Bytes)),
+                    _ => (format!("roce_qp_{name}"), None),
+                };
+                let rows = s
+                    .series
                     .iter()
-                    .filter(|(_, h)| h[kind as usize].count > 0)
-                    .map(|(k, h)| (flow_labels(k), h[kind as usize])),
+                    .map(|r| (flow_labels(&r.key), r.counts.0[m]))
+                    .chain(std::iter::once((rest_labels(), s.rest.0[m])));
+                counter_family(
+                    &mut enc,
+                    &family,
+                    &format!("{help}, per queue pair (top K by recent bytes, and qp=\"rest\")"),
+                    unit.as_ref(),
+                    rows,
+                )?;
+            }
+            for kind in LatKind::ALL {
+                let (name, help) = match kind {
+                    LatKind::Ack => (
+                        "roce_ack_latency",
+                        "Passive ACK latency: a request with AckReq seen to the first ACK or NAK covering it (coalesced ACKs to the newest timed request, Karn's rule), per interface the answers arrived on and side (requests_out: this host's requests, the round trip through the fabric and the peer; requests_in: requests arriving; mirror: tap to responder to tap)",
+                    ),
+                    LatKind::Read => (
+                        "roce_read_latency",
+                        "Passive READ latency: a READ request seen to the first packet of its response, per interface and side (as roce_ack_latency_seconds)",
+                    ),
+                };
+                histogram_family(
+                    &mut enc,
+                    name,
+                    help,
+                    s.latency.iter().filter(|r| r.kind == kind as u8).map(|r| {
+                        (
+                            [("iface", r.iface.clone()), ("side", r.side.to_string())],
+                            r.hist,
+                        )
+                    }),
+                )?;
+                histogram_family(
+                    &mut enc,
+                    &format!("roce_qp_{}_latency", kind.name()),
+                    &format!(
+                        "Passive {} latency of the requests a queue pair's flow sent (its source is the requester), top K series only",
+                        kind.name().to_uppercase()
+                    ),
+                    s.qp_latency
+                        .iter()
+                        .filter(|(_, h)| h[kind as usize].count > 0)
+                        .map(|(k, h)| (flow_labels(k), h[kind as usize])),
+                )?;
+            }
+            gauge(
+                &mut enc,
+                "roce_observer_connections",
+                "RC, UC and XRC connections (both directions of a queue pair joined) among the flows of the last drain",
+                None,
+                s.connections as i64,
             )?;
         }
-        gauge(
-            &mut enc,
-            "roce_observer_connections",
-            "RC, UC and XRC connections (both directions of a queue pair joined) among the flows of the last drain",
-            None,
-            s.connections as i64,
-        )?;
+
         // Self metrics.
         {
             let mut m = enc.encode_descriptor(
@@ -595,111 +615,114 @@ impl Collector for SnapshotCollector {
             Some(&Unit::Seconds),
             s.interval_seconds,
         )?;
-        gauge(
-            &mut enc,
-            "roce_observer_flows_tracked",
-            "Flows the daemon tracks (in the kernel flow table or its per-CPU cache, or gone but not yet aged out)",
-            None,
-            s.flows as i64,
-        )?;
-        gauge(
-            &mut enc,
-            "roce_observer_flow_table_entries",
-            "Entries in the kernel flow table at the last drain (flows held only in the per-CPU cache in front of it are not entries yet)",
-            None,
-            s.table_entries as i64,
-        )?;
-        gauge(
-            &mut enc,
-            "roce_observer_flow_table_capacity",
-            "Capacity of the kernel flow table",
-            None,
-            i64::from(s.table_capacity),
-        )?;
-        gauge(
-            &mut enc,
-            "roce_observer_flow_table_fill_ratio",
-            "Entries over capacity of the kernel flow table",
-            None,
-            s.table_entries as f64 / f64::from(s.table_capacity.max(1)),
-        )?;
-        counter(
-            &mut enc,
-            "roce_observer_flow_evictions",
-            "Flows a drain saw in the kernel table that the table then evicted (LRU) before the daemon aged them out (flows inserted and evicted between two drains are not seen: their packets are in roce_observer_unattributed_packets_total)",
-            None,
-            s.evictions,
-        )?;
-        counter(
-            &mut enc,
-            "roce_observer_unattributed_packets",
-            "RoCEv2 packets in the totals that no flow holds (evicted before a drain read them, or refused by a full table); they are in the qp=\"rest\" series",
-            None,
-            s.unattributed_packets,
-        )?;
-        if let Some(c) = &s.capture {
-            counter_family(
+        if wire {
+            gauge(
                 &mut enc,
-                "roce_observer_capture_received_frames",
-                "Frames the libpcap capture received: those that passed its filter (libpcap's ps_recv; on Linux dropped ones included)",
+                "roce_observer_flows_tracked",
+                "Flows the daemon tracks (in the kernel flow table or its per-CPU cache, or gone but not yet aged out)",
                 None,
-                [([("iface", c.device.clone())], c.received)],
+                s.flows as i64,
             )?;
-            counter_family(
+            gauge(
                 &mut enc,
-                "roce_observer_capture_dropped_frames",
-                "Frames the libpcap capture never saw: where=\"buffer\", no room in libpcap's buffer (ps_drop); where=\"interface\", dropped by the interface on receive (ps_ifdrop). Their PSNs count as lost; the RDMA sniffer counts no drops",
+                "roce_observer_flow_table_entries",
+                "Entries in the kernel flow table at the last drain (flows held only in the per-CPU cache in front of it are not entries yet)",
                 None,
-                [
-                    (
-                        [("iface", c.device.clone()), ("where", "buffer".to_string())],
-                        c.dropped,
-                    ),
-                    (
-                        [
-                            ("iface", c.device.clone()),
-                            ("where", "interface".to_string()),
-                        ],
-                        c.if_dropped,
-                    ),
-                ],
+                s.table_entries as i64,
+            )?;
+            gauge(
+                &mut enc,
+                "roce_observer_flow_table_capacity",
+                "Capacity of the kernel flow table",
+                None,
+                i64::from(s.table_capacity),
+            )?;
+            gauge(
+                &mut enc,
+                "roce_observer_flow_table_fill_ratio",
+                "Entries over capacity of the kernel flow table",
+                None,
+                s.table_entries as f64 / f64::from(s.table_capacity.max(1)),
+            )?;
+            counter(
+                &mut enc,
+                "roce_observer_flow_evictions",
+                "Flows a drain saw in the kernel table that the table then evicted (LRU) before the daemon aged them out (flows inserted and evicted between two drains are not seen: their packets are in roce_observer_unattributed_packets_total)",
+                None,
+                s.evictions,
+            )?;
+            counter(
+                &mut enc,
+                "roce_observer_unattributed_packets",
+                "RoCEv2 packets in the totals that no flow holds (evicted before a drain read them, or refused by a full table); they are in the qp=\"rest\" series",
+                None,
+                s.unattributed_packets,
+            )?;
+            if let Some(c) = &s.capture {
+                counter_family(
+                    &mut enc,
+                    "roce_observer_capture_received_frames",
+                    "Frames the libpcap capture received: those that passed its filter (libpcap's ps_recv; on Linux dropped ones included)",
+                    None,
+                    [([("iface", c.device.clone())], c.received)],
+                )?;
+                counter_family(
+                    &mut enc,
+                    "roce_observer_capture_dropped_frames",
+                    "Frames the libpcap capture never saw: where=\"buffer\", no room in libpcap's buffer (ps_drop); where=\"interface\", dropped by the interface on receive (ps_ifdrop). Their PSNs count as lost; the RDMA sniffer counts no drops",
+                    None,
+                    [
+                        (
+                            [("iface", c.device.clone()), ("where", "buffer".to_string())],
+                            c.dropped,
+                        ),
+                        (
+                            [
+                                ("iface", c.device.clone()),
+                                ("where", "interface".to_string()),
+                            ],
+                            c.if_dropped,
+                        ),
+                    ],
+                )?;
+            }
+            counter(
+                &mut enc,
+                "roce_observer_spread_dropped_frames",
+                "Mirror copies the observer dropped before accounting them: spread over CPUs (cpus), the queue of the CPU a copy was sent to was full. Their PSNs look lost; the observer-drops finding says so",
+                None,
+                s.spread_dropped,
+            )?;
+            counter(
+                &mut enc,
+                "roce_observer_flows_aged",
+                "Idle flows the daemon forgot (and deleted from the kernel table when there)",
+                None,
+                s.aged,
+            )?;
+            counter(
+                &mut enc,
+                "roce_observer_series_demotions",
+                "Per-QP series that stopped (displaced from the top K, or aged out); their counts stay with them, so afterwards the series plus qp=\"rest\" sum to less than the totals (their rates always add up)",
+                None,
+                s.demotions,
+            )?;
+            gauge(
+                &mut enc,
+                "roce_observer_series",
+                "Queue pairs exported as their own series now",
+                None,
+                s.series.len() as i64,
+            )?;
+            gauge(
+                &mut enc,
+                "roce_observer_max_series",
+                "The most queue pairs exported as their own series",
+                None,
+                s.max_series as i64,
             )?;
         }
-        counter(
-            &mut enc,
-            "roce_observer_spread_dropped_frames",
-            "Mirror copies the observer dropped before accounting them: spread over CPUs (cpus), the queue of the CPU a copy was sent to was full. Their PSNs look lost; the observer-drops finding says so",
-            None,
-            s.spread_dropped,
-        )?;
-        counter(
-            &mut enc,
-            "roce_observer_flows_aged",
-            "Idle flows the daemon forgot (and deleted from the kernel table when there)",
-            None,
-            s.aged,
-        )?;
-        counter(
-            &mut enc,
-            "roce_observer_series_demotions",
-            "Per-QP series that stopped (displaced from the top K, or aged out); their counts stay with them, so afterwards the series plus qp=\"rest\" sum to less than the totals (their rates always add up)",
-            None,
-            s.demotions,
-        )?;
-        gauge(
-            &mut enc,
-            "roce_observer_series",
-            "Queue pairs exported as their own series now",
-            None,
-            s.series.len() as i64,
-        )?;
-        gauge(
-            &mut enc,
-            "roce_observer_max_series",
-            "The most queue pairs exported as their own series",
-            None,
-            s.max_series as i64,
-        )?;
+
         {
             let c = ConstCounter::new(s.cpu_seconds);
             c.encode(enc.encode_descriptor(
@@ -716,15 +739,18 @@ impl Collector for SnapshotCollector {
             Some(&Unit::Bytes),
             s.resident_bytes as i64,
         )?;
-        counter_family(
-            &mut enc,
-            "roce_observer_skipped_frames",
-            "Frames that are not RoCEv2, by reason (not_ip, not_udp and other_port are ordinary traffic; the others are malformed or unsupported)",
-            None,
-            SkipReason::ALL
-                .iter()
-                .map(|r| ([("reason", r.name().to_string())], s.skipped[*r as usize])),
-        )?;
+        if wire {
+            counter_family(
+                &mut enc,
+                "roce_observer_skipped_frames",
+                "Frames that are not RoCEv2, by reason (not_ip, not_udp and other_port are ordinary traffic; the others are malformed or unsupported)",
+                None,
+                SkipReason::ALL
+                    .iter()
+                    .map(|r| ([("reason", r.name().to_string())], s.skipped[*r as usize])),
+            )?;
+        }
+
         counter_family(
             &mut enc,
             "roce_observer_config_reloads",
@@ -736,7 +762,9 @@ impl Collector for SnapshotCollector {
             ],
         )?;
         encode_nic(&mut enc, &s.nic)?;
-        encode_pfc(&mut enc, &s.pfc)?;
+        if wire {
+            encode_pfc(&mut enc, &s.pfc)?;
+        }
         Ok(())
     }
 }
@@ -922,9 +950,28 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
             }
         }
     }
+    {
+        let mut m = enc.encode_descriptor(
+            "roce_nic_queue_pairs",
+            "Queue pairs of an RDMA device port by type, state and the process that created them (pid empty for a kernel QP, comm its owner's name): the QP table (rdma res show qp) counted, not one series per QP",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (g, n) in &n.qps {
+            let labels = [
+                ("device", g.device.clone()),
+                ("port", g.port.clone()),
+                ("type", g.qp_type.clone()),
+                ("state", g.state.clone()),
+                ("pid", g.pid.clone()),
+                ("comm", g.comm.clone()),
+            ];
+            ConstGauge::new(*n as i64).encode(m.encode_family(&labels)?)?;
+        }
+    }
     let mut m = enc.encode_descriptor(
         "roce_nic_source_up",
-        "1 when the NIC source was read at the last drain, 0 when the host lacks it or it failed (the reason is logged once): source=\"rdma\" (the RDMA devices, subject empty), \"driver\", \"stats\", \"dcb\", \"dcqcn\" (subject: the netdev)",
+        "1 when the NIC source was read at the last drain, 0 when the host lacks it or it failed (the reason is logged once): source=\"rdma\" (the RDMA devices, subject empty), \"driver\", \"stats\", \"dcb\", \"dcqcn\" (subject: the netdev), \"qps\" (the QP table, subject empty)",
         None,
         MetricType::Gauge,
     )?;

@@ -76,10 +76,12 @@ pub(super) struct TapIface {
     pub attached: bool,
 }
 
-/// The kernel programs, or a libpcap capture.
+/// The kernel programs, a libpcap capture, or nothing: the NIC side alone (an offload host,
+/// whose RDMA netdev XDP would see no RoCE on), with every wire reading empty.
 pub(super) enum Tap {
     Kernel(Observer),
     Capture(CaptureTap),
+    Nothing,
 }
 
 /// A device captured through libpcap, opened again when it comes back after going away.
@@ -217,6 +219,7 @@ impl Tap {
         match self {
             Self::Kernel(o) => o.config().vantage.name(),
             Self::Capture(_) => "capture",
+            Self::Nothing => "nic",
         }
     }
 
@@ -224,13 +227,17 @@ impl Tap {
     pub(super) fn egress(&self) -> bool {
         match self {
             Self::Kernel(o) => o.config().vantage == live::Vantage::Host,
-            Self::Capture(_) => false,
+            Self::Capture(_) | Self::Nothing => false,
         }
+    }
+
+    pub(super) fn is_nothing(&self) -> bool {
+        matches!(self, Self::Nothing)
     }
 
     pub(super) fn capture(&self) -> Option<&CaptureTap> {
         match self {
-            Self::Kernel(_) => None,
+            Self::Kernel(_) | Self::Nothing => None,
             Self::Capture(c) => Some(c),
         }
     }
@@ -239,7 +246,7 @@ impl Tap {
     pub(super) fn configured(&self) -> Vec<String> {
         match self {
             Self::Kernel(o) => o.config().interfaces.clone(),
-            Self::Capture(_) => Vec::new(),
+            Self::Capture(_) | Self::Nothing => Vec::new(),
         }
     }
 
@@ -261,6 +268,7 @@ impl Tap {
                 ifindex: 0,
                 attached: c.reading(),
             }],
+            Self::Nothing => Vec::new(),
         }
     }
 
@@ -277,6 +285,7 @@ impl Tap {
         match self {
             Self::Kernel(o) => o.link_up(slot).unwrap_or(false),
             Self::Capture(c) => c.up.unwrap_or_else(|| c.reading()),
+            Self::Nothing => false,
         }
     }
 
@@ -285,6 +294,7 @@ impl Tap {
         match self {
             Self::Kernel(o) => Ok(o.iface_counters(slot)?),
             Self::Capture(c) => Ok([c.counts().counters, IfaceCounters::default()]),
+            Self::Nothing => Ok([IfaceCounters::default(); 2]),
         }
     }
 
@@ -340,6 +350,7 @@ impl Tap {
                 }
                 Ok(())
             }
+            Self::Nothing => Ok(()),
         }
     }
 
@@ -357,6 +368,7 @@ impl Tap {
                 }
                 Ok(())
             }
+            Self::Nothing => Ok(()),
         }
     }
 
@@ -374,6 +386,7 @@ impl Tap {
                 agg.latency.remove(&LatKey::of_request(key));
                 Ok(taken.map(|s| vec![s]))
             }
+            Self::Nothing => Ok(None),
         }
     }
 
@@ -382,6 +395,7 @@ impl Tap {
         match self {
             Self::Kernel(o) => Ok(live::read_counters(o.ebpf())?),
             Self::Capture(c) => Ok(c.counts().agg.counters),
+            Self::Nothing => Ok(Counters::default()),
         }
     }
 
@@ -391,6 +405,7 @@ impl Tap {
         match self {
             Self::Kernel(o) => Ok(live::read_pauses(o.ebpf())?),
             Self::Capture(c) => Ok(c.counts().agg.pauses.clone()),
+            Self::Nothing => Ok(BTreeMap::new()),
         }
     }
 
@@ -402,7 +417,7 @@ impl Tap {
             Self::Kernel(o) if o.config().vantage == live::Vantage::Host => {
                 live::interfaces_speed(&o.config().interfaces)
             }
-            Self::Kernel(_) => None,
+            Self::Kernel(_) | Self::Nothing => None,
             Self::Capture(c) => live::interfaces_speed(std::slice::from_ref(&c.config.device)),
         }
     }
@@ -412,20 +427,21 @@ impl Tap {
         match self {
             Self::Kernel(o) => o.check_interfaces(),
             Self::Capture(c) => c.check(),
+            Self::Nothing => Vec::new(),
         }
     }
 
     pub(super) fn add_interface(&mut self, iface: &str) -> Result<usize, LiveError> {
         match self {
             Self::Kernel(o) => o.add_interface(iface),
-            Self::Capture(_) => Err(LiveError::UnknownInterface(iface.to_string())),
+            Self::Capture(_) | Self::Nothing => Err(LiveError::UnknownInterface(iface.to_string())),
         }
     }
 
     pub(super) fn remove_interface(&mut self, iface: &str) -> Result<(), LiveError> {
         match self {
             Self::Kernel(o) => o.remove_interface(iface),
-            Self::Capture(_) => Err(LiveError::UnknownInterface(iface.to_string())),
+            Self::Capture(_) | Self::Nothing => Err(LiveError::UnknownInterface(iface.to_string())),
         }
     }
 
@@ -438,6 +454,7 @@ impl Tap {
                 Some(mut r) => Ok(r.stop()?),
                 None => Ok(()),
             },
+            Self::Nothing => Ok(()),
         }
     }
 }

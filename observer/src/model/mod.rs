@@ -235,7 +235,7 @@ impl PfcReport {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Source {
-    /// "live" or "pcap".
+    /// "live", "capture", "pcap", or "nic" (the NIC side alone).
     pub kind: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<String>,
@@ -278,6 +278,20 @@ impl Source {
             mode: None,
             files: Vec::new(),
             capture: Some(capture),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The NIC side alone (`kind` "nic"): nothing attached, no wire seen; `subjects` are the
+    /// RDMA devices and netdevs read.
+    pub fn nic(subjects: Vec<String>) -> Self {
+        Self {
+            kind: "nic".into(),
+            interfaces: subjects,
+            xdp_mode: None,
+            mode: None,
+            files: Vec::new(),
+            capture: None,
             warnings: Vec::new(),
         }
     }

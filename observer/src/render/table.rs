@@ -58,6 +58,15 @@ pub fn render_table(report: &Report, top: usize) -> String {
         [] => report.source.kind.clone(),
         names => format!("{} {}", report.source.kind, names.join(",")),
     };
+    if report.source.kind == "nic" {
+        // No wire view: its counts would all be 0, which is not what was there.
+        let _ = writeln!(
+            out,
+            "roce-observer: {src}, {}: the NIC side alone (the wire is not observed)",
+            window(report.window.seconds),
+        );
+        return out;
+    }
     let _ = writeln!(
         out,
         "roce-observer: {src}, {}: {}, {} ({}), {}",

@@ -185,6 +185,17 @@ pub fn evaluate(r: &Report, t: &Thresholds) -> (Vec<Finding>, Vec<Check>) {
             });
             continue;
         }
+        // The NIC side alone (`diagnose --rdma-dev` without an interface): the wire's rules
+        // (every rule but the `nic-` ones, which read the NIC's counters and settings) have no
+        // view to judge, which is not too little of one.
+        if r.source.kind == "nic" && !rule_name.starts_with("nic-") {
+            checks.push(Check {
+                rule: rule_name.to_string(),
+                status: CheckStatus::Skipped,
+                note: "the wire is not observed (the NIC side alone)".into(),
+            });
+            continue;
+        }
         let outcome = if rule.needs_roce() && ctx.roce_data == 0 {
             Outcome::InsufficientData(format!(
                 "no RoCEv2 data packet (of {}) to judge",
