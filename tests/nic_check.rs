@@ -416,7 +416,7 @@ fn wrong_names_and_paths_are_one_line_errors() {
         (
             vec!["--root", "/nonexistent/tree"],
             1,
-            "--root /nonexistent/tree: no such directory",
+            "--root /nonexistent/tree: no such file or directory",
         ),
         (vec!["-i", "nosuch0"], 1, "no interface nosuch0"),
         (vec!["-i", "a/b"], 1, "\"a/b\" is no interface name"),

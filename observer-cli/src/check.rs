@@ -10,6 +10,7 @@ use roce_observer::{
     analysis::checklist::{Intent, checklist},
     render,
     source::nic::host::{Host, Selection, snapshot},
+    source::nic::tree,
     source::nic::window::window,
     units::parse_duration,
 };
@@ -57,7 +58,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "VERSION")]
     pub firmware: Option<String>,
     /// Read a copied tree instead of this host (sysfs under DIR/sys, and the tools' outputs:
-    /// see docs/nic.md). Give it twice for two copies taken --interval apart.
+    /// see docs/nic.md), a directory or a tar.gz `snapshot` wrote. Give it twice for two
+    /// copies taken --interval apart (a snapshot of two readings holds both).
     #[arg(long, value_name = "DIR")]
     pub root: Vec<PathBuf>,
 }
@@ -74,7 +76,19 @@ pub fn check(a: CheckArgs) -> Result<()> {
         rdma_devices: a.rdma_devs.clone(),
         no_qps: false,
     };
-    let nic = match a.root.as_slice() {
+    // Trees (directories or tar.gz, one reading or before/ and after/), open while read.
+    let opened = a
+        .root
+        .iter()
+        .map(|r| {
+            if !r.exists() {
+                bail!("--root {}: no such file or directory", r.display());
+            }
+            Ok(tree::open(r)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let roots: Vec<PathBuf> = opened.iter().flat_map(|o| o.readings.clone()).collect();
+    let nic = match roots.as_slice() {
         [] => {
             let before = snapshot(&Host::Live, &sel)?;
             std::thread::sleep(a.interval);
@@ -82,12 +96,12 @@ pub fn check(a: CheckArgs) -> Result<()> {
             window(&before, &after)
         }
         [one] => {
-            let s = snapshot(&Host::Root(root(one)?), &sel)?;
+            let s = snapshot(&Host::Root(one.clone()), &sel)?;
             window(&s, &s)
         }
         [before, after] => {
-            let b = snapshot(&Host::Root(root(before)?), &sel)?;
-            let a2 = snapshot(&Host::Root(root(after)?), &sel)?;
+            let b = snapshot(&Host::Root(before.clone()), &sel)?;
+            let a2 = snapshot(&Host::Root(after.clone()), &sel)?;
             let mut nic = window(&b, &a2);
             if nic.seconds <= 0.0 {
                 // Copies without their time: --interval says how far apart.
@@ -96,7 +110,7 @@ pub fn check(a: CheckArgs) -> Result<()> {
             nic
         }
         _ => bail!(output::UsageError(
-            "--root: give one copied tree, or two taken --interval apart".into()
+            "--root: give one copied tree (or a snapshot of two readings), or two taken --interval apart".into()
         )),
     };
     let intent = Intent {
@@ -120,12 +134,4 @@ pub fn check(a: CheckArgs) -> Result<()> {
         return Err(output::Failed.into());
     }
     Ok(())
-}
-
-/// A copied tree: it must be a directory.
-fn root(p: &std::path::Path) -> Result<PathBuf> {
-    if !p.is_dir() {
-        bail!("--root {}: no such directory", p.display());
-    }
-    Ok(p.to_path_buf())
 }

@@ -11,6 +11,7 @@ mod generate;
 mod output;
 mod replay;
 mod run;
+mod snapshot;
 mod synth;
 mod value_enums;
 
@@ -54,6 +55,9 @@ enum Command {
     /// Check the host's RoCE configuration (PFC, DSCP trust, DCQCN, CNP marking, MTU,
     /// firmware) and the NIC counters that show trouble now; exit status 1 when an item fails.
     Check(check::CheckArgs),
+    /// Write the host's NIC side (sysfs subset, the tools' outputs, the netlink readings) as
+    /// the tree `check --root` and `replay --nic-root` read: a directory or a tar.gz.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// Entry point of the binary.
@@ -68,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Ecmp(a) => ecmp::ecmp(a),
         Command::Run(a) => run::run(a),
         Command::Check(a) => check::check(a),
+        Command::Snapshot(a) => snapshot::snapshot_cmd(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

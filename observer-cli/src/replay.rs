@@ -8,6 +8,7 @@ use roce_observer::{
     analysis::series::{DEFAULT_SLOT_NS, shortest_interval},
     pipeline::{NicPlan, default_replay_threads, replay_report},
     source::nic::host::{Host, Selection},
+    source::nic::tree,
     units::parse_link_speed,
 };
 
@@ -69,14 +70,21 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     output::refuse_twice(&a.files)?;
     let mut options = a.analysis.options()?;
     options.local_hosts = a.local_ips.clone();
-    options.nic = match a.nic_root.as_slice() {
+    // Trees: directories or tar.gz, two of them or one snapshot of two readings.
+    let opened = a
+        .nic_root
+        .iter()
+        .map(|r| {
+            if !r.exists() {
+                bail!("--nic-root {}: no such file or directory", r.display());
+            }
+            Ok(tree::open(r)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let roots: Vec<PathBuf> = opened.iter().flat_map(|o| o.readings.clone()).collect();
+    options.nic = match roots.as_slice() {
         [] => None,
         [before, after] => {
-            for d in [before, after] {
-                if !d.is_dir() {
-                    bail!("--nic-root {}: no such directory", d.display());
-                }
-            }
             let plan = NicPlan::start(Host::Root(before.clone()), Selection::default())?;
             Some(NicPlan {
                 host: Host::Root(after.clone()),
@@ -84,7 +92,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
             })
         }
         _ => bail!(output::UsageError(
-            "--nic-root: give two copied trees, taken before and after the capture".into()
+            "--nic-root: give two copied trees, taken before and after the capture (or one snapshot of two readings)".into()
         )),
     };
     let threads = a

@@ -6,7 +6,8 @@
 //! tells through calls as the usual tools print it: `ethtool/<if>/statistics` (`ethtool -S`),
 //! `ethtool/<if>/driver` (`ethtool -i`), `dcb/<if>.json` (the DCB settings, in this tool's JSON)
 //! `rdma/qps.json` (`rdma -j res show qp`) and `ip/<if>` (`ip -br addr show dev <if>`); and
-//! `taken`, when the copy was taken (ns since the Unix epoch; 0 when missing).
+//! `taken`, when the copy was taken (ns since the Unix epoch; 0 when missing); and
+//! `absent.json`, the sources the host lacked and why (`[{"source", "subject", "reason"}]`).
 //! [`write_tree`] writes one.
 
 use std::collections::BTreeMap;
@@ -174,12 +175,80 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
     if let (Host::Live, Availability::Present(devices)) = (host, &mut rdma) {
         add_netlink_counters(devices);
     }
-    Ok(Snapshot {
+    let mut s = Snapshot {
         taken_ns,
         rdma,
         interfaces,
         qps,
-    })
+    };
+    if let Host::Root(r) = host {
+        recall_reasons(r, &mut s)?;
+    }
+    Ok(s)
+}
+
+/// One source the reading lacked, and why (`absent.json` of a copied tree).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Absence {
+    pub source: String,
+    pub subject: String,
+    pub reason: String,
+}
+
+/// Every source the reading lacks, with its reason, in a stable order.
+pub fn absences(s: &Snapshot) -> Vec<Absence> {
+    let mut out = Vec::new();
+    let mut add = |source: &str, subject: &str, r: Result<(), String>| {
+        if let Err(reason) = r {
+            out.push(Absence {
+                source: source.into(),
+                subject: subject.into(),
+                reason,
+            });
+        }
+    };
+    add("rdma", "", s.rdma.reason());
+    add("qps", "", s.qps.reason());
+    for i in &s.interfaces {
+        add("driver", &i.name, i.driver.reason());
+        add("stats", &i.name, i.stats.reason());
+        add("dcb", &i.name, i.dcb.reason());
+        add("dcqcn", &i.name, i.dcqcn.reason());
+    }
+    out
+}
+
+/// A copy says why the host lacked what it lacks (`absent.json`, written by [`write_tree`]):
+/// those reasons replace "missing file" ones, so the copy reads as the host did.
+fn recall_reasons(root: &Path, s: &mut Snapshot) -> Result<(), NicError> {
+    let path = root.join("absent.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(NicError::Read { path, source }),
+    };
+    let recorded: Vec<Absence> =
+        serde_json::from_str(&text).map_err(|source| NicError::Fixture { path, source })?;
+    let reason = |source: &str, subject: &str| {
+        recorded
+            .iter()
+            .find(|a| a.source == source && a.subject == subject)
+            .map(|a| a.reason.clone())
+    };
+    fn recall<T>(a: &mut Availability<T>, recorded: Option<String>) {
+        if let (Availability::Absent { reason }, Some(r)) = (a, recorded) {
+            *reason = r;
+        }
+    }
+    recall(&mut s.rdma, reason("rdma", ""));
+    recall(&mut s.qps, reason("qps", ""));
+    for i in &mut s.interfaces {
+        recall(&mut i.driver, reason("driver", &i.name));
+        recall(&mut i.stats, reason("stats", &i.name));
+        recall(&mut i.dcb, reason("dcb", &i.name));
+        recall(&mut i.dcqcn, reason("dcqcn", &i.name));
+    }
+    Ok(())
 }
 
 /// The port counters RDMA netlink has and sysfs does not (the optional counters, mlx5's
@@ -303,6 +372,11 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
     use std::fs::{create_dir_all, write};
     create_dir_all(dir)?;
     write(dir.join("taken"), format!("{}\n", s.taken_ns))?;
+    let absent = absences(s);
+    if !absent.is_empty() {
+        let json = serde_json::to_string_pretty(&absent).map_err(std::io::Error::other)?;
+        write(dir.join("absent.json"), json)?;
+    }
     for d in s.devices() {
         let dev = dir.join("sys/class/infiniband").join(&d.name);
         create_dir_all(&dev)?;

@@ -10,6 +10,7 @@ pub mod ethtool;
 pub mod host;
 pub mod rdma;
 pub mod rdma_netlink;
+pub mod tree;
 pub mod window;
 
 mod netlink;
@@ -100,6 +101,22 @@ pub enum NicError {
         path: PathBuf,
         #[source]
         source: serde_json::Error,
+    },
+    #[error("cannot write {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} exists: refusing to write over it", .0.display())]
+    Exists(PathBuf),
+    #[error("{}: not a host tree (a directory, or a .tar.gz of one)", .0.display())]
+    NoTree(PathBuf),
+    #[error("{}: cannot unpack", path.display())]
+    Archive {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     #[error("{}: cannot parse", path.display())]
     Parse {
