@@ -141,18 +141,23 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
             "cnp-marking",
             "pause-storms",
             "lossless-discards",
+            "dcqcn-params",
+            "arp-sysctls",
+            "link-errors",
             "mtu",
             "firmware",
             "transport-errors",
-            "cnp-sent"
+            "cnp-sent",
+            "pcie",
+            "roce-mode",
         ]
     );
     for (name, status, evidence) in &items {
-        // One netdev and no --mtu: nothing to compare its MTU with; no --firmware: nothing to
-        // compare the firmware with (one device of its model).
+        // No --firmware: nothing to compare the firmware with (one device of its model); no
+        // --expect: no DCQCN parameters to compare with; one RoCE netdev: the ARP sysctls do
+        // not matter.
         let want = match name.as_str() {
-            "mtu" => "unknown",
-            "firmware" => "not-applicable",
+            "firmware" | "dcqcn-params" | "arp-sysctls" => "not-applicable",
             _ => "pass",
         };
         assert_eq!(status, want, "{name}: {evidence}");
@@ -180,10 +185,12 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
     );
     assert!(status.success());
     assert!(
-        out.contains("PASS     pfc                ens1f0np0  PFC on priority 3 only"),
+        out.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")
+                == "PASS pfc ens1f0np0 PFC on priority 3 only"),
         "{out}"
     );
-    assert!(out.ends_with("check: nothing failed (11 items)\n"), "{out}");
+    assert!(out.ends_with("check: nothing failed (16 items)\n"), "{out}");
     assert_eq!(
         item(&items, "cnp-sent").1,
         "in 1.0 s: port 1: 400 marked, 380 CNPs sent; no CNP ignored"
@@ -375,6 +382,7 @@ fn each_counter_item_fails_when_its_counters_move_in_the_window() {
         [
             "pause-storms",
             "lossless-discards",
+            "link-errors",
             "transport-errors",
             "cnp-sent"
         ]
@@ -435,7 +443,7 @@ fn wrong_names_and_paths_are_one_line_errors() {
                 a.to_str().unwrap(),
             ],
             2,
-            "--root: give one copied tree, or two taken --interval apart",
+            "--root: give one copied tree (or a snapshot of two readings), or two taken --interval apart",
         ),
         (vec!["--roce-priority", "8"], 2, "8 is not in 0..8"),
     ] {
@@ -446,5 +454,218 @@ fn wrong_names_and_paths_are_one_line_errors() {
         if code == 1 {
             assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         }
+    }
+}
+
+/// A second RoCE port on `root`: the device and netdev copied (mlx5_1 behind ens2f0np0), every
+/// setting as the first's.
+fn second_port(root: &Path) {
+    let copy = |from: &str, to: &str| {
+        let (from, to) = (root.join(from), root.join(to));
+        if from.is_dir() {
+            copy_dir(&from, &to);
+        } else {
+            std::fs::copy(&from, &to).unwrap();
+        }
+    };
+    copy("sys/class/infiniband/mlx5_0", "sys/class/infiniband/mlx5_1");
+    copy(
+        "sys/kernel/config/rdma_cm/mlx5_0",
+        "sys/kernel/config/rdma_cm/mlx5_1",
+    );
+    copy("sys/class/net/ens1f0np0", "sys/class/net/ens2f0np0");
+    copy("ethtool/ens1f0np0", "ethtool/ens2f0np0");
+    copy("dcb/ens1f0np0.json", "dcb/ens2f0np0.json");
+    copy(
+        "proc/sys/net/ipv4/conf/ens1f0np0",
+        "proc/sys/net/ipv4/conf/ens2f0np0",
+    );
+    let ndevs = root.join("sys/class/infiniband/mlx5_1/ports/1/gid_attrs/ndevs");
+    for e in std::fs::read_dir(&ndevs).unwrap() {
+        std::fs::write(e.unwrap().path(), "ens2f0np0\n").unwrap();
+    }
+}
+
+/// Sets the sysctl `key` of `iface` (or `all`) in both readings.
+fn sysctl(b: &Path, a: &Path, iface: &str, key: &str, v: &str) {
+    for root in [b, a] {
+        std::fs::write(
+            root.join("proc/sys/net/ipv4/conf").join(iface).join(key),
+            format!("{v}\n"),
+        )
+        .unwrap();
+    }
+}
+
+/// The host items beyond PFC and DCQCN, each failing alone on one changed file (or setting):
+/// RoCE mode and GIDs, rdma_cm's ToS, the PCIe link, the ARP sysctls of a host with two RoCE
+/// ports, link flaps and CRC errors, the DCQCN parameters of `--expect`; the MTU judged alone
+/// warns without failing.
+#[test]
+fn each_host_item_fails_alone_on_one_changed_file() {
+    let dir = Scratch::new("check-host");
+    let port = |root: &Path| root.join("sys/class/infiniband/mlx5_0/ports/1");
+    let cm = |root: &Path| root.join("sys/kernel/config/rdma_cm/mlx5_0/ports/1");
+    // rdma_cm connects in RoCE v1 by default.
+    let (b, a) = copy(&dir);
+    std::fs::write(cm(&a).join("default_roce_mode"), "IB/RoCE v1\n").unwrap();
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "roce-mode",
+        "rdma_cm connects in IB/RoCE v1 by default (default_roce_mode)",
+    );
+    // Its ToS carries DSCP 0; with --tos, the fleet's ToS.
+    let (b, a) = copy(&dir);
+    std::fs::write(cm(&a).join("default_roce_tos"), "0\n").unwrap();
+    fails_alone(&b, &a, &[], "roce-mode", "DSCP 0, not the RoCE DSCP 26");
+    let (b, a) = copy(&dir);
+    fails_alone(
+        &b,
+        &a,
+        &["--tos", "104"],
+        "roce-mode",
+        "default ToS is 106 (DSCP 26), not the fleet's 104",
+    );
+    // No RoCE v2 GID on the netdev (its v2 entries gone: one setting, two files).
+    let (b, a) = copy(&dir);
+    for i in ["1", "3"] {
+        std::fs::write(port(&a).join("gid_attrs/types").join(i), "IB/RoCE v1\n").unwrap();
+    }
+    fails_alone(&b, &a, &[], "roce-mode", "ens1f0np0 has no RoCE v2 GID");
+    // A x16 card trained at x8.
+    let (b, a) = copy(&dir);
+    std::fs::write(
+        a.join("sys/class/infiniband/mlx5_0/device/current_link_width"),
+        "8\n",
+    )
+    .unwrap();
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "pcie",
+        "PCIe link at 32.0 GT/s x8, the card can 32.0 GT/s x16",
+    );
+    // The link flapped; then CRC errors.
+    let (b, a) = copy(&dir);
+    edit(
+        &a.join("sys/class/net").join(IF).join("carrier_changes"),
+        |t| format!("{}\n", t.trim().parse::<u64>().unwrap() + 2),
+    );
+    fails_alone(&b, &a, &[], "link-errors", "carrier_changes +2");
+    let (b, a) = copy(&dir);
+    bump_stat(&a, "rx_crc_errors_phy", 17);
+    fails_alone(&b, &a, &[], "link-errors", "rx_crc_errors_phy +17");
+    // Two RoCE ports, each answering ARP for itself: pass; one sysctl back to the default
+    // fails alone.
+    let two = Scratch::new("check-two-ports");
+    let (b, a) = copy(&two);
+    for root in [&b, &a] {
+        second_port(root);
+    }
+    for (key, v) in [("arp_ignore", "1"), ("arp_announce", "2")] {
+        sysctl(&b, &a, "all", key, v);
+    }
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    let arp: Vec<&(String, String, String)> =
+        items.iter().filter(|i| i.0 == "arp-sysctls").collect();
+    assert_eq!(arp.len(), 2);
+    assert!(arp.iter().all(|i| i.1 == "pass"), "{arp:?}");
+    assert_eq!(item(&items, "mtu").0, "pass");
+    assert_eq!(item(&items, "firmware").0, "pass");
+    sysctl(&b, &a, "all", "arp_announce", "0");
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 1);
+    let failed: Vec<&str> = items
+        .iter()
+        .filter(|i| i.1 == "fail")
+        .map(|i| i.0.as_str())
+        .collect();
+    assert_eq!(failed, ["arp-sysctls", "arp-sysctls"], "{items:?}");
+    assert!(
+        item(&items, "arp-sysctls")
+            .1
+            .contains("arp_announce below 2 may announce another port's address")
+    );
+    sysctl(&b, &a, "all", "arp_announce", "2");
+    // The effective rp_filter is the larger of `all` and the netdev's: strict on one port.
+    sysctl(&b, &a, "all", "rp_filter", "0");
+    let (code, _) = check(&b, &a, &[]);
+    assert_eq!(code, 0);
+    sysctl(&b, &a, "ens2f0np0", "rp_filter", "1");
+    let (_, items) = check(&b, &a, &[]);
+    let failed: Vec<&(String, String, String)> = items.iter().filter(|i| i.1 == "fail").collect();
+    assert_eq!(failed.len(), 1, "{items:?}");
+    assert!(failed[0].2.contains("rp_filter 1 (strict)"), "{failed:?}");
+    // The fleet's DCQCN parameters (--expect): equal, then one file changed.
+    let (b, a) = copy(&dir);
+    let expect = dir.file(
+        "fleet.toml",
+        "mtu = 9000\n[roce_np]\nmin_time_between_cnps = 4\ncnp_dscp = 48\n[roce_rp]\nrpg_min_rate = 1\n",
+    );
+    let e = expect.to_str().unwrap();
+    let (code, items) = check(&b, &a, &["--expect", e]);
+    assert_eq!(code, 0, "{items:?}");
+    assert_eq!(
+        item(&items, "dcqcn-params"),
+        ("pass", "3 parameters as the fleet's")
+    );
+    std::fs::write(
+        a.join("sys/class/net")
+            .join(IF)
+            .join("ecn/roce_rp/rpg_min_rate"),
+        "10\n",
+    )
+    .unwrap();
+    fails_alone(
+        &b,
+        &a,
+        &["--expect", e],
+        "dcqcn-params",
+        "roce_rp/rpg_min_rate 10, not 1",
+    );
+    // The file's values are the intent; a flag goes over them.
+    let (b, a) = copy(&dir);
+    let strict = dir.file("mtu.toml", "mtu = 4200\n");
+    let s = strict.to_str().unwrap();
+    fails_alone(&b, &a, &["--expect", s], "mtu", "not the fleet's 4200");
+    let (code, _) = check(&b, &a, &["--expect", s, "--mtu", "9000"]);
+    assert_eq!(code, 0);
+    // An MTU whose RoCE path MTU is below 4096, judged on its own: a warning, not a failure.
+    std::fs::write(a.join("sys/class/net").join(IF).join("mtu"), "4000\n").unwrap();
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    let (status, evidence) = item(&items, "mtu");
+    assert_eq!(status, "warn");
+    assert!(evidence.contains("RoCE path MTU up to 2048"), "{evidence}");
+    // Bad --expect files are one-line errors naming the file.
+    for (text, want) in [
+        ("mtu = \"big\"\n", "invalid type"),
+        ("roce_priorty = 3\n", "unknown field `roce_priorty`"),
+        (
+            "roce_priority = 9\n",
+            "roce_priority = 9: a priority is 0 to 7",
+        ),
+        (
+            "trust = \"vlan\"\n",
+            "trust = \"vlan\": expected \"dscp\" or \"pcp\"",
+        ),
+    ] {
+        let f = dir.file("bad.toml", text);
+        let (status, out, err) = output(
+            Command::new(CLI)
+                .args(["check", "--root"])
+                .arg(&b)
+                .arg("--expect")
+                .arg(&f),
+        );
+        assert_eq!(status.code(), Some(1), "{text}: {err}");
+        assert!(out.is_empty());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("--expect {}", f.display())), "{err}");
+        assert!(err.contains(want), "{text}: {err}");
     }
 }

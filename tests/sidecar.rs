@@ -1465,6 +1465,8 @@ fn nic_side_from_a_changing_tree() {
                     "rx_discards_phy",
                     "rx_vport_rdma_unicast_packets",
                     "tx_vport_rdma_unicast_packets",
+                    "rx_crc_errors_phy",
+                    "rx_symbol_err_phy",
                 ]
                 .contains(&k)
             }),

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use roce_observer::{
-    analysis::checklist::{Intent, checklist},
+    analysis::checklist::{Expect, Intent, checklist},
     render,
     source::nic::host::{Host, Selection, snapshot},
     source::nic::tree,
@@ -33,24 +33,33 @@ pub struct CheckArgs {
     /// two readings.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
-    /// The priority RoCE data is meant to use.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
-    pub roce_priority: u8,
-    /// The DSCP RoCE data is sent with.
-    #[arg(long, default_value_t = 26, value_parser = clap::value_parser!(u8).range(0..64))]
-    pub roce_dscp: u8,
-    /// The priority CNPs are meant to use.
-    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(0..8))]
-    pub cnp_priority: u8,
-    /// The DSCP CNPs are sent with.
-    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u8).range(0..64))]
-    pub cnp_dscp: u8,
+    /// The priority RoCE data is meant to use [default: 3]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..8))]
+    pub roce_priority: Option<u8>,
+    /// The DSCP RoCE data is sent with [default: 26]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub roce_dscp: Option<u8>,
+    /// The priority CNPs are meant to use [default: 6]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..8))]
+    pub cnp_priority: Option<u8>,
+    /// The DSCP CNPs are sent with [default: 48]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub cnp_dscp: Option<u8>,
     /// RoCE runs lossy (ECN only, no PFC).
     #[arg(long)]
     pub lossy: bool,
-    /// What the ports classify by: dscp (the APP table) or pcp (the VLAN tag).
-    #[arg(long, value_enum, default_value_t = TrustArg::Dscp)]
-    pub trust: TrustArg,
+    /// What the ports classify by: dscp (the APP table) or pcp (the VLAN tag) [default: dscp]
+    #[arg(long, value_enum)]
+    pub trust: Option<TrustArg>,
+    /// The IP ToS rdma_cm connections are made with (default_roce_tos, e.g. 106: DSCP 26 and
+    /// ECT(0)); without it, its DSCP must be the RoCE DSCP.
+    #[arg(long, value_name = "TOS")]
+    pub tos: Option<u8>,
+    /// The fleet's definition of "approved": a TOML file with any of these flags' values
+    /// (roce_priority, roce_dscp, cnp_priority, cnp_dscp, lossy, trust, mtu, firmware, tos) and
+    /// the DCQCN parameters ([roce_np], [roce_rp]: file = value); the flags given override it.
+    #[arg(long, value_name = "FILE")]
+    pub expect: Option<PathBuf>,
     /// The MTU every RoCE netdev of the fleet has.
     #[arg(long)]
     pub mtu: Option<u32>,
@@ -113,16 +122,26 @@ pub fn check(a: CheckArgs) -> Result<()> {
             "--root: give one copied tree (or a snapshot of two readings), or two taken --interval apart".into()
         )),
     };
-    let intent = Intent {
-        roce_priority: a.roce_priority,
-        roce_dscp: a.roce_dscp,
-        cnp_priority: a.cnp_priority,
-        cnp_dscp: a.cnp_dscp,
-        lossy: a.lossy,
-        trust_pcp: a.trust == TrustArg::Pcp,
-        mtu: a.mtu,
-        firmware: a.firmware.clone(),
-    };
+    let mut intent = Intent::default();
+    if let Some(path) = &a.expect {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --expect {}", path.display()))?;
+        Expect::parse(&text)
+            .map_err(|e| anyhow::anyhow!("--expect {}: {e}", path.display()))?
+            .apply(&mut intent);
+    }
+    // The flags given over the file.
+    intent.roce_priority = a.roce_priority.unwrap_or(intent.roce_priority);
+    intent.roce_dscp = a.roce_dscp.unwrap_or(intent.roce_dscp);
+    intent.cnp_priority = a.cnp_priority.unwrap_or(intent.cnp_priority);
+    intent.cnp_dscp = a.cnp_dscp.unwrap_or(intent.cnp_dscp);
+    intent.lossy |= a.lossy;
+    if let Some(t) = a.trust {
+        intent.trust_pcp = t == TrustArg::Pcp;
+    }
+    intent.mtu = a.mtu.or(intent.mtu);
+    intent.firmware = a.firmware.clone().or(intent.firmware);
+    intent.tos = a.tos.or(intent.tos);
     let c = checklist(nic, &intent);
     if a.json {
         output::stdout(|out| render::nic::write_checklist_json(&c, out))?;

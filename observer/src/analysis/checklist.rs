@@ -7,8 +7,11 @@
 //! Every item says what it rests on. An item whose evidence the host does not give is
 //! `unknown`, never `pass`.
 
+use std::collections::BTreeMap;
+
 use crate::model::nic::{
-    Checklist, ChecklistItem, Interface, ItemStatus, Nic, TRANSPORT_ERRORS, priority_list,
+    Checklist, ChecklistItem, Device, Interface, ItemStatus, Nic, Port, TRANSPORT_ERRORS,
+    is_link_error, priority_list,
 };
 
 /// What the fabric is meant to be: the defaults are the common practice (RoCE in DSCP 26 on
@@ -27,6 +30,12 @@ pub struct Intent {
     pub mtu: Option<u32>,
     /// The firmware every RoCE device of the fleet runs.
     pub firmware: Option<String>,
+    /// The IP ToS rdma_cm connections are made with (`default_roce_tos`); none: its DSCP
+    /// must be `roce_dscp`.
+    pub tos: Option<u8>,
+    /// The fleet's DCQCN parameters (`roce_np/<file>`, `roce_rp/<file>` → value); empty: not
+    /// compared.
+    pub dcqcn: BTreeMap<String, u64>,
 }
 
 impl Default for Intent {
@@ -40,6 +49,104 @@ impl Default for Intent {
             trust_pcp: false,
             mtu: None,
             firmware: None,
+            tos: None,
+            dcqcn: BTreeMap::new(),
+        }
+    }
+}
+
+/// A fleet's definition of "approved" (`check --expect FILE`): the intent's values, and the
+/// DCQCN parameters (`[roce_np]`, `[roce_rp]`: file name → value). Every key optional; unknown
+/// keys are errors.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    pub roce_priority: Option<u8>,
+    pub roce_dscp: Option<u8>,
+    pub cnp_priority: Option<u8>,
+    pub cnp_dscp: Option<u8>,
+    pub lossy: Option<bool>,
+    /// "dscp" or "pcp".
+    pub trust: Option<String>,
+    pub mtu: Option<u32>,
+    pub firmware: Option<String>,
+    pub tos: Option<u8>,
+    #[serde(default)]
+    pub roce_np: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub roce_rp: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExpectError {
+    #[error("{0}")]
+    Toml(String),
+    #[error("{key} = {value}: {why}")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        why: &'static str,
+    },
+}
+
+impl Expect {
+    /// Parses and validates an `--expect` file's text.
+    pub fn parse(text: &str) -> Result<Self, ExpectError> {
+        let e: Self =
+            toml::from_str(text).map_err(|e| ExpectError::Toml(e.message().to_string()))?;
+        let bad = |key, value: u8, max: u8, why| {
+            (value > max).then(|| ExpectError::Invalid {
+                key,
+                value: value.to_string(),
+                why,
+            })
+        };
+        for err in [
+            e.roce_priority
+                .and_then(|v| bad("roce_priority", v, 7, "a priority is 0 to 7")),
+            e.cnp_priority
+                .and_then(|v| bad("cnp_priority", v, 7, "a priority is 0 to 7")),
+            e.roce_dscp
+                .and_then(|v| bad("roce_dscp", v, 63, "a DSCP is 0 to 63")),
+            e.cnp_dscp
+                .and_then(|v| bad("cnp_dscp", v, 63, "a DSCP is 0 to 63")),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            return Err(err);
+        }
+        if let Some(t) = &e.trust
+            && t != "dscp"
+            && t != "pcp"
+        {
+            return Err(ExpectError::Invalid {
+                key: "trust",
+                value: format!("{t:?}"),
+                why: "expected \"dscp\" or \"pcp\"",
+            });
+        }
+        Ok(e)
+    }
+
+    /// The file's values over `intent` (the defaults); the flags given go over the result.
+    pub fn apply(&self, intent: &mut Intent) {
+        let i = intent;
+        i.roce_priority = self.roce_priority.unwrap_or(i.roce_priority);
+        i.roce_dscp = self.roce_dscp.unwrap_or(i.roce_dscp);
+        i.cnp_priority = self.cnp_priority.unwrap_or(i.cnp_priority);
+        i.cnp_dscp = self.cnp_dscp.unwrap_or(i.cnp_dscp);
+        i.lossy = self.lossy.unwrap_or(i.lossy);
+        if let Some(t) = &self.trust {
+            i.trust_pcp = t == "pcp";
+        }
+        i.mtu = self.mtu.or(i.mtu);
+        i.firmware = self.firmware.clone().or(i.firmware.take());
+        i.tos = self.tos.or(i.tos);
+        for (side, params) in [("roce_np", &self.roce_np), ("roce_rp", &self.roce_rp)] {
+            for (k, v) in params {
+                i.dcqcn.insert(format!("{side}/{k}"), *v);
+            }
         }
     }
 }
@@ -134,6 +241,12 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
         push("pause-storms", &i.name, s, e);
         let (s, e) = lossless_discards(i, nic.seconds, intent, stats_absent.as_deref());
         push("lossless-discards", &i.name, s, e);
+        let (s, e) = dcqcn_params(i, intent, &absent("dcqcn"));
+        push("dcqcn-params", &i.name, s, e);
+        let (s, e) = arp_sysctls(i, nic.interfaces.len());
+        push("arp-sysctls", &i.name, s, e);
+        let (s, e) = link_errors(i, nic.seconds, stats_absent.as_deref());
+        push("link-errors", &i.name, s, e);
     }
     if !nic.interfaces.is_empty() {
         let (s, e) = mtu(&nic.interfaces, intent);
@@ -147,6 +260,16 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
         push("transport-errors", &d.name, s, e);
         let (s, e) = cnp_sent(d, nic.seconds);
         push("cnp-sent", &d.name, s, e);
+        let (s, e) = pcie(d);
+        push("pcie", &d.name, s, e);
+        for p in d
+            .ports
+            .iter()
+            .filter(|p| p.link_layer.as_deref().is_none_or(|l| l == "Ethernet"))
+        {
+            let (s, e) = roce_mode(p, intent);
+            push("roce-mode", &format!("{}/{}", d.name, p.port), s, e);
+        }
     }
     Checklist {
         schema: SCHEMA.into(),
@@ -351,10 +474,17 @@ fn mtu(ifaces: &[Interface], intent: &Intent) -> (ItemStatus, String) {
             (ItemStatus::Fail, format!("{list}, not the fleet's {want}"))
         }
         Some(_) => (ItemStatus::Pass, list),
+        // Judged on its own: RoCE's largest path MTU, 4096, needs an MTU of 4176 or more.
+        None if roce_path_mtu(first).is_none_or(|p| p < 4096) => (
+            ItemStatus::Warn,
+            format!(
+                "{list}: RoCE messages go in packets below 4096 bytes, more headers per byte (an MTU of 4176 or more carries 4096; give --mtu to judge against the fleet's)"
+            ),
+        ),
         None if known.len() > 1 => (ItemStatus::Pass, format!("one MTU: {list}")),
         None => (
-            ItemStatus::Unknown,
-            format!("{list}: one RoCE interface and no --mtu to compare with"),
+            ItemStatus::Pass,
+            format!("{list} (give --mtu to compare with the fleet's)"),
         ),
     }
 }
@@ -642,6 +772,265 @@ fn cnp_sent(d: &crate::model::nic::Device, seconds: f64) -> (ItemStatus, String)
         (
             ItemStatus::Fail,
             format!("in {seconds:.1} s: {}", bad.join("; ")),
+        )
+    }
+}
+
+/// The number at the start of a PCI link file ("32.0 GT/s PCIe", "16"); none for "Unknown".
+fn leading_number(v: &str) -> Option<f64> {
+    v.split_whitespace().next()?.parse().ok()
+}
+
+/// The device's PCIe link against what the card can do: a card trained below its speed or width
+/// (a slot, riser or BIOS setting) cannot feed its ports at line rate.
+fn pcie(d: &Device) -> (ItemStatus, String) {
+    let get = |k: &str| d.pci.get(k).and_then(|v| leading_number(v));
+    let numa = d
+        .pci
+        .get("numa_node")
+        .filter(|n| n.as_str() != "-1")
+        .map_or_else(String::new, |n| format!("; NUMA node {n}"));
+    let (Some(speed), Some(max_speed), Some(width), Some(max_width)) = (
+        get("current_link_speed"),
+        get("max_link_speed"),
+        get("current_link_width"),
+        get("max_link_width"),
+    ) else {
+        return (
+            ItemStatus::Unknown,
+            "the PCIe link is not readable (device/current_link_speed, max_link_speed, current_link_width, max_link_width: a virtual function reports none)".into(),
+        );
+    };
+    let now = format!("{speed:.1} GT/s x{width}");
+    let max = format!("{max_speed:.1} GT/s x{max_width}");
+    if speed < max_speed || width < max_width {
+        (
+            ItemStatus::Fail,
+            format!(
+                "PCIe link at {now}, the card can {max}: the slot, a riser or a BIOS setting holds it back, and the host cannot feed the ports at line rate{numa}"
+            ),
+        )
+    } else {
+        (
+            ItemStatus::Pass,
+            format!("PCIe link at {now}, the card's maximum{numa}"),
+        )
+    }
+}
+
+/// RoCE v2 on the port: a RoCE v2 GID on each of its netdevs (an address without one cannot be
+/// reached over RoCE v2), rdma_cm's default mode RoCE v2, and its default ToS the fleet's
+/// (`--tos`), or carrying the RoCE DSCP, where configfs has them.
+fn roce_mode(p: &Port, intent: &Intent) -> (ItemStatus, String) {
+    if p.gids.is_empty() {
+        return (
+            ItemStatus::Unknown,
+            "no GID read (no address on the netdev yet, or no gid_attrs/types)".into(),
+        );
+    }
+    let mut bad = Vec::new();
+    let mut good = Vec::new();
+    let mut netdevs: Vec<&str> = p.gids.iter().map(|g| g.netdev.as_str()).collect();
+    netdevs.extend(p.netdevs.iter().map(String::as_str));
+    netdevs.sort_unstable();
+    netdevs.dedup();
+    for n in netdevs.iter().filter(|n| !n.is_empty()) {
+        let v2: Vec<String> = p
+            .gids
+            .iter()
+            .filter(|g| g.netdev == *n && g.kind == "RoCE v2")
+            .map(|g| g.index.to_string())
+            .collect();
+        if v2.is_empty() {
+            bad.push(format!(
+                "{n} has no RoCE v2 GID (only RoCE v1: not routable, no UDP source port for ECMP)"
+            ));
+        } else {
+            good.push(format!("RoCE v2 GIDs on {n} (index {})", v2.join(", ")));
+        }
+    }
+    let mut unknown = None;
+    match p.rdma_cm.get("default_roce_mode") {
+        Some(m) if m != "RoCE v2" => bad.push(format!(
+            "rdma_cm connects in {m} by default (default_roce_mode)"
+        )),
+        Some(m) => good.push(format!("rdma_cm default {m}")),
+        None => {}
+    }
+    match (p.rdma_cm.get("default_roce_tos"), intent.tos) {
+        (Some(t), want) => match t.parse::<u8>() {
+            Ok(tos) => {
+                let dscp = tos >> 2;
+                match want {
+                    Some(w) if w != tos => bad.push(format!(
+                        "rdma_cm's default ToS is {tos} (DSCP {dscp}), not the fleet's {w}"
+                    )),
+                    None if dscp != intent.roce_dscp => bad.push(format!(
+                        "rdma_cm's default ToS is {tos}: DSCP {dscp}, not the RoCE DSCP {}",
+                        intent.roce_dscp
+                    )),
+                    _ => good.push(format!("ToS {tos} (DSCP {dscp})")),
+                }
+            }
+            Err(_) => bad.push(format!("default_roce_tos {t:?} is not a number")),
+        },
+        (None, Some(w)) => {
+            unknown = Some(format!(
+                "default_roce_tos not readable (configfs rdma_cm/<device> not created) to compare with the fleet's ToS {w}"
+            ))
+        }
+        (None, None) => {}
+    }
+    if !bad.is_empty() {
+        (ItemStatus::Fail, bad.join("; "))
+    } else if let Some(u) = unknown {
+        (ItemStatus::Unknown, format!("{}; {u}", good.join("; ")))
+    } else {
+        (ItemStatus::Pass, good.join("; "))
+    }
+}
+
+/// The fleet's DCQCN parameters (`--expect`'s `[roce_np]`, `[roce_rp]`) against the netdev's.
+fn dcqcn_params(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
+    if intent.dcqcn.is_empty() {
+        return (
+            ItemStatus::NotApplicable,
+            "no parameters to compare with (give the fleet's in --expect FILE: [roce_np], [roce_rp])".into(),
+        );
+    }
+    let Some(d) = &i.dcqcn else {
+        return (ItemStatus::Unknown, format!("no DCQCN settings: {absent}"));
+    };
+    let mut wrong = Vec::new();
+    let mut missing = Vec::new();
+    for (key, want) in &intent.dcqcn {
+        let have = match key.split_once('/') {
+            Some(("roce_np", f)) => d.np.get(f),
+            Some(("roce_rp", f)) => d.rp.get(f),
+            _ => None,
+        };
+        match have {
+            Some(v) if v == want => {}
+            Some(v) => wrong.push(format!("{key} {v}, not {want}")),
+            None => missing.push(key.clone()),
+        }
+    }
+    if !wrong.is_empty() {
+        (
+            ItemStatus::Fail,
+            format!("not the fleet's: {}", wrong.join(", ")),
+        )
+    } else if !missing.is_empty() {
+        (
+            ItemStatus::Unknown,
+            format!("the driver shows no {}", missing.join(", ")),
+        )
+    } else {
+        (
+            ItemStatus::Pass,
+            format!(
+                "{} as the fleet's",
+                crate::units::count(intent.dcqcn.len() as u64, "parameter")
+            ),
+        )
+    }
+}
+
+/// The ARP and reverse-path sysctls of a netdev on a host with several RoCE netdevs (the
+/// effective value: the larger of `all` and the netdev's): each port must answer ARP only for
+/// its own address (`arp_ignore` 1 or 2), announce only its own (`arp_announce` 2), and keep
+/// replies that come back on another port (`rp_filter` not 1, strict).
+fn arp_sysctls(i: &Interface, roce_netdevs: usize) -> (ItemStatus, String) {
+    let value = |k: &str| -> Option<u32> {
+        let own: u32 = i.sysctls.get(k)?.parse().ok()?;
+        let all: u32 = i.sysctls.get(&format!("all/{k}"))?.parse().ok()?;
+        Some(own.max(all))
+    };
+    let (Some(ignore), Some(announce), Some(rp)) = (
+        value("arp_ignore"),
+        value("arp_announce"),
+        value("rp_filter"),
+    ) else {
+        return (
+            ItemStatus::Unknown,
+            "arp_ignore, arp_announce or rp_filter not readable (proc/sys/net/ipv4/conf)".into(),
+        );
+    };
+    let values = format!("arp_ignore {ignore}, arp_announce {announce}, rp_filter {rp}");
+    if roce_netdevs < 2 {
+        return (
+            ItemStatus::NotApplicable,
+            format!("{values}: one RoCE netdev (they matter with several on one host)"),
+        );
+    }
+    let mut bad = Vec::new();
+    if ignore == 0 {
+        bad.push("arp_ignore 0 answers ARP for the other ports' addresses (set 1)");
+    }
+    if announce < 2 {
+        bad.push("arp_announce below 2 may announce another port's address (set 2)");
+    }
+    if rp == 1 {
+        bad.push("rp_filter 1 (strict) drops replies that come back on another port (set 0 or 2)");
+    }
+    if bad.is_empty() {
+        (
+            ItemStatus::Pass,
+            format!("{values}: each of the {roce_netdevs} RoCE netdevs answers for itself"),
+        )
+    } else {
+        (
+            ItemStatus::Fail,
+            format!(
+                "{values} with {roce_netdevs} RoCE netdevs: {}",
+                bad.join("; ")
+            ),
+        )
+    }
+}
+
+/// Link flaps (`carrier_changes`) and frames the link corrupted (CRC / FCS and symbol errors of
+/// the driver statistics) over the window.
+fn link_errors(i: &Interface, seconds: f64, absent: Option<&str>) -> (ItemStatus, String) {
+    let counted: Vec<(&String, u64)> = i
+        .counters
+        .iter()
+        .filter(|(n, _)| *n == "carrier_changes" || is_link_error(n))
+        .map(|(n, c)| (n, c.delta))
+        .collect();
+    if counted.is_empty() {
+        return (
+            ItemStatus::Unknown,
+            match absent {
+                Some(a) => format!("no carrier_changes, and no driver statistics: {a}"),
+                None => "neither carrier_changes nor a CRC or symbol error counter".into(),
+            },
+        );
+    }
+    if let Some(u) = one_reading(seconds) {
+        return u;
+    }
+    let grew: Vec<String> = counted
+        .iter()
+        .filter(|(_, d)| *d > 0)
+        .map(|(n, d)| format!("{n} +{d}"))
+        .collect();
+    let names: Vec<&str> = counted.iter().map(|(n, _)| n.as_str()).collect();
+    if grew.is_empty() {
+        (
+            ItemStatus::Pass,
+            format!(
+                "no link flap or corrupted frame in {seconds:.1} s ({})",
+                names.join(", ")
+            ),
+        )
+    } else {
+        (
+            ItemStatus::Fail,
+            format!(
+                "in {seconds:.1} s: {}: the link flapped or corrupts frames (a cable, optic or port going bad): RoCE sees it as loss",
+                grew.join(", ")
+            ),
         )
     }
 }

@@ -111,7 +111,8 @@ pub enum StatFamily {
 }
 
 /// The other RoCE-health driver statistics exported as they are (`roce_nic_driver_stat_total`):
-/// PHY discards, the RDMA traffic of the vport, and 802.3x (link) PAUSE frames and time.
+/// PHY discards, the RDMA traffic of the vport, 802.3x (link) PAUSE frames and time, and the
+/// PHY's CRC and symbol errors.
 pub const DRIVER_COUNTERS: &[&str] = &[
     "rx_discards_phy",
     "tx_discards_phy",
@@ -125,6 +126,10 @@ pub const DRIVER_COUNTERS: &[&str] = &[
     "tx_global_pause",
     "rx_global_pause_duration",
     "tx_global_pause_duration",
+    // Frames the link corrupted: a cable, optic or port going bad.
+    "rx_crc_errors_phy",
+    "rx_symbol_err_phy",
+    "rx_pcs_symbol_err_phy",
 ];
 
 impl StatFamily {

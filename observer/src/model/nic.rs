@@ -152,6 +152,19 @@ pub struct Counter {
     pub reset: bool,
 }
 
+/// One entry of a port's GID table in use (`gids/<index>`, `gid_attrs/types/<index>`,
+/// `gid_attrs/ndevs/<index>`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gid {
+    pub index: u32,
+    pub gid: String,
+    /// "RoCE v2", "IB/RoCE v1".
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub netdev: String,
+}
+
 /// One RDMA device.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Device {
@@ -162,6 +175,10 @@ pub struct Device {
     pub hca_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub board_id: Option<String>,
+    /// Its PCI function's files (`device/current_link_speed`, `max_link_speed`,
+    /// `current_link_width`, `max_link_width`, `numa_node`), as read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pci: BTreeMap<String, String>,
     pub ports: Vec<Port>,
 }
 
@@ -180,6 +197,13 @@ pub struct Port {
     pub counters: BTreeMap<String, Counter>,
     /// The driver's counters (`hw_counters/`).
     pub hw_counters: BTreeMap<String, Counter>,
+    /// The GID table's entries in use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gids: Vec<Gid>,
+    /// rdma_cm's defaults for the port (configfs `rdma_cm/<dev>/ports/<n>/`:
+    /// `default_roce_mode`, `default_roce_tos`), where the directory exists.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rdma_cm: BTreeMap<String, String>,
 }
 
 impl Port {
@@ -204,6 +228,10 @@ pub struct Interface {
     pub dcb: Option<Dcb>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dcqcn: Option<Dcqcn>,
+    /// The netdev's IPv4 sysctls that matter with several RoCE netdevs (`arp_ignore`,
+    /// `arp_announce`, `rp_filter`; `all/…`: the host-wide ones), as read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sysctls: BTreeMap<String, String>,
     /// Per priority: PFC pauses, their duration and transitions, and discards (from the
     /// driver statistics); priorities with none of these counters are left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -323,6 +351,8 @@ pub enum ItemStatus {
     NotApplicable,
     /// The host does not say what the item needs (a source absent, one reading only).
     Unknown,
+    /// Works, but not as it should for RoCE (a path MTU below 4096): said, never failed.
+    Warn,
 }
 
 impl ItemStatus {
@@ -332,8 +362,18 @@ impl ItemStatus {
             Self::Fail => "fail",
             Self::NotApplicable => "n/a",
             Self::Unknown => "unknown",
+            Self::Warn => "warn",
         }
     }
+}
+
+/// Whether the driver statistic `name` counts frames the link corrupted (CRC / FCS and symbol
+/// errors: mlx5's `rx_crc_errors_phy`, `rx_symbol_err_phy`, `rx_pcs_symbol_err_phy`; `crc_err`,
+/// `fcs_err` of other drivers). FEC's corrected bits are not: correcting is its job.
+pub fn is_link_error(name: &str) -> bool {
+    ["crc_err", "fcs_err", "symbol_err"]
+        .iter()
+        .any(|k| name.contains(k))
 }
 
 /// The driver's transport error counters (mlx5's Q counters): loss or reordering the wire may

@@ -60,7 +60,16 @@ pub struct Interface {
     pub stats: Availability<BTreeMap<String, u64>>,
     pub dcb: Availability<Dcb>,
     pub dcqcn: Availability<Dcqcn>,
+    /// `carrier_changes`: how often the link went down or up since the netdev was made.
+    pub carrier_changes: Option<u64>,
+    /// Its IPv4 sysctls [`SYSCTLS`] (`all/…`: the host-wide ones), those readable.
+    pub sysctls: BTreeMap<String, String>,
 }
+
+/// The IPv4 sysctls of a netdev that decide which port answers ARP for which address and
+/// whether a reply arriving on another port is dropped: with several RoCE netdevs on one
+/// subnet, RoCE's ARP and return traffic depend on them.
+pub const SYSCTLS: &[&str] = &["arp_ignore", "arp_announce", "rp_filter"];
 
 /// One reading of a host's NIC side.
 #[derive(Clone, Debug, PartialEq)]
@@ -293,7 +302,19 @@ fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interfa
             )
         }
     };
+    let conf = root.join("proc/sys/net/ipv4/conf");
+    let mut sysctls = BTreeMap::new();
+    for key in SYSCTLS {
+        if let Some(v) = line(&conf.join(name).join(key)) {
+            sysctls.insert(key.to_string(), v);
+        }
+        if let Some(v) = line(&conf.join("all").join(key)) {
+            sysctls.insert(format!("all/{key}"), v);
+        }
+    }
     Ok(Interface {
+        carrier_changes: number(&net.join("carrier_changes")),
+        sysctls,
         name: name.to_string(),
         mtu,
         addresses,
@@ -389,6 +410,12 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
                 write(dev.join(file), format!("{v}\n"))?;
             }
         }
+        if !d.pci.is_empty() {
+            create_dir_all(dev.join("device"))?;
+            for (k, v) in &d.pci {
+                write(dev.join("device").join(k), format!("{v}\n"))?;
+            }
+        }
         for p in &d.ports {
             let port = dev.join("ports").join(p.port.to_string());
             create_dir_all(&port)?;
@@ -401,6 +428,27 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
                     write(port.join(file), format!("{v}\n"))?;
                 }
             }
+            if !p.rdma_cm.is_empty() {
+                let cm = dir
+                    .join("sys/kernel/config/rdma_cm")
+                    .join(&d.name)
+                    .join("ports")
+                    .join(p.port.to_string());
+                create_dir_all(&cm)?;
+                for (k, v) in &p.rdma_cm {
+                    write(cm.join(k), format!("{v}\n"))?;
+                }
+            }
+            for g in &p.gids {
+                for (sub, v) in [
+                    ("gids", &g.gid),
+                    ("gid_attrs/types", &g.kind),
+                    ("gid_attrs/ndevs", &g.netdev),
+                ] {
+                    create_dir_all(port.join(sub))?;
+                    write(port.join(sub).join(g.index.to_string()), format!("{v}\n"))?;
+                }
+            }
             for (sub, counters) in [("counters", &p.counters), ("hw_counters", &p.hw_counters)] {
                 let c = port.join(sub);
                 create_dir_all(&c)?;
@@ -408,10 +456,13 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
                     write(c.join(name), format!("{v}\n"))?;
                 }
             }
+            // The netdevs are the GIDs' (written above); a port without GIDs names them alone.
             let ndevs = port.join("gid_attrs/ndevs");
             create_dir_all(&ndevs)?;
-            for (i, n) in p.netdevs.iter().enumerate() {
-                write(ndevs.join(i.to_string()), format!("{n}\n"))?;
+            if p.gids.is_empty() {
+                for (i, n) in p.netdevs.iter().enumerate() {
+                    write(ndevs.join(i.to_string()), format!("{n}\n"))?;
+                }
             }
         }
     }
@@ -420,6 +471,18 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
         create_dir_all(&net)?;
         if let Some(m) = i.mtu {
             write(net.join("mtu"), format!("{m}\n"))?;
+        }
+        if let Some(c) = i.carrier_changes {
+            write(net.join("carrier_changes"), format!("{c}\n"))?;
+        }
+        for (k, v) in &i.sysctls {
+            let (iface, key) = match k.strip_prefix("all/") {
+                Some(key) => ("all", key),
+                None => (i.name.as_str(), k.as_str()),
+            };
+            let conf = dir.join("proc/sys/net/ipv4/conf").join(iface);
+            create_dir_all(&conf)?;
+            write(conf.join(key), format!("{v}\n"))?;
         }
         if !i.addresses.is_empty() {
             create_dir_all(dir.join("ip"))?;

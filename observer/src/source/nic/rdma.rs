@@ -20,8 +20,22 @@ pub struct RdmaDevice {
     pub fw_ver: Option<String>,
     pub hca_type: Option<String>,
     pub board_id: Option<String>,
+    /// The PCI function's link and NUMA files ([`PCI_FILES`], those readable).
+    pub pci: BTreeMap<String, String>,
     pub ports: Vec<RdmaPort>,
 }
+
+/// The files of an RDMA device's PCI function (`device/`) the checklist reads.
+pub const PCI_FILES: &[&str] = &[
+    "current_link_speed",
+    "max_link_speed",
+    "current_link_width",
+    "max_link_width",
+    "numa_node",
+];
+
+/// rdma_cm's per-port defaults (configfs, `sys/kernel/config/rdma_cm/<dev>/ports/<n>/`).
+pub const RDMA_CM_FILES: &[&str] = &["default_roce_mode", "default_roce_tos"];
 
 /// One port of an RDMA device.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,6 +55,10 @@ pub struct RdmaPort {
     /// Counter files that could not be read or parsed (some drivers refuse a read of a counter
     /// they do not support).
     pub unreadable: Vec<String>,
+    /// The GID table's entries in use (an unused entry's type cannot be read).
+    pub gids: Vec<crate::model::nic::Gid>,
+    /// rdma_cm's defaults for the port ([`RDMA_CM_FILES`]), where configfs has them.
+    pub rdma_cm: BTreeMap<String, String>,
 }
 
 /// The RDMA devices under `root` (`/` on a live host; a fixture tree in tests): absent, with
@@ -75,11 +93,27 @@ pub fn rdma_devices_among(
                 let Ok(port) = p.parse::<u32>() else {
                     continue;
                 };
-                ports.push(read_port(&dir, &ports_dir.join(&p), port)?);
+                let mut rp = read_port(&dir, &ports_dir.join(&p), port)?;
+                let cm = root
+                    .join("sys/kernel/config/rdma_cm")
+                    .join(&name)
+                    .join("ports")
+                    .join(&p);
+                for f in RDMA_CM_FILES {
+                    if let Some(v) = line(&cm.join(f)) {
+                        rp.rdma_cm.insert(f.to_string(), v);
+                    }
+                }
+                ports.push(rp);
             }
         }
         ports.sort_by_key(|p| p.port);
+        let pci = PCI_FILES
+            .iter()
+            .filter_map(|f| Some((f.to_string(), line(&dir.join("device").join(f))?)))
+            .collect();
         devices.push(RdmaDevice {
+            pci,
             fw_ver: line(&dir.join("fw_ver")),
             hca_type: line(&dir.join("hca_type")),
             board_id: line(&dir.join("board_id")),
@@ -112,7 +146,40 @@ fn read_port(dev: &Path, dir: &Path, port: u32) -> Result<RdmaPort, NicError> {
     // A setting (the counters' cache lifetime, ms), not a counter.
     p.hw_counters.remove("lifespan");
     p.netdevs = netdevs(dev, dir)?;
+    p.gids = gids(dir)?;
     Ok(p)
+}
+
+/// The GID table's entries in use: those whose type can be read (the kernel refuses the read
+/// of an unused entry's type) and whose GID is not all zeros.
+fn gids(port: &Path) -> Result<Vec<crate::model::nic::Gid>, NicError> {
+    let types = port.join("gid_attrs/types");
+    if !types.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for i in entries(&types)? {
+        let Ok(index) = i.parse::<u32>() else {
+            continue;
+        };
+        let Some(kind) = line(&types.join(&i)).filter(|k| !k.is_empty()) else {
+            continue;
+        };
+        let Some(gid) = line(&port.join("gids").join(&i)) else {
+            continue;
+        };
+        if gid.chars().all(|c| c == '0' || c == ':') {
+            continue;
+        }
+        out.push(crate::model::nic::Gid {
+            index,
+            gid,
+            kind,
+            netdev: line(&port.join("gid_attrs/ndevs").join(&i)).unwrap_or_default(),
+        });
+    }
+    out.sort_by_key(|g| g.index);
+    Ok(out)
 }
 
 /// The netdevs of a port: the names its GID table refers to (RoCE; entries of unused GIDs

@@ -58,6 +58,7 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
             firmware: d.fw_ver.clone(),
             hca_type: d.hca_type.clone(),
             board_id: d.board_id.clone(),
+            pci: d.pci.clone(),
             ports: d
                 .ports
                 .iter()
@@ -74,6 +75,8 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
                         hw_counters: deltas(&p.hw_counters, pp.map(|q| &q.hw_counters), |n| {
                             counter_width(n)
                         }),
+                        gids: p.gids.clone(),
+                        rdma_cm: p.rdma_cm.clone(),
                     }
                 })
                 .collect(),
@@ -90,8 +93,16 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
             let prev = prev.and_then(|p| p.stats.present());
             deltas(&relevant, prev, |_| Width::Bits64)
         });
-        let counters = stats.unwrap_or_default();
+        let mut counters = stats.unwrap_or_default();
+        // Link flaps: sysfs's, beside the driver's statistics.
+        if let Some(now) = i.carrier_changes {
+            let then = prev.and_then(|p| p.carrier_changes);
+            let carrier = BTreeMap::from([("carrier_changes".to_string(), now)]);
+            let prev = then.map(|t| BTreeMap::from([("carrier_changes".to_string(), t)]));
+            counters.extend(deltas(&carrier, prev.as_ref(), |_| Width::Bits64));
+        }
         nic.interfaces.push(Interface {
+            sysctls: i.sysctls.clone(),
             name: i.name.clone(),
             mtu: i.mtu,
             addresses: i.addresses.clone(),
@@ -190,6 +201,7 @@ pub fn is_roce_health(name: &str) -> bool {
     ]
     .iter()
     .any(|k| name.contains(k))
+        || crate::model::nic::is_link_error(name)
 }
 
 /// The per-priority table from the driver statistics' names (mlx5's `rx_prio<p>_pause`,
@@ -251,9 +263,12 @@ mod tests {
                 fw_ver: None,
                 hca_type: None,
                 board_id: None,
+                pci: BTreeMap::new(),
                 ports: vec![port],
             }]),
             interfaces: vec![HostInterface {
+                carrier_changes: None,
+                sysctls: BTreeMap::new(),
                 name: "eth9".into(),
                 mtu: Some(4200),
                 addresses: Vec::new(),

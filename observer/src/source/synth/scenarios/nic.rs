@@ -38,6 +38,29 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
         link_layer: Some("Ethernet".into()),
         rate: Some("100 Gb/sec (2X HDR)".into()),
         netdevs: vec![NIC_NETDEV.into()],
+        // mlx5's default GIDs of an address: RoCE v1 and v2 of its link-local and of its IPv4
+        // address (the mapped form).
+        gids: [
+            (0, "fe80:0000:0000:0000:0e42:a1ff:fe2b:3c4d", "IB/RoCE v1"),
+            (1, "fe80:0000:0000:0000:0e42:a1ff:fe2b:3c4d", "RoCE v2"),
+            (2, "0000:0000:0000:0000:0000:ffff:c612:0a01", "IB/RoCE v1"),
+            (3, "0000:0000:0000:0000:0000:ffff:c612:0a01", "RoCE v2"),
+        ]
+        .into_iter()
+        .map(|(index, gid, kind)| crate::model::nic::Gid {
+            index,
+            gid: gid.into(),
+            kind: kind.into(),
+            netdev: NIC_NETDEV.into(),
+        })
+        .collect(),
+        rdma_cm: [
+            ("default_roce_mode", "RoCE v2"),
+            ("default_roce_tos", "106"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
         ..RdmaPort::default()
     };
     for (i, name) in [
@@ -84,6 +107,8 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
         "rx_discards_phy",
         "rx_vport_rdma_unicast_packets",
         "tx_vport_rdma_unicast_packets",
+        "rx_crc_errors_phy",
+        "rx_symbol_err_phy",
     ] {
         stats.insert(name.into(), base);
     }
@@ -101,6 +126,17 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
             fw_ver: Some("28.39.1002".into()),
             hca_type: Some("MT4129".into()),
             board_id: Some("MT_0000000838".into()),
+            // A ConnectX-7 in a Gen5 x16 slot, on NUMA node 0.
+            pci: [
+                ("current_link_speed", "32.0 GT/s PCIe"),
+                ("max_link_speed", "32.0 GT/s PCIe"),
+                ("current_link_width", "16"),
+                ("max_link_width", "16"),
+                ("numa_node", "0"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
             ports: vec![port],
         }]),
         interfaces: vec![Interface {
@@ -133,6 +169,19 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
                 rp,
                 unread: Vec::new(),
             }),
+            carrier_changes: Some(2),
+            // One RoCE netdev: the ARP sysctls as a distribution leaves them.
+            sysctls: [
+                ("arp_ignore", "0"),
+                ("arp_announce", "0"),
+                ("rp_filter", "2"),
+                ("all/arp_ignore", "0"),
+                ("all/arp_announce", "0"),
+                ("all/rp_filter", "2"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         }],
         qps: Availability::Present(vec![Qp {
             device: NIC_DEVICE.into(),
