@@ -101,7 +101,7 @@ impl Expect {
                 why,
             })
         };
-        for err in [
+        if let Some(err) = [
             e.roce_priority
                 .and_then(|v| bad("roce_priority", v, 7, "a priority is 0 to 7")),
             e.cnp_priority
@@ -113,6 +113,7 @@ impl Expect {
         ]
         .into_iter()
         .flatten()
+        .next()
         {
             return Err(err);
         }
