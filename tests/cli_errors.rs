@@ -164,15 +164,47 @@ fn foreign_xdp_program_is_never_replaced() {
                     .args(["diagnose", "--iface", "rx0", "--duration", "1s"]),
             );
         assert_eq!(status.code(), Some(1), "{err}");
-        assert_eq!(
-            error_line(&err),
-            "roce-observer: error: interface 'rx0' already has an XDP program attached by someone else; refusing to replace it (detach it first, e.g. `ip link set dev rx0 xdp off`, if it is not needed)"
+        // Named, and said not to be roce-observer's (so not a sidecar to observe beside).
+        let line = error_line(&err);
+        assert!(
+            line.starts_with(
+                "roce-observer: error: interface 'rx0' already has an XDP program attached (program "
+            ) && line.ends_with(
+                ", count_frames, not roce-observer's; if it is not needed, `ip link set dev rx0 xdp off` frees the hook); refusing to replace it"
+            ),
+            "{line}"
         );
         // Still the same foreign program.
         assert_eq!(integration_tests::link_details(&lab.ns, "rx0"), before);
         drop(foreign);
         assert!(!has_xdp(&lab.ns, "rx0"));
     }
+    // roce-observer's own mirror-mode program (a sidecar consuming copies): recognized, and
+    // neither replaced nor observed beside (TC would see none of the copies).
+    let ours = lab
+        .ns
+        .run_in(move || {
+            let mut ebpf = load_program(programs::OBSERVE_CONSUME);
+            xdp_mut(&mut ebpf, programs::OBSERVE_CONSUME)
+                .attach(Lab::RX, XdpMode::Skb)
+                .unwrap();
+            ebpf
+        })
+        .unwrap();
+    let (status, _, err) = output(
+        lab.ns
+            .command(CLI)
+            .args(["diagnose", "--iface", "rx0", "--duration", "1s"]),
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    let line = error_line(&err);
+    assert!(
+        line.contains("has roce-observer's mirror-mode program attached")
+            && line.contains("roce_observe_co")
+            && !line.contains("xdp off"),
+        "{line}"
+    );
+    drop(ours);
 }
 
 #[test]

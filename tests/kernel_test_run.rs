@@ -552,6 +552,7 @@ fn every_program_in_the_object_passes_the_verifier() {
         programs::OBSERVE,
         programs::OBSERVE_CONSUME,
         programs::OBSERVE_EGRESS,
+        programs::OBSERVE_INGRESS,
         programs::BASELINE,
         programs::OBSERVE_UNCACHED,
         programs::OBSERVE_SHARED,

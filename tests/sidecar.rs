@@ -1926,6 +1926,96 @@ fn nic_only_sidecar_attaches_nothing_and_needs_no_capability() {
     assert!(status.success(), "{log}");
 }
 
+/// `run` and `diagnose` on one interface at once: the sidecar holds rx0's XDP hook; diagnose
+/// sees it is roce-observer's own, observes at TC ingress instead and says so (never asking to
+/// detach the sidecar); traffic sent while both watch is counted exactly by each: the sidecar's
+/// scrape against the generator's truth, and diagnose's totals and every flow's packets and
+/// bytes. The sidecar goes on unharmed after diagnose detaches.
+#[test]
+fn run_and_diagnose_on_one_interface_both_exact() {
+    if !require_root("run_and_diagnose_on_one_interface_both_exact") {
+        return;
+    }
+    let lab = lab("ro-beside");
+    let d = Daemon::start(&lab.ns, &["--iface", "rx0", "--interval", "300ms"], false);
+    let mut diag = lab
+        .ns
+        .command(CLI)
+        .args(["diagnose", "-i", "rx0", "--duration", "4s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for its attached line before sending.
+    let mut stderr = BufReader::new(diag.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("roce-observer: attached")
+            && line.contains("at TC ingress on rx0, beside the running sidecar's XDP program"),
+        "{line}"
+    );
+    // The traffic without its three-VLAN-tag noise frame: TC sees frames with the outer tag
+    // taken out by the kernel (the report says so), which makes it a RoCE packet there.
+    let mut traffic = Traffic::new();
+    let mut sent = Sent::default();
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        let mut w = traffic.next();
+        let before = w.frames.len();
+        w.frames
+            .retain(|f| f.bytes[12..14] != wire::ETHERTYPE_QINQ.to_be_bytes());
+        w.truth.counters.skipped[SkipReason::TooManyVlanTags as usize] -=
+            (before - w.frames.len()) as u64;
+        send_on(&lab.ns, Lab::TX, &w);
+        sent.add(&w);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = diag.wait_with_output().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(out.status.success(), "{line}{rest}");
+    assert!(!rest.contains("xdp off"), "{rest}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &r["totals"];
+    // The veth carries the kernel's own frames too (IPv6 neighbour discovery): at least ours.
+    assert!(t["frames"].as_u64().unwrap() >= sent.frames, "{t}");
+    assert_eq!(
+        t["roce_packets"].as_u64().unwrap(),
+        sent.total(|s| s.packets)
+    );
+    assert_eq!(t["roce_bytes"].as_u64().unwrap(), sent.total(|s| s.bytes));
+    let flows = r["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), sent.flows.len());
+    for (k, truth) in &sent.flows {
+        let src = roce_observer::model::ip_of(k.src_ip).to_string();
+        let f = flows
+            .iter()
+            .find(|f| f["dest_qp"] == k.dest_qp && f["src_ip"] == src.as_str())
+            .unwrap_or_else(|| panic!("no flow {src} qp {:#x}", k.dest_qp));
+        assert_eq!(f["packets"].as_u64().unwrap(), truth.packets, "{f}");
+        assert_eq!(f["bytes"].as_u64().unwrap(), truth.bytes, "{f}");
+    }
+    let warnings = r["source"]["warnings"].to_string();
+    assert!(
+        warnings.contains("rx0 observed at TC ingress"),
+        "{warnings}"
+    );
+    // The sidecar: exact, still attached after diagnose left.
+    let s = wait_drains(&lab.ns, 2.0);
+    check_against(&s, &sent, 100);
+    assert_eq!(
+        one(&s, "roce_observer_interface_attached", &[("iface", "rx0")]),
+        1.0
+    );
+    assert_eq!(
+        attached_programs(&lab.ns, "rx0").matches("xdp").count() > 0,
+        true
+    );
+    let (status, log) = d.stop();
+    assert!(status.success(), "{log}");
+}
+
 /// `diagnose` with the NIC side alone (`--netdev` of a veth, no interface): as `nobody` with no
 /// capability, nothing attached while it reads; the report says the wire is not observed (no
 /// wire rule judges it, not even as "too little"), holds the netdev's NIC side over the

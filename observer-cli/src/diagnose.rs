@@ -282,10 +282,16 @@ pub fn observe(
         options.xdp_mode,
     );
     let mut session = LiveSession::attach(options, analysis)?;
-    let spread = match session.spread_cpus() {
+    let mut spread = match session.spread_cpus() {
         [] => String::new(),
         cpus => format!(", copies accounted on CPUs {}", cpu_list(cpus)),
     };
+    if !session.beside().is_empty() {
+        spread.push_str(&format!(
+            "; at TC ingress on {}, beside the running sidecar's XDP program",
+            session.beside().join(", ")
+        ));
+    }
     eprintln!(
         "{ATTACHED} to {ifaces} ({} mode, xdp {}{spread}), observing for {:.1}s; Ctrl-C to stop early",
         vantage.name(),

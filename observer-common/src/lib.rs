@@ -97,6 +97,9 @@ pub mod programs {
     pub const OBSERVE_CONSUME: &str = "roce_observe_consume";
     /// Host mode, TC egress: accounts transmitted frames (flow key marked egress), passes on.
     pub const OBSERVE_EGRESS: &str = "roce_observe_egress";
+    /// Host mode, TC ingress: accounts received frames as `OBSERVE` does, where a sidecar's
+    /// `OBSERVE` holds the interface's XDP hook (`diagnose` beside it).
+    pub const OBSERVE_INGRESS: &str = "roce_observe_ingress";
     /// Mirror mode spread over CPUs: sends each frame to its hosts' CPU (a cpumap).
     pub const SPREAD: &str = "roce_spread";
     /// `OBSERVE` and `OBSERVE_CONSUME` as cpumap programs, on the CPUs frames are spread to.

@@ -1011,6 +1011,35 @@ mod kernel {
     /// The accounting of a transmitted frame (all but the updates after it); what it was.
     #[inline(never)]
     fn observe_egress(ctx: TcContext) -> u32 {
+        observe_tc::<true>(ctx)
+    }
+
+    /// Beside an XDP program of roce-observer's own on the interface (a sidecar running there),
+    /// `diagnose` in host mode attaches here instead of XDP: TC ingress (tcx, or clsact) sees
+    /// every frame that program passed, which in host mode is every frame. Accounts received
+    /// frames as the XDP program does, then passes on (TC_ACT_UNSPEC): never drops, redirects
+    /// or changes a packet.
+    #[classifier]
+    pub fn roce_observe_ingress(ctx: TcContext) -> i32 {
+        let raw = ctx.skb.skb;
+        let done = observe_tc_ingress(ctx);
+        after_accounting(done, 0);
+        if done & ROCE != 0 {
+            account_cm_tc(TcContext::new(raw));
+        }
+        TC_ACT_UNSPEC
+    }
+
+    /// The accounting of a frame received at TC ingress; what it was.
+    #[inline(never)]
+    fn observe_tc_ingress(ctx: TcContext) -> u32 {
+        observe_tc::<false>(ctx)
+    }
+
+    /// A frame at TC (egress when `EGRESS`, else ingress): its headers made linear where the
+    /// parser would stop short of them, then accounted.
+    #[inline(always)]
+    fn observe_tc<const EGRESS: bool>(ctx: TcContext) -> u32 {
         let ctx = &ctx;
         let linear = (ctx.data_end() - ctx.data()) as u32;
         let len = ctx.len();
@@ -1030,13 +1059,13 @@ mod kernel {
                 });
             }
         }
-        if let Some(counters) = COUNTERS.get_ptr_mut(0) {
-            // SAFETY: a per-CPU map value; TC egress runs with bottom halves off.
+        if EGRESS && let Some(counters) = COUNTERS.get_ptr_mut(0) {
+            // SAFETY: a per-CPU map value; TC runs with bottom halves off.
             unsafe { (*counters).egress_frames += 1 };
         }
         // SAFETY: reading the context's ifindex field.
         let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-        account!(ctx, true, ifindex, len)
+        account!(ctx, EGRESS, ifindex, len)
     }
 
     /// Mirror mode with --consume: account, then drop the copies (GRE/ERSPAN copies and RoCE

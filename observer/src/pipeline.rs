@@ -465,6 +465,11 @@ pub struct LiveSession {
 }
 
 impl LiveSession {
+    /// The interfaces observed at TC ingress beside a running sidecar's XDP program.
+    pub fn beside(&self) -> Vec<&str> {
+        self.observer.beside()
+    }
+
     /// Mirror mode: the CPUs the copies are spread over (none: accounted where received).
     pub fn spread_cpus(&self) -> &[u32] {
         self.observer.spread_cpus()
@@ -492,6 +497,8 @@ impl LiveSession {
             tc_hook: options.tc_hook,
             burst_slot_ns: timeline_config.slot_ns,
             spread: options.spread.clone(),
+            // diagnose beside a running sidecar observes at TC ingress, and says so.
+            beside_sidecar: true,
         };
         let observer = Observer::attach(config)?;
         let mut timeline =
@@ -586,6 +593,7 @@ impl LiveSession {
             .interfaces()
             .map(|(_, name, ifindex, _)| (ifindex, name.to_string()))
             .collect();
+        let beside: Vec<String> = self.beside().iter().map(|s| s.to_string()).collect();
         // Read before detaching (frames that arrive after it are not the observer's to miss).
         let interface_missed = self
             .options
@@ -608,6 +616,12 @@ impl LiveSession {
         let o = &self.options;
         let mut source = Source::live(o.interfaces.clone(), o.xdp_mode.name());
         source.mode = Some(o.vantage.name().to_string());
+        if !beside.is_empty() {
+            source.warnings.push(format!(
+                "{} observed at TC ingress beside roce-observer's own XDP program (a sidecar running there): every frame it passes, VLAN tags as the kernel hands them to TC (taken out of the frame, so neither their priority nor their 4 bytes are counted)",
+                beside.join(", ")
+            ));
+        }
         let mut report = agg.report(source, window);
         report.totals.interface_missed = interface_missed;
         report.name_latency_interfaces(&names);

@@ -24,10 +24,11 @@ fn os_error(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
 /// then) that the kernel places ahead of the existing ones. First, so that it sees every frame
 /// before another program may drop or redirect it; it passes every packet on, so the others see
 /// what they saw before. Neither replaces anything.
-pub(super) fn attach_egress(
+pub(super) fn attach_tc(
     tc: &mut SchedClassifier,
     iface: &str,
     hook: TcHook,
+    at: TcAttachType,
 ) -> Result<SchedClassifierLinkId, LiveError> {
     use aya::{
         programs::{
@@ -55,7 +56,7 @@ pub(super) fn attach_egress(
         }
         TcAttachOptions::Netlink(NlOptions::default())
     };
-    tc.attach_with_options(iface, TcAttachType::Egress, options)
+    tc.attach_with_options(iface, at, options)
         .map_err(|e| match e {
             ProgramError::UnknownInterface { name } => LiveError::UnknownInterface(name),
             source => LiveError::TcAttach {
@@ -65,11 +66,69 @@ pub(super) fn attach_egress(
         })
 }
 
+/// Whose XDP program holds an interface's hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum XdpOwner {
+    /// roce-observer's observer in host mode (or plain mirror mode): a sidecar, whose every
+    /// frame passes on to TC ingress.
+    Observer(u32),
+    /// roce-observer's mirror-mode spreading or consuming program.
+    OurMirror(u32, String),
+    /// Another program.
+    Other(u32, String),
+    /// A program whose name cannot be read (BPF_PROG_GET_FD_BY_ID needs CAP_SYS_ADMIN).
+    Unnamed(u32),
+    /// None found (or the hook could not be read).
+    Unknown,
+}
+
+impl XdpOwner {
+    pub(super) fn describe(&self, iface: &str) -> String {
+        match self {
+            Self::Observer(id) => format!("program {id}, roce-observer's"),
+            Self::OurMirror(id, name) => format!("program {id}, roce-observer's {name}"),
+            Self::Other(id, name) => format!(
+                "program {id}, {name}, not roce-observer's; if it is not needed, `ip link set dev {iface} xdp off` frees the hook"
+            ),
+            Self::Unnamed(id) => format!(
+                "program {id}, whose name only CAP_SYS_ADMIN can read: if it is `roce-observer run`, diagnose as root observes beside it"
+            ),
+            Self::Unknown => "by another process".into(),
+        }
+    }
+}
+
+/// Whose XDP program is attached to `iface` (rtnetlink gives its id; its name says whether it
+/// is roce-observer's: the kernel keeps 15 bytes of it).
+pub(super) fn xdp_owner(iface: &str) -> XdpOwner {
+    use observer_common::programs;
+    let Ok(ifindex) = super::if_index(iface) else {
+        return XdpOwner::Unknown;
+    };
+    let Ok(Some(id)) = crate::source::nic::link::xdp_program_id(ifindex) else {
+        return XdpOwner::Unknown;
+    };
+    let name = aya::programs::loaded_programs()
+        .flatten()
+        .find(|p| p.id() == id)
+        .and_then(|p| p.name_as_str().map(str::to_string));
+    match name {
+        None => XdpOwner::Unnamed(id),
+        Some(n) if n == programs::OBSERVE => XdpOwner::Observer(id),
+        Some(n) if programs::OBSERVE_CONSUME.starts_with(&n) || n == programs::SPREAD => {
+            XdpOwner::OurMirror(id, n)
+        }
+        Some(n) => XdpOwner::Other(id, n),
+    }
+}
+
 pub(super) fn attach_error(iface: &str, mode: AttachMode, e: ProgramError) -> LiveError {
     match e {
         ProgramError::UnknownInterface { name } => LiveError::UnknownInterface(name),
         source => match os_error(&source) {
-            Some(libc::EBUSY) | Some(libc::EEXIST) => LiveError::XdpBusy(iface.to_string()),
+            Some(libc::EBUSY) | Some(libc::EEXIST) => {
+                LiveError::XdpBusy(iface.to_string(), xdp_owner(iface).describe(iface))
+            }
             Some(libc::EOPNOTSUPP) if mode == AttachMode::Native => LiveError::ModeUnsupported {
                 iface: iface.to_string(),
                 mode: mode.name(),

@@ -15,10 +15,12 @@ pub enum LiveError {
         "live capture needs root or the capabilities {missing} (this process runs as uid {uid} without them)"
     )]
     NotPrivileged { missing: String, uid: u32 },
+    #[error("interface '{0}' already has an XDP program attached ({1}); refusing to replace it")]
+    XdpBusy(String, String),
     #[error(
-        "interface '{0}' already has an XDP program attached by someone else; refusing to replace it (detach it first, e.g. `ip link set dev {0} xdp off`, if it is not needed)"
+        "interface '{0}' has roce-observer's mirror-mode program attached ({1}: a sidecar spreading or consuming the copies): beside it only its metrics see them (its /metrics endpoint)"
     )]
-    XdpBusy(String),
+    SidecarMirror(String, String),
     #[error("XDP mode '{mode}' is not supported on interface '{iface}' (try --xdp-mode skb)")]
     ModeUnsupported { iface: String, mode: &'static str },
     /// The loader's (or verifier's) message made one line by [`load_error`]: it is the source's

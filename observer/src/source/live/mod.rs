@@ -9,7 +9,8 @@
 use aya::{
     Ebpf, EbpfLoader,
     programs::{
-        ProgramError, SchedClassifier, Xdp, XdpMode, tc::SchedClassifierLinkId, xdp::XdpLinkId,
+        ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode, tc::SchedClassifierLinkId,
+        xdp::XdpLinkId,
     },
 };
 use observer_common::{
@@ -41,7 +42,7 @@ pub use netdev::{
 pub use spread::{Spread, cpu_list, online_cpus, parse_cpu_list, set_up as set_up_spread};
 
 use self::{
-    attach::{attach_egress, attach_error},
+    attach::{XdpOwner, attach_error, attach_tc, xdp_owner},
     bursts::{check_entry_clash, register_interface, unregister_interface, zero_iface_counters},
     error::load_error,
 };
@@ -180,6 +181,10 @@ pub struct LiveConfig {
     pub burst_slot_ns: u64,
     /// Mirror mode: the CPUs that account the copies.
     pub spread: Spread,
+    /// Host mode: where an interface's XDP hook holds roce-observer's own observer (a sidecar
+    /// running there), attach at TC ingress instead, which sees every frame it passes
+    /// (`diagnose` beside `run`).
+    pub beside_sidecar: bool,
 }
 
 impl LiveConfig {
@@ -192,6 +197,7 @@ impl LiveConfig {
             tc_hook: TcHook::Auto,
             burst_slot_ns: crate::units::DEFAULT_SLOT_NS,
             spread: Spread::QueueCpus,
+            beside_sidecar: false,
         }
     }
 }
@@ -206,6 +212,8 @@ struct Attached {
     xdp: Option<XdpLinkId>,
     /// Host mode: the TC egress link.
     egress: Option<SchedClassifierLinkId>,
+    /// Host mode beside a sidecar: the TC ingress link (instead of XDP).
+    ingress: Option<SchedClassifierLinkId>,
     /// Mirror mode: promiscuous mode held (dropped after the links).
     _promiscuous: Option<Promiscuous>,
 }
@@ -340,6 +348,14 @@ impl Observer {
                 .try_into()
                 .map_err(|e: ProgramError| load_error(&e))?;
             tc.load().map_err(|e| load_error(&e))?;
+            if config.beside_sidecar {
+                let tc: &mut SchedClassifier = ebpf
+                    .program_mut(programs::OBSERVE_INGRESS)
+                    .ok_or(LiveError::MissingProgram(programs::OBSERVE_INGRESS))?
+                    .try_into()
+                    .map_err(|e: ProgramError| load_error(&e))?;
+                tc.load().map_err(|e| load_error(&e))?;
+            }
         }
         Ok(Self {
             ebpf,
@@ -416,6 +432,7 @@ impl Observer {
             ifindex,
             xdp: None,
             egress: None,
+            ingress: None,
             _promiscuous: None,
         };
         if let Vantage::Mirror { .. } = self.config.vantage {
@@ -437,8 +454,30 @@ impl Observer {
             Ok(link) => attached.xdp = Some(link),
             Err(e) => {
                 let e = attach_error(iface, self.config.xdp_mode, e);
-                let _ = self.release(&mut attached, true);
-                return Err(e);
+                // A hook taken by roce-observer's own observer (a sidecar): TC ingress sees every
+                // frame it passes, in host mode.
+                let beside = match (&e, self.beside_sidecar()) {
+                    (LiveError::XdpBusy(..), beside) => match xdp_owner(iface) {
+                        XdpOwner::Observer(_) if beside => Some(self.attach_ingress(iface)),
+                        XdpOwner::OurMirror(id, name) => Some(Err(LiveError::SidecarMirror(
+                            iface.to_string(),
+                            format!("program {id}, {name}"),
+                        ))),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match beside {
+                    Some(Ok(link)) => attached.ingress = Some(link),
+                    Some(Err(e2)) => {
+                        let _ = self.release(&mut attached, true);
+                        return Err(e2);
+                    }
+                    None => {
+                        let _ = self.release(&mut attached, true);
+                        return Err(e);
+                    }
+                }
             }
         }
         if self.config.vantage == Vantage::Host {
@@ -447,7 +486,7 @@ impl Observer {
                 .program_mut(programs::OBSERVE_EGRESS)
                 .and_then(|p| p.try_into().ok())
                 .ok_or(LiveError::MissingProgram(programs::OBSERVE_EGRESS))?;
-            match attach_egress(tc, iface, self.config.tc_hook) {
+            match attach_tc(tc, iface, self.config.tc_hook, TcAttachType::Egress) {
                 Ok(link) => attached.egress = Some(link),
                 Err(e) => {
                     let _ = self.release(&mut attached, true);
@@ -472,6 +511,20 @@ impl Observer {
             && present
         {
             first = Err(LiveError::Detach {
+                iface: a.name.clone(),
+                source: e,
+            });
+        }
+        if let Some(link) = a.ingress.take()
+            && let Some(tc) = self
+                .ebpf
+                .program_mut(programs::OBSERVE_INGRESS)
+                .and_then(|p| <&mut SchedClassifier>::try_from(p).ok())
+            && let Err(e) = tc.detach(link)
+            && present
+            && first.is_ok()
+        {
+            first = Err(LiveError::DetachEgress {
                 iface: a.name.clone(),
                 source: e,
             });
@@ -520,8 +573,10 @@ impl Observer {
     /// (slot, name, ifindex (0 while gone), attached) of every interface.
     pub fn interfaces(&self) -> impl Iterator<Item = (usize, &str, u32, bool)> {
         self.slots.iter().enumerate().filter_map(|(i, a)| {
-            a.as_ref()
-                .map(|a| (i, a.name.as_str(), a.ifindex, a.xdp.is_some()))
+            a.as_ref().map(|a| {
+                let on = a.xdp.is_some() || a.ingress.is_some();
+                (i, a.name.as_str(), a.ifindex, on)
+            })
         })
     }
 
@@ -579,6 +634,31 @@ impl Observer {
             }
         }
         events
+    }
+
+    /// The interfaces observed at TC ingress beside a sidecar's XDP program (not through XDP).
+    pub fn beside(&self) -> Vec<&str> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|a| a.ingress.is_some())
+            .map(|a| a.name.as_str())
+            .collect()
+    }
+
+    /// Whether an interface whose XDP hook a sidecar holds is observed at TC ingress instead.
+    fn beside_sidecar(&self) -> bool {
+        self.config.beside_sidecar && self.config.vantage == Vantage::Host
+    }
+
+    /// Attaches the TC ingress observer to `iface` (beside a sidecar's XDP program).
+    fn attach_ingress(&mut self, iface: &str) -> Result<SchedClassifierLinkId, LiveError> {
+        let tc: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(programs::OBSERVE_INGRESS)
+            .and_then(|p| p.try_into().ok())
+            .ok_or(LiveError::MissingProgram(programs::OBSERVE_INGRESS))?;
+        attach_tc(tc, iface, self.config.tc_hook, TcAttachType::Ingress)
     }
 
     /// Whether the interface of `slot` is operationally up (None: gone).

@@ -8,6 +8,7 @@ pub mod dcb;
 pub mod dcqcn;
 pub mod ethtool;
 pub mod host;
+pub mod link;
 pub mod rdma;
 pub mod rdma_netlink;
 pub mod tree;
