@@ -2008,10 +2008,7 @@ fn run_and_diagnose_on_one_interface_both_exact() {
         one(&s, "roce_observer_interface_attached", &[("iface", "rx0")]),
         1.0
     );
-    assert_eq!(
-        attached_programs(&lab.ns, "rx0").matches("xdp").count() > 0,
-        true
-    );
+    assert!(attached_programs(&lab.ns, "rx0").contains("xdp"));
     let (status, log) = d.stop();
     assert!(status.success(), "{log}");
 }
