@@ -191,11 +191,12 @@ fn foreign_xdp_program_is_never_replaced() {
             ebpf
         })
         .unwrap();
-    let (status, _, err) = output(
-        lab.ns
-            .command(CLI)
-            .args(["diagnose", "--iface", "rx0", "--duration", "1s"]),
-    );
+    let (status, _, err) =
+        output(
+            lab.ns
+                .command(CLI)
+                .args(["diagnose", "--iface", "rx0", "--duration", "1s"]),
+        );
     assert_eq!(status.code(), Some(1), "{err}");
     let line = error_line(&err);
     assert!(

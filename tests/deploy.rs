@@ -17,7 +17,7 @@ use std::{
 };
 
 use integration_tests::{
-    EXPORTED_METRICS, LATENCY_METRICS, NIC_METRICS, PFC_METRICS, Scratch, output,
+    EXPORTED_METRICS, LATENCY_METRICS, NIC_METRICS, PFC_METRICS, Scratch, output, require_root,
 };
 use serde_json::Value;
 
@@ -742,4 +742,196 @@ fn kubernetes_nic_daemonset_attaches_nothing_without_capabilities() {
     for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
         assert_eq!(&ds["spec"]["template"]["metadata"]["labels"][k], v);
     }
+}
+
+/// The stages of `deploy/Containerfile`: (FROM line's image, stage name, its lines).
+fn containerfile_stages() -> Vec<(String, String, Vec<String>)> {
+    let mut stages: Vec<(String, String, Vec<String>)> = Vec::new();
+    let text = read("Containerfile");
+    // Continuation lines joined.
+    let joined = text.replace("\\\n", " ");
+    for line in joined.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words[0] == "FROM" {
+            let name = match words.as_slice() {
+                [_, _, as_, name] if as_.eq_ignore_ascii_case("as") => name.to_string(),
+                _ => String::new(),
+            };
+            stages.push((words[1].to_string(), name, Vec::new()));
+        } else {
+            stages
+                .last_mut()
+                .expect("a FROM first")
+                .2
+                .push(line.to_string());
+        }
+    }
+    stages
+}
+
+/// The image: a build stage that builds the release binary as the repository does (`cargo
+/// xtask release`: the nightly, bpf-linker, `--locked`), a slim runtime stage with only the
+/// binary and libpcap, run as nobody; its entrypoint is the one both DaemonSets run.
+#[test]
+fn containerfile_is_multi_stage_with_the_binary_on_a_slim_base() {
+    let stages = containerfile_stages();
+    assert_eq!(stages.len(), 2, "{stages:?}");
+    let (build_image, build, build_lines) = &stages[0];
+    assert!(build_image.contains("rust:"), "{build_image}");
+    assert_eq!(build, "build");
+    assert!(build_lines.iter().any(|l| l == "RUN cargo xtask release"));
+    let (runtime_image, _, lines) = &stages[1];
+    assert!(runtime_image.ends_with("-slim"), "{runtime_image}");
+    assert!(
+        lines.iter().any(|l| l
+            == "COPY --from=build /src/target/release/roce-observer /usr/local/bin/roce-observer"),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l.contains("libpcap0.8")));
+    assert!(lines.iter().any(|l| l == "USER 65534:65534"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == r#"ENTRYPOINT ["/usr/local/bin/roce-observer"]"#)
+    );
+    // The build context leaves the build outputs out (for podman and docker alike).
+    for ignore in [".containerignore", ".dockerignore"] {
+        let text = std::fs::read_to_string(root().join(ignore)).unwrap();
+        assert!(text.lines().any(|l| l.trim() == "target"), "{ignore}");
+    }
+    // Both DaemonSets run that entrypoint, and name the image deploy/Containerfile builds.
+    let Some(python) = venv_python("containerfile_is_multi_stage_with_the_binary_on_a_slim_base")
+    else {
+        return;
+    };
+    for file in ["kubernetes/daemonset.yaml", "kubernetes/daemonset-nic.yaml"] {
+        let docs = yaml_documents(&python, file);
+        let c = &kind(&docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            strings(&c["command"]),
+            ["/usr/local/bin/roce-observer"],
+            "{file}"
+        );
+        assert!(read(file).contains("deploy/Containerfile"), "{file}");
+    }
+}
+
+/// A container builder that works here (podman), or none, said loudly.
+fn builder(test: &str) -> Option<PathBuf> {
+    let podman = tool(test, "podman")?;
+    let (status, _, err) = output(Command::new(&podman).args(["info"]));
+    if !status.success() {
+        eprintln!(
+            "\n*** SKIPPED {test}: podman cannot work here: {} ***\n",
+            err.trim()
+        );
+        return None;
+    }
+    Some(podman)
+}
+
+/// The image built and run as the DaemonSets run it. deploy/Containerfile is built when its
+/// base images can be pulled; where no registry is reachable (said loudly), its runtime stage is
+/// built from scratch with the same layout (the binary at /usr/local/bin, its libraries, user
+/// 65534, the same entrypoint). Either image's configuration is checked, and its binary runs
+/// from the image's own filesystem as nobody without capabilities (chroot: containers cannot
+/// run where the cgroups are in hybrid mode).
+#[test]
+fn container_image_builds_and_runs_as_nobody() {
+    let test = "container_image_builds_and_runs_as_nobody";
+    if !require_root(test) {
+        return;
+    }
+    let Some(podman) = builder(test) else {
+        return;
+    };
+    let tag = format!("localhost/roce-observer-test:{}", std::process::id());
+    let (status, _, err) = output(
+        Command::new(&podman)
+            .args([
+                "build",
+                "--pull=missing",
+                "-q",
+                "-f",
+                "deploy/Containerfile",
+                "-t",
+                &tag,
+            ])
+            .arg(".")
+            .current_dir(root()),
+    );
+    let scratch = Scratch::new("image");
+    if !status.success() {
+        let unreachable = [
+            "pinging container registry",
+            "no such host",
+            "initializing source",
+        ]
+        .iter()
+        .any(|m| err.contains(m));
+        assert!(unreachable, "deploy/Containerfile does not build:\n{err}");
+        eprintln!(
+            "\n*** {test}: deploy/Containerfile NOT built: its base images cannot be pulled here ({}); building its runtime stage's layout from scratch instead ***\n",
+            err.lines().last().unwrap_or("").trim()
+        );
+        let ctx = scratch.path("ctx");
+        let bin = Path::new(env!("CARGO_BIN_EXE_roce-observer-under-test"));
+        std::fs::create_dir_all(ctx.join("usr/local/bin")).unwrap();
+        std::fs::copy(bin, ctx.join("usr/local/bin/roce-observer")).unwrap();
+        let (_, ldd, _) = output(Command::new("ldd").arg(bin));
+        for lib in ldd.split_whitespace().filter(|w| w.starts_with('/')) {
+            let to = ctx.join(lib.trim_start_matches('/'));
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(lib, &to).unwrap();
+        }
+        std::fs::write(
+            ctx.join("Containerfile"),
+            "FROM scratch\nCOPY usr /usr\nCOPY lib /lib\nCOPY lib64 /lib64\nUSER 65534:65534\nENTRYPOINT [\"/usr/local/bin/roce-observer\"]\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(ctx.join("lib64")).unwrap();
+        let (status, _, err) = output(
+            Command::new(&podman)
+                .args(["build", "-q", "-t", &tag])
+                .arg(&ctx),
+        );
+        assert!(status.success(), "{err}");
+    }
+    let (_, config, _) = output(Command::new(&podman).args([
+        "image",
+        "inspect",
+        &tag,
+        "--format",
+        "{{.Config.User}} {{json .Config.Entrypoint}}",
+    ]));
+    assert_eq!(
+        config.trim(),
+        r#"65534:65534 ["/usr/local/bin/roce-observer"]"#
+    );
+    let (status, mount, err) = output(Command::new(&podman).args(["image", "mount", &tag]));
+    assert!(status.success(), "{err}");
+    let mount = mount.trim().to_string();
+    let run = |args: &[&str]| {
+        output(
+            Command::new("chroot")
+                .args([
+                    "--userspec=65534:65534",
+                    &mount,
+                    "/usr/local/bin/roce-observer",
+                ])
+                .args(args),
+        )
+    };
+    let (status, out, err) = run(&["--version"]);
+    assert!(status.success(), "{err}");
+    assert!(out.starts_with("roce-observer "), "{out}");
+    // Its libraries resolve and it refuses what it should, as nobody.
+    let (status, _, err) = run(&["run"]);
+    assert_eq!(status.code(), Some(1));
+    assert!(err.contains("nothing to observe"), "{err}");
+    let _ = output(Command::new(&podman).args(["image", "unmount", &tag]));
+    let _ = output(Command::new(&podman).args(["rmi", "-f", &tag]));
 }

@@ -36,6 +36,9 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     // Building needs libpcap's headers and library (the `pcap` crate, `--capture DEV`):
     // libpcap-dev ships /usr/bin/pcap-config.
     ("pcap-config", "libpcap-dev"),
+    // tests/deploy.rs builds deploy/Containerfile's image (or, without a registry, its runtime
+    // stage's equivalent) and runs the sidecar in it.
+    ("podman", "podman"),
 ];
 
 /// Python packages of the tools virtualenv (`target/tools/venv`): tests/deploy.rs parses the
@@ -53,6 +56,9 @@ struct Cli {
 enum Cmd {
     /// Install/verify the nightly toolchain, rust-src, bpf-linker and the test tools (idempotent).
     Setup,
+    /// The build half of setup (nightly, rust-src, bpf-linker; no test tools), then the release
+    /// binary: what deploy/Containerfile runs.
+    Release,
     /// Setup, then run the workspace tests (extra arguments go to `cargo test`).
     Test {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -93,6 +99,18 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Setup => {
             setup(&ws)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Release => {
+            let vv = nightly_toolchain()?;
+            let sysroot = rust_src()?;
+            bpf_linker(&ws, &vv, &sysroot)?;
+            status(ws.cargo().args([
+                "build",
+                "--release",
+                "--locked",
+                "--package",
+                "roce-observer-cli",
+            ]))
         }
         Cmd::Test { args } => {
             setup(&ws)?;
@@ -691,7 +709,7 @@ dependencies:
     fn extra_arguments_are_forwarded_verbatim() {
         let args = |argv: &[&str]| match Cli::try_parse_from(argv).unwrap().cmd {
             Cmd::Test { args } | Cmd::Demo { args } | Cmd::Bench { args } => args,
-            Cmd::Setup => panic!("not a forwarding subcommand"),
+            Cmd::Setup | Cmd::Release => panic!("not a forwarding subcommand"),
         };
         let cargo_run = ["xtask", "test", "--", "-p", "x", "--", "--nocapture"];
         assert_eq!(args(&cargo_run), ["-p", "x", "--", "--nocapture"]);
