@@ -712,6 +712,8 @@ fn kubernetes_nic_daemonset_attaches_nothing_without_capabilities() {
     let ds = kind(&docs, "DaemonSet");
     let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(pod["hostNetwork"], true);
+    // RDMA netlink lists the QPs of processes the caller's PID namespace sees.
+    assert_eq!(pod["hostPID"], true);
     let c = &pod["containers"].as_array().unwrap()[0];
     let sc = &c["securityContext"];
     assert_eq!(sc["runAsUser"], 65534);

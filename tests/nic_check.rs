@@ -516,10 +516,25 @@ fn each_host_item_fails_alone_on_one_changed_file() {
         "roce-mode",
         "rdma_cm connects in IB/RoCE v1 by default (default_roce_mode)",
     );
-    // Its ToS carries DSCP 0; with --tos, the fleet's ToS.
+    // Its ToS carries DSCP 0: said (applications may set their own), failed against the
+    // fleet's --tos.
     let (b, a) = copy(&dir);
     std::fs::write(cm(&a).join("default_roce_tos"), "0\n").unwrap();
-    fails_alone(&b, &a, &[], "roce-mode", "DSCP 0, not the RoCE DSCP 26");
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    let (status, evidence) = item(&items, "roce-mode");
+    assert_eq!(status, "warn");
+    assert!(
+        evidence.contains("DSCP 0, not the RoCE DSCP 26"),
+        "{evidence}"
+    );
+    fails_alone(
+        &b,
+        &a,
+        &["--tos", "106"],
+        "roce-mode",
+        "default ToS is 0 (DSCP 0), not the fleet's 106",
+    );
     let (b, a) = copy(&dir);
     fails_alone(
         &b,
@@ -547,6 +562,17 @@ fn each_host_item_fails_alone_on_one_changed_file() {
         &[],
         "pcie",
         "PCIe link at 32.0 GT/s x8, the card can 32.0 GT/s x16",
+    );
+    // The slot above it is x8 (`device/..`): the platform is the limit, said, not failed.
+    std::fs::write(a.join("sys/class/infiniband/mlx5_0/max_link_width"), "8\n").unwrap();
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    assert_eq!(
+        item(&items, "pcie"),
+        (
+            "warn",
+            "PCIe link at 32.0 GT/s x8, the slot's maximum; the card can 32.0 GT/s x16: the platform is the limit; NUMA node 0"
+        )
     );
     // The link flapped; then CRC errors.
     let (b, a) = copy(&dir);
@@ -591,6 +617,16 @@ fn each_host_item_fails_alone_on_one_changed_file() {
             .contains("arp_announce below 2 may announce another port's address")
     );
     sysctl(&b, &a, "all", "arp_announce", "2");
+    // arp_ignore 8: no reply at all.
+    sysctl(&b, &a, "all", "arp_ignore", "8");
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 1);
+    assert!(
+        item(&items, "arp-sysctls")
+            .1
+            .contains("arp_ignore above 2 limits or stops ARP replies")
+    );
+    sysctl(&b, &a, "all", "arp_ignore", "1");
     // The effective rp_filter is the larger of `all` and the netdev's: strict on one port.
     sysctl(&b, &a, "all", "rp_filter", "0");
     let (code, _) = check(&b, &a, &[]);

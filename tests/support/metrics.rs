@@ -125,7 +125,13 @@ pub const EXPORTED_METRICS: &[&str] = &[
 /// the netdevs behind it).
 pub const NIC_METRICS: &[&str] = &[
     "roce_nic_rdma_stat_total",
-    "roce_nic_rdma_port_stat_total",
+    // The fixture's IBTA counters, named as node_exporter's infiniband collector names them
+    // (roce_nic_rdma_port_stat_total holds the others: the fixture has none).
+    "roce_nic_infiniband_port_data_received_bytes_total",
+    "roce_nic_infiniband_port_data_transmitted_bytes_total",
+    "roce_nic_infiniband_port_packets_received_total",
+    "roce_nic_infiniband_port_packets_transmitted_total",
+    "roce_nic_ethtool_info",
     "roce_nic_pfc_pause_frames_total",
     "roce_nic_pfc_pause_seconds_total",
     "roce_nic_priority_discards_total",

@@ -440,12 +440,13 @@ fn cnp_marking(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, Str
     }
 }
 
-/// The largest RoCE path MTU a netdev MTU carries: the IB MTUs (256..4096) that fit with
-/// RoCEv2's headers over IPv6 (40 + 8 UDP + 12 BTH + 16 RETH + 4 ICRC = 80 bytes).
+/// The largest RoCE path MTU a netdev MTU carries, as the kernel picks it (`iboe_get_mtu`):
+/// the IB MTUs (256..4096) that fit with 96 bytes of headers (GRH 40, UDP 8, BTH 12, XRC 4,
+/// AtomicETH 28, ICRC 4).
 pub fn roce_path_mtu(mtu: u32) -> Option<u32> {
     [4096, 2048, 1024, 512, 256]
         .into_iter()
-        .find(|p| p + 80 <= mtu)
+        .find(|p| p + 96 <= mtu)
 }
 
 fn mtu(ifaces: &[Interface], intent: &Intent) -> (ItemStatus, String) {
@@ -475,11 +476,11 @@ fn mtu(ifaces: &[Interface], intent: &Intent) -> (ItemStatus, String) {
             (ItemStatus::Fail, format!("{list}, not the fleet's {want}"))
         }
         Some(_) => (ItemStatus::Pass, list),
-        // Judged on its own: RoCE's largest path MTU, 4096, needs an MTU of 4176 or more.
+        // Judged on its own: RoCE's largest path MTU, 4096, needs an MTU of 4192 or more.
         None if roce_path_mtu(first).is_none_or(|p| p < 4096) => (
             ItemStatus::Warn,
             format!(
-                "{list}: RoCE messages go in packets below 4096 bytes, more headers per byte (an MTU of 4176 or more carries 4096; give --mtu to judge against the fleet's)"
+                "{list}: RoCE messages go in packets below 4096 bytes, more headers per byte (an MTU of 4192 or more carries 4096; give --mtu to judge against the fleet's)"
             ),
         ),
         None if known.len() > 1 => (ItemStatus::Pass, format!("one MTU: {list}")),
@@ -804,11 +805,30 @@ fn pcie(d: &Device) -> (ItemStatus, String) {
     };
     let now = format!("{speed:.1} GT/s x{width}");
     let max = format!("{max_speed:.1} GT/s x{max_width}");
-    if speed < max_speed || width < max_width {
+    // What the platform allows: the port above the card, where readable.
+    let (up_speed, up_width) = (
+        get("upstream_max_link_speed"),
+        get("upstream_max_link_width"),
+    );
+    let limit_speed = up_speed.map_or(max_speed, |u| u.min(max_speed));
+    let limit_width = up_width.map_or(max_width, |u| u.min(max_width));
+    if speed < limit_speed || width < limit_width {
         (
             ItemStatus::Fail,
             format!(
-                "PCIe link at {now}, the card can {max}: the slot, a riser or a BIOS setting holds it back, and the host cannot feed the ports at line rate{numa}"
+                "PCIe link at {now}, the card can {max}{}: a riser, a bad seating or a BIOS setting holds it back, and the host cannot feed the ports at line rate{numa}",
+                if (limit_speed, limit_width) != (max_speed, max_width) {
+                    format!(" and its slot {limit_speed:.1} GT/s x{limit_width}")
+                } else {
+                    String::new()
+                }
+            ),
+        )
+    } else if speed < max_speed || width < max_width {
+        (
+            ItemStatus::Warn,
+            format!(
+                "PCIe link at {now}, the slot's maximum; the card can {max}: the platform is the limit{numa}"
             ),
         )
     } else {
@@ -851,6 +871,7 @@ fn roce_mode(p: &Port, intent: &Intent) -> (ItemStatus, String) {
         }
     }
     let mut unknown = None;
+    let mut warn = None;
     match p.rdma_cm.get("default_roce_mode") {
         Some(m) if m != "RoCE v2" => bad.push(format!(
             "rdma_cm connects in {m} by default (default_roce_mode)"
@@ -866,10 +887,14 @@ fn roce_mode(p: &Port, intent: &Intent) -> (ItemStatus, String) {
                     Some(w) if w != tos => bad.push(format!(
                         "rdma_cm's default ToS is {tos} (DSCP {dscp}), not the fleet's {w}"
                     )),
-                    None if dscp != intent.roce_dscp => bad.push(format!(
-                        "rdma_cm's default ToS is {tos}: DSCP {dscp}, not the RoCE DSCP {}",
-                        intent.roce_dscp
-                    )),
+                    // Applications often set the traffic class per QP (NCCL_IB_TC): without the
+                    // fleet's --tos, a default that differs is said, not failed.
+                    None if dscp != intent.roce_dscp => {
+                        warn = Some(format!(
+                            "rdma_cm's default ToS is {tos}: DSCP {dscp}, not the RoCE DSCP {} (connections that set no traffic class of their own use it; give --tos to judge)",
+                            intent.roce_dscp
+                        ))
+                    }
                     _ => good.push(format!("ToS {tos} (DSCP {dscp})")),
                 }
             }
@@ -884,8 +909,15 @@ fn roce_mode(p: &Port, intent: &Intent) -> (ItemStatus, String) {
     }
     if !bad.is_empty() {
         (ItemStatus::Fail, bad.join("; "))
+    } else if let Some(w) = warn {
+        (ItemStatus::Warn, format!("{}; {w}", good.join("; ")))
     } else if let Some(u) = unknown {
         (ItemStatus::Unknown, format!("{}; {u}", good.join("; ")))
+    } else if good.is_empty() {
+        (
+            ItemStatus::Unknown,
+            "no GID names a netdev, and rdma_cm's defaults are not readable".into(),
+        )
     } else {
         (ItemStatus::Pass, good.join("; "))
     }
@@ -965,8 +997,10 @@ fn arp_sysctls(i: &Interface, roce_netdevs: usize) -> (ItemStatus, String) {
         );
     }
     let mut bad = Vec::new();
-    if ignore == 0 {
-        bad.push("arp_ignore 0 answers ARP for the other ports' addresses (set 1)");
+    match ignore {
+        1 | 2 => {}
+        0 => bad.push("arp_ignore 0 answers ARP for the other ports' addresses (set 1)"),
+        _ => bad.push("arp_ignore above 2 limits or stops ARP replies (set 1)"),
     }
     if announce < 2 {
         bad.push("arp_announce below 2 may announce another port's address (set 2)");

@@ -454,6 +454,18 @@ impl Collector {
             }
         };
         let keep = self.config.clone();
+        // Between the NIC side alone and interfaces only a restart changes (said above): the
+        // NIC side's selection stays with what is observed.
+        let new = if keep.nic_only() == new.nic_only() {
+            new
+        } else {
+            RunConfig {
+                rdma_devices: keep.rdma_devices.clone(),
+                netdevs: keep.netdevs.clone(),
+                all_rdma_devices: keep.all_rdma_devices,
+                ..new
+            }
+        };
         self.config = RunConfig {
             listen: keep.listen,
             vantage: keep.vantage,

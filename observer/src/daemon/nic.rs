@@ -27,6 +27,10 @@ use crate::source::nic::{
     rdma::{Delta, Width, counter_width, delta, device_of_capture},
 };
 
+/// How often the QP table is read (a dump of every QP, each with its process's name: on a host
+/// with tens of thousands of QPs, too much for every drain); the last one is exported between.
+const QP_EVERY: Duration = Duration::from_secs(30);
+
 /// How long a drain waits for the NIC side's reading (a few milliseconds normally); a reading
 /// still running then is picked up by a later drain.
 const READ_WAIT: Duration = Duration::from_millis(500);
@@ -203,6 +207,8 @@ pub(super) struct NicSide {
     /// After a reload: the next reading drops what it no longer selects.
     prune: bool,
     reader: Reader,
+    /// When the QP table was last asked for.
+    qps_asked: Option<std::time::Instant>,
 }
 
 /// At the start, a named RDMA device or netdev the host lacks is an error (a wrong name);
@@ -238,6 +244,7 @@ impl NicSide {
             logged: BTreeMap::new(),
             prune: false,
             reader: Reader::new(),
+            qps_asked: None,
         };
         side.configure(config);
         side
@@ -384,8 +391,14 @@ impl NicSide {
         let selection = Selection {
             interfaces: netdevs,
             rdma_devices: devices,
-            no_qps: false,
+            // The last reading's table stands in until it is due (none kept: read now).
+            no_qps: self.last.is_some()
+                && !self.prune
+                && self.qps_asked.is_some_and(|t| t.elapsed() < QP_EVERY),
         };
+        if !selection.no_qps {
+            self.qps_asked = Some(std::time::Instant::now());
+        }
         let Some(result) = self.reader.read(&self.host, selection) else {
             // Still reading (a firmware command that hangs): the drain goes on, the counters
             // stand still, and the source says so.
@@ -434,7 +447,13 @@ impl NicSide {
     }
 
     /// Folds a reading's counters in and keeps it as the configuration's.
-    fn fold(&mut self, s: host::Snapshot) {
+    fn fold(&mut self, mut s: host::Snapshot) {
+        // A reading without the QP table (read every QP_EVERY) keeps the last one.
+        if matches!(&s.qps, Availability::Absent { reason } if reason == host::QPS_NOT_READ)
+            && let Some(last) = &self.last
+        {
+            s.qps = last.qps.clone();
+        }
         if self.prune {
             self.prune = false;
             let devices: Vec<&str> = s.devices().iter().map(|d| d.name.as_str()).collect();
@@ -613,6 +632,7 @@ impl NicSide {
                     version: driver.version,
                     firmware,
                     model: device.and_then(|d| d.hca_type.clone()).unwrap_or_default(),
+                    driver_firmware: driver.firmware.clone(),
                     bus: driver.bus,
                 });
                 config.push(NicConfigRow {

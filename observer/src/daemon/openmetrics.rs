@@ -191,7 +191,41 @@ pub struct NicInfoRow {
     /// one model: one driver serves several generations.
     pub model: String,
     pub bus: String,
+    /// The driver's firmware string as `ethtool -i` gives it (with the PSID), for
+    /// `roce_nic_ethtool_info`'s `firmware_version` (node_exporter's).
+    pub driver_firmware: String,
 }
+
+/// The IBTA port counters (`counters/<file>`) node_exporter's infiniband collector exports, and
+/// the name it gives each (`node_infiniband_<name>_total`, labels `device` and `port`): exported
+/// here as `roce_nic_infiniband_<name>_total`, the same suffix, labels and units, so a dashboard
+/// built on one reads the other with the prefix swapped (and beside node_exporter nothing is
+/// counted twice). `port_rcv_data` and `port_xmit_data` count 4-byte words: exported in bytes,
+/// as node_exporter does.
+pub const INFINIBAND_COUNTERS: &[(&str, &str)] = &[
+    ("port_rcv_data", "port_data_received"),
+    ("port_xmit_data", "port_data_transmitted"),
+    ("port_rcv_packets", "port_packets_received"),
+    ("port_xmit_packets", "port_packets_transmitted"),
+    ("unicast_rcv_packets", "unicast_packets_received"),
+    ("unicast_xmit_packets", "unicast_packets_transmitted"),
+    ("multicast_rcv_packets", "multicast_packets_received"),
+    ("multicast_xmit_packets", "multicast_packets_transmitted"),
+    ("port_rcv_errors", "port_errors_received"),
+    ("port_rcv_discards", "port_discards_received"),
+    ("port_xmit_discards", "port_discards_transmitted"),
+    (
+        "port_rcv_constraint_errors",
+        "port_constraint_errors_received",
+    ),
+    (
+        "port_xmit_constraint_errors",
+        "port_constraint_errors_transmitted",
+    ),
+    ("port_xmit_wait", "port_transmit_wait"),
+    ("link_downed", "link_downed"),
+    ("link_error_recovery", "link_error_recovery"),
+];
 
 /// A netdev's RoCE configuration, as last read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -628,34 +662,37 @@ impl Collector for SnapshotCollector {
                 None,
                 s.flows as i64,
             )?;
-            gauge(
-                &mut enc,
-                "roce_observer_flow_table_entries",
-                "Entries in the kernel flow table at the last drain (flows held only in the per-CPU cache in front of it are not entries yet)",
-                None,
-                s.table_entries as i64,
-            )?;
-            gauge(
-                &mut enc,
-                "roce_observer_flow_table_capacity",
-                "Capacity of the kernel flow table",
-                None,
-                i64::from(s.table_capacity),
-            )?;
-            gauge(
-                &mut enc,
-                "roce_observer_flow_table_fill_ratio",
-                "Entries over capacity of the kernel flow table",
-                None,
-                s.table_entries as f64 / f64::from(s.table_capacity.max(1)),
-            )?;
-            counter(
-                &mut enc,
-                "roce_observer_flow_evictions",
-                "Flows a drain saw in the kernel table that the table then evicted (LRU) before the daemon aged them out (flows inserted and evicted between two drains are not seen: their packets are in roce_observer_unattributed_packets_total)",
-                None,
-                s.evictions,
-            )?;
+            // A libpcap capture fills no kernel table: no table metric says it is empty.
+            if s.mode != "capture" {
+                gauge(
+                    &mut enc,
+                    "roce_observer_flow_table_entries",
+                    "Entries in the kernel flow table at the last drain (flows held only in the per-CPU cache in front of it are not entries yet)",
+                    None,
+                    s.table_entries as i64,
+                )?;
+                gauge(
+                    &mut enc,
+                    "roce_observer_flow_table_capacity",
+                    "Capacity of the kernel flow table",
+                    None,
+                    i64::from(s.table_capacity),
+                )?;
+                gauge(
+                    &mut enc,
+                    "roce_observer_flow_table_fill_ratio",
+                    "Entries over capacity of the kernel flow table at the last drain (the flows it held, before that drain aged idle ones out; the LRU table evicts from about capacity minus 256 entries per CPU)",
+                    None,
+                    s.table_entries as f64 / f64::from(s.table_capacity.max(1)),
+                )?;
+                counter(
+                    &mut enc,
+                    "roce_observer_flow_evictions",
+                    "Flows a drain saw in the kernel table that the table then evicted (LRU) before the daemon aged them out (flows inserted and evicted between two drains are not seen: their packets are in roce_observer_unattributed_packets_total)",
+                    None,
+                    s.evictions,
+                )?;
+            }
             counter(
                 &mut enc,
                 "roce_observer_unattributed_packets",
@@ -802,12 +839,50 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
         None,
         n.hw_counters.iter().map(port_labels),
     )?;
+    // The IBTA counters node_exporter names get its names; the others stay in one family.
+    let node_name = |c: &str| INFINIBAND_COUNTERS.iter().find(|(f, _)| *f == c);
+    for (file, name) in INFINIBAND_COUNTERS {
+        let data = file.ends_with("_data");
+        let rows = n
+            .port_counters
+            .iter()
+            .filter(|r| r.counter == *file)
+            .map(|r| {
+                (
+                    [("device", r.device.clone()), ("port", r.port.to_string())],
+                    // 4-byte words to bytes, as node_exporter does.
+                    if data {
+                        r.value.saturating_mul(4)
+                    } else {
+                        r.value
+                    },
+                )
+            });
+        counter_family(
+            enc,
+            &format!("roce_nic_infiniband_{name}"),
+            &format!(
+                "The port's IBTA counter {file} (sysfs counters/{file}{}), summed from the daemon's start as roce_nic_rdma_stat_total; node_exporter's node_infiniband_{name}{}_total",
+                if data {
+                    ", 4-byte words, here in bytes"
+                } else {
+                    ""
+                },
+                if data { "_bytes" } else { "" }
+            ),
+            data.then_some(&Unit::Bytes),
+            rows,
+        )?;
+    }
     counter_family(
         enc,
         "roce_nic_rdma_port_stat",
-        "An RDMA device port's IBTA counter (sysfs counters/), summed from the daemon's start as roce_nic_rdma_stat_total; port_rcv_data and port_xmit_data count 4-byte words (octets / 4)",
+        "An RDMA device port's other IBTA counters (sysfs counters/: symbol_error, port_rcv_remote_physical_errors, VL15_dropped, ...; the ones node_exporter names are roce_nic_infiniband_*), summed from the daemon's start as roce_nic_rdma_stat_total",
         None,
-        n.port_counters.iter().map(port_labels),
+        n.port_counters
+            .iter()
+            .filter(|r| node_name(&r.counter).is_none())
+            .map(port_labels),
     )?;
     counter_family(
         enc,
@@ -906,6 +981,25 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
                 ("firmware", i.firmware.clone()),
                 ("model", i.model.clone()),
                 ("bus", i.bus.clone()),
+            ])?;
+        }
+    }
+    {
+        // node_exporter's node_ethtool_info, its labels.
+        let mut m = enc.encode_descriptor(
+            "roce_nic_ethtool",
+            "A netdev's driver information (ethtool -i), labelled as node_exporter's node_ethtool_info: bus_info, device (the netdev), driver, expansion_rom_version, firmware_version, version",
+            None,
+            MetricType::Info,
+        )?;
+        for i in &n.info {
+            m.encode_info(&[
+                ("bus_info", i.bus.clone()),
+                ("device", i.iface.clone()),
+                ("driver", i.driver.clone()),
+                ("expansion_rom_version", String::new()),
+                ("firmware_version", i.driver_firmware.clone()),
+                ("version", i.version.clone()),
             ])?;
         }
     }

@@ -186,9 +186,11 @@ pub fn evaluate(r: &Report, t: &Thresholds) -> (Vec<Finding>, Vec<Check>) {
             continue;
         }
         // The NIC side alone (`diagnose --rdma-dev` without an interface): the wire's rules
-        // (every rule but the `nic-` ones, which read the NIC's counters and settings) have no
-        // view to judge, which is not too little of one.
-        if r.source.kind == "nic" && !rule_name.starts_with("nic-") {
+        // (every rule but the `nic-` ones, which read the NIC's counters and settings, and the
+        // wire against the NIC) have no view to judge, which is not too little of one.
+        if r.source.kind == "nic"
+            && (!rule_name.starts_with("nic-") || rule_name == "nic-wire-mismatch")
+        {
             checks.push(Check {
                 rule: rule_name.to_string(),
                 status: CheckStatus::Skipped,

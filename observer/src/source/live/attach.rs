@@ -115,7 +115,11 @@ pub(super) fn xdp_owner(iface: &str) -> XdpOwner {
     match name {
         None => XdpOwner::Unnamed(id),
         Some(n) if n == programs::OBSERVE => XdpOwner::Observer(id),
-        Some(n) if programs::OBSERVE_CONSUME.starts_with(&n) || n == programs::SPREAD => {
+        // The kernel keeps 15 bytes of a name (BPF_OBJ_NAME_LEN - 1).
+        Some(n)
+            if n == programs::SPREAD
+                || n == programs::OBSERVE_CONSUME[..programs::OBSERVE_CONSUME.len().min(15)] =>
+        {
             XdpOwner::OurMirror(id, n)
         }
         Some(n) => XdpOwner::Other(id, n),

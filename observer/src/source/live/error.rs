@@ -69,6 +69,12 @@ pub enum LiveError {
         #[source]
         source: ProgramError,
     },
+    #[error("cannot detach the TC ingress program from interface '{iface}'")]
+    DetachIngress {
+        iface: String,
+        #[source]
+        source: ProgramError,
+    },
     #[error("interface '{0}' is given twice")]
     DuplicateInterface(String),
     #[error("cannot read the kernel map {map}")]

@@ -214,6 +214,9 @@ struct Attached {
     egress: Option<SchedClassifierLinkId>,
     /// Host mode beside a sidecar: the TC ingress link (instead of XDP).
     ingress: Option<SchedClassifierLinkId>,
+    /// It was observed at TC ingress beside a sidecar: a re-created interface is attached there
+    /// again (never racing the sidecar for the XDP hook).
+    beside: bool,
     /// Mirror mode: promiscuous mode held (dropped after the links).
     _promiscuous: Option<Promiscuous>,
 }
@@ -392,7 +395,7 @@ impl Observer {
                 rings: self.ring_slots,
             });
         }
-        let attached = self.attach_slot(iface, slot, true)?;
+        let attached = self.attach_slot(iface, slot, true, false)?;
         self.oper[slot] = link_up(iface);
         self.slots[slot] = Some(attached);
         self.config.interfaces.push(iface.to_string());
@@ -407,6 +410,7 @@ impl Observer {
         iface: &str,
         slot: usize,
         fresh: bool,
+        beside: bool,
     ) -> Result<Attached, LiveError> {
         let ifindex = if_index(iface)?;
         let others = self
@@ -433,6 +437,7 @@ impl Observer {
             xdp: None,
             egress: None,
             ingress: None,
+            beside,
             _promiscuous: None,
         };
         if let Vantage::Mirror { .. } = self.config.vantage {
@@ -444,15 +449,31 @@ impl Observer {
                 }
             }
         }
-        let name = self.attached_program();
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(name)
-            .and_then(|p| p.try_into().ok())
-            .ok_or(LiveError::MissingProgram(name))?;
-        match prog.attach(iface, self.config.xdp_mode.xdp()) {
-            Ok(link) => attached.xdp = Some(link),
-            Err(e) => {
+        let xdp = if beside {
+            // Beside the sidecar before: straight to TC ingress.
+            match self.attach_ingress(iface) {
+                Ok(link) => {
+                    attached.ingress = Some(link);
+                    None
+                }
+                Err(e) => {
+                    let _ = self.release(&mut attached, true);
+                    return Err(e);
+                }
+            }
+        } else {
+            let name = self.attached_program();
+            let prog: &mut Xdp = self
+                .ebpf
+                .program_mut(name)
+                .and_then(|p| p.try_into().ok())
+                .ok_or(LiveError::MissingProgram(name))?;
+            Some(prog.attach(iface, self.config.xdp_mode.xdp()))
+        };
+        match xdp {
+            None => {}
+            Some(Ok(link)) => attached.xdp = Some(link),
+            Some(Err(e)) => {
                 let e = attach_error(iface, self.config.xdp_mode, e);
                 // A hook taken by roce-observer's own observer (a sidecar): TC ingress sees every
                 // frame it passes, in host mode.
@@ -468,7 +489,10 @@ impl Observer {
                     _ => None,
                 };
                 match beside {
-                    Some(Ok(link)) => attached.ingress = Some(link),
+                    Some(Ok(link)) => {
+                        attached.ingress = Some(link);
+                        attached.beside = true;
+                    }
                     Some(Err(e2)) => {
                         let _ = self.release(&mut attached, true);
                         return Err(e2);
@@ -524,7 +548,7 @@ impl Observer {
             && present
             && first.is_ok()
         {
-            first = Err(LiveError::DetachEgress {
+            first = Err(LiveError::DetachIngress {
                 iface: a.name.clone(),
                 source: e,
             });
@@ -604,7 +628,7 @@ impl Observer {
                     });
                 }
                 if now != 0 {
-                    match self.attach_slot(&name, slot, false) {
+                    match self.attach_slot(&name, slot, false, a.beside) {
                         Ok(fresh) => {
                             a = fresh;
                             events.push(IfaceEvent::Reattached {
@@ -641,7 +665,7 @@ impl Observer {
         self.slots
             .iter()
             .flatten()
-            .filter(|a| a.ingress.is_some())
+            .filter(|a| a.beside)
             .map(|a| a.name.as_str())
             .collect()
     }

@@ -71,6 +71,9 @@ pub struct Interface {
 /// subnet, RoCE's ARP and return traffic depend on them.
 pub const SYSCTLS: &[&str] = &["arp_ignore", "arp_announce", "rp_filter"];
 
+/// The reason of a QP table left out on purpose ([`Selection::no_qps`]).
+pub const QPS_NOT_READ: &str = "not read";
+
 /// One reading of a host's NIC side.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
@@ -175,7 +178,7 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
     }
     let qps = match host {
         _ if sel.no_qps => Availability::Absent {
-            reason: "not read".into(),
+            reason: QPS_NOT_READ.into(),
         },
         Host::Live => super::rdma_netlink::qps()?,
         Host::Root(r) => super::rdma_netlink::qps_at(r)?,
@@ -413,7 +416,12 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
         if !d.pci.is_empty() {
             create_dir_all(dev.join("device"))?;
             for (k, v) in &d.pci {
-                write(dev.join("device").join(k), format!("{v}\n"))?;
+                // The upstream port's files are read at `device/..`: here, the device's own.
+                let path = match k.strip_prefix("upstream_") {
+                    Some(f) => dev.join(f),
+                    None => dev.join("device").join(k),
+                };
+                write(path, format!("{v}\n"))?;
             }
         }
         for p in &d.ports {
@@ -528,13 +536,25 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
                 ("roce_np", d.np_enabled, &d.np),
                 ("roce_rp", d.rp_enabled, &d.rp),
             ] {
+                // What the host could not read stays out: read back, it is unread again, not
+                // off.
+                let unread = |what: &str| d.unread.iter().any(|u| u == what);
+                if unread(side) {
+                    continue;
+                }
                 let sd = net.join("ecn").join(side);
-                create_dir_all(sd.join("enable"))?;
-                for p in 0..8 {
-                    write(
-                        sd.join("enable").join(p.to_string()),
-                        format!("{}\n", (enabled >> p) & 1),
-                    )?;
+                create_dir_all(&sd)?;
+                if !unread(&format!("{side}/enable")) {
+                    create_dir_all(sd.join("enable"))?;
+                    for p in 0..8 {
+                        if unread(&format!("{side}/enable/{p}")) {
+                            continue;
+                        }
+                        write(
+                            sd.join("enable").join(p.to_string()),
+                            format!("{}\n", (enabled >> p) & 1),
+                        )?;
+                    }
                 }
                 for (k, v) in params {
                     write(sd.join(k), format!("{v}\n"))?;

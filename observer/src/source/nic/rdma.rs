@@ -34,6 +34,9 @@ pub const PCI_FILES: &[&str] = &[
     "numa_node",
 ];
 
+/// The files of the PCIe port above the card (`device/..`), kept as `upstream_<file>`.
+pub const UPSTREAM_FILES: &[&str] = &["max_link_speed", "max_link_width"];
+
 /// rdma_cm's per-port defaults (configfs, `sys/kernel/config/rdma_cm/<dev>/ports/<n>/`).
 pub const RDMA_CM_FILES: &[&str] = &["default_roce_mode", "default_roce_tos"];
 
@@ -108,10 +111,16 @@ pub fn rdma_devices_among(
             }
         }
         ports.sort_by_key(|p| p.port);
-        let pci = PCI_FILES
+        let mut pci: BTreeMap<String, String> = PCI_FILES
             .iter()
             .filter_map(|f| Some((f.to_string(), line(&dir.join("device").join(f))?)))
             .collect();
+        // The port above the card (a switch or root port): what the platform allows.
+        for f in UPSTREAM_FILES {
+            if let Some(v) = line(&dir.join("device/..").join(f)) {
+                pci.insert(format!("upstream_{f}"), v);
+            }
+        }
         devices.push(RdmaDevice {
             pci,
             fw_ver: line(&dir.join("fw_ver")),

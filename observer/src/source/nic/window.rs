@@ -96,9 +96,14 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
         let mut counters = stats.unwrap_or_default();
         // Link flaps: sysfs's, beside the driver's statistics.
         if let Some(now) = i.carrier_changes {
-            let then = prev.and_then(|p| p.carrier_changes);
             let carrier = BTreeMap::from([("carrier_changes".to_string(), now)]);
-            let prev = then.map(|t| BTreeMap::from([("carrier_changes".to_string(), t)]));
+            // A first reading of the netdev without it: no known start (no delta), as for the
+            // driver's counters; no first reading at all: from zero.
+            let prev = prev.map(|p| {
+                p.carrier_changes
+                    .map(|t| BTreeMap::from([("carrier_changes".to_string(), t)]))
+                    .unwrap_or_default()
+            });
             counters.extend(deltas(&carrier, prev.as_ref(), |_| Width::Bits64));
         }
         nic.interfaces.push(Interface {
