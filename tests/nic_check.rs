@@ -141,6 +141,8 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
             "cnp-marking",
             "pause-storms",
             "lossless-discards",
+            "ets",
+            "pfc-watchdog",
             "dcqcn-params",
             "arp-sysctls",
             "link-errors",
@@ -190,7 +192,7 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
                 == "PASS pfc ens1f0np0 PFC on priority 3 only"),
         "{out}"
     );
-    assert!(out.ends_with("check: nothing failed (16 items)\n"), "{out}");
+    assert!(out.ends_with("check: nothing failed (18 items)\n"), "{out}");
     assert_eq!(
         item(&items, "cnp-sent").1,
         "in 1.0 s: port 1: 400 marked, 380 CNPs sent; no CNP ignored"
@@ -574,6 +576,29 @@ fn each_host_item_fails_alone_on_one_changed_file() {
             "PCIe link at 32.0 GT/s x8, the slot's maximum; the card can 32.0 GT/s x16: the platform is the limit; NUMA node 0"
         )
     );
+    // ETS: RoCE's class at 0%; CNPs in RoCE's class.
+    let (b, a) = copy(&dir);
+    dcb(&b, &a, |v| v["tc_bw"][3] = 0.into());
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "ets",
+        "class 3 has 0% under ETS: RoCE starves whenever other classes are busy",
+    );
+    let (b, a) = copy(&dir);
+    dcb(&b, &a, |v| v["prio_tc"][6] = 3.into());
+    fails_alone(&b, &a, &[], "ets", "CNPs share class 3 with RoCE data");
+    // PFC storm prevention off (ethtool --get-tunable's output).
+    let (b, a) = copy(&dir);
+    std::fs::write(
+        a.join("ethtool").join(IF).join("tunables"),
+        "pfc-prevention-tout: 0\n",
+    )
+    .unwrap();
+    fails_alone(&b, &a, &[], "pfc-watchdog", "PFC storm prevention is off");
+    let (code, items) = check(&b, &a, &["--lossy"]);
+    assert_eq!(item(&items, "pfc-watchdog").0, "not-applicable", "{code}");
     // The link flapped; then CRC errors.
     let (b, a) = copy(&dir);
     edit(

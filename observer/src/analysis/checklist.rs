@@ -242,6 +242,10 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
         push("pause-storms", &i.name, s, e);
         let (s, e) = lossless_discards(i, nic.seconds, intent, stats_absent.as_deref());
         push("lossless-discards", &i.name, s, e);
+        let (s, e) = ets(i, intent, &absent("dcb"));
+        push("ets", &i.name, s, e);
+        let (s, e) = pfc_watchdog(i, intent, &absent("pfc-watchdog"));
+        push("pfc-watchdog", &i.name, s, e);
         let (s, e) = dcqcn_params(i, intent, &absent("dcqcn"));
         push("dcqcn-params", &i.name, s, e);
         let (s, e) = arp_sysctls(i, nic.interfaces.len());
@@ -1067,5 +1071,99 @@ fn link_errors(i: &Interface, seconds: f64, absent: Option<&str>) -> (ItemStatus
                 grew.join(", ")
             ),
         )
+    }
+}
+
+/// ETS for RoCE and CNPs: the RoCE priority's traffic class gets bandwidth (a class at 0% under
+/// ETS is starved whenever the others are busy), and CNPs have a class of their own (in RoCE's,
+/// they wait behind the data they should slow down), with bandwidth or strict priority.
+fn ets(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
+    let Some(dcb) = &i.dcb else {
+        return (ItemStatus::Unknown, format!("no DCB settings: {absent}"));
+    };
+    let (Some(prio_tc), Some(tsa), Some(bw)) = (dcb.prio_tc, dcb.tc_tsa, dcb.tc_bw) else {
+        return (
+            ItemStatus::Unknown,
+            "the driver reports no ETS settings".into(),
+        );
+    };
+    let class = |what: &str, prio: u8| {
+        let tc = prio_tc[usize::from(prio) & 7];
+        let t = usize::from(tc) & 7;
+        let how = match tsa[t] {
+            0 => "strict".to_string(),
+            1 => "credit-based shaper".to_string(),
+            2 => format!("ETS {}%", bw[t]),
+            255 => "vendor".to_string(),
+            n => format!("TSA {n}"),
+        };
+        let starved = tsa[t] == 2 && bw[t] == 0;
+        (
+            tc,
+            format!("{what} priority {prio} → class {tc} ({how})"),
+            starved,
+        )
+    };
+    let (roce_tc, roce, roce_starved) = class("RoCE", intent.roce_priority);
+    let (cnp_tc, cnp, cnp_starved) = class("CNP", intent.cnp_priority);
+    let mut bad = Vec::new();
+    if roce_starved {
+        bad.push(format!(
+            "class {roce_tc} has 0% under ETS: RoCE starves whenever other classes are busy"
+        ));
+    }
+    if intent.roce_priority != intent.cnp_priority && roce_tc == cnp_tc {
+        bad.push(format!(
+            "CNPs share class {cnp_tc} with RoCE data: they wait behind the data they should slow down"
+        ));
+    } else if cnp_starved {
+        bad.push(format!(
+            "class {cnp_tc} has 0% under ETS: CNPs starve whenever other classes are busy"
+        ));
+    }
+    let evidence = format!("{roce}, {cnp}");
+    if bad.is_empty() {
+        (ItemStatus::Pass, evidence)
+    } else {
+        (ItemStatus::Fail, format!("{evidence}: {}", bad.join("; ")))
+    }
+}
+
+/// PFC storm prevention with lossless RoCE: a port that keeps pausing its peer without draining
+/// (a hung host) stops after the timeout instead of pausing the fabric behind it for ever.
+fn pfc_watchdog(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
+    if intent.lossy {
+        return (ItemStatus::NotApplicable, "RoCE runs lossy".into());
+    }
+    if i.dcb.as_ref().and_then(|d| d.pfc_enabled) == Some(0) {
+        return (
+            ItemStatus::NotApplicable,
+            "PFC is off on every priority".into(),
+        );
+    }
+    let Some(ms) = i.pfc_watchdog_ms else {
+        return (
+            ItemStatus::Unknown,
+            format!("no PFC storm prevention setting: {absent}"),
+        );
+    };
+    match ms {
+        0 => (
+            ItemStatus::Fail,
+            format!(
+                "PFC storm prevention is off: a receiver that stops draining pauses its link, and the fabric behind it, for ever (ethtool --set-tunable {} pfc-prevention-tout auto)",
+                i.name
+            ),
+        ),
+        crate::model::nic::PFC_PREVENTION_AUTO => (
+            ItemStatus::Pass,
+            "PFC storm prevention on, the driver's default timeout".into(),
+        ),
+        ms => (
+            ItemStatus::Pass,
+            format!(
+                "PFC storm prevention on: a port pausing {ms} ms without draining stops pausing"
+            ),
+        ),
     }
 }

@@ -228,6 +228,10 @@ pub struct Interface {
     pub dcb: Option<Dcb>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dcqcn: Option<Dcqcn>,
+    /// The PFC storm prevention timeout in ms (0: off, 65535: the driver's default), where the
+    /// driver has the tunable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pfc_watchdog_ms: Option<u16>,
     /// The netdev's IPv4 sysctls that matter with several RoCE netdevs (`arp_ignore`,
     /// `arp_announce`, `rp_filter`; `all/…`: the host-wide ones), as read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -366,6 +370,10 @@ impl ItemStatus {
         }
     }
 }
+
+/// `PFC_STORM_PREVENTION_AUTO` of the PFC storm prevention tunable: the driver picks the
+/// timeout.
+pub const PFC_PREVENTION_AUTO: u16 = 0xffff;
 
 /// Whether the driver statistic `name` counts frames the link corrupted (CRC / FCS and symbol
 /// errors: mlx5's `rx_crc_errors_phy`, `rx_symbol_err_phy`, `rx_pcs_symbol_err_phy`; `crc_err`,

@@ -21,6 +21,12 @@ const ETHTOOL_GDRVINFO: u32 = 0x03;
 const ETHTOOL_GSTRINGS: u32 = 0x1b;
 const ETHTOOL_GSTATS: u32 = 0x1d;
 const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETHTOOL_GTUNABLE: u32 = 0x48;
+/// `enum tunable_id`, `enum tunable_type_id`.
+const ETHTOOL_PFC_PREVENTION_TOUT: u32 = 3;
+const ETHTOOL_TUNABLE_U16: u32 = 2;
+/// `struct ethtool_tunable`: cmd, id, type_id, len, then the value.
+const TUNABLE_HEADER: usize = 16;
 /// `enum ethtool_stringset`: the names of the `ETHTOOL_GSTATS` values.
 const ETH_SS_STATS: u32 = 1;
 const ETH_GSTRING_LEN: usize = 32;
@@ -97,6 +103,63 @@ pub fn driver_info(iface: &str) -> Result<Availability<DriverInfo>, NicError> {
         firmware: field(DRVINFO_FW_VERSION),
         bus: field(DRVINFO_BUS_INFO),
     }))
+}
+
+/// The PFC storm prevention timeout of `iface` in ms (`ethtool --get-tunable IF
+/// pfc-prevention-tout`: a port pausing its peer that long without draining stops pausing; 0:
+/// off, [`PFC_PREVENTION_AUTO`]: the driver's default); absent, with the reason, when the driver
+/// has no such tunable.
+pub fn pfc_prevention_timeout(iface: &str) -> Result<Availability<u16>, NicError> {
+    check_interface(iface)?;
+    let socket = Socket::open()?;
+    let mut buf = words(TUNABLE_HEADER + 2);
+    put_u32(&mut buf, 0, ETHTOOL_GTUNABLE);
+    put_u32(&mut buf, 4, ETHTOOL_PFC_PREVENTION_TOUT);
+    put_u32(&mut buf, 8, ETHTOOL_TUNABLE_U16);
+    put_u32(&mut buf, 12, 2);
+    if let Err(e) = socket.ethtool(iface, &mut buf) {
+        let reason = match e.raw_os_error() {
+            // The core refuses a tunable the driver has no getter for with EOPNOTSUPP.
+            Some(libc::EINVAL) => Ok(format!(
+                "{iface}: the driver has no PFC storm prevention tunable (ETHTOOL_GTUNABLE: {e})"
+            )),
+            _ => absent_or_error(iface, "ETHTOOL_GTUNABLE", "PFC storm prevention tunable", e),
+        }?;
+        return Ok(Availability::Absent { reason });
+    }
+    let b = bytes(&buf);
+    let v = b
+        .get(TUNABLE_HEADER..TUNABLE_HEADER + 2)
+        .map(|x| u16::from_ne_bytes([x[0], x[1]]))
+        .unwrap_or(0);
+    Ok(Availability::Present(v))
+}
+
+pub use crate::model::nic::PFC_PREVENTION_AUTO;
+
+/// `ethtool --get-tunable IF pfc-prevention-tout` text output: "pfc-prevention-tout: 100"
+/// (`auto` and `off` read as the driver reports them, 0xffff and 0).
+pub fn parse_pfc_prevention(text: &str) -> Result<u16, NicError> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap_or("");
+    let bad = |reason| NicError::BadLine {
+        line: 1,
+        text: line.to_string(),
+        reason,
+    };
+    let (_, v) = line
+        .split_once(':')
+        .ok_or_else(|| bad("no \"pfc-prevention-tout: VALUE\" line"))?;
+    match v.trim() {
+        "auto" => Ok(PFC_PREVENTION_AUTO),
+        "off" => Ok(0),
+        n => n
+            .parse()
+            .map_err(|_| bad("not a number of ms, auto or off")),
+    }
 }
 
 /// `ethtool -S IF` text output ("NIC statistics:", then one "     name: value" line per value)

@@ -62,6 +62,8 @@ pub struct Interface {
     pub dcqcn: Availability<Dcqcn>,
     /// `carrier_changes`: how often the link went down or up since the netdev was made.
     pub carrier_changes: Option<u64>,
+    /// The PFC storm prevention timeout (ms; 0 off, 0xffff the driver's default).
+    pub pfc_watchdog: Availability<u16>,
     /// Its IPv4 sysctls [`SYSCTLS`] (`all/…`: the host-wide ones), those readable.
     pub sysctls: BTreeMap<String, String>,
 }
@@ -226,6 +228,7 @@ pub fn absences(s: &Snapshot) -> Vec<Absence> {
         add("stats", &i.name, i.stats.reason());
         add("dcb", &i.name, i.dcb.reason());
         add("dcqcn", &i.name, i.dcqcn.reason());
+        add("pfc-watchdog", &i.name, i.pfc_watchdog.reason());
     }
     out
 }
@@ -259,6 +262,7 @@ fn recall_reasons(root: &Path, s: &mut Snapshot) -> Result<(), NicError> {
         recall(&mut i.stats, reason("stats", &i.name));
         recall(&mut i.dcb, reason("dcb", &i.name));
         recall(&mut i.dcqcn, reason("dcqcn", &i.name));
+        recall(&mut i.pfc_watchdog, reason("pfc-watchdog", &i.name));
     }
     Ok(())
 }
@@ -305,6 +309,13 @@ fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interfa
             )
         }
     };
+    let pfc_watchdog = match host {
+        Host::Live => or_absent(super::ethtool::pfc_prevention_timeout(name)),
+        Host::Root(r) => from_text(
+            &r.join("ethtool").join(name).join("tunables"),
+            super::ethtool::parse_pfc_prevention,
+        )?,
+    };
     let conf = root.join("proc/sys/net/ipv4/conf");
     let mut sysctls = BTreeMap::new();
     for key in SYSCTLS {
@@ -316,6 +327,7 @@ fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interfa
         }
     }
     Ok(Interface {
+        pfc_watchdog,
         carrier_changes: number(&net.join("carrier_changes")),
         sysctls,
         name: name.to_string(),
@@ -517,6 +529,10 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
                     d.driver, d.version, d.firmware, d.bus
                 ),
             )?;
+        }
+        if let Availability::Present(t) = &i.pfc_watchdog {
+            create_dir_all(&tool)?;
+            write(tool.join("tunables"), format!("pfc-prevention-tout: {t}\n"))?;
         }
         if let Availability::Present(st) = &i.stats {
             create_dir_all(&tool)?;

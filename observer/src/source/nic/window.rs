@@ -50,6 +50,9 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
         if let Availability::Absent { reason } = &i.dcqcn {
             absent("dcqcn", n, reason);
         }
+        if let Availability::Absent { reason } = &i.pfc_watchdog {
+            absent("pfc-watchdog", n, reason);
+        }
     }
     for d in after.devices() {
         let prev = before.devices().iter().find(|p| p.name == d.name);
@@ -107,6 +110,7 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
             counters.extend(deltas(&carrier, prev.as_ref(), |_| Width::Bits64));
         }
         nic.interfaces.push(Interface {
+            pfc_watchdog_ms: i.pfc_watchdog.present().copied(),
             sysctls: i.sysctls.clone(),
             name: i.name.clone(),
             mtu: i.mtu,
@@ -273,6 +277,9 @@ mod tests {
             }]),
             interfaces: vec![HostInterface {
                 carrier_changes: None,
+                pfc_watchdog: Availability::Absent {
+                    reason: "none".into(),
+                },
                 sysctls: BTreeMap::new(),
                 name: "eth9".into(),
                 mtu: Some(4200),
@@ -382,7 +389,8 @@ mod tests {
                 ("qps", ""),
                 ("driver", "eth9"),
                 ("dcb", "eth9"),
-                ("dcqcn", "eth9")
+                ("dcqcn", "eth9"),
+                ("pfc-watchdog", "eth9")
             ]
         );
     }

@@ -170,6 +170,8 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
                 unread: Vec::new(),
             }),
             carrier_changes: Some(2),
+            // mlx5's default PFC storm prevention.
+            pfc_watchdog: Availability::Present(100),
             // One RoCE netdev: the ARP sysctls as a distribution leaves them.
             sysctls: [
                 ("arp_ignore", "0"),
