@@ -151,6 +151,7 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
             "transport-errors",
             "cnp-sent",
             "pcie",
+            "gpu-affinity",
             "roce-mode",
         ]
     );
@@ -192,7 +193,7 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
                 == "PASS pfc ens1f0np0 PFC on priority 3 only"),
         "{out}"
     );
-    assert!(out.ends_with("check: nothing failed (18 items)\n"), "{out}");
+    assert!(out.ends_with("check: nothing failed (19 items)\n"), "{out}");
     assert_eq!(
         item(&items, "cnp-sent").1,
         "in 1.0 s: port 1: 400 marked, 380 CNPs sent; no CNP ignored"
@@ -599,6 +600,24 @@ fn each_host_item_fails_alone_on_one_changed_file() {
     fails_alone(&b, &a, &[], "pfc-watchdog", "PFC storm prevention is off");
     let (code, items) = check(&b, &a, &["--lossy"]);
     assert_eq!(item(&items, "pfc-watchdog").0, "not-applicable", "{code}");
+    // No GPU on the NIC's NUMA node (the local one moved to node 1): said, not failed.
+    let (b, a) = copy(&dir);
+    std::fs::write(a.join("sys/bus/pci/devices/0000:18:00.0/numa_node"), "1\n").unwrap();
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    let warned: Vec<&str> = items
+        .iter()
+        .filter(|i| i.1 != "pass" && i.1 != "not-applicable")
+        .map(|i| i.0.as_str())
+        .collect();
+    assert_eq!(warned, ["gpu-affinity"], "{items:?}");
+    assert_eq!(
+        item(&items, "gpu-affinity"),
+        (
+            "warn",
+            "no GPU on the NIC's NUMA node 0 (0000:18:00.0 on node 1, 0000:9a:00.0 on node 1): GPUDirect RDMA through it crosses the inter-socket link"
+        )
+    );
     // The link flapped; then CRC errors.
     let (b, a) = copy(&dir);
     edit(

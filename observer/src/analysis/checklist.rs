@@ -267,6 +267,8 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
         push("cnp-sent", &d.name, s, e);
         let (s, e) = pcie(d);
         push("pcie", &d.name, s, e);
+        let (s, e) = gpu_affinity(d, &nic.gpus);
+        push("gpu-affinity", &d.name, s, e);
         for p in d
             .ports
             .iter()
@@ -1165,5 +1167,59 @@ fn pfc_watchdog(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, St
                 "PFC storm prevention on: a port pausing {ms} ms without draining stops pausing"
             ),
         ),
+    }
+}
+
+/// A GPU on the NIC's NUMA node: GPUDirect RDMA between a GPU and a NIC on different sockets
+/// crosses the inter-socket link (and many platforms throttle peer-to-peer across it). Said,
+/// not failed: a NIC may serve storage or another socket's GPUs by design.
+fn gpu_affinity(d: &Device, gpus: &[crate::model::nic::Gpu]) -> (ItemStatus, String) {
+    if gpus.is_empty() {
+        return (
+            ItemStatus::NotApplicable,
+            "no GPU found on the PCI bus (bus/pci/devices: NVIDIA or AMD display controllers)"
+                .into(),
+        );
+    }
+    let Some(node) = d
+        .pci
+        .get("numa_node")
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+    else {
+        return (
+            ItemStatus::Unknown,
+            "the NIC's NUMA node is not readable (device/numa_node; -1: the platform has one node or does not say)".into(),
+        );
+    };
+    let local: Vec<&str> = gpus
+        .iter()
+        .filter(|g| g.numa_node.map(i64::from) == Some(node))
+        .map(|g| g.bus.as_str())
+        .collect();
+    if local.is_empty() {
+        let nodes: Vec<String> = gpus
+            .iter()
+            .map(|g| {
+                format!(
+                    "{} on {}",
+                    g.bus,
+                    g.numa_node
+                        .map_or("no node".into(), |n| format!("node {n}"))
+                )
+            })
+            .collect();
+        (
+            ItemStatus::Warn,
+            format!(
+                "no GPU on the NIC's NUMA node {node} ({}): GPUDirect RDMA through it crosses the inter-socket link",
+                nodes.join(", ")
+            ),
+        )
+    } else {
+        (
+            ItemStatus::Pass,
+            format!("NUMA node {node}, with GPU {}", local.join(", ")),
+        )
     }
 }

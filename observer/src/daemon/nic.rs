@@ -395,6 +395,7 @@ impl NicSide {
             no_qps: self.last.is_some()
                 && !self.prune
                 && self.qps_asked.is_some_and(|t| t.elapsed() < QP_EVERY),
+            gpus: false,
         };
         if !selection.no_qps {
             self.qps_asked = Some(std::time::Instant::now());

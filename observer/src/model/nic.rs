@@ -125,6 +125,21 @@ pub struct Nic {
     /// The QP table, each QP joined to the wire's flows to it where the wire shows them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub qps: Vec<QpRow>,
+    /// The host's GPUs (PCI display and 3D controllers of NVIDIA and AMD), where read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<Gpu>,
+}
+
+/// A GPU on the host's PCI bus.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Its PCI address (`0000:18:00.0`).
+    pub bus: String,
+    /// The PCI vendor id (`0x10de`: NVIDIA, `0x1002`: AMD).
+    pub vendor: String,
+    /// Its NUMA node (none: the platform says none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
 }
 
 /// A source the host lacks.

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::rdma::RdmaDevice;
 use super::{Availability, NicError, check_interface, line, number};
-use crate::model::nic::{Dcb, Dcqcn, DriverInfo, Qp};
+use crate::model::nic::{Dcb, Dcqcn, DriverInfo, Gpu, Qp};
 
 /// Where a host's NIC side is read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +46,8 @@ pub struct Selection {
     /// Leave the QP table out (the sidecar exports none: a dump of every QP, each with its
     /// process's name, at every drain would be work for nothing).
     pub no_qps: bool,
+    /// Read the host's GPUs too (`check`, `snapshot`: their NUMA nodes against the NICs').
+    pub gpus: bool,
 }
 
 /// One netdev's side.
@@ -84,6 +86,8 @@ pub struct Snapshot {
     pub rdma: Availability<Vec<RdmaDevice>>,
     pub interfaces: Vec<Interface>,
     pub qps: Availability<Vec<Qp>>,
+    /// The GPUs, when asked for ([`Selection::gpus`]).
+    pub gpus: Vec<Gpu>,
 }
 
 impl Snapshot {
@@ -189,16 +193,46 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
     if let (Host::Live, Availability::Present(devices)) = (host, &mut rdma) {
         add_netlink_counters(devices);
     }
+    let gpus = if sel.gpus { gpus(root) } else { Vec::new() };
     let mut s = Snapshot {
         taken_ns,
         rdma,
         interfaces,
         qps,
+        gpus,
     };
     if let Host::Root(r) = host {
         recall_reasons(r, &mut s)?;
     }
     Ok(s)
+}
+
+/// The PCI vendors whose display and 3D controllers are GPUs here: NVIDIA, AMD.
+const GPU_VENDORS: &[&str] = &["0x10de", "0x1002"];
+
+/// The host's GPUs: PCI devices of class display (0x03xxxx) from [`GPU_VENDORS`] (sysfs
+/// `bus/pci/devices/<addr>/{class,vendor,numa_node}`); none when the bus is not readable.
+fn gpus(root: &Path) -> Vec<Gpu> {
+    let dir = root.join("sys/bus/pci/devices");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Gpu> = entries
+        .flatten()
+        .filter_map(|e| {
+            let bus = e.file_name().to_string_lossy().into_owned();
+            let d = dir.join(&bus);
+            let class = line(&d.join("class"))?;
+            let vendor = line(&d.join("vendor"))?;
+            (class.starts_with("0x03") && GPU_VENDORS.contains(&vendor.as_str())).then(|| Gpu {
+                numa_node: line(&d.join("numa_node")).and_then(|n| n.parse().ok()),
+                bus,
+                vendor,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.bus.cmp(&b.bus));
+    out
 }
 
 /// One source the reading lacked, and why (`absent.json` of a copied tree).
@@ -576,6 +610,16 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
                     write(sd.join(k), format!("{v}\n"))?;
                 }
             }
+        }
+    }
+    for g in &s.gpus {
+        let d = dir.join("sys/bus/pci/devices").join(&g.bus);
+        create_dir_all(&d)?;
+        // A display controller's class; the checklist reads its first byte.
+        write(d.join("class"), "0x030200\n")?;
+        write(d.join("vendor"), format!("{}\n", g.vendor))?;
+        if let Some(n) = g.numa_node {
+            write(d.join("numa_node"), format!("{n}\n"))?;
         }
     }
     if let Availability::Present(qps) = &s.qps {

@@ -122,6 +122,7 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
             counters,
         });
     }
+    nic.gpus = after.gpus.clone();
     if let Availability::Present(qps) = &after.qps {
         nic.qps = qps
             .iter()
@@ -300,6 +301,7 @@ mod tests {
             qps: Availability::Absent {
                 reason: "no RDMA netlink".into(),
             },
+            gpus: Vec::new(),
         }
     }
 

@@ -195,6 +195,15 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
             pid: Some(4242),
             comm: Some("python3".into()),
         }]),
+        // Two GPUs, one on the NIC's NUMA node.
+        gpus: [("0000:18:00.0", 0), ("0000:9a:00.0", 1)]
+            .into_iter()
+            .map(|(bus, node)| crate::model::nic::Gpu {
+                bus: bus.into(),
+                vendor: "0x10de".into(),
+                numa_node: Some(node),
+            })
+            .collect(),
     }
 }
 
