@@ -143,6 +143,7 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
             "lossless-discards",
             "ets",
             "pfc-watchdog",
+            "buffer",
             "dcqcn-params",
             "arp-sysctls",
             "link-errors",
@@ -193,7 +194,7 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
                 == "PASS pfc ens1f0np0 PFC on priority 3 only"),
         "{out}"
     );
-    assert!(out.ends_with("check: nothing failed (19 items)\n"), "{out}");
+    assert!(out.ends_with("check: nothing failed (20 items)\n"), "{out}");
     assert_eq!(
         item(&items, "cnp-sent").1,
         "in 1.0 s: port 1: 400 marked, 380 CNPs sent; no CNP ignored"
@@ -590,6 +591,19 @@ fn each_host_item_fails_alone_on_one_changed_file() {
     let (b, a) = copy(&dir);
     dcb(&b, &a, |v| v["prio_tc"][6] = 3.into());
     fails_alone(&b, &a, &[], "ets", "CNPs share class 3 with RoCE data");
+    // Receive buffers: a lossy priority in the lossless one's; the lossless one without size.
+    let (b, a) = copy(&dir);
+    dcb(&b, &a, |v| v["prio_buffer"][2] = 1.into());
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "buffer",
+        "lossy priorities 2 share buffer 1 with lossless priority 3",
+    );
+    let (b, a) = copy(&dir);
+    dcb(&b, &a, |v| v["buffer_size"][1] = 0.into());
+    fails_alone(&b, &a, &[], "buffer", "priority 3's buffer 1 has no size");
     // PFC storm prevention off (ethtool --get-tunable's output).
     let (b, a) = copy(&dir);
     std::fs::write(

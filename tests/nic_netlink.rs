@@ -99,6 +99,17 @@ fn ieee_ets(tx_bw: [u8; 8], tsa: [u8; 8], prio_tc: [u8; 8]) -> Vec<u8> {
     v
 }
 
+/// struct dcbnl_buffer { u8 prio2buffer[8]; u32 buffer_size[8]; u32 total_size; }: 44 bytes.
+fn dcbnl_buffer(prio2buffer: [u8; 8], sizes: [u32; 8], total: u32) -> Vec<u8> {
+    let mut v = prio2buffer.to_vec();
+    for s in sizes {
+        v.extend_from_slice(&s.to_ne_bytes());
+    }
+    v.extend_from_slice(&total.to_ne_bytes());
+    assert_eq!(v.len(), 44);
+    v
+}
+
 /// struct dcb_app { u8 selector; u8 priority; u16 protocol; }.
 fn dcb_app(selector: u8, priority: u8, protocol: u16) -> Vec<u8> {
     let mut v = vec![selector, priority];
@@ -139,6 +150,15 @@ fn roce_ieee() -> Vec<Vec<u8>> {
             ),
         ),
         nla(2, &ieee_pfc(8, 0b0000_1000, requests, indications)),
+        // DCB_ATTR_DCB_BUFFER (10): priority 3 in buffer 1 of its own.
+        nla(
+            10,
+            &dcbnl_buffer(
+                [0, 0, 0, 1, 0, 0, 0, 0],
+                [262_016, 130_944, 0, 0, 0, 0, 0, 0],
+                524_160,
+            ),
+        ),
         nest(
             3,
             &[
@@ -186,6 +206,9 @@ fn a_dcb_reply_is_read_field_by_field() {
             dscp_prio: vec![(26, 3), (48, 6)],
             other_apps: vec![(1, 0x8915, 3), (255, 3, 3)],
             dcbx: Some(0x0d),
+            prio_buffer: Some([0, 0, 0, 1, 0, 0, 0, 0]),
+            buffer_size: Some([262_016, 130_944, 0, 0, 0, 0, 0, 0]),
+            buffer_total: Some(524_160),
         }
     );
 }

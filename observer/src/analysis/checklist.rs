@@ -246,6 +246,8 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
         push("ets", &i.name, s, e);
         let (s, e) = pfc_watchdog(i, intent, &absent("pfc-watchdog"));
         push("pfc-watchdog", &i.name, s, e);
+        let (s, e) = buffer(i, intent, &absent("dcb"));
+        push("buffer", &i.name, s, e);
         let (s, e) = dcqcn_params(i, intent, &absent("dcqcn"));
         push("dcqcn-params", &i.name, s, e);
         let (s, e) = arp_sysctls(i, nic.interfaces.len());
@@ -1221,5 +1223,68 @@ fn gpu_affinity(d: &Device, gpus: &[crate::model::nic::Gpu]) -> (ItemStatus, Str
             ItemStatus::Pass,
             format!("NUMA node {node}, with GPU {}", local.join(", ")),
         )
+    }
+}
+
+/// The receive buffers with lossless RoCE (`dcb buffer`, where the driver reports them): the
+/// RoCE priority's buffer has a size (its headroom absorbs what arrives while a pause
+/// travels), and no lossy priority shares it (lossy frames would take that headroom).
+fn buffer(i: &Interface, intent: &Intent, absent: &str) -> (ItemStatus, String) {
+    if intent.lossy {
+        return (ItemStatus::NotApplicable, "RoCE runs lossy".into());
+    }
+    let Some(dcb) = &i.dcb else {
+        return (ItemStatus::Unknown, format!("no DCB settings: {absent}"));
+    };
+    let (Some(map), Some(sizes)) = (dcb.prio_buffer, dcb.buffer_size) else {
+        return (
+            ItemStatus::Unknown,
+            "the driver reports no receive buffer configuration (dcb buffer)".into(),
+        );
+    };
+    let lossless = dcb.pfc_enabled.unwrap_or(1 << intent.roce_priority);
+    if lossless == 0 {
+        return (ItemStatus::NotApplicable, "no priority is lossless".into());
+    }
+    let mut bad = Vec::new();
+    let mut good = Vec::new();
+    // RoCE's priority (other lossless priorities are the pfc item's mistake).
+    for p in [intent.roce_priority]
+        .into_iter()
+        .filter(|p| lossless & (1 << p) != 0)
+    {
+        let b = map[usize::from(p)];
+        let size = sizes[usize::from(b) & 7];
+        let lossy: Vec<String> = (0..8u8)
+            .filter(|q| lossless & (1 << q) == 0 && map[usize::from(*q)] == b)
+            .map(|q| q.to_string())
+            .collect();
+        if size == 0 {
+            bad.push(format!(
+                "priority {p}'s buffer {b} has no size: no headroom for what arrives while a pause travels"
+            ));
+        } else if !lossy.is_empty() {
+            bad.push(format!(
+                "lossy priorities {} share buffer {b} with lossless priority {p}: their frames take the headroom PFC needs",
+                lossy.join(", ")
+            ));
+        } else {
+            good.push(format!(
+                "priority {p} → buffer {b} ({size} bytes), lossless alone"
+            ));
+        }
+    }
+    let total = dcb
+        .buffer_total
+        .map_or_else(String::new, |t| format!("; {t} bytes in all"));
+    if !bad.is_empty() {
+        (ItemStatus::Fail, bad.join("; "))
+    } else if good.is_empty() {
+        (
+            ItemStatus::NotApplicable,
+            format!("the RoCE priority {} is not lossless", intent.roce_priority),
+        )
+    } else {
+        (ItemStatus::Pass, format!("{}{total}", good.join(", ")))
     }
 }

@@ -42,6 +42,11 @@ pub struct Dcb {
     pub other_apps: Vec<(u8, u16, u8)>,
     /// DCBX mode bits (DCB_CAP_DCBX_*), if reported.
     pub dcbx: Option<u8>,
+    /// The receive buffers (`dcb buffer`, mlx5): the buffer of each priority, each buffer's size
+    /// in bytes, and the total; none when the driver reports none.
+    pub prio_buffer: Option<[u8; 8]>,
+    pub buffer_size: Option<[u32; 8]>,
+    pub buffer_total: Option<u32>,
 }
 
 impl Dcb {

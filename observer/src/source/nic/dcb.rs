@@ -1,13 +1,14 @@
 //! DCB configuration of a netdev (IEEE 802.1Qaz/Qbb), asked of the kernel's dcbnl over
 //! rtnetlink as iproute2's `dcb` does (dcb/dcb.c: an `RTM_GETDCB` request with
 //! `DCB_CMD_IEEE_GET` and the interface's name): PFC per priority with the driver's pause frame
-//! counts, ETS (priority to traffic class, each class's algorithm and bandwidth), the APP table
-//! (DSCP to priority above all, what RoCE traffic is classified by) and the DCBX mode.
+//! counts, ETS (priority to traffic class, each class's algorithm and bandwidth), the receive
+//! buffers (each priority's, each one's size), the APP table (DSCP to priority above all, what
+//! RoCE traffic is classified by) and the DCBX mode.
 //!
 //! Numbers and layouts from include/uapi/linux/dcbnl.h and net/dcb/dcbnl.c (`dcbnl_ieee_fill`):
-//! the reply carries `DCB_ATTR_IFNAME`, a `DCB_ATTR_IEEE` nest (ETS and PFC only when the driver
-//! implements their getters; the APP table always) and `DCB_ATTR_DCBX` when the driver reports
-//! it. A netdev whose driver has no dcbnl ops is refused with EOPNOTSUPP, an unknown name with
+//! the reply carries `DCB_ATTR_IFNAME`, a `DCB_ATTR_IEEE` nest (ETS, PFC and the receive
+//! buffers only when the driver implements their getters; the APP table always) and
+//! `DCB_ATTR_DCBX` when the driver reports it. A netdev whose driver has no dcbnl ops is refused with EOPNOTSUPP, an unknown name with
 //! ENODEV.
 
 use std::path::Path;
@@ -31,6 +32,9 @@ const DCB_ATTR_DCBX: u16 = 14;
 const DCB_ATTR_IEEE_ETS: u16 = 1;
 const DCB_ATTR_IEEE_PFC: u16 = 2;
 const DCB_ATTR_IEEE_APP_TABLE: u16 = 3;
+const DCB_ATTR_DCB_BUFFER: u16 = 10;
+/// struct dcbnl_buffer: prio2buffer (8 bytes), buffer_size (8 u32 at 8), total_size (u32 at 40).
+const BUFFER_LEN: usize = 44;
 /// enum ieee_attrs_app: standard selectors in DCB_ATTR_IEEE_APP, the non-standard ones (PCP,
 /// selector 255, kernel 6.3 and later) in DCB_ATTR_DCB_APP.
 const DCB_ATTR_IEEE_APP: u16 = 1;
@@ -148,6 +152,7 @@ fn parse_payload(payload: &[u8], what: &str) -> Result<Option<Dcb>, NicError> {
             DCB_ATTR_IEEE_ETS => ets(&a, &mut d, what)?,
             DCB_ATTR_IEEE_PFC => pfc(&a, &mut d, what)?,
             DCB_ATTR_IEEE_APP_TABLE => apps(&a, &mut d, what)?,
+            DCB_ATTR_DCB_BUFFER => buffer(&a, &mut d, what)?,
             _ => {}
         }
     }
@@ -182,6 +187,25 @@ fn pfc(a: &Attr<'_>, d: &mut Dcb, what: &str) -> Result<(), NicError> {
     d.pfc_enabled = Some(*v.get(1).ok_or_else(bad)?);
     d.pfc_requests = Some(u64s8(v, PFC_REQUESTS).ok_or_else(bad)?);
     d.pfc_indications = Some(u64s8(v, PFC_INDICATIONS).ok_or_else(bad)?);
+    Ok(())
+}
+
+fn buffer(a: &Attr<'_>, d: &mut Dcb, what: &str) -> Result<(), NicError> {
+    let v = a.value;
+    let bad = || short(what, "DCB_ATTR_DCB_BUFFER", v.len(), BUFFER_LEN);
+    if v.len() < BUFFER_LEN {
+        return Err(bad());
+    }
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(v.get(at..at + 4)?.try_into().ok()?))
+    };
+    let mut sizes = [0u32; 8];
+    for (i, s) in sizes.iter_mut().enumerate() {
+        *s = u32_at(8 + 4 * i).ok_or_else(bad)?;
+    }
+    d.prio_buffer = Some(bytes8(v, 0).ok_or_else(bad)?);
+    d.buffer_size = Some(sizes);
+    d.buffer_total = Some(u32_at(40).ok_or_else(bad)?);
     Ok(())
 }
 

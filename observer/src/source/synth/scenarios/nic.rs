@@ -160,6 +160,10 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
                 tc_bw: Some([12, 12, 12, 16, 12, 12, 12, 12]),
                 dcbx: Some(0x0C),
                 dscp_prio: vec![(26, 3), (48, 6)],
+                // mlx5's buffers: the lossless priority in a buffer of its own.
+                prio_buffer: Some([0, 0, 0, 1, 0, 0, 0, 0]),
+                buffer_size: Some([262_016, 130_944, 0, 0, 0, 0, 0, 0]),
+                buffer_total: Some(524_160),
                 ..Dcb::default()
             }),
             dcqcn: Availability::Present(Dcqcn {
