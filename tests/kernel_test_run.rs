@@ -440,9 +440,15 @@ fn kernel_clock_ticks_at_its_period() {
     let c = read_clock(&ebpf).unwrap().clock;
     let t1 = monotonic_ns();
     // 50 ticks in 100 ms; on a loaded machine a run later than a period skips the ticks it
-    // missed (it arms the next tick after its own time).
+    // missed (it arms the next tick after its own time), and an oversleep counts the ticks of
+    // the time that passed.
     let ticks = c.ticks - start.ticks;
-    assert!((25..=56).contains(&ticks), "{ticks} ticks in 100 ms");
+    let most = (t1 - t0) / period + 3;
+    assert!(
+        (25..=most).contains(&ticks),
+        "{ticks} ticks in {:.1} ms",
+        (t1 - t0) as f64 / 1e6
+    );
     assert_eq!(c.absolute, 1, "absolute BPF timers (kernel 6.7 and later)");
     assert_eq!(c.now_ns % period, 0, "a tick is a multiple of the period");
     assert_eq!(c.tick, c.now_ns / period);
@@ -458,11 +464,20 @@ fn kernel_clock_ticks_at_its_period() {
         restarted.now_ns >= c.now_ns,
         "the time went back at the restart"
     );
+    let slept_from = monotonic_ns();
     std::thread::sleep(std::time::Duration::from_millis(20));
     let c = read_clock(&ebpf).unwrap().clock;
+    let slept = monotonic_ns() - slept_from;
     assert_eq!(c.now_ns % (period / 2), 0);
     let ticks = c.ticks - restarted.ticks;
-    assert!((8..=23).contains(&ticks), "{ticks} ticks in 20 ms");
+    // 20 ticks in 20 ms; a loaded machine oversleeps (the ticks follow the time that passed,
+    // at most one period's worth more) or runs the timer late (skipping ticks).
+    let most = slept / (period / 2) + 3;
+    assert!(
+        (8..=most).contains(&ticks),
+        "{ticks} ticks in {:.1} ms",
+        slept as f64 / 1e6
+    );
 }
 
 /// Per-interface counters in the kernel: every frame of an observed interface, and its RoCEv2
