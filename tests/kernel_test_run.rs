@@ -33,11 +33,28 @@ fn run(ebpf: &aya::Ebpf, frame: &[u8]) {
     assert_eq!(out, frame, "bytes changed");
 }
 
+/// Tests that time the kernel's clock run alone: the corpus tests beside them load every CPU
+/// and make a 10 us timer late by milliseconds.
+static KERNEL: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    KERNEL
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    KERNEL
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn kernel_maps_equal_userspace_aggregation_on_the_corpus() {
     if !require_root("kernel_maps_equal_userspace_aggregation_on_the_corpus") {
         return;
     }
+    let _shared = shared();
     kernel_equals_userspace("corpus", 1000);
 }
 
@@ -47,6 +64,7 @@ fn kernel_pause_table_equals_userspace_and_truth() {
     if !require_root("kernel_pause_table_equals_userspace_and_truth") {
         return;
     }
+    let _shared = shared();
     kernel_equals_userspace("pfc", 300);
 }
 
@@ -56,6 +74,7 @@ fn kernel_maps_equal_userspace_aggregation_with_many_flows() {
     if !require_root("kernel_maps_equal_userspace_aggregation_with_many_flows") {
         return;
     }
+    let _shared = shared();
     kernel_equals_userspace("many-qps", 5000);
 }
 
@@ -136,6 +155,7 @@ fn psn_continuity_survives_cache_write_back() {
     if !require_root("psn_continuity_survives_cache_write_back") {
         return;
     }
+    let _shared = shared();
     let ip = Ip::v4("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
     let write = |qp: u32, psn: u32| {
         let mut f = RoceFrame::new(ip, observer_common::wire::op::WRITE_MIDDLE, qp);
@@ -201,6 +221,7 @@ fn kernel_burst_slots_count_every_frame_on_the_wire() {
     if !require_root("kernel_burst_slots_count_every_frame_on_the_wire") {
         return;
     }
+    let _alone = alone();
     use observer_common::{BURST_RING_SLOTS, BurstSlot, maps};
     let frames = demo_frames(200);
     let mut ebpf = load_observer();
@@ -260,6 +281,7 @@ fn kernel_burst_slots_are_read_whole_when_the_clock_runs_late() {
     if !require_root("kernel_burst_slots_are_read_whole_when_the_clock_runs_late") {
         return;
     }
+    let _alone = alone();
     use observer_common::{BURST_RING_SLOTS, ClockValue, maps};
     use roce_observer::source::live::{BurstReader, SlotRead, read_clock, start_clock};
     let frames = demo_frames(100);
@@ -428,6 +450,7 @@ fn kernel_clock_ticks_at_its_period() {
     if !require_root("kernel_clock_ticks_at_its_period") {
         return;
     }
+    let _alone = alone();
     use roce_observer::source::live::{read_clock, start_clock};
     let mut ebpf = load_observer();
     let period = 2_000_000;
@@ -488,6 +511,7 @@ fn kernel_interface_counters_count_every_frame() {
     if !require_root("kernel_interface_counters_count_every_frame") {
         return;
     }
+    let _shared = shared();
     use observer_common::{IfaceCounters, maps};
     let w = synth::scenario("e2e").unwrap();
     let mut ebpf = load_observer();
@@ -535,6 +559,7 @@ fn baseline_program_counts_frames_and_passes() {
     if !require_root("baseline_program_counts_frames_and_passes") {
         return;
     }
+    let _shared = shared();
     let mut ebpf = load_program(programs::BASELINE);
     let frame = synth::scenario("demo").unwrap().frames[0].bytes.clone();
     let r = xdp_mut(&mut ebpf, programs::BASELINE)
@@ -558,6 +583,7 @@ fn every_program_in_the_object_passes_the_verifier() {
     if !require_root("every_program_in_the_object_passes_the_verifier") {
         return;
     }
+    let _shared = shared();
     let mut ebpf = aya::EbpfLoader::new()
         .load(roce_observer::EBPF_OBJECT)
         .expect("load object");
@@ -634,6 +660,7 @@ fn kernel_classifies_psns_packet_for_packet_as_userspace() {
     if !require_root("kernel_classifies_psns_packet_for_packet_as_userspace") {
         return;
     }
+    let _shared = shared();
     for scenario in [
         "rule-reorder",
         "rule-duplicate-copies",
@@ -687,6 +714,7 @@ fn kernel_latency_samples_equal_userspace_on_the_real_captures() {
     if !require_root("kernel_latency_samples_equal_userspace_on_the_real_captures") {
         return;
     }
+    let _shared = shared();
     let Some(files) = integration_tests::shared_capture_files(
         "kernel_latency_samples_equal_userspace_on_the_real_captures",
         "real",
@@ -751,6 +779,7 @@ fn kernel_latency_samples_equal_userspace_and_truth_on_the_latency_scenario() {
     if !require_root("kernel_latency_samples_equal_userspace_and_truth_on_the_latency_scenario") {
         return;
     }
+    let _shared = shared();
     latency_equals_truth("latency");
 }
 
@@ -762,6 +791,7 @@ fn kernel_latency_with_ports_per_direction_equals_userspace_and_truth() {
     if !require_root("kernel_latency_with_ports_per_direction_equals_userspace_and_truth") {
         return;
     }
+    let _shared = shared();
     latency_equals_truth("latency-ports");
 }
 
@@ -805,6 +835,7 @@ fn kernel_pairs_connections_as_userspace() {
     if !require_root("kernel_pairs_connections_as_userspace") {
         return;
     }
+    let _shared = shared();
     use roce_observer::model::Source;
     let conns = |a: &Aggregate| {
         let r = a.report(Source::pcap(vec![], vec![]), 1.0);
