@@ -10,7 +10,6 @@ use roce_observer::{
     analysis::checklist::{Expect, Intent, checklist},
     render,
     source::nic::host::{Host, Selection, snapshot},
-    source::nic::tree,
     source::nic::window::window,
     units::parse_duration,
 };
@@ -87,17 +86,7 @@ pub fn check(a: CheckArgs) -> Result<()> {
         gpus: true,
     };
     // Trees (directories or tar.gz, one reading or before/ and after/), open while read.
-    let opened = a
-        .root
-        .iter()
-        .map(|r| {
-            if !r.exists() {
-                bail!("--root {}: no such file or directory", r.display());
-            }
-            Ok(tree::open(r)?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let roots: Vec<PathBuf> = opened.iter().flat_map(|o| o.readings.clone()).collect();
+    let (_opened, roots) = output::open_trees("--root", &a.root)?;
     let nic = match roots.as_slice() {
         [] => {
             let before = snapshot(&Host::Live, &sel)?;

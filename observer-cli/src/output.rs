@@ -10,6 +10,24 @@ use std::{
 use anyhow::{Context, Result};
 use roce_observer::{model::Report, render, units::same_file};
 
+/// The host trees `flag` names (directories, or tar.gz files `snapshot` wrote), opened: the
+/// trees, which must be kept while they are read (a tar.gz is unpacked into a temporary
+/// directory that goes with it), and their readings in order (a tree of two gives both).
+pub fn open_trees(
+    flag: &str,
+    paths: &[PathBuf],
+) -> Result<(Vec<roce_observer::source::nic::tree::Opened>, Vec<PathBuf>)> {
+    let mut opened = Vec::new();
+    for p in paths {
+        if !p.exists() {
+            anyhow::bail!("{flag} {}: no such file or directory", p.display());
+        }
+        opened.push(roce_observer::source::nic::tree::open(p)?);
+    }
+    let readings = opened.iter().flat_map(|o| o.readings.clone()).collect();
+    Ok((opened, readings))
+}
+
 /// A flag combination refused before anything runs (exit status 2, as clap's own).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

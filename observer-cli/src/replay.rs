@@ -8,7 +8,6 @@ use roce_observer::{
     analysis::series::{DEFAULT_SLOT_NS, shortest_interval},
     pipeline::{NicPlan, default_replay_threads, replay_report},
     source::nic::host::{Host, Selection},
-    source::nic::tree,
     units::parse_link_speed,
 };
 
@@ -70,18 +69,9 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     output::refuse_twice(&a.files)?;
     let mut options = a.analysis.options()?;
     options.local_hosts = a.local_ips.clone();
-    // Trees: directories or tar.gz, two of them or one snapshot of two readings.
-    let opened = a
-        .nic_root
-        .iter()
-        .map(|r| {
-            if !r.exists() {
-                bail!("--nic-root {}: no such file or directory", r.display());
-            }
-            Ok(tree::open(r)?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let roots: Vec<PathBuf> = opened.iter().flat_map(|o| o.readings.clone()).collect();
+    // Trees: directories or tar.gz, two of them or one snapshot of two readings, open until
+    // the report is made.
+    let (_opened, roots) = output::open_trees("--nic-root", &a.nic_root)?;
     options.nic = match roots.as_slice() {
         [] => None,
         [before, after] => {

@@ -539,33 +539,30 @@ impl Observer {
                 source: e,
             });
         }
-        if let Some(link) = a.ingress.take()
-            && let Some(tc) = self
-                .ebpf
-                .program_mut(programs::OBSERVE_INGRESS)
-                .and_then(|p| <&mut SchedClassifier>::try_from(p).ok())
-            && let Err(e) = tc.detach(link)
-            && present
-            && first.is_ok()
-        {
-            first = Err(LiveError::DetachIngress {
-                iface: a.name.clone(),
-                source: e,
-            });
-        }
-        if let Some(link) = a.egress.take()
-            && let Some(tc) = self
-                .ebpf
-                .program_mut(programs::OBSERVE_EGRESS)
-                .and_then(|p| <&mut SchedClassifier>::try_from(p).ok())
-            && let Err(e) = tc.detach(link)
-            && present
-            && first.is_ok()
-        {
-            first = Err(LiveError::DetachEgress {
-                iface: a.name.clone(),
-                source: e,
-            });
+        for (link, program, error) in [
+            (
+                a.ingress.take(),
+                programs::OBSERVE_INGRESS,
+                (|iface, source| LiveError::DetachIngress { iface, source })
+                    as fn(String, ProgramError) -> LiveError,
+            ),
+            (
+                a.egress.take(),
+                programs::OBSERVE_EGRESS,
+                |iface, source| LiveError::DetachEgress { iface, source },
+            ),
+        ] {
+            if let Some(link) = link
+                && let Some(tc) = self
+                    .ebpf
+                    .program_mut(program)
+                    .and_then(|p| <&mut SchedClassifier>::try_from(p).ok())
+                && let Err(e) = tc.detach(link)
+                && present
+                && first.is_ok()
+            {
+                first = Err(error(a.name.clone(), e));
+            }
         }
         a._promiscuous = None;
         if a.ifindex != 0 {

@@ -23,37 +23,15 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
         },
         ..Nic::default()
     };
-    let mut absent = |source: &str, subject: &str, reason: &str| {
-        nic.absent.push(AbsentSource {
-            source: source.into(),
-            subject: subject.into(),
-            reason: reason.into(),
+    // The sources the second reading lacks, as a copied tree records them.
+    nic.absent = super::host::absences(after)
+        .into_iter()
+        .map(|a| AbsentSource {
+            source: a.source,
+            subject: a.subject,
+            reason: a.reason,
         })
-    };
-    if let Availability::Absent { reason } = &after.rdma {
-        absent("rdma", "", reason);
-    }
-    if let Availability::Absent { reason } = &after.qps {
-        absent("qps", "", reason);
-    }
-    for i in &after.interfaces {
-        let n = &i.name;
-        if let Availability::Absent { reason } = &i.driver {
-            absent("driver", n, reason);
-        }
-        if let Availability::Absent { reason } = &i.stats {
-            absent("stats", n, reason);
-        }
-        if let Availability::Absent { reason } = &i.dcb {
-            absent("dcb", n, reason);
-        }
-        if let Availability::Absent { reason } = &i.dcqcn {
-            absent("dcqcn", n, reason);
-        }
-        if let Availability::Absent { reason } = &i.pfc_watchdog {
-            absent("pfc-watchdog", n, reason);
-        }
-    }
+        .collect();
     for d in after.devices() {
         let prev = before.devices().iter().find(|p| p.name == d.name);
         nic.devices.push(Device {
