@@ -147,6 +147,7 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
             "dcqcn-params",
             "arp-sysctls",
             "link-errors",
+            "optics",
             "mtu",
             "firmware",
             "transport-errors",
@@ -194,7 +195,7 @@ fn a_well_configured_host_passes_every_item_it_can_judge() {
                 == "PASS pfc ens1f0np0 PFC on priority 3 only"),
         "{out}"
     );
-    assert!(out.ends_with("check: nothing failed (20 items)\n"), "{out}");
+    assert!(out.ends_with("check: nothing failed (21 items)\n"), "{out}");
     assert_eq!(
         item(&items, "cnp-sent").1,
         "in 1.0 s: port 1: 400 marked, 380 CNPs sent; no CNP ignored"
@@ -499,6 +500,164 @@ fn sysctl(b: &Path, a: &Path, iface: &str, key: &str, v: &str) {
         )
         .unwrap();
     }
+}
+
+/// Sets bytes of the module EEPROM in an `ethtool -m IF hex on` dump (its flat offsets: CMIS
+/// page N's byte B at B + 128·N).
+fn module_bytes(root: &Path, at: usize, bytes: &[u8]) {
+    edit(&root.join("ethtool").join(IF).join("module"), |t| {
+        let mut lines: Vec<String> = t.lines().map(str::to_string).collect();
+        for (k, b) in bytes.iter().enumerate() {
+            let o = at + k;
+            let head = format!("0x{:04x}:", o & !0xf);
+            let line = lines
+                .iter_mut()
+                .find(|l| l.starts_with(&head))
+                .unwrap_or_else(|| panic!("no line {head}"));
+            let (h, rest) = line.split_once(':').unwrap();
+            let mut v: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
+            v[o & 0xf] = format!("{b:02x}");
+            *line = format!("{h}:\t\t{} ", v.join(" "));
+        }
+        lines.join("\n") + "\n"
+    });
+}
+
+/// The module's diagnostics against its own thresholds (the fixture's module is a CMIS
+/// QSFP112 whose thresholds are a multimode SR module's): a dim receiver lane fails; a
+/// temperature over the warning threshold and a latched warning flag are said; a copper cable's
+/// light is not judged; no module read is unknown, never a pass.
+#[test]
+fn the_optics_item_judges_the_module_by_its_thresholds() {
+    let dir = Scratch::new("check-optics");
+    const P11: usize = 128 * 0x11;
+    // Lane 2's received power down to 0.01 mW (raw 100 in 0.1 µW).
+    let (b, a) = copy(&dir);
+    module_bytes(&a, P11 + 188, &[0x00, 0x64]);
+    fails_alone(
+        &b,
+        &a,
+        &[],
+        "optics",
+        "rx power lane 2 0.0100 mW (-20.0 dBm) below the low alarm 0.0447 mW (-13.5 dBm) (a dirty or damaged fibre or connector, or the far end's laser)",
+    );
+    let (_, items) = check(&b, &a, &[]);
+    assert!(
+        item(&items, "optics")
+            .1
+            .starts_with("QSFP+ or later (CMIS 5.0) NVIDIA MMA1T00-VS SN MT2330FT01234: "),
+        "{items:?}"
+    );
+    // 77 °C: over the 75 °C warning, under the 80 °C alarm.
+    let (b, a) = copy(&dir);
+    module_bytes(&a, 14, &[0x4d, 0x00]);
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    assert_eq!(item(&items, "optics").0, "warn");
+    assert!(
+        item(&items, "optics").1.contains(
+            "temperature 77.0 °C above the high warning 75.0 °C (airflow, or the module failing)"
+        ),
+        "{items:?}"
+    );
+    // The rx power low warning latched for lane 2 (page 11h byte 152, bit 1) during the
+    // window, the value fine now.
+    let (b, a) = copy(&dir);
+    module_bytes(&a, P11 + 152, &[0x02]);
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    assert_eq!(
+        item(&items, "optics"),
+        (
+            "warn",
+            "QSFP+ or later (CMIS 5.0) NVIDIA MMA1T00-VS SN MT2330FT01234: the module raised \"rx_power low warning lane 2\" during the 1.0 s window"
+        )
+    );
+    // The same dark lane with the module's data path deactivated (state 1 on both host
+    // lanes): not in use, not judged.
+    let (b, a) = copy(&dir);
+    module_bytes(&a, P11 + 188, &[0x00, 0x00]);
+    module_bytes(&a, P11 + 128, &[0x11]);
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    assert_eq!(
+        item(&items, "optics"),
+        (
+            "pass",
+            "QSFP+ or later (CMIS 5.0) NVIDIA MMA1T00-VS SN MT2330FT01234: 45.5 °C, 3.300 V, no lane in use (data path not activated, or transmitters disabled): within the module's warning thresholds"
+        )
+    );
+    // Unprogrammed temperature thresholds (0xffff: -1/256 °C each) judge nothing, and do not
+    // fail 45.5 °C.
+    let (b, a) = copy(&dir);
+    module_bytes(&a, 256 + 128, &[0xff; 8]);
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    assert_eq!(item(&items, "optics").0, "pass", "{items:?}");
+    // The lane page missing (a tree without it): the light is not judged, and temperature
+    // alone does not pass.
+    let (b, a) = copy(&dir);
+    edit(&a.join("ethtool").join(IF).join("module"), |t| {
+        t.lines()
+            .filter(|l| {
+                l.strip_prefix("0x")
+                    .and_then(|l| l.get(..4))
+                    .and_then(|o| usize::from_str_radix(o, 16).ok())
+                    .is_none_or(|o| o < P11 + 128)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    let (status, evidence) = item(&items, "optics");
+    assert_eq!(status, "unknown");
+    assert!(
+        evidence.ends_with("no lane readings (the module's lane page was not read)"),
+        "{evidence}"
+    );
+    // A passive copper cable (module type 3): no light on lane 2 is no fault.
+    let (b, a) = copy(&dir);
+    module_bytes(&a, 85, &[0x03]);
+    module_bytes(&a, P11 + 188, &[0x00, 0x00]);
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    assert_eq!(
+        item(&items, "optics"),
+        (
+            "pass",
+            "QSFP+ or later (CMIS 5.0) NVIDIA MMA1T00-VS SN MT2330FT01234: 45.5 °C, 3.300 V: within the module's warning thresholds"
+        )
+    );
+    // No module read: unknown, with the reason.
+    let (b, a) = copy(&dir);
+    std::fs::remove_file(a.join("ethtool").join(IF).join("module")).unwrap();
+    let (code, items) = check(&b, &a, &[]);
+    assert_eq!(code, 0, "{items:?}");
+    let (status, evidence) = item(&items, "optics");
+    assert_eq!(status, "unknown");
+    assert!(
+        evidence.starts_with("no module diagnostics: "),
+        "{evidence}"
+    );
+    // A broken dump is a one-line error naming the file and the line.
+    let (b, a) = copy(&dir);
+    edit(&a.join("ethtool").join(IF).join("module"), |t| {
+        t.replacen("0x0010:", "0x0010: zz", 1)
+    });
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["check", "--root"])
+            .arg(&b)
+            .arg("--root")
+            .arg(&a),
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("ethtool/ens1f0np0/module: cannot parse: line 4: a value is no hex byte"),
+        "{err}"
+    );
 }
 
 /// The host items beyond PFC and DCQCN, each failing alone on one changed file (or setting):

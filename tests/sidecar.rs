@@ -1890,6 +1890,30 @@ fn nic_only_sidecar_attaches_nothing_and_needs_no_capability() {
         qps.as_array().unwrap().len() as f64
     );
     assert_eq!(one(&s, "roce_nic_source_up", &[("source", "qps")]), 1.0);
+    // The module's diagnostics, in base units (the generator's: 45.5 °C, lane 2 at 0.90 mW in
+    // and 7.8 mA of bias).
+    assert_eq!(one(&s, "roce_nic_source_up", &[("source", "module")]), 1.0);
+    assert_eq!(one(&s, "roce_nic_module_temperature_celsius", &[]), 45.5);
+    let near = |a: f64, b: f64| assert!((a - b).abs() < b * 1e-6, "{a} vs {b}");
+    near(
+        one(&s, "roce_nic_module_rx_power_watts", &[("lane", "2")]),
+        0.90e-3,
+    );
+    near(
+        one(&s, "roce_nic_module_tx_bias_amperes", &[("lane", "2")]),
+        7.8e-3,
+    );
+    assert_eq!(
+        one(
+            &s,
+            "roce_nic_module_info",
+            &[
+                ("part", "MMA1T00-VS"),
+                ("module", "QSFP+ or later (CMIS 5.0)")
+            ]
+        ),
+        1.0
+    );
     // Counters follow the tree.
     let cnp = tree.counter(HW, "np_cnp_sent");
     tree.set_counter(HW, "np_cnp_sent", cnp + 41);
@@ -1938,7 +1962,14 @@ fn nic_only_sidecar_attaches_nothing_and_needs_no_capability() {
     );
     assert_eq!(caps_and_uid(d.pid()).0, 0);
     let s = wait_drains(&lab.ns, 2.0);
-    for (source, up) in [("driver", 1.0), ("stats", 1.0), ("dcb", 0.0)] {
+    // A veth has no module; and nobody may not read one: the kernel refuses before asking the
+    // driver (CAP_NET_ADMIN), and the log says so.
+    for (source, up) in [
+        ("driver", 1.0),
+        ("stats", 1.0),
+        ("dcb", 0.0),
+        ("module", 0.0),
+    ] {
         assert_eq!(
             one(
                 &s,
@@ -1955,6 +1986,7 @@ fn nic_only_sidecar_attaches_nothing_and_needs_no_capability() {
         "ethtool -i of a veth"
     );
     assert_eq!(attached_programs(&lab.ns, "rx0"), "");
+    d.wait_log("reading a module's EEPROM needs CAP_NET_ADMIN", 0);
     let (status, log) = d.stop();
     assert!(status.success(), "{log}");
 }

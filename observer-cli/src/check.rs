@@ -83,6 +83,7 @@ pub fn check(a: CheckArgs) -> Result<()> {
         interfaces: a.ifaces.clone(),
         rdma_devices: a.rdma_devs.clone(),
         no_qps: false,
+        no_modules: false,
         gpus: true,
     };
     // Trees (directories or tar.gz, one reading or before/ and after/), open while read.

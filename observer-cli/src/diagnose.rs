@@ -241,6 +241,7 @@ fn diagnose_nic_alone(a: DiagnoseArgs, mut analysis: AnalysisOptions) -> Result<
         interfaces: a.netdevs.clone(),
         rdma_devices: a.rdma_devs.clone(),
         no_qps: false,
+        no_modules: false,
         gpus: false,
     };
     analysis.nic = Some(NicPlan::start(Host::Live, selection)?);

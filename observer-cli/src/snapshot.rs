@@ -49,6 +49,7 @@ pub fn snapshot_cmd(a: SnapshotArgs) -> Result<()> {
         interfaces: a.ifaces.clone(),
         rdma_devices: a.rdma_devs.clone(),
         no_qps: false,
+        no_modules: false,
         gpus: true,
     };
     let mut opened = Vec::new();

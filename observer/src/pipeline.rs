@@ -105,6 +105,7 @@ impl NicPlan {
             interfaces: interfaces.to_vec(),
             rdma_devices: rdma_devices.to_vec(),
             no_qps: false,
+            no_modules: false,
             gpus: false,
         };
         let plan = Self::start(Host::Live, selection)?;

@@ -143,6 +143,13 @@ pub const NIC_METRICS: &[&str] = &[
     "roce_nic_mtu_bytes",
     "roce_nic_dcqcn_enabled",
     "roce_nic_queue_pairs",
+    // The fixture's module (a CMIS QSFP112): read with the QP table.
+    "roce_nic_module_info",
+    "roce_nic_module_temperature_celsius",
+    "roce_nic_module_voltage_volts",
+    "roce_nic_module_tx_bias_amperes",
+    "roce_nic_module_tx_power_watts",
+    "roce_nic_module_rx_power_watts",
 ];
 
 /// What `roce-observer run` exports of itself with the NIC side alone (nothing attached: no

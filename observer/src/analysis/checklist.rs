@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+mod optics;
+
 use crate::model::nic::{
     Checklist, ChecklistItem, Device, Interface, ItemStatus, Nic, Port, TRANSPORT_ERRORS,
     is_link_error, priority_list,
@@ -254,6 +256,8 @@ pub fn checklist(nic: Nic, intent: &Intent) -> Checklist {
         push("arp-sysctls", &i.name, s, e);
         let (s, e) = link_errors(i, nic.seconds, stats_absent.as_deref());
         push("link-errors", &i.name, s, e);
+        let (s, e) = optics::optics(i, nic.seconds, &absent("module"));
+        push("optics", &i.name, s, e);
     }
     if !nic.interfaces.is_empty() {
         let (s, e) = mtu(&nic.interfaces, intent);

@@ -27,8 +27,9 @@ use crate::source::nic::{
     rdma::{Delta, Width, counter_width, delta, device_of_capture},
 };
 
-/// How often the QP table is read (a dump of every QP, each with its process's name: on a host
-/// with tens of thousands of QPs, too much for every drain); the last one is exported between.
+/// How often the QP table and the pluggable modules are read (a dump of every QP, each with its
+/// process's name: on a host with tens of thousands of QPs, too much for every drain; a module's
+/// EEPROM is I2C reads of milliseconds each); the last ones are exported between.
 const QP_EVERY: Duration = Duration::from_secs(30);
 
 /// How long a drain waits for the NIC side's reading (a few milliseconds normally); a reading
@@ -209,6 +210,9 @@ pub(super) struct NicSide {
     reader: Reader,
     /// When the QP table was last asked for.
     qps_asked: Option<std::time::Instant>,
+    /// Per netdev and module flag: the readings in which the module raised it (reading
+    /// clears SFF-8636's and CMIS's latched flags: counted here, they are not lost).
+    module_flags: BTreeMap<(String, String), u64>,
 }
 
 /// At the start, a named RDMA device or netdev the host lacks is an error (a wrong name);
@@ -245,6 +249,7 @@ impl NicSide {
             prune: false,
             reader: Reader::new(),
             qps_asked: None,
+            module_flags: BTreeMap::new(),
         };
         side.configure(config);
         side
@@ -388,13 +393,16 @@ impl NicSide {
             }
             return;
         }
+        // The last reading's QP table and modules stand in until they are due (none kept: read
+        // now).
+        let slow_later = self.last.is_some()
+            && !self.prune
+            && self.qps_asked.is_some_and(|t| t.elapsed() < QP_EVERY);
         let selection = Selection {
             interfaces: netdevs,
             rdma_devices: devices,
-            // The last reading's table stands in until it is due (none kept: read now).
-            no_qps: self.last.is_some()
-                && !self.prune
-                && self.qps_asked.is_some_and(|t| t.elapsed() < QP_EVERY),
+            no_qps: slow_later,
+            no_modules: slow_later,
             gpus: false,
         };
         if !selection.no_qps {
@@ -449,11 +457,33 @@ impl NicSide {
 
     /// Folds a reading's counters in and keeps it as the configuration's.
     fn fold(&mut self, mut s: host::Snapshot) {
-        // A reading without the QP table (read every QP_EVERY) keeps the last one.
-        if matches!(&s.qps, Availability::Absent { reason } if reason == host::QPS_NOT_READ)
-            && let Some(last) = &self.last
-        {
-            s.qps = last.qps.clone();
+        // A reading without the QP table and modules (read every QP_EVERY) keeps the last ones.
+        fn not_read<T>(a: &Availability<T>) -> bool {
+            matches!(a, Availability::Absent { reason } if reason == host::QPS_NOT_READ)
+        }
+        for i in &s.interfaces {
+            let fresh = i
+                .module
+                .present()
+                .and_then(crate::source::nic::optics::decode);
+            for f in fresh.iter().flat_map(|o| &o.flags) {
+                *self
+                    .module_flags
+                    .entry((i.name.clone(), f.clone()))
+                    .or_default() += 1;
+            }
+        }
+        if let Some(last) = &self.last {
+            if not_read(&s.qps) {
+                s.qps = last.qps.clone();
+            }
+            for i in &mut s.interfaces {
+                if not_read(&i.module)
+                    && let Some(l) = last.interface(&i.name)
+                {
+                    i.module = l.module.clone();
+                }
+            }
         }
         if self.prune {
             self.prune = false;
@@ -463,6 +493,8 @@ impl NicSide {
             self.port
                 .retain(|(d, _, _), _| devices.contains(&d.as_str()));
             self.stats.retain(|(i, _), _| ifaces.contains(&i.as_str()));
+            self.module_flags
+                .retain(|(i, _), _| ifaces.contains(&i.as_str()));
         }
         {
             let devices: Vec<&str> = s.devices().iter().map(|d| d.name.as_str()).collect();
@@ -519,6 +551,7 @@ impl NicSide {
                 ("stats", i.stats.reason()),
                 ("dcb", i.dcb.reason()),
                 ("dcqcn", i.dcqcn.reason()),
+                ("module", i.module.reason()),
             ] {
                 sources.push(((source.to_string(), i.name.clone()), r));
             }
@@ -591,6 +624,7 @@ impl NicSide {
             .collect();
         let mut info = Vec::new();
         let mut config = Vec::new();
+        let mut optics = Vec::new();
         let mut qps: BTreeMap<QpGroup, u64> = BTreeMap::new();
         if let Some(s) = &self.last {
             // The QPs of the devices read, counted per process and state: which process holds
@@ -611,6 +645,13 @@ impl NicSide {
                 *qps.entry(key).or_default() += 1;
             }
             for i in &s.interfaces {
+                if let Some(o) = i
+                    .module
+                    .present()
+                    .and_then(crate::source::nic::optics::decode)
+                {
+                    optics.push((i.name.clone(), o));
+                }
                 let device = s
                     .devices()
                     .iter()
@@ -660,6 +701,12 @@ impl NicSide {
             info,
             config,
             qps: qps.into_iter().collect(),
+            optics,
+            module_flags: self
+                .module_flags
+                .iter()
+                .map(|((i, f), n)| (i.clone(), f.clone(), *n))
+                .collect(),
             sources: self.sources.clone(),
         }
     }

@@ -260,6 +260,10 @@ pub struct NicMetrics {
     pub config: Vec<NicConfigRow>,
     /// The QP table counted per device, port, type, state and process.
     pub qps: Vec<(QpGroup, u64)>,
+    /// Each netdev's pluggable module, as last read.
+    pub optics: Vec<(String, crate::model::nic::Optics)>,
+    /// Per netdev and module flag: the readings in which the module raised it.
+    pub module_flags: Vec<(String, String, u64)>,
     pub sources: Vec<SourceRow>,
 }
 
@@ -1068,15 +1072,106 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
             ConstGauge::new(*n as i64).encode(m.encode_family(&labels)?)?;
         }
     }
+    encode_optics(enc, &n.optics)?;
+    counter_family(
+        enc,
+        "roce_nic_module_flags",
+        "Readings (one every 30 s) in which the module raised an alarm, warning, loss-of-signal or transmitter-fault flag: flag=\"rx_power low alarm lane 2\", \"rx_los lane 1\"… (SFF-8636 and CMIS latch their flags until read: each reading counts what was raised since the one before)",
+        None,
+        n.module_flags
+            .iter()
+            .map(|(i, f, v)| ([("iface", i.clone()), ("flag", f.clone())], *v)),
+    )?;
     let mut m = enc.encode_descriptor(
         "roce_nic_source_up",
-        "1 when the NIC source was read at the last drain, 0 when the host lacks it or it failed (the reason is logged once): source=\"rdma\" (the RDMA devices, subject empty), \"driver\", \"stats\", \"dcb\", \"dcqcn\" (subject: the netdev), \"qps\" (the QP table, subject empty)",
+        "1 when the NIC source was read at the last drain, 0 when the host lacks it or it failed (the reason is logged once): source=\"rdma\" (the RDMA devices, subject empty), \"driver\", \"stats\", \"dcb\", \"dcqcn\" (subject: the netdev), \"module\" (its pluggable module's EEPROM, read with the QP table: CAP_NET_ADMIN), \"qps\" (the QP table, subject empty)",
         None,
         MetricType::Gauge,
     )?;
     for r in &n.sources {
         let labels = [("source", r.source.clone()), ("subject", r.subject.clone())];
         ConstGauge::new(i64::from(r.up)).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// The `roce_nic_module*` families: each netdev's pluggable module and its diagnostics, in base
+/// units (the check's `optics` item judges them against the module's thresholds).
+fn encode_optics(
+    enc: &mut DescriptorEncoder,
+    optics: &[(String, crate::model::nic::Optics)],
+) -> Result<(), std::fmt::Error> {
+    {
+        let mut m = enc.encode_descriptor(
+            "roce_nic_module",
+            "A netdev's pluggable module: its type and memory map (module), vendor, part number and serial number",
+            None,
+            MetricType::Info,
+        )?;
+        for (iface, o) in optics {
+            m.encode_info(&[
+                ("iface", iface.clone()),
+                ("module", o.module.clone()),
+                ("vendor", o.vendor.clone().unwrap_or_default()),
+                ("part", o.part.clone().unwrap_or_default()),
+                ("serial", o.serial.clone().unwrap_or_default()),
+            ])?;
+        }
+    }
+    for (name, help, unit, get) in [
+        (
+            "roce_nic_module_temperature",
+            "The module's temperature",
+            Unit::Celsius,
+            (|o: &crate::model::nic::Optics| o.temperature_c) as fn(&_) -> Option<f64>,
+        ),
+        (
+            "roce_nic_module_voltage",
+            "The module's supply voltage",
+            Unit::Volts,
+            |o| o.voltage_v,
+        ),
+    ] {
+        let mut m = enc.encode_descriptor(name, help, Some(&unit), MetricType::Gauge)?;
+        for (iface, o) in optics {
+            if let Some(v) = get(o) {
+                ConstGauge::new(v).encode(m.encode_family(&[("iface", iface.clone())])?)?;
+            }
+        }
+    }
+    let watts = Unit::Other("watts".into());
+    for (name, help, unit, scale, get) in [
+        (
+            "roce_nic_module_tx_bias",
+            "A lane's laser bias current",
+            &Unit::Amperes,
+            1e-3,
+            (|l: &crate::model::nic::Lane| l.tx_bias_ma) as fn(&_) -> Option<f64>,
+        ),
+        (
+            "roce_nic_module_tx_power",
+            "A lane's transmitted optical power",
+            &watts,
+            1e-3,
+            |l| l.tx_power_mw,
+        ),
+        (
+            "roce_nic_module_rx_power",
+            "A lane's received optical power (average or OMA, as the module measures it)",
+            &watts,
+            1e-3,
+            |l| l.rx_power_mw,
+        ),
+    ] {
+        let mut m = enc.encode_descriptor(name, help, Some(unit), MetricType::Gauge)?;
+        for (iface, o) in optics.iter().filter(|(_, o)| !o.copper) {
+            for l in &o.lanes {
+                if let Some(v) = get(l) {
+                    let labels = [("iface", iface.clone()), ("lane", l.lane.to_string())];
+                    ConstGauge::new(v * scale).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -256,6 +256,9 @@ pub struct Interface {
     /// `arp_announce`, `rp_filter`; `all/…`: the host-wide ones), as read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sysctls: BTreeMap<String, String>,
+    /// Its pluggable module's diagnostics, where the module has them and they could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optics: Option<Optics>,
     /// Per priority: PFC pauses, their duration and transitions, and discards (from the
     /// driver statistics); priorities with none of these counters are left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -303,6 +306,64 @@ impl Interface {
         }
         (!out.is_empty()).then_some(out)
     }
+}
+
+/// A pluggable module's digital diagnostics (SFF-8472 for SFP, SFF-8636 for QSFP, CMIS for
+/// QSFP-DD and OSFP), as its EEPROM gave them at the window's end.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Optics {
+    /// What the module is, and by which specification its memory reads: "QSFP28 (SFF-8636)".
+    pub module: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    /// A copper cable: no light to measure (its power and bias readings are not judged).
+    #[serde(default)]
+    pub copper: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_c: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voltage_v: Option<f64>,
+    /// Per lane (from 1): what the module measures of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<Lane>,
+    /// The module's own alarm and warning thresholds, by quantity: "temperature" (°C),
+    /// "voltage" (V), "tx_bias" (mA), "tx_power" and "rx_power" (mW); those it gives.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, Limits>,
+    /// The alarm and warning flags the module raised: "rx_power low alarm lane 2" (SFF-8636 and
+    /// CMIS latch them until read: they tell of any moment since the last read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+}
+
+/// One lane of a module: laser bias (mA), transmitted and received optical power (mW; received
+/// as average power or OMA, as the module measures it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Lane {
+    pub lane: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_bias_ma: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_power_mw: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_power_mw: Option<f64>,
+    /// The module says the lane is not in use (its transmitter disabled, its data path not
+    /// activated): its readings are not judged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inactive: bool,
+}
+
+/// A module's alarm and warning thresholds for one quantity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub high_alarm: f64,
+    pub low_alarm: f64,
+    pub high_warning: f64,
+    pub low_warning: f64,
 }
 
 /// One priority's counters of a netdev, as deltas over the window.

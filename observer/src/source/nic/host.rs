@@ -4,7 +4,8 @@
 //!
 //! A copied tree holds the sysfs files under `sys/` as the host has them, and what the host
 //! tells through calls as the usual tools print it: `ethtool/<if>/statistics` (`ethtool -S`),
-//! `ethtool/<if>/driver` (`ethtool -i`), `dcb/<if>.json` (the DCB settings, in this tool's JSON)
+//! `ethtool/<if>/driver` (`ethtool -i`), `ethtool/<if>/tunables` (`ethtool --get-tunable IF
+//! pfc-prevention-tout`), `ethtool/<if>/module` (`ethtool -m IF hex on`), `dcb/<if>.json` (the DCB settings, in this tool's JSON)
 //! `rdma/qps.json` (`rdma -j res show qp`) and `ip/<if>` (`ip -br addr show dev <if>`); and
 //! `taken`, when the copy was taken (ns since the Unix epoch; 0 when missing); and
 //! `absent.json`, the sources the host lacked and why (`[{"source", "subject", "reason"}]`).
@@ -46,6 +47,9 @@ pub struct Selection {
     /// Leave the QP table out (the sidecar exports none: a dump of every QP, each with its
     /// process's name, at every drain would be work for nothing).
     pub no_qps: bool,
+    /// Leave the pluggable modules' EEPROMs out (I2C reads: the sidecar reads them with the QP
+    /// table).
+    pub no_modules: bool,
     /// Read the host's GPUs too (`check`, `snapshot`: their NUMA nodes against the NICs').
     pub gpus: bool,
 }
@@ -68,6 +72,8 @@ pub struct Interface {
     pub pfc_watchdog: Availability<u16>,
     /// Its IPv4 sysctls [`SYSCTLS`] (`all/…`: the host-wide ones), those readable.
     pub sysctls: BTreeMap<String, String>,
+    /// Its pluggable module's EEPROM (the pages the diagnostics need).
+    pub module: Availability<super::optics::Eeprom>,
 }
 
 /// The IPv4 sysctls of a netdev that decide which port answers ARP for which address and
@@ -75,7 +81,8 @@ pub struct Interface {
 /// subnet, RoCE's ARP and return traffic depend on them.
 pub const SYSCTLS: &[&str] = &["arp_ignore", "arp_announce", "rp_filter"];
 
-/// The reason of a QP table left out on purpose ([`Selection::no_qps`]).
+/// The reason of a QP table or a module left out on purpose ([`Selection::no_qps`],
+/// [`Selection::no_modules`]).
 pub const QPS_NOT_READ: &str = "not read";
 
 /// One reading of a host's NIC side.
@@ -182,6 +189,20 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
         }
         interfaces.push(interface(host, root, &name, &net)?);
     }
+    // The modules last: their I2C reads (milliseconds each) do not stretch the time between
+    // the counters of the first netdev and the last.
+    for i in &mut interfaces {
+        i.module = match host {
+            _ if sel.no_modules => Availability::Absent {
+                reason: QPS_NOT_READ.into(),
+            },
+            Host::Live => or_absent(super::optics::module_eeprom(&i.name)),
+            Host::Root(r) => from_text(
+                &r.join("ethtool").join(&i.name).join("module"),
+                super::optics::Eeprom::parse_hex,
+            )?,
+        };
+    }
     let qps = match host {
         _ if sel.no_qps => Availability::Absent {
             reason: QPS_NOT_READ.into(),
@@ -263,6 +284,7 @@ pub fn absences(s: &Snapshot) -> Vec<Absence> {
         add("dcb", &i.name, i.dcb.reason());
         add("dcqcn", &i.name, i.dcqcn.reason());
         add("pfc-watchdog", &i.name, i.pfc_watchdog.reason());
+        add("module", &i.name, i.module.reason());
     }
     out
 }
@@ -297,6 +319,7 @@ fn recall_reasons(root: &Path, s: &mut Snapshot) -> Result<(), NicError> {
         recall(&mut i.dcb, reason("dcb", &i.name));
         recall(&mut i.dcqcn, reason("dcqcn", &i.name));
         recall(&mut i.pfc_watchdog, reason("pfc-watchdog", &i.name));
+        recall(&mut i.module, reason("module", &i.name));
     }
     Ok(())
 }
@@ -361,6 +384,10 @@ fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interfa
         }
     }
     Ok(Interface {
+        // Read after every netdev's counters (see `snapshot`).
+        module: Availability::Absent {
+            reason: QPS_NOT_READ.into(),
+        },
         pfc_watchdog,
         carrier_changes: number(&net.join("carrier_changes")),
         sysctls,
@@ -567,6 +594,10 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
         if let Availability::Present(t) = &i.pfc_watchdog {
             create_dir_all(&tool)?;
             write(tool.join("tunables"), format!("pfc-prevention-tout: {t}\n"))?;
+        }
+        if let Availability::Present(m) = &i.module {
+            create_dir_all(&tool)?;
+            write(tool.join("module"), m.to_hex())?;
         }
         if let Availability::Present(st) = &i.stats {
             create_dir_all(&tool)?;

@@ -9,6 +9,7 @@ pub mod dcqcn;
 pub mod ethtool;
 pub mod host;
 pub mod link;
+pub mod optics;
 pub mod rdma;
 pub mod rdma_netlink;
 pub mod tree;

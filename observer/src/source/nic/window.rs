@@ -88,6 +88,7 @@ pub fn window(before: &Snapshot, after: &Snapshot) -> Nic {
             counters.extend(deltas(&carrier, prev.as_ref(), |_| Width::Bits64));
         }
         nic.interfaces.push(Interface {
+            optics: i.module.present().and_then(super::optics::decode),
             pfc_watchdog_ms: i.pfc_watchdog.present().copied(),
             sysctls: i.sysctls.clone(),
             name: i.name.clone(),
@@ -259,6 +260,9 @@ mod tests {
                 pfc_watchdog: Availability::Absent {
                     reason: "none".into(),
                 },
+                module: Availability::Absent {
+                    reason: "none".into(),
+                },
                 sysctls: BTreeMap::new(),
                 name: "eth9".into(),
                 mtu: Some(4200),
@@ -370,7 +374,8 @@ mod tests {
                 ("driver", "eth9"),
                 ("dcb", "eth9"),
                 ("dcqcn", "eth9"),
-                ("pfc-watchdog", "eth9")
+                ("pfc-watchdog", "eth9"),
+                ("module", "eth9")
             ]
         );
     }

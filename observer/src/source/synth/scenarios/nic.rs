@@ -12,6 +12,7 @@ use super::rules::rules_clean;
 use crate::model::nic::{Dcb, Dcqcn, DriverInfo, Qp};
 use crate::source::nic::Availability;
 use crate::source::nic::host::{Interface, Snapshot};
+use crate::source::nic::optics::Eeprom;
 use crate::source::nic::rdma::{RdmaDevice, RdmaPort};
 use crate::source::synth::workload::{NicReadings, Workload};
 
@@ -176,6 +177,7 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
             carrier_changes: Some(2),
             // mlx5's default PFC storm prevention.
             pfc_watchdog: Availability::Present(100),
+            module: Availability::Present(module()),
             // One RoCE netdev: the ARP sysctls as a distribution leaves them.
             sysctls: [
                 ("arp_ignore", "0"),
@@ -209,6 +211,61 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
             })
             .collect(),
     }
+}
+
+/// The port's module: a QSFP112 of two 50G lanes, CMIS 5.0 (identifier 0x1E), healthy: 45.5 °C,
+/// 3.30 V, lanes at 7.5 / 7.8 mA, 1.2 / 1.1 mW out, 0.95 / 0.90 mW in; its thresholds a
+/// multimode SR module's. Encoded as CMIS lays it out: what the decoder must read back.
+pub fn module() -> Eeprom {
+    let mut e = Eeprom::default();
+    // The half pages read (flat offsets): lower, upper 00h, pages 01h, 02h, 11h.
+    for at in [0, 128, 256, 384, 128 * 18] {
+        e.put(at, &[0; 128]);
+    }
+    let w = |e: &mut Eeprom, at: u32, v: f64, scale: f64| {
+        e.put(at, &((v * scale).round() as i64 as u16).to_be_bytes());
+    };
+    // Identifier, revision 5.0, paged memory, module state ready (3 in bits 3-1).
+    e.put(0, &[0x1e, 0x50, 0x00, 0x06]);
+    w(&mut e, 14, 45.5, 256.0);
+    w(&mut e, 16, 3.30, 10_000.0);
+    // Module type multimode fibre; application 1: 100GAUI-2 host, 100GBASE-SR2 media, 2 host
+    // and 2 media lanes.
+    e.put(85, &[0x01, 0x4c, 0x09, 0x22, 0x01]);
+    for (at, text) in [(129, "NVIDIA"), (148, "MMA1T00-VS"), (166, "MT2330FT01234")] {
+        e.put(at, format!("{text:<16}").as_bytes());
+    }
+    // Page 01h byte 159: temperature and voltage monitored; byte 160: tx bias, tx power and
+    // rx power monitored, bias multiplier 1.
+    e.put(128 + 159, &[0x03, 0x07]);
+    // Page 02h's thresholds (high alarm, low alarm, high warning, low warning).
+    let p2 = 256;
+    for (i, v) in [80.0, -10.0, 75.0, -5.0].into_iter().enumerate() {
+        w(&mut e, p2 + 128 + 2 * i as u32, v, 256.0);
+    }
+    for (i, v) in [3.63, 2.97, 3.465, 3.135].into_iter().enumerate() {
+        w(&mut e, p2 + 136 + 2 * i as u32, v, 10_000.0);
+    }
+    for (at, vals, scale) in [
+        (176, [3.98, 0.0708, 3.16, 0.1122], 10_000.0),
+        (184, [13.0, 2.0, 12.0, 3.0], 500.0),
+        (192, [3.98, 0.0447, 3.16, 0.0708], 10_000.0),
+    ] {
+        for (i, v) in vals.into_iter().enumerate() {
+            w(&mut e, p2 + at + 2 * i as u32, v, scale);
+        }
+    }
+    // Page 11h (bank 0): host lanes 1 and 2's data paths activated (state 4); per lane tx
+    // power, tx bias, rx power.
+    let p11 = 128 * 17;
+    e.put(p11 + 128, &[0x44]);
+    for (lane, (bias, tx, rx)) in [(7.5, 1.2, 0.95), (7.8, 1.1, 0.90)].into_iter().enumerate() {
+        let l = 2 * lane as u32;
+        w(&mut e, p11 + 154 + l, tx, 10_000.0);
+        w(&mut e, p11 + 170 + l, bias, 500.0);
+        w(&mut e, p11 + 186 + l, rx, 10_000.0);
+    }
+    e
 }
 
 /// A second's window on the clean host: every counter grows a little (traffic, and the CNPs
@@ -356,4 +413,38 @@ pub(super) fn rule_nic_wire_mismatch(w: &mut Workload) {
     let mut before = before;
     before.interfaces[0].addresses = vec![host];
     w.nic = Some(NicReadings { before, after });
+}
+
+#[cfg(test)]
+mod synth_module {
+    use crate::source::nic::optics::decode;
+
+    /// The synthetic host's module reads back as the generator meant it, to the resolution of
+    /// its units.
+    #[test]
+    fn the_synthetic_cmis_module_decodes_to_its_intent() {
+        let o = decode(&super::module()).unwrap();
+        assert_eq!(o.module, "QSFP+ or later (CMIS 5.0)");
+        assert_eq!(o.vendor.as_deref(), Some("NVIDIA"));
+        assert_eq!(o.part.as_deref(), Some("MMA1T00-VS"));
+        assert_eq!(o.serial.as_deref(), Some("MT2330FT01234"));
+        assert!(!o.copper);
+        let near = |a: Option<f64>, b: f64| {
+            let a = a.expect("read");
+            assert!((a - b).abs() < 1e-3, "{a} vs {b}");
+        };
+        near(o.temperature_c, 45.5);
+        near(o.voltage_v, 3.30);
+        assert_eq!(o.lanes.len(), 2);
+        for (l, (bias, tx, rx)) in o.lanes.iter().zip([(7.5, 1.2, 0.95), (7.8, 1.1, 0.90)]) {
+            near(l.tx_bias_ma, bias);
+            near(l.tx_power_mw, tx);
+            near(l.rx_power_mw, rx);
+        }
+        let l = o.limits["rx_power"];
+        assert!((l.low_alarm - 0.0447).abs() < 1e-4, "{l:?}");
+        assert!((o.limits["tx_bias"].high_alarm - 13.0).abs() < 1e-3);
+        assert!((o.limits["temperature"].low_alarm + 10.0).abs() < 1e-3);
+        assert!(o.flags.is_empty(), "{:?}", o.flags);
+    }
 }
