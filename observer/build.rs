@@ -1,5 +1,5 @@
 //! Builds the kernel programs (observer-ebpf) for bpfel-unknown-none with the nightly toolchain
-//! and bpf-linker; `cargo xtask setup` provides both.
+//! and bpf-linker; `cargo xtask setup` provides both. Only with the `live` feature (default on).
 //!
 //! Two things aya-build does not do, done here:
 //! - It finds bpf-linker only on PATH. `cargo xtask setup` builds it into the project's own
@@ -78,6 +78,17 @@ fn main() -> ExitCode {
     println!("cargo:rerun-if-changed=../observer-common/src");
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    // Without the `live` feature (replay, synth, the NIC side: no nightly, no bpf-linker) the
+    // kernel object is empty, and attaching says the build has no kernel programs.
+    if env::var_os("CARGO_FEATURE_LIVE").is_none() {
+        return match std::fs::write(out_dir.join("observer"), []) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: cannot write the empty kernel object: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     // aya-build's own switch to build without the kernel programs needs no bpf-linker.
     let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     match path_with_tools(&manifest_dir).or_else(|e| if skip { Ok(None) } else { Err(e) }) {

@@ -135,14 +135,14 @@ impl Drop for TempDir {
 
 /// Flow key of the report: (src ip, dst ip, UDP source port, BTH dest QP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct FlowId {
+struct TsharkFlowKey {
     src: IpAddr,
     dst: IpAddr,
     sport: u16,
     qp: u32,
 }
 
-impl FlowId {
+impl TsharkFlowKey {
     fn of(f: &Flow) -> Self {
         Self {
             src: f.src_ip,
@@ -153,7 +153,7 @@ impl FlowId {
     }
 }
 
-impl fmt::Display for FlowId {
+impl fmt::Display for TsharkFlowKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -167,7 +167,7 @@ impl fmt::Display for FlowId {
 #[derive(Debug)]
 struct Row {
     frame: u64,
-    flow: FlowId,
+    flow: TsharkFlowKey,
     /// IPv4 total length, or 40 + IPv6 payload length.
     ip_bytes: u64,
     dscp: u8,
@@ -436,7 +436,7 @@ fn parse_row(line: &str, file: &Path) -> Row {
     };
     Row {
         frame,
-        flow: FlowId {
+        flow: TsharkFlowKey {
             src: ip(src),
             dst: ip(dst),
             sport: num(col("udp.srcport"), "udp.srcport", file),
@@ -451,8 +451,8 @@ fn parse_row(line: &str, file: &Path) -> Row {
     }
 }
 
-fn tshark_flows(rows: &[Row]) -> BTreeMap<FlowId, TsharkFlow> {
-    let mut flows: BTreeMap<FlowId, TsharkFlow> = BTreeMap::new();
+fn tshark_flows(rows: &[Row]) -> BTreeMap<TsharkFlowKey, TsharkFlow> {
+    let mut flows: BTreeMap<TsharkFlowKey, TsharkFlow> = BTreeMap::new();
     for r in rows {
         flows.entry(r.flow).or_default().add(r);
     }
@@ -516,12 +516,15 @@ fn ops_fields(o: &Ops) -> [(&'static str, u64); 11] {
 }
 
 /// Every difference between tshark's flows and the report's, one line each.
-fn differences(want: &BTreeMap<FlowId, TsharkFlow>, report: &Report) -> Vec<String> {
+fn differences(want: &BTreeMap<TsharkFlowKey, TsharkFlow>, report: &Report) -> Vec<String> {
     let mut diffs = Vec::new();
-    let mut got: BTreeMap<FlowId, &Flow> = BTreeMap::new();
+    let mut got: BTreeMap<TsharkFlowKey, &Flow> = BTreeMap::new();
     for f in &report.flows {
-        if got.insert(FlowId::of(f), f).is_some() {
-            diffs.push(format!("flow {}: twice in the report", FlowId::of(f)));
+        if got.insert(TsharkFlowKey::of(f), f).is_some() {
+            diffs.push(format!(
+                "flow {}: twice in the report",
+                TsharkFlowKey::of(f)
+            ));
         }
     }
     for (id, t) in want {
@@ -884,7 +887,7 @@ fn real_captures_match_tshark() {
             if (f.psn.gaps, f.psn.regressions) != (0, 0) {
                 c.diffs.push(format!(
                     "flow {}: psn gaps {}, regressions {} in a capture without loss",
-                    FlowId::of(f),
+                    TsharkFlowKey::of(f),
                     f.psn.gaps,
                     f.psn.regressions
                 ));

@@ -507,7 +507,7 @@ fn check_config(what: &str, text: &str) -> toml::Table {
     // The daemon's own loader takes it (what it would say at start, short of the host).
     let scratch = Scratch::new("deploy-config");
     let file = scratch.file("config.toml", text);
-    roce_observer::daemon::RunConfig::load(&roce_observer::daemon::RunOverrides {
+    observer_daemon::RunConfig::load(&observer_daemon::RunOverrides {
         config: Some(file),
         ..Default::default()
     })
@@ -729,7 +729,7 @@ fn kubernetes_nic_daemonset_attaches_nothing_without_capabilities() {
     let text = cm["data"]["config.toml"].as_str().unwrap();
     check_config("the NIC DaemonSet's config", text);
     let scratch = Scratch::new("deploy-nic-config");
-    let config = roce_observer::daemon::RunConfig::load(&roce_observer::daemon::RunOverrides {
+    let config = observer_daemon::RunConfig::load(&observer_daemon::RunOverrides {
         config: Some(scratch.file("config.toml", text)),
         ..Default::default()
     })

@@ -1,33 +1,62 @@
-//! The library's layout holds: each layer uses only the layers below it, no two modules use each
-//! other (directly or round a circle), `model/` stands on its own, and the library has neither
-//! clap (the CLI's) nor anyhow (the binaries' edge).
+//! The workspace's layout holds. Crates: `observer-core` (what is concluded from frames) depends
+//! on no kernel, socket, capture or HTTP crate; `roce-observer` (the sources and the pipeline)
+//! does not depend on the daemon; only the CLI has clap, and no library has anyhow (the
+//! binaries' edge). Inside each library crate, each layer uses only the layers below it, no two
+//! modules use each other (directly or round a circle), and `model/` stands on its own.
 //!
 //! Modules are files (`a/b.rs` or `a/b/mod.rs` is `a::b`); a use is any `crate::a::b` or
 //! `super::` path outside the unit tests. A module and its own parent or children may use each
-//! other (a `mod.rs` re-exports its children, which use its shared items).
+//! other (a `mod.rs` re-exports its children, which use its shared items). A path into another
+//! crate (`roce_observer::model`, the core's modules re-exported) is the crate graph's business.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
 };
 
-/// The layers, lowest first: a module may use its own layer's modules and those listed before.
-const LAYERS: &[&[&str]] = &[
-    &["units", "model"],
-    &["aggregate"],
-    &["source", "lab"],
-    &["analysis"],
-    &["render"],
-    &["pipeline", "daemon"],
-];
-
-fn src() -> PathBuf {
-    integration_tests::workspace_root().join("observer/src")
+/// A library crate's source directory and its layers, lowest first: a module may use its own
+/// layer's modules and those listed before.
+struct Crate {
+    src: &'static str,
+    layers: &'static [&'static [&'static str]],
 }
 
+const CRATES: &[Crate] = &[
+    Crate {
+        src: "observer-core/src",
+        layers: &[
+            &["units", "model"],
+            &["aggregate"],
+            &["analysis"],
+            &["render"],
+        ],
+    },
+    Crate {
+        src: "observer/src",
+        layers: &[&["source", "lab"], &["pipeline"]],
+    },
+    Crate {
+        src: "observer-daemon/src",
+        layers: &[&[
+            "config",
+            "logging",
+            "procfs",
+            "netlink",
+            "signals",
+            "flowbook",
+            "openmetrics",
+            "pauses",
+            "nic",
+            "tap",
+            "http",
+            "collector",
+        ]],
+    },
+];
+
 /// `analysis/findings/mod.rs` → ["analysis", "findings"].
-fn module_of(file: &Path) -> Vec<String> {
-    let rel = file.strip_prefix(src()).unwrap();
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap();
     let mut parts: Vec<String> = rel
         .iter()
         .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
@@ -141,8 +170,8 @@ fn resolve(path: &[String], modules: &BTreeSet<Vec<String>>) -> Option<Vec<Strin
         .find(|p| modules.contains(p))
 }
 
-fn layer(m: &[String]) -> usize {
-    LAYERS
+fn layer(layers: &[&[&str]], m: &[String]) -> usize {
+    layers
         .iter()
         .position(|l| l.contains(&m[0].as_str()))
         .unwrap_or_else(|| {
@@ -158,21 +187,32 @@ fn related(a: &[String], b: &[String]) -> bool {
 }
 
 #[test]
-fn the_library_is_layered_without_cycles() {
+fn each_library_crate_is_layered_without_cycles() {
+    let mut found = 0;
+    for c in CRATES {
+        found += layered(c);
+    }
+    assert!(found > 40, "the scan found almost no uses: {found}");
+}
+
+/// Checks one crate; the number of uses found.
+fn layered(c: &Crate) -> usize {
+    let root = integration_tests::workspace_root().join(c.src);
+    let src = || root.clone();
     let files: Vec<PathBuf> = integration_tests::files_under(&src())
         .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "rs"))
         .collect();
     let modules: BTreeSet<Vec<String>> = files
         .iter()
-        .map(|f| module_of(f))
+        .map(|f| module_of(&src(), f))
         .filter(|m| !m.is_empty())
         .collect();
     let mut uses: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     let mut problems = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();
-        let m = module_of(f);
+        let m = module_of(&src(), f);
         let rel = f.strip_prefix(src()).unwrap().display().to_string();
         let code = code(&text);
         for word in ["clap", "anyhow"] {
@@ -193,7 +233,7 @@ fn the_library_is_layered_without_cycles() {
             if related(&m, &target) {
                 continue;
             }
-            if layer(&target) > layer(&m) {
+            if layer(c.layers, &target) > layer(c.layers, &m) {
                 problems.push(format!(
                     "{rel} ({}) uses {} of a higher layer",
                     m[0],
@@ -237,22 +277,100 @@ fn the_library_is_layered_without_cycles() {
     for c in cycles {
         problems.push(format!("import cycle: {c}"));
     }
-    // The manifest too: clap and anyhow are no dependency of the library (its build script may
-    // use what it likes).
-    let manifest = std::fs::read_to_string(src().join("../Cargo.toml")).unwrap();
-    let deps = manifest
-        .split("\n[")
-        .find(|s| s.starts_with("dependencies]"))
-        .unwrap_or_default();
-    for word in ["clap", "anyhow"] {
-        if deps.lines().any(|l| l.trim_start().starts_with(word)) {
-            problems.push(format!("observer/Cargo.toml depends on {word}"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    uses.values().map(BTreeSet::len).sum::<usize>()
+}
+
+/// The crates `package` depends on (normal dependencies, transitively, its own features
+/// alone): `cargo tree -p PACKAGE -e normal`, by name.
+fn dependencies(package: &str) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .args(["--format", "{p}", "-p", package])
+        .current_dir(integration_tests::workspace_root())
+        .output()
+        .expect("cargo tree");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| *n != package)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The crate graph: the core links no kernel, socket, capture or HTTP crate (a fleet collector
+/// or a notebook links it); the sources do not depend on the daemon; clap is the CLI's alone
+/// and anyhow no library's.
+#[test]
+fn the_crates_depend_only_downwards() {
+    let deps: BTreeMap<&str, BTreeSet<String>> = [
+        "observer-core",
+        "roce-observer",
+        "observer-daemon",
+        "observer-common",
+    ]
+    .into_iter()
+    .map(|p| (p, dependencies(p)))
+    .collect();
+    let has = |krate: &str, dep: &str| {
+        deps[krate]
+            .iter()
+            .any(|d| d == dep || d.starts_with(&format!("{dep}-")))
+    };
+    let mut problems = Vec::new();
+    for forbidden in [
+        "aya",
+        "tokio",
+        "pcap",
+        "pcap-file",
+        "axum",
+        "hyper",
+        "nix",
+        "netlink",
+        "libc",
+        "observer-daemon",
+        "roce-observer",
+    ] {
+        if has("observer-core", forbidden) {
+            problems.push(format!("observer-core depends on {forbidden}"));
+        }
+    }
+    if has("roce-observer", "observer-daemon") {
+        problems.push("roce-observer depends on observer-daemon".into());
+    }
+    for lib in [
+        "observer-core",
+        "roce-observer",
+        "observer-daemon",
+        "observer-common",
+    ] {
+        for word in ["clap", "anyhow"] {
+            if has(lib, word) {
+                problems.push(format!("{lib} depends on {word}"));
+            }
         }
     }
     assert!(
-        uses.values().map(BTreeSet::len).sum::<usize>() > 20,
-        "the scan found almost no uses: {uses:?}"
+        has("observer-core", "observer-common"),
+        "{:?}",
+        deps["observer-core"]
     );
+    assert!(has("roce-observer", "observer-core"));
+    assert!(has("observer-daemon", "roce-observer"));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

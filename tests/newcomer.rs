@@ -130,6 +130,75 @@ fn a_plain_cargo_build_finds_the_setup_bpf_linker_or_says_to_run_the_setup() {
     );
 }
 
+/// `cargo ARGS` in the copy `dir` as a newcomer without the kernel toolchain runs it: no
+/// bpf-linker on PATH, the stable toolchain, and (as root) every capability dropped.
+fn cargo_plain(dir: &Path, target: &str, args: &[&str]) -> (bool, String) {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--inh-caps=-all", "--bounding-set=-all", "--"])
+            .arg(env!("CARGO"));
+        c
+    } else {
+        Command::new(env!("CARGO"))
+    };
+    let out = cmd
+        .current_dir(dir)
+        .args(args)
+        .args(["--offline", "--locked"])
+        .env("PATH", path_without_bpf_linker(dir.parent().unwrap()))
+        .env("RUSTUP_TOOLCHAIN", "stable")
+        .env_remove("AYA_BUILD_SKIP")
+        .env(
+            "CARGO_TARGET_DIR",
+            workspace_root().join("target").join(target),
+        )
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// A fresh copy without the kernel toolchain (no bpf-linker on PATH, stable only, no
+/// capability): the core's tests pass, and `roce-observer` builds without its `live` feature,
+/// its kernel object empty.
+#[test]
+fn the_core_and_the_sources_build_without_the_kernel_toolchain() {
+    let scratch = Scratch::new("newcomer-core");
+    let dir = scratch.path("ws");
+    copy_sources(&dir);
+    let (ok, text) = cargo_plain(&dir, "newcomer-core", &["test", "-p", "observer-core"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("test result: ok"), "{text}");
+    assert!(!text.contains("observer-ebpf"), "{text}");
+    let (ok, text) = cargo_plain(
+        &dir,
+        "newcomer-nolive",
+        &["build", "-p", "roce-observer", "--no-default-features"],
+    );
+    assert!(ok, "{text}");
+    let build = workspace_root().join("target/newcomer-nolive/debug/build");
+    let objects: Vec<u64> = std::fs::read_dir(&build)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("roce-observer-")
+        })
+        .filter_map(|e| std::fs::metadata(e.path().join("out/observer")).ok())
+        .map(|m| m.len())
+        .collect();
+    assert_eq!(objects, [0], "the kernel object of a build without `live`");
+}
+
 /// The README's first look: the capture it names is the demo scenario, and the output it shows
 /// is what the command prints.
 #[test]

@@ -1415,12 +1415,12 @@ fn nic_side_from_a_changing_tree() {
     let ibta: Vec<String> = tree.names(IBTA).into_iter().collect();
     assert!(
         ibta.iter()
-            .all(|f| roce_observer::daemon::openmetrics::INFINIBAND_COUNTERS
+            .all(|f| observer_daemon::openmetrics::INFINIBAND_COUNTERS
                 .iter()
                 .any(|(file, _)| file == f)),
         "{ibta:?}"
     );
-    for (file, name) in roce_observer::daemon::openmetrics::INFINIBAND_COUNTERS {
+    for (file, name) in observer_daemon::openmetrics::INFINIBAND_COUNTERS {
         let family = if file.ends_with("_data") {
             format!("roce_nic_infiniband_{name}_bytes_total")
         } else {

@@ -5,7 +5,9 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Result;
 use clap::Args;
-use roce_observer::{daemon, daemon::config::RunOverrides, units::parse_duration};
+use observer_daemon as daemon;
+use observer_daemon::config::RunOverrides;
+use roce_observer::units::parse_duration;
 
 use crate::{
     output,

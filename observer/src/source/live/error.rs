@@ -12,6 +12,10 @@ pub enum LiveError {
     #[error("interface '{0}' not found")]
     UnknownInterface(String),
     #[error(
+        "this build has no kernel programs (roce-observer built without its `live` feature): rebuild with the default features to observe an interface"
+    )]
+    NoKernelPrograms,
+    #[error(
         "live capture needs root or the capabilities {missing} (this process runs as uid {uid} without them)"
     )]
     NotPrivileged { missing: String, uid: u32 },

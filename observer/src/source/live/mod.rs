@@ -258,6 +258,9 @@ pub fn load_object(
     ifaces: u32,
     tick_ns: u64,
 ) -> Result<Ebpf, LiveError> {
+    if object.is_empty() {
+        return Err(LiveError::NoKernelPrograms);
+    }
     let cpus = aya::util::nr_cpus().map_err(|(_, e)| LiveError::BurstMap(e))? as u32;
     let mut loader = EbpfLoader::new();
     loader.map_max_entries(map_names::SPREAD_CPUS, cpus);

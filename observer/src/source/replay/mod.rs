@@ -36,7 +36,8 @@ mod feed;
 mod link;
 mod pcap;
 mod pcapng;
-pub mod points;
+/// The sightings of one traffic at several observation points (the core's).
+pub use observer_core::aggregate::sightings as points;
 mod progress;
 mod shard;
 
@@ -64,22 +65,8 @@ pub enum ReplayError {
     Header { file: String, detail: String },
 }
 
-/// What watches the frames as they are read, beside the aggregate (the pipeline's time series
-/// and microbursts): told of each capture file, then of each frame before it is accounted.
-pub trait FrameObserver {
-    /// A capture file named `name` is read: frames of `source` N come from the Nth file told
-    /// of (counted from 0). Every file of a merge is told of before its first frame.
-    fn begin_source(&mut self, name: &str);
-    /// A frame of `len` bytes on the wire at `ts_ns`, from `source`; `flows` is the flow table
-    /// before it.
-    fn frame(&mut self, source: usize, ts_ns: u64, len: u64, flows: &Aggregate);
-}
-
-/// No observer: the counts alone.
-impl FrameObserver for () {
-    fn begin_source(&mut self, _: &str) {}
-    fn frame(&mut self, _: usize, _: u64, _: u64, _: &Aggregate) {}
-}
+/// What watches the frames as they are read, beside the aggregate (the core's).
+pub use observer_core::aggregate::FrameObserver;
 
 /// Everything replayed so far, over one or more files, and the observer of its frames.
 #[derive(Debug, Default)]

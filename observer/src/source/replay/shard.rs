@@ -28,49 +28,12 @@ use std::{
     thread,
 };
 
-use super::{FrameObserver, Link, Reader, Replay, link::host_pair};
+use super::{Link, Reader, Replay, link::host_pair};
 use crate::aggregate::Aggregate;
 
-/// A frame observer whose work on the flow table can be split over shards: it sees every frame
-/// (on the reading thread, with no flow table), and a part of it in each shard follows where
-/// it stands, with the shard's flow table.
-pub trait Sharded: FrameObserver {
-    /// Where the observer stands after a frame: a shard's part is told of each change.
-    type Mark: Copy + Eq + Send + Sync;
-    /// What each shard keeps.
-    type Part: ShardPart<Mark = Self::Mark> + Send;
-    /// A part for a shard, before the first frame.
-    fn part(&self) -> Self::Part;
-    /// Where the observer stands now.
-    fn mark(&self) -> Self::Mark;
-    /// The shards' parts, after their last frame.
-    fn join(&mut self, parts: Vec<Self::Part>);
-}
-
-/// A shard's part of a [`Sharded`] observer.
-pub trait ShardPart {
-    type Mark;
-    /// The observer moved to `mark` before the next frame; `agg` is the shard's flow table
-    /// before it.
-    fn mark(&mut self, mark: Self::Mark, agg: &Aggregate);
-    /// The last frame was accounted; `agg` is the shard's final flow table.
-    fn end(&mut self, agg: &Aggregate);
-}
-
-/// No observer: the counts alone.
-impl Sharded for () {
-    type Mark = ();
-    type Part = ();
-    fn part(&self) {}
-    fn mark(&self) {}
-    fn join(&mut self, _: Vec<()>) {}
-}
-
-impl ShardPart for () {
-    type Mark = ();
-    fn mark(&mut self, _: (), _: &Aggregate) {}
-    fn end(&mut self, _: &Aggregate) {}
-}
+/// A frame observer whose work can be split over shards, and a shard's part of it (the
+/// core's).
+pub use observer_core::aggregate::{ShardPart, Sharded};
 
 /// Bytes read at a time: a buffer handed to the shards.
 pub(super) const CHUNK: usize = 1 << 20;

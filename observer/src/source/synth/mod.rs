@@ -21,7 +21,7 @@
 //! - `workload`: frames and their truth ([`Workload`], [`Truth`], [`PsnEvent`]);
 //! - `qp`: the sequenced traffic of one queue pair ([`QpStream`]);
 //! - `timeline`: requests and answers of several queue pairs at chosen capture times
-//!   ([`Timeline`]), with the latency samples the answers give;
+//!   ([`Script`]), with the latency samples the answers give;
 //! - `noise`: frames the observer must skip, at least one per
 //!   [`SkipReason`](observer_common::SkipReason);
 //! - `encap`: mirror encapsulation ([`Encap`]) and MAC control (PAUSE and PFC) frames;
@@ -39,7 +39,7 @@ mod noise;
 mod output;
 mod qp;
 mod scenarios;
-mod timeline;
+mod script;
 mod workload;
 
 pub use encap::{
@@ -56,7 +56,7 @@ pub use scenarios::{
     scenario_names,
 };
 pub use scenarios::{NIC_DEVICE, NIC_NETDEV};
-pub use timeline::{ConnId, ReqId, Timeline};
+pub use script::{ConnId, ReqId, Script};
 pub use workload::NicReadings;
 pub use workload::{ConnTruth, Frame, PsnEvent, Truth, Workload, played_again};
 
@@ -125,4 +125,31 @@ pub enum SynthError {
     Pcap(#[from] pcap_file::PcapError),
     #[error("writing the pcap failed")]
     Io(#[from] io::Error),
+}
+
+#[cfg(test)]
+mod rule_scenarios {
+    use super::scenario as synth_scenario;
+
+    #[test]
+    fn each_rules_scenario_is_a_synth_scenario_named_after_it() {
+        for rule in crate::analysis::findings::rules() {
+            let Some(scenario) = rule.scenario() else {
+                // A replay's flow table is unbounded and it drops nothing: only a live run
+                // fills the one or drops.
+                assert!(
+                    ["flow-table-full", "observer-drops"].contains(&rule.name()),
+                    "{}",
+                    rule.name()
+                );
+                continue;
+            };
+            assert!(
+                synth_scenario(scenario).is_some(),
+                "{}: no synth scenario {scenario}",
+                rule.name()
+            );
+            assert_eq!(scenario, format!("rule-{}", rule.name()));
+        }
+    }
 }

@@ -74,7 +74,7 @@ pub struct Truth {
     pub counters: Counters,
     /// The passive latency samples (ns) the observer must measure, per requester direction and
     /// kind, in the order the answers come. Only answers placed by a
-    /// [`Timeline`](super::Timeline) are accounted here: elsewhere answers follow their
+    /// [`Script`](super::Script) are accounted here: elsewhere answers follow their
     /// requests back to back, at no latency of the scenario's choosing, and this stays empty.
     pub latency: BTreeMap<(LatKey, LatKind), Vec<u64>>,
     /// The messages the observer must count per flow, as the scenario made them.

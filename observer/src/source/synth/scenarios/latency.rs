@@ -1,5 +1,5 @@
 //! `latency`: responders that answer after known latencies, for the passive latency analysis.
-//! Three RC connections on a [`Timeline`]:
+//! Three RC connections on a [`Script`]:
 //!
 //! - A (198.18.70.1 to .101, PSNs wrapping from 0xFFFFFF to 0 in its second part): WRITEs and
 //!   a SEND answered by ACKs and NAKs: one ACK per request, coalesced ACKs, more requests in
@@ -18,7 +18,7 @@ use observer_common::wire;
 use super::{qp_v4, qp_v6};
 use crate::source::synth::BASE_TS_NS;
 use crate::source::synth::qp::{PortRule, RNR_WAIT_NS, rxe_local_sport};
-use crate::source::synth::timeline::{ConnId, ReqId, Timeline};
+use crate::source::synth::script::{ConnId, ReqId, Script};
 use crate::source::synth::workload::Workload;
 
 const US: u64 = 1_000;
@@ -55,7 +55,7 @@ pub(super) fn latency_ports(w: &mut Workload) {
 
 fn schedule(w: &mut Workload, rules: Option<[PortRule; 3]>) {
     let rule = |i: usize| rules.map_or(PortRule::Symmetric, |r| r[i]);
-    let mut tl = Timeline::new();
+    let mut tl = Script::new();
     let a = tl.connect(
         qp_v4(
             wire::TRANSPORT_RC,
@@ -86,7 +86,7 @@ fn schedule(w: &mut Workload, rules: Option<[PortRule; 3]>) {
 }
 
 /// Connection A from `t` on; returns when its last request (never answered) is sent.
-fn acks(tl: &mut Timeline, a: ConnId, mut t: u64) -> u64 {
+fn acks(tl: &mut Script, a: ConnId, mut t: u64) -> u64 {
     let [l5, l20, l80, l1500, l12000] = LATENCIES_NS;
     // The requester waits for each answer: every latency once (samples 5 us .. 12 ms).
     for l in LATENCIES_NS {
@@ -161,7 +161,7 @@ fn acks(tl: &mut Timeline, a: ConnId, mut t: u64) -> u64 {
 }
 
 /// Connection C from `t` on.
-fn reads(tl: &mut Timeline, c: ConnId, mut t: u64) {
+fn reads(tl: &mut Script, c: ConnId, mut t: u64) {
     let [l5, l20, l80, l1500, l12000] = LATENCIES_NS;
     // One READ at a time: 512 bytes (a response ONLY) after 5 us, 3000 bytes (FIRST, MIDDLE,
     // LAST) after 80 us.
@@ -190,7 +190,7 @@ fn reads(tl: &mut Timeline, c: ConnId, mut t: u64) {
 
 /// Connection B: a WRITE every [`HEARTBEAT_NS`] from `t` until `end`, each ACKed after 5, 20 or
 /// 80 us in turn.
-fn heartbeat(tl: &mut Timeline, b: ConnId, mut t: u64, end: u64) {
+fn heartbeat(tl: &mut Script, b: ConnId, mut t: u64, end: u64) {
     for l in LATENCIES_NS[..3].iter().cycle() {
         if t >= end {
             break;

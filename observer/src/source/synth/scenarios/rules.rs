@@ -7,7 +7,7 @@ use super::{CNP_INTERVAL_NS, ack_all, everyday_op, go_back_n, qp_v4};
 use crate::source::synth::encap::{pfc, quanta_at};
 use crate::source::synth::frame::host_mac;
 use crate::source::synth::qp::QpStream;
-use crate::source::synth::timeline::{ConnId, Timeline};
+use crate::source::synth::script::{ConnId, Script};
 use crate::source::synth::workload::Workload;
 use crate::source::synth::{BASE_TS_NS, DATA_DSCP, ECT0, NOT_ECT};
 
@@ -379,7 +379,7 @@ pub(super) fn rule_latency(w: &mut Workload) {
     // WRITE at a time, each ACKed: the first receiver answers after 1.5 ms (a queue on its
     // path), the second after 10 us. 30 WRITEs each; the second pair's frames sit 500 ns off
     // the first's.
-    let mut tl = Timeline::new();
+    let mut tl = Script::new();
     let conns: Vec<ConnId> = rule_pairs(55, 2, 0x5501, 0x800)
         .into_iter()
         .map(|qp| tl.connect(qp))

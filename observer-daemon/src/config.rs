@@ -1,0 +1,747 @@
+//! `roce-observer run` settings: command-line flags over an optional TOML file (`--config`,
+//! read again on SIGHUP), validated into a [`RunConfig`].
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+use roce_observer::{
+    source::{
+        capture::CaptureConfig,
+        live::{AttachMode, Mode, Spread, TcHook, Vantage},
+    },
+    units::Named,
+};
+
+/// Default address of the metrics endpoint: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+pub const DEFAULT_MAX_SERIES: usize = 100;
+pub const MAX_MAX_SERIES: usize = 10_000;
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The daemon's default flow table (as `diagnose`'s). The kernel allocates it in full at start,
+/// per possible CPU: max_flows x (112 + 216 x CPUs) bytes, 454 MB at 16384 on 128 CPUs.
+pub const DEFAULT_RUN_MAX_FLOWS: u32 = observer_common::DEFAULT_MAX_FLOWS;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("config file {path}: {detail}")]
+    Parse { path: PathBuf, detail: String },
+    #[error("{what}: {detail}")]
+    Invalid { what: String, detail: String },
+}
+
+/// What the command line says for `roce-observer run`; each set field overrides the config file's
+/// key of the same name.
+#[derive(Debug, Clone, Default)]
+pub struct RunOverrides {
+    /// Interface to observe (repeat for several; replaces the config file's list).
+    pub iface: Vec<String>,
+    /// TOML file with the same keys as these flags (snake_case); read again on SIGHUP.
+    pub config: Option<PathBuf>,
+    /// host (default) or mirror (a SPAN/ERSPAN destination port).
+    pub mode: Option<Mode>,
+    /// Mirror mode only: drop the copies after accounting.
+    pub consume: bool,
+    /// Mirror mode only: the CPUs that account the copies (default: the interfaces' queues').
+    pub cpus: Option<Spread>,
+    /// How often the kernel maps are drained into the metrics (default 10s, at least 100ms).
+    pub interval: Option<Duration>,
+    /// Address of the metrics endpoint (default 127.0.0.1:9477: loopback only; any other
+    /// address exposes unauthenticated metrics to the network).
+    pub listen: Option<SocketAddr>,
+    /// Queue pairs exported as their own series (the top K by recent bytes); all others are
+    /// summed in one `qp="rest"` series (default 100; 0: only the rest).
+    pub max_series: Option<usize>,
+    /// Append one JSON line per interval (deltas) to FILE (re-opened on SIGHUP).
+    pub jsonl: Option<PathBuf>,
+    /// error, warn, info (default), debug or trace; or a tracing filter. Without it the
+    /// ROCE_OBSERVER_LOG environment variable is used.
+    pub log_level: Option<String>,
+    /// Flows unchanged this long are deleted from the kernel table (default 5m).
+    pub idle_timeout: Option<Duration>,
+    /// Capacity of the kernel flow table (LRU; default 16384). The kernel allocates it in full,
+    /// per possible CPU: max_flows x (112 + 216 x CPUs) bytes.
+    pub max_flows: Option<u32>,
+    pub xdp_mode: Option<AttachMode>,
+    /// Host mode: the TC egress hook (auto, tcx, clsact).
+    pub tc_hook: Option<TcHook>,
+    /// Capture this device through libpcap instead of attaching XDP to interfaces (an RDMA
+    /// device's offloaded-traffic sniffer, or a network interface); replaces the config file's
+    /// `iface`, as `iface` replaces its `capture`.
+    pub capture: Option<String>,
+    /// With `capture`: the capture filter (a libpcap expression; empty: every frame).
+    pub capture_filter: Option<String>,
+    /// With `capture`: leave the device out of promiscuous mode.
+    pub no_promiscuous: bool,
+    /// RDMA devices whose NIC side is exported besides those behind the observed interfaces
+    /// or the captured device (replaces the config file's `rdma_devices` when not empty).
+    pub rdma_devices: Vec<String>,
+    /// Netdevs whose driver statistics and settings are exported (nothing is attached to
+    /// them); replaces the config file's `netdevs` when not empty.
+    pub netdevs: Vec<String>,
+    /// Every RDMA device the host has (now and later) is exported.
+    pub all_rdma_devices: bool,
+}
+
+/// The config file: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    iface: Option<Vec<String>>,
+    mode: Option<Mode>,
+    consume: Option<bool>,
+    /// A CPU list (`0-3,8`) or `queues`.
+    cpus: Option<String>,
+    interval: Option<String>,
+    listen: Option<String>,
+    max_series: Option<usize>,
+    jsonl: Option<PathBuf>,
+    log_level: Option<String>,
+    idle_timeout: Option<String>,
+    max_flows: Option<u32>,
+    xdp_mode: Option<String>,
+    tc_hook: Option<String>,
+    capture: Option<String>,
+    capture_filter: Option<String>,
+    promiscuous: Option<bool>,
+    rdma_devices: Option<Vec<String>>,
+    netdevs: Option<Vec<String>>,
+    all_rdma_devices: Option<bool>,
+    /// For tests and replays: read the NIC side from a copied tree (docs/nic.md) instead of
+    /// this host. No flag: not for production.
+    nic_root: Option<PathBuf>,
+}
+
+/// Validated settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunConfig {
+    pub ifaces: Vec<String>,
+    pub vantage: Vantage,
+    pub interval: Duration,
+    pub listen: SocketAddr,
+    pub max_series: usize,
+    pub jsonl: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub idle_timeout: Duration,
+    pub max_flows: u32,
+    pub xdp_mode: AttachMode,
+    pub tc_hook: TcHook,
+    /// Mirror mode: the CPUs that account the copies.
+    pub spread: Spread,
+    /// A device captured through libpcap instead of interfaces (`ifaces` is then empty, and
+    /// the XDP settings unused).
+    pub capture: Option<CaptureConfig>,
+    /// RDMA devices named (`--rdma-dev`, `rdma_devices`): their NIC side is exported besides
+    /// that of the devices behind the observed interfaces or the captured device.
+    pub rdma_devices: Vec<String>,
+    /// Netdevs named (`--netdev`, `netdevs`): their driver statistics and settings are
+    /// exported, nothing is attached to them.
+    pub netdevs: Vec<String>,
+    /// Every RDMA device the host has (`--all-rdma-devs`, `all_rdma_devices`), as it comes
+    /// and goes: one DaemonSet for hosts whose devices are named differently.
+    pub all_rdma_devices: bool,
+    /// A copied tree to read the NIC side from instead of this host (tests and replays).
+    pub nic_root: Option<PathBuf>,
+}
+
+fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        what: what.into(),
+        detail: detail.into(),
+    }
+}
+
+/// An RDMA device name as the kernel allows it (IB_DEVICE_NAME_MAX - 1 bytes): it becomes a
+/// path component under `/sys/class/infiniband`.
+pub fn is_device_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 64
+        && !name.contains(['/', '\0'])
+        && name != "."
+        && name != ".."
+}
+
+fn value_enum<T: Named>(path: &Path, key: &str, v: &str) -> Result<T, ConfigError> {
+    T::parse(v).ok_or_else(|| ConfigError::Parse {
+        path: path.to_path_buf(),
+        detail: format!("{key} = '{v}': expected one of {}", T::names()),
+    })
+}
+
+impl RunConfig {
+    /// The flags over the config file (read now).
+    pub fn load(args: &RunOverrides) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+                    path: path.clone(),
+                    error,
+                })?;
+                let file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                    path: path.clone(),
+                    // The message only: the source snippet would span lines.
+                    detail: e.message().to_string(),
+                })?;
+                Some((path.as_path(), file))
+            }
+            None => None,
+        };
+        Self::merge(args, file)
+    }
+
+    fn merge(args: &RunOverrides, file: Option<(&Path, FileConfig)>) -> Result<Self, ConfigError> {
+        let (path, f) = match file {
+            Some((p, f)) => (p.to_path_buf(), f),
+            None => (PathBuf::from("(none)"), FileConfig::default()),
+        };
+        let parse_err = |detail: String| ConfigError::Parse {
+            path: path.clone(),
+            detail,
+        };
+        // Where to observe: the command line's choice over the file's; in the file, one of
+        // the two.
+        let (ifaces, capture) = match (args.iface.is_empty(), &args.capture) {
+            (false, _) => (args.iface.clone(), None),
+            (true, Some(dev)) => (Vec::new(), Some(dev.clone())),
+            (true, None) => match (f.iface.clone().unwrap_or_default(), f.capture.clone()) {
+                (i, Some(_)) if !i.is_empty() => {
+                    return Err(parse_err(
+                        "iface and capture: give one of them (XDP on interfaces, or a libpcap capture)"
+                            .to_string(),
+                    ));
+                }
+                (i, c) => (i, c),
+            },
+        };
+        // The NIC side alone (an offload host, whose RDMA netdev XDP sees no RoCE on): named
+        // devices or netdevs, nothing attached.
+        let rdma_devices = if args.rdma_devices.is_empty() {
+            f.rdma_devices.clone().unwrap_or_default()
+        } else {
+            args.rdma_devices.clone()
+        };
+        let netdevs = if args.netdevs.is_empty() {
+            f.netdevs.clone().unwrap_or_default()
+        } else {
+            args.netdevs.clone()
+        };
+        let all_rdma_devices = args.all_rdma_devices || f.all_rdma_devices.unwrap_or(false);
+        let nic_only = ifaces.is_empty() && capture.is_none();
+        if nic_only && rdma_devices.is_empty() && netdevs.is_empty() && !all_rdma_devices {
+            return Err(invalid(
+                "nothing to observe",
+                "give --iface IF (repeatable) or iface = [\"IF\"] in the config file, --capture DEV, or for the NIC side alone (nothing attached) --rdma-dev DEV, --all-rdma-devs or --netdev IF",
+            ));
+        }
+        let capture_filter = args.capture_filter.clone().or(f.capture_filter);
+        let promiscuous = !args.no_promiscuous && f.promiscuous.unwrap_or(true);
+        // Settings of the kernel programs, meaningless for a capture or the NIC side alone.
+        if capture.is_some() || nic_only {
+            let xdp_only = [
+                ("mode", args.mode.is_some() || f.mode.is_some()),
+                ("consume", args.consume || f.consume.is_some()),
+                ("cpus", args.cpus.is_some() || f.cpus.is_some()),
+                ("xdp_mode", args.xdp_mode.is_some() || f.xdp_mode.is_some()),
+                ("tc_hook", args.tc_hook.is_some() || f.tc_hook.is_some()),
+                (
+                    "max_flows",
+                    args.max_flows.is_some() || f.max_flows.is_some(),
+                ),
+            ];
+            if let Some((key, _)) = xdp_only.iter().find(|(_, set)| *set) {
+                let (with, why) = if nic_only {
+                    (
+                        "without iface",
+                        "it sets up XDP on interfaces; the NIC side alone attaches nothing",
+                    )
+                } else {
+                    (
+                        "with capture",
+                        "it sets up XDP on interfaces; a libpcap capture has no such setting",
+                    )
+                };
+                return Err(invalid(format!("{key} {with}"), why));
+            }
+        }
+        let capture = match capture {
+            Some(dev) => {
+                let mut c = CaptureConfig::new(dev);
+                c.promiscuous = promiscuous;
+                if let Some(filter) = capture_filter {
+                    c.filter = (!filter.trim().is_empty()).then_some(filter);
+                }
+                Some(c)
+            }
+            None => {
+                if capture_filter.is_some() || !promiscuous {
+                    return Err(invalid(
+                        "capture_filter and promiscuous",
+                        "only with capture (a libpcap capture; XDP interfaces take --mode)",
+                    ));
+                }
+                None
+            }
+        };
+        for (i, iface) in ifaces.iter().enumerate() {
+            if ifaces[..i].contains(iface) {
+                return Err(invalid(
+                    format!("interface '{iface}'"),
+                    "given twice".to_string(),
+                ));
+            }
+        }
+        let mode = args.mode.or(f.mode).unwrap_or_default();
+        let consume = args.consume || f.consume.unwrap_or(false);
+        let vantage =
+            Vantage::of(mode, consume).ok_or_else(|| invalid("consume", "only in mirror mode"))?;
+        let spread = match (&args.cpus, &f.cpus) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(s)) => Some(Spread::parse(s).map_err(|e| parse_err(format!("cpus: {e}")))?),
+            (None, None) => None,
+        };
+        if spread.is_some() && vantage == Vantage::Host {
+            return Err(invalid(
+                "cpus",
+                "only in mirror mode (host mode accounts every frame where it is received)",
+            ));
+        }
+        let spread = spread.unwrap_or_default();
+        let duration = |key: &str, v: &Option<String>| -> Result<Option<Duration>, ConfigError> {
+            v.as_deref()
+                .map(|s| {
+                    roce_observer::units::parse_duration(s)
+                        .map_err(|e| parse_err(format!("{key}: {e}")))
+                })
+                .transpose()
+        };
+        let interval = match args.interval {
+            Some(d) => d,
+            None => duration("interval", &f.interval)?.unwrap_or(DEFAULT_INTERVAL),
+        };
+        if interval < MIN_INTERVAL {
+            return Err(invalid(
+                "interval",
+                format!("{interval:?} is below the minimum of 100ms"),
+            ));
+        }
+        let idle_timeout = match args.idle_timeout {
+            Some(d) => d,
+            None => duration("idle_timeout", &f.idle_timeout)?.unwrap_or(DEFAULT_IDLE_TIMEOUT),
+        };
+        if idle_timeout < interval {
+            return Err(invalid(
+                "idle timeout",
+                format!("{idle_timeout:?} is shorter than the interval ({interval:?})"),
+            ));
+        }
+        let listen = match (args.listen, &f.listen) {
+            (Some(a), _) => a,
+            (None, Some(s)) => s
+                .parse()
+                .map_err(|_| parse_err(format!("listen = '{s}' is not ADDR:PORT")))?,
+            (None, None) => DEFAULT_LISTEN.parse().expect("a valid address"),
+        };
+        let max_series = args
+            .max_series
+            .or(f.max_series)
+            .unwrap_or(DEFAULT_MAX_SERIES);
+        if max_series > MAX_MAX_SERIES {
+            return Err(invalid(
+                "max series",
+                format!("{max_series} is above {MAX_MAX_SERIES}"),
+            ));
+        }
+        let max_flows = args
+            .max_flows
+            .or(f.max_flows)
+            .unwrap_or(DEFAULT_RUN_MAX_FLOWS);
+        let xdp_mode = match (args.xdp_mode, &f.xdp_mode) {
+            (Some(m), _) => m,
+            (None, Some(s)) => value_enum(&path, "xdp_mode", s)?,
+            (None, None) => AttachMode::Auto,
+        };
+        let tc_hook = match (args.tc_hook, &f.tc_hook) {
+            (Some(h), _) => h,
+            (None, Some(s)) => value_enum(&path, "tc_hook", s)?,
+            (None, None) => TcHook::Auto,
+        };
+        let log_level = args.log_level.clone().or(f.log_level);
+        if let Some(level) = &log_level {
+            tracing_subscriber::EnvFilter::try_new(level)
+                .map_err(|e| invalid(format!("log level '{level}'"), e.to_string()))?;
+        }
+        for (i, dev) in rdma_devices.iter().enumerate() {
+            if !is_device_name(dev) {
+                return Err(invalid(
+                    format!("RDMA device '{dev}'"),
+                    "not a device name (1 to 63 bytes, no '/', not '.' or '..')",
+                ));
+            }
+            if rdma_devices[..i].contains(dev) {
+                return Err(invalid(format!("RDMA device '{dev}'"), "given twice"));
+            }
+        }
+        for (i, dev) in netdevs.iter().enumerate() {
+            if roce_observer::source::nic::check_interface(dev).is_err() {
+                return Err(invalid(
+                    format!("netdev '{dev}'"),
+                    "not an interface name (1 to 15 bytes, no '/', not '.' or '..')",
+                ));
+            }
+            if netdevs[..i].contains(dev) {
+                return Err(invalid(format!("netdev '{dev}'"), "given twice"));
+            }
+        }
+        let nic_root = f.nic_root;
+        if let Some(root) = &nic_root
+            && !root.is_dir()
+        {
+            return Err(parse_err(format!(
+                "nic_root = '{}': not a directory",
+                root.display()
+            )));
+        }
+        let jsonl = args.jsonl.clone().or(f.jsonl);
+        if let (Some(j), Some(config)) = (&jsonl, &args.config)
+            && roce_observer::units::same_file(j, config)
+        {
+            return Err(invalid(
+                format!("jsonl {}", j.display()),
+                "is the config file: refusing to write over it",
+            ));
+        }
+        Ok(Self {
+            ifaces,
+            vantage,
+            interval,
+            listen,
+            max_series,
+            jsonl,
+            log_level,
+            idle_timeout,
+            max_flows,
+            xdp_mode,
+            tc_hook,
+            spread,
+            capture,
+            rdma_devices,
+            netdevs,
+            all_rdma_devices,
+            nic_root,
+        })
+    }
+
+    /// Nothing attached and nothing captured: the NIC side alone.
+    pub fn nic_only(&self) -> bool {
+        self.ifaces.is_empty() && self.capture.is_none()
+    }
+
+    /// Drains a flow may stay unchanged before it is deleted.
+    pub fn idle_drains(&self) -> u32 {
+        (self.idle_timeout.as_secs_f64() / self.interval.as_secs_f64()).ceil() as u32
+    }
+
+    /// Settings a reload cannot change (they are fixed when the kernel object is loaded or
+    /// the listener bound): the names of those that differ.
+    pub fn fixed_changes(&self, new: &RunConfig) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.listen != new.listen {
+            v.push("listen");
+        }
+        if self.vantage != new.vantage {
+            v.push("mode/consume");
+        }
+        if self.spread != new.spread {
+            v.push("cpus");
+        }
+        if self.max_flows != new.max_flows {
+            v.push("max_flows");
+        }
+        if self.xdp_mode != new.xdp_mode {
+            v.push("xdp_mode");
+        }
+        if self.tc_hook != new.tc_hook {
+            v.push("tc_hook");
+        }
+        if self.capture != new.capture {
+            v.push("capture");
+        }
+        if self.nic_only() != new.nic_only() {
+            v.push("iface (the NIC side alone, or interfaces attached)");
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let args = RunOverrides {
+            interval: Some(Duration::from_secs(2)),
+            ..RunOverrides::default()
+        };
+        let f = file(
+            "iface = [\"eth0\", \"eth1\"]\ninterval = \"30s\"\nmax_series = 7\nlisten = \"0.0.0.0:9000\"\nmode = \"mirror\"\nconsume = true\ncpus = \"0-1,3\"\n",
+        );
+        let c = RunConfig::merge(&args, Some((Path::new("c.toml"), f))).unwrap();
+        assert_eq!(c.spread, Spread::Cpus(vec![0, 1, 3]));
+        assert_eq!(c.ifaces, ["eth0", "eth1"]);
+        assert_eq!(c.interval, Duration::from_secs(2));
+        assert_eq!(c.max_series, 7);
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.vantage, Vantage::Mirror { consume: true });
+        assert_eq!(c.idle_drains(), 150);
+    }
+
+    #[test]
+    fn the_json_lines_never_go_into_the_config_file() {
+        let dir = std::env::temp_dir().join(format!("roce-config-jsonl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("run.toml");
+        std::fs::write(&config, format!("iface = [\"lo\"]\njsonl = {:?}\n", config)).unwrap();
+        let e = RunConfig::load(&RunOverrides {
+            config: Some(config.clone()),
+            ..RunOverrides::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("is the config file"), "{e}");
+        let other = RunConfig::load(&RunOverrides {
+            config: Some(config.clone()),
+            jsonl: Some(dir.join("lines.jsonl")),
+            ..RunOverrides::default()
+        });
+        assert!(other.is_ok(), "{other:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn defaults_listen_on_loopback() {
+        let args = RunOverrides {
+            iface: vec!["eth0".into()],
+            ..RunOverrides::default()
+        };
+        let c = RunConfig::merge(&args, None).unwrap();
+        assert!(c.listen.ip().is_loopback());
+        assert_eq!(c.interval, DEFAULT_INTERVAL);
+        assert_eq!(c.max_series, DEFAULT_MAX_SERIES);
+    }
+
+    #[test]
+    fn bad_values_are_one_line_errors() {
+        let args = RunOverrides::default();
+        for (text, want) in [
+            ("", "nothing to observe"),
+            ("iface = [\"a\"]\ninterval = \"5\u{3bc}s\"", "interval"),
+            ("iface = [\"a\"]\ninterval = \"10ms\"", "below the minimum"),
+            ("iface = [\"a\"]\nlisten = \"localhost\"", "ADDR:PORT"),
+            ("iface = [\"a\"]\nxdp_mode = \"fast\"", "expected one of"),
+            ("iface = [\"a\", \"a\"]", "given twice"),
+            (
+                "iface = [\"a\"]\nidle_timeout = \"1s\"",
+                "shorter than the interval",
+            ),
+            ("iface = [\"a\"]\nconsume = true", "only in mirror mode"),
+            ("iface = [\"a\"]\ncpus = \"0\"", "only in mirror mode"),
+            (
+                "iface = [\"a\"]\nmode = \"mirror\"\ncpus = \"1-0\"",
+                "runs backwards",
+            ),
+            ("iface = [\"a\"]\nmax_series = 100000", "above"),
+            ("iface = [\"a\"]\nlog_level = \"[[\"", "log level"),
+        ] {
+            let e = RunConfig::merge(&args, Some((Path::new("c.toml"), file(text))))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        assert!(toml::from_str::<FileConfig>("ifaces = []").is_err());
+    }
+
+    #[test]
+    fn the_nic_side_alone_needs_a_device_or_netdev_and_no_xdp_setting() {
+        let merge = |args: &RunOverrides, text: &str| {
+            RunConfig::merge(args, Some((Path::new("c.toml"), file(text))))
+        };
+        let none = RunOverrides::default();
+        for text in [
+            "rdma_devices = [\"mlx5_0\"]",
+            "netdevs = [\"ens1f0np0\"]",
+            "all_rdma_devices = true",
+        ] {
+            let c = merge(&none, text).unwrap();
+            assert!(c.nic_only(), "{text}");
+            assert!(c.fixed_changes(&c).is_empty());
+        }
+        let c = merge(&none, "iface = [\"eth0\"]\nnetdevs = [\"eth1\"]").unwrap();
+        assert!(!c.nic_only());
+        assert_eq!(c.netdevs, ["eth1"]);
+        let flag = RunOverrides {
+            netdevs: vec!["eth2".into()],
+            ..RunOverrides::default()
+        };
+        assert_eq!(
+            merge(&flag, "netdevs = [\"eth1\"]").unwrap().netdevs,
+            ["eth2"]
+        );
+        let attached = merge(&none, "iface = [\"eth0\"]").unwrap();
+        let alone = merge(&none, "all_rdma_devices = true").unwrap();
+        assert_eq!(
+            attached.fixed_changes(&alone),
+            ["iface (the NIC side alone, or interfaces attached)"]
+        );
+        for (text, want) in [
+            ("", "nothing to observe"),
+            ("all_rdma_devices = false", "nothing to observe"),
+            (
+                "rdma_devices = [\"m\"]\nmax_flows = 10",
+                "max_flows without iface",
+            ),
+            ("netdevs = [\"e\"]\nmode = \"mirror\"", "mode without iface"),
+            ("netdevs = [\"e\", \"e\"]", "given twice"),
+            ("netdevs = [\"a/b\"]", "not an interface name"),
+            ("netdevs = [\"abcdefghijklmnopq\"]", "not an interface name"),
+        ] {
+            let e = merge(&none, text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn rdma_devices_from_the_flags_over_the_file_and_a_nic_root() {
+        let merge = |args: &RunOverrides, text: &str| {
+            RunConfig::merge(args, Some((Path::new("c.toml"), file(text))))
+        };
+        let none = RunOverrides::default();
+        let c = merge(&none, "iface = [\"eth0\"]").unwrap();
+        assert!(c.rdma_devices.is_empty());
+        assert_eq!(c.nic_root, None);
+        let text = "iface = [\"eth0\"]\nrdma_devices = [\"mlx5_0\", \"mlx5_1\"]";
+        assert_eq!(
+            merge(&none, text).unwrap().rdma_devices,
+            ["mlx5_0", "mlx5_1"]
+        );
+        let flag = RunOverrides {
+            rdma_devices: vec!["mlx5_3".into()],
+            ..RunOverrides::default()
+        };
+        assert_eq!(merge(&flag, text).unwrap().rdma_devices, ["mlx5_3"]);
+        let dir = std::env::temp_dir();
+        let c = merge(
+            &none,
+            &format!(
+                "iface = [\"eth0\"]\nnic_root = {:?}",
+                dir.display().to_string()
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.nic_root.as_deref(), Some(dir.as_path()));
+        for (text, want) in [
+            (
+                "iface = [\"a\"]\nrdma_devices = [\"../x\"]",
+                "not a device name",
+            ),
+            (
+                "iface = [\"a\"]\nrdma_devices = [\"\"]",
+                "not a device name",
+            ),
+            (
+                "iface = [\"a\"]\nrdma_devices = [\"m\", \"m\"]",
+                "given twice",
+            ),
+            (
+                "iface = [\"a\"]\nnic_root = \"/nonexistent/tree\"",
+                "not a directory",
+            ),
+        ] {
+            let e = merge(&none, text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_capture_replaces_interfaces_and_takes_no_xdp_settings() {
+        let merge = |args: &RunOverrides, text: &str| {
+            RunConfig::merge(args, Some((Path::new("c.toml"), file(text))))
+        };
+        let none = RunOverrides::default();
+        let c = merge(&none, "capture = \"mlx5_0\"").unwrap();
+        assert!(c.ifaces.is_empty());
+        assert_eq!(c.capture, Some(CaptureConfig::new("mlx5_0")));
+        let c = merge(
+            &none,
+            "capture = \"eth1\"\npromiscuous = false\ncapture_filter = \"\"",
+        )
+        .unwrap();
+        let want = CaptureConfig {
+            promiscuous: false,
+            filter: None,
+            ..CaptureConfig::new("eth1")
+        };
+        assert_eq!(c.capture, Some(want));
+        // The command line's source replaces the file's.
+        let flag = RunOverrides {
+            capture: Some("mlx5_1".into()),
+            capture_filter: Some("udp".into()),
+            ..RunOverrides::default()
+        };
+        let c = merge(&flag, "iface = [\"eth0\"]").unwrap();
+        assert!(c.ifaces.is_empty());
+        assert_eq!(c.capture.as_ref().unwrap().device, "mlx5_1");
+        assert_eq!(c.capture.as_ref().unwrap().filter.as_deref(), Some("udp"));
+        let iface = RunOverrides {
+            iface: vec!["eth0".into()],
+            ..RunOverrides::default()
+        };
+        let c = merge(&iface, "capture = \"mlx5_0\"").unwrap();
+        assert_eq!((c.ifaces, c.capture), (vec!["eth0".to_string()], None));
+        for (args, text, want) in [
+            (
+                &none,
+                "iface = [\"eth0\"]\ncapture = \"mlx5_0\"",
+                "give one of them",
+            ),
+            (
+                &none,
+                "capture = \"mlx5_0\"\nmode = \"mirror\"",
+                "mode with capture",
+            ),
+            (
+                &none,
+                "capture = \"mlx5_0\"\nmax_flows = 10",
+                "max_flows with capture",
+            ),
+            (&flag, "xdp_mode = \"skb\"", "xdp_mode with capture"),
+            (&iface, "promiscuous = false", "only with capture"),
+            (&iface, "capture_filter = \"udp\"", "only with capture"),
+        ] {
+            let e = merge(args, text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let old = merge(&none, "capture = \"mlx5_0\"").unwrap();
+        let new = merge(&none, "capture = \"mlx5_1\"").unwrap();
+        assert_eq!(old.fixed_changes(&new), ["capture"]);
+    }
+}
