@@ -17,10 +17,11 @@
 //! # Adding a rule
 //!
 //! 1. `rules/<rule>.rs`, modelled on a neighbour (e.g. `rules/rnr.rs`);
-//! 2. here: its `mod` line in `rules` and its entry in `registry!` (where it runs);
-//! 3. `thresholds.rs`: its field in [`Thresholds`] (and any validation of its values);
-//! 4. `rules.example.toml` (repository root): its table, spelling the defaults;
-//! 5. a synth scenario firing exactly it (`source/synth`), named in its [`About`].
+//! 2. here: its line in `registry!` (where it runs), which declares its file, adds its table
+//!    to [`Thresholds`] and lists it;
+//! 3. `rules.example.toml` (repository root): its table, spelling the defaults (and, in
+//!    `thresholds.rs`, any validation of its values);
+//! 4. a synth scenario firing exactly it (`source/synth`), named in its [`About`].
 //!
 //! The unit tests below and in `thresholds.rs` catch a step left out.
 
@@ -29,53 +30,7 @@ use crate::model::{Flow, FlowRef, Report};
 
 mod thresholds;
 
-pub use thresholds::{Thresholds, ThresholdsError};
-
-/// One file per rule (`rules/<rule>.rs`).
-mod rules {
-    pub mod ce_without_cnp;
-    pub mod cnp_priority;
-    pub mod dscp_mix;
-    pub mod duplicate_copies;
-    pub mod ecmp_imbalance;
-    pub mod flow_table_full;
-    pub mod incast;
-    pub mod latency;
-    pub mod loss;
-    pub mod microburst;
-    pub mod nic_ecn_without_cnp;
-    pub mod nic_lossless_discards;
-    pub mod nic_pause_share;
-    pub mod nic_pause_storm;
-    pub mod nic_pfc_priorities;
-    pub mod nic_transport_errors;
-    pub mod nic_wire_mismatch;
-    pub mod not_ect;
-    pub mod observer_drops;
-    pub mod pfc_idle_priority;
-    pub mod pfc_storm;
-    pub mod psn_violation;
-    pub mod qp_reuse;
-    pub mod reorder;
-    pub mod rnr;
-    pub mod stall;
-}
-
-/// The rules' thresholds tables (the fields of [`Thresholds`]).
-pub use rules::{
-    ce_without_cnp::CeWithoutCnp, cnp_priority::CnpPriority, dscp_mix::DscpMix,
-    duplicate_copies::DuplicateCopies, ecmp_imbalance::EcmpImbalance,
-    flow_table_full::FlowTableFull, incast::Incast, latency::Latency, loss::Loss,
-    microburst::Microburst, not_ect::NotEct, observer_drops::ObserverDrops,
-    pfc_idle_priority::PfcIdlePriority, pfc_storm::PfcStorm, psn_violation::PsnViolation,
-    qp_reuse::QpReuse, reorder::Reorder, rnr::Rnr, stall::Stall,
-};
-pub use rules::{
-    nic_ecn_without_cnp::NicEcnWithoutCnp, nic_lossless_discards::NicLosslessDiscards,
-    nic_pause_share::NicPauseShare, nic_pause_storm::NicPauseStorm,
-    nic_pfc_priorities::NicPfcPriorities, nic_transport_errors::NicTransportErrors,
-    nic_wire_mismatch::NicWireMismatch,
-};
+pub use thresholds::ThresholdsError;
 
 /// Flows named in one finding at most.
 pub const MAX_FLOWS_NAMED: usize = 20;
@@ -123,45 +78,109 @@ pub trait Rule: Sync {
     }
 }
 
-/// The registry, from one list of `module::Rule` (the order rules run in, checks are listed
-/// in and findings of one severity keep): [`rules()`] and [`RULES`].
+/// A rule's opening, in its file: its [`About`] (`ABOUT`: name, [`RULES`] line, the synth
+/// scenario that fires exactly it), its unit struct and the [`Rule`] impl calling `evaluate`
+/// (`needs_roce` when it judges frames other than RoCE's).
+macro_rules! rule {
+    (
+        $(#[$doc:meta])*
+        $rule:ident {
+            name: $name:expr,
+            summary: $summary:expr,
+            scenario: $scenario:expr,
+            $(needs_roce: $needs:expr,)?
+            evaluate: |$r:ident, $t:ident, $ctx:ident| $body:block $(,)?
+        }
+    ) => {
+        pub const ABOUT: $crate::analysis::findings::About = $crate::analysis::findings::About {
+            name: $name,
+            summary: $summary,
+            scenario: $scenario,
+        };
+
+        $(#[$doc])*
+        pub struct $rule;
+
+        impl $crate::analysis::findings::Rule for $rule {
+            fn about(&self) -> &'static $crate::analysis::findings::About {
+                &ABOUT
+            }
+
+            $(fn needs_roce(&self) -> bool {
+                $needs
+            })?
+
+            fn evaluate(
+                &self,
+                $r: &$crate::model::Report,
+                $t: &$crate::analysis::findings::Thresholds,
+                $ctx: &$crate::analysis::findings::Context,
+            ) -> $crate::analysis::findings::Outcome $body
+        }
+    };
+}
+
+/// The registry: one line per rule, `module::{Rule, Table}`, in the order the rules run (checks
+/// are listed in and findings of one severity keep). From it: the rule's file
+/// (`rules/<module>.rs`), its thresholds table re-exported, [`rules()`], [`RULES`], and
+/// [`Thresholds`], whose field for the rule is named as its module and its rules-file table.
 macro_rules! registry {
-    ($($module:ident::$rule:ident),+ $(,)?) => {
+    ($($module:ident::{$rule:ident, $table:ident}),+ $(,)?) => {
+        /// One file per rule (`rules/<rule>.rs`).
+        mod rules {
+            $(pub mod $module;)+
+        }
+
+        /// The rules' thresholds tables (the fields of [`Thresholds`]).
+        pub use rules::{$($module::$table),+};
+
         static REGISTRY: &[&dyn Rule] = &[$(&rules::$module::$rule),+];
 
         /// The rules, in the order they run, with a line each.
         pub const RULES: &[(&str, &str)] =
             &[$((rules::$module::ABOUT.name, rules::$module::ABOUT.summary)),+];
+
+        /// Rule thresholds: the TOML file given with `--rules` (every key optional, unknown
+        /// keys are errors). `Thresholds::default()` is the documented default;
+        /// `rules.example.toml` spells it. One table per rule, named as its module (the rule's
+        /// name with `_` for `-`), plus `disabled`.
+        #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct Thresholds {
+            $(pub $module: $table,)+
+            /// Rules not to run, by name.
+            pub disabled: Vec<String>,
+        }
     };
 }
 
 registry! {
-    ce_without_cnp::CeWithoutCnpRule,
-    not_ect::NotEctRule,
-    cnp_priority::CnpPriorityRule,
-    dscp_mix::DscpMixRule,
-    loss::LossRule,
-    psn_violation::PsnViolationRule,
-    stall::StallRule,
-    reorder::ReorderRule,
-    duplicate_copies::DuplicateCopiesRule,
-    qp_reuse::QpReuseRule,
-    rnr::RnrRule,
-    pfc_storm::PfcStormRule,
-    pfc_idle_priority::PfcIdlePriorityRule,
-    incast::IncastRule,
-    microburst::MicroburstRule,
-    latency::LatencyRule,
-    ecmp_imbalance::EcmpImbalanceRule,
-    flow_table_full::FlowTableFullRule,
-    observer_drops::ObserverDropsRule,
-    nic_pfc_priorities::NicPfcPrioritiesRule,
-    nic_ecn_without_cnp::NicEcnWithoutCnpRule,
-    nic_transport_errors::NicTransportErrorsRule,
-    nic_pause_share::NicPauseShareRule,
-    nic_pause_storm::NicPauseStormRule,
-    nic_lossless_discards::NicLosslessDiscardsRule,
-    nic_wire_mismatch::NicWireMismatchRule,
+    ce_without_cnp::{CeWithoutCnpRule, CeWithoutCnp},
+    not_ect::{NotEctRule, NotEct},
+    cnp_priority::{CnpPriorityRule, CnpPriority},
+    dscp_mix::{DscpMixRule, DscpMix},
+    loss::{LossRule, Loss},
+    psn_violation::{PsnViolationRule, PsnViolation},
+    stall::{StallRule, Stall},
+    reorder::{ReorderRule, Reorder},
+    duplicate_copies::{DuplicateCopiesRule, DuplicateCopies},
+    qp_reuse::{QpReuseRule, QpReuse},
+    rnr::{RnrRule, Rnr},
+    pfc_storm::{PfcStormRule, PfcStorm},
+    pfc_idle_priority::{PfcIdlePriorityRule, PfcIdlePriority},
+    incast::{IncastRule, Incast},
+    microburst::{MicroburstRule, Microburst},
+    latency::{LatencyRule, Latency},
+    ecmp_imbalance::{EcmpImbalanceRule, EcmpImbalance},
+    flow_table_full::{FlowTableFullRule, FlowTableFull},
+    observer_drops::{ObserverDropsRule, ObserverDrops},
+    nic_pfc_priorities::{NicPfcPrioritiesRule, NicPfcPriorities},
+    nic_ecn_without_cnp::{NicEcnWithoutCnpRule, NicEcnWithoutCnp},
+    nic_transport_errors::{NicTransportErrorsRule, NicTransportErrors},
+    nic_pause_share::{NicPauseShareRule, NicPauseShare},
+    nic_pause_storm::{NicPauseStormRule, NicPauseStorm},
+    nic_lossless_discards::{NicLosslessDiscardsRule, NicLosslessDiscards},
+    nic_wire_mismatch::{NicWireMismatchRule, NicWireMismatch},
 }
 
 /// Every rule, in the order they run.

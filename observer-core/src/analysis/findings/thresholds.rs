@@ -1,54 +1,8 @@
-//! The rules file (`--rules FILE`): one TOML table per rule, each with the thresholds struct
-//! its rule file defines (and documents, defaults included), plus `disabled`.
+//! The rules file (`--rules FILE`, [`Thresholds`]: one TOML table per rule, each with the
+//! thresholds struct its rule file defines and documents, defaults included, plus
+//! `disabled`): reading and validating it.
 
-use serde::{Deserialize, Serialize};
-
-use super::{
-    CeWithoutCnp, CnpPriority, DscpMix, DuplicateCopies, EcmpImbalance, FlowTableFull, Incast,
-    Latency, Loss, Microburst, NotEct, ObserverDrops, PfcIdlePriority, PfcStorm, PsnViolation,
-    QpReuse, RULES, Reorder, Rnr, Stall,
-};
-use super::{
-    NicEcnWithoutCnp, NicLosslessDiscards, NicPauseShare, NicPauseStorm, NicPfcPriorities,
-    NicTransportErrors, NicWireMismatch,
-};
-
-/// Rule thresholds: the TOML file given with `--rules` (every key optional, unknown keys are
-/// errors). `Thresholds::default()` is the documented default; `rules.example.toml` spells it.
-///
-/// One field per rule, named as its table (the rule's name with `_` for `-`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Thresholds {
-    pub ce_without_cnp: CeWithoutCnp,
-    pub not_ect: NotEct,
-    pub cnp_priority: CnpPriority,
-    pub dscp_mix: DscpMix,
-    pub loss: Loss,
-    pub psn_violation: PsnViolation,
-    pub stall: Stall,
-    pub reorder: Reorder,
-    pub duplicate_copies: DuplicateCopies,
-    pub qp_reuse: QpReuse,
-    pub rnr: Rnr,
-    pub pfc_storm: PfcStorm,
-    pub pfc_idle_priority: PfcIdlePriority,
-    pub incast: Incast,
-    pub microburst: Microburst,
-    pub latency: Latency,
-    pub ecmp_imbalance: EcmpImbalance,
-    pub flow_table_full: FlowTableFull,
-    pub observer_drops: ObserverDrops,
-    pub nic_pfc_priorities: NicPfcPriorities,
-    pub nic_ecn_without_cnp: NicEcnWithoutCnp,
-    pub nic_transport_errors: NicTransportErrors,
-    pub nic_pause_share: NicPauseShare,
-    pub nic_pause_storm: NicPauseStorm,
-    pub nic_lossless_discards: NicLosslessDiscards,
-    pub nic_wire_mismatch: NicWireMismatch,
-    /// Rules not to run, by name.
-    pub disabled: Vec<String>,
-}
+use super::{RULES, Thresholds};
 
 /// A rules file that cannot be used. Each is one line naming the file (shown with its
 /// source, `{:#}`, where it has one).
@@ -175,6 +129,7 @@ fn one_line(e: &toml::de::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Loss;
 
     const EXAMPLE: &str = include_str!("../../../../rules.example.toml");
 

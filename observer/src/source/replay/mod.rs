@@ -34,8 +34,10 @@ use points::Points;
 
 mod feed;
 mod link;
+mod overlap;
 mod pcap;
 mod pcapng;
+mod reader;
 /// The sightings of one traffic at several observation points (the core's).
 pub use observer_core::aggregate::sightings as points;
 mod progress;
@@ -44,7 +46,9 @@ mod shard;
 use feed::{Feed, FeedError, Step};
 /// How frames of a link type reach the parser: also live capture's (`source::capture`).
 pub(crate) use link::Link;
+use overlap::{COPY_LAG_NS, Overlap};
 use progress::Progress;
+use reader::{Container, Ctx, Pending, Reader, header, offset_in, open};
 pub use shard::{ShardPart, Sharded};
 
 #[derive(Debug, thiserror::Error)]
@@ -417,228 +421,6 @@ impl<O: FrameObserver> Replay<O> {
             let _ = self.agg.push_parsed(parsed, data, f.ts_ns);
         }
         named
-    }
-}
-
-/// Opens a file, with its size when it is a regular file (for the progress line).
-fn open(path: &str) -> Result<(File, Option<u64>), ReplayError> {
-    // (Memory-mapping was measured slower than streaming through a cached buffer here:
-    // page faults cost more than the copy.)
-    let f = File::open(path).map_err(|error| ReplayError::Io {
-        file: path.to_string(),
-        error,
-    })?;
-    let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-    Ok((f, size))
-}
-
-/// A copy of a packet never lags it by this much: a PSN seen again after that long is a
-/// resend after a timeout, to the PSN analysis too.
-const COPY_LAG_NS: u64 = points::SIGHT_WINDOW_NS;
-
-type HashMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
-
-/// What overlapping files hold of each other's traffic, per flow: the first file in the order
-/// given that carried it while overlapping others in time (to name, once, each file that holds
-/// flows of a file before it).
-struct Overlap {
-    first: HashMap<FlowKey, usize>,
-    named: Vec<bool>,
-}
-
-impl Overlap {
-    fn new(files: usize) -> Self {
-        Self {
-            first: HashMap::default(),
-            named: vec![false; files],
-        }
-    }
-
-    /// File `i` carried flow `flow` while overlapping another file in time. Whichever of it
-    /// and the flow's first file so far comes later in the order given holds traffic of a file
-    /// before it (named unless it was already); the earlier is the flow's first file from now
-    /// on. (A later file that carried it before was named then.)
-    fn carried(&mut self, i: usize, flow: FlowKey) -> Option<usize> {
-        let first = self.first.entry(flow).or_insert(i);
-        let later = match (*first).cmp(&i) {
-            std::cmp::Ordering::Equal => return None,
-            std::cmp::Ordering::Less => i,
-            std::cmp::Ordering::Greater => std::mem::replace(first, i),
-        };
-        let named = self.named.get_mut(later)?;
-        (!std::mem::replace(named, true)).then_some(later)
-    }
-}
-
-/// A frame read and not yet accounted: its time, length on the wire and link type, and where
-/// its bytes lie in the record its file consumed last (there until the file reads on).
-#[derive(Clone, Copy, Debug)]
-struct Pending {
-    ts_ns: u64,
-    orig_len: u32,
-    link: Link,
-    at: usize,
-    len: usize,
-}
-
-/// Where `data` begins in `buf`, the bytes a pcap-file slice parser was given: its frames
-/// borrow from them.
-#[inline]
-fn offset_in(buf: &[u8], data: &[u8]) -> usize {
-    (data.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize)
-}
-
-/// The container of a file being read.
-enum Container {
-    Pcap(pcap::Pcap),
-    PcapNg(pcapng::PcapNg),
-}
-
-/// A capture file being read, a frame at a time.
-struct Reader<'a, R> {
-    feed: Feed<'a, R>,
-    container: Container,
-    ctx: Ctx,
-}
-
-impl<'a, R: Read> Reader<'a, R> {
-    /// Recognizes the container by its magic and reads the file header.
-    fn open(
-        name: &str,
-        mut feed: Feed<'a, R>,
-        size: Option<u64>,
-        progress: bool,
-    ) -> Result<Self, ReplayError> {
-        let head = feed.peek(4).map_err(|error| ReplayError::Io {
-            file: name.to_string(),
-            error,
-        })?;
-        if head.is_empty() {
-            return Err(ReplayError::Empty {
-                file: name.to_string(),
-            });
-        }
-        let magic = head
-            .get(..4)
-            .map(|m| u32::from_be_bytes([m[0], m[1], m[2], m[3]]));
-        let magic_text = head
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let mut ctx = Ctx {
-            name: name.to_string(),
-            unknown_interfaces: Vec::new(),
-            frame: 0,
-            offset: 0,
-            progress: Progress::new(name, size, progress),
-            warnings: Vec::new(),
-            unsupported: 0,
-        };
-        let container = match magic {
-            Some(0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1) => {
-                Container::Pcap(pcap::Pcap::open(&mut feed, &mut ctx)?)
-            }
-            Some(0x0A0D_0D0A) => Container::PcapNg(pcapng::PcapNg::open(&mut feed, &mut ctx)?),
-            _ => {
-                return Err(ReplayError::BadMagic {
-                    file: name.to_string(),
-                    magic: magic_text,
-                });
-            }
-        };
-        Ok(Self {
-            feed,
-            container,
-            ctx,
-        })
-    }
-
-    /// The next frame; none at the end of the file or at a break.
-    #[inline]
-    fn next(&mut self) -> Option<Pending> {
-        match &mut self.container {
-            Container::Pcap(c) => c.next(&mut self.feed, &mut self.ctx),
-            Container::PcapNg(c) => c.next(&mut self.feed, &mut self.ctx),
-        }
-    }
-
-    /// The bytes of the frame [`Reader::next`] gave last.
-    #[inline]
-    fn data(&self, f: &Pending) -> &[u8] {
-        self.feed.consumed(f.at, f.len)
-    }
-}
-
-/// The file header through the crate's parser; what it consumed.
-fn header<R: Read, P>(
-    feed: &mut Feed<'_, R>,
-    name: &str,
-    parse: impl Fn(&[u8]) -> Result<(&[u8], P), PcapError>,
-) -> Result<(P, u64), ReplayError> {
-    let mut out = None;
-    let fed = feed.next(|buf| match parse(buf) {
-        Ok((rest, p)) => {
-            let used = buf.len() - rest.len();
-            out = Some(p);
-            Step::Used(used)
-        }
-        Err(PcapError::IncompleteBuffer) => Step::More,
-        Err(e) => Step::Fail(e),
-    });
-    match (fed, out) {
-        (Ok(used), Some(p)) => Ok((p, used as u64)),
-        (Err(FeedError::Io(error)), _) => Err(ReplayError::Io {
-            file: name.to_string(),
-            error,
-        }),
-        (Err(e), _) => Err(ReplayError::Header {
-            file: name.to_string(),
-            detail: e.describe(),
-        }),
-        // A clean end before the header: the parser wanted more than the file holds.
-        (Ok(_), None) => Err(ReplayError::Header {
-            file: name.to_string(),
-            detail: FeedError::Cut.describe(),
-        }),
-    }
-}
-
-/// Where a file's reading stands, and what it found beside the frames.
-struct Ctx {
-    name: String,
-    /// pcapng interface IDs already warned about (no interface description).
-    unknown_interfaces: Vec<u32>,
-    /// Frames read so far.
-    frame: u64,
-    /// Byte offset of the next record.
-    offset: u64,
-    progress: Progress,
-    /// This file's warnings, in the order found.
-    warnings: Vec<String>,
-    /// Frames of interfaces whose link type is not supported.
-    unsupported: u64,
-}
-
-impl Ctx {
-    #[inline]
-    fn advance(&mut self, bytes: u64) {
-        self.frame += 1;
-        self.offset += bytes;
-        if self.frame.is_multiple_of(65_536) {
-            self.progress.tick(self.offset, self.frame);
-        }
-    }
-
-    /// The file breaks at the next record: what was read before it is kept.
-    fn broken(&mut self, what: &str) {
-        self.warnings.push(format!(
-            "{}: frame {} at byte {}: {what}; the {} frames before it are reported",
-            self.name,
-            self.frame + 1,
-            self.offset,
-            self.frame
-        ));
     }
 }
 

@@ -11,27 +11,20 @@ use serde::{Deserialize, Serialize};
 use crate::units::count;
 use crate::{
     analysis::findings::{
-        About, Context, Outcome, Rule, Severity, Thresholds, data_packets, finding, list,
+        Outcome, Severity, data_packets, finding, list,
     },
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "ce-without-cnp",
-    summary: "CE marks on a flow but no CNPs back from its receiver (DCQCN notification point off)",
-    scenario: Some("rule-ce-without-cnp"),
-};
-
-/// The rule ([`ABOUT`]): `ce_without_cnp` below, with its [`CeWithoutCnp`] table.
-pub struct CeWithoutCnpRule;
-
-impl Rule for CeWithoutCnpRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        ce_without_cnp(r, &t.ce_without_cnp)
+rule! {
+    /// The rule ([`ABOUT`]): `ce_without_cnp` below, with its [`CeWithoutCnp`] table.
+    CeWithoutCnpRule {
+        name: "ce-without-cnp",
+        summary: "CE marks on a flow but no CNPs back from its receiver (DCQCN notification point off)",
+        scenario: Some("rule-ce-without-cnp"),
+        evaluate: |r, t, _ctx| {
+            ce_without_cnp(r, &t.ce_without_cnp)
+        },
     }
 }
 
@@ -142,6 +135,7 @@ fn ce_without_cnp(r: &Report, c: &CeWithoutCnp) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{
         fired, flow, insufficient, passed, report, run, skipped,
     };

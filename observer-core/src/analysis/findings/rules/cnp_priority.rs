@@ -8,28 +8,21 @@ use serde::{Deserialize, Serialize};
 use crate::units::count;
 use crate::{
     analysis::findings::{
-        About, Context, Outcome, Rule, Severity, Thresholds, data_dscps, data_packets, finding,
+        Outcome, Severity, data_dscps, data_packets, finding,
         list,
     },
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "cnp-priority",
-    summary: "CNPs in best-effort DSCP 0 or in the data's own class (CNPs must be prioritized)",
-    scenario: Some("rule-cnp-priority"),
-};
-
-/// The rule ([`ABOUT`]): `cnp_priority` below, with its [`CnpPriority`] table.
-pub struct CnpPriorityRule;
-
-impl Rule for CnpPriorityRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        cnp_priority(r, &t.cnp_priority)
+rule! {
+    /// The rule ([`ABOUT`]): `cnp_priority` below, with its [`CnpPriority`] table.
+    CnpPriorityRule {
+        name: "cnp-priority",
+        summary: "CNPs in best-effort DSCP 0 or in the data's own class (CNPs must be prioritized)",
+        scenario: Some("rule-cnp-priority"),
+        evaluate: |r, t, _ctx| {
+            cnp_priority(r, &t.cnp_priority)
+        },
     }
 }
 
@@ -114,6 +107,7 @@ fn cnp_priority(r: &Report, c: &CnpPriority) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, passed, report, run};
 
     /// Data in DSCP 26 from .1 to .2, and .2's CNPs back in `cnp_dscp`.

@@ -11,28 +11,21 @@ use serde::{Deserialize, Serialize};
 use crate::units::{count, noun};
 use crate::{
     analysis::findings::{
-        About, Context, MAX_FLOWS_NAMED, Outcome, Rule, Severity, Thresholds, data_dscps,
+        MAX_FLOWS_NAMED, Outcome, Severity, data_dscps,
         data_packets, finding, list, pct,
     },
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "dscp-mix",
-    summary: "RoCE data over several DSCPs or mixed with DSCP 0 (class separation broken)",
-    scenario: Some("rule-dscp-mix"),
-};
-
-/// The rule ([`ABOUT`]): `dscp_mix` below, with its [`DscpMix`] table.
-pub struct DscpMixRule;
-
-impl Rule for DscpMixRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        dscp_mix(r, &t.dscp_mix)
+rule! {
+    /// The rule ([`ABOUT`]): `dscp_mix` below, with its [`DscpMix`] table.
+    DscpMixRule {
+        name: "dscp-mix",
+        summary: "RoCE data over several DSCPs or mixed with DSCP 0 (class separation broken)",
+        scenario: Some("rule-dscp-mix"),
+        evaluate: |r, t, _ctx| {
+            dscp_mix(r, &t.dscp_mix)
+        },
     }
 }
 
@@ -171,6 +164,7 @@ fn dscp_mix(r: &Report, c: &DscpMix) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
 
     fn data_in(dscps: &[u8]) -> Report {

@@ -6,27 +6,20 @@ use serde::{Deserialize, Serialize};
 use crate::units::count;
 use crate::{
     analysis::findings::{
-        About, Context, Outcome, Rule, Severity, Thresholds, finding, request_packets, round2,
+        Outcome, Severity, finding, request_packets, round2,
     },
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "duplicate-copies",
-    summary: "PSNs seen twice with no resend: the mirror, the tap or the capture duplicates packets",
-    scenario: Some("rule-duplicate-copies"),
-};
-
-/// The rule ([`ABOUT`]): `duplicate_copies` below, with its [`DuplicateCopies`] table.
-pub struct DuplicateCopiesRule;
-
-impl Rule for DuplicateCopiesRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        duplicate_copies(r, &t.duplicate_copies)
+rule! {
+    /// The rule ([`ABOUT`]): `duplicate_copies` below, with its [`DuplicateCopies`] table.
+    DuplicateCopiesRule {
+        name: "duplicate-copies",
+        summary: "PSNs seen twice with no resend: the mirror, the tap or the capture duplicates packets",
+        scenario: Some("rule-duplicate-copies"),
+        evaluate: |r, t, _ctx| {
+            duplicate_copies(r, &t.duplicate_copies)
+        },
     }
 }
 
@@ -97,6 +90,7 @@ fn duplicate_copies(r: &Report, c: &DuplicateCopies) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
 
     #[test]

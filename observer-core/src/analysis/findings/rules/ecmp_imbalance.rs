@@ -4,26 +4,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, round2},
+    analysis::findings::{Outcome, Severity, finding, round2},
     model::Report,
 };
 
-pub const ABOUT: About = About {
-    name: "ecmp-imbalance",
-    summary: "ECMP load worse than random hashing would give",
-    scenario: Some("rule-ecmp-imbalance"),
-};
-
-/// The rule ([`ABOUT`]): `ecmp_imbalance` below, with its [`EcmpImbalance`] table.
-pub struct EcmpImbalanceRule;
-
-impl Rule for EcmpImbalanceRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        ecmp_imbalance(r, &t.ecmp_imbalance)
+rule! {
+    /// The rule ([`ABOUT`]): `ecmp_imbalance` below, with its [`EcmpImbalance`] table.
+    EcmpImbalanceRule {
+        name: "ecmp-imbalance",
+        summary: "ECMP load worse than random hashing would give",
+        scenario: Some("rule-ecmp-imbalance"),
+        evaluate: |r, t, _ctx| {
+            ecmp_imbalance(r, &t.ecmp_imbalance)
+        },
     }
 }
 
@@ -125,6 +118,7 @@ fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::ecmp::{EcmpOptions, analyse};
     use crate::analysis::findings::testing::{flow, insufficient, passed, report, run, skipped};
 

@@ -4,26 +4,19 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, pct},
+    analysis::findings::{Outcome, Severity, finding, pct},
     model::Report,
 };
 
-pub const ABOUT: About = About {
-    name: "flow-table-full",
-    summary: "The observer's flow or pause table was full: some traffic is in totals only",
-    scenario: None,
-};
-
-/// The rule ([`ABOUT`]): `flow_table_full` below, with its [`FlowTableFull`] table.
-pub struct FlowTableFullRule;
-
-impl Rule for FlowTableFullRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        flow_table_full(r, &t.flow_table_full)
+rule! {
+    /// The rule ([`ABOUT`]): `flow_table_full` below, with its [`FlowTableFull`] table.
+    FlowTableFullRule {
+        name: "flow-table-full",
+        summary: "The observer's flow or pause table was full: some traffic is in totals only",
+        scenario: None,
+        evaluate: |r, t, _ctx| {
+            flow_table_full(r, &t.flow_table_full)
+        },
     }
 }
 
@@ -71,6 +64,7 @@ fn flow_table_full(r: &Report, c: &FlowTableFull) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, passed, report, run};
 
     #[test]

@@ -10,27 +10,20 @@ use serde::{Deserialize, Serialize};
 use crate::units::count;
 use crate::{
     analysis::findings::{
-        About, Context, Outcome, Rule, Severity, Thresholds, data_packets, finding, pct,
+        Outcome, Severity, data_packets, finding, pct,
     },
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "incast",
-    summary: "Many senders to one receiver, with CE marks",
-    scenario: Some("rule-incast"),
-};
-
-/// The rule ([`ABOUT`]): `incast` below, with its [`Incast`] table.
-pub struct IncastRule;
-
-impl Rule for IncastRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        incast(r, &t.incast)
+rule! {
+    /// The rule ([`ABOUT`]): `incast` below, with its [`Incast`] table.
+    IncastRule {
+        name: "incast",
+        summary: "Many senders to one receiver, with CE marks",
+        scenario: Some("rule-incast"),
+        evaluate: |r, t, _ctx| {
+            incast(r, &t.incast)
+        },
     }
 }
 
@@ -97,6 +90,7 @@ fn incast(r: &Report, c: &Incast) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, passed, report, run};
 
     fn senders(n: usize) -> Report {

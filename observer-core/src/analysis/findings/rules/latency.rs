@@ -6,29 +6,22 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::{count, duration};
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
+    analysis::findings::{Outcome, Severity, finding},
     model::{
         FlowRef, Report,
         connections::{Connection, LatencySummary},
     },
 };
 
-pub const ABOUT: About = About {
-    name: "latency",
-    summary: "Slow answers: p99 ACK or READ latency above a threshold, or far above the median",
-    scenario: Some("rule-latency"),
-};
-
-/// The rule ([`ABOUT`]): `latency` below, with its [`Latency`] table.
-pub struct LatencyRule;
-
-impl Rule for LatencyRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        latency(r, &t.latency)
+rule! {
+    /// The rule ([`ABOUT`]): `latency` below, with its [`Latency`] table.
+    LatencyRule {
+        name: "latency",
+        summary: "Slow answers: p99 ACK or READ latency above a threshold, or far above the median",
+        scenario: Some("rule-latency"),
+        evaluate: |r, t, _ctx| {
+            latency(r, &t.latency)
+        },
     }
 }
 
@@ -304,6 +297,7 @@ fn coinciding(r: &Report, c: &Latency) -> (String, serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, insufficient, passed, report, run};
     use crate::model::connections::{LatencyBucket, LatencyScope};
 

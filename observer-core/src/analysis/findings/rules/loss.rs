@@ -9,28 +9,21 @@ use serde::{Deserialize, Serialize};
 use crate::units::count;
 use crate::{
     analysis::findings::{
-        About, Context, Finding, MAX_FLOWS_NAMED, Outcome, Rule, Severity, Thresholds,
+        Context, Finding, MAX_FLOWS_NAMED, Outcome, Severity,
         request_packets,
     },
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "loss",
-    summary: "PSNs lost, NAK sequence errors or go-back-N resends (drops in what should be lossless)",
-    scenario: Some("rule-loss"),
-};
-
-/// The rule ([`ABOUT`]): `loss` below, with its [`Loss`] table.
-pub struct LossRule;
-
-impl Rule for LossRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, ctx: &Context) -> Outcome {
-        loss(r, &t.loss, t.observer_drops.min_frames, ctx)
+rule! {
+    /// The rule ([`ABOUT`]): `loss` below, with its [`Loss`] table.
+    LossRule {
+        name: "loss",
+        summary: "PSNs lost, NAK sequence errors or go-back-N resends (drops in what should be lossless)",
+        scenario: Some("rule-loss"),
+        evaluate: |r, t, ctx| {
+            loss(r, &t.loss, t.observer_drops.min_frames, ctx)
+        },
     }
 }
 
@@ -268,6 +261,7 @@ pub(crate) fn sprayed_note(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, passed, report, run};
 
     /// A NAK (PSN sequence error) with nothing missing or resent in view says so, not "0.000%".

@@ -4,26 +4,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
+    analysis::findings::{Outcome, Severity, finding},
     model::{Direction, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "microburst",
-    summary: "Microbursts above a share of the link speed",
-    scenario: Some("rule-microburst"),
-};
-
-/// The rule ([`ABOUT`]): `microburst` below, with its [`Microburst`] table.
-pub struct MicroburstRule;
-
-impl Rule for MicroburstRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        microburst(r, &t.microburst)
+rule! {
+    /// The rule ([`ABOUT`]): `microburst` below, with its [`Microburst`] table.
+    MicroburstRule {
+        name: "microburst",
+        summary: "Microbursts above a share of the link speed",
+        scenario: Some("rule-microburst"),
+        evaluate: |r, t, _ctx| {
+            microburst(r, &t.microburst)
+        },
     }
 }
 
@@ -135,6 +128,7 @@ fn microburst(r: &Report, c: &Microburst) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, passed, report, run, skipped};
     use crate::model::series::{InterfaceBursts, Microbursts};
 

@@ -4,29 +4,19 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::findings::{
-    About, Context, Outcome, Rule, Severity, Thresholds, finding, nic_window,
+    Outcome, Severity, finding, nic_window,
 };
 use crate::model::Report;
 
-pub const ABOUT: About = About {
-    name: "nic-ecn-without-cnp",
-    summary: "NIC counters: ECN-marked RoCE packets received, but no CNP sent",
-    scenario: Some("rule-nic-ecn-without-cnp"),
-};
-
-pub struct NicEcnWithoutCnpRule;
-
-impl Rule for NicEcnWithoutCnpRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn needs_roce(&self) -> bool {
-        false
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        nic_ecn_without_cnp(r, &t.nic_ecn_without_cnp)
+rule! {
+    NicEcnWithoutCnpRule {
+        name: "nic-ecn-without-cnp",
+        summary: "NIC counters: ECN-marked RoCE packets received, but no CNP sent",
+        scenario: Some("rule-nic-ecn-without-cnp"),
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            nic_ecn_without_cnp(r, &t.nic_ecn_without_cnp)
+        },
     }
 }
 

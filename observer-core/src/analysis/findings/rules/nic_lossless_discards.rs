@@ -4,29 +4,19 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::findings::{
-    About, Context, Outcome, Rule, Severity, Thresholds, finding, nic_window,
+    Outcome, Severity, finding, nic_window,
 };
 use crate::model::Report;
 
-pub const ABOUT: About = About {
-    name: "nic-lossless-discards",
-    summary: "NIC counters: discards on a priority PFC makes lossless",
-    scenario: Some("rule-nic-lossless-discards"),
-};
-
-pub struct NicLosslessDiscardsRule;
-
-impl Rule for NicLosslessDiscardsRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn needs_roce(&self) -> bool {
-        false
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        nic_lossless_discards(r, &t.nic_lossless_discards)
+rule! {
+    NicLosslessDiscardsRule {
+        name: "nic-lossless-discards",
+        summary: "NIC counters: discards on a priority PFC makes lossless",
+        scenario: Some("rule-nic-lossless-discards"),
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            nic_lossless_discards(r, &t.nic_lossless_discards)
+        },
     }
 }
 

@@ -4,29 +4,19 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::findings::{
-    About, Context, Outcome, Rule, Severity, Thresholds, finding, nic_window,
+    Outcome, Severity, finding, nic_window,
 };
 use crate::model::Report;
 
-pub const ABOUT: About = About {
-    name: "nic-pause-share",
-    summary: "NIC counters: a priority paused for a large share of the window",
-    scenario: Some("rule-nic-pause-share"),
-};
-
-pub struct NicPauseShareRule;
-
-impl Rule for NicPauseShareRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn needs_roce(&self) -> bool {
-        false
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        nic_pause_share(r, &t.nic_pause_share)
+rule! {
+    NicPauseShareRule {
+        name: "nic-pause-share",
+        summary: "NIC counters: a priority paused for a large share of the window",
+        scenario: Some("rule-nic-pause-share"),
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            nic_pause_share(r, &t.nic_pause_share)
+        },
     }
 }
 

@@ -4,29 +4,19 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::findings::{
-    About, Context, Outcome, Rule, Severity, Thresholds, finding, nic_window,
+    Outcome, Severity, finding, nic_window,
 };
 use crate::model::Report;
 
-pub const ABOUT: About = About {
-    name: "nic-pause-storm",
-    summary: "NIC counters: pause storm events (the NIC's watchdog stopped a pause storm)",
-    scenario: Some("rule-nic-pause-storm"),
-};
-
-pub struct NicPauseStormRule;
-
-impl Rule for NicPauseStormRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn needs_roce(&self) -> bool {
-        false
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        nic_pause_storm(r, &t.nic_pause_storm)
+rule! {
+    NicPauseStormRule {
+        name: "nic-pause-storm",
+        summary: "NIC counters: pause storm events (the NIC's watchdog stopped a pause storm)",
+        scenario: Some("rule-nic-pause-storm"),
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            nic_pause_storm(r, &t.nic_pause_storm)
+        },
     }
 }
 

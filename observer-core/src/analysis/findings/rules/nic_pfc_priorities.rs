@@ -3,28 +3,18 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding};
+use crate::analysis::findings::{Outcome, Severity, finding};
 use crate::model::{Report, nic::priority_list};
 
-pub const ABOUT: About = About {
-    name: "nic-pfc-priorities",
-    summary: "NIC configuration: PFC enabled on more priorities than RoCE's",
-    scenario: Some("rule-nic-pfc-priorities"),
-};
-
-pub struct NicPfcPrioritiesRule;
-
-impl Rule for NicPfcPrioritiesRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn needs_roce(&self) -> bool {
-        false
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        nic_pfc_priorities(r, &t.nic_pfc_priorities)
+rule! {
+    NicPfcPrioritiesRule {
+        name: "nic-pfc-priorities",
+        summary: "NIC configuration: PFC enabled on more priorities than RoCE's",
+        scenario: Some("rule-nic-pfc-priorities"),
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            nic_pfc_priorities(r, &t.nic_pfc_priorities)
+        },
     }
 }
 

@@ -4,30 +4,20 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::findings::{
-    About, Context, Outcome, Rule, Severity, Thresholds, finding, nic_window,
+    Outcome, Severity, finding, nic_window,
 };
 use crate::model::Report;
 use crate::model::nic::TRANSPORT_ERRORS;
 
-pub const ABOUT: About = About {
-    name: "nic-transport-errors",
-    summary: "NIC counters: out-of-sequence arrivals, sequence errors or ACK timeouts (loss the wire may not show)",
-    scenario: Some("rule-nic-transport-errors"),
-};
-
-pub struct NicTransportErrorsRule;
-
-impl Rule for NicTransportErrorsRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn needs_roce(&self) -> bool {
-        false
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        nic_transport_errors(r, &t.nic_transport_errors)
+rule! {
+    NicTransportErrorsRule {
+        name: "nic-transport-errors",
+        summary: "NIC counters: out-of-sequence arrivals, sequence errors or ACK timeouts (loss the wire may not show)",
+        scenario: Some("rule-nic-transport-errors"),
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            nic_transport_errors(r, &t.nic_transport_errors)
+        },
     }
 }
 

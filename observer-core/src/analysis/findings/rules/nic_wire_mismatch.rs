@@ -13,34 +13,24 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::findings::{
-    About, Context, Outcome, Rule, Severity, Thresholds, finding, nic_window,
+    Outcome, Severity, finding, nic_window,
 };
 use crate::model::{Direction, Flow, Report};
 
-pub const ABOUT: About = About {
-    name: "nic-wire-mismatch",
-    summary: "The wire and the NIC's counters disagree on CE marks, CNPs or loss",
-    scenario: Some("rule-nic-wire-mismatch"),
-};
-
-pub struct NicWireMismatchRule;
+rule! {
+    NicWireMismatchRule {
+        name: "nic-wire-mismatch",
+        summary: "The wire and the NIC's counters disagree on CE marks, CNPs or loss",
+        scenario: Some("rule-nic-wire-mismatch"),
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            nic_wire_mismatch(r, &t.nic_wire_mismatch)
+        },
+    }
+}
 
 /// Loss events on the wire from which the NIC must have counted some.
 const MIN_LOSS_EVENTS: u64 = 3;
-
-impl Rule for NicWireMismatchRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn needs_roce(&self) -> bool {
-        false
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        nic_wire_mismatch(r, &t.nic_wire_mismatch)
-    }
-}
 
 /// The `[nic_wire_mismatch]` table of the rules file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -216,6 +206,7 @@ fn nic_wire_mismatch(r: &Report, c: &NicWireMismatch) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
     use crate::model::nic::{Counter, Device, Interface, Nic, Port};
 

@@ -8,27 +8,20 @@ use serde::{Deserialize, Serialize};
 use crate::units::count;
 use crate::{
     analysis::findings::{
-        About, Context, Outcome, Rule, Severity, Thresholds, data_packets, finding, list, pct,
+        Context, Outcome, Severity, data_packets, finding, list, pct,
     },
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "not-ect",
-    summary: "RoCE data sent Not-ECT where ECN is in use (ECN not enabled at the sender)",
-    scenario: Some("rule-not-ect"),
-};
-
-/// The rule ([`ABOUT`]): `not_ect` below, with its [`NotEct`] table.
-pub struct NotEctRule;
-
-impl Rule for NotEctRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, ctx: &Context) -> Outcome {
-        not_ect(r, &t.not_ect, ctx)
+rule! {
+    /// The rule ([`ABOUT`]): `not_ect` below, with its [`NotEct`] table.
+    NotEctRule {
+        name: "not-ect",
+        summary: "RoCE data sent Not-ECT where ECN is in use (ECN not enabled at the sender)",
+        scenario: Some("rule-not-ect"),
+        evaluate: |r, t, ctx| {
+            not_ect(r, &t.not_ect, ctx)
+        },
     }
 }
 
@@ -113,6 +106,7 @@ fn not_ect(r: &Report, c: &NotEct, ctx: &Context) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, passed, report, run, skipped};
 
     #[test]

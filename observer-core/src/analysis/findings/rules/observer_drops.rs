@@ -7,32 +7,22 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, pct},
+    analysis::findings::{Outcome, Severity, finding, pct},
     model::Report,
     units::count,
 };
 
-pub const ABOUT: About = About {
-    name: "observer-drops",
-    summary: "The observer dropped frames itself (CPU queues, mirror port or capture buffer full): PSNs may look lost",
-    scenario: None,
-};
-
-/// The rule ([`ABOUT`]): `observer_drops` below, with its [`ObserverDrops`] table.
-pub struct ObserverDropsRule;
-
-impl Rule for ObserverDropsRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        observer_drops(r, &t.observer_drops)
-    }
-
-    /// Dropped frames are unseen ones: a run that dropped every RoCE packet saw none.
-    fn needs_roce(&self) -> bool {
-        false
+rule! {
+    /// The rule ([`ABOUT`]): `observer_drops` below, with its [`ObserverDrops`] table. Dropped
+    /// frames are unseen ones: a run that dropped every RoCE packet saw none.
+    ObserverDropsRule {
+        name: "observer-drops",
+        summary: "The observer dropped frames itself (CPU queues, mirror port or capture buffer full): PSNs may look lost",
+        scenario: None,
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            observer_drops(r, &t.observer_drops)
+        },
     }
 }
 
@@ -134,6 +124,7 @@ fn observer_drops(r: &Report, c: &ObserverDrops) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, passed, report, run};
 
     #[test]

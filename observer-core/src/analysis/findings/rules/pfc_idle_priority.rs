@@ -8,28 +8,21 @@ use serde::{Deserialize, Serialize};
 use crate::units::count;
 use crate::{
     analysis::findings::{
-        About, Context, Outcome, Rule, Severity, Thresholds, finding, is_connection_management,
+        Outcome, Severity, finding, is_connection_management,
         list,
     },
     model::{Flow, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "pfc-idle-priority",
-    summary: "PFC pauses on a priority that carries no RoCE (PFC enabled on too many priorities)",
-    scenario: Some("rule-pfc-idle-priority"),
-};
-
-/// The rule ([`ABOUT`]): `pfc_idle_priority` below, with its [`PfcIdlePriority`] table.
-pub struct PfcIdlePriorityRule;
-
-impl Rule for PfcIdlePriorityRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        pfc_idle_priority(r, &t.pfc_idle_priority)
+rule! {
+    /// The rule ([`ABOUT`]): `pfc_idle_priority` below, with its [`PfcIdlePriority`] table.
+    PfcIdlePriorityRule {
+        name: "pfc-idle-priority",
+        summary: "PFC pauses on a priority that carries no RoCE (PFC enabled on too many priorities)",
+        scenario: Some("rule-pfc-idle-priority"),
+        evaluate: |r, t, _ctx| {
+            pfc_idle_priority(r, &t.pfc_idle_priority)
+        },
     }
 }
 
@@ -111,6 +104,7 @@ fn pfc_idle_priority(r: &Report, c: &PfcIdlePriority) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, pfc, report, run};
 
     #[test]

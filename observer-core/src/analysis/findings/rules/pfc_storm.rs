@@ -4,31 +4,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
+    analysis::findings::{Outcome, Severity, finding},
     model::Report,
 };
 
-pub const ABOUT: About = About {
-    name: "pfc-storm",
-    summary: "PFC pause storms: a priority paused for a large share of the time",
-    scenario: Some("rule-pfc-storm"),
-};
-
-/// The rule ([`ABOUT`]): `pfc_storm` below, with its [`PfcStorm`] table.
-pub struct PfcStormRule;
-
-impl Rule for PfcStormRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    /// Pauses are judged whether RoCE is seen or not.
-    fn needs_roce(&self) -> bool {
-        false
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        pfc_storm(r, &t.pfc_storm)
+rule! {
+    /// The rule ([`ABOUT`]): `pfc_storm` below, with its [`PfcStorm`] table. Pauses are judged
+    /// whether RoCE is seen or not.
+    PfcStormRule {
+        name: "pfc-storm",
+        summary: "PFC pause storms: a priority paused for a large share of the time",
+        scenario: Some("rule-pfc-storm"),
+        needs_roce: false,
+        evaluate: |r, t, _ctx| {
+            pfc_storm(r, &t.pfc_storm)
+        },
     }
 }
 
@@ -119,6 +109,7 @@ fn pfc_storm(r: &Report, c: &PfcStorm) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, insufficient, passed, pfc, report, run};
 
     #[test]

@@ -5,26 +5,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
+    analysis::findings::{Outcome, Severity, finding},
     model::{FlowRef, Report, ViolationKind, qp_hex},
 };
 
-pub const ABOUT: About = About {
-    name: "psn-violation",
-    summary: "a request inside a READ's PSN range, or a response to a PSN never sent (a NIC or driver bug)",
-    scenario: Some("rule-psn-violation"),
-};
-
-/// The rule ([`ABOUT`]): `psn_violation` below, with its [`PsnViolation`] table.
-pub struct PsnViolationRule;
-
-impl Rule for PsnViolationRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        psn_violation(r, &t.psn_violation)
+rule! {
+    /// The rule ([`ABOUT`]): `psn_violation` below, with its [`PsnViolation`] table.
+    PsnViolationRule {
+        name: "psn-violation",
+        summary: "a request inside a READ's PSN range, or a response to a PSN never sent (a NIC or driver bug)",
+        scenario: Some("rule-psn-violation"),
+        evaluate: |r, t, _ctx| {
+            psn_violation(r, &t.psn_violation)
+        },
     }
 }
 
@@ -133,6 +126,7 @@ fn psn_violation(r: &Report, c: &PsnViolation) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
     use crate::model::Violation;
 

@@ -5,26 +5,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
+    analysis::findings::{Outcome, Severity, finding},
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "qp-reuse",
-    summary: "a QP number reused by a new connection (a PSN jump no sender makes): not loss",
-    scenario: Some("rule-qp-reuse"),
-};
-
-/// The rule ([`ABOUT`]): `qp_reuse` below, with its [`QpReuse`] table.
-pub struct QpReuseRule;
-
-impl Rule for QpReuseRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        qp_reuse(r, &t.qp_reuse)
+rule! {
+    /// The rule ([`ABOUT`]): `qp_reuse` below, with its [`QpReuse`] table.
+    QpReuseRule {
+        name: "qp-reuse",
+        summary: "a QP number reused by a new connection (a PSN jump no sender makes): not loss",
+        scenario: Some("rule-qp-reuse"),
+        evaluate: |r, t, _ctx| {
+            qp_reuse(r, &t.qp_reuse)
+        },
     }
 }
 
@@ -81,6 +74,7 @@ fn qp_reuse(r: &Report, c: &QpReuse) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
 
     #[test]

@@ -6,27 +6,20 @@ use serde::{Deserialize, Serialize};
 use crate::units::count;
 use crate::{
     analysis::findings::{
-        About, Context, Outcome, Rule, Severity, Thresholds, finding, request_packets, round2,
+        Outcome, Severity, finding, request_packets, round2,
     },
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "reorder",
-    summary: "request packets arriving out of order (adaptive routing or packet spraying): not loss",
-    scenario: Some("rule-reorder"),
-};
-
-/// The rule ([`ABOUT`]): `reorder` below, with its [`Reorder`] table.
-pub struct ReorderRule;
-
-impl Rule for ReorderRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        reorder(r, &t.reorder)
+rule! {
+    /// The rule ([`ABOUT`]): `reorder` below, with its [`Reorder`] table.
+    ReorderRule {
+        name: "reorder",
+        summary: "request packets arriving out of order (adaptive routing or packet spraying): not loss",
+        scenario: Some("rule-reorder"),
+        evaluate: |r, t, _ctx| {
+            reorder(r, &t.reorder)
+        },
     }
 }
 
@@ -108,6 +101,7 @@ fn reorder(r: &Report, c: &Reorder) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
 
     #[test]

@@ -6,26 +6,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding, list},
+    analysis::findings::{Outcome, Severity, finding, list},
     model::{FlowRef, Report},
 };
 
-pub const ABOUT: About = About {
-    name: "rnr",
-    summary: "RNR NAKs: the receiver had no receive posted (an application problem, not the network)",
-    scenario: Some("rule-rnr"),
-};
-
-/// The rule ([`ABOUT`]): `rnr` below, with its [`Rnr`] table.
-pub struct RnrRule;
-
-impl Rule for RnrRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        rnr(r, &t.rnr)
+rule! {
+    /// The rule ([`ABOUT`]): `rnr` below, with its [`Rnr`] table.
+    RnrRule {
+        name: "rnr",
+        summary: "RNR NAKs: the receiver had no receive posted (an application problem, not the network)",
+        scenario: Some("rule-rnr"),
+        evaluate: |r, t, _ctx| {
+            rnr(r, &t.rnr)
+        },
     }
 }
 
@@ -94,6 +87,7 @@ fn rnr(r: &Report, c: &Rnr) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, passed, report, run};
 
     #[test]

@@ -5,26 +5,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::{count, duration};
 use crate::{
-    analysis::findings::{About, Context, Outcome, Rule, Severity, Thresholds, finding},
+    analysis::findings::{Outcome, Severity, finding},
     model::{FlowRef, Report, qp_hex},
 };
 
-pub const ABOUT: About = About {
-    name: "stall",
-    summary: "requests left unanswered longer than the local ACK timeout (a stalled connection)",
-    scenario: Some("rule-stall"),
-};
-
-/// The rule ([`ABOUT`]): `stall` below, with its [`Stall`] table.
-pub struct StallRule;
-
-impl Rule for StallRule {
-    fn about(&self) -> &'static About {
-        &ABOUT
-    }
-
-    fn evaluate(&self, r: &Report, t: &Thresholds, _ctx: &Context) -> Outcome {
-        stall(r, &t.stall)
+rule! {
+    /// The rule ([`ABOUT`]): `stall` below, with its [`Stall`] table.
+    StallRule {
+        name: "stall",
+        summary: "requests left unanswered longer than the local ACK timeout (a stalled connection)",
+        scenario: Some("rule-stall"),
+        evaluate: |r, t, _ctx| {
+            stall(r, &t.stall)
+        },
     }
 }
 
@@ -133,6 +126,7 @@ fn stall(r: &Report, c: &Stall) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{fired, flow, insufficient, passed, report, run};
     use crate::model::{Unanswered, Wait};
 
