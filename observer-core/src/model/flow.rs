@@ -375,6 +375,38 @@ impl Ops {
 }
 
 impl Flow {
+    /// A flow from `src_ip` to `dst_ip` with nothing counted: the one place a flow is built by
+    /// hand (tests, and tools that make reports of their own); set what it counts with struct
+    /// update syntax.
+    pub fn empty(src_ip: IpAddr, dst_ip: IpAddr, udp_src_port: u16, dest_qp: u32) -> Self {
+        Self {
+            src_ip,
+            dst_ip,
+            udp_src_port,
+            dest_qp,
+            mirror: None,
+            direction: Direction::default(),
+            packets: 0,
+            bytes: 0,
+            ecn: Ecn::default(),
+            ops: Ops::default(),
+            psn: Psn::default(),
+            psn_scope: None,
+            transports: Vec::new(),
+            dscp: Vec::new(),
+            cnp_dscp: Vec::new(),
+            pcp: Vec::new(),
+            vlans: Vec::new(),
+            inner_vlans: Vec::new(),
+            untagged: false,
+            first_seen_ns: 0,
+            last_seen_ns: 0,
+            rate_bps: 0.0,
+            active_rate_bps: None,
+            peak_rate_bps: None,
+        }
+    }
+
     pub fn new(key: &FlowKey, s: &FlowStats, window_seconds: f64) -> Self {
         Self {
             src_ip: ip_of(key.src_ip),

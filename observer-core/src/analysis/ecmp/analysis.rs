@@ -384,37 +384,20 @@ pub fn analyse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Direction, Ecn, Ops, Psn};
+    use crate::model::{Direction, Ops};
 
     fn flow(sport: u16, qp: u32, bytes: u64) -> Flow {
+        let (src, dst) = ("198.18.1.1".parse().unwrap(), "198.18.2.1".parse().unwrap());
         Flow {
-            src_ip: "198.18.1.1".parse().unwrap(),
-            dst_ip: "198.18.2.1".parse().unwrap(),
-            udp_src_port: sport,
-            dest_qp: qp,
-            mirror: None,
             direction: Direction::Ingress,
             packets: 1,
             bytes,
-            ecn: Ecn::default(),
             ops: Ops {
                 write: 1,
                 ..Ops::default()
             },
-            psn: Psn::default(),
-            psn_scope: None,
-            transports: Vec::new(),
-            dscp: vec![],
-            cnp_dscp: vec![],
-            pcp: vec![],
-            vlans: Vec::new(),
-            inner_vlans: Vec::new(),
             untagged: true,
-            first_seen_ns: 0,
-            last_seen_ns: 0,
-            rate_bps: 0.0,
-            active_rate_bps: None,
-            peak_rate_bps: None,
+            ..Flow::empty(src, dst, sport, qp)
         }
     }
 

@@ -256,34 +256,16 @@ fn pair_by_port(flows: &[Flow]) -> (Pairing, Vec<(usize, Why)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Direction, Ecn, Ops, Psn};
+    use crate::model::Direction;
 
     fn flow(src: &str, dst: &str, sport: u16, dest_qp: u32) -> Flow {
         Flow {
-            src_ip: src.parse().unwrap(),
-            dst_ip: dst.parse().unwrap(),
-            udp_src_port: sport,
-            dest_qp,
-            mirror: None,
             direction: Direction::Ingress,
             packets: 1,
             bytes: 100,
-            ecn: Ecn::default(),
-            ops: Ops::default(),
-            psn: Psn::default(),
-            psn_scope: None,
-            transports: Vec::new(),
             dscp: vec![26],
-            cnp_dscp: vec![],
-            pcp: vec![],
-            vlans: Vec::new(),
-            inner_vlans: Vec::new(),
             untagged: true,
-            first_seen_ns: 0,
-            last_seen_ns: 0,
-            rate_bps: 0.0,
-            active_rate_bps: None,
-            peak_rate_bps: None,
+            ..Flow::empty(src.parse().unwrap(), dst.parse().unwrap(), sport, dest_qp)
         }
     }
 

@@ -405,32 +405,7 @@ mod testing {
 
     /// A flow from `src` to `dst` with nothing counted.
     pub fn flow(src: &str, dst: &str) -> Flow {
-        Flow {
-            src_ip: src.parse().unwrap(),
-            dst_ip: dst.parse().unwrap(),
-            udp_src_port: 49152,
-            dest_qp: 0x11,
-            mirror: None,
-            direction: Default::default(),
-            packets: 0,
-            bytes: 0,
-            ecn: Default::default(),
-            ops: Default::default(),
-            psn: Default::default(),
-            psn_scope: None,
-            transports: Vec::new(),
-            dscp: Vec::new(),
-            cnp_dscp: Vec::new(),
-            pcp: Vec::new(),
-            vlans: Vec::new(),
-            inner_vlans: Vec::new(),
-            untagged: false,
-            first_seen_ns: 0,
-            last_seen_ns: 0,
-            rate_bps: 0.0,
-            active_rate_bps: None,
-            peak_rate_bps: None,
-        }
+        Flow::empty(src.parse().unwrap(), dst.parse().unwrap(), 49152, 0x11)
     }
 
     /// PFC frames from one sender: `(priority, frames, xon, pause_ns)` each.
