@@ -3,8 +3,9 @@
 //!
 //! Programs: `roce_observe` as `run` attaches it (interface counters, no microburst slots) and
 //! as `diagnose` does (slots on), and the benchmark-only flow-table variants
-//! (`roce_observe_uncached`, `roce_observe_shared`). Each target (a ratio to the baseline) is
-//! printed beside its figure with PASS or MISS. Cases: a RoCE RC WRITE middle (1024 B payload) on an existing flow; a WRITE
+//! (`roce_observe_uncached`, `roce_observe_shared`). Each figure is also a ratio to the
+//! baseline; none is a target (the baseline's few ns are mostly the test harness's, and differ
+//! several times between machines of one class: the targets are `bench-rate`'s). Cases: a RoCE RC WRITE middle (1024 B payload) on an existing flow; a WRITE
 //! only with AckReq and an ACK back (the passive latency's request and answer paths: a lookup
 //! in its table each); the first packet of a new flow; one flow's WRITE middles in PSN order and
 //! its WRITE onlys in PSN order (each a new message: the message table's path), once each; a CNP; non-RoCE UDP (port 53); a non-IP frame (ARP); the existing-flow
@@ -464,18 +465,6 @@ const MEASURED: [(&str, &str, bool); 4] = [
     ("run", programs::OBSERVE_SHARED, false),
 ];
 
-/// The targets: (case, settings, at most this many times the baseline). With everything `run`
-/// enables: a RoCE packet on an existing flow, a frame that is not RoCE, an ERSPAN III copy, a
-/// new flow; with `diagnose`'s microburst slots, the RoCE packet again.
-const TARGETS: [(&str, &str, f64); 6] = [
-    ("roce_existing_flow", "run", 2.5),
-    ("roce_existing_flow", "diagnose", 3.0),
-    ("udp_port_53", "run", 1.5),
-    ("arp", "run", 1.5),
-    ("erspan3_roce_existing_flow", "run", 3.5),
-    ("roce_new_flow", "run", 15.0),
-];
-
 /// samples[case][0] = baseline, samples[case][1 + i] = MEASURED[i]; one value per run.
 fn run_all(args: &Args, object: &[u8], cases: &[Case]) -> Result<Vec<[Vec<f64>; 5]>, String> {
     let cap = DEFAULT_MAX_FLOWS.max(args.new_flows + args.new_flows / 2 + 1024);
@@ -612,17 +601,6 @@ fn main() -> ExitCode {
             });
         }
     }
-    // Each target beside its figure (targets of cases not measured are left out).
-    let verdicts: Vec<(&Row, f64, bool)> = TARGETS
-        .iter()
-        .filter_map(|(case, settings, max)| {
-            let r = rows.iter().find(|r| {
-                r.case == *case && r.settings == *settings && r.program == programs::OBSERVE
-            })?;
-            Some((r, *max, r.ratio <= *max))
-        })
-        .collect();
-
     if args.json {
         let env = integration_tests::environment_json(&environment());
         let json = serde_json::json!({
@@ -641,14 +619,6 @@ fn main() -> ExitCode {
                 "ratio": r.ratio,
                 "runs_ns": r.runs_ns,
                 "runs_baseline_ns": r.runs_baseline_ns,
-            })).collect::<Vec<_>>(),
-            "targets": verdicts.iter().map(|(r, max, pass)| serde_json::json!({
-                "case": r.case,
-                "settings": r.settings,
-                "program": r.program,
-                "ratio": r.ratio,
-                "max_ratio": max,
-                "pass": pass,
             })).collect::<Vec<_>>(),
         });
         println!(
@@ -669,20 +639,6 @@ fn main() -> ExitCode {
             println!(
                 "{:<26} {:<9} {:<21} {:>10.2} {:>12.2} {:>6.2}x",
                 r.case, r.settings, r.program, r.ns, r.baseline_ns, r.ratio
-            );
-        }
-        println!(
-            "targets ({} as `run` and `diagnose` attach it):",
-            programs::OBSERVE
-        );
-        for (r, max, pass) in &verdicts {
-            println!(
-                "{}: {} ({}): {:.2} ns, {:.2}x the baseline (target: at most {max}x)",
-                if *pass { "PASS" } else { "MISS" },
-                r.case,
-                r.settings,
-                r.ns,
-                r.ratio
             );
         }
     }

@@ -5,17 +5,23 @@
 //! the CPU can make them, the frames going where the verdict sends them: here both programs
 //! drop (the observer as mirror mode with `--consume` runs it, `roce_observe_consume`, with the
 //! interface counters `run` keeps; the baseline `count_frames_drop`), so neither pays the stack.
-//! Cases: a RoCE WRITE on an existing flow, and the same as an ERSPAN III copy, each on one CPU
-//! and on two at once (one thread pinned per CPU, each its own flow, timed together). Every
-//! figure is the median of `--runs` runs, and each run checks that the observer counted every
-//! frame (nothing lost from its counts).
+//! Cases: a RoCE WRITE on an existing flow, the same as an ERSPAN III copy, and a frame that is
+//! not RoCE (UDP to port 53), each on one CPU and on two at once (one thread pinned per CPU,
+//! each its own flow, timed together). Every figure is the median of `--runs` runs, and each run
+//! checks that the observer counted every frame (nothing lost from its counts).
 //!
 //! Then mirror mode's spreading (`--cpus`): the copies of one mirror source all arrive on one
 //! CPU, as RSS delivers them, where `roce_spread` sends each on through the cpumap to the CPU its
-//! hosts hash to; there the consuming observer accounts it. Spread over that one CPU, then over
-//! two: the rate is the copies accounted per second until the last is, and a copy the cpumap
-//! dropped (its CPU's queue full) is counted as dropped, never lost. The cpumap's threads as
-//! the kernel makes them (mirror mode leaves them so), then at nice -20, then at SCHED_FIFO.
+//! hosts hash to; there the consuming observer accounts it. Spread over one other CPU, then over
+//! every CPU allowed (one host pair hashing to each): the rate is the copies accounted per
+//! second until the last is, and a copy the cpumap dropped (its CPU's queue full) is counted as
+//! dropped, never lost. The cpumap's threads as the kernel makes them (mirror mode leaves them
+//! so), then at nice -20, then at SCHED_FIFO.
+//!
+//! The targets, each printed PASS or MISS beside its figure (`----`: not measurable here): on
+//! one CPU, the observer sustains at least 50% of count-and-drop's rate on a RoCE packet, 45% on
+//! an ERSPAN III copy and 80% on a frame that is not RoCE; spread over N CPUs (N >= 4), one
+//! source's copies are accounted at least 0.9·N times as fast as on one.
 
 use std::{
     process::ExitCode,
@@ -323,21 +329,35 @@ fn set_threads(ebpf: &Ebpf, cpus: &[usize], threads: Threads) -> Result<(), Stri
     Ok(())
 }
 
-/// Two copies from host pairs that the spread sends to its first and its second CPU.
-fn spread_copies() -> Result<Vec<Vec<u8>>, String> {
-    let mut by_slot: [Option<Vec<u8>>; 2] = [None, None];
-    for host in 10..=250u8 {
-        let copy = erspan3(&write_middle(host, 0x11));
+/// An ERSPAN III copy of a WRITE middle between the pair of hosts numbered `pair` (of 65536:
+/// 198.18.x.y to 198.19.x.y).
+fn pair_copy(pair: u16) -> Vec<u8> {
+    let [a, b] = pair.to_be_bytes();
+    let ip = Ip::v4(
+        std::net::Ipv4Addr::new(198, 18, a, b),
+        std::net::Ipv4Addr::new(198, 19, a, b),
+    );
+    let mut f = RoceFrame::new(ip, wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE, 0x11);
+    f.bth.psn = 1000;
+    f.payload_len = 1024;
+    erspan3(&f.to_bytes())
+}
+
+/// `n` copies from host pairs that the spread over `n` CPUs sends one to each.
+fn spread_copies(n: usize) -> Result<Vec<Vec<u8>>, String> {
+    let mut by_slot: Vec<Option<Vec<u8>>> = vec![None; n];
+    for pair in 0..=u16::MAX {
+        let copy = pair_copy(pair);
         let p = observer_common::parse::parse_frame(&copy[..])
             .result
-            .map_err(|e| format!("the copy of host pair {host} does not parse: {e:?}"))?;
-        let slot = (observer_common::spread_hash(&p.src_ip, &p.dst_ip) % 2) as usize;
+            .map_err(|e| format!("the copy of host pair {pair} does not parse: {e:?}"))?;
+        let slot = (observer_common::spread_hash(&p.src_ip, &p.dst_ip) % n as u32) as usize;
         by_slot[slot].get_or_insert(copy);
-        if let [Some(a), Some(b)] = &by_slot {
-            return Ok(vec![a.clone(), b.clone()]);
+        if by_slot.iter().all(Option::is_some) {
+            return Ok(by_slot.into_iter().flatten().collect());
         }
     }
-    Err("no two host pairs that spread to two CPUs".into())
+    Err(format!("no {n} host pairs that spread to {n} CPUs"))
 }
 
 struct Row {
@@ -360,10 +380,18 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
         .map(|i| write_middle(10 + i, 0x11 + u32::from(i)))
         .collect();
     let copies: Vec<Vec<u8>> = direct.iter().map(|f| erspan3(f)).collect();
+    // A frame that is not RoCE (UDP to port 53): counted on the interface, nothing more.
+    let other = synth::basic_noise()
+        .into_iter()
+        .find(|(_, r)| *r == observer_common::SkipReason::OtherPort)
+        .map(|(bytes, _)| bytes)
+        .ok_or("synth::basic_noise has no UDP frame to another port")?;
+    let others = vec![other.clone(), other];
     let mut rows = Vec::new();
     for (case, frames) in [
         ("roce_existing_flow", &direct),
         ("erspan3_roce_existing_flow", &copies),
+        ("udp_port_53", &others),
     ] {
         for n in [1usize, 2] {
             if n > allowed.len() {
@@ -411,14 +439,25 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
     if allowed.len() < 2 {
         return Ok(rows);
     }
-    let copies = spread_copies()?;
     let rx = allowed[0];
     for (case, threads) in [
         ("erspan3_spread", Threads::AsMirrorMode),
         ("erspan3_spread_nice", Threads::Nice),
         ("erspan3_spread_fifo", Threads::Fifo),
     ] {
-        'case: for cpus in [&allowed[1..2], &allowed[..2]] {
+        // One CPU, then every CPU allowed (the fan-out: on hosts of 4 CPUs or more its target
+        // applies).
+        'case: for cpus in [&allowed[1..2], &allowed[..]] {
+            // A host with more CPUs than host pairs found: that row is left out, said.
+            let copies = match spread_copies(cpus.len().max(2)) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("bench-rate: skipping {case} on {} CPUs: {e}", cpus.len());
+                    continue;
+                }
+            };
+            // `--frames` copies in all, whatever the number of host pairs.
+            let per_copy = (args.frames / copies.len() as u32).max(1);
             let (mut obs, mut base, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..args.runs {
                 let ebpf = load_spread(&object, cpus)?;
@@ -434,10 +473,10 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
                     &ebpf,
                     programs::BASELINE_DROP,
                     &copies,
-                    &[rx, rx],
-                    args.frames / 2,
+                    &vec![rx; copies.len()],
+                    per_copy,
                 )?);
-                let (pps, d) = spread_rate(&ebpf, &copies, rx, args.frames / 2)?;
+                let (pps, d) = spread_rate(&ebpf, &copies, rx, per_copy)?;
                 obs.push(pps);
                 dropped.push(d);
             }
@@ -469,14 +508,95 @@ fn main() -> ExitCode {
     })
 }
 
-/// Prints the rows (and the scaling from one CPU to two).
+/// The share of the count-and-drop baseline each case sustains on one CPU, at least.
+const SHARE_TARGETS: [(&str, f64); 3] = [
+    ("roce_existing_flow", 0.50),
+    ("erspan3_roce_existing_flow", 0.45),
+    ("udp_port_53", 0.80),
+];
+/// Mirror fan-out: the copies accounted over N CPUs, at least this times N times one CPU's
+/// rate, where the host has `FAN_OUT_MIN_CPUS` or more.
+const FAN_OUT_TARGET: f64 = 0.9;
+const FAN_OUT_MIN_CPUS: usize = 4;
+
+/// One target's verdict: what it judges, the figure, the target, met (none: not measurable).
+struct Verdict {
+    what: String,
+    figure: String,
+    target: String,
+    met: Option<bool>,
+}
+
+fn verdicts(rows: &[Row], cpus: usize) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for (case, min) in SHARE_TARGETS {
+        let r = rows.iter().find(|r| r.case == case && r.cpus == 1);
+        let share = r.map(|r| r.observer_pps / r.baseline_pps);
+        out.push(Verdict {
+            what: format!("{case}: the observer as `run` runs it, beside count-and-drop, 1 CPU"),
+            figure: share.map_or("not measured".into(), |s| format!("{:.1}%", 100.0 * s)),
+            target: format!("at least {:.0}%", 100.0 * min),
+            met: share.map(|s| s >= min),
+        });
+    }
+    let one = rows
+        .iter()
+        .find(|r| r.case == "erspan3_spread" && r.cpus == 1);
+    let all = rows
+        .iter()
+        .filter(|r| r.case == "erspan3_spread" && r.cpus > 1)
+        .max_by_key(|r| r.cpus);
+    let (figure, met) = match (one, all) {
+        (Some(o), _) if o.observer_pps <= 0.0 => ("one CPU accounted nothing".into(), Some(false)),
+        (Some(o), Some(a)) if cpus >= FAN_OUT_MIN_CPUS => {
+            let x = a.observer_pps / o.observer_pps;
+            (
+                format!("{x:.2}x over {} CPUs", a.cpus),
+                Some(x >= FAN_OUT_TARGET * a.cpus as f64),
+            )
+        }
+        (Some(o), Some(a)) => (
+            format!(
+                "{:.2}x over {} CPUs: not measurable on fewer than {FAN_OUT_MIN_CPUS} CPUs",
+                a.observer_pps / o.observer_pps,
+                a.cpus
+            ),
+            None,
+        ),
+        _ => (format!("not measurable ({cpus} CPUs)"), None),
+    };
+    out.push(Verdict {
+        what: "erspan3_spread: mirror copies fanned out over every CPU, beside one CPU".into(),
+        figure,
+        target: format!("at least {FAN_OUT_TARGET} x N times one CPU (N >= {FAN_OUT_MIN_CPUS})"),
+        met,
+    });
+    out
+}
+
+/// The cases, in the order they are measured.
+const CASES: [&str; 6] = [
+    "roce_existing_flow",
+    "erspan3_roce_existing_flow",
+    "udp_port_53",
+    "erspan3_spread",
+    "erspan3_spread_nice",
+    "erspan3_spread_fifo",
+];
+
+/// Prints the rows (and the scaling from one CPU to all), and the targets.
 fn report(args: &Args, rows: &[Row]) {
-    // Scaling: the rate on two CPUs over the rate on one, per case.
+    // Scaling: the rate on the most CPUs over the rate on one, per case.
     let scaling = |case: &str| {
         let one = rows.iter().find(|r| r.case == case && r.cpus == 1)?;
-        let two = rows.iter().find(|r| r.case == case && r.cpus == 2)?;
-        Some(two.observer_pps / one.observer_pps)
+        let most = rows
+            .iter()
+            .filter(|r| r.case == case && r.cpus > 1)
+            .max_by_key(|r| r.cpus)?;
+        Some((most.cpus, most.observer_pps / one.observer_pps))
     };
+    let cpus = roce_observer::lab::allowed_cpus().map_or(1, |c| c.len());
+    let verdicts = verdicts(rows, cpus);
     if args.json {
         let env = integration_tests::environment_json(&integration_tests::bench_environment());
         let json = serde_json::json!({
@@ -496,13 +616,19 @@ fn report(args: &Args, rows: &[Row]) {
                 "lost": 0,
                 "dropped": r.dropped,
             })).collect::<Vec<_>>(),
-            "scaling_1_to_2_cpus": {
-                "roce_existing_flow": scaling("roce_existing_flow"),
-                "erspan3_roce_existing_flow": scaling("erspan3_roce_existing_flow"),
-                "erspan3_spread": scaling("erspan3_spread"),
-                "erspan3_spread_nice": scaling("erspan3_spread_nice"),
-                "erspan3_spread_fifo": scaling("erspan3_spread_fifo"),
-            },
+            "scaling_1_to_most_cpus": CASES
+                .iter()
+                .map(|c| {
+                    let v = scaling(c).map(|(n, x)| serde_json::json!({"cpus": n, "ratio": x}));
+                    (c.to_string(), v.unwrap_or(serde_json::Value::Null))
+                })
+                .collect::<serde_json::Map<_, _>>(),
+            "targets": verdicts.iter().map(|v| serde_json::json!({
+                "what": v.what,
+                "figure": v.figure,
+                "target": v.target,
+                "pass": v.met,
+            })).collect::<Vec<_>>(),
         });
         println!(
             "{}",
@@ -537,16 +663,18 @@ fn report(args: &Args, rows: &[Row]) {
                 r.dropped
             );
         }
-        for case in [
-            "roce_existing_flow",
-            "erspan3_roce_existing_flow",
-            "erspan3_spread",
-            "erspan3_spread_nice",
-            "erspan3_spread_fifo",
-        ] {
-            if let Some(s) = scaling(case) {
-                println!("{case}: 2 CPUs sustain {s:.2}x the rate of 1");
+        for case in CASES {
+            if let Some((n, s)) = scaling(case) {
+                println!("{case}: {n} CPUs sustain {s:.2}x the rate of 1");
             }
+        }
+        for v in &verdicts {
+            let mark = match v.met {
+                Some(true) => "PASS",
+                Some(false) => "MISS",
+                None => "----",
+            };
+            println!("{mark}: {}: {} (target: {})", v.what, v.figure, v.target);
         }
     }
 }

@@ -21,9 +21,11 @@
 //!    to [`Thresholds`] and lists it;
 //! 3. `rules.example.toml` (repository root): its table, spelling the defaults (and, in
 //!    `thresholds.rs`, any validation of its values);
-//! 4. a synth scenario firing exactly it (`source/synth`), named in its [`About`].
+//! 4. a synth scenario firing exactly it (roce-observer's `source/synth`), named in its
+//!    [`About`].
 //!
-//! The unit tests below and in `thresholds.rs` catch a step left out.
+//! The unit tests in `thresholds.rs` catch step 3 left out, roce-observer's `source/synth`
+//! tests step 4.
 
 pub use crate::model::findings::{Check, CheckStatus, Finding, Severity};
 use crate::model::{Flow, FlowRef, Report};

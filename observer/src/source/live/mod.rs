@@ -276,6 +276,10 @@ pub fn load_object(
 impl Observer {
     /// Checks privileges and interfaces, loads the object, attaches XDP everywhere (all or none).
     pub fn attach(config: LiveConfig) -> Result<Self, LiveError> {
+        // First: a build without the kernel programs says so before anything else.
+        if EBPF_OBJECT.is_empty() {
+            return Err(LiveError::NoKernelPrograms);
+        }
         for (i, iface) in config.interfaces.iter().enumerate() {
             if config.interfaces[..i].contains(iface) {
                 return Err(LiveError::DuplicateInterface(iface.clone()));
@@ -295,6 +299,9 @@ impl Observer {
     /// Checks privileges, loads the object and its programs, attaches to nothing yet. The
     /// microburst rings are sized for `config.interfaces.len()` interfaces (at least one).
     pub fn load(config: LiveConfig) -> Result<Self, LiveError> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(LiveError::NoKernelPrograms);
+        }
         if config.max_flows == 0 || config.max_flows > MAX_FLOWS_LIMIT {
             return Err(LiveError::MaxFlows {
                 got: config.max_flows,

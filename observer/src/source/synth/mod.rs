@@ -20,7 +20,7 @@
 //!   writers, checksums and the ICRC;
 //! - `workload`: frames and their truth ([`Workload`], [`Truth`], [`PsnEvent`]);
 //! - `qp`: the sequenced traffic of one queue pair ([`QpStream`]);
-//! - `timeline`: requests and answers of several queue pairs at chosen capture times
+//! - `script`: requests and answers of several queue pairs at chosen capture times
 //!   ([`Script`]), with the latency samples the answers give;
 //! - `noise`: frames the observer must skip, at least one per
 //!   [`SkipReason`](observer_common::SkipReason);
@@ -128,7 +128,7 @@ pub enum SynthError {
 }
 
 #[cfg(test)]
-mod rule_scenarios {
+mod tests {
     use super::scenario as synth_scenario;
 
     #[test]

@@ -7,10 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{
-        Outcome, Severity, data_dscps, data_packets, finding,
-        list,
-    },
+    analysis::findings::{Outcome, Severity, data_dscps, data_packets, finding, list},
     model::{FlowRef, Report},
 };
 

@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::units::{count, noun};
 use crate::{
     analysis::findings::{
-        MAX_FLOWS_NAMED, Outcome, Severity, data_dscps,
-        data_packets, finding, list, pct,
+        MAX_FLOWS_NAMED, Outcome, Severity, data_dscps, data_packets, finding, list, pct,
     },
     model::{FlowRef, Report},
 };

@@ -5,9 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{
-        Outcome, Severity, finding, request_packets, round2,
-    },
+    analysis::findings::{Outcome, Severity, finding, request_packets, round2},
     model::{FlowRef, Report},
 };
 

@@ -118,8 +118,8 @@ fn ecmp_imbalance(r: &Report, c: &EcmpImbalance) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::findings::Thresholds;
     use crate::analysis::ecmp::{EcmpOptions, analyse};
+    use crate::analysis::findings::Thresholds;
     use crate::analysis::findings::testing::{flow, insufficient, passed, report, run, skipped};
 
     #[test]

@@ -9,9 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{
-        Outcome, Severity, data_packets, finding, pct,
-    },
+    analysis::findings::{Outcome, Severity, data_packets, finding, pct},
     model::{FlowRef, Report},
 };
 

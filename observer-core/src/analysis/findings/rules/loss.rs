@@ -8,10 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{
-        Context, Finding, MAX_FLOWS_NAMED, Outcome, Severity,
-        request_packets,
-    },
+    analysis::findings::{Context, Finding, MAX_FLOWS_NAMED, Outcome, Severity, request_packets},
     model::{FlowRef, Report},
 };
 

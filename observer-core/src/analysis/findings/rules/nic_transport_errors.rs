@@ -3,9 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::findings::{
-    Outcome, Severity, finding, nic_window,
-};
+use crate::analysis::findings::{Outcome, Severity, finding, nic_window};
 use crate::model::Report;
 use crate::model::nic::TRANSPORT_ERRORS;
 

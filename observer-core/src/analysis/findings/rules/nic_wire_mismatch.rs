@@ -12,9 +12,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::findings::{
-    Outcome, Severity, finding, nic_window,
-};
+use crate::analysis::findings::{Outcome, Severity, finding, nic_window};
 use crate::model::{Direction, Flow, Report};
 
 rule! {

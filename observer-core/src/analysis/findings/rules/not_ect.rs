@@ -7,9 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{
-        Context, Outcome, Severity, data_packets, finding, list, pct,
-    },
+    analysis::findings::{Context, Outcome, Severity, data_packets, finding, list, pct},
     model::{FlowRef, Report},
 };
 

@@ -7,10 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::count;
 use crate::{
-    analysis::findings::{
-        Outcome, Severity, finding, is_connection_management,
-        list,
-    },
+    analysis::findings::{Outcome, Severity, finding, is_connection_management, list},
     model::{Flow, Report},
 };
 
