@@ -400,7 +400,9 @@ fn scrape(ns: &Netns, port: u16) -> Vec<Sample> {
         .expect("HTTP GET");
     let text = String::from_utf8(raw).unwrap();
     let (_, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    parse_exposition(body, true)
+    let samples = parse_exposition(body, true);
+    integration_tests::assert_in_registry(&samples);
+    samples
 }
 
 /// The families both daemons export, summed per label set without the queue pairs' own

@@ -44,20 +44,14 @@ const CRATES: &[Crate] = &[
     },
     Crate {
         src: "observer-daemon/src",
-        layers: &[&[
-            "config",
-            "logging",
-            "procfs",
-            "netlink",
-            "signals",
-            "flowbook",
-            "openmetrics",
-            "pauses",
-            "nic",
-            "tap",
-            "http",
-            "collector",
-        ]],
+        layers: &[
+            &[
+                "config", "logging", "procfs", "netlink", "signals", "flowbook",
+            ],
+            // The metric registry: below the encoder and everything that fills it.
+            &["metrics"],
+            &["openmetrics", "pauses", "nic", "tap", "http", "collector"],
+        ],
     },
 ];
 

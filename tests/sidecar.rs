@@ -210,7 +210,9 @@ fn scrape(ns: &Netns) -> Vec<Sample> {
         "{content_type}"
     );
     assert!(body.ends_with("# EOF\n"));
-    parse_exposition(&body, true)
+    let samples = parse_exposition(&body, true);
+    integration_tests::assert_in_registry(&samples);
+    samples
 }
 
 fn one(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
@@ -590,6 +592,7 @@ fn soak_flaps_recreation_nonroot() {
         "{content_type}"
     );
     let plain = parse_exposition(&text, false);
+    integration_tests::assert_in_registry(&plain);
     check_against(&plain, &sent, max_series);
     promtool_lint(&text);
     // Health.
@@ -2236,4 +2239,47 @@ fn pfc_frames_on_the_wire_per_sender_and_priority() {
     let (status, log) = d.stop();
     assert!(status.success(), "{log}");
     assert_eq!(log.matches("NIC source absent").count(), 1, "{log}");
+}
+
+/// docs/sidecar.md's table of every family is the registry's (`UPDATE_DOCS=1` writes it), and
+/// the tests' own lists name registry families only. No privileges needed.
+#[test]
+fn the_docs_and_the_tests_lists_follow_the_metric_registry() {
+    let path = integration_tests::workspace_root().join("docs/sidecar.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (begin, end) = ("<!-- metrics:begin -->\n", "<!-- metrics:end -->");
+    let a = doc.find(begin).expect("the begin marker") + begin.len();
+    let b = doc.find(end).expect("the end marker");
+    let table = observer_daemon::metrics::reference_table();
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(&path, format!("{}{table}{}", &doc[..a], &doc[b..])).unwrap();
+    } else {
+        assert_eq!(
+            &doc[a..b],
+            table,
+            "docs/sidecar.md's family table is not the registry's: UPDATE_DOCS=1 writes it"
+        );
+    }
+    for list in [
+        integration_tests::EXPORTED_METRICS,
+        integration_tests::NIC_METRICS,
+        integration_tests::NIC_ONLY_METRICS,
+        integration_tests::PFC_METRICS,
+        integration_tests::LATENCY_METRICS,
+    ] {
+        for name in list {
+            assert!(
+                integration_tests::registry_family(name).is_some(),
+                "{name}: no family of the metric registry"
+            );
+        }
+    }
+    // Names are unique once exposed.
+    let all: Vec<String> = observer_daemon::metrics::all()
+        .into_iter()
+        .flat_map(|(_, f)| f)
+        .map(|f| f.exposed())
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "a family declared twice");
 }

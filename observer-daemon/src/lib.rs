@@ -15,6 +15,7 @@ pub mod config;
 pub mod flowbook;
 mod http;
 mod logging;
+pub mod metrics;
 mod netlink;
 mod nic;
 pub mod openmetrics;

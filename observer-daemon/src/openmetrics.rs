@@ -14,12 +14,13 @@ use observer_common::{
 };
 use prometheus_client::{
     collector::Collector,
-    encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet},
-    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
-    registry::{Registry, Unit},
+    encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet},
+    metrics::{counter::ConstCounter, gauge::ConstGauge},
+    registry::Registry,
 };
 
-use super::flowbook::{Counts, METRIC_NAMES, SeriesRow};
+use super::flowbook::{Counts, SeriesRow};
+use crate::metrics::{self, Family, interfaces, latency, nic, observer, pfc, queue_pairs};
 use roce_observer::model::ip_of;
 
 /// One observed interface.
@@ -60,13 +61,24 @@ pub fn octave_buckets(h: &LatHist) -> Vec<(f64, u64)> {
     out
 }
 
+/// A family's descriptor, from the registry.
+trait Describe {
+    fn describe<'s>(&'s mut self, f: &'s Family) -> Result<MetricEncoder<'s>, std::fmt::Error>;
+}
+
+impl Describe for DescriptorEncoder<'_> {
+    fn describe<'s>(&'s mut self, f: &'s Family) -> Result<MetricEncoder<'s>, std::fmt::Error> {
+        let unit = f.unit.map(metrics::Unit::encoder_unit);
+        self.encode_descriptor(&f.name, &f.help, unit, f.kind.metric_type())
+    }
+}
+
 fn histogram_family<L: prometheus_client::encoding::EncodeLabelSet>(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
+    f: &Family,
     rows: impl IntoIterator<Item = (L, LatHist)>,
 ) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    let mut m = enc.describe(f)?;
     for (labels, h) in rows {
         // The count is the buckets' sum (OpenMetrics wants it equal to +Inf; the kernel's
         // shared histograms may be read between a sample's count and its bucket).
@@ -196,36 +208,8 @@ pub struct NicInfoRow {
     pub driver_firmware: String,
 }
 
-/// The IBTA port counters (`counters/<file>`) node_exporter's infiniband collector exports, and
-/// the name it gives each (`node_infiniband_<name>_total`, labels `device` and `port`): exported
-/// here as `roce_nic_infiniband_<name>_total`, the same suffix, labels and units, so a dashboard
-/// built on one reads the other with the prefix swapped (and beside node_exporter nothing is
-/// counted twice). `port_rcv_data` and `port_xmit_data` count 4-byte words: exported in bytes,
-/// as node_exporter does.
-pub const INFINIBAND_COUNTERS: &[(&str, &str)] = &[
-    ("port_rcv_data", "port_data_received"),
-    ("port_xmit_data", "port_data_transmitted"),
-    ("port_rcv_packets", "port_packets_received"),
-    ("port_xmit_packets", "port_packets_transmitted"),
-    ("unicast_rcv_packets", "unicast_packets_received"),
-    ("unicast_xmit_packets", "unicast_packets_transmitted"),
-    ("multicast_rcv_packets", "multicast_packets_received"),
-    ("multicast_xmit_packets", "multicast_packets_transmitted"),
-    ("port_rcv_errors", "port_errors_received"),
-    ("port_rcv_discards", "port_discards_received"),
-    ("port_xmit_discards", "port_discards_transmitted"),
-    (
-        "port_rcv_constraint_errors",
-        "port_constraint_errors_received",
-    ),
-    (
-        "port_xmit_constraint_errors",
-        "port_constraint_errors_transmitted",
-    ),
-    ("port_xmit_wait", "port_transmit_wait"),
-    ("link_downed", "link_downed"),
-    ("link_error_recovery", "link_error_recovery"),
-];
+/// The IBTA counters named as node_exporter names them (the registry's).
+pub use crate::metrics::nic::INFINIBAND_COUNTERS;
 
 /// A netdev's RoCE configuration, as last read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -398,15 +382,13 @@ pub struct ViewCollector(pub Arc<Mutex<MetricsView>>);
 
 fn counter_family<L: prometheus_client::encoding::EncodeLabelSet, N>(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
+    f: &Family,
     rows: impl IntoIterator<Item = (L, N)>,
 ) -> Result<(), std::fmt::Error>
 where
     ConstCounter<N>: EncodeMetric,
 {
-    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    let mut m = enc.describe(f)?;
     for (labels, v) in rows {
         ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
     }
@@ -415,26 +397,17 @@ where
 
 fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
     enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
+    f: &Family,
     v: N,
 ) -> Result<(), std::fmt::Error>
 where
     ConstGauge<N>: EncodeMetric,
 {
-    let g = ConstGauge::new(v);
-    g.encode(enc.encode_descriptor(name, help, unit, MetricType::Gauge)?)
+    ConstGauge::new(v).encode(enc.describe(f)?)
 }
 
-fn counter(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: u64,
-) -> Result<(), std::fmt::Error> {
-    ConstCounter::new(v).encode(enc.encode_descriptor(name, help, unit, MetricType::Counter)?)
+fn counter(enc: &mut DescriptorEncoder, f: &Family, v: u64) -> Result<(), std::fmt::Error> {
+    ConstCounter::new(v).encode(enc.describe(f)?)
 }
 
 impl Collector for ViewCollector {
@@ -459,32 +432,20 @@ impl Collector for ViewCollector {
             }
             rows
         };
+        counter_family(&mut enc, &interfaces::FRAMES, per_iface(&|c| c.frames))?;
         counter_family(
             &mut enc,
-            "roce_iface_frames",
-            "Frames seen on the interface (RoCE or not)",
-            None,
-            per_iface(&|c| c.frames),
-        )?;
-        counter_family(
-            &mut enc,
-            "roce_iface_frame",
-            "Bytes of the frames seen on the interface (Ethernet frame length)",
-            Some(&Unit::Bytes),
+            &interfaces::FRAME_BYTES,
             per_iface(&|c| c.frame_bytes),
         )?;
         counter_family(
             &mut enc,
-            "roce_packets",
-            "RoCEv2 packets",
-            None,
+            &interfaces::ROCE_PACKETS,
             per_iface(&|c| c.roce_packets),
         )?;
         counter_family(
             &mut enc,
-            "roce",
-            "RoCEv2 bytes (IP length)",
-            Some(&Unit::Bytes),
+            &interfaces::ROCE_BYTES,
             per_iface(&|c| c.roce_bytes),
         )?;
         {
@@ -503,13 +464,7 @@ impl Collector for ViewCollector {
                     }
                 }
             }
-            counter_family(
-                &mut enc,
-                "roce_ecn_packets",
-                "RoCEv2 packets by ECN codepoint",
-                None,
-                rows,
-            )?;
+            counter_family(&mut enc, &interfaces::ECN_PACKETS, rows)?;
         }
         {
             let mut rows = Vec::new();
@@ -527,48 +482,25 @@ impl Collector for ViewCollector {
                     }
                 }
             }
-            counter_family(
-                &mut enc,
-                "roce_op_packets",
-                "RoCEv2 packets by operation class (cnp, nak, rnr_nak, ack, send, write, ...)",
-                None,
-                rows,
-            )?;
+            counter_family(&mut enc, &interfaces::OP_PACKETS, rows)?;
         }
         if wire {
-            for (m, (name, help)) in METRIC_NAMES.iter().enumerate() {
-                let (family, unit) = match *name {
-                    "bytes" => ("roce_qp".to_string(), Some(Unit::Bytes)),
-                    _ => (format!("roce_qp_{name}"), None),
-                };
+            for (m, family) in queue_pairs::counts().iter().enumerate() {
                 let rows = s
                     .series
                     .iter()
                     .map(|r| (flow_labels(&r.key), r.counts.0[m]))
                     .chain(std::iter::once((rest_labels(), s.rest.0[m])));
-                counter_family(
-                    &mut enc,
-                    &family,
-                    &format!("{help}, per queue pair (top K by recent bytes, and qp=\"rest\")"),
-                    unit.as_ref(),
-                    rows,
-                )?;
+                counter_family(&mut enc, family, rows)?;
             }
             for kind in LatKind::ALL {
-                let (name, help) = match kind {
-                    LatKind::Ack => (
-                        "roce_ack_latency",
-                        "Passive ACK latency: a request with AckReq seen to the first ACK or NAK covering it (coalesced ACKs to the newest timed request, Karn's rule), per interface the answers arrived on and side (requests_out: this host's requests, the round trip through the fabric and the peer; requests_in: requests arriving; mirror: tap to responder to tap)",
-                    ),
-                    LatKind::Read => (
-                        "roce_read_latency",
-                        "Passive READ latency: a READ request seen to the first packet of its response, per interface and side (as roce_ack_latency_seconds)",
-                    ),
+                let (iface, qp) = match kind {
+                    LatKind::Ack => (&latency::ACK, &latency::QP_ACK),
+                    LatKind::Read => (&latency::READ, &latency::QP_READ),
                 };
                 histogram_family(
                     &mut enc,
-                    name,
-                    help,
+                    iface,
                     s.latency.iter().filter(|r| r.kind == kind as u8).map(|r| {
                         (
                             [("iface", r.iface.clone()), ("side", r.side.to_string())],
@@ -578,145 +510,81 @@ impl Collector for ViewCollector {
                 )?;
                 histogram_family(
                     &mut enc,
-                    &format!("roce_qp_{}_latency", kind.name()),
-                    &format!(
-                        "Passive {} latency of the requests a queue pair's flow sent (its source is the requester), top K series only",
-                        kind.name().to_uppercase()
-                    ),
+                    qp,
                     s.qp_latency
                         .iter()
                         .filter(|(_, h)| h[kind as usize].count > 0)
                         .map(|(k, h)| (flow_labels(k), h[kind as usize])),
                 )?;
             }
-            gauge(
-                &mut enc,
-                "roce_observer_connections",
-                "RC, UC and XRC connections (both directions of a queue pair joined) among the flows of the last drain",
-                None,
-                s.connections as i64,
-            )?;
+            gauge(&mut enc, &queue_pairs::CONNECTIONS, s.connections as i64)?;
         }
 
         // Self metrics.
         {
-            let mut m = enc.encode_descriptor(
-                "roce_observer",
-                "The observer: version and mode",
-                None,
-                MetricType::Info,
-            )?;
+            let mut m = enc.describe(&observer::INFO)?;
             m.encode_info(&[
                 ("version", env!("CARGO_PKG_VERSION").to_string()),
                 ("mode", s.mode.to_string()),
             ])?;
         }
-        for (name, help, f) in [
+        for (family, f) in [
             (
-                "roce_observer_interface_attached",
-                "1 while the observer is attached to the interface",
+                &observer::INTERFACE_ATTACHED,
                 (|i: &IfaceRow| i.attached as i64) as fn(&IfaceRow) -> i64,
             ),
-            (
-                "roce_observer_interface_up",
-                "1 while the interface is up and running",
-                |i: &IfaceRow| i.up as i64,
-            ),
+            (&observer::INTERFACE_UP, |i: &IfaceRow| i.up as i64),
         ] {
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            let mut m = enc.describe(family)?;
             for i in &s.interfaces {
                 ConstGauge::new(f(i)).encode(m.encode_family(&[("iface", i.name.clone())])?)?;
             }
         }
         counter_family(
             &mut enc,
-            "roce_observer_reattachments",
-            "Times the observer attached again to an interface re-created under its name",
-            None,
+            &observer::REATTACHMENTS,
             s.interfaces
                 .iter()
                 .map(|i| ([("iface", i.name.clone())], i.reattachments)),
         )?;
-        gauge(
-            &mut enc,
-            "roce_observer_drain",
-            "Time the last interval's drain of the kernel maps took",
-            Some(&Unit::Seconds),
-            s.drain_seconds,
-        )?;
-        counter(
-            &mut enc,
-            "roce_observer_drains",
-            "Drains of the kernel maps",
-            None,
-            s.drains,
-        )?;
-        gauge(
-            &mut enc,
-            "roce_observer_interval",
-            "The drain interval",
-            Some(&Unit::Seconds),
-            s.interval_seconds,
-        )?;
+        gauge(&mut enc, &observer::DRAIN, s.drain_seconds)?;
+        counter(&mut enc, &observer::DRAINS, s.drains)?;
+        gauge(&mut enc, &observer::INTERVAL, s.interval_seconds)?;
         if wire {
-            gauge(
-                &mut enc,
-                "roce_observer_flows_tracked",
-                "Flows the daemon tracks (in the kernel flow table or its per-CPU cache, or gone but not yet aged out)",
-                None,
-                s.flows as i64,
-            )?;
+            gauge(&mut enc, &observer::FLOWS_TRACKED, s.flows as i64)?;
             // A libpcap capture fills no kernel table: no table metric says it is empty.
             if s.mode != "capture" {
                 gauge(
                     &mut enc,
-                    "roce_observer_flow_table_entries",
-                    "Entries in the kernel flow table at the last drain (flows held only in the per-CPU cache in front of it are not entries yet)",
-                    None,
+                    &observer::FLOW_TABLE_ENTRIES,
                     s.table_entries as i64,
                 )?;
                 gauge(
                     &mut enc,
-                    "roce_observer_flow_table_capacity",
-                    "Capacity of the kernel flow table",
-                    None,
+                    &observer::FLOW_TABLE_CAPACITY,
                     i64::from(s.table_capacity),
                 )?;
                 gauge(
                     &mut enc,
-                    "roce_observer_flow_table_fill_ratio",
-                    "Entries over capacity of the kernel flow table at the last drain (the flows it held, before that drain aged idle ones out; the LRU table evicts from about capacity minus 256 entries per CPU)",
-                    None,
+                    &observer::FLOW_TABLE_FILL_RATIO,
                     s.table_entries as f64 / f64::from(s.table_capacity.max(1)),
                 )?;
-                counter(
-                    &mut enc,
-                    "roce_observer_flow_evictions",
-                    "Flows a drain saw in the kernel table that the table then evicted (LRU) before the daemon aged them out (flows inserted and evicted between two drains are not seen: their packets are in roce_observer_unattributed_packets_total)",
-                    None,
-                    s.evictions,
-                )?;
+                counter(&mut enc, &observer::FLOW_EVICTIONS, s.evictions)?;
             }
             counter(
                 &mut enc,
-                "roce_observer_unattributed_packets",
-                "RoCEv2 packets in the totals that no flow holds (evicted before a drain read them, or refused by a full table); they are in the qp=\"rest\" series",
-                None,
+                &observer::UNATTRIBUTED_PACKETS,
                 s.unattributed_packets,
             )?;
             if let Some(c) = &s.capture {
                 counter_family(
                     &mut enc,
-                    "roce_observer_capture_received_frames",
-                    "Frames the libpcap capture received: those that passed its filter (libpcap's ps_recv; on Linux dropped ones included)",
-                    None,
+                    &observer::CAPTURE_RECEIVED,
                     [([("iface", c.device.clone())], c.received)],
                 )?;
                 counter_family(
                     &mut enc,
-                    "roce_observer_capture_dropped_frames",
-                    "Frames the libpcap capture never saw: where=\"buffer\", no room in libpcap's buffer (ps_drop); where=\"interface\", dropped by the interface on receive (ps_ifdrop). Their PSNs count as lost; the RDMA sniffer counts no drops",
-                    None,
+                    &observer::CAPTURE_DROPPED,
                     [
                         (
                             [("iface", c.device.clone()), ("where", "buffer".to_string())],
@@ -732,65 +600,26 @@ impl Collector for ViewCollector {
                     ],
                 )?;
             }
-            counter(
-                &mut enc,
-                "roce_observer_spread_dropped_frames",
-                "Mirror copies the observer dropped before accounting them: spread over CPUs (cpus), the queue of the CPU a copy was sent to was full. Their PSNs look lost; the observer-drops finding says so",
-                None,
-                s.spread_dropped,
-            )?;
-            counter(
-                &mut enc,
-                "roce_observer_flows_aged",
-                "Idle flows the daemon forgot (and deleted from the kernel table when there)",
-                None,
-                s.aged,
-            )?;
-            counter(
-                &mut enc,
-                "roce_observer_series_demotions",
-                "Per-QP series that stopped (displaced from the top K, or aged out); their counts stay with them, so afterwards the series plus qp=\"rest\" sum to less than the totals (their rates always add up)",
-                None,
-                s.demotions,
-            )?;
-            gauge(
-                &mut enc,
-                "roce_observer_series",
-                "Queue pairs exported as their own series now",
-                None,
-                s.series.len() as i64,
-            )?;
-            gauge(
-                &mut enc,
-                "roce_observer_max_series",
-                "The most queue pairs exported as their own series",
-                None,
-                s.max_series as i64,
-            )?;
+            counter(&mut enc, &observer::SPREAD_DROPPED, s.spread_dropped)?;
+            counter(&mut enc, &observer::FLOWS_AGED, s.aged)?;
+            counter(&mut enc, &observer::SERIES_DEMOTIONS, s.demotions)?;
+            gauge(&mut enc, &observer::SERIES, s.series.len() as i64)?;
+            gauge(&mut enc, &observer::MAX_SERIES, s.max_series as i64)?;
         }
 
         {
             let c = ConstCounter::new(s.cpu_seconds);
-            c.encode(enc.encode_descriptor(
-                "roce_observer_cpu",
-                "CPU time the daemon used (user and system)",
-                Some(&Unit::Seconds),
-                MetricType::Counter,
-            )?)?;
+            c.encode(enc.describe(&observer::CPU)?)?;
         }
         gauge(
             &mut enc,
-            "roce_observer_resident_memory",
-            "Resident memory of the daemon",
-            Some(&Unit::Bytes),
+            &observer::RESIDENT_MEMORY,
             s.resident_bytes as i64,
         )?;
         if wire {
             counter_family(
                 &mut enc,
-                "roce_observer_skipped_frames",
-                "Frames that are not RoCEv2, by reason (not_ip, not_udp and other_port are ordinary traffic; the others are malformed or unsupported)",
-                None,
+                &observer::SKIPPED_FRAMES,
                 SkipReason::ALL
                     .iter()
                     .map(|r| ([("reason", r.name().to_string())], s.skipped[*r as usize])),
@@ -799,9 +628,7 @@ impl Collector for ViewCollector {
 
         counter_family(
             &mut enc,
-            "roce_observer_config_reloads",
-            "Config reloads (SIGHUP) by result",
-            None,
+            &observer::CONFIG_RELOADS,
             [
                 ([("result", "ok".to_string())], s.reloads_ok),
                 ([("result", "error".to_string())], s.reloads_failed),
@@ -836,13 +663,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
             r.value,
         )
     };
-    counter_family(
-        enc,
-        "roce_nic_rdma_stat",
-        "An RDMA device port's driver counter (sysfs hw_counters/: np_cnp_sent, rp_cnp_handled, np_ecn_marked_roce_packets, out_of_sequence, packet_seq_err, local_ack_timeout_err, ...), summed from the daemon's start: 32-bit wraps of mlx5's Q counters are carried over and a reset adds what was counted since, so the counter never goes back",
-        None,
-        n.hw_counters.iter().map(port_labels),
-    )?;
+    counter_family(enc, &nic::RDMA_STAT, n.hw_counters.iter().map(port_labels))?;
     // The IBTA counters node_exporter names get its names; the others stay in one family.
     let node_name = |c: &str| INFINIBAND_COUNTERS.iter().find(|(f, _)| *f == c);
     for (file, name) in INFINIBAND_COUNTERS {
@@ -862,27 +683,11 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
                     },
                 )
             });
-        counter_family(
-            enc,
-            &format!("roce_nic_infiniband_{name}"),
-            &format!(
-                "The port's IBTA counter {file} (sysfs counters/{file}{}), summed from the daemon's start as roce_nic_rdma_stat_total; node_exporter's node_infiniband_{name}{}_total",
-                if data {
-                    ", 4-byte words, here in bytes"
-                } else {
-                    ""
-                },
-                if data { "_bytes" } else { "" }
-            ),
-            data.then_some(&Unit::Bytes),
-            rows,
-        )?;
+        counter_family(enc, &nic::infiniband(file, name), rows)?;
     }
     counter_family(
         enc,
-        "roce_nic_rdma_port_stat",
-        "An RDMA device port's other IBTA counters (sysfs counters/: symbol_error, port_rcv_remote_physical_errors, VL15_dropped, ...; the ones node_exporter names are roce_nic_infiniband_*), summed from the daemon's start as roce_nic_rdma_stat_total",
-        None,
+        &nic::RDMA_PORT_STAT,
         n.port_counters
             .iter()
             .filter(|r| node_name(&r.counter).is_none())
@@ -890,9 +695,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     )?;
     counter_family(
         enc,
-        "roce_nic_pfc_pause_frames",
-        "PFC pause frames the NIC received (dir=\"rx\": its peer paused it) or sent (dir=\"tx\": it paused its peer) on a priority (driver statistics rx_prio<p>_pause, tx_prio<p>_pause)",
-        None,
+        &nic::PFC_PAUSE_FRAMES,
         n.stats.iter().filter_map(|r| match r.family {
             StatFamily::PfcFrames { rx, priority } => Some((prio_labels(r, rx, priority), r.value)),
             _ => None,
@@ -900,9 +703,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     )?;
     counter_family(
         enc,
-        "roce_nic_pfc_pause",
-        "Time the NIC was paused (dir=\"rx\") or kept its peer paused (dir=\"tx\") on a priority (driver statistics rx_prio<p>_pause_duration, tx_prio<p>_pause_duration, microseconds in mlx5)",
-        Some(&Unit::Seconds),
+        &nic::PFC_PAUSE,
         n.stats.iter().filter_map(|r| match r.family {
             StatFamily::PfcPauseMicros { rx, priority } => {
                 Some((prio_labels(r, rx, priority), r.value as f64 / 1e6))
@@ -912,9 +713,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     )?;
     counter_family(
         enc,
-        "roce_nic_priority_discards",
-        "Frames of a priority the NIC dropped on arrival (rx_prio<p>_discards); any on a lossless priority is a PFC failure",
-        None,
+        &nic::PRIORITY_DISCARDS,
         n.stats.iter().filter_map(|r| match r.family {
             StatFamily::Discards { priority } => Some((
                 [
@@ -928,9 +727,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     )?;
     counter_family(
         enc,
-        "roce_nic_class_discards",
-        "Packets the NIC dropped on arrival per traffic class (mlx5's rx_prio<n>_buf_discard and _cong_discard count per traffic class, which ETS maps priorities to: roce-observer check shows the map): kind=\"buf_discard\" (no receive buffer), \"cong_discard\" (congestion)",
-        None,
+        &nic::CLASS_DISCARDS,
         n.stats.iter().filter_map(|r| match r.family {
             StatFamily::ClassDiscards { class, kind } => Some((
                 [
@@ -945,9 +742,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     )?;
     counter_family(
         enc,
-        "roce_nic_pause_storm_events",
-        "Pause storms the NIC's watchdog detected: level=\"warning\" (it has sent pauses for long), \"error\" (it stopped sending them: tx_pause_storm_error_events)",
-        None,
+        &nic::PAUSE_STORM_EVENTS,
         n.stats.iter().filter_map(|r| match r.family {
             StatFamily::StormEvents { level } => Some((
                 [("iface", r.iface.clone()), ("level", level.to_string())],
@@ -958,9 +753,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     )?;
     counter_family(
         enc,
-        "roce_nic_driver_stat",
-        "Other RoCE-health driver statistics of a netdev, as named by the driver: rx_discards_phy, tx_discards_phy, rx/tx_vport_rdma_unicast_packets and _bytes, 802.3x link pauses rx/tx_pause_ctrl_phy, rx/tx_global_pause and _duration (microseconds)",
-        None,
+        &nic::DRIVER_STAT,
         n.stats.iter().filter_map(|r| match r.family {
             StatFamily::Driver => Some((
                 [("iface", r.iface.clone()), ("counter", r.stat.clone())],
@@ -970,12 +763,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
         }),
     )?;
     {
-        let mut m = enc.encode_descriptor(
-            "roce_nic",
-            "A RoCE netdev: the RDMA device behind it, its driver and version, the firmware (the RDMA device's fw_ver), the device's model (hca_type) and the PCI bus",
-            None,
-            MetricType::Info,
-        )?;
+        let mut m = enc.describe(&nic::INFO)?;
         for i in &n.info {
             m.encode_info(&[
                 ("iface", i.iface.clone()),
@@ -990,12 +778,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     }
     {
         // node_exporter's node_ethtool_info, its labels.
-        let mut m = enc.encode_descriptor(
-            "roce_nic_ethtool",
-            "A netdev's driver information (ethtool -i), labelled as node_exporter's node_ethtool_info: bus_info, device (the netdev), driver, expansion_rom_version, firmware_version, version",
-            None,
-            MetricType::Info,
-        )?;
+        let mut m = enc.describe(&nic::ETHTOOL_INFO)?;
         for i in &n.info {
             m.encode_info(&[
                 ("bus_info", i.bus.clone()),
@@ -1008,12 +791,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
         }
     }
     {
-        let mut m = enc.encode_descriptor(
-            "roce_nic_pfc_enabled",
-            "1 when PFC (lossless) is enabled on the priority (DCB), 0 when not",
-            None,
-            MetricType::Gauge,
-        )?;
+        let mut m = enc.describe(&nic::PFC_ENABLED)?;
         for c in &n.config {
             let Some(bits) = c.pfc_enabled else { continue };
             for p in 0..8u8 {
@@ -1023,12 +801,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
         }
     }
     {
-        let mut m = enc.encode_descriptor(
-            "roce_nic_mtu",
-            "The netdev's MTU",
-            Some(&Unit::Bytes),
-            MetricType::Gauge,
-        )?;
+        let mut m = enc.describe(&nic::MTU)?;
         for c in &n.config {
             let Some(mtu) = c.mtu else { continue };
             ConstGauge::new(i64::from(mtu))
@@ -1036,12 +809,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
         }
     }
     {
-        let mut m = enc.encode_descriptor(
-            "roce_nic_dcqcn_enabled",
-            "1 when DCQCN is enabled on the priority: point=\"np\", the notification point (CNPs sent on ECN-marked arrivals), \"rp\", the reaction point (rate cut on CNPs)",
-            None,
-            MetricType::Gauge,
-        )?;
+        let mut m = enc.describe(&nic::DCQCN_ENABLED)?;
         for c in &n.config {
             for (p, point, enabled) in &c.dcqcn {
                 let labels = [
@@ -1054,12 +822,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
         }
     }
     {
-        let mut m = enc.encode_descriptor(
-            "roce_nic_queue_pairs",
-            "Queue pairs of an RDMA device port by type, state and the process that created them (pid empty for a kernel QP, comm its owner's name): the QP table (rdma res show qp) counted, not one series per QP",
-            None,
-            MetricType::Gauge,
-        )?;
+        let mut m = enc.describe(&nic::QUEUE_PAIRS)?;
         for (g, n) in &n.qps {
             let labels = [
                 ("device", g.device.clone()),
@@ -1075,19 +838,12 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
     encode_optics(enc, &n.optics)?;
     counter_family(
         enc,
-        "roce_nic_module_flags",
-        "Readings (one every 30 s) in which the module raised an alarm, warning, loss-of-signal or transmitter-fault flag: flag=\"rx_power low alarm lane 2\", \"rx_los lane 1\"… (SFF-8636 and CMIS latch their flags until read: each reading counts what was raised since the one before)",
-        None,
+        &nic::MODULE_FLAGS,
         n.module_flags
             .iter()
             .map(|(i, f, v)| ([("iface", i.clone()), ("flag", f.clone())], *v)),
     )?;
-    let mut m = enc.encode_descriptor(
-        "roce_nic_source_up",
-        "1 when the NIC source was read at the last drain, 0 when the host lacks it or it failed (the reason is logged once): source=\"rdma\" (the RDMA devices, subject empty), \"driver\", \"stats\", \"dcb\", \"dcqcn\" (subject: the netdev), \"module\" (its pluggable module's EEPROM, read with the QP table: CAP_NET_ADMIN), \"qps\" (the QP table, subject empty)",
-        None,
-        MetricType::Gauge,
-    )?;
+    let mut m = enc.describe(&nic::SOURCE_UP)?;
     for r in &n.sources {
         let labels = [("source", r.source.clone()), ("subject", r.subject.clone())];
         ConstGauge::new(i64::from(r.up)).encode(m.encode_family(&labels)?)?;
@@ -1102,12 +858,7 @@ fn encode_optics(
     optics: &[(String, roce_observer::model::nic::Optics)],
 ) -> Result<(), std::fmt::Error> {
     {
-        let mut m = enc.encode_descriptor(
-            "roce_nic_module",
-            "A netdev's pluggable module: its type and memory map (module), vendor, part number and serial number",
-            None,
-            MetricType::Info,
-        )?;
+        let mut m = enc.describe(&nic::MODULE_INFO)?;
         for (iface, o) in optics {
             m.encode_info(&[
                 ("iface", iface.clone()),
@@ -1118,57 +869,35 @@ fn encode_optics(
             ])?;
         }
     }
-    for (name, help, unit, get) in [
+    for (family, get) in [
         (
-            "roce_nic_module_temperature",
-            "The module's temperature",
-            Unit::Celsius,
+            &nic::MODULE_TEMPERATURE,
             (|o: &roce_observer::model::nic::Optics| o.temperature_c) as fn(&_) -> Option<f64>,
         ),
-        (
-            "roce_nic_module_voltage",
-            "The module's supply voltage",
-            Unit::Volts,
-            |o| o.voltage_v,
-        ),
+        (&nic::MODULE_VOLTAGE, |o| o.voltage_v),
     ] {
-        let mut m = enc.encode_descriptor(name, help, Some(&unit), MetricType::Gauge)?;
+        let mut m = enc.describe(family)?;
         for (iface, o) in optics {
             if let Some(v) = get(o) {
                 ConstGauge::new(v).encode(m.encode_family(&[("iface", iface.clone())])?)?;
             }
         }
     }
-    let watts = Unit::Other("watts".into());
-    for (name, help, unit, scale, get) in [
+    // In base units: mA and mW read, A and W exported.
+    for (family, get) in [
         (
-            "roce_nic_module_tx_bias",
-            "A lane's laser bias current",
-            &Unit::Amperes,
-            1e-3,
+            &nic::MODULE_TX_BIAS,
             (|l: &roce_observer::model::nic::Lane| l.tx_bias_ma) as fn(&_) -> Option<f64>,
         ),
-        (
-            "roce_nic_module_tx_power",
-            "A lane's transmitted optical power",
-            &watts,
-            1e-3,
-            |l| l.tx_power_mw,
-        ),
-        (
-            "roce_nic_module_rx_power",
-            "A lane's received optical power (average or OMA, as the module measures it)",
-            &watts,
-            1e-3,
-            |l| l.rx_power_mw,
-        ),
+        (&nic::MODULE_TX_POWER, |l| l.tx_power_mw),
+        (&nic::MODULE_RX_POWER, |l| l.rx_power_mw),
     ] {
-        let mut m = enc.encode_descriptor(name, help, Some(unit), MetricType::Gauge)?;
+        let mut m = enc.describe(family)?;
         for (iface, o) in optics.iter().filter(|(_, o)| !o.copper) {
             for l in &o.lanes {
                 if let Some(v) = get(l) {
                     let labels = [("iface", iface.clone()), ("lane", l.lane.to_string())];
-                    ConstGauge::new(v * scale).encode(m.encode_family(&labels)?)?;
+                    ConstGauge::new(v * 1e-3).encode(m.encode_family(&labels)?)?;
                 }
             }
         }
@@ -1188,30 +917,22 @@ fn encode_pfc(enc: &mut DescriptorEncoder, rows: &[PfcRow]) -> Result<(), std::f
     };
     counter_family(
         enc,
-        "roce_pfc_frames",
-        "PAUSE / PFC frames seen on the wire per sender MAC and class: a PFC frame counts on each priority its class-enable vector names, an 802.3x PAUSE frame on priority=\"link\"; XON frames included (dir: rx ingress, tx host mode's egress; mirror: as the per-QP series; src_mac=\"other\": the senders beyond the first 64)",
-        None,
+        &pfc::FRAMES,
         rows.iter().map(|r| (labels(r), r.frames)),
     )?;
     counter_family(
         enc,
-        "roce_pfc_xon_frames",
-        "Of roce_pfc_frames_total, the XON frames (pause time 0: resume)",
-        None,
+        &pfc::XON_FRAMES,
         rows.iter().map(|r| (labels(r), r.xon)),
     )?;
     counter_family(
         enc,
-        "roce_pfc_pause_quanta",
-        "Pause times the frames asked for, summed, in quanta of 512 bit times",
-        None,
+        &pfc::PAUSE_QUANTA,
         rows.iter().map(|r| (labels(r), r.quanta)),
     )?;
     counter_family(
         enc,
-        "roce_pfc_pause",
-        "Pause time the frames asked for at the observed interfaces' link speed (host mode, or a captured netdev, when the interfaces report one speed): an upper bound of the time paused, as a refresh before a pause runs out overlaps it",
-        Some(&Unit::Seconds),
+        &pfc::PAUSE,
         rows.iter()
             .filter_map(|r| r.seconds.map(|sec| (labels(r), sec))),
     )?;

@@ -412,7 +412,16 @@ fn main() -> ExitCode {
 
     // The floor: the file (in the page cache after the replays) read through and nothing
     // else, the median of as many runs.
-    let file_bytes = std::fs::metadata(&file.0).map_or(0, |m| m.len());
+    let file_bytes = match std::fs::metadata(&file.0) {
+        Ok(m) if m.len() > 0 => m.len(),
+        other => {
+            eprintln!(
+                "bench-replay: {}: no size to judge ({other:?})",
+                file.0.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
     let mut floor_secs = Vec::new();
     for _ in 0..args.runs {
         match read_through(&file.0) {

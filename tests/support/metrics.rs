@@ -59,6 +59,42 @@ pub fn parse_exposition(text: &str, openmetrics: bool) -> Vec<Sample> {
         .collect()
 }
 
+/// The registry's family of a sample name (a histogram's `_bucket`, `_count` and `_sum`
+/// samples belong to it), and the labels the sample may carry beyond the family's (`le`).
+pub fn registry_family(
+    sample: &str,
+) -> Option<(observer_daemon::metrics::Family, &'static [&'static str])> {
+    use observer_daemon::metrics::{Kind, find};
+    if let Some(f) = find(sample) {
+        return Some((f, &[]));
+    }
+    for (suffix, extra) in [
+        ("_bucket", &["le"][..]),
+        ("_count", &[][..]),
+        ("_sum", &[][..]),
+    ] {
+        if let Some(f) = sample.strip_suffix(suffix).and_then(find)
+            && f.kind == Kind::Histogram
+        {
+            return Some((f, extra));
+        }
+    }
+    None
+}
+
+/// Every sample is of a family the registry declares, with exactly its labels: the encoder
+/// exports nothing the registry does not say.
+pub fn assert_in_registry(samples: &[Sample]) {
+    for s in samples {
+        let (f, extra) = registry_family(&s.name)
+            .unwrap_or_else(|| panic!("{}: no family of the metric registry", s.name));
+        let got: std::collections::BTreeSet<&str> = s.labels.keys().map(String::as_str).collect();
+        let want: std::collections::BTreeSet<&str> =
+            f.labels.iter().chain(extra).copied().collect();
+        assert_eq!(got, want, "{}: labels against the registry's", s.name);
+    }
+}
+
 /// Sum of the samples named `name` whose labels include `with`.
 pub fn sample_sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> u64 {
     samples
