@@ -55,28 +55,35 @@ fn copy_sources(dir: &Path) {
     }
 }
 
-/// `cargo check -p roce-observer` in the copy, with the build script (and so the kernel
-/// programs' build) run, and no bpf-linker on PATH.
-fn cargo_check(dir: &Path) -> (bool, String) {
-    let out = Command::new(env!("CARGO"))
+/// Runs `cmd` (cargo, or a wrapper of it) in the copy `dir` as a newcomer would: no bpf-linker
+/// on PATH, the target directory `target/TARGET` of the workspace; success and what it printed.
+fn run_cargo(mut cmd: Command, dir: &Path, target: &str) -> (bool, String) {
+    let out = cmd
         .current_dir(dir)
-        .args(["check", "--package", "roce-observer"])
         .env("PATH", path_without_bpf_linker(dir.parent().unwrap()))
         .env_remove("AYA_BUILD_SKIP")
         .env(
             "CARGO_TARGET_DIR",
-            workspace_root().join("target/newcomer-check"),
+            workspace_root().join("target").join(target),
         )
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::null())
         .output()
-        .unwrap();
+        .expect("running cargo (through setpriv, from util-linux, as root)");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// `cargo check -p roce-observer` in the copy, with the build script (and so the kernel
+/// programs' build) run, and no bpf-linker on PATH.
+fn cargo_check(dir: &Path) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["check", "--package", "roce-observer"]);
+    run_cargo(cmd, dir, "newcomer-check")
 }
 
 #[test]
@@ -143,27 +150,10 @@ fn cargo_plain(dir: &Path, target: &str, args: &[&str]) -> (bool, String) {
     } else {
         Command::new(env!("CARGO"))
     };
-    let out = cmd
-        .current_dir(dir)
-        .args(args)
+    cmd.args(args)
         .args(["--offline", "--locked"])
-        .env("PATH", path_without_bpf_linker(dir.parent().unwrap()))
-        .env("RUSTUP_TOOLCHAIN", "stable")
-        .env_remove("AYA_BUILD_SKIP")
-        .env(
-            "CARGO_TARGET_DIR",
-            workspace_root().join("target").join(target),
-        )
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::null())
-        .output()
-        .expect("running cargo (through setpriv, from util-linux, as root)");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+        .env("RUSTUP_TOOLCHAIN", "stable");
+    run_cargo(cmd, dir, target)
 }
 
 /// A fresh copy without the kernel toolchain (no bpf-linker on PATH, stable only, no

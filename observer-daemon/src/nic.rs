@@ -459,7 +459,7 @@ impl NicSide {
     fn fold(&mut self, mut s: host::Snapshot) {
         // A reading without the QP table and modules (read every QP_EVERY) keeps the last ones.
         fn not_read<T>(a: &Availability<T>) -> bool {
-            matches!(a, Availability::Absent { reason } if reason == host::QPS_NOT_READ)
+            matches!(a, Availability::Absent { reason } if reason == host::NOT_READ)
         }
         for i in &s.interfaces {
             let fresh = i

@@ -65,10 +65,17 @@ const BATCH: u32 = 64;
 
 /// An RC WRITE middle of 1024 B to `dest_qp` from host `host` (its own pair of addresses).
 fn write_middle(host: u8, dest_qp: u32) -> Vec<u8> {
-    let ip = Ip::v4(
-        std::net::Ipv4Addr::new(198, 18, host, 1),
-        std::net::Ipv4Addr::new(198, 18, host, 2),
-    );
+    write_middle_between(
+        Ip::v4(
+            std::net::Ipv4Addr::new(198, 18, host, 1),
+            std::net::Ipv4Addr::new(198, 18, host, 2),
+        ),
+        dest_qp,
+    )
+}
+
+/// An RC WRITE middle of 1024 B to `dest_qp` between the hosts of `ip`.
+fn write_middle_between(ip: Ip, dest_qp: u32) -> Vec<u8> {
     let mut f = RoceFrame::new(ip, wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE, dest_qp);
     f.bth.psn = 1000;
     f.payload_len = 1024;
@@ -337,10 +344,7 @@ fn pair_copy(pair: u16) -> Vec<u8> {
         std::net::Ipv4Addr::new(198, 18, a, b),
         std::net::Ipv4Addr::new(198, 19, a, b),
     );
-    let mut f = RoceFrame::new(ip, wire::TRANSPORT_RC | wire::op::WRITE_MIDDLE, 0x11);
-    f.bth.psn = 1000;
-    f.payload_len = 1024;
-    erspan3(&f.to_bytes())
+    erspan3(&write_middle_between(ip, 0x11))
 }
 
 /// `n` copies from host pairs that the spread over `n` CPUs sends one to each.
@@ -527,6 +531,16 @@ struct Verdict {
     met: Option<bool>,
 }
 
+/// A case's rate on the most CPUs measured over its rate on one: (those CPUs, the ratio).
+fn scaling(rows: &[Row], case: &str) -> Option<(usize, f64)> {
+    let one = rows.iter().find(|r| r.case == case && r.cpus == 1)?;
+    let most = rows
+        .iter()
+        .filter(|r| r.case == case && r.cpus > 1)
+        .max_by_key(|r| r.cpus)?;
+    Some((most.cpus, most.observer_pps / one.observer_pps))
+}
+
 fn verdicts(rows: &[Row], cpus: usize) -> Vec<Verdict> {
     let mut out = Vec::new();
     for (case, min) in SHARE_TARGETS {
@@ -539,31 +553,17 @@ fn verdicts(rows: &[Row], cpus: usize) -> Vec<Verdict> {
             met: share.map(|s| s >= min),
         });
     }
-    let one = rows
-        .iter()
-        .find(|r| r.case == "erspan3_spread" && r.cpus == 1);
-    let all = rows
-        .iter()
-        .filter(|r| r.case == "erspan3_spread" && r.cpus > 1)
-        .max_by_key(|r| r.cpus);
-    let (figure, met) = match (one, all) {
-        (Some(o), _) if o.observer_pps <= 0.0 => ("one CPU accounted nothing".into(), Some(false)),
-        (Some(o), Some(a)) if cpus >= FAN_OUT_MIN_CPUS => {
-            let x = a.observer_pps / o.observer_pps;
-            (
-                format!("{x:.2}x over {} CPUs", a.cpus),
-                Some(x >= FAN_OUT_TARGET * a.cpus as f64),
-            )
-        }
-        (Some(o), Some(a)) => (
-            format!(
-                "{:.2}x over {} CPUs: not measurable on fewer than {FAN_OUT_MIN_CPUS} CPUs",
-                a.observer_pps / o.observer_pps,
-                a.cpus
-            ),
+    let (figure, met) = match scaling(rows, "erspan3_spread") {
+        Some((_, x)) if !x.is_finite() => ("one CPU accounted nothing".into(), Some(false)),
+        Some((n, x)) if cpus >= FAN_OUT_MIN_CPUS => (
+            format!("{x:.2}x over {n} CPUs"),
+            Some(x >= FAN_OUT_TARGET * n as f64),
+        ),
+        Some((n, x)) => (
+            format!("{x:.2}x over {n} CPUs: not measurable on fewer than {FAN_OUT_MIN_CPUS} CPUs"),
             None,
         ),
-        _ => (format!("not measurable ({cpus} CPUs)"), None),
+        None => (format!("not measurable ({cpus} CPUs)"), None),
     };
     out.push(Verdict {
         what: "erspan3_spread: mirror copies fanned out over every CPU, beside one CPU".into(),
@@ -587,14 +587,7 @@ const CASES: [&str; 6] = [
 /// Prints the rows (and the scaling from one CPU to all), and the targets.
 fn report(args: &Args, rows: &[Row]) {
     // Scaling: the rate on the most CPUs over the rate on one, per case.
-    let scaling = |case: &str| {
-        let one = rows.iter().find(|r| r.case == case && r.cpus == 1)?;
-        let most = rows
-            .iter()
-            .filter(|r| r.case == case && r.cpus > 1)
-            .max_by_key(|r| r.cpus)?;
-        Some((most.cpus, most.observer_pps / one.observer_pps))
-    };
+    let scaling = |case: &str| scaling(rows, case);
     let cpus = roce_observer::lab::allowed_cpus().map_or(1, |c| c.len());
     let verdicts = verdicts(rows, cpus);
     if args.json {

@@ -59,13 +59,26 @@ pub fn parse_exposition(text: &str, openmetrics: bool) -> Vec<Sample> {
         .collect()
 }
 
-/// The registry's family of a sample name (a histogram's `_bucket`, `_count` and `_sum`
+/// The registry's families by the name a scrape shows.
+fn registry() -> BTreeMap<String, observer_daemon::metrics::Family> {
+    observer_daemon::metrics::all()
+        .into_iter()
+        .flat_map(|(_, f)| f)
+        .map(|f| (f.exposed(), f))
+        .collect()
+}
+
+/// The family of a sample name in `families` (a histogram's `_bucket`, `_count` and `_sum`
 /// samples belong to it), and the labels the sample may carry beyond the family's (`le`).
-pub fn registry_family(
+fn family_in<'a>(
+    families: &'a BTreeMap<String, observer_daemon::metrics::Family>,
     sample: &str,
-) -> Option<(observer_daemon::metrics::Family, &'static [&'static str])> {
-    use observer_daemon::metrics::{Kind, find};
-    if let Some(f) = find(sample) {
+) -> Option<(
+    &'a observer_daemon::metrics::Family,
+    &'static [&'static str],
+)> {
+    use observer_daemon::metrics::Kind;
+    if let Some(f) = families.get(sample) {
         return Some((f, &[]));
     }
     for (suffix, extra) in [
@@ -73,7 +86,7 @@ pub fn registry_family(
         ("_count", &[][..]),
         ("_sum", &[][..]),
     ] {
-        if let Some(f) = sample.strip_suffix(suffix).and_then(find)
+        if let Some(f) = sample.strip_suffix(suffix).and_then(|n| families.get(n))
             && f.kind == Kind::Histogram
         {
             return Some((f, extra));
@@ -82,11 +95,20 @@ pub fn registry_family(
     None
 }
 
+/// The registry's family of a sample name, and the labels the sample may carry beyond it.
+pub fn registry_family(
+    sample: &str,
+) -> Option<(observer_daemon::metrics::Family, &'static [&'static str])> {
+    let families = registry();
+    family_in(&families, sample).map(|(f, extra)| (f.clone(), extra))
+}
+
 /// Every sample is of a family the registry declares, with exactly its labels: the encoder
 /// exports nothing the registry does not say.
 pub fn assert_in_registry(samples: &[Sample]) {
+    let families = registry();
     for s in samples {
-        let (f, extra) = registry_family(&s.name)
+        let (f, extra) = family_in(&families, &s.name)
             .unwrap_or_else(|| panic!("{}: no family of the metric registry", s.name));
         let got: std::collections::BTreeSet<&str> = s.labels.keys().map(String::as_str).collect();
         let want: std::collections::BTreeSet<&str> =

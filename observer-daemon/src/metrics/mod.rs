@@ -141,14 +141,6 @@ pub fn all() -> Vec<(&'static str, Vec<Family>)> {
     ]
 }
 
-/// The family exposed as `name`, if any.
-pub fn find(exposed: &str) -> Option<Family> {
-    all()
-        .into_iter()
-        .flat_map(|(_, f)| f)
-        .find(|f| f.exposed() == exposed)
-}
-
 /// docs/sidecar.md's reference table: a row per family, by subject.
 pub fn reference_table() -> String {
     let mut out = String::from("| family | type | labels | help |\n|---|---|---|---|\n");

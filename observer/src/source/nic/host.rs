@@ -83,7 +83,7 @@ pub const SYSCTLS: &[&str] = &["arp_ignore", "arp_announce", "rp_filter"];
 
 /// The reason of a QP table or a module left out on purpose ([`Selection::no_qps`],
 /// [`Selection::no_modules`]).
-pub const QPS_NOT_READ: &str = "not read";
+pub const NOT_READ: &str = "not read";
 
 /// One reading of a host's NIC side.
 #[derive(Clone, Debug, PartialEq)]
@@ -194,7 +194,7 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
     for i in &mut interfaces {
         i.module = match host {
             _ if sel.no_modules => Availability::Absent {
-                reason: QPS_NOT_READ.into(),
+                reason: NOT_READ.into(),
             },
             Host::Live => or_absent(super::optics::module_eeprom(&i.name)),
             Host::Root(r) => from_text(
@@ -205,7 +205,7 @@ pub fn snapshot(host: &Host, sel: &Selection) -> Result<Snapshot, NicError> {
     }
     let qps = match host {
         _ if sel.no_qps => Availability::Absent {
-            reason: QPS_NOT_READ.into(),
+            reason: NOT_READ.into(),
         },
         Host::Live => super::rdma_netlink::qps()?,
         Host::Root(r) => super::rdma_netlink::qps_at(r)?,
@@ -386,7 +386,7 @@ fn interface(host: &Host, root: &Path, name: &str, net: &Path) -> Result<Interfa
     Ok(Interface {
         // Read after every netdev's counters (see `snapshot`).
         module: Availability::Absent {
-            reason: QPS_NOT_READ.into(),
+            reason: NOT_READ.into(),
         },
         pfc_watchdog,
         carrier_changes: number(&net.join("carrier_changes")),

@@ -88,6 +88,16 @@ pub(super) fn attrs<'a>(buf: &'a [u8], what: &str) -> Result<Vec<Attr<'a>>, NicE
     Ok(out)
 }
 
+/// Appends one attribute (header, value, padding) to `buf`: a request's, or one nested in
+/// another's value.
+pub(super) fn put_attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
+    let len = NLA_HEADER_SIZE + value.len();
+    buf.extend_from_slice(&u16::try_from(len).unwrap_or(u16::MAX).to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(value);
+    buf.resize(align(buf.len()), 0);
+}
+
 /// The first attribute of a type.
 pub(super) fn find<'a, 'b>(attrs: &'b [Attr<'a>], kind: u16) -> Option<&'b Attr<'a>> {
     attrs.iter().find(|a| a.kind == kind)
@@ -190,11 +200,7 @@ impl Request<'_> {
         let mut body = self.family_header.to_vec();
         body.resize(align(body.len()), 0);
         for (kind, value) in self.attrs {
-            let len = NLA_HEADER_SIZE + value.len();
-            body.extend_from_slice(&u16::try_from(len).unwrap_or(u16::MAX).to_ne_bytes());
-            body.extend_from_slice(&kind.to_ne_bytes());
-            body.extend_from_slice(value);
-            body.resize(align(body.len()), 0);
+            put_attr(&mut body, *kind, value);
         }
         let flags = NLM_F_REQUEST | if self.dump { NLM_F_DUMP } else { NLM_F_ACK };
         let mut out = vec![0u8; HEADER];

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use super::netlink::{Conn, End, Request, attrs, errno_text, find};
+use super::netlink::{Conn, End, Request, attrs, errno_text, find, put_attr};
 use super::{Availability, NicError, check_interface};
 use crate::model::nic::{Lane, Limits, Optics};
 
@@ -629,16 +629,6 @@ fn ethtool_family(conn: &Conn) -> Result<Result<u16, i32>, NicError> {
     ))
 }
 
-/// One attribute, encoded (for the nested request header).
-fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(value);
-    out.resize(super::netlink::align(out.len()), 0);
-    out
-}
-
 /// One half page of `iface`'s module: its bytes, or the errno the kernel refused with.
 fn half_page(
     conn: &Conn,
@@ -649,7 +639,8 @@ fn half_page(
     let what = format!("{iface}'s module EEPROM");
     let mut name = iface.as_bytes().to_vec();
     name.push(0);
-    let header = nla(ETHTOOL_A_HEADER_DEV_NAME, &name);
+    let mut header = Vec::new();
+    put_attr(&mut header, ETHTOOL_A_HEADER_DEV_NAME, &name);
     let (messages, end) = conn.exchange(
         &Request {
             kind: family,
