@@ -23,7 +23,9 @@
 use core::mem::size_of;
 
 use crate::loghist::LogScale;
-use crate::parse::Transport;
+use crate::parse::{
+    BOUNDARY_OPS, IMM_OPS, SEND_LAST_OPS, SEND_ONLY_OPS, SEND_OPS, Transport, in_set,
+};
 use crate::seq::{F_FRESH, F_HOLED, SeqInput, psn_after, psn_sub};
 use crate::wire::op;
 
@@ -100,12 +102,11 @@ impl Default for MsgStats {
 /// truncated mirror copy counts fully); `None` for any other packet or a length too short.
 #[inline(always)]
 pub fn send_payload(p: &SeqInput) -> Option<u32> {
-    let ext = match p.opcode & 0x1F {
-        op::SEND_FIRST | op::SEND_MIDDLE | op::SEND_LAST | op::SEND_ONLY => 0,
-        // ImmDt, IETH.
-        op::SEND_LAST_IMM | op::SEND_ONLY_IMM | op::SEND_LAST_INV | op::SEND_ONLY_INV => 4,
-        _ => return None,
-    };
+    if !in_set(SEND_OPS, p.opcode) {
+        return None;
+    }
+    // ImmDt, IETH.
+    let ext = if in_set(IMM_OPS, p.opcode) { 4 } else { 0 };
     let xrc = match p.transport() {
         Transport::Xrc => 4,
         Transport::Rc | Transport::Uc => 0,
@@ -115,24 +116,12 @@ pub fn send_payload(p: &SeqInput) -> Option<u32> {
     (p.udp_len as u32).checked_sub(8 + 12 + 4 + ext + xrc + (p.pad & 3) as u32)
 }
 
-/// Bit `opcode & 0x1F` of the opcodes that start or end a message: a SEND's FIRST, LAST or
-/// ONLY, a WRITE's FIRST or ONLY, a READ request.
-const BOUNDARY_OPS: u32 = 1 << op::SEND_FIRST
-    | 1 << op::SEND_LAST
-    | 1 << op::SEND_LAST_IMM
-    | 1 << op::SEND_ONLY
-    | 1 << op::SEND_ONLY_IMM
-    | 1 << op::SEND_LAST_INV
-    | 1 << op::SEND_ONLY_INV
-    | 1 << op::WRITE_FIRST
-    | 1 << op::WRITE_ONLY
-    | 1 << op::WRITE_ONLY_IMM
-    | 1 << op::READ_REQUEST;
 /// Bit `opcode >> 5` of the connected transports (RC, UC, XRC).
 const CONNECTED: u32 =
     1 << Transport::Rc as u32 | 1 << Transport::Uc as u32 | 1 << Transport::Xrc as u32;
 
-/// Whether the packet starts or ends a message of a connected QP ([`BOUNDARY_OPS`]). Only
+/// Whether the packet starts or ends a message of a connected QP ([`BOUNDARY_OPS`]: a SEND's
+/// FIRST, LAST or ONLY, a WRITE's FIRST or ONLY, a READ request). Only
 /// these touch [`MsgStats`]. Without a branch: the kernel asks it of every RoCE packet, in
 /// every state the verifier follows out of the accounting.
 #[inline(always)]
@@ -160,32 +149,28 @@ impl MsgStats {
         let open = (self.open_pmtu, self.open_psn);
         // Any boundary ends what was open: messages of a QP go one after the other.
         self.open_pmtu = 0;
-        match code {
-            op::SEND_FIRST => {
-                if let Some(m) = send_payload(p)
-                    && m > 0
-                {
-                    self.open_psn = p.psn;
-                    self.open_pmtu = m;
+        if code == op::SEND_FIRST {
+            if let Some(m) = send_payload(p)
+                && m > 0
+            {
+                self.open_psn = p.psn;
+                self.open_pmtu = m;
+            }
+            None
+        } else if in_set(SEND_LAST_OPS, code) {
+            let size = match (open, send_payload(p)) {
+                ((m, f), Some(r)) if m != 0 && psn_after(p.psn, f) && analysis & F_HOLED == 0 => {
+                    Some(psn_sub(p.psn, f) as u64 * m as u64 + r as u64)
                 }
-                None
-            }
-            op::SEND_LAST | op::SEND_LAST_IMM | op::SEND_LAST_INV => {
-                let size = match (open, send_payload(p)) {
-                    ((m, f), Some(r))
-                        if m != 0 && psn_after(p.psn, f) && analysis & F_HOLED == 0 =>
-                    {
-                        Some(psn_sub(p.psn, f) as u64 * m as u64 + r as u64)
-                    }
-                    _ => None,
-                };
-                Some((MsgKind::Send, size))
-            }
-            op::SEND_ONLY | op::SEND_ONLY_IMM | op::SEND_ONLY_INV => {
-                Some((MsgKind::Send, send_payload(p).map(u64::from)))
-            }
-            op::READ_REQUEST => Some((MsgKind::Read, reth)),
-            _ => Some((MsgKind::Write, reth)),
+                _ => None,
+            };
+            Some((MsgKind::Send, size))
+        } else if in_set(SEND_ONLY_OPS, code) {
+            Some((MsgKind::Send, send_payload(p).map(u64::from)))
+        } else if code == op::READ_REQUEST {
+            Some((MsgKind::Read, reth))
+        } else {
+            Some((MsgKind::Write, reth))
         }
     }
 

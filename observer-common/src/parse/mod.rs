@@ -12,7 +12,7 @@
 
 use core::mem::size_of;
 
-use crate::wire::{self, op};
+use crate::wire;
 
 mod ethernet;
 mod headers;
@@ -24,7 +24,11 @@ use ethernet::{is_vlan, mac_control, vlan_tag};
 pub use headers::{Aeth, Bth, RocePacket};
 use mirror::decapsulate;
 pub use mirror::{Mirror, MirrorKind};
-pub use opcode::{NO_AETH, OpClass, Transport, classify, classify_raw};
+pub use opcode::{
+    AETH_OPS, BOUNDARY_OPS, Header, IMM_OPS, NO_AETH, OPERATIONS, OpClass, OpSet, Operation, Place,
+    RESPONSE_OPS, RETH_OPS, SEND_LAST_OPS, SEND_ONLY_OPS, SEND_OPS, Transport, classify,
+    classify_raw, in_set,
+};
 
 /// Plain old data that may be read from any byte offset: integers and byte arrays.
 ///
@@ -359,7 +363,7 @@ fn parse_l3_inner<B: Bytes + ?Sized, const DECAP: bool>(
     let mut syndrome = NO_AETH;
 
     // Responses (READ response .. ATOMIC ACKNOWLEDGE) carry no DETH (RD) and no XRCETH (XRC).
-    let is_response = (op::READ_RESPONSE_FIRST..=op::ATOMIC_ACKNOWLEDGE).contains(&low);
+    let is_response = in_set(RESPONSE_OPS, low);
     let transport = p.bth.transport();
     if transport == Transport::Rd {
         ext += wire::RDETH_LEN;
@@ -375,30 +379,22 @@ fn parse_l3_inner<B: Bytes + ?Sized, const DECAP: bool>(
         ext += wire::XRCETH_LEN;
     }
 
-    match transport {
-        Transport::Cnp | Transport::Vendor => {}
-        _ => match low {
-            op::WRITE_FIRST | op::WRITE_ONLY | op::WRITE_ONLY_IMM | op::READ_REQUEST => {
-                if let Some(len) = be32(b, ext + 12) {
-                    p.reth_len = len;
-                    p.has_reth = true;
-                }
+    // Headers by operation code (the reserved combinations of a transport are classed Other).
+    if !matches!(transport, Transport::Cnp | Transport::Vendor) {
+        if in_set(RETH_OPS, low) {
+            if let Some(len) = be32(b, ext + 12) {
+                p.reth_len = len;
+                p.has_reth = true;
             }
-            op::READ_RESPONSE_FIRST
-            | op::READ_RESPONSE_LAST
-            | op::READ_RESPONSE_ONLY
-            | op::ACKNOWLEDGE
-            | op::ATOMIC_ACKNOWLEDGE => {
-                if let Some(aeth) = b.load::<[u8; wire::AETH_LEN]>(ext) {
-                    syndrome = u16::from(aeth[0]);
-                    p.aeth = Some(Aeth {
-                        syndrome: aeth[0],
-                        msn: u32::from_be_bytes([0, aeth[1], aeth[2], aeth[3]]),
-                    });
-                }
-            }
-            _ => {}
-        },
+        } else if in_set(AETH_OPS, low)
+            && let Some(aeth) = b.load::<[u8; wire::AETH_LEN]>(ext)
+        {
+            syndrome = u16::from(aeth[0]);
+            p.aeth = Some(Aeth {
+                syndrome: aeth[0],
+                msn: u32::from_be_bytes([0, aeth[1], aeth[2], aeth[3]]),
+            });
+        }
     }
     p.aeth_syndrome = syndrome;
     Ok(Ok(p))

@@ -105,6 +105,240 @@ impl OpClass {
     }
 }
 
+/// Where a packet sits in its message (a READ response's packets make one message too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    First,
+    Middle,
+    Last,
+    Only,
+}
+
+/// The extended transport header that comes first after the BTH (and after the RDETH, DETH or
+/// XRCETH a transport adds): the one the parser reads, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Header {
+    None,
+    /// RDMA ETH: virtual address, R_Key, DMA length (the parser reads the length).
+    Reth,
+    /// ACK ETH: syndrome and MSN (an ATOMIC ACKNOWLEDGE's AtomicAckETH follows it).
+    Aeth,
+    /// Atomic ETH: virtual address, R_Key, swap/add and compare data (not read).
+    AtomicEth,
+}
+
+/// One operation of the IBTA's list: the low 5 bits of an opcode (the top 3 name the
+/// transport, [`Transport::of`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Operation {
+    pub code: u8,
+    /// What it does; an ACKNOWLEDGE's class is refined by its AETH syndrome ([`classify`]).
+    pub class: OpClass,
+    pub place: Place,
+    pub header: Header,
+    /// Bytes of ImmDt or IETH after the headers above (a SEND's payload starts after them).
+    pub imm: u8,
+    /// The transports that define it: bit `Transport as u8`.
+    pub transports: u8,
+}
+
+const RC: u8 = 1 << Transport::Rc as u8;
+const UC: u8 = 1 << Transport::Uc as u8;
+const RD: u8 = 1 << Transport::Rd as u8;
+const UD: u8 = 1 << Transport::Ud as u8;
+const XRC: u8 = 1 << Transport::Xrc as u8;
+
+const fn row(
+    code: u8,
+    class: OpClass,
+    place: Place,
+    header: Header,
+    imm: u8,
+    transports: u8,
+) -> Operation {
+    Operation {
+        code,
+        class,
+        place,
+        header,
+        imm,
+        transports,
+    }
+}
+
+/// The operation codes (IBTA Vol. 1, table 38 "OpCode field" and 9.3-9.5 for the headers each
+/// carries), the one list every opcode decision of the parser and the per-flow analysis reads
+/// (through the masks below, computed from it at compile time). Codes absent here (0x15
+/// RESYNC, 0x18-0x1F) are reserved for every transport this observer classifies.
+pub const OPERATIONS: [Operation; 23] = {
+    use Header::{Aeth, AtomicEth, Reth};
+    use OpClass::*;
+    use Place::*;
+    const ANY: u8 = RC | UC | RD | XRC;
+    [
+        row(op::SEND_FIRST, Send, First, Header::None, 0, ANY),
+        row(op::SEND_MIDDLE, Send, Middle, Header::None, 0, ANY),
+        row(op::SEND_LAST, Send, Last, Header::None, 0, ANY),
+        row(op::SEND_LAST_IMM, Send, Last, Header::None, 4, ANY),
+        row(op::SEND_ONLY, Send, Only, Header::None, 0, ANY | UD),
+        row(op::SEND_ONLY_IMM, Send, Only, Header::None, 4, ANY | UD),
+        row(op::WRITE_FIRST, Write, First, Reth, 0, ANY),
+        row(op::WRITE_MIDDLE, Write, Middle, Header::None, 0, ANY),
+        row(op::WRITE_LAST, Write, Last, Header::None, 0, ANY),
+        row(op::WRITE_LAST_IMM, Write, Last, Header::None, 4, ANY),
+        row(op::WRITE_ONLY, Write, Only, Reth, 0, ANY),
+        row(op::WRITE_ONLY_IMM, Write, Only, Reth, 4, ANY),
+        row(op::READ_REQUEST, ReadRequest, Only, Reth, 0, RC | RD | XRC),
+        row(
+            op::READ_RESPONSE_FIRST,
+            ReadResponse,
+            First,
+            Aeth,
+            0,
+            RC | RD | XRC,
+        ),
+        row(
+            op::READ_RESPONSE_MIDDLE,
+            ReadResponse,
+            Middle,
+            Header::None,
+            0,
+            RC | RD | XRC,
+        ),
+        row(
+            op::READ_RESPONSE_LAST,
+            ReadResponse,
+            Last,
+            Aeth,
+            0,
+            RC | RD | XRC,
+        ),
+        row(
+            op::READ_RESPONSE_ONLY,
+            ReadResponse,
+            Only,
+            Aeth,
+            0,
+            RC | RD | XRC,
+        ),
+        row(op::ACKNOWLEDGE, Ack, Only, Aeth, 0, RC | RD | XRC),
+        row(
+            op::ATOMIC_ACKNOWLEDGE,
+            AtomicAck,
+            Only,
+            Aeth,
+            0,
+            RC | RD | XRC,
+        ),
+        row(op::COMPARE_SWAP, Atomic, Only, AtomicEth, 0, RC | RD | XRC),
+        row(op::FETCH_ADD, Atomic, Only, AtomicEth, 0, RC | RD | XRC),
+        row(op::SEND_LAST_INV, Send, Last, Header::None, 4, RC | XRC),
+        row(op::SEND_ONLY_INV, Send, Only, Header::None, 4, RC | XRC),
+    ]
+};
+
+/// A set of operation codes: bit `code`. Tested as `(MASK >> (opcode & 0x1F)) & 1`, without
+/// a branch (the kernel asks these of every RoCE packet).
+pub type OpSet = u32;
+
+/// The codes of the operations `keep` selects, as an [`OpSet`].
+const fn select(keep: Keep) -> OpSet {
+    let mut set = 0;
+    let mut i = 0;
+    while i < OPERATIONS.len() {
+        let o = OPERATIONS[i];
+        let class = o.class as u8;
+        let place = o.place as u8;
+        let chosen = match keep {
+            Keep::Class(c) => class == c as u8,
+            Keep::Header(h) => o.header as u8 == h as u8,
+            Keep::Imm => o.imm != 0,
+            Keep::Transport(t) => o.transports & (1 << t as u8) != 0,
+            Keep::SendAt(p) => class == OpClass::Send as u8 && place == p as u8,
+            Keep::Response => {
+                class == OpClass::ReadResponse as u8
+                    || class == OpClass::Ack as u8
+                    || class == OpClass::AtomicAck as u8
+            }
+            Keep::Boundary => {
+                let message = class == OpClass::Send as u8
+                    || class == OpClass::Write as u8
+                    || class == OpClass::ReadRequest as u8;
+                let ends = place == Place::First as u8
+                    || place == Place::Only as u8
+                    || (place == Place::Last as u8 && class == OpClass::Send as u8);
+                message && ends
+            }
+        };
+        if chosen {
+            set |= 1 << o.code;
+        }
+        i += 1;
+    }
+    set
+}
+
+/// What [`select`] keeps.
+#[derive(Clone, Copy)]
+enum Keep {
+    Class(OpClass),
+    Header(Header),
+    Imm,
+    Transport(Transport),
+    /// SENDs at this place of their message.
+    SendAt(Place),
+    /// Responses (READ responses and acknowledgements): no DETH (RD) and no XRCETH (XRC).
+    Response,
+    /// The packets that start or end a message: a SEND's FIRST, LAST or ONLY, a WRITE's FIRST
+    /// or ONLY (its RETH has the length), a READ request.
+    Boundary,
+}
+
+/// SENDs.
+pub const SEND_OPS: OpSet = select(Keep::Class(OpClass::Send));
+/// SENDs that end a message of several packets / that are a message alone.
+pub const SEND_LAST_OPS: OpSet = select(Keep::SendAt(Place::Last));
+pub const SEND_ONLY_OPS: OpSet = select(Keep::SendAt(Place::Only));
+/// Operations with ImmDt or IETH (4 bytes).
+pub const IMM_OPS: OpSet = select(Keep::Imm);
+/// Operations whose first extended header is a RETH / an AETH.
+pub const RETH_OPS: OpSet = select(Keep::Header(Header::Reth));
+pub const AETH_OPS: OpSet = select(Keep::Header(Header::Aeth));
+/// READ responses and acknowledgements: they carry no DETH (RD) and no XRCETH (XRC).
+pub const RESPONSE_OPS: OpSet = select(Keep::Response);
+/// The packets that start or end a message ([`Keep::Boundary`]).
+pub const BOUNDARY_OPS: OpSet = select(Keep::Boundary);
+
+/// The operations each transport defines, indexed by `opcode >> 5` (CNP and vendor codes:
+/// none).
+const DEFINED: [OpSet; 8] = [
+    select(Keep::Transport(Transport::Rc)),
+    select(Keep::Transport(Transport::Uc)),
+    select(Keep::Transport(Transport::Rd)),
+    select(Keep::Transport(Transport::Ud)),
+    0,
+    select(Keep::Transport(Transport::Xrc)),
+    0,
+    0,
+];
+
+/// The class of each code (`Other` where none is defined).
+const CLASSES: [OpClass; 32] = {
+    let mut classes = [OpClass::Other; 32];
+    let mut i = 0;
+    while i < OPERATIONS.len() {
+        classes[OPERATIONS[i].code as usize] = OPERATIONS[i].class;
+        i += 1;
+    }
+    classes
+};
+
+/// Whether the operation `code` (`opcode & 0x1F`) is in `set`.
+#[inline(always)]
+pub const fn in_set(set: OpSet, code: u8) -> bool {
+    (set >> (code & 0x1F)) & 1 != 0
+}
+
 /// `classify_raw`'s syndrome for "no AETH".
 pub const NO_AETH: u16 = 0x100;
 
@@ -117,40 +351,112 @@ pub fn classify(opcode: u8, aeth_syndrome: Option<u8>) -> OpClass {
 /// `classify` with the syndrome as a plain value ([`NO_AETH`] when absent).
 #[inline(always)]
 pub fn classify_raw(opcode: u8, aeth_syndrome: u16) -> OpClass {
-    let aeth_syndrome = if aeth_syndrome == NO_AETH {
-        None
-    } else {
-        Some(aeth_syndrome as u8)
-    };
     if opcode == wire::OPCODE_CNP {
         return OpClass::Cnp;
     }
-    let low = opcode & 0x1F;
-    // Each transport defines a subset of the operations (IBTA 9.2); the rest are reserved.
-    let defined = match Transport::of(opcode) {
-        Transport::Rc | Transport::Xrc => true,
-        Transport::Uc => low <= op::WRITE_ONLY_IMM,
-        Transport::Rd => low <= op::FETCH_ADD,
-        Transport::Ud => low == op::SEND_ONLY || low == op::SEND_ONLY_IMM,
-        Transport::Cnp | Transport::Vendor => false,
-    };
-    if !defined {
+    // Each transport defines a subset of the operations; the rest are reserved.
+    if !in_set(DEFINED[(opcode >> 5) as usize], opcode) {
         return OpClass::Other;
     }
-    match low {
-        op::SEND_FIRST..=op::SEND_ONLY_IMM | op::SEND_LAST_INV | op::SEND_ONLY_INV => OpClass::Send,
-        op::WRITE_FIRST..=op::WRITE_ONLY_IMM => OpClass::Write,
-        op::READ_REQUEST => OpClass::ReadRequest,
-        op::READ_RESPONSE_FIRST..=op::READ_RESPONSE_ONLY => OpClass::ReadResponse,
-        op::ACKNOWLEDGE => match aeth_syndrome.map(|s| s >> 5) {
-            // An ACKNOWLEDGE cut before its AETH still is an acknowledgement.
-            None | Some(wire::AETH_ACK) => OpClass::Ack,
-            Some(wire::AETH_RNR_NAK) => OpClass::RnrNak,
-            Some(wire::AETH_NAK) => OpClass::Nak,
-            Some(_) => OpClass::Other,
+    match CLASSES[(opcode & 0x1F) as usize] {
+        // An ACKNOWLEDGE cut before its AETH still is an acknowledgement.
+        OpClass::Ack if aeth_syndrome == NO_AETH => OpClass::Ack,
+        OpClass::Ack => match (aeth_syndrome as u8) >> 5 {
+            wire::AETH_ACK => OpClass::Ack,
+            wire::AETH_RNR_NAK => OpClass::RnrNak,
+            wire::AETH_NAK => OpClass::Nak,
+            _ => OpClass::Other,
         },
-        op::ATOMIC_ACKNOWLEDGE => OpClass::AtomicAck,
-        op::COMPARE_SWAP | op::FETCH_ADD => OpClass::Atomic,
-        _ => OpClass::Other,
+        class => class,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sets as the specification lists their members, by name.
+    #[test]
+    fn the_sets_read_from_the_table_are_the_specifications() {
+        let set = |codes: &[u8]| codes.iter().fold(0, |s, &c| s | 1 << c);
+        use op::*;
+        assert_eq!(
+            BOUNDARY_OPS,
+            set(&[
+                SEND_FIRST,
+                SEND_LAST,
+                SEND_LAST_IMM,
+                SEND_ONLY,
+                SEND_ONLY_IMM,
+                SEND_LAST_INV,
+                SEND_ONLY_INV,
+                WRITE_FIRST,
+                WRITE_ONLY,
+                WRITE_ONLY_IMM,
+                READ_REQUEST
+            ])
+        );
+        assert_eq!(
+            RETH_OPS,
+            set(&[WRITE_FIRST, WRITE_ONLY, WRITE_ONLY_IMM, READ_REQUEST])
+        );
+        assert_eq!(
+            AETH_OPS,
+            set(&[
+                READ_RESPONSE_FIRST,
+                READ_RESPONSE_LAST,
+                READ_RESPONSE_ONLY,
+                ACKNOWLEDGE,
+                ATOMIC_ACKNOWLEDGE
+            ])
+        );
+        assert_eq!(
+            RESPONSE_OPS,
+            set(&[
+                READ_RESPONSE_FIRST,
+                READ_RESPONSE_MIDDLE,
+                READ_RESPONSE_LAST,
+                READ_RESPONSE_ONLY,
+                ACKNOWLEDGE,
+                ATOMIC_ACKNOWLEDGE
+            ])
+        );
+        assert_eq!(
+            SEND_LAST_OPS,
+            set(&[SEND_LAST, SEND_LAST_IMM, SEND_LAST_INV])
+        );
+        assert_eq!(
+            SEND_ONLY_OPS,
+            set(&[SEND_ONLY, SEND_ONLY_IMM, SEND_ONLY_INV])
+        );
+        assert_eq!(
+            IMM_OPS & SEND_OPS,
+            set(&[SEND_LAST_IMM, SEND_ONLY_IMM, SEND_LAST_INV, SEND_ONLY_INV])
+        );
+        // UC: SENDs and WRITEs; UD: SEND ONLY with or without immediate; RD: no invalidate.
+        assert_eq!(
+            DEFINED[Transport::Uc as usize],
+            (1 << (WRITE_ONLY_IMM + 1)) - 1
+        );
+        assert_eq!(
+            DEFINED[Transport::Ud as usize],
+            set(&[SEND_ONLY, SEND_ONLY_IMM])
+        );
+        assert_eq!(DEFINED[Transport::Rd as usize], (1 << (FETCH_ADD + 1)) - 1);
+        assert_eq!(
+            DEFINED[Transport::Rc as usize],
+            DEFINED[Transport::Xrc as usize]
+        );
+    }
+
+    #[test]
+    fn the_table_has_each_code_once_in_order() {
+        for pair in OPERATIONS.windows(2) {
+            assert!(pair[0].code < pair[1].code, "{pair:?}");
+        }
+        assert_eq!(
+            CLASSES.iter().filter(|c| **c != OpClass::Other).count(),
+            OPERATIONS.len()
+        );
     }
 }
