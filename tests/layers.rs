@@ -8,6 +8,9 @@
 //! `super::` path outside the unit tests. A module and its own parent or children may use each
 //! other (a `mod.rs` re-exports its children, which use its shared items). A path into another
 //! crate (`roce_observer::model`, the core's modules re-exported) is the crate graph's business.
+//!
+//! The integration tests: a test that needs root (the root check, a network namespace, a BPF
+//! program or map) lives in `tests/privileged/`, never in a top-level file of `tests/`.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -413,4 +416,66 @@ fn the_scan_sees_grouped_imports_and_super() {
     .map(|p| p.iter().map(|s| s.to_string()).collect())
     .collect();
     assert_eq!(got, want);
+}
+
+/// Names only code that needs root uses: the root check, network namespaces (a lab is one), and
+/// BPF programs and maps (aya, the object loader, a map made by hand).
+const PRIVILEGED: &[&str] = &[
+    "require_root",
+    "Netns",
+    "Lab",
+    "aya",
+    "load_program",
+    "xdp_mut",
+    "load_object",
+    "sys_bpf",
+    "BPF_MAP_CREATE",
+];
+
+/// The names of [`PRIVILEGED`] that `code` uses, as whole identifiers.
+fn privileged_names(code: &str) -> BTreeSet<&'static str> {
+    code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter_map(|w| PRIVILEGED.iter().find(|p| **p == w).copied())
+        .collect()
+}
+
+/// The top-level test files of `tests/` are pure: whatever needs root (or a namespace, or BPF)
+/// is in `tests/privileged/`, where every file calls the root check.
+#[test]
+fn top_level_test_files_need_no_root() {
+    let tests = integration_tests::workspace_root().join("tests");
+    let rs = |dir: &Path| -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "rs"))
+            .collect();
+        files.sort();
+        files
+    };
+    let name = |f: &Path| f.strip_prefix(&tests).unwrap().display().to_string();
+    let top = rs(&tests);
+    assert!(top.len() > 10, "almost no test files: {top:?}");
+    let mut problems = Vec::new();
+    for f in &top {
+        let found = privileged_names(&code(&std::fs::read_to_string(f).unwrap()));
+        if !found.is_empty() {
+            problems.push(format!(
+                "tests/{} uses {found:?}: tests that need root belong in tests/privileged/",
+                name(f)
+            ));
+        }
+    }
+    // The scan sees privileged code where it is.
+    let privileged = rs(&tests.join("privileged"));
+    assert!(!privileged.is_empty());
+    for f in &privileged {
+        let found = privileged_names(&code(&std::fs::read_to_string(f).unwrap()));
+        assert!(
+            found.contains("require_root"),
+            "tests/{} never calls require_root: {found:?}",
+            name(f)
+        );
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -1,37 +1,17 @@
 //! Mirror copies (GRE / ERSPAN I, II, III, transparent Ethernet bridging), decapsulated by the
 //! shared parser: encapsulated RoCE counts exactly as the same traffic seen directly, in
-//! userspace and in the kernel, and the real ERSPAN captures decode as tshark says.
+//! userspace, and several sessions and taps of one traffic analysed together. In the kernel, and
+//! the real ERSPAN captures as tshark decodes them: privileged/mirror_kernel.rs.
 
-use std::{collections::BTreeMap, process::Command};
-
-use aya::programs::{TestRun, TestRunOptions};
-use integration_tests::{load_program, output, require_root, timeless, xdp_mut};
-use observer_common::{FlowKey, MirrorOf, programs};
+use integration_tests::{
+    ENCAPS, clean_frames as clean, lagging_copies, lagging_taps, through_sessions, timeless,
+};
+use observer_common::{FlowKey, MirrorOf};
 use roce_observer::{
     aggregate::Aggregate,
     model::{PsnScope, Source},
-    source::live::read_maps,
-    source::replay::Replay,
     source::synth::{self, Encap},
 };
-
-const ENCAPS: [Encap; 5] = [
-    Encap::ErspanI,
-    Encap::ErspanII {
-        session: 101,
-        truncated: false,
-    },
-    Encap::ErspanII {
-        session: 1023,
-        truncated: true,
-    },
-    Encap::ErspanIII {
-        session: 202,
-        truncated: true,
-        platform: true,
-    },
-    Encap::Teb,
-];
 
 fn direct(frames: &[Vec<u8>]) -> Aggregate {
     let mut agg = Aggregate::new();
@@ -39,15 +19,6 @@ fn direct(frames: &[Vec<u8>]) -> Aggregate {
         let _ = agg.push(f, 0);
     }
     agg
-}
-
-fn clean() -> Vec<Vec<u8>> {
-    synth::scenario("clean")
-        .unwrap()
-        .frames
-        .into_iter()
-        .map(|f| f.bytes)
-        .collect()
 }
 
 #[test]
@@ -180,174 +151,6 @@ fn two_sessions_of_the_same_traffic_never_merge() {
     );
 }
 
-#[test]
-fn the_kernel_decapsulates_like_userspace() {
-    if !require_root("the_kernel_decapsulates_like_userspace") {
-        return;
-    }
-    let mut ebpf = load_program(programs::OBSERVE);
-    let mut user = Aggregate::new();
-    let mut wrapped: Vec<Vec<u8>> = Vec::new();
-    for encap in ENCAPS {
-        wrapped.extend(clean().iter().map(|f| synth::encapsulate(f, encap)));
-    }
-    wrapped.extend(synth::mirror_noise().into_iter().map(|(b, _, _)| b));
-    let prog = xdp_mut(&mut ebpf, programs::OBSERVE);
-    for f in &wrapped {
-        let mut out = vec![0u8; f.len()];
-        let r = prog
-            .test_run(TestRunOptions {
-                data_in: Some(f),
-                data_out: Some(&mut out),
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!((r.return_value, &out), (2, f), "XDP_PASS, bytes unchanged");
-        let _ = user.push(f, 0);
-    }
-    let kernel = read_maps(&ebpf, 0).unwrap();
-    assert_eq!(kernel.counters, user.counters);
-    assert_eq!(kernel.comparable(), user.comparable());
-}
-
-/// The skip reason of a frame from tshark's protocol path: the inner frame's after "erspan",
-/// GRE that is not ERSPAN, or the plain frame's.
-fn reason_of(protocols: &str) -> &'static str {
-    let plain = |p: &str| {
-        if !p.contains(":ip") {
-            "not_ip"
-        } else if !p.contains(":udp") {
-            "not_udp"
-        } else {
-            "other"
-        }
-    };
-    match protocols.split_once(":erspan") {
-        Some((_, "" | ":data")) => "mirror_not_ethernet",
-        Some((_, inner)) => plain(inner),
-        None if protocols.contains(":gre") => "gre_unsupported",
-        None => plain(protocols),
-    }
-}
-
-#[test]
-fn real_erspan_captures_decode_as_tshark_says() {
-    let Some(files) = integration_tests::shared_capture_files(
-        "real_erspan_captures_decode_as_tshark_says",
-        "erspan",
-    ) else {
-        return;
-    };
-    assert_eq!(files.len(), 8);
-    for file in files {
-        let (status, out, err) =
-            output(Command::new("tshark").arg("-n").arg("-r").arg(&file).args([
-                "-T",
-                "fields",
-                "-E",
-                "separator=/t",
-                "-e",
-                "erspan.spanid",
-                "-e",
-                "frame.protocols",
-            ]));
-        assert!(status.success(), "tshark {}: {err}", file.display());
-        let mut sessions: BTreeMap<u16, u64> = BTreeMap::new();
-        let mut sessionless = 0u64;
-        let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
-        for line in out.lines() {
-            let (span, protocols) = line.split_once('\t').unwrap();
-            // tshark prints the session of every ERSPAN II/III header; type I has none.
-            if protocols.contains(":erspan") {
-                match span.split(',').next().filter(|s| !s.is_empty()) {
-                    Some(id) => *sessions.entry(id.parse().unwrap()).or_default() += 1,
-                    None => sessionless += 1,
-                }
-            }
-            *reasons.entry(reason_of(protocols)).or_default() += 1;
-        }
-        let mut r = Replay::new();
-        r.file(file.to_str().unwrap(), false)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
-        let c = &r.agg.counters;
-        // Through the report, as a user reads them.
-        let report = r
-            .agg
-            .report(Source::pcap(r.files.clone(), vec![]), r.window_seconds());
-        let mirror = report.totals.mirror.clone().expect("mirror totals");
-        let name = file.file_name().unwrap().to_string_lossy().to_string();
-        assert_eq!(
-            (mirror.sessions.clone(), mirror.sessionless),
-            (sessions, sessionless),
-            "{name}: sessions"
-        );
-        let mut got_reasons: BTreeMap<&str, u64> = BTreeMap::new();
-        for reason in observer_common::SkipReason::ALL {
-            let n = c.skipped[reason as usize];
-            if n > 0 {
-                got_reasons.insert(reason.name(), n);
-            }
-        }
-        assert_eq!(got_reasons, reasons, "{name}: inner frames by skip reason");
-        assert_eq!(c.roce_packets, 0, "{name}: no RoCE inside");
-
-        // The kernel program under BPF_PROG_TEST_RUN on the same frames: every verdict
-        // XDP_PASS, bytes unchanged, and the maps equal to the replay's aggregate.
-        if require_root(&format!(
-            "real_erspan_captures_decode_as_tshark_says ({name}, kernel)"
-        )) {
-            let frames = integration_tests::pcap_frames(&file);
-            assert_eq!(frames.len() as u64, c.frames, "{name}: frames");
-            let mut ebpf = load_program(programs::OBSERVE);
-            let prog = xdp_mut(&mut ebpf, programs::OBSERVE);
-            for f in &frames {
-                let mut out = vec![0u8; f.len()];
-                let run = prog
-                    .test_run(TestRunOptions {
-                        data_in: Some(f),
-                        data_out: Some(&mut out),
-                        ..Default::default()
-                    })
-                    .unwrap();
-                assert_eq!(
-                    (run.return_value, &out),
-                    (2, f),
-                    "{name}: XDP_PASS, unchanged"
-                );
-            }
-            let kernel = read_maps(&ebpf, 0).unwrap();
-            assert_eq!(kernel.counters, r.agg.counters, "{name}: kernel counters");
-            assert_eq!(
-                kernel.comparable(),
-                r.agg.comparable(),
-                "{name}: kernel flows"
-            );
-        }
-        eprintln!(
-            "{name}: {} frames, sessions {:?}, reasons {reasons:?}",
-            c.frames, mirror.sessions
-        );
-    }
-}
-
-/// Each frame of scenario `name`, as a copy through ERSPAN session `session(i)` (frame i),
-/// with its time.
-fn through_sessions(name: &str, session: impl Fn(usize) -> Vec<u16>) -> Vec<(Vec<u8>, u64)> {
-    let w = synth::scenario(name).unwrap();
-    let mut out = Vec::new();
-    for (i, f) in w.frames.iter().enumerate() {
-        for id in session(i) {
-            let encap = Encap::ErspanII {
-                session: id,
-                truncated: false,
-            };
-            out.push((synth::encapsulate(&f.bytes, encap), f.ts_ns));
-        }
-    }
-    out
-}
-
 /// The frames of scenario `name` as seen directly, with their times.
 fn seen_directly(name: &str) -> Vec<(Vec<u8>, u64)> {
     let w = synth::scenario(name).unwrap();
@@ -445,33 +248,6 @@ fn two_taps_on_one_path_show_duplicates_not_resends() {
     assert_eq!(twice.totals.roce_packets, 2 * direct.totals.roce_packets);
 }
 
-/// Scenario `name` through two taps: session 1 copies each frame at once, session 2 `lag_ns`
-/// later (its copies lag behind whole bursts of a flow), in the order of time.
-fn lagging_taps(name: &str, lag_ns: u64) -> Vec<(Vec<u8>, u64)> {
-    lagging_copies(name, lag_ns, [1, 2])
-}
-
-/// Scenario `name` copied twice, by sessions `sessions` (the same one twice: a switch
-/// mirroring each packet on the way in and out), the second copy `lag_ns` later.
-fn lagging_copies(name: &str, lag_ns: u64, sessions: [u16; 2]) -> Vec<(Vec<u8>, u64)> {
-    let w = synth::scenario(name).unwrap();
-    let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
-    for (session, lag) in [(sessions[0], 0), (sessions[1], lag_ns)] {
-        let encap = Encap::ErspanII {
-            session,
-            truncated: false,
-        };
-        out.extend(
-            w.frames
-                .iter()
-                .map(|f| (synth::encapsulate(&f.bytes, encap), f.ts_ns + lag)),
-        );
-    }
-    // Stable: at one time, the first tap's copy first.
-    out.sort_by_key(|(_, ts)| *ts);
-    out
-}
-
 #[test]
 fn copies_lagging_behind_bursts_are_duplicates_while_no_nak_says_otherwise() {
     let direct = report_of(&seen_directly("clean"));
@@ -529,35 +305,5 @@ fn copies_lagging_behind_bursts_are_duplicates_while_no_nak_says_otherwise() {
             r.totals.psn.retransmission_episodes >= direct.totals.psn.retransmission_episodes,
             "lag {lag}"
         );
-    }
-}
-
-#[test]
-fn the_kernel_analyses_mirror_sessions_together_like_userspace() {
-    if !require_root("the_kernel_analyses_mirror_sessions_together_like_userspace") {
-        return;
-    }
-    for frames in [
-        through_sessions("loss", |i| vec![1 + (i % 3) as u16]),
-        through_sessions("rule-reorder", |i| vec![7 + (i % 2) as u16]),
-        through_sessions("clean", |_| vec![1, 2]),
-        lagging_taps("clean", 5_000),
-    ] {
-        let mut ebpf = load_program(programs::OBSERVE);
-        let mut user = Aggregate::new();
-        let prog = xdp_mut(&mut ebpf, programs::OBSERVE);
-        for (f, _) in &frames {
-            let r = prog
-                .test_run(TestRunOptions {
-                    data_in: Some(f),
-                    ..Default::default()
-                })
-                .unwrap();
-            assert_eq!(r.return_value, 2, "XDP_PASS");
-            let _ = user.push(f, 0);
-        }
-        let kernel = read_maps(&ebpf, 0).unwrap();
-        assert!(!user.unions.is_empty());
-        assert_eq!(kernel.comparable(), user.comparable());
     }
 }

@@ -1,13 +1,13 @@
 //! The NIC side over netlink: DCB configuration (dcbnl, rtnetlink) and RDMA devices and QPs
-//! (RDMA netlink). Real kernel calls against iproute2's `dcb` and `rdma` as ground truth;
+//! (RDMA netlink). Real kernel calls against iproute2's `rdma` as ground truth;
 //! replies laid out here byte by byte from the uapi headers (include/uapi/linux/dcbnl.h,
-//! include/uapi/rdma/rdma_netlink.h), independently of the parser; the recorded fixtures.
+//! include/uapi/rdma/rdma_netlink.h), independently of the parser; the recorded fixtures. DCB of
+//! a veth against iproute2's `dcb` (which needs root): privileged/nic_netlink_live.rs.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use integration_tests::{Scratch, output, require_root, workspace_root};
-use roce_observer::lab::Netns;
+use integration_tests::{Scratch, absent as reason, output, present, workspace_root};
 use roce_observer::source::nic::dcb::{Dcb, dcb, dcb_at, parse_dcb_reply};
 use roce_observer::source::nic::rdma_netlink::{Qp, devices, parse_qp_dump, qps, qps_at};
 use roce_observer::source::nic::{Availability, NicError};
@@ -170,20 +170,6 @@ fn roce_ieee() -> Vec<Vec<u8>> {
             ],
         ),
     ]
-}
-
-fn present<T: std::fmt::Debug>(a: Availability<T>) -> T {
-    match a {
-        Availability::Present(t) => t,
-        Availability::Absent { reason } => panic!("absent: {reason}"),
-    }
-}
-
-fn reason<T: std::fmt::Debug>(a: Availability<T>) -> String {
-    match a {
-        Availability::Absent { reason } => reason,
-        Availability::Present(t) => panic!("present: {t:?}"),
-    }
 }
 
 #[test]
@@ -483,47 +469,6 @@ fn malformed_qp_dumps_are_errors_never_panics() {
 }
 
 // ---- The kernel of this host ----
-
-/// A veth pair in a namespace the test creates (removed on drop): veth has no DCB, and the
-/// kernel's refusal reads as iproute2's `dcb` reads it; a name that is no interface there is
-/// absent, named.
-#[test]
-fn dcb_of_a_veth_is_absent_as_iproute2_says() {
-    if !require_root("dcb_of_a_veth_is_absent_as_iproute2_says") {
-        return;
-    }
-    let ns = Netns::create("nicnl").expect("namespace");
-    let (st, _, err) = output(
-        ns.command("ip")
-            .args(["link", "add", "nl0", "type", "veth", "peer", "name", "nl1"]),
-    );
-    assert!(st.success(), "{err}");
-
-    let got = ns
-        .run_in(|| dcb("nl0"))
-        .expect("thread")
-        .expect("an answer");
-    let (st, out, err) = output(ns.command("dcb").args(["pfc", "show", "dev", "nl0"]));
-    assert!(!st.success(), "dcb pfc show succeeded on a veth: {out}");
-    assert!(err.contains("Operation not supported"), "dcb: {err}");
-    let r = reason(got);
-    assert!(
-        r.contains("nl0") && r.contains("Operation not supported"),
-        "{r}"
-    );
-
-    let got = ns
-        .run_in(|| dcb("nl9"))
-        .expect("thread")
-        .expect("an answer");
-    let (st, _, err) = output(ns.command("dcb").args(["pfc", "show", "dev", "nl9"]));
-    assert!(
-        !st.success() && err.contains("No such device"),
-        "dcb: {err}"
-    );
-    let r = reason(got);
-    assert!(r.contains("no interface nl9"), "{r}");
-}
 
 #[test]
 fn a_name_that_is_no_interface_name_is_an_error() {

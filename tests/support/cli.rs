@@ -1,4 +1,5 @@
-//! Running the CLI under test: a `diagnose` in a namespace, and commands with their output.
+//! Running the CLI under test: a `diagnose` in a namespace, commands with their output, and the
+//! one line of an error.
 
 use std::{
     io::{BufRead, BufReader, Read},
@@ -93,4 +94,17 @@ pub fn run_with_input(cmd: &mut Command, input: &[u8]) -> std::io::Result<std::p
         .expect("stdin is piped")
         .write_all(input)?;
     child.wait_with_output()
+}
+
+/// The last non-empty stderr line, which must be the one error line.
+pub fn error_line(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one error line, got: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    lines[0].to_string()
+}
+
+/// A `&str` as the `&OsStr` of an argument list.
+pub fn os(s: &str) -> &std::ffi::OsStr {
+    s.as_ref()
 }

@@ -4,17 +4,25 @@
 mod bench;
 mod bpf;
 mod cli;
+mod maps;
 mod metrics;
+mod mirror;
 mod netns;
+mod nic;
 mod paths;
 mod pcap;
 mod scratch;
+mod tools;
 
 pub use bench::*;
 pub use bpf::*;
 pub use cli::*;
+pub use maps::*;
 pub use metrics::*;
+pub use mirror::*;
 pub use netns::*;
+pub use nic::*;
 pub use paths::*;
 pub use pcap::*;
 pub use scratch::*;
+pub use tools::*;

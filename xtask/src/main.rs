@@ -36,8 +36,8 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     // Building needs libpcap's headers and library (the `pcap` crate, `--capture DEV`):
     // libpcap-dev ships /usr/bin/pcap-config.
     ("pcap-config", "libpcap-dev"),
-    // tests/deploy.rs builds deploy/Containerfile's image (or, without a registry, its runtime
-    // stage's equivalent) and runs the sidecar in it.
+    // tests/privileged/deploy_live.rs builds deploy/Containerfile's image (or, without a
+    // registry, its runtime stage's equivalent) and runs the sidecar in it.
     ("podman", "podman"),
 ];
 
