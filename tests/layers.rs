@@ -80,16 +80,28 @@ fn code(text: &str) -> String {
     let text = text.replace("'\"'", "' '");
     text.lines()
         .map(|l| {
-            let l = l.split("//").next().unwrap_or("");
-            // Drop string literals (crude, enough for paths in messages).
+            // Drop string literals, then a line comment (crude, enough for paths in messages
+            // and `//` inside a string).
+            let chars: Vec<char> = l.chars().collect();
             let mut out = String::new();
             let mut in_str = false;
-            for c in l.chars() {
-                if c == '"' {
-                    in_str = !in_str;
-                } else if !in_str {
+            let mut i = 0;
+            while i < chars.len() {
+                let c = chars[i];
+                if in_str {
+                    if c == '\\' {
+                        i += 1;
+                    } else if c == '"' {
+                        in_str = false;
+                    }
+                } else if c == '"' {
+                    in_str = true;
+                } else if c == '/' && chars.get(i + 1) == Some(&'/') {
+                    break;
+                } else {
                     out.push(c);
                 }
+                i += 1;
             }
             out
         })
@@ -477,5 +489,28 @@ fn top_level_test_files_need_no_root() {
             name(f)
         );
     }
+    // Every test target is one of the two kinds: a top-level file or one in privileged/.
+    let manifest: toml::Table =
+        toml::from_str(&std::fs::read_to_string(tests.join("Cargo.toml")).unwrap()).unwrap();
+    let targets = manifest["test"].as_array().expect("[[test]] targets");
+    for t in targets {
+        let path = t["path"].as_str().expect("a [[test]] path");
+        let kind = Path::new(path).parent().and_then(|p| p.to_str());
+        if !matches!(kind, Some("" | "privileged")) {
+            problems.push(format!(
+                "tests/Cargo.toml: test {path} is neither top-level nor in privileged/"
+            ));
+        }
+    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_code_scan_drops_strings_before_comments() {
+    let scanned =
+        code("let u = \"http://x\"; require_root(\"t\"); // Netns\nlet s = \"a\\\"b\"; aya();");
+    assert_eq!(
+        privileged_names(&scanned),
+        BTreeSet::from(["require_root", "aya"])
+    );
 }

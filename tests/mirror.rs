@@ -1,15 +1,18 @@
 //! Mirror copies (GRE / ERSPAN I, II, III, transparent Ethernet bridging), decapsulated by the
 //! shared parser: encapsulated RoCE counts exactly as the same traffic seen directly, in
-//! userspace, and several sessions and taps of one traffic analysed together. In the kernel, and
-//! the real ERSPAN captures as tshark decodes them: privileged/mirror_kernel.rs.
+//! userspace, and several sessions and taps of one traffic analysed together; the real ERSPAN
+//! captures decode as tshark says. In the kernel: privileged/mirror_kernel.rs.
+
+use std::{collections::BTreeMap, process::Command};
 
 use integration_tests::{
-    ENCAPS, clean_frames as clean, lagging_copies, lagging_taps, through_sessions, timeless,
+    ENCAPS, clean_frames as clean, lagging_copies, lagging_taps, output, through_sessions, timeless,
 };
 use observer_common::{FlowKey, MirrorOf};
 use roce_observer::{
     aggregate::Aggregate,
     model::{PsnScope, Source},
+    source::replay::Replay,
     source::synth::{self, Encap},
 };
 
@@ -304,6 +307,95 @@ fn copies_lagging_behind_bursts_are_duplicates_while_no_nak_says_otherwise() {
         assert!(
             r.totals.psn.retransmission_episodes >= direct.totals.psn.retransmission_episodes,
             "lag {lag}"
+        );
+    }
+}
+
+/// The skip reason of a frame from tshark's protocol path: the inner frame's after "erspan",
+/// GRE that is not ERSPAN, or the plain frame's.
+fn reason_of(protocols: &str) -> &'static str {
+    let plain = |p: &str| {
+        if !p.contains(":ip") {
+            "not_ip"
+        } else if !p.contains(":udp") {
+            "not_udp"
+        } else {
+            "other"
+        }
+    };
+    match protocols.split_once(":erspan") {
+        Some((_, "" | ":data")) => "mirror_not_ethernet",
+        Some((_, inner)) => plain(inner),
+        None if protocols.contains(":gre") => "gre_unsupported",
+        None => plain(protocols),
+    }
+}
+
+#[test]
+fn real_erspan_captures_decode_as_tshark_says() {
+    let Some(files) = integration_tests::shared_capture_files(
+        "real_erspan_captures_decode_as_tshark_says",
+        "erspan",
+    ) else {
+        return;
+    };
+    assert_eq!(files.len(), 8);
+    for file in files {
+        let (status, out, err) =
+            output(Command::new("tshark").arg("-n").arg("-r").arg(&file).args([
+                "-T",
+                "fields",
+                "-E",
+                "separator=/t",
+                "-e",
+                "erspan.spanid",
+                "-e",
+                "frame.protocols",
+            ]));
+        assert!(status.success(), "tshark {}: {err}", file.display());
+        let mut sessions: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut sessionless = 0u64;
+        let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
+        for line in out.lines() {
+            let (span, protocols) = line.split_once('\t').unwrap();
+            // tshark prints the session of every ERSPAN II/III header; type I has none.
+            if protocols.contains(":erspan") {
+                match span.split(',').next().filter(|s| !s.is_empty()) {
+                    Some(id) => *sessions.entry(id.parse().unwrap()).or_default() += 1,
+                    None => sessionless += 1,
+                }
+            }
+            *reasons.entry(reason_of(protocols)).or_default() += 1;
+        }
+        let mut r = Replay::new();
+        r.file(file.to_str().unwrap(), false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let c = &r.agg.counters;
+        // Through the report, as a user reads them.
+        let report = r
+            .agg
+            .report(Source::pcap(r.files.clone(), vec![]), r.window_seconds());
+        let mirror = report.totals.mirror.clone().expect("mirror totals");
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        assert_eq!(
+            (mirror.sessions.clone(), mirror.sessionless),
+            (sessions, sessionless),
+            "{name}: sessions"
+        );
+        let mut got_reasons: BTreeMap<&str, u64> = BTreeMap::new();
+        for reason in observer_common::SkipReason::ALL {
+            let n = c.skipped[reason as usize];
+            if n > 0 {
+                got_reasons.insert(reason.name(), n);
+            }
+        }
+        assert_eq!(got_reasons, reasons, "{name}: inner frames by skip reason");
+        assert_eq!(c.roce_packets, 0, "{name}: no RoCE inside");
+
+        eprintln!(
+            "{name}: {} frames, sessions {:?}, reasons {reasons:?}",
+            c.frames, mirror.sessions
         );
     }
 }

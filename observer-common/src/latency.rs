@@ -39,9 +39,8 @@ use core::mem::size_of;
 
 use crate::flow::{DIRECTION_EGRESS, FlowKey, MIRROR_UNION};
 use crate::loghist::LogScale;
-use crate::parse::{OpClass, Transport};
+use crate::parse::{OpClass, RESPONSE_START_OPS, Transport, in_set};
 use crate::seq::{MAX_GO_BACK, REUSE_IDLE_NS, SeqClass, SeqInput, psn_sub};
-use crate::wire::op;
 
 /// Timed requests in flight per kind and requester direction of a connection.
 pub const LAT_SLOTS: usize = 4;
@@ -505,10 +504,7 @@ pub fn role(p: &SeqInput, class: SeqClass) -> Option<bool> {
         }
         OpClass::Ack | OpClass::AtomicAck | OpClass::Nak | OpClass::RnrNak => Some(true),
         OpClass::ReadResponse => {
-            let first = matches!(
-                p.opcode & 0x1F,
-                op::READ_RESPONSE_FIRST | op::READ_RESPONSE_ONLY
-            );
+            let first = in_set(RESPONSE_START_OPS, p.opcode);
             if first { Some(true) } else { None }
         }
         _ => None,
@@ -687,10 +683,7 @@ impl LatState {
     pub fn answer(&mut self, p: &SeqInput, now_ns: u64) -> Option<(LatKind, u64)> {
         let class = p.class();
         if class == OpClass::ReadResponse {
-            let first = matches!(
-                p.opcode & 0x1F,
-                op::READ_RESPONSE_FIRST | op::READ_RESPONSE_ONLY
-            );
+            let first = in_set(RESPONSE_START_OPS, p.opcode);
             let psn = p.psn & 0xFF_FFFF;
             if !first {
                 return None;

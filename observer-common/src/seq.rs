@@ -15,8 +15,11 @@
 use core::mem::size_of;
 
 use crate::message::is_boundary;
-use crate::parse::{OpClass, RocePacket, Transport, classify_raw};
-use crate::wire::{PMTU_MAX, PMTU_MIN, PSN_MASK};
+use crate::parse::{
+    AETH_OPS, FULL_OPS, OpClass, REQUEST_END_OPS, RESPONSE_OPS, RETH_OPS, RocePacket, Transport,
+    classify_raw, in_set,
+};
+use crate::wire::{self, PMTU_MAX, PMTU_MIN, PSN_MASK};
 
 /// PSNs kept in the bitmap behind the expected one. A hole that leaves it unfilled is lost.
 pub const WINDOW: u32 = 64;
@@ -280,21 +283,19 @@ const fn ones(n: u32) -> u64 {
 /// path MTU; `None` for other packets. From the UDP length, so truncated mirror copies count.
 #[inline(always)]
 pub fn pmtu_payload(p: &SeqInput) -> Option<u32> {
-    let transport = p.transport();
-    let ext = match p.opcode & 0x1F {
-        // SEND FIRST, SEND MIDDLE, WRITE MIDDLE.
-        0x00 | 0x01 | 0x07 => 0,
-        // WRITE FIRST: RETH.
-        0x06 => 16,
-        // READ RESPONSE FIRST: AETH.
-        0x0D => 4,
-        // READ RESPONSE MIDDLE.
-        0x0E => 0,
-        _ => return None,
+    if !in_set(FULL_OPS, p.opcode) {
+        return None;
+    }
+    let ext = if in_set(RETH_OPS, p.opcode) {
+        wire::RETH_LEN as u32
+    } else if in_set(AETH_OPS, p.opcode) {
+        wire::AETH_LEN as u32
+    } else {
+        0
     };
-    let xrc = match (transport, p.opcode & 0x1F) {
-        (Transport::Xrc, 0x00 | 0x01 | 0x06 | 0x07) => 4,
-        (Transport::Rc | Transport::Uc | Transport::Xrc, _) => 0,
+    let xrc = match p.transport() {
+        Transport::Xrc if !in_set(RESPONSE_OPS, p.opcode) => wire::XRCETH_LEN as u32,
+        Transport::Rc | Transport::Uc | Transport::Xrc => 0,
         _ => return None,
     };
     // UDP header, BTH, ICRC.
@@ -393,10 +394,7 @@ impl Request {
         {
             return None;
         }
-        // ONLY and LAST opcodes: SEND 0x02-0x05 and 0x16-0x17 (with invalidate), WRITE
-        // 0x08-0x0B; READ 0x0C; atomics 0x13-0x14.
-        let op = p.opcode & 0x1F;
-        let last = matches!(op, 0x02..=0x05 | 0x08..=0x0C | 0x13 | 0x14 | 0x16 | 0x17);
+        let last = in_set(REQUEST_END_OPS, p.opcode);
         Some(Self {
             psn: p.psn & PSN_MASK,
             class,

@@ -36,6 +36,7 @@ pub struct VlanTag {
     pub vid: u16,
 }
 
+#[inline(always)]
 pub(super) const fn is_vlan(ethertype: u16) -> bool {
     ethertype == wire::ETHERTYPE_VLAN || ethertype == wire::ETHERTYPE_QINQ
 }

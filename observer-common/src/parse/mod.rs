@@ -25,9 +25,9 @@ pub use headers::{Aeth, Bth, RocePacket};
 use mirror::decapsulate;
 pub use mirror::{Mirror, MirrorKind};
 pub use opcode::{
-    AETH_OPS, BOUNDARY_OPS, Header, IMM_OPS, NO_AETH, OPERATIONS, OpClass, OpSet, Operation, Place,
-    RESPONSE_OPS, RETH_OPS, SEND_LAST_OPS, SEND_ONLY_OPS, SEND_OPS, Transport, classify,
-    classify_raw, in_set,
+    AETH_OPS, BOUNDARY_OPS, FULL_OPS, Header, IMM_OPS, NO_AETH, OPERATIONS, OpClass, OpSet,
+    Operation, Place, REQUEST_END_OPS, RESPONSE_OPS, RESPONSE_START_OPS, RETH_OPS, SEND_LAST_OPS,
+    SEND_ONLY_OPS, SEND_OPS, Transport, classify, classify_raw, in_set,
 };
 
 /// Plain old data that may be read from any byte offset: integers and byte arrays.
@@ -379,7 +379,8 @@ fn parse_l3_inner<B: Bytes + ?Sized, const DECAP: bool>(
         ext += wire::XRCETH_LEN;
     }
 
-    // Headers by operation code (the reserved combinations of a transport are classed Other).
+    // Headers by operation code alone: a code a transport reserves (classed Other) still has
+    // its row's header read, e.g. the RETH of a UC READ request.
     if !matches!(transport, Transport::Cnp | Transport::Vendor) {
         if in_set(RETH_OPS, low) {
             if let Some(len) = be32(b, ext + 12) {

@@ -168,8 +168,8 @@ const fn row(
 
 /// The operation codes (IBTA Vol. 1, table 38 "OpCode field" and 9.3-9.5 for the headers each
 /// carries), the one list every opcode decision of the parser and the per-flow analysis reads
-/// (through the masks below, computed from it at compile time). Codes absent here (0x15
-/// RESYNC, 0x18-0x1F) are reserved for every transport this observer classifies.
+/// (through the masks below, computed from it at compile time). Codes absent here (0x15, RD's
+/// RESYNC, and 0x18-0x1F) are classed Other.
 pub const OPERATIONS: [Operation; 23] = {
     use Header::{Aeth, AtomicEth, Reth};
     use OpClass::*;
@@ -247,28 +247,13 @@ const fn select(keep: Keep) -> OpSet {
     let mut i = 0;
     while i < OPERATIONS.len() {
         let o = OPERATIONS[i];
-        let class = o.class as u8;
-        let place = o.place as u8;
         let chosen = match keep {
-            Keep::Class(c) => class == c as u8,
+            Keep::Of(classes, places) => {
+                classes & (1 << o.class as u8) != 0 && places & (1 << o.place as u8) != 0
+            }
             Keep::Header(h) => o.header as u8 == h as u8,
             Keep::Imm => o.imm != 0,
             Keep::Transport(t) => o.transports & (1 << t as u8) != 0,
-            Keep::SendAt(p) => class == OpClass::Send as u8 && place == p as u8,
-            Keep::Response => {
-                class == OpClass::ReadResponse as u8
-                    || class == OpClass::Ack as u8
-                    || class == OpClass::AtomicAck as u8
-            }
-            Keep::Boundary => {
-                let message = class == OpClass::Send as u8
-                    || class == OpClass::Write as u8
-                    || class == OpClass::ReadRequest as u8;
-                let ends = place == Place::First as u8
-                    || place == Place::Only as u8
-                    || (place == Place::Last as u8 && class == OpClass::Send as u8);
-                message && ends
-            }
         };
         if chosen {
             set |= 1 << o.code;
@@ -281,33 +266,81 @@ const fn select(keep: Keep) -> OpSet {
 /// What [`select`] keeps.
 #[derive(Clone, Copy)]
 enum Keep {
-    Class(OpClass),
+    /// Operations of these classes ([`classes`]) at these places of their message ([`places`]).
+    Of(u16, u8),
     Header(Header),
     Imm,
     Transport(Transport),
-    /// SENDs at this place of their message.
-    SendAt(Place),
-    /// Responses (READ responses and acknowledgements): no DETH (RD) and no XRCETH (XRC).
-    Response,
-    /// The packets that start or end a message: a SEND's FIRST, LAST or ONLY, a WRITE's FIRST
-    /// or ONLY (its RETH has the length), a READ request.
-    Boundary,
 }
 
+/// A set of classes for [`Keep::Of`].
+const fn classes(list: &[OpClass]) -> u16 {
+    let mut set = 0;
+    let mut i = 0;
+    while i < list.len() {
+        set |= 1 << list[i] as u8;
+        i += 1;
+    }
+    set
+}
+
+/// A set of places for [`Keep::Of`].
+const fn places(list: &[Place]) -> u8 {
+    let mut set = 0;
+    let mut i = 0;
+    while i < list.len() {
+        set |= 1 << list[i] as u8;
+        i += 1;
+    }
+    set
+}
+
+const ANYWHERE: u8 = places(&[Place::First, Place::Middle, Place::Last, Place::Only]);
+const ALL_CLASSES: u16 = u16::MAX;
+/// The classes whose packets make messages the observer counts (SEND, WRITE, READ).
+const MESSAGES: u16 = classes(&[OpClass::Send, OpClass::Write, OpClass::ReadRequest]);
+
 /// SENDs.
-pub const SEND_OPS: OpSet = select(Keep::Class(OpClass::Send));
+pub const SEND_OPS: OpSet = select(Keep::Of(classes(&[OpClass::Send]), ANYWHERE));
 /// SENDs that end a message of several packets / that are a message alone.
-pub const SEND_LAST_OPS: OpSet = select(Keep::SendAt(Place::Last));
-pub const SEND_ONLY_OPS: OpSet = select(Keep::SendAt(Place::Only));
+pub const SEND_LAST_OPS: OpSet =
+    select(Keep::Of(classes(&[OpClass::Send]), places(&[Place::Last])));
+pub const SEND_ONLY_OPS: OpSet =
+    select(Keep::Of(classes(&[OpClass::Send]), places(&[Place::Only])));
 /// Operations with ImmDt or IETH (4 bytes).
 pub const IMM_OPS: OpSet = select(Keep::Imm);
 /// Operations whose first extended header is a RETH / an AETH.
 pub const RETH_OPS: OpSet = select(Keep::Header(Header::Reth));
 pub const AETH_OPS: OpSet = select(Keep::Header(Header::Aeth));
 /// READ responses and acknowledgements: they carry no DETH (RD) and no XRCETH (XRC).
-pub const RESPONSE_OPS: OpSet = select(Keep::Response);
-/// The packets that start or end a message ([`Keep::Boundary`]).
-pub const BOUNDARY_OPS: OpSet = select(Keep::Boundary);
+pub const RESPONSE_OPS: OpSet = select(Keep::Of(
+    classes(&[OpClass::ReadResponse, OpClass::Ack, OpClass::AtomicAck]),
+    ANYWHERE,
+));
+/// The packets that start or end a message: a SEND's FIRST, LAST or ONLY, a WRITE's FIRST or
+/// ONLY (its RETH has the length), a READ request.
+pub const BOUNDARY_OPS: OpSet =
+    select(Keep::Of(MESSAGES, places(&[Place::First, Place::Only]))) | SEND_LAST_OPS;
+/// FIRST and MIDDLE packets (SEND, WRITE, READ response): their payload is one path MTU.
+pub const FULL_OPS: OpSet = select(Keep::Of(
+    ALL_CLASSES,
+    places(&[Place::First, Place::Middle]),
+));
+/// Requests that end their message (LAST or ONLY): the responder answers them.
+pub const REQUEST_END_OPS: OpSet = select(Keep::Of(
+    classes(&[
+        OpClass::Send,
+        OpClass::Write,
+        OpClass::ReadRequest,
+        OpClass::Atomic,
+    ]),
+    places(&[Place::Last, Place::Only]),
+));
+/// READ responses that start their response (FIRST or ONLY).
+pub const RESPONSE_START_OPS: OpSet = select(Keep::Of(
+    classes(&[OpClass::ReadResponse]),
+    places(&[Place::First, Place::Only]),
+));
 
 /// The operations each transport defines, indexed by `opcode >> 5` (CNP and vendor codes:
 /// none).
@@ -322,16 +355,18 @@ const DEFINED: [OpSet; 8] = [
     0,
 ];
 
-/// The class of each code (`Other` where none is defined).
-const CLASSES: [OpClass; 32] = {
-    let mut classes = [OpClass::Other; 32];
-    let mut i = 0;
-    while i < OPERATIONS.len() {
-        classes[OPERATIONS[i].code as usize] = OPERATIONS[i].class;
-        i += 1;
-    }
-    classes
-};
+/// The class of operation `$low`: one set test per class, each set read from the table at
+/// compile time. Tests, not a lookup: a class loaded from memory would be unbounded to the BPF
+/// verifier, and classes index arrays of counters.
+macro_rules! class_of {
+    ($low:expr; $($class:ident),*) => {
+        $(if in_set(const { select(Keep::Of(classes(&[OpClass::$class]), ANYWHERE)) }, $low) {
+            OpClass::$class
+        } else)* {
+            OpClass::Other
+        }
+    };
+}
 
 /// Whether the operation `code` (`opcode & 0x1F`) is in `set`.
 #[inline(always)]
@@ -358,7 +393,8 @@ pub fn classify_raw(opcode: u8, aeth_syndrome: u16) -> OpClass {
     if !in_set(DEFINED[(opcode >> 5) as usize], opcode) {
         return OpClass::Other;
     }
-    match CLASSES[(opcode & 0x1F) as usize] {
+    let class = class_of!(opcode; Send, Write, ReadRequest, ReadResponse, Ack, AtomicAck, Atomic);
+    match class {
         // An ACKNOWLEDGE cut before its AETH still is an acknowledgement.
         OpClass::Ack if aeth_syndrome == NO_AETH => OpClass::Ack,
         OpClass::Ack => match (aeth_syndrome as u8) >> 5 {
@@ -430,6 +466,39 @@ mod tests {
             set(&[SEND_ONLY, SEND_ONLY_IMM, SEND_ONLY_INV])
         );
         assert_eq!(
+            FULL_OPS,
+            set(&[
+                SEND_FIRST,
+                SEND_MIDDLE,
+                WRITE_FIRST,
+                WRITE_MIDDLE,
+                READ_RESPONSE_FIRST,
+                READ_RESPONSE_MIDDLE
+            ])
+        );
+        assert_eq!(
+            REQUEST_END_OPS,
+            set(&[
+                SEND_LAST,
+                SEND_LAST_IMM,
+                SEND_ONLY,
+                SEND_ONLY_IMM,
+                WRITE_LAST,
+                WRITE_LAST_IMM,
+                WRITE_ONLY,
+                WRITE_ONLY_IMM,
+                READ_REQUEST,
+                COMPARE_SWAP,
+                FETCH_ADD,
+                SEND_LAST_INV,
+                SEND_ONLY_INV
+            ])
+        );
+        assert_eq!(
+            RESPONSE_START_OPS,
+            set(&[READ_RESPONSE_FIRST, READ_RESPONSE_ONLY])
+        );
+        assert_eq!(
             IMM_OPS & SEND_OPS,
             set(&[SEND_LAST_IMM, SEND_ONLY_IMM, SEND_LAST_INV, SEND_ONLY_INV])
         );
@@ -454,9 +523,9 @@ mod tests {
         for pair in OPERATIONS.windows(2) {
             assert!(pair[0].code < pair[1].code, "{pair:?}");
         }
-        assert_eq!(
-            CLASSES.iter().filter(|c| **c != OpClass::Other).count(),
-            OPERATIONS.len()
-        );
+        // RC defines every operation: its class is the row's.
+        for o in OPERATIONS {
+            assert_eq!(classify(o.code, None), o.class, "{o:?}");
+        }
     }
 }
