@@ -31,7 +31,7 @@ const CRATES: &[Crate] = &[
             &["units", "model"],
             &["aggregate"],
             &["analysis"],
-            &["render"],
+            &["render", "export"],
         ],
     },
     // The core's modules, re-exported under the same names, keep their place: the sources
@@ -41,8 +41,8 @@ const CRATES: &[Crate] = &[
         layers: &[
             &["units", "model", "aggregate"],
             &["source", "lab"],
-            &["analysis", "render"],
-            &["pipeline"],
+            &["analysis", "render", "export"],
+            &["pipeline", "records"],
         ],
     },
     Crate {

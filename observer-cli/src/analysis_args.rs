@@ -31,6 +31,11 @@ pub struct AnalysisArgs {
     /// Also write a self-contained HTML report with charts to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Also write the fleet records (every QP, connection side, latency bucket, PAUSE source
+    /// and finding; docs/export.md) to DIR, one JSONEachRow file per ClickHouse table. DIR
+    /// must be new or empty.
+    #[arg(long, value_name = "DIR")]
+    pub records: Option<PathBuf>,
     /// Model the switch's ECMP over N uplinks for the ecmp-imbalance check (see `ecmp` for
     /// the full analysis).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -50,6 +55,14 @@ pub struct AnalysisArgs {
 }
 
 impl AnalysisArgs {
+    /// The files the report is also written to.
+    pub fn files(&self) -> crate::output::Files<'_> {
+        crate::output::Files {
+            html: self.html.as_deref(),
+            records: self.records.as_deref(),
+        }
+    }
+
     /// Checks the flags that depend on each other; `min_interval` of this source.
     pub fn validate(&self, min_interval: Duration, source: &str) -> Result<()> {
         if let Some(i) = self.interval

@@ -162,11 +162,8 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
     }
     a.analysis
         .validate(Duration::from_nanos(MIN_LIVE_INTERVAL_NS), "live capture")?;
-    if let Some(html) = &a.analysis.html {
-        let inputs: Vec<_> = a.analysis.rules.iter().map(Into::into).collect();
-        output::refuse_overwrite("--html", html, &inputs)?;
-        output::check_writable("--html", html)?;
-    }
+    let inputs: Vec<_> = a.analysis.rules.iter().map(Into::into).collect();
+    a.analysis.files().check(&inputs)?;
     let observed = a
         .capture
         .iter()
@@ -192,7 +189,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
         let report = observe_capture(options, analysis, a.duration)?;
         return output::finish(
             &report,
-            a.analysis.html.as_deref(),
+            a.analysis.files(),
             a.json,
             a.top,
             a.analysis.color(),
@@ -210,7 +207,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
     let report = observe(options, analysis, a.duration)?;
     output::finish(
         &report,
-        a.analysis.html.as_deref(),
+        a.analysis.files(),
         a.json,
         a.top,
         a.analysis.color(),
@@ -264,7 +261,7 @@ fn diagnose_nic_alone(a: DiagnoseArgs, mut analysis: AnalysisOptions) -> Result<
     let report = session.finish();
     output::finish(
         &report,
-        a.analysis.html.as_deref(),
+        a.analysis.files(),
         a.json,
         a.top,
         a.analysis.color(),

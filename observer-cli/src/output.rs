@@ -201,15 +201,52 @@ pub fn check_writable(flag: &str, output: &Path) -> Result<()> {
 /// it fail after all, the printed report is not lost.
 pub fn finish(
     report: &Report,
-    html: Option<&Path>,
+    files: Files<'_>,
     json: bool,
     top: usize,
     color: bool,
 ) -> Result<()> {
     print_warnings(report);
-    let html = write_html(report, html);
+    let html = write_html(report, files.html);
+    let records = write_records(report, files.records);
     print_report(report, json, top, color)?;
-    html
+    html.and(records)
+}
+
+/// The files a report is also written to.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Files<'a> {
+    pub html: Option<&'a Path>,
+    pub records: Option<&'a Path>,
+}
+
+impl Files<'_> {
+    /// Refuses, before anything runs, an output that is one of `inputs` or cannot be written,
+    /// and a records directory that is not new or empty.
+    pub fn check(&self, inputs: &[PathBuf]) -> Result<()> {
+        if let Some(html) = self.html {
+            refuse_overwrite("--html", html, inputs)?;
+            check_writable("--html", html)?;
+        }
+        if let Some(dir) = self.records {
+            roce_observer::records::check_dir(dir)
+                .map_err(|e| UsageError(format!("--records: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the fleet records when `--records` asked for them.
+pub fn write_records(report: &Report, dir: Option<&Path>) -> Result<()> {
+    if let Some(dir) = dir {
+        let rows = roce_observer::records::write_report(report, dir)?;
+        eprintln!(
+            "roce-observer: wrote {} records to {}",
+            rows.iter().sum::<u64>(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Writes the HTML report when `--html` asked for it.

@@ -54,18 +54,15 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     let slot = a.analysis.burst_slot.unwrap_or(DEFAULT_SLOT_NS);
     a.analysis
         .validate(Duration::from_nanos(shortest_interval(slot)), "replay")?;
-    if let Some(html) = &a.analysis.html {
-        // Standard input is a file too when redirected from one (`- < cap.pcap`).
-        let inputs: Vec<PathBuf> = a
-            .files
-            .iter()
-            .map(|f| if f == "-" { "/dev/stdin" } else { f.as_str() })
-            .chain(a.analysis.rules.as_deref())
-            .map(Into::into)
-            .collect();
-        output::refuse_overwrite("--html", html, &inputs)?;
-        output::check_writable("--html", html)?;
-    }
+    // Standard input is a file too when redirected from one (`- < cap.pcap`).
+    let inputs: Vec<PathBuf> = a
+        .files
+        .iter()
+        .map(|f| if f == "-" { "/dev/stdin" } else { f.as_str() })
+        .chain(a.analysis.rules.as_deref())
+        .map(Into::into)
+        .collect();
+    a.analysis.files().check(&inputs)?;
     output::refuse_twice(&a.files)?;
     let mut options = a.analysis.options()?;
     options.local_hosts = a.local_ips.clone();
@@ -97,7 +94,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     )?;
     output::finish(
         &report,
-        a.analysis.html.as_deref(),
+        a.analysis.files(),
         a.json,
         a.top,
         a.analysis.color(),

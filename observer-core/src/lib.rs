@@ -12,6 +12,7 @@
 
 pub mod aggregate;
 pub mod analysis;
+pub mod export;
 pub mod model;
 pub mod render;
 pub mod units;

@@ -10,14 +10,16 @@
 //!   [`source::replay`] (pcap, pcapng), [`source::synth`] (generated traffic) and
 //!   [`source::nic`] (the host's NIC side); and [`lab`] (network-namespace labs for the demo
 //!   and the tests);
-//! - [`pipeline`]: a report from a source and the analysis options (replay, a live session).
+//! - [`pipeline`]: a report from a source and the analysis options (replay, a live session);
+//! - [`records`]: fleet records ([`export`]) written to a directory for ClickHouse.
 //!
 //! The continuous sidecar (`run`) is the `observer-daemon` crate.
 
-pub use observer_core::{aggregate, analysis, model, render, units};
+pub use observer_core::{aggregate, analysis, export, model, render, units};
 
 pub mod lab;
 pub mod pipeline;
+pub mod records;
 pub mod source;
 
 /// The kernel object built by build.rs (aya-build, bpfel-unknown-none).

@@ -41,9 +41,20 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     ("podman", "podman"),
 ];
 
-/// Python packages of the tools virtualenv (`target/tools/venv`): tests/deploy.rs parses the
-/// Kubernetes manifests with PyYAML; prometheus-client parses the exported OpenMetrics text.
-const PYTHON_PACKAGES: &[&str] = &["prometheus-client==0.26.0", "PyYAML==6.0.4"];
+/// Python packages of the tools virtualenv (`target/tools/venv`), each with the module the
+/// check imports: tests/deploy.rs parses the Kubernetes manifests with PyYAML;
+/// prometheus-client parses the exported OpenMetrics text; chdb is an in-process ClickHouse
+/// the fleet records load into; opentelemetry-proto and grpcio make the OTLP receiver of the
+/// export tests, on the official protobufs.
+const PYTHON_PACKAGES: &[(&str, &str)] = &[
+    ("prometheus-client==0.26.0", "prometheus_client"),
+    ("PyYAML==6.0.4", "yaml"),
+    ("chdb==4.4.0", "chdb"),
+    ("chdb-core==26.9.0", "chdb"),
+    ("opentelemetry-proto==1.45.2", "opentelemetry.proto"),
+    ("protobuf==7.36.2", "google.protobuf"),
+    ("grpcio==1.85.4", "grpc"),
+];
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "roce-observer developer and CI tasks")]
@@ -515,7 +526,11 @@ fn debian_packages(ws: &Workspace) -> Result<()> {
 fn python_venv(ws: &Workspace) -> Result<()> {
     let venv = ws.tools.join("venv");
     let python = venv.join("bin").join("python");
-    let pins = PYTHON_PACKAGES.join(", ");
+    let pins = PYTHON_PACKAGES
+        .iter()
+        .map(|(pin, _)| *pin)
+        .collect::<Vec<_>>()
+        .join(", ");
     let check = venv_check_script(PYTHON_PACKAGES);
     let ready = |python: &Path| {
         Command::new(python)
@@ -550,7 +565,7 @@ fn python_venv(ws: &Workspace) -> Result<()> {
                 "--quiet",
                 "--disable-pip-version-check",
             ])
-            .args(PYTHON_PACKAGES)
+            .args(PYTHON_PACKAGES.iter().map(|(pin, _)| pin))
             .stdin(Stdio::null()),
     )?;
     if !ready(&python) {
@@ -565,9 +580,11 @@ fn python_venv(ws: &Workspace) -> Result<()> {
 
 /// A Python snippet that succeeds when every `name==version` pin is installed at that version
 /// and the modules the tests use import.
-fn venv_check_script(pins: &[&str]) -> String {
-    let mut script = String::from("import importlib.metadata as m, prometheus_client, yaml\n");
-    for pin in pins {
+fn venv_check_script(pins: &[(&str, &str)]) -> String {
+    let mut modules: Vec<&str> = pins.iter().map(|(_, module)| *module).collect();
+    modules.dedup();
+    let mut script = format!("import importlib.metadata as m, {}\n", modules.join(", "));
+    for (pin, _) in pins {
         let (name, version) = pin.split_once("==").expect("pins are name==version");
         script.push_str(&format!(
             "assert m.version({name:?}) == {version:?}, {pin:?}\n"
@@ -723,14 +740,21 @@ dependencies:
 
     #[test]
     fn venv_check_asserts_every_pin() {
-        let script = venv_check_script(&["prometheus-client==0.26.0", "PyYAML==6.0.4"]);
+        let script = venv_check_script(&[
+            ("prometheus-client==0.26.0", "prometheus_client"),
+            ("PyYAML==6.0.4", "yaml"),
+        ]);
         assert_eq!(
             script,
             "import importlib.metadata as m, prometheus_client, yaml\n\
              assert m.version(\"prometheus-client\") == \"0.26.0\", \"prometheus-client==0.26.0\"\n\
              assert m.version(\"PyYAML\") == \"6.0.4\", \"PyYAML==6.0.4\"\n"
         );
-        assert!(PYTHON_PACKAGES.iter().all(|p| p.split_once("==").is_some()));
+        assert!(
+            PYTHON_PACKAGES
+                .iter()
+                .all(|(p, _)| p.split_once("==").is_some())
+        );
     }
 
     #[test]

@@ -1,0 +1,159 @@
+//! Fleet records on disk: a directory with one JSONEachRow file per record table
+//! (`<table>.jsonl`), which ClickHouse loads into the tables of `deploy/clickhouse/schema.sql`
+//! (docs/export.md).
+
+use std::{
+    fs::File,
+    io::{BufWriter, Write},
+    path::{Path, PathBuf},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use observer_core::{
+    export::{IntervalRows, Resource, Sequencer, TABLES, json_row, report_interval},
+    model::Report,
+};
+
+/// Why records could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordsError {
+    #[error("records directory {}: {what}", path.display())]
+    Directory { path: PathBuf, what: String },
+    #[error("records directory {}: cannot create it", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A records directory being written: one file per table, the exporter's sequence numbers.
+pub struct RecordDir {
+    files: Vec<(PathBuf, BufWriter<File>)>,
+    sequencer: Sequencer,
+    resource: Resource,
+}
+
+/// Refuses a records directory that exists and is not empty (its files would be mixed with
+/// this run's), or that is not a directory.
+pub fn check_dir(dir: &Path) -> Result<(), RecordsError> {
+    let refuse = |what: &str| RecordsError::Directory {
+        path: dir.to_path_buf(),
+        what: what.to_string(),
+    };
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => match entries.next() {
+            None => Ok(()),
+            Some(_) => Err(refuse(
+                "exists and is not empty: give a new or empty directory",
+            )),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            Err(refuse("is a file, not a directory"))
+        }
+        Err(e) => Err(refuse(&e.to_string())),
+    }
+}
+
+impl RecordDir {
+    /// Creates `dir` (new, or existing and empty) and its table files.
+    pub fn create(dir: &Path, resource: Resource) -> Result<Self, RecordsError> {
+        check_dir(dir)?;
+        std::fs::create_dir_all(dir).map_err(|source| RecordsError::Create {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let mut files = Vec::with_capacity(TABLES.len());
+        for table in TABLES {
+            let path = dir.join(format!("{table}.jsonl"));
+            let file = File::create_new(&path).map_err(|source| RecordsError::Write {
+                path: path.clone(),
+                source,
+            })?;
+            files.push((path, BufWriter::new(file)));
+        }
+        Ok(Self {
+            files,
+            sequencer: Sequencer::default(),
+            resource,
+        })
+    }
+
+    /// Writes the rows of one interval; the rows written per table.
+    pub fn interval(
+        &mut self,
+        start_ns: u64,
+        end_ns: u64,
+        rows: &IntervalRows<'_>,
+    ) -> Result<[u64; TABLES.len()], RecordsError> {
+        let mut written = [0; TABLES.len()];
+        for row in self
+            .sequencer
+            .interval(&self.resource, start_ns, end_ns, rows)
+        {
+            let (path, file) = &mut self.files[row.table];
+            writeln!(file, "{}", json_row(&row)).map_err(|source| RecordsError::Write {
+                path: path.clone(),
+                source,
+            })?;
+            written[row.table] += 1;
+        }
+        Ok(written)
+    }
+
+    /// Flushes every file.
+    pub fn finish(mut self) -> Result<(), RecordsError> {
+        for (path, file) in &mut self.files {
+            file.flush().map_err(|source| RecordsError::Write {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// This host's exporter for a report: the host name, and a stream named after the host, this
+/// process and its start.
+pub fn resource(report: &Report) -> Resource {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let observed = if report.source.interfaces.is_empty() {
+        &report.source.files
+    } else {
+        &report.source.interfaces
+    };
+    Resource {
+        exporter: format!("{host}/{}/{started}", std::process::id()),
+        host,
+        rdma_device: String::new(),
+        observed: observed.join(","),
+        source: report.source.kind.clone(),
+        job: String::new(),
+        rank: String::new(),
+    }
+}
+
+/// Writes a report as the records of one interval (a replay, a diagnose) into `dir`.
+pub fn write_report(report: &Report, dir: &Path) -> Result<[u64; TABLES.len()], RecordsError> {
+    let mut records = RecordDir::create(dir, resource(report))?;
+    let interval = report_interval(report, 0);
+    let written = records.interval(
+        interval.start_ns,
+        interval.end_ns,
+        &IntervalRows::of(report),
+    )?;
+    records.finish()?;
+    Ok(written)
+}

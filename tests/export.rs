@@ -1,0 +1,446 @@
+//! Fleet records (docs/export.md): the schema and the docs are the record tables', and the
+//! records of every real capture and generated scenario load with zero errors into a real
+//! ClickHouse engine (chdb, in process, from the tools virtualenv), where the documented
+//! queries give what the JSON report says.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use integration_tests::{Scratch, output, shared_capture_files, workspace_root};
+use roce_observer::{
+    export::{TABLES, markdown_tables, schema_sql},
+    model::Report,
+};
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+const BEGIN: &str = "<!-- records:begin -->\n";
+const END: &str = "<!-- records:end -->";
+
+/// `path`'s text with `generated` in place of what is there, or whole for `None` markers.
+fn regenerated(path: &Path, markers: Option<(&str, &str)>, generated: &str) -> (String, String) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let want = match markers {
+        None => generated.to_string(),
+        Some((begin, end)) => {
+            let a = text.find(begin).expect("begin marker") + begin.len();
+            let b = text.find(end).expect("end marker");
+            format!("{}{generated}{}", &text[..a], &text[b..])
+        }
+    };
+    (text, want)
+}
+
+#[test]
+fn the_schema_and_the_docs_are_the_record_tables() {
+    let root = workspace_root();
+    let files = [
+        (
+            root.join("deploy/clickhouse/schema.sql"),
+            None,
+            schema_sql("roce", 30),
+        ),
+        (
+            root.join("docs/export.md"),
+            Some((BEGIN, END)),
+            markdown_tables(),
+        ),
+    ];
+    for (path, markers, generated) in files {
+        let (have, want) = regenerated(&path, markers, &generated);
+        if have != want {
+            if std::env::var_os("UPDATE_DOCS").is_some() {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &want).unwrap();
+            } else {
+                panic!(
+                    "{} is not what the record tables give: run UPDATE_DOCS=1 cargo xtask test -- --test export",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+/// The records of a replay, and its report.
+struct Replayed {
+    name: String,
+    dir: PathBuf,
+    report: Report,
+}
+
+fn replay(file: &Path, scratch: &Scratch) -> Replayed {
+    let name = file.file_stem().unwrap().to_string_lossy().to_string();
+    let dir = scratch.path(&format!("{name}.records"));
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .arg("replay")
+            .arg(file)
+            .args(["--json", "--no-progress", "--records"])
+            .arg(&dir),
+    );
+    assert!(status.success(), "replay {}: {err}", file.display());
+    let report: Report = serde_json::from_str(&out).expect("the report");
+    Replayed { name, dir, report }
+}
+
+/// Every capture to replay: the real ones and every generated scenario.
+fn captures(scratch: &Scratch) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> =
+        shared_capture_files("records_load_into_clickhouse_as_the_report_says", "real")
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| {
+                // The ERF file is refused (an unsupported link type).
+                f.extension().is_none_or(|e| e != "erf")
+            })
+            .collect();
+    for name in roce_observer::source::synth::scenario_names() {
+        let file = scratch.path(&format!("{name}.pcap"));
+        let (status, _, err) = output(
+            Command::new(CLI)
+                .args(["synth", "--scenario", name, "-o"])
+                .arg(&file),
+        );
+        assert!(status.success(), "synth --scenario {name}: {err}");
+        files.push(file);
+    }
+    files
+}
+
+/// The rows of one table file, as JSON objects.
+fn rows(dir: &Path, table: &str) -> Vec<serde_json::Map<String, Value>> {
+    std::fs::read_to_string(dir.join(format!("{table}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect()
+}
+
+/// The documented queries, by name (`-- query: NAME` opens each SQL block of docs/export.md).
+fn documented_queries() -> BTreeMap<String, String> {
+    let doc = std::fs::read_to_string(workspace_root().join("docs/export.md")).unwrap();
+    let mut queries = BTreeMap::new();
+    for block in doc.split("```sql\n").skip(1) {
+        let sql = block.split("```").next().unwrap();
+        let name = sql
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("-- query: "))
+            .expect("each SQL block starts with -- query: NAME");
+        queries.insert(name.to_string(), sql.to_string());
+    }
+    queries
+}
+
+/// Loads each replay's records into a fresh `roce` database of one chdb session (the shipped
+/// schema, strict JSON: an unknown column is an error) and runs every query on them: per
+/// replay, the row counts per table and each query's rows.
+fn clickhouse(replays: &[Replayed], queries: &BTreeMap<String, String>) -> Value {
+    let python = workspace_root().join("target/tools/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `cargo xtask setup` (it installs chdb there)",
+        python.display()
+    );
+    let input = serde_json::json!({
+        "schema": std::fs::read_to_string(workspace_root().join("deploy/clickhouse/schema.sql")).unwrap(),
+        "tables": TABLES,
+        "queries": queries,
+        "replays": replays.iter().map(|r| (r.name.clone(), r.dir.clone())).collect::<BTreeMap<_, _>>(),
+    });
+    let script = r#"
+import json, sys
+from chdb import session
+job = json.load(sys.stdin)
+s = session.Session()
+statements = [q for q in job["schema"].split(";\n") if q.strip() and not all(
+    l.startswith("--") or not l.strip() for l in q.splitlines())]
+out = {}
+for name, d in job["replays"].items():
+    s.query("DROP DATABASE IF EXISTS roce")
+    for q in statements:
+        s.query(q)
+    # The captures are older than the retention: keep their rows for the queries.
+    s.query("SYSTEM STOP TTL MERGES")
+    counts = {}
+    for t in job["tables"]:
+        data = open(f"{d}/{t}.jsonl").read()
+        if data:
+            s.query(f"INSERT INTO roce.{t} SETTINGS input_format_skip_unknown_fields = 0 FORMAT JSONEachRow\n" + data)
+        counts[t] = int(s.query(f"SELECT count() FROM roce.{t}", "CSV").bytes().decode().strip())
+    answers = {}
+    for qname, sql in job["queries"].items():
+        text = s.query(sql, "JSONEachRow").bytes().decode()
+        answers[qname] = [json.loads(l) for l in text.splitlines() if l.strip()]
+    out[name] = {"counts": counts, "answers": answers}
+s.close()
+print(json.dumps(out))
+"#;
+    let out = integration_tests::run_with_input(
+        Command::new(python).args(["-c", script]),
+        input.to_string().as_bytes(),
+    )
+    .expect("run chdb");
+    assert!(
+        out.status.success(),
+        "chdb: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("chdb's answers")
+}
+
+fn num(v: &Value) -> u64 {
+    // ClickHouse's JSON writes 64-bit integers as strings.
+    match v {
+        Value::String(s) => s.parse().expect("a number"),
+        other => other.as_u64().expect("a number"),
+    }
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().expect("a string").to_string()
+}
+
+/// (src, dst, dest QP, source port) -> (CE, packets), summed over directions and vantages.
+fn ce_by_qp(r: &Report) -> BTreeMap<(String, String, u64, u64), (u64, u64)> {
+    let mut m: BTreeMap<_, (u64, u64)> = BTreeMap::new();
+    for f in &r.flows {
+        let e = m
+            .entry((
+                f.src_ip.to_string(),
+                f.dst_ip.to_string(),
+                u64::from(f.dest_qp),
+                u64::from(f.udp_src_port),
+            ))
+            .or_default();
+        e.0 += f.ecn.ce;
+        e.1 += f.packets;
+    }
+    m
+}
+
+/// The ACK latency histogram of every connection side, merged: (p99 bucket bound, samples).
+fn ack_p99(r: &Report) -> Option<(u64, u64)> {
+    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in &r.connections {
+        for side in [&c.a, &c.b] {
+            for b in side.latency.ack.iter().flat_map(|l| &l.buckets) {
+                *counts.entry(b.hi_ns).or_default() += b.count;
+            }
+        }
+    }
+    let total: u64 = counts.values().sum();
+    let mut cumulative = 0;
+    for (hi, n) in &counts {
+        cumulative += n;
+        if cumulative * 100 >= total * 99 && total > 0 {
+            return Some((*hi, total));
+        }
+    }
+    None
+}
+
+#[test]
+fn records_load_into_clickhouse_as_the_report_says() {
+    let scratch = Scratch::new("records");
+    let replays: Vec<Replayed> = captures(&scratch)
+        .iter()
+        .map(|f| replay(f, &scratch))
+        .collect();
+    assert!(replays.len() >= 20, "{} replays", replays.len());
+    let queries = documented_queries();
+    assert_eq!(
+        queries.keys().collect::<Vec<_>>(),
+        [
+            "ack-p99-per-job",
+            "loss-by-host-pair",
+            "pauses-by-source",
+            "top-qps-by-ce"
+        ]
+    );
+    let answers = clickhouse(&replays, &queries);
+    let (mut with_buckets, mut with_pauses, mut with_findings) = (0, 0, 0);
+    for r in &replays {
+        let name = &r.name;
+        let got = &answers[name];
+        // Every row loaded, and each table's rows numbered 0, 1, 2... in one interval.
+        let connections = r.report.connections.len() as u64;
+        for table in TABLES {
+            let rows = rows(&r.dir, table);
+            assert_eq!(
+                num(&got["counts"][table]),
+                rows.len() as u64,
+                "{name}: {table} rows loaded"
+            );
+            for (i, row) in rows.iter().enumerate() {
+                assert_eq!(row["seq"].as_u64(), Some(i as u64), "{name}: {table} seq");
+                assert_eq!(row["interval_seq"].as_u64(), Some(0), "{name}: {table}");
+                assert_eq!(row["schema_version"].as_u64(), Some(1), "{name}: {table}");
+            }
+        }
+        assert_eq!(
+            num(&got["counts"]["qp_intervals"]),
+            r.report.flows.len() as u64,
+            "{name}: a row per flow"
+        );
+        assert_eq!(
+            num(&got["counts"]["connection_sides"]),
+            2 * connections,
+            "{name}: two rows per connection"
+        );
+        assert_eq!(
+            num(&got["counts"]["findings"]),
+            r.report.findings.len() as u64,
+            "{name}: a row per finding"
+        );
+        with_buckets += usize::from(num(&got["counts"]["latency_buckets"]) > 0);
+        with_pauses += usize::from(num(&got["counts"]["pauses"]) > 0);
+        with_findings += usize::from(!r.report.findings.is_empty());
+
+        // Top QPs by CE: each row is the report's, and the CE column is the report's top 20.
+        let want = ce_by_qp(&r.report);
+        let top = got["answers"]["top-qps-by-ce"].as_array().unwrap();
+        for row in top {
+            let key = (
+                text(&row["src_addr"]),
+                text(&row["dst_addr"]),
+                num(&row["dest_qp"]),
+                num(&row["src_port"]),
+            );
+            assert_eq!(
+                Some(&(num(&row["ce"]), num(&row["packets"]))),
+                want.get(&key),
+                "{name}: top-qps-by-ce {key:?}"
+            );
+        }
+        let mut ranked: Vec<(u64, u64)> = want.values().copied().collect();
+        ranked.sort_by(|a, b| b.cmp(a));
+        ranked.truncate(20);
+        let got_ranked: Vec<(u64, u64)> = top
+            .iter()
+            .map(|row| (num(&row["ce"]), num(&row["packets"])))
+            .collect();
+        assert_eq!(got_ranked, ranked, "{name}: top-qps-by-ce order");
+
+        // Loss by host pair: every pair, every figure.
+        let mut pairs: BTreeMap<(String, String), [u64; 4]> = BTreeMap::new();
+        for f in &r.report.flows {
+            let e = pairs
+                .entry((f.src_ip.to_string(), f.dst_ip.to_string()))
+                .or_default();
+            e[0] += f.packets;
+            e[1] += f.psn.missing;
+            e[2] += f.psn.retransmissions;
+            e[3] += f.ops.nak;
+        }
+        let got_pairs: BTreeMap<(String, String), [u64; 4]> = got["answers"]["loss-by-host-pair"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                (
+                    (text(&row["src_addr"]), text(&row["dst_addr"])),
+                    [
+                        num(&row["packets"]),
+                        num(&row["missing"]),
+                        num(&row["resent"]),
+                        num(&row["naks"]),
+                    ],
+                )
+            })
+            .collect();
+        assert_eq!(got_pairs, pairs, "{name}: loss-by-host-pair");
+
+        // ACK p99 from the merged histograms.
+        let got_p99: Vec<(u64, u64)> = got["answers"]["ack-p99-per-job"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| (num(&row["p99_ns"]), num(&row["samples"])))
+            .collect();
+        assert_eq!(
+            got_p99,
+            ack_p99(&r.report).into_iter().collect::<Vec<_>>(),
+            "{name}: ack-p99-per-job"
+        );
+
+        // Pauses per source and priority.
+        let mut pauses: BTreeMap<(String, u64), (u64, u64)> = BTreeMap::new();
+        for s in r.report.pfc.iter().flat_map(|p| &p.sources) {
+            for p in &s.priorities {
+                let e = pauses
+                    .entry((s.src_mac.clone(), p.priority.into()))
+                    .or_default();
+                e.0 += p.counts.frames;
+                e.1 += p.counts.quanta;
+            }
+            if let Some(l) = &s.link_pause {
+                let e = pauses.entry((s.src_mac.clone(), 255)).or_default();
+                e.0 += l.frames;
+                e.1 += l.quanta;
+            }
+        }
+        let got_pauses: BTreeMap<(String, u64), (u64, u64)> = got["answers"]["pauses-by-source"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                (
+                    (text(&row["src_mac"]), num(&row["priority"])),
+                    (num(&row["frames"]), num(&row["quanta"])),
+                )
+            })
+            .collect();
+        assert_eq!(got_pauses, pauses, "{name}: pauses-by-source");
+    }
+    // The corpus exercises every table.
+    assert!(
+        with_buckets > 0 && with_pauses > 0 && with_findings > 0,
+        "latency buckets in {with_buckets}, pauses in {with_pauses}, findings in {with_findings} replays"
+    );
+}
+
+#[test]
+fn a_records_directory_that_is_not_empty_or_a_file_is_refused() {
+    let scratch = Scratch::new("records-refused");
+    let capture = scratch.path("clean.pcap");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["synth", "--scenario", "clean", "-o"])
+            .arg(&capture),
+    );
+    assert!(status.success(), "{err}");
+    let full = scratch.path("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("keep.txt"), "mine").unwrap();
+    for (dir, what) in [
+        (full.clone(), "exists and is not empty"),
+        (capture.clone(), "is a file"),
+    ] {
+        let (status, out, err) = output(
+            Command::new(CLI)
+                .arg("replay")
+                .arg(&capture)
+                .arg("--records")
+                .arg(&dir),
+        );
+        assert_eq!(status.code(), Some(2), "{}: {err}", dir.display());
+        assert!(out.is_empty(), "nothing runs: {out}");
+        let line = err.trim();
+        assert_eq!(line.lines().count(), 1, "one line: {err}");
+        assert!(line.contains("--records") && line.contains(what), "{line}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(full.join("keep.txt")).unwrap(),
+        "mine",
+        "nothing lost"
+    );
+    assert!(
+        std::fs::metadata(&capture).unwrap().len() > 24,
+        "the capture kept"
+    );
+}
