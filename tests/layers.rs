@@ -319,8 +319,8 @@ fn layered(c: &Crate) -> usize {
     uses.values().map(BTreeSet::len).sum::<usize>()
 }
 
-/// The crates `package` depends on (normal dependencies, transitively, its own features
-/// alone): `cargo tree -p PACKAGE -e normal`, by name.
+/// The crates `package` links (normal dependencies, transitively, its own features alone; not
+/// the compile-time macros' own): `cargo tree -p PACKAGE -e normal,no-proc-macro`, by name.
 fn dependencies(package: &str) -> BTreeSet<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
@@ -329,7 +329,7 @@ fn dependencies(package: &str) -> BTreeSet<String> {
             "--offline",
             "--locked",
             "-e",
-            "normal",
+            "normal,no-proc-macro",
             "--prefix",
             "none",
         ])
@@ -360,6 +360,7 @@ fn the_crates_depend_only_downwards() {
         "roce-observer",
         "observer-daemon",
         "observer-common",
+        "observer-otlp",
     ]
     .into_iter()
     .map(|p| (p, dependencies(p)))
@@ -390,11 +391,18 @@ fn the_crates_depend_only_downwards() {
     if has("roce-observer", "observer-daemon") {
         problems.push("roce-observer depends on observer-daemon".into());
     }
+    // The OTLP exporter stands on the core alone: a collector sends records without eBPF.
+    for forbidden in ["roce-observer", "observer-daemon", "aya", "pcap", "nix"] {
+        if has("observer-otlp", forbidden) {
+            problems.push(format!("observer-otlp depends on {forbidden}"));
+        }
+    }
     for lib in [
         "observer-core",
         "roce-observer",
         "observer-daemon",
         "observer-common",
+        "observer-otlp",
     ] {
         for word in ["clap", "anyhow"] {
             if has(lib, word) {

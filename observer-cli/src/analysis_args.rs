@@ -36,6 +36,8 @@ pub struct AnalysisArgs {
     /// must be new or empty.
     #[arg(long, value_name = "DIR")]
     pub records: Option<PathBuf>,
+    #[command(flatten)]
+    pub otlp: crate::otlp_args::OtlpArgs,
     /// Model the switch's ECMP over N uplinks for the ecmp-imbalance check (see `ecmp` for
     /// the full analysis).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -60,6 +62,7 @@ impl AnalysisArgs {
         crate::output::Files {
             html: self.html.as_deref(),
             records: self.records.as_deref(),
+            otlp: Some(&self.otlp),
         }
     }
 

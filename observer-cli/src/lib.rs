@@ -8,6 +8,7 @@ mod demo;
 mod diagnose;
 mod ecmp;
 mod generate;
+mod otlp_args;
 mod output;
 mod replay;
 mod run;

@@ -210,7 +210,14 @@ pub fn finish(
     let html = write_html(report, files.html);
     let records = write_records(report, files.records);
     print_report(report, json, top, color)?;
-    html.and(records)
+    // After the report is printed: an upload that fails loses nothing of it.
+    let otlp = match files.otlp {
+        Some(o) => o
+            .config()
+            .and_then(|c| crate::otlp_args::send(report, c, o.otlp_timeout)),
+        None => Ok(()),
+    };
+    html.and(records).and(otlp)
 }
 
 /// The files a report is also written to.
@@ -218,6 +225,7 @@ pub fn finish(
 pub struct Files<'a> {
     pub html: Option<&'a Path>,
     pub records: Option<&'a Path>,
+    pub otlp: Option<&'a crate::otlp_args::OtlpArgs>,
 }
 
 impl Files<'_> {
@@ -231,6 +239,9 @@ impl Files<'_> {
         if let Some(dir) = self.records {
             roce_observer::records::check_dir(dir)
                 .map_err(|e| UsageError(format!("--records: {e}")))?;
+        }
+        if let Some(otlp) = self.otlp {
+            otlp.config()?;
         }
         Ok(())
     }

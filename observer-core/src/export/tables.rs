@@ -139,7 +139,7 @@ pub const HEAD: &[Column<HeadGet>] = &[
     ),
     col(
         "observed",
-        "network.interface.name",
+        "roce.observed",
         ChType::Label,
         "The interfaces (XDP, libpcap) or capture files observed, comma separated",
         |h| Value::str(&h.resource.observed),
@@ -1009,3 +1009,31 @@ pub const FINDINGS: Table<FindingGet> = Table {
         ),
     ],
 };
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn names_and_attributes_are_unique_in_each_table() {
+        for t in tables() {
+            let names: BTreeSet<_> = t.columns.iter().map(|c| c.name).collect();
+            assert_eq!(names.len(), t.columns.len(), "{}: column names", t.name);
+            let attributes: BTreeSet<_> = t.columns.iter().map(|c| c.attribute).collect();
+            assert_eq!(attributes.len(), t.columns.len(), "{}: attributes", t.name);
+            for c in &t.columns {
+                assert!(
+                    c.name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                    "{}: {}",
+                    t.name,
+                    c.name
+                );
+                assert!(!c.help.is_empty(), "{}: {}", t.name, c.name);
+            }
+        }
+    }
+}

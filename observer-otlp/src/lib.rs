@@ -1,0 +1,381 @@
+//! observer-otlp: the fleet records (observer-core's `export` tables) over OTLP. Each row is
+//! a log record; each interval's QP counts, summed, are delta sums (bounded: no per-QP
+//! attribute). gRPC or HTTP/protobuf, gzip, TLS with a CA file, headers (tokens).
+//!
+//! Whoever produces records ([`Exporter::push`]) never waits for the network: the rows are
+//! encoded into requests and queued, up to a cap in bytes. Beyond it the oldest requests are
+//! dropped and their rows counted. One task sends the queue in order, retrying what the OTLP
+//! specification says is retryable with exponential backoff (or the server's Retry-After).
+//! Every row pushed ends counted once: sent, rejected by the receiver, dropped at the cap,
+//! or (at [`Exporter::flush`]'s deadline) not delivered.
+
+mod encode;
+mod transport;
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+pub use encode::{INTERVAL_SUMS, log_record, logs, metrics};
+use observer_core::export::{EncodedRow, Resource};
+use opentelemetry_proto::tonic::collector::{
+    logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest,
+};
+use prost::Message;
+use tokio::sync::Notify;
+use transport::{Client, Outcome};
+
+/// The OTLP transport.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/gRPC (port 4317 by convention).
+    #[default]
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies: `POST {endpoint}/v1/logs` and `/v1/metrics` (port 4318).
+    HttpProtobuf,
+}
+
+/// Where and how records are sent.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `http://host:port` or `https://host:port`; for HTTP/protobuf, the base the `/v1/...`
+    /// paths are added to.
+    pub endpoint: String,
+    pub protocol: Protocol,
+    pub gzip: bool,
+    /// Sent with every request (e.g. `authorization`, a tenant).
+    pub headers: Vec<(String, String)>,
+    /// PEM certificates to trust for `https://` (else the system's roots).
+    pub ca_pem: Option<Vec<u8>>,
+    /// A request's time limit (and a connection's).
+    pub timeout: Duration,
+    /// The queue's cap, in encoded bytes.
+    pub buffer_bytes: usize,
+    /// Rows per request at most (a large interval is several requests).
+    pub max_rows_per_request: usize,
+}
+
+impl Config {
+    pub fn new(endpoint: impl Into<String>, protocol: Protocol) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            protocol,
+            gzip: true,
+            headers: Vec::new(),
+            ca_pem: None,
+            timeout: Duration::from_secs(10),
+            buffer_bytes: 64 << 20,
+            max_rows_per_request: 2000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpError {
+    #[error("OTLP endpoint {endpoint}: {what}")]
+    Config { endpoint: String, what: String },
+}
+
+/// Where every pushed row went, so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Rows handed to [`Exporter::push`].
+    pub pushed: u64,
+    /// Rows the receiver accepted.
+    pub sent: u64,
+    /// Rows the receiver refused: for good (a non-retryable answer), or partly (its partial
+    /// success count).
+    pub rejected: u64,
+    /// Rows dropped because the queue was full (the oldest go first).
+    pub dropped: u64,
+    /// Rows queued or being sent.
+    pub pending: u64,
+    /// The queue's encoded bytes.
+    pub queued_bytes: u64,
+    /// Requests tried again.
+    pub retries: u64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
+/// One request of rows (and, for an interval's first, its aggregates).
+struct Batch {
+    logs: ExportLogsServiceRequest,
+    metrics: Option<ExportMetricsServiceRequest>,
+    rows: u64,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<VecDeque<Batch>>,
+    wake: Notify,
+    idle: Notify,
+    pushed: AtomicU64,
+    sent: AtomicU64,
+    rejected: AtomicU64,
+    dropped: AtomicU64,
+    queued_rows: AtomicU64,
+    queued_bytes: AtomicU64,
+    in_flight: AtomicU64,
+    retries: AtomicU64,
+    closed: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn error(&self, why: String) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+}
+
+/// The exporter: a queue and the task that sends it.
+pub struct Exporter {
+    shared: Arc<Shared>,
+    config: Config,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Exporter {
+    /// Starts the sending task on the current tokio runtime.
+    pub fn start(config: Config) -> Result<Self, OtlpError> {
+        let client = Client::new(&config)?;
+        let shared = Arc::new(Shared::default());
+        let task = tokio::spawn(send_loop(client, shared.clone(), config.timeout));
+        Ok(Self {
+            shared,
+            config,
+            task,
+        })
+    }
+
+    /// Queues the rows of one interval (`start_ns`..`end_ns`), in requests of at most
+    /// `max_rows_per_request` rows, the interval's aggregates with the first. Never waits: a
+    /// full queue drops its oldest requests.
+    pub fn push(&self, resource: &Resource, start_ns: u64, end_ns: u64, rows: &[EncodedRow]) {
+        let observed = now_ns();
+        let qp_rows: Vec<&EncodedRow> = rows.iter().filter(|r| r.table == 0).collect();
+        let mut aggregates = Some(metrics(resource, start_ns, end_ns, &qp_rows));
+        let chunks: Vec<&[EncodedRow]> = if rows.is_empty() {
+            vec![&[]]
+        } else {
+            rows.chunks(self.config.max_rows_per_request.max(1))
+                .collect()
+        };
+        for chunk in chunks {
+            let request = logs(resource, chunk, observed);
+            let metrics = aggregates.take();
+            let bytes = request.encoded_len() + metrics.as_ref().map_or(0, Message::encoded_len);
+            self.enqueue(Batch {
+                logs: request,
+                metrics,
+                rows: chunk.len() as u64,
+                bytes,
+            });
+        }
+    }
+
+    fn enqueue(&self, batch: Batch) {
+        let s = &self.shared;
+        s.pushed.fetch_add(batch.rows, Ordering::Relaxed);
+        let mut queue = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let cap = self.config.buffer_bytes as u64;
+        let discard = |b: Batch| {
+            s.dropped.fetch_add(b.rows, Ordering::Relaxed);
+            s.queued_rows.fetch_sub(b.rows, Ordering::Relaxed);
+            s.queued_bytes.fetch_sub(b.bytes as u64, Ordering::Relaxed);
+        };
+        s.queued_rows.fetch_add(batch.rows, Ordering::Relaxed);
+        s.queued_bytes
+            .fetch_add(batch.bytes as u64, Ordering::Relaxed);
+        queue.push_back(batch);
+        while s.queued_bytes.load(Ordering::Relaxed) > cap {
+            match queue.pop_front() {
+                Some(oldest) => discard(oldest),
+                None => break,
+            }
+        }
+        drop(queue);
+        s.wake.notify_one();
+    }
+
+    /// Where the rows went, so far.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        Stats {
+            pushed: s.pushed.load(Ordering::Relaxed),
+            sent: s.sent.load(Ordering::Relaxed),
+            rejected: s.rejected.load(Ordering::Relaxed),
+            dropped: s.dropped.load(Ordering::Relaxed),
+            pending: s.queued_rows.load(Ordering::Relaxed) + s.in_flight.load(Ordering::Relaxed),
+            queued_bytes: s.queued_bytes.load(Ordering::Relaxed),
+            retries: s.retries.load(Ordering::Relaxed),
+            last_error: s
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+
+    /// Waits until every queued row was sent (or refused), or `deadline` passes; then stops
+    /// the task. The rows still pending at the deadline are not delivered: `pending` says how
+    /// many.
+    pub async fn flush(self, deadline: Duration) -> Stats {
+        let wait = async {
+            loop {
+                let idle = self.shared.idle.notified();
+                if self.stats().pending == 0 {
+                    break;
+                }
+                idle.await;
+            }
+        };
+        let _ = tokio::time::timeout(deadline, wait).await;
+        self.shared.closed.store(true, Ordering::Relaxed);
+        self.task.abort();
+        self.stats()
+    }
+}
+
+async fn send_loop(mut client: Client, shared: Arc<Shared>, timeout: Duration) {
+    loop {
+        let wake = shared.wake.notified();
+        let batch = {
+            let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let b = queue.pop_front();
+            if let Some(b) = &b {
+                shared.in_flight.store(b.rows, Ordering::Relaxed);
+                shared.queued_rows.fetch_sub(b.rows, Ordering::Relaxed);
+                shared
+                    .queued_bytes
+                    .fetch_sub(b.bytes as u64, Ordering::Relaxed);
+            }
+            b
+        };
+        let Some(batch) = batch else {
+            shared.idle.notify_waiters();
+            if shared.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            wake.await;
+            continue;
+        };
+        let rows = batch.rows;
+        if rows > 0 || batch.metrics.is_none() {
+            match send(&shared, &mut client, Request::Logs(&batch.logs), timeout).await {
+                Sent::Delivered(rejected) => {
+                    let rejected = rejected.min(rows);
+                    shared.sent.fetch_add(rows - rejected, Ordering::Relaxed);
+                    shared.rejected.fetch_add(rejected, Ordering::Relaxed);
+                }
+                Sent::Refused => {
+                    shared.rejected.fetch_add(rows, Ordering::Relaxed);
+                }
+            }
+        }
+        shared.in_flight.store(0, Ordering::Relaxed);
+        if let Some(m) = &batch.metrics {
+            // The aggregates are not rows: their loss is only logged as the last error.
+            let _ = send(&shared, &mut client, Request::Metrics(m), timeout).await;
+        }
+    }
+}
+
+enum Request<'a> {
+    Logs(&'a ExportLogsServiceRequest),
+    Metrics(&'a ExportMetricsServiceRequest),
+}
+
+enum Sent {
+    Delivered(u64),
+    Refused,
+}
+
+/// Tries a request until it is delivered or refused for good: exponential backoff from
+/// 100 ms to 5 s between tries, or the server's Retry-After (at most a minute).
+async fn send(shared: &Shared, client: &mut Client, req: Request<'_>, timeout: Duration) -> Sent {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let outcome = match req {
+            Request::Logs(r) => client.logs(r, timeout).await,
+            Request::Metrics(r) => client.metrics(r, timeout).await,
+        };
+        match outcome {
+            Outcome::Delivered { rejected } => return Sent::Delivered(rejected),
+            Outcome::Refused { why } => {
+                shared.error(why);
+                return Sent::Refused;
+            }
+            Outcome::Retry { after, why } => {
+                shared.error(why);
+                shared.retries.fetch_add(1, Ordering::Relaxed);
+                let wait = after.map_or(backoff, |a| a.min(Duration::from_secs(60)));
+                tokio::time::sleep(wait).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Sends the rows of one interval and waits, at most `deadline`, until every one was sent or
+/// refused (a one-off upload: `replay`, `diagnose`). Runs its own single-threaded runtime:
+/// call it outside one.
+pub fn upload(
+    config: Config,
+    resource: &Resource,
+    start_ns: u64,
+    end_ns: u64,
+    rows: &[EncodedRow],
+    deadline: Duration,
+) -> Result<Stats, UploadError> {
+    let endpoint = config.endpoint.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| UploadError::Runtime { source })?;
+    let stats = runtime.block_on(async {
+        let exporter = Exporter::start(config)?;
+        exporter.push(resource, start_ns, end_ns, rows);
+        Ok::<_, OtlpError>(exporter.flush(deadline).await)
+    })?;
+    let lost = stats.rejected + stats.dropped + stats.pending;
+    if lost > 0 {
+        return Err(UploadError::Lost {
+            endpoint,
+            lost,
+            pushed: stats.pushed,
+            why: stats.last_error.clone().unwrap_or_default(),
+        });
+    }
+    Ok(stats)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error(transparent)]
+    Config(#[from] OtlpError),
+    #[error("cannot start the upload's runtime")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("OTLP endpoint {endpoint}: {lost} of {pushed} records not delivered ({why})")]
+    Lost {
+        endpoint: String,
+        lost: u64,
+        pushed: u64,
+        why: String,
+    },
+}

@@ -1,0 +1,318 @@
+//! The two OTLP transports: gRPC (tonic) and HTTP/protobuf (hyper), each request's outcome
+//! classified as the OTLP specification says: delivered (perhaps partly rejected), to retry
+//! (after the server's delay, if it gave one), or refused for good.
+
+use std::{io::Write, time::Duration};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::{Client as HttpClient, connect::HttpConnector};
+use opentelemetry_proto::tonic::collector::{
+    logs::v1::{
+        ExportLogsServiceRequest, ExportLogsServiceResponse, logs_service_client::LogsServiceClient,
+    },
+    metrics::v1::{
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+        metrics_service_client::MetricsServiceClient,
+    },
+};
+use prost::Message;
+use tonic::{
+    Code,
+    codec::CompressionEncoding,
+    metadata::{MetadataKey, MetadataMap, MetadataValue},
+    transport::{Certificate, Channel, ClientTlsConfig, Endpoint},
+};
+
+use crate::{Config, OtlpError, Protocol};
+
+/// What became of one request.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Accepted; `rejected` items of it refused by the receiver (partial success).
+    Delivered { rejected: u64 },
+    /// Not accepted, worth trying again (after `after`, when the server said).
+    Retry {
+        after: Option<Duration>,
+        why: String,
+    },
+    /// Refused for good.
+    Refused { why: String },
+}
+
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+// One per exporter, made once: boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Client {
+    Grpc {
+        logs: LogsServiceClient<Channel>,
+        metrics: MetricsServiceClient<Channel>,
+        headers: MetadataMap,
+    },
+    Http {
+        client: HttpClient<Https, Full<Bytes>>,
+        base: String,
+        headers: Vec<(String, String)>,
+        gzip: bool,
+    },
+}
+
+impl Client {
+    /// A client for `config` (no connection yet: the first request connects, and a receiver
+    /// that is down is a request to retry).
+    pub fn new(config: &Config) -> Result<Self, OtlpError> {
+        let bad = |what: String| OtlpError::Config {
+            endpoint: config.endpoint.clone(),
+            what,
+        };
+        match config.protocol {
+            Protocol::Grpc => {
+                let mut endpoint = Endpoint::from_shared(config.endpoint.clone())
+                    .map_err(|e| bad(format!("not a URL: {e}")))?
+                    .connect_timeout(config.timeout)
+                    .timeout(config.timeout);
+                if config.endpoint.starts_with("https://") {
+                    let mut tls = ClientTlsConfig::new().with_native_roots();
+                    if let Some(pem) = &config.ca_pem {
+                        tls = tls.ca_certificate(Certificate::from_pem(pem));
+                    }
+                    endpoint = endpoint
+                        .tls_config(tls)
+                        .map_err(|e| bad(format!("TLS: {e}")))?;
+                }
+                let channel = endpoint.connect_lazy();
+                let mut headers = MetadataMap::new();
+                for (k, v) in &config.headers {
+                    let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+                        .map_err(|_| bad(format!("header {k}: not a valid name")))?;
+                    let value = MetadataValue::try_from(v.as_str())
+                        .map_err(|_| bad(format!("header {k}: not a valid value")))?;
+                    headers.insert(key, value);
+                }
+                let (mut logs, mut metrics) = (
+                    LogsServiceClient::new(channel.clone()),
+                    MetricsServiceClient::new(channel),
+                );
+                // Both ways: a receiver may compress its answers even unasked.
+                logs = logs.accept_compressed(CompressionEncoding::Gzip);
+                metrics = metrics.accept_compressed(CompressionEncoding::Gzip);
+                if config.gzip {
+                    logs = logs.send_compressed(CompressionEncoding::Gzip);
+                    metrics = metrics.send_compressed(CompressionEncoding::Gzip);
+                }
+                Ok(Self::Grpc {
+                    logs,
+                    metrics,
+                    headers,
+                })
+            }
+            Protocol::HttpProtobuf => {
+                if !(config.endpoint.starts_with("http://")
+                    || config.endpoint.starts_with("https://"))
+                {
+                    return Err(bad("not an http:// or https:// URL".into()));
+                }
+                let mut roots = rustls::RootCertStore::empty();
+                match &config.ca_pem {
+                    Some(pem) => {
+                        use rustls::pki_types::{CertificateDer, pem::PemObject};
+                        for cert in CertificateDer::pem_slice_iter(pem) {
+                            let cert = cert.map_err(|e| bad(format!("CA file: {e}")))?;
+                            roots.add(cert).map_err(|e| bad(format!("CA file: {e}")))?;
+                        }
+                    }
+                    None => {
+                        roots.add_parsable_certificates(
+                            rustls_native_certs::load_native_certs().certs,
+                        );
+                    }
+                }
+                let tls = rustls::ClientConfig::builder()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                let https = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_or_http()
+                    .enable_http1()
+                    .build();
+                let client = HttpClient::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+                for (k, v) in &config.headers {
+                    hyper::header::HeaderName::from_bytes(k.as_bytes())
+                        .map_err(|_| bad(format!("header {k}: not a valid name")))?;
+                    hyper::header::HeaderValue::from_str(v)
+                        .map_err(|_| bad(format!("header {k}: not a valid value")))?;
+                }
+                Ok(Self::Http {
+                    client,
+                    base: config.endpoint.trim_end_matches('/').to_string(),
+                    headers: config.headers.clone(),
+                    gzip: config.gzip,
+                })
+            }
+        }
+    }
+
+    pub async fn logs(&mut self, req: &ExportLogsServiceRequest, timeout: Duration) -> Outcome {
+        match self {
+            Self::Grpc { logs, headers, .. } => {
+                let mut r = tonic::Request::new(req.clone());
+                *r.metadata_mut() = headers.clone();
+                r.set_timeout(timeout);
+                match logs.export(r).await {
+                    Ok(resp) => Outcome::Delivered {
+                        rejected: resp
+                            .get_ref()
+                            .partial_success
+                            .as_ref()
+                            .map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0)),
+                    },
+                    Err(status) => grpc_outcome(&status),
+                }
+            }
+            Self::Http { .. } => {
+                let body = req.encode_to_vec();
+                self.post("/v1/logs", body, timeout, |b| {
+                    ExportLogsServiceResponse::decode(b).ok().and_then(|r| {
+                        r.partial_success
+                            .map(|p| u64::try_from(p.rejected_log_records).unwrap_or(0))
+                    })
+                })
+                .await
+            }
+        }
+    }
+
+    pub async fn metrics(
+        &mut self,
+        req: &ExportMetricsServiceRequest,
+        timeout: Duration,
+    ) -> Outcome {
+        match self {
+            Self::Grpc {
+                metrics, headers, ..
+            } => {
+                let mut r = tonic::Request::new(req.clone());
+                *r.metadata_mut() = headers.clone();
+                r.set_timeout(timeout);
+                match metrics.export(r).await {
+                    Ok(resp) => Outcome::Delivered {
+                        rejected: resp
+                            .get_ref()
+                            .partial_success
+                            .as_ref()
+                            .map_or(0, |p| u64::try_from(p.rejected_data_points).unwrap_or(0)),
+                    },
+                    Err(status) => grpc_outcome(&status),
+                }
+            }
+            Self::Http { .. } => {
+                let body = req.encode_to_vec();
+                self.post("/v1/metrics", body, timeout, |b| {
+                    ExportMetricsServiceResponse::decode(b).ok().and_then(|r| {
+                        r.partial_success
+                            .map(|p| u64::try_from(p.rejected_data_points).unwrap_or(0))
+                    })
+                })
+                .await
+            }
+        }
+    }
+
+    async fn post(
+        &mut self,
+        path: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+        rejected: impl Fn(Bytes) -> Option<u64>,
+    ) -> Outcome {
+        let Self::Http {
+            client,
+            base,
+            headers,
+            gzip,
+        } = self
+        else {
+            unreachable!("post is the HTTP transport's");
+        };
+        let body = if *gzip {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            match gz.write_all(&body).and_then(|()| gz.finish()) {
+                Ok(b) => b,
+                Err(e) => {
+                    return Outcome::Refused {
+                        why: format!("gzip: {e}"),
+                    };
+                }
+            }
+        } else {
+            body
+        };
+        let mut req = hyper::Request::post(format!("{base}{path}"))
+            .header("content-type", "application/x-protobuf");
+        if *gzip {
+            req = req.header("content-encoding", "gzip");
+        }
+        for (k, v) in headers.iter() {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let req = match req.body(Full::new(Bytes::from(body))) {
+            Ok(r) => r,
+            Err(e) => return Outcome::Refused { why: e.to_string() },
+        };
+        let resp = match tokio::time::timeout(timeout, client.request(req)).await {
+            Err(_) => {
+                return Outcome::Retry {
+                    after: None,
+                    why: format!("no answer within {timeout:?}"),
+                };
+            }
+            Ok(Err(e)) => {
+                return Outcome::Retry {
+                    after: None,
+                    why: format!("cannot reach it: {e}"),
+                };
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        let status = resp.status();
+        let after = resp
+            .headers()
+            .get(hyper::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = match tokio::time::timeout(timeout, resp.into_body().collect()).await {
+            Ok(Ok(b)) => b.to_bytes(),
+            _ => Bytes::new(),
+        };
+        match status.as_u16() {
+            200..=299 => Outcome::Delivered {
+                rejected: rejected(body).unwrap_or(0),
+            },
+            // OTLP/HTTP: these are retryable, after Retry-After when given.
+            429 | 502 | 503 | 504 => Outcome::Retry {
+                after,
+                why: format!("HTTP {status}"),
+            },
+            _ => Outcome::Refused {
+                why: format!("HTTP {status}"),
+            },
+        }
+    }
+}
+
+/// OTLP/gRPC: these codes are retryable; the rest are not (RESOURCE_EXHAUSTED is only with a
+/// RetryInfo, which this client does not read: it is not retried).
+fn grpc_outcome(status: &tonic::Status) -> Outcome {
+    let why = format!("gRPC {:?}: {}", status.code(), status.message());
+    match status.code() {
+        Code::Cancelled
+        | Code::DeadlineExceeded
+        | Code::Aborted
+        | Code::OutOfRange
+        | Code::Unavailable
+        | Code::DataLoss => Outcome::Retry { after: None, why },
+        _ => Outcome::Refused { why },
+    }
+}

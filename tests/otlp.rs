@@ -1,0 +1,440 @@
+//! Fleet records over OTLP (docs/export.md), to an independent receiver built on the official
+//! protobufs (tests/support/otlp_receiver.py: opentelemetry-proto and grpcio): the records of
+//! every real capture and generated scenario arrive over gRPC and over HTTP/protobuf, with
+//! gzip and headers, per QP equal to the JSON report, numbered without gaps; a receiver that
+//! fails for a while gets everything once it answers; one that refuses, or none at all, is an
+//! error naming how many records were lost, after the report is printed.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+};
+
+use integration_tests::{Scratch, output, shared_capture_files, workspace_root};
+use roce_observer::model::Report;
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+
+/// The receiver, running; killed on drop.
+struct Receiver {
+    child: Child,
+    grpc: u16,
+    http: u16,
+    out: PathBuf,
+}
+
+impl Receiver {
+    fn start(scratch: &Scratch, name: &str, flags: &[&str]) -> Self {
+        let python = workspace_root().join("target/tools/venv/bin/python");
+        assert!(
+            python.exists(),
+            "{} is missing: run `cargo xtask setup` (it installs opentelemetry-proto and grpcio)",
+            python.display()
+        );
+        let out = scratch.path(&format!("{name}.jsonl"));
+        let mut child = Command::new(python)
+            .arg(workspace_root().join("tests/support/otlp_receiver.py"))
+            .arg(&out)
+            .args(flags)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the receiver");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ports: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("receiver's ports {line:?}: {e}"));
+        Self {
+            child,
+            grpc: ports["grpc"].as_u64().unwrap() as u16,
+            http: ports["http"].as_u64().unwrap() as u16,
+            out,
+        }
+    }
+
+    fn url(&self, protocol: &str) -> String {
+        let port = if protocol == "grpc" {
+            self.grpc
+        } else {
+            self.http
+        };
+        format!("http://127.0.0.1:{port}")
+    }
+
+    /// Everything received so far.
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `replay FILE --json` with `extra` flags: exit status, the report (if printed), stderr.
+fn replay(file: &Path, extra: &[&str]) -> (Option<i32>, Option<Report>, String) {
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .arg("replay")
+            .arg(file)
+            .args(["--json", "--no-progress"])
+            .args(extra),
+    );
+    (status.code(), serde_json::from_str(&out).ok(), err)
+}
+
+fn captures(scratch: &Scratch, test: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = shared_capture_files(test, "real")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.extension().is_none_or(|e| e != "erf"))
+        .collect();
+    for name in roce_observer::source::synth::scenario_names() {
+        let file = scratch.path(&format!("{name}.pcap"));
+        let (status, _, err) = output(
+            Command::new(CLI)
+                .args(["synth", "--scenario", name, "-o"])
+                .arg(&file),
+        );
+        assert!(status.success(), "synth --scenario {name}: {err}");
+        files.push(file);
+    }
+    files
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("a number: {v}"))
+}
+
+/// A QP row's key and counts, from a received record's attributes.
+type QpKey = (String, String, u64, u64, String, String, String);
+
+fn qp_key(a: &Value) -> QpKey {
+    let s = |k: &str| {
+        a[k].as_str()
+            .unwrap_or_else(|| panic!("{k}: {a}"))
+            .to_string()
+    };
+    (
+        s("source.address"),
+        s("destination.address"),
+        u(&a["source.port"]),
+        u(&a["rdma.qp.destination"]),
+        s("network.io.direction"),
+        s("roce.vantage"),
+        s("roce.mirror.session"),
+    )
+}
+
+/// The counts compared per QP.
+const COUNTS: [&str; 9] = [
+    "roce.packets",
+    "roce.bytes",
+    "roce.ecn.ce",
+    "roce.ops_cnp",
+    "roce.ops_nak",
+    "roce.psn.gaps",
+    "roce.psn.missing",
+    "roce.psn.retransmissions",
+    "roce.psn.duplicates",
+];
+
+fn report_qps(r: &Report) -> BTreeMap<QpKey, [u64; 9]> {
+    r.flows
+        .iter()
+        .map(|f| {
+            let session = f.mirror.as_ref().map_or(String::new(), |m| {
+                m.session
+                    .map(|s| s.to_string())
+                    .or_else(|| m.kind.clone())
+                    .unwrap_or_default()
+            });
+            let direction = match f.direction {
+                roce_observer::model::Direction::Ingress => "receive",
+                roce_observer::model::Direction::Egress => "transmit",
+            };
+            (
+                (
+                    f.src_ip.to_string(),
+                    f.dst_ip.to_string(),
+                    u64::from(f.udp_src_port),
+                    u64::from(f.dest_qp),
+                    direction.to_string(),
+                    if f.mirror.is_some() { "mirror" } else { "host" }.to_string(),
+                    session,
+                ),
+                [
+                    f.packets,
+                    f.bytes,
+                    f.ecn.ce,
+                    f.ops.cnp,
+                    f.ops.nak,
+                    f.psn.gaps,
+                    f.psn.missing,
+                    f.psn.retransmissions,
+                    f.psn.duplicates,
+                ],
+            )
+        })
+        .collect()
+}
+
+/// Checks one exporter's records against its report: a QP record per flow with its counts, a
+/// connection side per side, a finding per finding; each table's `seq` 0, 1, 2...; the
+/// interval's totals as metrics; the headers sent.
+fn check_exporter(name: &str, records: &[&Value], report: &Report, transport: &str) {
+    let logs: Vec<&&Value> = records.iter().filter(|r| r["signal"] == "log").collect();
+    let mut by_event: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for r in &logs {
+        assert_eq!(r["transport"], transport, "{name}");
+        assert_eq!(r["headers"]["x-tenant"], "lab", "{name}: the header");
+        assert_eq!(r["scope"], "roce-observer", "{name}");
+        by_event
+            .entry(r["event"].as_str().unwrap())
+            .or_default()
+            .push(&r["attributes"]);
+    }
+    for (event, rows) in &by_event {
+        let mut seqs: Vec<u64> = rows.iter().map(|a| u(&a["roce.record.seq"])).collect();
+        seqs.sort_unstable();
+        assert_eq!(
+            seqs,
+            (0..rows.len() as u64).collect::<Vec<_>>(),
+            "{name}: {event} numbered without gaps"
+        );
+    }
+    let qps: BTreeMap<QpKey, [u64; 9]> = by_event
+        .get("roce.qp_intervals")
+        .into_iter()
+        .flatten()
+        .map(|a| (qp_key(a), COUNTS.map(|k| u(&a[k]))))
+        .collect();
+    let want = report_qps(report);
+    assert_eq!(qps, want, "{name}: every QP's counts");
+    let count = |e: &str| by_event.get(e).map_or(0, Vec::len);
+    assert_eq!(
+        count("roce.connection_sides"),
+        2 * report.connections.len(),
+        "{name}: connection sides"
+    );
+    assert_eq!(
+        count("roce.findings"),
+        report.findings.len(),
+        "{name}: findings"
+    );
+    // The interval's totals, once.
+    let metrics: BTreeMap<&str, u64> = records
+        .iter()
+        .filter(|r| r["signal"] == "metric")
+        .map(|r| (r["name"].as_str().unwrap(), u(&r["value"])))
+        .collect();
+    let flows = &report.flows;
+    assert_eq!(
+        metrics.get("roce.packets"),
+        Some(&flows.iter().map(|f| f.packets).sum()),
+        "{name}: roce.packets"
+    );
+    assert_eq!(
+        metrics.get("roce.psn.missing"),
+        Some(&flows.iter().map(|f| f.psn.missing).sum()),
+        "{name}: roce.psn.missing"
+    );
+}
+
+fn by_exporter(received: &[Value]) -> BTreeMap<String, Vec<&Value>> {
+    let mut m: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for r in received {
+        m.entry(
+            r["resource"]["service.instance.id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        )
+        .or_default()
+        .push(r);
+    }
+    m
+}
+
+#[test]
+fn every_replay_arrives_over_grpc_and_http_as_the_report_says() {
+    let scratch = Scratch::new("otlp");
+    let files = captures(
+        &scratch,
+        "every_replay_arrives_over_grpc_and_http_as_the_report_says",
+    );
+    assert!(files.len() >= 20, "{} captures", files.len());
+    for (protocol, transport) in [("grpc", "grpc"), ("http-protobuf", "http")] {
+        let receiver = Receiver::start(&scratch, transport, &[]);
+        let mut reports = Vec::new();
+        for (i, file) in files.iter().enumerate() {
+            // gzip on every other one: both bodies decode.
+            let compression = if i % 2 == 0 { "gzip" } else { "none" };
+            let (code, report, err) = replay(
+                file,
+                &[
+                    "--otlp-endpoint",
+                    &receiver.url(transport),
+                    "--otlp-protocol",
+                    protocol,
+                    "--otlp-compression",
+                    compression,
+                    "--otlp-header",
+                    "x-tenant=lab",
+                ],
+            );
+            assert_eq!(code, Some(0), "{}: {err}", file.display());
+            assert!(err.contains("sent "), "{err}");
+            reports.push(report.expect("the report"));
+        }
+        let received = receiver.received();
+        let exporters = by_exporter(&received);
+        assert_eq!(
+            exporters.len(),
+            files.len(),
+            "{transport}: one exporter per replay"
+        );
+        // Each exporter is one replay: match them by the file they observed.
+        for (file, report) in files.iter().zip(&reports) {
+            let name = file.display().to_string();
+            let (_, records) = exporters
+                .iter()
+                .find(|(_, rs)| {
+                    rs.iter().any(|r| {
+                        r["signal"] == "log" && r["attributes"]["roce.observed"] == name.as_str()
+                    })
+                })
+                .unwrap_or_else(|| panic!("{transport}: no records of {name}"));
+            check_exporter(&name, records, report, transport);
+        }
+    }
+}
+
+#[test]
+fn a_receiver_failing_for_a_while_gets_everything() {
+    let scratch = Scratch::new("otlp-retry");
+    let file = scratch.path("rule-loss.pcap");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["synth", "--scenario", "rule-loss", "-o"])
+            .arg(&file),
+    );
+    assert!(status.success(), "{err}");
+    for (protocol, transport) in [("grpc", "grpc"), ("http-protobuf", "http")] {
+        let receiver = Receiver::start(&scratch, transport, &["--fail-first", "3"]);
+        let (code, report, err) = replay(
+            &file,
+            &[
+                "--otlp-endpoint",
+                &receiver.url(transport),
+                "--otlp-protocol",
+                protocol,
+                "--otlp-header",
+                "x-tenant=lab",
+            ],
+        );
+        assert_eq!(code, Some(0), "{transport}: {err}");
+        assert!(err.contains("3 retries"), "{transport}: {err}");
+        let received = receiver.received();
+        let exporters = by_exporter(&received);
+        assert_eq!(exporters.len(), 1);
+        let records = exporters.values().next().unwrap();
+        check_exporter(transport, records, &report.unwrap(), transport);
+    }
+}
+
+#[test]
+fn a_receiver_refusing_or_missing_is_an_error_after_the_report() {
+    let scratch = Scratch::new("otlp-refused");
+    let file = scratch.path("clean.pcap");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["synth", "--scenario", "clean", "-o"])
+            .arg(&file),
+    );
+    assert!(status.success(), "{err}");
+    // Every row of the report's one interval.
+    let rows = |r: &Report| {
+        let rows = roce_observer::export::IntervalRows::of(r);
+        rows.qps.len()
+            + rows.sides.len()
+            + rows.buckets.len()
+            + rows.pauses.len()
+            + rows.findings.len()
+    };
+    // Refused for good (INVALID_ARGUMENT, HTTP 400): no retry, every record lost.
+    for (protocol, transport) in [("grpc", "grpc"), ("http-protobuf", "http")] {
+        let receiver = Receiver::start(&scratch, transport, &["--refuse"]);
+        let (code, report, err) = replay(
+            &file,
+            &[
+                "--otlp-endpoint",
+                &receiver.url(transport),
+                "--otlp-protocol",
+                protocol,
+            ],
+        );
+        let report = report.expect("the report is printed first");
+        assert_eq!(code, Some(1), "{transport}: {err}");
+        let line = err.lines().last().unwrap();
+        assert!(
+            line.contains(&receiver.url(transport)) && line.contains("not delivered"),
+            "{line}"
+        );
+        let n = rows(&report);
+        assert!(n > 0);
+        assert!(
+            line.contains(&format!(": {n} of {n} records not delivered")),
+            "{line}"
+        );
+        assert!(receiver.received().is_empty());
+    }
+    // Nobody listening: retried until the deadline, then an error; the report is whole.
+    let (code, report, err) = replay(
+        &file,
+        &[
+            "--otlp-endpoint",
+            "http://127.0.0.1:9",
+            "--otlp-timeout",
+            "2s",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(report.is_some_and(|r| !r.flows.is_empty()));
+    let line = err.lines().last().unwrap();
+    assert!(
+        line.contains("http://127.0.0.1:9") && line.contains("not delivered"),
+        "{line}"
+    );
+    // Bad flags are refused before anything runs.
+    for (flags, what) in [
+        (&["--otlp-header", "novalue"][..], "NAME=VALUE"),
+        (&["--otlp-protocol", "grpc"][..], "--otlp-endpoint"),
+        (
+            &[
+                "--otlp-endpoint",
+                "http://127.0.0.1:9",
+                "--otlp-ca",
+                "/nonexistent.pem",
+            ][..],
+            "/nonexistent.pem",
+        ),
+    ] {
+        let (code, report, err) = replay(&file, flags);
+        assert_ne!(code, Some(0), "{flags:?}");
+        assert!(report.is_none(), "{flags:?}: nothing runs");
+        assert!(err.contains(what), "{flags:?}: {err}");
+    }
+}
