@@ -66,6 +66,10 @@ impl Receiver {
         format!("http://127.0.0.1:{port}")
     }
 
+    fn tls_url(&self, protocol: &str) -> String {
+        self.url(protocol).replace("http://", "https://")
+    }
+
     /// Everything received so far.
     fn received(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.out)
@@ -436,5 +440,121 @@ fn a_receiver_refusing_or_missing_is_an_error_after_the_report() {
         assert_ne!(code, Some(0), "{flags:?}");
         assert!(report.is_none(), "{flags:?}: nothing runs");
         assert!(err.contains(what), "{flags:?}: {err}");
+    }
+}
+
+/// A CA and a server certificate it signed for 127.0.0.1 (openssl): (CA, certificate, key).
+fn certificates(scratch: &Scratch) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |n: &str| scratch.path(n);
+    let ext = scratch.file(
+        "leaf.ext",
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n\
+         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    );
+    let openssl = |args: &[&str], key: &str, out: &str| {
+        let (status, _, err) = output(
+            Command::new("openssl")
+                .args(args)
+                .arg("-keyout")
+                .arg(p(key))
+                .arg("-out")
+                .arg(p(out)),
+        );
+        assert!(status.success(), "openssl {args:?}: {err}");
+    };
+    let ca_subject = "/CN=roce-observer test CA";
+    openssl(
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", ca_subject,
+        ],
+        "ca.key",
+        "ca.pem",
+    );
+    openssl(
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        "leaf.key",
+        "leaf.csr",
+    );
+    let (status, _, err) = output(
+        Command::new("openssl")
+            .args(["x509", "-req", "-days", "2", "-in"])
+            .arg(p("leaf.csr"))
+            .arg("-CA")
+            .arg(p("ca.pem"))
+            .arg("-CAkey")
+            .arg(p("ca.key"))
+            .arg("-CAcreateserial")
+            .arg("-extfile")
+            .arg(&ext)
+            .arg("-out")
+            .arg(p("leaf.pem")),
+    );
+    assert!(status.success(), "openssl x509: {err}");
+    (p("ca.pem"), p("leaf.pem"), p("leaf.key"))
+}
+
+#[test]
+fn tls_with_the_named_ca_and_refused_without_it() {
+    let scratch = Scratch::new("otlp-tls");
+    let file = scratch.path("clean.pcap");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["synth", "--scenario", "clean", "-o"])
+            .arg(&file),
+    );
+    assert!(status.success(), "{err}");
+    let (ca, cert, key) = certificates(&scratch);
+    let receiver = Receiver::start(
+        &scratch,
+        "tls",
+        &["--tls", cert.to_str().unwrap(), key.to_str().unwrap()],
+    );
+    for (protocol, transport) in [("grpc", "grpc"), ("http-protobuf", "http")] {
+        let url = receiver.tls_url(transport);
+        let (code, report, err) = replay(
+            &file,
+            &[
+                "--otlp-endpoint",
+                &url,
+                "--otlp-protocol",
+                protocol,
+                "--otlp-ca",
+                ca.to_str().unwrap(),
+                "--otlp-header",
+                "x-tenant=lab",
+            ],
+        );
+        assert_eq!(code, Some(0), "{transport}: {err}");
+        let received = receiver.received();
+        let exporters = by_exporter(&received);
+        let records: Vec<&Value> = exporters
+            .values()
+            .flatten()
+            .copied()
+            .filter(|r| r["transport"] == transport)
+            .collect();
+        check_exporter(transport, &records, &report.unwrap(), transport);
+        // Without the CA the server is not trusted: nothing is sent, and the error says so.
+        let (code, report, err) = replay(
+            &file,
+            &[
+                "--otlp-endpoint",
+                &url,
+                "--otlp-protocol",
+                protocol,
+                "--otlp-timeout",
+                "2s",
+            ],
+        );
+        assert_eq!(code, Some(1), "{transport}: {err}");
+        assert!(report.is_some());
+        assert!(err.contains("not delivered"), "{transport}: {err}");
     }
 }

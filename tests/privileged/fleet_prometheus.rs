@@ -322,6 +322,9 @@ impl Prometheus {
     }
 }
 
+/// A truth field.
+type Field = fn(&FlowStats) -> u64;
+
 fn total(sent: &[BTreeMap<FlowKey, FlowStats>], f: impl Fn(&FlowStats) -> u64) -> u64 {
     sent.iter().flat_map(|h| h.values()).map(f).sum()
 }
@@ -408,7 +411,7 @@ fn fleet_rules_in_a_real_prometheus_equal_the_generators_truth() {
     // Stop, let the sidecars drain and Prometheus scrape: the fleet's counters, summed by the
     // query API, equal what was sent, host by host and over the fleet.
     std::thread::sleep(Duration::from_secs(3));
-    let checks: [(&str, fn(&FlowStats) -> u64); 4] = [
+    let checks: [(&str, Field); 4] = [
         ("roce_packets_total", |s| s.packets),
         ("roce_bytes_total", |s| s.bytes),
         ("roce_ecn_packets_total{ecn=\"ce\"}", |s| s.ecn[3]),

@@ -4,7 +4,9 @@ gzip or not) on 127.0.0.1. It writes every record it accepts to OUT as a JSON li
 told to fail: the first N requests answered UNAVAILABLE / 503 (retryable), or every request
 refused with INVALID_ARGUMENT / 400 (not retryable).
 
-    python otlp_receiver.py OUT [--fail-first N] [--refuse]
+    python otlp_receiver.py OUT [--fail-first N] [--refuse] [--tls CERT KEY]
+
+With --tls both listen with TLS (the certificate and key in PEM).
 
 It prints {"grpc": PORT, "http": PORT} on its first line once both listen, and serves until
 killed.
@@ -29,6 +31,7 @@ args = argparse.ArgumentParser()
 args.add_argument("out")
 args.add_argument("--fail-first", type=int, default=0)
 args.add_argument("--refuse", action="store_true")
+args.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
 opts = args.parse_args()
 
 lock = threading.Lock()
@@ -171,9 +174,21 @@ server = grpc.server(
 )
 logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), server)
 metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
-grpc_port = server.add_insecure_port("127.0.0.1:0")
+if opts.tls:
+    cert, key = (open(f, "rb").read() for f in opts.tls)
+    grpc_port = server.add_secure_port(
+        "127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)])
+    )
+else:
+    grpc_port = server.add_insecure_port("127.0.0.1:0")
 server.start()
 http = ThreadingHTTPServer(("127.0.0.1", 0), Http)
+if opts.tls:
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*opts.tls)
+    http.socket = context.wrap_socket(http.socket, server_side=True)
 threading.Thread(target=http.serve_forever, daemon=True).start()
 print(json.dumps({"grpc": grpc_port, "http": http.server_address[1]}), flush=True)
 server.wait_for_termination()
