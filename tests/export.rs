@@ -11,7 +11,7 @@ use std::{
 
 use integration_tests::{Scratch, output, shared_capture_files, workspace_root};
 use roce_observer::{
-    export::{TABLES, markdown_tables, schema_sql},
+    export::{ChType, TABLES, markdown_tables, schema_sql, tables},
     model::Report,
 };
 use serde_json::Value;
@@ -164,8 +164,6 @@ for name, d in job["replays"].items():
     s.query("DROP DATABASE IF EXISTS roce")
     for q in statements:
         s.query(q)
-    # The captures are older than the retention: keep their rows for the queries.
-    s.query("SYSTEM STOP TTL MERGES")
     counts = {}
     for t in job["tables"]:
         data = open(f"{d}/{t}.jsonl").read()
@@ -276,8 +274,28 @@ fn records_load_into_clickhouse_as_the_report_says() {
                 rows.len() as u64,
                 "{name}: {table} rows loaded"
             );
+            let info = tables().into_iter().find(|t| t.name == table).unwrap();
             for (i, row) in rows.iter().enumerate() {
                 assert_eq!(row["seq"].as_u64(), Some(i as u64), "{name}: {table} seq");
+                // Exactly the table's columns, each value within its type (ClickHouse would
+                // wrap a number too large for its column without a word).
+                assert_eq!(row.len(), info.columns.len(), "{name}: {table} columns");
+                for c in &info.columns {
+                    let v = &row[c.name];
+                    let max = match c.ty {
+                        ChType::UInt8 => Some(u64::from(u8::MAX)),
+                        ChType::UInt16 => Some(u64::from(u16::MAX)),
+                        ChType::UInt32 => Some(u64::from(u32::MAX)),
+                        ChType::UInt64 => Some(u64::MAX),
+                        _ => None,
+                    };
+                    if let Some(max) = max {
+                        let n = v
+                            .as_u64()
+                            .unwrap_or_else(|| panic!("{table}.{}: {v}", c.name));
+                        assert!(n <= max, "{name}: {table}.{} = {n}", c.name);
+                    }
+                }
                 assert_eq!(row["interval_seq"].as_u64(), Some(0), "{name}: {table}");
                 assert_eq!(row["schema_version"].as_u64(), Some(1), "{name}: {table}");
             }
@@ -297,7 +315,53 @@ fn records_load_into_clickhouse_as_the_report_says() {
             r.report.findings.len() as u64,
             "{name}: a row per finding"
         );
-        with_buckets += usize::from(num(&got["counts"]["latency_buckets"]) > 0);
+        let buckets: usize = r
+            .report
+            .connections
+            .iter()
+            .flat_map(|c| [&c.a, &c.b])
+            .flat_map(|side| [&side.latency.ack, &side.latency.read])
+            .flatten()
+            .map(|l| l.buckets.len())
+            .sum::<usize>()
+            + r.report
+                .latency
+                .iter()
+                .map(|s| s.summary.buckets.len())
+                .sum::<usize>();
+        assert_eq!(
+            num(&got["counts"]["latency_buckets"]),
+            buckets as u64,
+            "{name}: a row per latency bucket"
+        );
+        let pauses: usize = r
+            .report
+            .pfc
+            .iter()
+            .flat_map(|p| &p.sources)
+            .map(|s| s.priorities.len() + usize::from(s.link_pause.is_some()))
+            .sum();
+        assert_eq!(
+            num(&got["counts"]["pauses"]),
+            pauses as u64,
+            "{name}: a row per PAUSE source and priority"
+        );
+        // The interval's own row counts the others.
+        let interval = &rows(&r.dir, "intervals")[0];
+        for (column, table) in [
+            ("qp_rows", "qp_intervals"),
+            ("connection_side_rows", "connection_sides"),
+            ("latency_bucket_rows", "latency_buckets"),
+            ("pause_rows", "pauses"),
+            ("finding_rows", "findings"),
+        ] {
+            assert_eq!(
+                interval[column].as_u64(),
+                Some(num(&got["counts"][table])),
+                "{name}: intervals.{column}"
+            );
+        }
+        with_buckets += usize::from(buckets > 0);
         with_pauses += usize::from(num(&got["counts"]["pauses"]) > 0);
         with_findings += usize::from(!r.report.findings.is_empty());
 
@@ -420,6 +484,7 @@ fn a_records_directory_that_is_not_empty_or_a_file_is_refused() {
     for (dir, what) in [
         (full.clone(), "exists and is not empty"),
         (capture.clone(), "is a file"),
+        (scratch.path("no/such/parent"), "cannot create it"),
     ] {
         let (status, out, err) = output(
             Command::new(CLI)

@@ -39,6 +39,8 @@ impl Receiver {
             .arg(workspace_root().join("tests/support/otlp_receiver.py"))
             .arg(&out)
             .args(flags)
+            // grpcio's own log (a refused TLS handshake, say) is not the test's.
+            .env("GRPC_VERBOSITY", "NONE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -131,6 +133,8 @@ fn qp_key(a: &Value) -> QpKey {
             .unwrap_or_else(|| panic!("{k}: {a}"))
             .to_string()
     };
+    // An empty value is left out.
+    let or_empty = |k: &str| a[k].as_str().unwrap_or_default().to_string();
     (
         s("source.address"),
         s("destination.address"),
@@ -138,7 +142,7 @@ fn qp_key(a: &Value) -> QpKey {
         u(&a["rdma.qp.destination"]),
         s("network.io.direction"),
         s("roce.vantage"),
-        s("roce.mirror.session"),
+        or_empty("roce.mirror.session"),
     )
 }
 
@@ -147,8 +151,8 @@ const COUNTS: [&str; 9] = [
     "roce.packets",
     "roce.bytes",
     "roce.ecn.ce",
-    "roce.ops_cnp",
-    "roce.ops_nak",
+    "roce.ops.cnp",
+    "roce.ops.nak",
     "roce.psn.gaps",
     "roce.psn.missing",
     "roce.psn.retransmissions",
@@ -201,9 +205,11 @@ fn report_qps(r: &Report) -> BTreeMap<QpKey, [u64; 9]> {
 fn check_exporter(name: &str, records: &[&Value], report: &Report, transport: &str) {
     let logs: Vec<&&Value> = records.iter().filter(|r| r["signal"] == "log").collect();
     let mut by_event: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
-    for r in &logs {
+    for r in records {
         assert_eq!(r["transport"], transport, "{name}");
         assert_eq!(r["headers"]["x-tenant"], "lab", "{name}: the header");
+    }
+    for r in &logs {
         assert_eq!(r["scope"], "roce-observer", "{name}");
         by_event
             .entry(r["event"].as_str().unwrap())
@@ -238,23 +244,59 @@ fn check_exporter(name: &str, records: &[&Value], report: &Report, transport: &s
         report.findings.len(),
         "{name}: findings"
     );
-    // The interval's totals, once.
-    let metrics: BTreeMap<&str, u64> = records
+    // The interval's own row: its rows in each table.
+    let intervals = &by_event["roce.intervals"];
+    assert_eq!(intervals.len(), 1, "{name}: one interval");
+    for (attribute, event) in [
+        ("roce.rows.qp_intervals", "roce.qp_intervals"),
+        ("roce.rows.connection_sides", "roce.connection_sides"),
+        ("roce.rows.latency_buckets", "roce.latency_buckets"),
+        ("roce.rows.pauses", "roce.pauses"),
+        ("roce.rows.findings", "roce.findings"),
+    ] {
+        assert_eq!(
+            u(&intervals[0][attribute]) as usize,
+            count(event),
+            "{name}: {attribute}"
+        );
+    }
+    // The interval's totals, each once, over its bounds, as delta sums.
+    let points: Vec<&&Value> = records.iter().filter(|r| r["signal"] == "metric").collect();
+    let metrics: BTreeMap<&str, u64> = points
         .iter()
-        .filter(|r| r["signal"] == "metric")
         .map(|r| (r["name"].as_str().unwrap(), u(&r["value"])))
         .collect();
+    assert_eq!(points.len(), metrics.len(), "{name}: each metric once");
+    for r in &points {
+        assert_eq!(r["temporality"], 1, "{name}: delta");
+        assert_eq!(r["time"], intervals[0]["roce.interval.end"], "{name}");
+        assert_eq!(r["start"], intervals[0]["roce.interval.start"], "{name}");
+    }
     let flows = &report.flows;
-    assert_eq!(
-        metrics.get("roce.packets"),
-        Some(&flows.iter().map(|f| f.packets).sum()),
-        "{name}: roce.packets"
-    );
-    assert_eq!(
-        metrics.get("roce.psn.missing"),
-        Some(&flows.iter().map(|f| f.psn.missing).sum()),
-        "{name}: roce.psn.missing"
-    );
+    let sum = |f: fn(&roce_observer::model::Flow) -> u64| flows.iter().map(f).sum::<u64>();
+    let want: BTreeMap<&str, u64> = [
+        ("roce.packets", sum(|f| f.packets)),
+        ("roce.bytes", sum(|f| f.bytes)),
+        ("roce.ecn.ce", sum(|f| f.ecn.ce)),
+        ("roce.cnp", sum(|f| f.ops.cnp)),
+        ("roce.nak", sum(|f| f.ops.nak)),
+        ("roce.psn.missing", sum(|f| f.psn.missing)),
+        ("roce.psn.retransmissions", sum(|f| f.psn.retransmissions)),
+    ]
+    .into();
+    assert_eq!(metrics, want, "{name}: the interval's totals");
+    // The resource, and the records' times and severities.
+    for r in &logs {
+        assert_eq!(r["resource"]["service.name"], "roce-observer", "{name}");
+        assert!(r["resource"]["host.name"].is_string(), "{name}");
+        assert_eq!(r["time"], intervals[0]["roce.interval.end"], "{name}");
+        let want = match r["attributes"]["roce.finding.severity"].as_str() {
+            Some("critical") => "ERROR",
+            Some("warning") => "WARN",
+            _ => "INFO",
+        };
+        assert_eq!(r["severity"], want, "{name}: {}", r["event"]);
+    }
 }
 
 fn by_exporter(received: &[Value]) -> BTreeMap<String, Vec<&Value>> {
@@ -369,7 +411,7 @@ fn a_receiver_refusing_or_missing_is_an_error_after_the_report() {
             .arg(&file),
     );
     assert!(status.success(), "{err}");
-    // Every row of the report's one interval.
+    // Every row of the report's one interval, and the interval's own.
     let rows = |r: &Report| {
         let rows = roce_observer::export::IntervalRows::of(r);
         rows.qps.len()
@@ -377,6 +419,7 @@ fn a_receiver_refusing_or_missing_is_an_error_after_the_report() {
             + rows.buckets.len()
             + rows.pauses.len()
             + rows.findings.len()
+            + 1
     };
     // Refused for good (INVALID_ARGUMENT, HTTP 400): no retry, every record lost.
     for (protocol, transport) in [("grpc", "grpc"), ("http-protobuf", "http")] {
@@ -427,6 +470,19 @@ fn a_receiver_refusing_or_missing_is_an_error_after_the_report() {
         (&["--otlp-header", "novalue"][..], "NAME=VALUE"),
         (&["--otlp-protocol", "grpc"][..], "--otlp-endpoint"),
         (
+            &["--otlp-endpoint", "collector:4317"][..],
+            "give http://HOST:PORT",
+        ),
+        (
+            &[
+                "--otlp-endpoint",
+                "http://127.0.0.1:9",
+                "--otlp-header",
+                "bad name=x",
+            ][..],
+            "header bad name",
+        ),
+        (
             &[
                 "--otlp-endpoint",
                 "http://127.0.0.1:9",
@@ -437,7 +493,7 @@ fn a_receiver_refusing_or_missing_is_an_error_after_the_report() {
         ),
     ] {
         let (code, report, err) = replay(&file, flags);
-        assert_ne!(code, Some(0), "{flags:?}");
+        assert_eq!(code, Some(2), "{flags:?}: {err}");
         assert!(report.is_none(), "{flags:?}: nothing runs");
         assert!(err.contains(what), "{flags:?}: {err}");
     }

@@ -12,9 +12,9 @@ CREATE TABLE IF NOT EXISTS roce.qp_intervals
     interval_start_ns UInt64 COMMENT 'Start of the interval, Unix-epoch ns',
     interval_end_ns UInt64 COMMENT 'End of the interval, Unix-epoch ns',
     host LowCardinality(String) COMMENT 'The host the exporter runs on',
-    rdma_device LowCardinality(String) COMMENT 'The RDMA device named for the host''s NIC side, or empty',
+    rdma_device LowCardinality(String) COMMENT 'The RDMA devices of the host''s NIC side the report read, comma separated, or empty',
     observed LowCardinality(String) COMMENT 'The interfaces (XDP, libpcap) or capture files observed, comma separated',
-    source LowCardinality(String) COMMENT 'How frames were read: xdp, capture (libpcap), pcap (a file), nic',
+    source LowCardinality(String) COMMENT 'How frames were read: live (XDP), capture (libpcap), pcap (files), nic (the NIC side alone)',
     job LowCardinality(String) COMMENT 'The training job, where known (empty: not known)',
     rank LowCardinality(String) COMMENT 'The rank in the job, where known (empty: not known)',
     direction LowCardinality(String) COMMENT 'receive or transmit (host mode''s TC egress), as the observation point saw it',
@@ -58,12 +58,13 @@ CREATE TABLE IF NOT EXISTS roce.qp_intervals
     ops_atomic_ack UInt64 COMMENT 'Atomic ACKs',
     ops_cnp UInt64 COMMENT 'Congestion notification packets (CNP)',
     ops_other UInt64 COMMENT 'Other opcodes (reserved, vendor, unknown AETH codes)',
-    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns))
+    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns)),
+    inserted_at DateTime('UTC') DEFAULT now()
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMMDD(interval_start)
 ORDER BY (host, src_addr, dst_addr, dest_qp, src_port, interval_start_ns)
-TTL toDateTime(interval_start) + INTERVAL 30 DAY DELETE;
+TTL inserted_at + INTERVAL 30 DAY DELETE;
 
 -- One row: one side of a connection (a QP and what both directions show of it) over one interval.
 CREATE TABLE IF NOT EXISTS roce.connection_sides
@@ -75,9 +76,9 @@ CREATE TABLE IF NOT EXISTS roce.connection_sides
     interval_start_ns UInt64 COMMENT 'Start of the interval, Unix-epoch ns',
     interval_end_ns UInt64 COMMENT 'End of the interval, Unix-epoch ns',
     host LowCardinality(String) COMMENT 'The host the exporter runs on',
-    rdma_device LowCardinality(String) COMMENT 'The RDMA device named for the host''s NIC side, or empty',
+    rdma_device LowCardinality(String) COMMENT 'The RDMA devices of the host''s NIC side the report read, comma separated, or empty',
     observed LowCardinality(String) COMMENT 'The interfaces (XDP, libpcap) or capture files observed, comma separated',
-    source LowCardinality(String) COMMENT 'How frames were read: xdp, capture (libpcap), pcap (a file), nic',
+    source LowCardinality(String) COMMENT 'How frames were read: live (XDP), capture (libpcap), pcap (files), nic (the NIC side alone)',
     job LowCardinality(String) COMMENT 'The training job, where known (empty: not known)',
     rank LowCardinality(String) COMMENT 'The rank in the job, where known (empty: not known)',
     transport LowCardinality(String) COMMENT 'RC, UC, XRC, or UD',
@@ -122,12 +123,13 @@ CREATE TABLE IF NOT EXISTS roce.connection_sides
     ops_atomic_ack UInt64 COMMENT 'Atomic ACKs',
     ops_cnp UInt64 COMMENT 'Congestion notification packets (CNP)',
     ops_other UInt64 COMMENT 'Other opcodes (reserved, vendor, unknown AETH codes)',
-    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns))
+    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns)),
+    inserted_at DateTime('UTC') DEFAULT now()
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMMDD(interval_start)
 ORDER BY (host, addr, peer_addr, qp, interval_start_ns)
-TTL toDateTime(interval_start) + INTERVAL 30 DAY DELETE;
+TTL inserted_at + INTERVAL 30 DAY DELETE;
 
 -- One row: one bucket of a latency histogram, of a connection side or of an interface, over one interval.
 CREATE TABLE IF NOT EXISTS roce.latency_buckets
@@ -139,9 +141,9 @@ CREATE TABLE IF NOT EXISTS roce.latency_buckets
     interval_start_ns UInt64 COMMENT 'Start of the interval, Unix-epoch ns',
     interval_end_ns UInt64 COMMENT 'End of the interval, Unix-epoch ns',
     host LowCardinality(String) COMMENT 'The host the exporter runs on',
-    rdma_device LowCardinality(String) COMMENT 'The RDMA device named for the host''s NIC side, or empty',
+    rdma_device LowCardinality(String) COMMENT 'The RDMA devices of the host''s NIC side the report read, comma separated, or empty',
     observed LowCardinality(String) COMMENT 'The interfaces (XDP, libpcap) or capture files observed, comma separated',
-    source LowCardinality(String) COMMENT 'How frames were read: xdp, capture (libpcap), pcap (a file), nic',
+    source LowCardinality(String) COMMENT 'How frames were read: live (XDP), capture (libpcap), pcap (files), nic (the NIC side alone)',
     job LowCardinality(String) COMMENT 'The training job, where known (empty: not known)',
     rank LowCardinality(String) COMMENT 'The rank in the job, where known (empty: not known)',
     scope LowCardinality(String) COMMENT 'connection (a side''s requests) or interface (all requests seen there)',
@@ -155,12 +157,13 @@ CREATE TABLE IF NOT EXISTS roce.latency_buckets
     lo_ns UInt64 COMMENT 'The bucket''s lower bound, ns (inclusive)',
     hi_ns UInt64 COMMENT 'The bucket''s upper bound, ns (exclusive)',
     count UInt64 COMMENT 'Samples in the bucket',
-    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns))
+    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns)),
+    inserted_at DateTime('UTC') DEFAULT now()
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMMDD(interval_start)
 ORDER BY (host, scope, kind, addr, qp, lo_ns, interval_start_ns)
-TTL toDateTime(interval_start) + INTERVAL 30 DAY DELETE;
+TTL inserted_at + INTERVAL 30 DAY DELETE;
 
 -- One row: the PAUSE / PFC frames of one source MAC and priority over one interval.
 CREATE TABLE IF NOT EXISTS roce.pauses
@@ -172,9 +175,9 @@ CREATE TABLE IF NOT EXISTS roce.pauses
     interval_start_ns UInt64 COMMENT 'Start of the interval, Unix-epoch ns',
     interval_end_ns UInt64 COMMENT 'End of the interval, Unix-epoch ns',
     host LowCardinality(String) COMMENT 'The host the exporter runs on',
-    rdma_device LowCardinality(String) COMMENT 'The RDMA device named for the host''s NIC side, or empty',
+    rdma_device LowCardinality(String) COMMENT 'The RDMA devices of the host''s NIC side the report read, comma separated, or empty',
     observed LowCardinality(String) COMMENT 'The interfaces (XDP, libpcap) or capture files observed, comma separated',
-    source LowCardinality(String) COMMENT 'How frames were read: xdp, capture (libpcap), pcap (a file), nic',
+    source LowCardinality(String) COMMENT 'How frames were read: live (XDP), capture (libpcap), pcap (files), nic (the NIC side alone)',
     job LowCardinality(String) COMMENT 'The training job, where known (empty: not known)',
     rank LowCardinality(String) COMMENT 'The rank in the job, where known (empty: not known)',
     src_mac String COMMENT 'The MAC address that sent the frames (the paused link''s far end)',
@@ -185,12 +188,13 @@ CREATE TABLE IF NOT EXISTS roce.pauses
     xon UInt64 COMMENT 'Frames that resumed it (zero time)',
     quanta UInt64 COMMENT 'Pause quanta asked for, summed (512 bit times each)',
     pause_ns UInt64 COMMENT 'Time paused, ns, at the link speed (0: the speed is not known)',
-    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns))
+    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns)),
+    inserted_at DateTime('UTC') DEFAULT now()
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMMDD(interval_start)
 ORDER BY (host, src_mac, priority, interval_start_ns)
-TTL toDateTime(interval_start) + INTERVAL 30 DAY DELETE;
+TTL inserted_at + INTERVAL 30 DAY DELETE;
 
 -- One row: a finding of the interval, with its evidence.
 CREATE TABLE IF NOT EXISTS roce.findings
@@ -202,9 +206,9 @@ CREATE TABLE IF NOT EXISTS roce.findings
     interval_start_ns UInt64 COMMENT 'Start of the interval, Unix-epoch ns',
     interval_end_ns UInt64 COMMENT 'End of the interval, Unix-epoch ns',
     host LowCardinality(String) COMMENT 'The host the exporter runs on',
-    rdma_device LowCardinality(String) COMMENT 'The RDMA device named for the host''s NIC side, or empty',
+    rdma_device LowCardinality(String) COMMENT 'The RDMA devices of the host''s NIC side the report read, comma separated, or empty',
     observed LowCardinality(String) COMMENT 'The interfaces (XDP, libpcap) or capture files observed, comma separated',
-    source LowCardinality(String) COMMENT 'How frames were read: xdp, capture (libpcap), pcap (a file), nic',
+    source LowCardinality(String) COMMENT 'How frames were read: live (XDP), capture (libpcap), pcap (files), nic (the NIC side alone)',
     job LowCardinality(String) COMMENT 'The training job, where known (empty: not known)',
     rank LowCardinality(String) COMMENT 'The rank in the job, where known (empty: not known)',
     rule LowCardinality(String) COMMENT 'The rule (docs/findings.md)',
@@ -212,11 +216,40 @@ CREATE TABLE IF NOT EXISTS roce.findings
     title String COMMENT 'The finding in a line',
     summary String COMMENT 'What the evidence shows',
     evidence String COMMENT 'The evidence, a JSON object',
-    flows Array(String) COMMENT 'The flows it names: source:port > destination QP n',
+    flows Array(String) COMMENT 'The flows it names: source:port ([v6]:port) > destination QP n',
     hint String COMMENT 'What to look at next',
-    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns))
+    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns)),
+    inserted_at DateTime('UTC') DEFAULT now()
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMMDD(interval_start)
 ORDER BY (host, rule, interval_start_ns)
-TTL toDateTime(interval_start) + INTERVAL 30 DAY DELETE;
+TTL inserted_at + INTERVAL 30 DAY DELETE;
+
+-- One row: an interval: the rows it has in each table.
+CREATE TABLE IF NOT EXISTS roce.intervals
+(
+    schema_version UInt16 COMMENT 'The record schema''s version',
+    exporter LowCardinality(String) COMMENT 'The exporter''s stream: host, process and start; its sequence numbers count from 0',
+    interval_seq UInt64 COMMENT 'The exporter''s interval number, 0, 1, 2... (a gap: an interval lost)',
+    seq UInt64 COMMENT 'The row''s number among the exporter''s rows of this table, 0, 1, 2... (a gap: a row lost)',
+    interval_start_ns UInt64 COMMENT 'Start of the interval, Unix-epoch ns',
+    interval_end_ns UInt64 COMMENT 'End of the interval, Unix-epoch ns',
+    host LowCardinality(String) COMMENT 'The host the exporter runs on',
+    rdma_device LowCardinality(String) COMMENT 'The RDMA devices of the host''s NIC side the report read, comma separated, or empty',
+    observed LowCardinality(String) COMMENT 'The interfaces (XDP, libpcap) or capture files observed, comma separated',
+    source LowCardinality(String) COMMENT 'How frames were read: live (XDP), capture (libpcap), pcap (files), nic (the NIC side alone)',
+    job LowCardinality(String) COMMENT 'The training job, where known (empty: not known)',
+    rank LowCardinality(String) COMMENT 'The rank in the job, where known (empty: not known)',
+    qp_rows UInt64 COMMENT 'Its rows of qp_intervals',
+    connection_side_rows UInt64 COMMENT 'Its rows of connection_sides',
+    latency_bucket_rows UInt64 COMMENT 'Its rows of latency_buckets',
+    pause_rows UInt64 COMMENT 'Its rows of pauses',
+    finding_rows UInt64 COMMENT 'Its rows of findings',
+    interval_start DateTime64(9, 'UTC') MATERIALIZED fromUnixTimestamp64Nano(toInt64(interval_start_ns)),
+    inserted_at DateTime('UTC') DEFAULT now()
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMMDD(interval_start)
+ORDER BY (host, exporter, interval_seq)
+TTL inserted_at + INTERVAL 30 DAY DELETE;

@@ -2,10 +2,10 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use roce_observer::{
-    export::{IntervalRows, Sequencer, report_interval},
+    export::{IntervalRows, Resource, Sequencer},
     model::Report,
     units::parse_duration,
 };
@@ -79,8 +79,8 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 }
 
 impl OtlpArgs {
-    /// The exporter's settings, or `None` without `--otlp-endpoint`. Reads the CA file now,
-    /// so a missing one is refused before anything runs.
+    /// The exporter's settings, or `None` without `--otlp-endpoint`: checked whole (the URL,
+    /// the headers, the CA file read and parsed), so a bad one is refused before anything runs.
     pub fn config(&self) -> Result<Option<observer_otlp::Config>> {
         let Some(endpoint) = &self.otlp_endpoint else {
             return Ok(None);
@@ -89,19 +89,21 @@ impl OtlpArgs {
         c.gzip = self.otlp_compression == CompressionArg::Gzip;
         c.headers = self.otlp_headers.clone();
         c.timeout = self.otlp_timeout.min(Duration::from_secs(10));
-        c.ca_pem = match &self.otlp_ca {
-            None => None,
-            Some(p) => {
-                Some(std::fs::read(p).with_context(|| format!("--otlp-ca {}", p.display()))?)
-            }
-        };
+        if let Some(p) = &self.otlp_ca {
+            c.ca_pem = Some(std::fs::read(p).map_err(|e| {
+                crate::output::UsageError(format!("--otlp-ca {}: {e}", p.display()))
+            })?);
+        }
+        c.validate()
+            .map_err(|e| crate::output::UsageError(e.to_string()))?;
         Ok(Some(c))
     }
 }
 
-/// Sends a report's records (one interval) when `config` is given.
+/// Sends a report's records (one interval, as `resource`) when `config` is given.
 pub fn send(
     report: &Report,
+    resource: &Resource,
     config: Option<observer_otlp::Config>,
     deadline: Duration,
 ) -> Result<()> {
@@ -109,22 +111,9 @@ pub fn send(
         return Ok(());
     };
     let endpoint = config.endpoint.clone();
-    let resource = roce_observer::records::resource(report);
-    let interval = report_interval(report, 0);
-    let rows = Sequencer::default().interval(
-        &resource,
-        interval.start_ns,
-        interval.end_ns,
-        &IntervalRows::of(report),
-    );
-    let stats = observer_otlp::upload(
-        config,
-        &resource,
-        interval.start_ns,
-        interval.end_ns,
-        &rows,
-        deadline,
-    )?;
+    let (start, end) = roce_observer::records::interval(report);
+    let rows = Sequencer::default().interval(resource, start, end, &IntervalRows::of(report));
+    let stats = observer_otlp::upload(config, resource, start, end, &rows, deadline)?;
     eprintln!(
         "roce-observer: sent {} records to {endpoint}{}",
         stats.sent,

@@ -207,17 +207,20 @@ pub fn finish(
     color: bool,
 ) -> Result<()> {
     print_warnings(report);
+    // One exporter for the run: the records on disk and over OTLP are one stream. The records
+    // first: an HTML file inside their directory would make it not empty.
+    let resource = roce_observer::records::resource(report);
+    let records = write_records(report, &resource, files.records);
     let html = write_html(report, files.html);
-    let records = write_records(report, files.records);
     print_report(report, json, top, color)?;
     // After the report is printed: an upload that fails loses nothing of it.
     let otlp = match files.otlp {
         Some(o) => o
             .config()
-            .and_then(|c| crate::otlp_args::send(report, c, o.otlp_timeout)),
+            .and_then(|c| crate::otlp_args::send(report, &resource, c, o.otlp_timeout)),
         None => Ok(()),
     };
-    html.and(records).and(otlp)
+    records.and(html).and(otlp)
 }
 
 /// The files a report is also written to.
@@ -248,9 +251,13 @@ impl Files<'_> {
 }
 
 /// Writes the fleet records when `--records` asked for them.
-pub fn write_records(report: &Report, dir: Option<&Path>) -> Result<()> {
+pub fn write_records(
+    report: &Report,
+    resource: &roce_observer::export::Resource,
+    dir: Option<&Path>,
+) -> Result<()> {
     if let Some(dir) = dir {
-        let rows = roce_observer::records::write_report(report, dir)?;
+        let rows = roce_observer::records::write_report(report, resource, dir)?;
         eprintln!(
             "roce-observer: wrote {} records to {}",
             rows.iter().sum::<u64>(),

@@ -109,27 +109,25 @@ pub fn log_record(row: &EncodedRow, observed_ns: u64) -> LogRecord {
         body: Some(AnyValue {
             value: Some(any_value::Value::StringValue(table.into())),
         }),
+        // An empty string is a value not known (OpenTelemetry: leave the attribute out).
         attributes: row
             .values
             .iter()
+            .filter(|(_, v)| !matches!(v, Value::Str(s) if s.is_empty()))
             .map(|(c, v)| kv(c.attribute, any(v)))
             .collect(),
         ..Default::default()
     }
 }
 
-/// The rows as one logs request.
-pub fn logs(
-    resource_: &Resource,
-    rows: &[EncodedRow],
-    observed_ns: u64,
-) -> ExportLogsServiceRequest {
+/// Log records as one logs request.
+pub fn logs(resource_: &Resource, log_records: Vec<LogRecord>) -> ExportLogsServiceRequest {
     ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
             resource: Some(resource(resource_)),
             scope_logs: vec![ScopeLogs {
                 scope: Some(scope()),
-                log_records: rows.iter().map(|r| log_record(r, observed_ns)).collect(),
+                log_records,
                 schema_url: String::new(),
             }],
             schema_url: String::new(),

@@ -23,12 +23,16 @@ use std::{
 
 pub use encode::{INTERVAL_SUMS, log_record, logs, metrics};
 use observer_core::export::{EncodedRow, Resource};
-use opentelemetry_proto::tonic::collector::{
-    logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest,
+use opentelemetry_proto::tonic::{
+    collector::{logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest},
+    logs::v1::LogRecord,
 };
 use prost::Message;
 use tokio::sync::Notify;
 use transport::{Client, Outcome};
+
+/// About the most a request carries (encoded rows), under collectors' 4 MiB gRPC default.
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 
 /// The OTLP transport.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,6 +76,14 @@ impl Config {
             buffer_bytes: 64 << 20,
             max_rows_per_request: 2000,
         }
+    }
+}
+
+impl Config {
+    /// Checks what can be checked before anything is sent: the URL (http:// or https://,
+    /// a host), the headers, and the CA file's certificates.
+    pub fn validate(&self) -> Result<(), OtlpError> {
+        transport::validate(self)
     }
 }
 
@@ -167,22 +179,40 @@ impl Exporter {
         let observed = now_ns();
         let qp_rows: Vec<&EncodedRow> = rows.iter().filter(|r| r.table == 0).collect();
         let mut aggregates = Some(metrics(resource, start_ns, end_ns, &qp_rows));
-        let chunks: Vec<&[EncodedRow]> = if rows.is_empty() {
-            vec![&[]]
-        } else {
-            rows.chunks(self.config.max_rows_per_request.max(1))
-                .collect()
-        };
-        for chunk in chunks {
-            let request = logs(resource, chunk, observed);
+        // Requests of at most `max_rows_per_request` rows and about MAX_REQUEST_BYTES (a
+        // collector's default gRPC message limit is 4 MiB).
+        let mut chunk: Vec<LogRecord> = Vec::new();
+        let mut chunk_bytes = 0;
+        let mut emit = |chunk: Vec<LogRecord>, bytes: usize| {
             let metrics = aggregates.take();
-            let bytes = request.encoded_len() + metrics.as_ref().map_or(0, Message::encoded_len);
+            let rows = chunk.len() as u64;
+            let request = logs(resource, chunk);
+            let bytes = bytes + metrics.as_ref().map_or(0, Message::encoded_len);
             self.enqueue(Batch {
                 logs: request,
                 metrics,
-                rows: chunk.len() as u64,
+                rows,
                 bytes,
             });
+        };
+        let mut emitted = false;
+        for row in rows {
+            let record = log_record(row, observed);
+            let n = record.encoded_len();
+            if !chunk.is_empty()
+                && (chunk_bytes + n > MAX_REQUEST_BYTES
+                    || chunk.len() >= self.config.max_rows_per_request.max(1))
+            {
+                emit(std::mem::take(&mut chunk), chunk_bytes);
+                chunk_bytes = 0;
+                emitted = true;
+            }
+            chunk_bytes += n;
+            chunk.push(record);
+        }
+        // The last rows, or the aggregates alone (an interval without rows).
+        if !chunk.is_empty() || !emitted {
+            emit(chunk, chunk_bytes);
         }
     }
 
@@ -212,21 +242,7 @@ impl Exporter {
 
     /// Where the rows went, so far.
     pub fn stats(&self) -> Stats {
-        let s = &self.shared;
-        Stats {
-            pushed: s.pushed.load(Ordering::Relaxed),
-            sent: s.sent.load(Ordering::Relaxed),
-            rejected: s.rejected.load(Ordering::Relaxed),
-            dropped: s.dropped.load(Ordering::Relaxed),
-            pending: s.queued_rows.load(Ordering::Relaxed) + s.in_flight.load(Ordering::Relaxed),
-            queued_bytes: s.queued_bytes.load(Ordering::Relaxed),
-            retries: s.retries.load(Ordering::Relaxed),
-            last_error: s
-                .last_error
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        }
+        stats_of(&self.shared)
     }
 
     /// Waits until every queued row was sent (or refused), or `deadline` passes; then stops
@@ -245,7 +261,29 @@ impl Exporter {
         let _ = tokio::time::timeout(deadline, wait).await;
         self.shared.closed.store(true, Ordering::Relaxed);
         self.task.abort();
-        self.stats()
+        // Stopped for good before the counts are read (a request in flight at the deadline
+        // stays pending: not delivered, as far as this exporter knows; the task is aborted at
+        // an await, never between counting a request and clearing it).
+        let Self { shared, task, .. } = self;
+        let _ = task.await;
+        stats_of(&shared)
+    }
+}
+
+fn stats_of(s: &Shared) -> Stats {
+    Stats {
+        pushed: s.pushed.load(Ordering::Relaxed),
+        sent: s.sent.load(Ordering::Relaxed),
+        rejected: s.rejected.load(Ordering::Relaxed),
+        dropped: s.dropped.load(Ordering::Relaxed),
+        pending: s.queued_rows.load(Ordering::Relaxed) + s.in_flight.load(Ordering::Relaxed),
+        queued_bytes: s.queued_bytes.load(Ordering::Relaxed),
+        retries: s.retries.load(Ordering::Relaxed),
+        last_error: s
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
     }
 }
 
@@ -313,7 +351,12 @@ async fn send(shared: &Shared, client: &mut Client, req: Request<'_>, timeout: D
             Request::Metrics(r) => client.metrics(r, timeout).await,
         };
         match outcome {
-            Outcome::Delivered { rejected } => return Sent::Delivered(rejected),
+            Outcome::Delivered { rejected, why } => {
+                if let Some(why) = why {
+                    shared.error(why);
+                }
+                return Sent::Delivered(rejected);
+            }
             Outcome::Refused { why } => {
                 shared.error(why);
                 return Sent::Refused;
@@ -341,6 +384,12 @@ pub fn upload(
     deadline: Duration,
 ) -> Result<Stats, UploadError> {
     let endpoint = config.endpoint.clone();
+    // The whole report is in memory already: queue all of it (the cap is for a sidecar's
+    // stream, where new intervals keep coming).
+    let config = Config {
+        buffer_bytes: usize::MAX,
+        ..config
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -378,4 +427,105 @@ pub enum UploadError {
         pushed: u64,
         why: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use observer_core::export::{Value, tables::HEAD};
+
+    use super::*;
+
+    /// `n` rows of the QP table, each with one column.
+    fn rows(n: usize) -> Vec<EncodedRow> {
+        (0..n)
+            .map(|i| EncodedRow {
+                table: 0,
+                values: vec![(&HEAD[0].info, Value::U64(i as u64))],
+            })
+            .collect()
+    }
+
+    fn queued(e: &Exporter) -> Vec<(u64, bool)> {
+        e.shared
+            .queue
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| (b.rows, b.metrics.is_some()))
+            .collect()
+    }
+
+    /// Nothing listens on the discard port: every request is retried, none delivered.
+    fn unreachable() -> Config {
+        Config::new("http://127.0.0.1:9", Protocol::HttpProtobuf)
+    }
+
+    #[tokio::test]
+    async fn an_interval_is_cut_into_requests_its_aggregates_with_the_first() {
+        let e = Exporter::start(unreachable()).unwrap();
+        e.push(&Resource::default(), 1, 2, &rows(4500));
+        assert_eq!(queued(&e), [(2000, true), (2000, false), (500, false)]);
+        e.push(&Resource::default(), 2, 3, &[]);
+        assert_eq!(queued(&e).last(), Some(&(0, true)), "the aggregates alone");
+        let s = e.stats();
+        assert_eq!((s.pushed, s.pending), (4500, 4500));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_the_oldest_and_counts_every_row() {
+        let one = {
+            let e = Exporter::start(unreachable()).unwrap();
+            e.push(&Resource::default(), 1, 2, &rows(100));
+            e.stats().queued_bytes
+        };
+        let e = Exporter::start(Config {
+            buffer_bytes: (3 * one + one / 2) as usize,
+            ..unreachable()
+        })
+        .unwrap();
+        for i in 0..10 {
+            e.push(&Resource::default(), i, i + 1, &rows(100));
+        }
+        // Three intervals fit; the seven oldest went.
+        let s = e.stats();
+        assert_eq!((s.pushed, s.dropped, s.pending), (1000, 700, 300));
+        assert!(s.queued_bytes <= 3 * one + one / 2);
+        // The sender takes the oldest left and keeps retrying it; at the deadline every row is
+        // sent, rejected, dropped or pending, once.
+        let s = e.flush(Duration::from_millis(300)).await;
+        assert_eq!(s.sent + s.rejected + s.dropped + s.pending, s.pushed);
+        assert_eq!((s.sent, s.dropped, s.pending), (0, 700, 300));
+        assert!(s.retries > 0 && s.last_error.is_some(), "{s:?}");
+    }
+
+    #[test]
+    fn bad_settings_are_refused_before_anything_runs() {
+        for (endpoint, headers, ca, what) in [
+            ("collector:4317", vec![], None, "http://HOST:PORT"),
+            ("ftp://collector", vec![], None, "http://HOST:PORT"),
+            (
+                "http://collector:4318",
+                vec![("bad name".to_string(), "x".to_string())],
+                None,
+                "header bad name",
+            ),
+            (
+                "https://collector:4318",
+                vec![],
+                Some(b"not a certificate".to_vec()),
+                "no PEM certificate",
+            ),
+        ] {
+            let mut c = Config::new(endpoint, Protocol::Grpc);
+            c.headers = headers;
+            c.ca_pem = ca;
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains(endpoint), "{e}");
+        }
+        assert!(
+            Config::new("https://collector:4317", Protocol::Grpc)
+                .validate()
+                .is_ok()
+        );
+    }
 }

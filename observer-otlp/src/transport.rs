@@ -29,8 +29,9 @@ use crate::{Config, OtlpError, Protocol};
 /// What became of one request.
 #[derive(Debug)]
 pub enum Outcome {
-    /// Accepted; `rejected` items of it refused by the receiver (partial success).
-    Delivered { rejected: u64 },
+    /// Accepted; `rejected` items of it refused by the receiver (partial success, with its
+    /// message).
+    Delivered { rejected: u64, why: Option<String> },
     /// Not accepted, worth trying again (after `after`, when the server said).
     Retry {
         after: Option<Duration>,
@@ -58,10 +59,58 @@ pub enum Client {
     },
 }
 
+/// The checks [`Config::validate`](crate::Config::validate) makes.
+pub fn validate(config: &Config) -> Result<(), OtlpError> {
+    let bad = |what: String| OtlpError::Config {
+        endpoint: config.endpoint.clone(),
+        what,
+    };
+    let uri: hyper::Uri = config
+        .endpoint
+        .parse()
+        .map_err(|e| bad(format!("not a URL: {e}")))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        return Err(bad("give http://HOST:PORT or https://HOST:PORT".into()));
+    }
+    for (k, v) in &config.headers {
+        hyper::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| bad(format!("header {k}: not a valid name")))?;
+        hyper::header::HeaderValue::from_str(v)
+            .map_err(|_| bad(format!("header {k}: not a valid value")))?;
+    }
+    roots(config)?;
+    Ok(())
+}
+
+/// The certificates trusted for https://: the system's, and the CA file's.
+fn roots(config: &Config) -> Result<rustls::RootCertStore, OtlpError> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(pem) = &config.ca_pem {
+        let bad = |what: String| OtlpError::Config {
+            endpoint: config.endpoint.clone(),
+            what: format!("the CA file: {what}"),
+        };
+        let mut any = false;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            roots
+                .add(cert.map_err(|e| bad(e.to_string()))?)
+                .map_err(|e| bad(e.to_string()))?;
+            any = true;
+        }
+        if !any {
+            return Err(bad("no PEM certificate in it".into()));
+        }
+    }
+    Ok(roots)
+}
+
 impl Client {
     /// A client for `config` (no connection yet: the first request connects, and a receiver
     /// that is down is a request to retry).
     pub fn new(config: &Config) -> Result<Self, OtlpError> {
+        validate(config)?;
         let bad = |what: String| OtlpError::Config {
             endpoint: config.endpoint.clone(),
             what,
@@ -113,21 +162,7 @@ impl Client {
                 {
                     return Err(bad("not an http:// or https:// URL".into()));
                 }
-                let mut roots = rustls::RootCertStore::empty();
-                match &config.ca_pem {
-                    Some(pem) => {
-                        use rustls::pki_types::{CertificateDer, pem::PemObject};
-                        for cert in CertificateDer::pem_slice_iter(pem) {
-                            let cert = cert.map_err(|e| bad(format!("CA file: {e}")))?;
-                            roots.add(cert).map_err(|e| bad(format!("CA file: {e}")))?;
-                        }
-                    }
-                    None => {
-                        roots.add_parsable_certificates(
-                            rustls_native_certs::load_native_certs().certs,
-                        );
-                    }
-                }
+                let roots = roots(config)?;
                 let tls = rustls::ClientConfig::builder()
                     .with_root_certificates(roots)
                     .with_no_client_auth();
@@ -137,12 +172,6 @@ impl Client {
                     .enable_http1()
                     .build();
                 let client = HttpClient::builder(hyper_util::rt::TokioExecutor::new()).build(https);
-                for (k, v) in &config.headers {
-                    hyper::header::HeaderName::from_bytes(k.as_bytes())
-                        .map_err(|_| bad(format!("header {k}: not a valid name")))?;
-                    hyper::header::HeaderValue::from_str(v)
-                        .map_err(|_| bad(format!("header {k}: not a valid value")))?;
-                }
                 Ok(Self::Http {
                     client,
                     base: config.endpoint.trim_end_matches('/').to_string(),
@@ -166,6 +195,12 @@ impl Client {
                             .partial_success
                             .as_ref()
                             .map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0)),
+                        why: resp
+                            .get_ref()
+                            .partial_success
+                            .as_ref()
+                            .map(|p| p.error_message.clone())
+                            .filter(|m| !m.is_empty()),
                     },
                     Err(status) => grpc_outcome(&status),
                 }
@@ -174,8 +209,12 @@ impl Client {
                 let body = req.encode_to_vec();
                 self.post("/v1/logs", body, timeout, |b| {
                     ExportLogsServiceResponse::decode(b).ok().and_then(|r| {
-                        r.partial_success
-                            .map(|p| u64::try_from(p.rejected_log_records).unwrap_or(0))
+                        r.partial_success.map(|p| {
+                            (
+                                u64::try_from(p.rejected_log_records).unwrap_or(0),
+                                p.error_message,
+                            )
+                        })
                     })
                 })
                 .await
@@ -202,6 +241,12 @@ impl Client {
                             .partial_success
                             .as_ref()
                             .map_or(0, |p| u64::try_from(p.rejected_data_points).unwrap_or(0)),
+                        why: resp
+                            .get_ref()
+                            .partial_success
+                            .as_ref()
+                            .map(|p| p.error_message.clone())
+                            .filter(|m| !m.is_empty()),
                     },
                     Err(status) => grpc_outcome(&status),
                 }
@@ -210,8 +255,12 @@ impl Client {
                 let body = req.encode_to_vec();
                 self.post("/v1/metrics", body, timeout, |b| {
                     ExportMetricsServiceResponse::decode(b).ok().and_then(|r| {
-                        r.partial_success
-                            .map(|p| u64::try_from(p.rejected_data_points).unwrap_or(0))
+                        r.partial_success.map(|p| {
+                            (
+                                u64::try_from(p.rejected_data_points).unwrap_or(0),
+                                p.error_message,
+                            )
+                        })
                     })
                 })
                 .await
@@ -224,7 +273,7 @@ impl Client {
         path: &str,
         body: Vec<u8>,
         timeout: Duration,
-        rejected: impl Fn(Bytes) -> Option<u64>,
+        rejected: impl Fn(Bytes) -> Option<(u64, String)>,
     ) -> Outcome {
         let Self::Http {
             client,
@@ -287,9 +336,13 @@ impl Client {
             _ => Bytes::new(),
         };
         match status.as_u16() {
-            200..=299 => Outcome::Delivered {
-                rejected: rejected(body).unwrap_or(0),
-            },
+            200..=299 => {
+                let (rejected, why) = rejected(body).unwrap_or_default();
+                Outcome::Delivered {
+                    rejected,
+                    why: Some(why).filter(|w| !w.is_empty()),
+                }
+            }
             // OTLP/HTTP: these are retryable, after Retry-After when given.
             429 | 502 | 503 | 504 => Outcome::Retry {
                 after,
@@ -303,9 +356,26 @@ impl Client {
 }
 
 /// OTLP/gRPC: these codes are retryable; the rest are not (RESOURCE_EXHAUSTED is only with a
-/// RetryInfo, which this client does not read: it is not retried).
+/// RetryInfo, which this client does not read: it is not retried). A status made here from a
+/// transport error (a connection reset or closed mid-request: UNKNOWN or INTERNAL with the
+/// error as its source) is the network's, not the server's answer: retried, as OTLP/HTTP
+/// retries a failed connection.
 fn grpc_outcome(status: &tonic::Status) -> Outcome {
     let why = format!("gRPC {:?}: {}", status.code(), status.message());
+    let local = {
+        let mut source = std::error::Error::source(status);
+        let mut found = false;
+        while let Some(e) = source {
+            found |= e.is::<hyper::Error>()
+                || e.is::<std::io::Error>()
+                || e.is::<tonic::transport::Error>();
+            source = e.source();
+        }
+        found
+    };
+    if local && matches!(status.code(), Code::Unknown | Code::Internal) {
+        return Outcome::Retry { after: None, why };
+    }
     match status.code() {
         Code::Cancelled
         | Code::DeadlineExceeded

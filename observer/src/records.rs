@@ -10,7 +10,7 @@ use std::{
 };
 
 use observer_core::{
-    export::{IntervalRows, Resource, Sequencer, TABLES, json_row, report_interval},
+    export::{IntervalRows, Resource, Sequencer, TABLES, json_row},
     model::Report,
 };
 
@@ -54,7 +54,10 @@ pub fn check_dir(dir: &Path) -> Result<(), RecordsError> {
                 "exists and is not empty: give a new or empty directory",
             )),
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        // New: it must be creatable (tried, and taken away again).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(dir)
+            .and_then(|()| std::fs::remove_dir(dir))
+            .map_err(|e| refuse(&format!("cannot create it: {e}"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
             Err(refuse("is a file, not a directory"))
         }
@@ -134,10 +137,16 @@ pub fn resource(report: &Report) -> Resource {
     } else {
         &report.source.interfaces
     };
+    let devices: Vec<&str> = report
+        .nic
+        .iter()
+        .flat_map(|n| &n.devices)
+        .map(|d| d.name.as_str())
+        .collect();
     Resource {
         exporter: format!("{host}/{}/{started}", std::process::id()),
         host,
-        rdma_device: String::new(),
+        rdma_device: devices.join(","),
         observed: observed.join(","),
         source: report.source.kind.clone(),
         job: String::new(),
@@ -145,15 +154,24 @@ pub fn resource(report: &Report) -> Resource {
     }
 }
 
+/// The interval a report covers, Unix-epoch ns: its frames' (a replay), its session's (a live
+/// one), or, without either (the NIC side alone), its window up to now.
+pub fn interval(report: &Report) -> (u64, u64) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    observer_core::export::report_interval(report, now)
+}
+
 /// Writes a report as the records of one interval (a replay, a diagnose) into `dir`.
-pub fn write_report(report: &Report, dir: &Path) -> Result<[u64; TABLES.len()], RecordsError> {
-    let mut records = RecordDir::create(dir, resource(report))?;
-    let interval = report_interval(report, 0);
-    let written = records.interval(
-        interval.start_ns,
-        interval.end_ns,
-        &IntervalRows::of(report),
-    )?;
+pub fn write_report(
+    report: &Report,
+    resource: &Resource,
+    dir: &Path,
+) -> Result<[u64; TABLES.len()], RecordsError> {
+    let mut records = RecordDir::create(dir, resource.clone())?;
+    let (start, end) = interval(report);
+    let written = records.interval(start, end, &IntervalRows::of(report))?;
     records.finish()?;
     Ok(written)
 }

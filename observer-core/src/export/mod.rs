@@ -176,6 +176,11 @@ pub struct FindingItem<'a> {
     pub finding: &'a Finding,
 }
 
+/// An interval's own row: its rows in each of the other tables.
+pub struct IntervalItem {
+    pub rows: [u64; 5],
+}
+
 /// The rows of one interval, table by table, borrowed from its report.
 #[derive(Default)]
 pub struct IntervalRows<'a> {
@@ -260,18 +265,17 @@ fn scope_buckets(s: &LatencyScope) -> impl Iterator<Item = BucketItem<'_>> {
 }
 
 /// The interval a report covers: from its series' start (its first frame, or the attach) for
-/// the report's window.
-pub fn report_interval(report: &Report, seq: u64) -> Interval {
-    let start_ns = report
+/// the report's window; a report without either (the NIC side alone) ends at `now_ns`.
+pub fn report_interval(report: &Report, now_ns: u64) -> (u64, u64) {
+    let window = (report.window.seconds * 1e9).round() as u64;
+    let start = report
         .series
         .as_ref()
         .map(|s| s.start_ns)
-        .or_else(|| report.flows.iter().map(|f| f.first_seen_ns).min())
-        .unwrap_or(0);
-    Interval {
-        seq,
-        start_ns,
-        end_ns: start_ns + (report.window.seconds * 1e9).round() as u64,
+        .or_else(|| report.flows.iter().map(|f| f.first_seen_ns).min());
+    match start {
+        Some(start) => (start, start + window),
+        None => (now_ns.saturating_sub(window), now_ns),
     }
 }
 
@@ -348,6 +352,17 @@ impl Sequencer {
         for item in &rows.findings {
             emit(4, &mut values(tables::FINDINGS.columns, item));
         }
+        let counts = IntervalItem {
+            rows: [
+                rows.qps.len(),
+                rows.sides.len(),
+                rows.buckets.len(),
+                rows.pauses.len(),
+                rows.findings.len(),
+            ]
+            .map(|n| n as u64),
+        };
+        emit(5, &mut values(tables::INTERVALS.columns, &counts));
         out
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::{ColumnInfo, EncodedRow, Value, tables};
 
-/// A row as one JSON object (one line of JSONEachRow), its columns in the table's order.
+/// A row as one JSON object (one line of JSONEachRow, its keys in name order).
 pub fn json_row(row: &EncodedRow) -> String {
     let mut map = serde_json::Map::with_capacity(row.values.len());
     for (c, v) in &row.values {
@@ -27,8 +27,10 @@ fn json_value(v: &Value) -> serde_json::Value {
 }
 
 /// The ClickHouse schema of every table in database `db`: the columns, the interval's start
-/// as a time (partitions and the TTL read it), ORDER BY, a partition per day, and `ttl_days`
-/// of retention. `deploy/clickhouse/schema.sql` is this, for database `roce` and 30 days.
+/// as a time (`interval_start`: the partitions read it), the time a row was inserted
+/// (`inserted_at`: the retention reads it, so rows of an old capture are kept as long as new
+/// ones), ORDER BY, a partition per day, and `ttl_days` of retention.
+/// `deploy/clickhouse/schema.sql` is this, for database `roce` and 30 days.
 pub fn schema_sql(db: &str, ttl_days: u32) -> String {
     let mut sql = String::new();
     let _ = writeln!(
@@ -47,11 +49,12 @@ pub fn schema_sql(db: &str, ttl_days: u32) -> String {
         let _ = writeln!(
             sql,
             "    interval_start DateTime64(9, 'UTC') MATERIALIZED \
-             fromUnixTimestamp64Nano(toInt64(interval_start_ns))\n)\n\
+             fromUnixTimestamp64Nano(toInt64(interval_start_ns)),\n    \
+             inserted_at DateTime('UTC') DEFAULT now()\n)\n\
              ENGINE = MergeTree\n\
              PARTITION BY toYYYYMMDD(interval_start)\n\
              ORDER BY {}\n\
-             TTL toDateTime(interval_start) + INTERVAL {ttl_days} DAY DELETE;",
+             TTL inserted_at + INTERVAL {ttl_days} DAY DELETE;",
             t.order_by
         );
     }
@@ -59,12 +62,9 @@ pub fn schema_sql(db: &str, ttl_days: u32) -> String {
 }
 
 fn column_sql(c: &ColumnInfo) -> String {
-    format!(
-        "{} {} COMMENT '{}'",
-        c.name,
-        c.ty.sql(),
-        c.help.replace('\'', "''")
-    )
+    // A ClickHouse string literal: backslash escapes, a quote doubled.
+    let help = c.help.replace('\\', "\\\\").replace('\'', "''");
+    format!("{} {} COMMENT '{help}'", c.name, c.ty.sql())
 }
 
 /// The field tables of docs/export.md: per table, what a row is, its ClickHouse sorting and,

@@ -1,8 +1,8 @@
 //! The record tables: every column, once. The head's columns start every table's rows.
 
 use super::{
-    BucketItem, ChType, Column, ColumnInfo, FindingItem, Head, PauseItem, QpItem, SideItem, Value,
-    direction, ip,
+    BucketItem, ChType, Column, ColumnInfo, FindingItem, Head, IntervalItem, PauseItem, QpItem,
+    SideItem, Value, direction, ip,
 };
 use crate::model::{Ops, connections::LatencySummary};
 
@@ -40,23 +40,25 @@ impl<G> Table<G> {
 }
 
 /// Every table, in the order the schema and the docs give them.
-pub fn tables() -> [TableInfo; 5] {
+pub fn tables() -> [TableInfo; 6] {
     [
         QP_INTERVALS.info(),
         CONNECTION_SIDES.info(),
         LATENCY_BUCKETS.info(),
         PAUSES.info(),
         FINDINGS.info(),
+        INTERVALS.info(),
     ]
 }
 
-/// The names of every table.
-pub const TABLES: [&str; 5] = [
+/// The names of every table (a row's `table` indexes it).
+pub const TABLES: [&str; 6] = [
     QP_INTERVALS.name,
     CONNECTION_SIDES.name,
     LATENCY_BUCKETS.name,
     PAUSES.name,
     FINDINGS.name,
+    INTERVALS.name,
 ];
 
 const fn col<G>(
@@ -134,7 +136,7 @@ pub const HEAD: &[Column<HeadGet>] = &[
         "rdma_device",
         "rdma.device",
         ChType::Label,
-        "The RDMA device named for the host's NIC side, or empty",
+        "The RDMA devices of the host's NIC side the report read, comma separated, or empty",
         |h| Value::str(&h.resource.rdma_device),
     ),
     col(
@@ -148,7 +150,7 @@ pub const HEAD: &[Column<HeadGet>] = &[
         "source",
         "roce.source",
         ChType::Label,
-        "How frames were read: xdp, capture (libpcap), pcap (a file), nic",
+        "How frames were read: live (XDP), capture (libpcap), pcap (files), nic (the NIC side alone)",
         |h| Value::str(&h.resource.source),
     ),
     col(
@@ -171,81 +173,81 @@ pub type QpGet = fn(&QpItem<'_>) -> Value;
 
 /// Ops counts as (column, attribute, help, getter) for a table.
 macro_rules! ops_columns {
-    ($get:ty, $prefix:literal, $ops:expr) => {
+    ($get:ty, $prefix:literal, $attr:literal, $ops:expr) => {
         [
             col::<$get>(
                 concat!($prefix, "send"),
-                concat!("roce.", $prefix, "send"),
+                concat!("roce.", $attr, ".send"),
                 ChType::UInt64,
                 "SEND packets",
                 |r| Value::U64($ops(r).send),
             ),
             col::<$get>(
                 concat!($prefix, "write"),
-                concat!("roce.", $prefix, "write"),
+                concat!("roce.", $attr, ".write"),
                 ChType::UInt64,
                 "RDMA WRITE packets",
                 |r| Value::U64($ops(r).write),
             ),
             col::<$get>(
                 concat!($prefix, "read_request"),
-                concat!("roce.", $prefix, "read_request"),
+                concat!("roce.", $attr, ".read_request"),
                 ChType::UInt64,
                 "RDMA READ requests",
                 |r| Value::U64($ops(r).read_request),
             ),
             col::<$get>(
                 concat!($prefix, "read_response"),
-                concat!("roce.", $prefix, "read_response"),
+                concat!("roce.", $attr, ".read_response"),
                 ChType::UInt64,
                 "RDMA READ response packets",
                 |r| Value::U64($ops(r).read_response),
             ),
             col::<$get>(
                 concat!($prefix, "ack"),
-                concat!("roce.", $prefix, "ack"),
+                concat!("roce.", $attr, ".ack"),
                 ChType::UInt64,
                 "ACKs",
                 |r| Value::U64($ops(r).ack),
             ),
             col::<$get>(
                 concat!($prefix, "nak"),
-                concat!("roce.", $prefix, "nak"),
+                concat!("roce.", $attr, ".nak"),
                 ChType::UInt64,
                 "NAKs (PSN sequence error and the other NAK codes)",
                 |r| Value::U64($ops(r).nak),
             ),
             col::<$get>(
                 concat!($prefix, "rnr_nak"),
-                concat!("roce.", $prefix, "rnr_nak"),
+                concat!("roce.", $attr, ".rnr_nak"),
                 ChType::UInt64,
                 "RNR NAKs (receiver not ready)",
                 |r| Value::U64($ops(r).rnr_nak),
             ),
             col::<$get>(
                 concat!($prefix, "atomic"),
-                concat!("roce.", $prefix, "atomic"),
+                concat!("roce.", $attr, ".atomic"),
                 ChType::UInt64,
                 "Atomic requests",
                 |r| Value::U64($ops(r).atomic),
             ),
             col::<$get>(
                 concat!($prefix, "atomic_ack"),
-                concat!("roce.", $prefix, "atomic_ack"),
+                concat!("roce.", $attr, ".atomic_ack"),
                 ChType::UInt64,
                 "Atomic ACKs",
                 |r| Value::U64($ops(r).atomic_ack),
             ),
             col::<$get>(
                 concat!($prefix, "cnp"),
-                concat!("roce.", $prefix, "cnp"),
+                concat!("roce.", $attr, ".cnp"),
                 ChType::UInt64,
                 "Congestion notification packets (CNP)",
                 |r| Value::U64($ops(r).cnp),
             ),
             col::<$get>(
                 concat!($prefix, "other"),
-                concat!("roce.", $prefix, "other"),
+                concat!("roce.", $attr, ".other"),
                 ChType::UInt64,
                 "Other opcodes (reserved, vendor, unknown AETH codes)",
                 |r| Value::U64($ops(r).other),
@@ -258,7 +260,7 @@ fn flow_ops<'r>(r: &QpItem<'r>) -> &'r Ops {
     &r.flow.ops
 }
 
-const QP_OPS: [Column<QpGet>; 11] = ops_columns!(QpGet, "ops_", flow_ops);
+const QP_OPS: [Column<QpGet>; 11] = ops_columns!(QpGet, "ops_", "ops", flow_ops);
 
 const QP_OWN: [Column<QpGet>; 30] = [
     col(
@@ -458,14 +460,14 @@ const QP_OWN: [Column<QpGet>; 30] = [
     ),
     col(
         "dscp",
-        "network.dscp",
+        "roce.dscp",
         ChType::UInt64s,
         "The DSCP values its packets carried",
         |r| Value::U64s(r.flow.dscp.iter().map(|&d| d.into()).collect()),
     ),
     col(
         "vlans",
-        "network.vlan.ids",
+        "roce.vlan.ids",
         ChType::UInt64s,
         "The VLAN IDs (outer tag) its packets carried",
         |r| Value::U64s(r.flow.vlans.iter().map(|&v| v.into()).collect()),
@@ -524,7 +526,7 @@ fn latency_value(l: &Option<LatencySummary>, f: fn(&LatencySummary) -> u64) -> V
     Value::U64(l.as_ref().map_or(0, f))
 }
 
-const SIDE_OPS: [Column<SideGet>; 11] = ops_columns!(SideGet, "ops_", side_ops);
+const SIDE_OPS: [Column<SideGet>; 11] = ops_columns!(SideGet, "ops_", "ops", side_ops);
 
 const SIDE_OWN: [Column<SideGet>; 31] = [
     col(
@@ -874,7 +876,7 @@ pub const PAUSES: Table<PauseGet> = Table {
     columns: &[
         col(
             "src_mac",
-            "network.mac.source",
+            "roce.pause.source_mac",
             ChType::String,
             "The MAC address that sent the frames (the paused link's far end)",
             |r| Value::str(&r.source.src_mac),
@@ -901,7 +903,7 @@ pub const PAUSES: Table<PauseGet> = Table {
         ),
         col(
             "priority",
-            "network.pfc.priority",
+            "roce.pause.priority",
             ChType::UInt8,
             "The PFC priority, or 255 for an 802.3x PAUSE (every priority)",
             |r| Value::U64(r.priority.into()),
@@ -984,17 +986,15 @@ pub const FINDINGS: Table<FindingGet> = Table {
             "flows",
             "roce.finding.flows",
             ChType::Strings,
-            "The flows it names: source:port > destination QP n",
+            "The flows it names: source:port ([v6]:port) > destination QP n",
             |r| {
                 Value::Strs(
                     r.finding
                         .flows
                         .iter()
                         .map(|f| {
-                            format!(
-                                "{}:{} > {} QP {}",
-                                f.src_ip, f.udp_src_port, f.dst_ip, f.dest_qp
-                            )
+                            let from = std::net::SocketAddr::new(f.src_ip, f.udp_src_port);
+                            format!("{from} > {} QP {}", f.dst_ip, f.dest_qp)
                         })
                         .collect(),
                 )
@@ -1006,6 +1006,53 @@ pub const FINDINGS: Table<FindingGet> = Table {
             ChType::String,
             "What to look at next",
             |r| Value::str(&r.finding.hint),
+        ),
+    ],
+};
+
+pub type IntervalGet = fn(&IntervalItem) -> Value;
+
+/// One row per interval, after its other rows: how many rows of each table it has, so that a
+/// receiver tells an interval with no rows of a table from one whose rows were lost.
+pub const INTERVALS: Table<IntervalGet> = Table {
+    name: "intervals",
+    row: "an interval: the rows it has in each table",
+    order_by: "(host, exporter, interval_seq)",
+    columns: &[
+        col(
+            "qp_rows",
+            "roce.rows.qp_intervals",
+            ChType::UInt64,
+            "Its rows of qp_intervals",
+            |r| Value::U64(r.rows[0]),
+        ),
+        col(
+            "connection_side_rows",
+            "roce.rows.connection_sides",
+            ChType::UInt64,
+            "Its rows of connection_sides",
+            |r| Value::U64(r.rows[1]),
+        ),
+        col(
+            "latency_bucket_rows",
+            "roce.rows.latency_buckets",
+            ChType::UInt64,
+            "Its rows of latency_buckets",
+            |r| Value::U64(r.rows[2]),
+        ),
+        col(
+            "pause_rows",
+            "roce.rows.pauses",
+            ChType::UInt64,
+            "Its rows of pauses",
+            |r| Value::U64(r.rows[3]),
+        ),
+        col(
+            "finding_rows",
+            "roce.rows.findings",
+            ChType::UInt64,
+            "Its rows of findings",
+            |r| Value::U64(r.rows[4]),
         ),
     ],
 };
