@@ -21,12 +21,9 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-pub use encode::{INTERVAL_SUMS, log_record, logs, metrics};
+pub use encode::{INTERVAL_SUMS, log_record, logs, logs_bytes, metrics, write_log_record};
 use observer_core::export::{EncodedRow, Resource};
-use opentelemetry_proto::tonic::{
-    collector::{logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest},
-    logs::v1::LogRecord,
-};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use prost::Message;
 use tokio::sync::Notify;
 use transport::{Client, Outcome};
@@ -115,9 +112,9 @@ pub struct Stats {
     pub last_error: Option<String>,
 }
 
-/// One request of rows (and, for an interval's first, its aggregates).
+/// One request of rows, encoded (and, for an interval's first, its aggregates).
 struct Batch {
-    logs: ExportLogsServiceRequest,
+    logs: Vec<u8>,
     metrics: Option<ExportMetricsServiceRequest>,
     rows: u64,
     bytes: usize,
@@ -181,38 +178,36 @@ impl Exporter {
         let mut aggregates = Some(metrics(resource, start_ns, end_ns, &qp_rows));
         // Requests of at most `max_rows_per_request` rows and about MAX_REQUEST_BYTES (a
         // collector's default gRPC message limit is 4 MiB).
-        let mut chunk: Vec<LogRecord> = Vec::new();
-        let mut chunk_bytes = 0;
-        let mut emit = |chunk: Vec<LogRecord>, bytes: usize| {
+        let mut records: Vec<u8> = Vec::new();
+        let mut in_chunk = 0u64;
+        let mut emit = |records: &[u8], rows: u64| {
             let metrics = aggregates.take();
-            let rows = chunk.len() as u64;
-            let request = logs(resource, chunk);
-            let bytes = bytes + metrics.as_ref().map_or(0, Message::encoded_len);
+            let logs = logs_bytes(resource, records);
+            let bytes = logs.len() + metrics.as_ref().map_or(0, Message::encoded_len);
             self.enqueue(Batch {
-                logs: request,
+                logs,
                 metrics,
                 rows,
                 bytes,
             });
         };
         let mut emitted = false;
+        let max_rows = self.config.max_rows_per_request.max(1) as u64;
         for row in rows {
-            let record = log_record(row, observed);
-            let n = record.encoded_len();
-            if !chunk.is_empty()
-                && (chunk_bytes + n > MAX_REQUEST_BYTES
-                    || chunk.len() >= self.config.max_rows_per_request.max(1))
-            {
-                emit(std::mem::take(&mut chunk), chunk_bytes);
-                chunk_bytes = 0;
+            let before = records.len();
+            write_log_record(row, observed, &mut records);
+            if in_chunk > 0 && (records.len() > MAX_REQUEST_BYTES || in_chunk >= max_rows) {
+                // This row opens the next request.
+                emit(&records[..before], in_chunk);
+                records.drain(..before);
+                in_chunk = 0;
                 emitted = true;
             }
-            chunk_bytes += n;
-            chunk.push(record);
+            in_chunk += 1;
         }
         // The last rows, or the aggregates alone (an interval without rows).
-        if !chunk.is_empty() || !emitted {
-            emit(chunk, chunk_bytes);
+        if in_chunk > 0 || !emitted {
+            emit(&records, in_chunk);
         }
     }
 
@@ -332,7 +327,8 @@ async fn send_loop(mut client: Client, shared: Arc<Shared>, timeout: Duration) {
 }
 
 enum Request<'a> {
-    Logs(&'a ExportLogsServiceRequest),
+    /// An encoded ExportLogsServiceRequest.
+    Logs(&'a [u8]),
     Metrics(&'a ExportMetricsServiceRequest),
 }
 
@@ -496,6 +492,78 @@ mod tests {
         assert_eq!(s.sent + s.rejected + s.dropped + s.pending, s.pushed);
         assert_eq!((s.sent, s.dropped, s.pending), (0, 700, 300));
         assert!(s.retries > 0 && s.last_error.is_some(), "{s:?}");
+    }
+
+    #[test]
+    fn records_written_by_hand_decode_as_prost_encodes_them() {
+        use observer_core::export::{ChType, ColumnInfo};
+        use opentelemetry_proto::tonic::{
+            collector::logs::v1::ExportLogsServiceRequest, logs::v1::LogRecord,
+        };
+        const fn info(name: &'static str, attribute: &'static str) -> ColumnInfo {
+            ColumnInfo {
+                name,
+                attribute,
+                ty: ChType::String,
+                help: "",
+            }
+        }
+        static COLUMNS: [ColumnInfo; 8] = [
+            info("interval_end_ns", "roce.interval.end"),
+            info("n", "roce.n"),
+            info("big", "roce.big"),
+            info("s", "roce.s"),
+            info("empty", "roce.empty"),
+            info("strs", "roce.strs"),
+            info("ints", "roce.ints"),
+            info("severity", "roce.finding.severity"),
+        ];
+        let row = |table: usize, severity: &str| EncodedRow {
+            table,
+            values: vec![
+                (&COLUMNS[0], Value::U64(1_750_000_000_000_000_000)),
+                (&COLUMNS[1], Value::U64(0)),
+                (&COLUMNS[2], Value::U64(u64::MAX)),
+                (&COLUMNS[3], Value::Str("198.18.0.1".into())),
+                (&COLUMNS[4], Value::Str(String::new())),
+                (
+                    &COLUMNS[5],
+                    Value::Strs(vec!["RC".into(), String::new(), "UD".into()]),
+                ),
+                (&COLUMNS[6], Value::U64s(vec![0, 26, 1 << 40])),
+                (&COLUMNS[7], Value::Str(severity.into())),
+            ],
+        };
+        let resource = Resource {
+            exporter: "h/1/2".into(),
+            host: "h".into(),
+            ..Resource::default()
+        };
+        let rows = [
+            row(0, ""),
+            row(4, "warning"),
+            row(4, "critical"),
+            row(5, "info"),
+        ];
+        let mut records = Vec::new();
+        for r in &rows {
+            let mut one = Vec::new();
+            write_log_record(r, 42, &mut one);
+            // A ScopeLogs field (tag 2): its key and length, then the record.
+            let mut body = &one[1..];
+            let len = prost::encoding::decode_varint(&mut body).unwrap() as usize;
+            assert_eq!(len, body.len());
+            assert_eq!(LogRecord::decode(body).unwrap(), log_record(r, 42));
+            records.extend_from_slice(&one);
+        }
+        let request =
+            ExportLogsServiceRequest::decode(&logs_bytes(&resource, &records)[..]).unwrap();
+        let want = logs(&resource, rows.iter().map(|r| log_record(r, 42)).collect());
+        assert_eq!(request, want);
+        assert_eq!(
+            logs_bytes(&resource, &[]).len(),
+            logs(&resource, vec![]).encoded_len()
+        );
     }
 
     #[test]

@@ -8,9 +8,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::{Client as HttpClient, connect::HttpConnector};
 use opentelemetry_proto::tonic::collector::{
-    logs::v1::{
-        ExportLogsServiceRequest, ExportLogsServiceResponse, logs_service_client::LogsServiceClient,
-    },
+    logs::v1::ExportLogsServiceResponse,
     metrics::v1::{
         ExportMetricsServiceRequest, ExportMetricsServiceResponse,
         metrics_service_client::MetricsServiceClient,
@@ -47,7 +45,8 @@ type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 #[allow(clippy::large_enum_variant)]
 pub enum Client {
     Grpc {
-        logs: LogsServiceClient<Channel>,
+        /// The logs service, through [`RawCodec`]: requests go as encoded.
+        logs: tonic::client::Grpc<Channel>,
         metrics: MetricsServiceClient<Channel>,
         headers: MetadataMap,
     },
@@ -140,7 +139,7 @@ impl Client {
                     headers.insert(key, value);
                 }
                 let (mut logs, mut metrics) = (
-                    LogsServiceClient::new(channel.clone()),
+                    tonic::client::Grpc::new(channel.clone()),
                     MetricsServiceClient::new(channel),
                 );
                 // Both ways: a receiver may compress its answers even unasked.
@@ -182,32 +181,37 @@ impl Client {
         }
     }
 
-    pub async fn logs(&mut self, req: &ExportLogsServiceRequest, timeout: Duration) -> Outcome {
+    /// Sends an encoded ExportLogsServiceRequest.
+    pub async fn logs(&mut self, req: &[u8], timeout: Duration) -> Outcome {
         match self {
             Self::Grpc { logs, headers, .. } => {
-                let mut r = tonic::Request::new(req.clone());
+                if let Err(e) = logs.ready().await {
+                    return Outcome::Retry {
+                        after: None,
+                        why: format!("gRPC: not ready: {e}"),
+                    };
+                }
+                let mut r = tonic::Request::new(Bytes::copy_from_slice(req));
                 *r.metadata_mut() = headers.clone();
                 r.set_timeout(timeout);
-                match logs.export(r).await {
-                    Ok(resp) => Outcome::Delivered {
-                        rejected: resp
-                            .get_ref()
-                            .partial_success
-                            .as_ref()
-                            .map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0)),
-                        why: resp
-                            .get_ref()
-                            .partial_success
-                            .as_ref()
-                            .map(|p| p.error_message.clone())
-                            .filter(|m| !m.is_empty()),
-                    },
+                let path = hyper::http::uri::PathAndQuery::from_static(
+                    "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+                );
+                match logs.unary(r, path, RawCodec).await {
+                    Ok(resp) => {
+                        let p = resp.into_inner().partial_success;
+                        Outcome::Delivered {
+                            rejected: p
+                                .as_ref()
+                                .map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0)),
+                            why: p.map(|p| p.error_message).filter(|m| !m.is_empty()),
+                        }
+                    }
                     Err(status) => grpc_outcome(&status),
                 }
             }
             Self::Http { .. } => {
-                let body = req.encode_to_vec();
-                self.post("/v1/logs", body, timeout, |b| {
+                self.post("/v1/logs", req.to_vec(), timeout, |b| {
                     ExportLogsServiceResponse::decode(b).ok().and_then(|r| {
                         r.partial_success.map(|p| {
                             (
@@ -384,5 +388,58 @@ fn grpc_outcome(status: &tonic::Status) -> Outcome {
         | Code::Unavailable
         | Code::DataLoss => Outcome::Retry { after: None, why },
         _ => Outcome::Refused { why },
+    }
+}
+
+/// A gRPC codec that sends bytes as they are (an ExportLogsServiceRequest encoded already) and
+/// decodes the answer with prost.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+
+struct AnswerDecoder;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = ExportLogsServiceResponse;
+    type Encoder = RawEncoder;
+    type Decoder = AnswerDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        AnswerDecoder
+    }
+}
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), Self::Error> {
+        use prost::bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for AnswerDecoder {
+    type Item = ExportLogsServiceResponse;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Self::Item>, Self::Error> {
+        ExportLogsServiceResponse::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(format!("the answer: {e}")))
     }
 }

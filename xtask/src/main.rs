@@ -165,7 +165,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             // receive steering spreads direct RoCE and mirror copies over CPUs, then the
             // daemon's cost by tracked flows; of the extra arguments only --json applies to the
             // runs after the first.
-            let runs: [(&str, Vec<OsString>); 6] = [
+            let runs: [(&str, Vec<OsString>); 7] = [
                 ("bench", args),
                 ("bench-rate", json.clone()),
                 (
@@ -176,6 +176,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     "bench-replay",
                     [&["--snaplen".into(), "160".into()][..], &json].concat(),
                 ),
+                ("bench-export", json.clone()),
                 ("bench-rss", json.clone()),
                 ("bench-daemon", json),
             ];
