@@ -103,6 +103,9 @@ pub struct RunArgs {
     /// nothing attached to it (repeat for several; replaces the config file's netdevs).
     #[arg(long = "netdev", value_name = "IF")]
     pub netdevs: Vec<String>,
+    /// Every interval's fleet records over OTLP (docs/export.md).
+    #[command(flatten)]
+    pub otlp: crate::otlp_args::OtlpArgs,
 }
 
 impl From<RunArgs> for RunOverrides {
@@ -128,6 +131,7 @@ impl From<RunArgs> for RunOverrides {
             rdma_devices: a.rdma_devs,
             netdevs: a.netdevs,
             all_rdma_devices: a.all_rdma_devs,
+            otlp: None,
         }
     }
 }
@@ -136,5 +140,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     if let (Some(jsonl), Some(config)) = (&a.jsonl, &a.config) {
         output::refuse_overwrite("--jsonl", jsonl, std::slice::from_ref(config))?;
     }
-    Ok(daemon::run(a.into())?)
+    let otlp = a.otlp.config()?;
+    let mut overrides: RunOverrides = a.into();
+    overrides.otlp = otlp;
+    Ok(daemon::run(overrides)?)
 }
