@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS roce.qp_intervals
     pmtu UInt32 COMMENT 'The path MTU its FIRST and MIDDLE packets show (0: not seen)',
     dscp Array(UInt64) COMMENT 'The DSCP values its packets carried',
     vlans Array(UInt64) COMMENT 'The VLAN IDs (outer tag) its packets carried',
-    first_seen_ns UInt64 COMMENT 'Its first packet in the interval, Unix-epoch ns (from the sidecar: the interval''s start when it had packets before)',
+    first_seen_ns UInt64 COMMENT 'Its first packet in the interval, Unix-epoch ns',
     last_seen_ns UInt64 COMMENT 'Its last packet in the interval, Unix-epoch ns',
     ops_send UInt64 COMMENT 'SEND packets',
     ops_write UInt64 COMMENT 'RDMA WRITE packets',

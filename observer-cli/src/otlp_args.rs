@@ -65,9 +65,8 @@ pub struct OtlpArgs {
     /// PEM certificates to trust for an https:// endpoint (default: the system's roots).
     #[arg(long, value_name = "FILE", requires = "otlp_endpoint")]
     pub otlp_ca: Option<PathBuf>,
-    /// replay and diagnose: how long the upload may take, retries included (what is not
-    /// delivered by then is an error, after the report is printed). run: each request's time
-    /// limit (at most 10 s; a failed request is retried until it is sent or dropped).
+    /// How long the upload may take, retries included; what is not delivered by then is an
+    /// error (after the report is printed).
     #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DURATION", requires = "otlp_endpoint")]
     pub otlp_timeout: Duration,
 }

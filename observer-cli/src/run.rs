@@ -103,9 +103,6 @@ pub struct RunArgs {
     /// nothing attached to it (repeat for several; replaces the config file's netdevs).
     #[arg(long = "netdev", value_name = "IF")]
     pub netdevs: Vec<String>,
-    /// Every interval's fleet records over OTLP (docs/export.md).
-    #[command(flatten)]
-    pub otlp: crate::otlp_args::OtlpArgs,
 }
 
 impl From<RunArgs> for RunOverrides {
@@ -131,7 +128,6 @@ impl From<RunArgs> for RunOverrides {
             rdma_devices: a.rdma_devs,
             netdevs: a.netdevs,
             all_rdma_devices: a.all_rdma_devs,
-            otlp: None,
         }
     }
 }
@@ -140,8 +136,5 @@ pub fn run(a: RunArgs) -> Result<()> {
     if let (Some(jsonl), Some(config)) = (&a.jsonl, &a.config) {
         output::refuse_overwrite("--jsonl", jsonl, std::slice::from_ref(config))?;
     }
-    let otlp = a.otlp.config()?;
-    let mut overrides: RunOverrides = a.into();
-    overrides.otlp = otlp;
-    Ok(daemon::run(overrides)?)
+    Ok(daemon::run(a.into())?)
 }

@@ -16,8 +16,6 @@ use observer_common::{IfaceCounters, OpClass, SkipReason};
 use serde_json::json;
 use tracing::{debug, error, info, warn};
 
-use roce_observer::export::{IntervalRows, QpItem, Resource, Sequencer};
-
 use super::{
     DaemonError, RunConfig, RunOverrides,
     flowbook::{BYTES, CE, CNP, Counts, FlowBook, METRIC_NAMES, NAK, PACKETS, RNR_NAK},
@@ -28,7 +26,6 @@ use super::{
     openmetrics::{self, CaptureRow, IfaceRow, MetricsView, flow_fields},
     pauses::PauseBook,
     procfs::{cpu_seconds, resident_bytes},
-    records::RecordBook,
     signals::Command,
     tap::{TableCursor, Tap},
 };
@@ -141,52 +138,6 @@ pub(super) struct Collector {
     nic: NicSide,
     /// PAUSE / PFC frames on the wire.
     pauses: PauseBook,
-    /// The fleet records, when they are sent.
-    records: Option<Records>,
-}
-
-/// Every interval's fleet records, on their way over OTLP.
-pub(super) struct Records {
-    book: RecordBook,
-    sequencer: Sequencer,
-    resource: Resource,
-    exporter: observer_otlp::Exporter,
-}
-
-impl Records {
-    /// `exporter` started on the daemon's runtime; the host's name and this process's stream.
-    pub(super) fn new(
-        exporter: observer_otlp::Exporter,
-        config: &RunConfig,
-        started_ns: u64,
-    ) -> Self {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default();
-        let observed = match &config.capture {
-            Some(c) => vec![c.device.clone()],
-            None => config.ifaces.clone(),
-        };
-        let source = if config.capture.is_some() {
-            "capture"
-        } else {
-            "live"
-        };
-        Self {
-            book: RecordBook::default(),
-            sequencer: Sequencer::default(),
-            resource: Resource {
-                exporter: format!("{host}/{}/{started_ns}", std::process::id()),
-                host,
-                rdma_device: config.rdma_devices.join(","),
-                observed: observed.join(","),
-                source: source.into(),
-                job: String::new(),
-                rank: String::new(),
-            },
-            exporter,
-        }
-    }
 }
 
 impl Collector {
@@ -202,7 +153,6 @@ impl Collector {
         publisher: openmetrics::Publisher,
         health: Arc<Health>,
         log: LogHandle,
-        records: Option<Records>,
     ) -> Self {
         let book = FlowBook::new(config.max_series, config.idle_drains());
         let nic = NicSide::new(&config);
@@ -227,7 +177,6 @@ impl Collector {
             attach_errors: std::collections::HashMap::new(),
             nic,
             pauses: PauseBook::default(),
-            records,
         };
         c.sync_ifaces();
         c
@@ -560,11 +509,7 @@ impl Collector {
             }
         }
         self.book.begin();
-        self.tap.read_flows(
-            &mut self.book,
-            &mut self.table,
-            self.records.as_mut().map(|r| &mut r.book),
-        )?;
+        self.tap.read_flows(&mut self.book, &mut self.table)?;
         let drained = self.book.finish(&totals);
         // Latency: the kernel's histograms are cumulative; the interfaces' by index.
         let mut lat = roce_observer::aggregate::Aggregate::new();
@@ -598,27 +543,9 @@ impl Collector {
             })
             .collect();
         // Idle flows: deleted with their last values (nothing lost in between).
-        let idle = self.book.idle();
-        for key in &idle {
-            let last = self.tap.take_flow(key)?;
-            if let (Some(r), Some(last)) = (self.records.as_mut(), last.as_deref()) {
-                r.book.retired(key, last);
-            }
-            self.book.retire(key, last.as_deref());
-        }
-        // The interval's records: every QP that grew, numbered, queued for OTLP (never
-        // waiting for the network).
-        if let Some(r) = self.records.as_mut() {
-            let flows = r.book.finish(start_unix_ns, &idle);
-            let rows = IntervalRows {
-                qps: flows.iter().map(|flow| QpItem { flow }).collect(),
-                ..IntervalRows::default()
-            };
-            let encoded = r
-                .sequencer
-                .interval(&r.resource, start_unix_ns, end_unix_ns, &rows);
-            r.exporter
-                .push(&r.resource, start_unix_ns, end_unix_ns, &encoded);
+        for key in self.book.idle() {
+            let last = self.tap.take_flow(&key)?;
+            self.book.retire(&key, last.as_deref());
         }
         let mut skipped = [0u64; SkipReason::COUNT];
         let counters = self.tap.read_counters()?;
@@ -661,7 +588,6 @@ impl Collector {
             skipped,
             reloads_ok: self.reloads_ok,
             reloads_failed: self.reloads_failed,
-            export: self.records.as_ref().map(|r| r.exporter.stats()),
             latency,
             qp_latency,
             connections: drained.connections,

@@ -92,8 +92,6 @@ pub struct RunOverrides {
     pub netdevs: Vec<String>,
     /// Every RDMA device the host has (now and later) is exported.
     pub all_rdma_devices: bool,
-    /// Send every interval's fleet records (docs/export.md) over OTLP.
-    pub otlp: Option<observer_otlp::Config>,
 }
 
 /// The config file: every key optional.
@@ -155,8 +153,6 @@ pub struct RunConfig {
     pub all_rdma_devices: bool,
     /// A copied tree to read the NIC side from instead of this host (tests and replays).
     pub nic_root: Option<PathBuf>,
-    /// Where every interval's fleet records go over OTLP (command line only).
-    pub otlp: Option<observer_otlp::Config>,
 }
 
 fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
@@ -443,7 +439,6 @@ impl RunConfig {
             netdevs,
             all_rdma_devices,
             nic_root,
-            otlp: args.otlp.clone(),
         })
     }
 

@@ -21,7 +21,6 @@ mod nic;
 pub mod openmetrics;
 mod pauses;
 mod procfs;
-mod records;
 mod signals;
 mod tap;
 
@@ -51,8 +50,6 @@ use tap::{CaptureTap, Tap};
 pub enum DaemonError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
-    #[error(transparent)]
-    Otlp(#[from] observer_otlp::OtlpError),
     #[error(transparent)]
     Live(#[from] LiveError),
     #[error(transparent)]
@@ -168,17 +165,6 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     wake_rx
         .set_nonblocking(true)
         .map_err(DaemonError::Runtime)?;
-    // The fleet records' exporter: its sending task on this runtime (HTTP's), so a slow
-    // receiver holds back neither the drains nor /metrics.
-    let records = match &config.otlp {
-        Some(otlp) => {
-            let _in_runtime = runtime.enter();
-            let exporter = observer_otlp::Exporter::start(otlp.clone())?;
-            info!(endpoint = %otlp.endpoint, "sending the fleet records over OTLP");
-            Some(collector::Records::new(exporter, &config, attached.1))
-        }
-        None => None,
-    };
     let mut collector = Collector::new(
         tap,
         attached,
@@ -188,7 +174,6 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         publisher,
         health.clone(),
         log,
-        records,
     );
     collector.drain()?;
     let worker = std::thread::Builder::new()

@@ -306,8 +306,6 @@ pub struct MetricsView {
     pub skipped: [u64; SkipReason::COUNT],
     pub reloads_ok: u64,
     pub reloads_failed: u64,
-    /// The OTLP exporter's accounting, when records are sent.
-    pub export: Option<observer_otlp::Stats>,
     /// Latency per interface, side and kind (cumulative).
     pub latency: Vec<LatRow>,
     /// The latency of the requests each series' flow sent: [ack, read] (cumulative).
@@ -636,20 +634,6 @@ impl Collector for ViewCollector {
                 ([("result", "error".to_string())], s.reloads_failed),
             ],
         )?;
-        if let Some(e) = &s.export {
-            counter_family(
-                &mut enc,
-                &observer::EXPORT_RECORDS,
-                [
-                    ([("outcome", "sent".to_string())], e.sent),
-                    ([("outcome", "rejected".to_string())], e.rejected),
-                    ([("outcome", "dropped".to_string())], e.dropped),
-                ],
-            )?;
-            gauge(&mut enc, &observer::EXPORT_PENDING, e.pending as i64)?;
-            gauge(&mut enc, &observer::EXPORT_QUEUE, e.queued_bytes as i64)?;
-            counter(&mut enc, &observer::EXPORT_RETRIES, e.retries)?;
-        }
         encode_nic(&mut enc, &s.nic)?;
         if wire {
             encode_pfc(&mut enc, &s.pfc)?;

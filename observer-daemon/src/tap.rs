@@ -27,7 +27,6 @@ use roce_observer::{
 use super::{
     DaemonError,
     flowbook::{FlowBook, Reading},
-    records::{self, RecordBook},
 };
 
 /// Threads reading the kernel's flow table side by side, at most.
@@ -306,13 +305,7 @@ impl Tap {
         &self,
         book: &mut FlowBook,
         cursor: &mut TableCursor,
-        mut records: Option<&mut RecordBook>,
     ) -> Result<(), DaemonError> {
-        // With records, each entry's CPUs merged too (on the reader threads).
-        let want = records.is_some();
-        let extract = move |k: &FlowKey, v: &[FlowStats]| {
-            (Reading::of(k, v), want.then(|| records::merged(v)))
-        };
         match self {
             Self::Kernel(o) => {
                 let ebpf = o.ebpf();
@@ -329,13 +322,8 @@ impl Tap {
                 cursor.whole = keys.is_none();
                 match keys {
                     Some(keys) => {
-                        live::read_flow_entries(ebpf, &keys, extract, |key, r| match r {
-                            Some((r, m)) => {
-                                book.table_reading(&r);
-                                if let (Some(rb), Some(m)) = (records.as_deref_mut(), m) {
-                                    rb.table_merged(key, &m);
-                                }
-                            }
+                        live::read_flow_entries(ebpf, &keys, Reading::of, |key, r| match r {
+                            Some(r) => book.table_reading(&r),
                             None => book.table_missing(key),
                         })?;
                         book.carry_unread();
@@ -345,21 +333,13 @@ impl Tap {
                         let readers = std::thread::available_parallelism()
                             .map_or(1, |n| n.get())
                             .min(TABLE_READERS);
-                        live::read_flow_table(ebpf, readers, extract, |(r, m)| {
-                            book.table_reading(&r);
-                            if let (Some(rb), Some(m)) = (records.as_deref_mut(), m) {
-                                rb.table_merged(&r.key, &m);
-                            }
+                        live::read_flow_table(ebpf, readers, Reading::of, |r| {
+                            book.table_reading(&r)
                         })?;
                         cursor.since_whole = 0;
                     }
                 }
-                live::read_flow_cache(ebpf, |key, stats| {
-                    book.cache_slot(key, stats);
-                    if let Some(rb) = records.as_deref_mut() {
-                        rb.cache_slot(key, stats);
-                    }
-                })?;
+                live::read_flow_cache(ebpf, |key, stats| book.cache_slot(key, stats))?;
                 cursor.written = Some(written);
                 Ok(())
             }
@@ -367,9 +347,6 @@ impl Tap {
                 let counts = c.counts();
                 for (key, stats) in counts.agg.flows.iter().chain(&counts.agg.unions) {
                     book.table_entry(key, std::slice::from_ref(stats));
-                    if let Some(rb) = records.as_deref_mut() {
-                        rb.table_entry(key, std::slice::from_ref(stats));
-                    }
                 }
                 Ok(())
             }

@@ -42,7 +42,7 @@ pub enum Protocol {
 }
 
 /// Where and how records are sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Config {
     /// `http://host:port` or `https://host:port`; for HTTP/protobuf, the base the `/v1/...`
     /// paths are added to.

@@ -476,7 +476,7 @@ const QP_OWN: [Column<QpGet>; 30] = [
         "first_seen_ns",
         "roce.first_seen",
         ChType::UInt64,
-        "Its first packet in the interval, Unix-epoch ns (from the sidecar: the interval's start when it had packets before)",
+        "Its first packet in the interval, Unix-epoch ns",
         |r| Value::U64(r.flow.first_seen_ns),
     ),
     col(

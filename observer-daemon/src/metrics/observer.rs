@@ -179,38 +179,6 @@ pub static CONFIG_RELOADS: Family = Family::new(
     &["result"],
 );
 
-pub static EXPORT_RECORDS: Family = Family::new(
-    "roce_observer_export_records",
-    Kind::Counter,
-    None,
-    "Fleet records (rows) given to the OTLP exporter, by outcome: sent (accepted), rejected (refused by the receiver), dropped (the queue was full: the oldest go)",
-    &["outcome"],
-);
-
-pub static EXPORT_PENDING: Family = Family::new(
-    "roce_observer_export_pending",
-    Kind::Gauge,
-    None,
-    "Fleet records queued for OTLP or being sent",
-    &[],
-);
-
-pub static EXPORT_QUEUE: Family = Family::new(
-    "roce_observer_export_queue",
-    Kind::Gauge,
-    Some(Unit::Bytes),
-    "Encoded bytes of the OTLP requests waiting to be sent",
-    &[],
-);
-
-pub static EXPORT_RETRIES: Family = Family::new(
-    "roce_observer_export_retries",
-    Kind::Counter,
-    None,
-    "OTLP requests tried again (the receiver unreachable, or answering that it is busy)",
-    &[],
-);
-
 pub static INTERFACE_ATTACHED: Family = Family::new(
     "roce_observer_interface_attached",
     Kind::Gauge,
@@ -252,10 +220,6 @@ pub fn all() -> Vec<Family> {
         RESIDENT_MEMORY.clone(),
         SKIPPED_FRAMES.clone(),
         CONFIG_RELOADS.clone(),
-        EXPORT_RECORDS.clone(),
-        EXPORT_PENDING.clone(),
-        EXPORT_QUEUE.clone(),
-        EXPORT_RETRIES.clone(),
         INTERFACE_ATTACHED.clone(),
         INTERFACE_UP.clone(),
     ]
