@@ -203,8 +203,9 @@ pub fn metrics(
 
 // The records' hot path, written out by hand: a row's log record straight into protobuf
 // bytes. Building prost's structs first costs an allocation per attribute name and value
-// (~50 per row), ten times the encoding itself; these writers produce the same bytes (the tests
-// decode them with prost and compare with `log_record`).
+// (~50 per row), ten times the encoding itself. These writers produce the same message (its
+// fields in tag order, where prost writes them in declaration order): the tests decode them
+// with prost and compare with `log_record`.
 
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 
