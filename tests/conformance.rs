@@ -863,13 +863,7 @@ fn synth_scenarios_match_tshark() {
     let tmp = Scratch::new("synth");
     let mut failures = Failures::default();
     for name in scenarios() {
-        let file = tmp.path(&format!("{name}.pcap"));
-        let (status, _, err) = output(
-            Command::new(CLI)
-                .args(["synth", "--scenario", name, "-o"])
-                .arg(&file),
-        );
-        assert!(status.success(), "synth --scenario {name}: {status}: {err}");
+        let file = integration_tests::synth_pcap(CLI, &tmp, name);
         let c = compare(&file);
         assert!(!c.report.flows.is_empty(), "{name}: no flows");
         if name == "pfc" {

@@ -9,7 +9,9 @@ use std::{
     process::Command,
 };
 
-use integration_tests::{Scratch, output, shared_capture_files, workspace_root};
+use integration_tests::{
+    Scratch, every_capture, generated_file, output, synth_pcap, workspace_root,
+};
 use roce_observer::{
     export::{ChType, TABLES, markdown_tables, schema_sql, tables},
     model::Report,
@@ -17,52 +19,24 @@ use roce_observer::{
 use serde_json::Value;
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
-const BEGIN: &str = "<!-- records:begin -->\n";
-const END: &str = "<!-- records:end -->";
-
-/// `path`'s text with `generated` in place of what is there, or whole for `None` markers.
-fn regenerated(path: &Path, markers: Option<(&str, &str)>, generated: &str) -> (String, String) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let want = match markers {
-        None => generated.to_string(),
-        Some((begin, end)) => {
-            let a = text.find(begin).expect("begin marker") + begin.len();
-            let b = text.find(end).expect("end marker");
-            format!("{}{generated}{}", &text[..a], &text[b..])
-        }
-    };
-    (text, want)
-}
 
 #[test]
 fn the_schema_and_the_docs_are_the_record_tables() {
-    let root = workspace_root();
-    let files = [
-        (
-            root.join("deploy/clickhouse/schema.sql"),
-            None,
-            schema_sql("roce", 30),
-        ),
-        (
-            root.join("docs/export.md"),
-            Some((BEGIN, END)),
-            markdown_tables(),
-        ),
-    ];
-    for (path, markers, generated) in files {
-        let (have, want) = regenerated(&path, markers, &generated);
-        if have != want {
-            if std::env::var_os("UPDATE_DOCS").is_some() {
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, &want).unwrap();
-            } else {
-                panic!(
-                    "{} is not what the record tables give: run UPDATE_DOCS=1 cargo xtask test -- --test export",
-                    path.display()
-                );
-            }
-        }
-    }
+    let from = "the record tables";
+    generated_file(
+        "deploy/clickhouse/schema.sql",
+        None,
+        &schema_sql("roce", 30),
+        from,
+        "export",
+    );
+    generated_file(
+        "docs/export.md",
+        Some(("<!-- records:begin -->\n", "<!-- records:end -->")),
+        &markdown_tables(),
+        from,
+        "export",
+    );
 }
 
 /// The records of a replay, and its report.
@@ -85,30 +59,6 @@ fn replay(file: &Path, scratch: &Scratch) -> Replayed {
     assert!(status.success(), "replay {}: {err}", file.display());
     let report: Report = serde_json::from_str(&out).expect("the report");
     Replayed { name, dir, report }
-}
-
-/// Every capture to replay: the real ones and every generated scenario.
-fn captures(scratch: &Scratch) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> =
-        shared_capture_files("records_load_into_clickhouse_as_the_report_says", "real")
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|f| {
-                // The ERF file is refused (an unsupported link type).
-                f.extension().is_none_or(|e| e != "erf")
-            })
-            .collect();
-    for name in roce_observer::source::synth::scenario_names() {
-        let file = scratch.path(&format!("{name}.pcap"));
-        let (status, _, err) = output(
-            Command::new(CLI)
-                .args(["synth", "--scenario", name, "-o"])
-                .arg(&file),
-        );
-        assert!(status.success(), "synth --scenario {name}: {err}");
-        files.push(file);
-    }
-    files
 }
 
 /// The rows of one table file, as JSON objects.
@@ -245,10 +195,14 @@ fn ack_p99(r: &Report) -> Option<(u64, u64)> {
 #[test]
 fn records_load_into_clickhouse_as_the_report_says() {
     let scratch = Scratch::new("records");
-    let replays: Vec<Replayed> = captures(&scratch)
-        .iter()
-        .map(|f| replay(f, &scratch))
-        .collect();
+    let replays: Vec<Replayed> = every_capture(
+        CLI,
+        &scratch,
+        "records_load_into_clickhouse_as_the_report_says",
+    )
+    .iter()
+    .map(|f| replay(f, &scratch))
+    .collect();
     assert!(replays.len() >= 20, "{} replays", replays.len());
     let queries = documented_queries();
     assert_eq!(
@@ -471,13 +425,7 @@ fn records_load_into_clickhouse_as_the_report_says() {
 #[test]
 fn a_records_directory_that_is_not_empty_or_a_file_is_refused() {
     let scratch = Scratch::new("records-refused");
-    let capture = scratch.path("clean.pcap");
-    let (status, _, err) = output(
-        Command::new(CLI)
-            .args(["synth", "--scenario", "clean", "-o"])
-            .arg(&capture),
-    );
-    assert!(status.success(), "{err}");
+    let capture = synth_pcap(CLI, &scratch, "clean");
     let full = scratch.path("full");
     std::fs::create_dir(&full).unwrap();
     std::fs::write(full.join("keep.txt"), "mine").unwrap();

@@ -6,21 +6,13 @@
 /// the tests' own lists name registry families only.
 #[test]
 fn the_docs_and_the_tests_lists_follow_the_metric_registry() {
-    let path = integration_tests::workspace_root().join("docs/sidecar.md");
-    let doc = std::fs::read_to_string(&path).unwrap();
-    let (begin, end) = ("<!-- metrics:begin -->\n", "<!-- metrics:end -->");
-    let a = doc.find(begin).expect("the begin marker") + begin.len();
-    let b = doc.find(end).expect("the end marker");
-    let table = observer_daemon::metrics::reference_table();
-    if std::env::var_os("UPDATE_DOCS").is_some() {
-        std::fs::write(&path, format!("{}{table}{}", &doc[..a], &doc[b..])).unwrap();
-    } else {
-        assert_eq!(
-            &doc[a..b],
-            table,
-            "docs/sidecar.md's family table is not the registry's: UPDATE_DOCS=1 writes it"
-        );
-    }
+    integration_tests::generated_file(
+        "docs/sidecar.md",
+        Some(("<!-- metrics:begin -->\n", "<!-- metrics:end -->")),
+        &observer_daemon::metrics::reference_table(),
+        "the metric registry",
+        "metrics_registry",
+    );
     for list in [
         integration_tests::EXPORTED_METRICS,
         integration_tests::NIC_METRICS,

@@ -12,7 +12,7 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use integration_tests::{Scratch, output, shared_capture_files, workspace_root};
+use integration_tests::{Scratch, every_capture, output, synth_pcap, workspace_root};
 use roce_observer::model::Report;
 use serde_json::Value;
 
@@ -99,25 +99,6 @@ fn replay(file: &Path, extra: &[&str]) -> (Option<i32>, Option<Report>, String) 
             .args(extra),
     );
     (status.code(), serde_json::from_str(&out).ok(), err)
-}
-
-fn captures(scratch: &Scratch, test: &str) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = shared_capture_files(test, "real")
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| f.extension().is_none_or(|e| e != "erf"))
-        .collect();
-    for name in roce_observer::source::synth::scenario_names() {
-        let file = scratch.path(&format!("{name}.pcap"));
-        let (status, _, err) = output(
-            Command::new(CLI)
-                .args(["synth", "--scenario", name, "-o"])
-                .arg(&file),
-        );
-        assert!(status.success(), "synth --scenario {name}: {err}");
-        files.push(file);
-    }
-    files
 }
 
 fn u(v: &Value) -> u64 {
@@ -317,7 +298,8 @@ fn by_exporter(received: &[Value]) -> BTreeMap<String, Vec<&Value>> {
 #[test]
 fn every_replay_arrives_over_grpc_and_http_as_the_report_says() {
     let scratch = Scratch::new("otlp");
-    let files = captures(
+    let files = every_capture(
+        CLI,
         &scratch,
         "every_replay_arrives_over_grpc_and_http_as_the_report_says",
     );
@@ -371,13 +353,7 @@ fn every_replay_arrives_over_grpc_and_http_as_the_report_says() {
 #[test]
 fn a_receiver_failing_for_a_while_gets_everything() {
     let scratch = Scratch::new("otlp-retry");
-    let file = scratch.path("rule-loss.pcap");
-    let (status, _, err) = output(
-        Command::new(CLI)
-            .args(["synth", "--scenario", "rule-loss", "-o"])
-            .arg(&file),
-    );
-    assert!(status.success(), "{err}");
+    let file = synth_pcap(CLI, &scratch, "rule-loss");
     for (protocol, transport) in [("grpc", "grpc"), ("http-protobuf", "http")] {
         let receiver = Receiver::start(&scratch, transport, &["--fail-first", "3"]);
         let (code, report, err) = replay(
@@ -404,13 +380,7 @@ fn a_receiver_failing_for_a_while_gets_everything() {
 #[test]
 fn a_receiver_refusing_or_missing_is_an_error_after_the_report() {
     let scratch = Scratch::new("otlp-refused");
-    let file = scratch.path("clean.pcap");
-    let (status, _, err) = output(
-        Command::new(CLI)
-            .args(["synth", "--scenario", "clean", "-o"])
-            .arg(&file),
-    );
-    assert!(status.success(), "{err}");
+    let file = synth_pcap(CLI, &scratch, "clean");
     // Every row of the report's one interval, and the interval's own.
     let rows = |r: &Report| {
         let rows = roce_observer::export::IntervalRows::of(r);
@@ -559,13 +529,7 @@ fn certificates(scratch: &Scratch) -> (PathBuf, PathBuf, PathBuf) {
 #[test]
 fn tls_with_the_named_ca_and_refused_without_it() {
     let scratch = Scratch::new("otlp-tls");
-    let file = scratch.path("clean.pcap");
-    let (status, _, err) = output(
-        Command::new(CLI)
-            .args(["synth", "--scenario", "clean", "-o"])
-            .arg(&file),
-    );
-    assert!(status.success(), "{err}");
+    let file = synth_pcap(CLI, &scratch, "clean");
     let (ca, cert, key) = certificates(&scratch);
     let receiver = Receiver::start(
         &scratch,

@@ -2,24 +2,13 @@
 
 use std::{path::PathBuf, process::Command};
 
-use integration_tests::{Scratch, output, run_with_input, truth_aggregate};
+use integration_tests::{Scratch, output, run_with_input, synth_pcap, truth_aggregate};
 use roce_observer::{
     model::{Flow, Report},
     source::synth,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
-
-fn synth_to(dir: &Scratch, scenario: &str) -> PathBuf {
-    let path = dir.path(&format!("{scenario}.pcap"));
-    let (status, _, err) = output(
-        Command::new(CLI)
-            .args(["synth", "--scenario", scenario, "-o"])
-            .arg(&path),
-    );
-    assert!(status.success(), "synth {scenario}: {err}");
-    path
-}
 
 fn report(stdout: &str) -> Report {
     serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
@@ -35,7 +24,7 @@ fn sorted(flows: &[Flow]) -> Vec<Flow> {
 fn replay_of_a_synth_capture_equals_its_ground_truth() {
     let dir = Scratch::new("replay-truth");
     let w = synth::scenario("e2e").unwrap();
-    let path = synth_to(&dir, "e2e");
+    let path = synth_pcap(CLI, &dir, "e2e");
     let (status, out, err) =
         output(
             Command::new(CLI)
@@ -241,7 +230,7 @@ fn a_long_capture_gets_about_a_hundred_intervals_and_an_explicit_one_wins() {
 #[test]
 fn standard_input_gives_the_same_report() {
     let dir = Scratch::new("replay-stdin");
-    let path = synth_to(&dir, "demo");
+    let path = synth_pcap(CLI, &dir, "demo");
     let (_, from_file, _) = output(Command::new(CLI).arg("replay").arg(&path).arg("--json"));
     let out = run_with_input(
         Command::new(CLI).args(["replay", "-", "--json"]),
@@ -264,7 +253,7 @@ fn standard_input_gives_the_same_report() {
 #[test]
 fn a_cut_capture_reports_what_it_holds_with_one_warning() {
     let dir = Scratch::new("replay-cut");
-    let path = synth_to(&dir, "demo");
+    let path = synth_pcap(CLI, &dir, "demo");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.truncate(bytes.len() - 7);
     let cut = dir.path("cut.pcap");
@@ -320,7 +309,7 @@ fn unusable_inputs_are_one_line_errors() {
 #[test]
 fn an_unwritable_html_path_is_refused_before_the_run() {
     let dir = Scratch::new("replay-html");
-    let pcap = synth_to(&dir, "demo");
+    let pcap = synth_pcap(CLI, &dir, "demo");
     let missing = dir.path("no-such-folder/report.html");
     let folder = dir.path("a-folder");
     std::fs::create_dir(&folder).unwrap();
@@ -379,7 +368,7 @@ fn synth_lists_its_scenarios() {
 fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
     let dir = Scratch::new("replay-twice");
     let w = synth::scenario("rule-reorder").unwrap();
-    let a = synth_to(&dir, "rule-reorder");
+    let a = synth_pcap(CLI, &dir, "rule-reorder");
     let link = dir.path("again.pcap");
     std::os::unix::fs::symlink(&a, &link).unwrap();
     for second in [&a, &link] {
@@ -392,7 +381,7 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
         assert!(lines[0].contains(&a.display().to_string()), "{err}");
     }
     // Another capture of the same span with other flows: nothing to say.
-    let other = synth_to(&dir, "rule-duplicate-copies");
+    let other = synth_pcap(CLI, &dir, "rule-duplicate-copies");
     let (status, _, err) = output(Command::new(CLI).arg("replay").arg(&a).arg(&other));
     assert!(status.success(), "{err}");
     assert!(err.is_empty(), "{err}");
@@ -436,7 +425,7 @@ fn the_same_file_twice_is_refused_and_overlapping_files_are_named() {
 fn flows_list_their_vlan_ids() {
     let dir = Scratch::new("replay-vlans");
     let w = synth::scenario("ipv6-vlan").unwrap();
-    let path = synth_to(&dir, "ipv6-vlan");
+    let path = synth_pcap(CLI, &dir, "ipv6-vlan");
     let (status, out, err) = output(Command::new(CLI).arg("replay").arg(&path).arg("--json"));
     assert!(status.success(), "{err}");
     let r = report(&out);
@@ -623,7 +612,7 @@ fn halves_of_a_sprayed_flow_merge_into_one_sequence() {
 fn rotated_files_in_either_order_give_the_report_of_one_file() {
     let dir = Scratch::new("replay-rotated");
     let w = synth::scenario("loss").unwrap();
-    let whole = synth_to(&dir, "loss");
+    let whole = synth_pcap(CLI, &dir, "loss");
     let (first, second) = w.frames.split_at(w.frames.len() / 2);
     let part = |name: &str, frames: &[synth::Frame]| {
         let path = dir.path(name);

@@ -147,3 +147,30 @@ pub fn shared_capture_files(test: &str, sub: &str) -> Option<Vec<std::path::Path
     files.sort();
     Some(files)
 }
+
+/// The generator's scenario `name` written by the CLI `cli` (`synth --scenario NAME -o`) to
+/// `NAME.pcap` in `scratch`.
+pub fn synth_pcap(cli: &str, scratch: &crate::Scratch, name: &str) -> std::path::PathBuf {
+    let path = scratch.path(&format!("{name}.pcap"));
+    let (status, _, err) = crate::output(
+        std::process::Command::new(cli)
+            .args(["synth", "--scenario", name, "-o"])
+            .arg(&path),
+    );
+    assert!(status.success(), "synth --scenario {name}: {status}: {err}");
+    path
+}
+
+/// Every capture there is to replay: the real ones (but the ERF file, an unsupported link
+/// type) and every generated scenario, written by `cli` into `scratch`.
+pub fn every_capture(cli: &str, scratch: &crate::Scratch, test: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<std::path::PathBuf> = shared_capture_files(test, "real")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.extension().is_none_or(|e| e != "erf"))
+        .collect();
+    files.extend(
+        roce_observer::source::synth::scenario_names().map(|name| synth_pcap(cli, scratch, name)),
+    );
+    files
+}
