@@ -3,9 +3,9 @@
 
 use observer_core::export::{EncodedRow, Resource, TABLES, Value};
 use opentelemetry_proto::tonic::{
-    collector::{logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest},
-    common::v1::{AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value},
-    logs::v1::{LogRecord, ResourceLogs, ScopeLogs, SeverityNumber},
+    collector::metrics::v1::ExportMetricsServiceRequest,
+    common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value},
+    logs::v1::SeverityNumber,
     metrics::v1::{
         AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
         metric::Data, number_data_point,
@@ -22,33 +22,6 @@ fn kv(key: &str, value: any_value::Value) -> KeyValue {
         key: key.to_string(),
         value: Some(AnyValue { value: Some(value) }),
         ..Default::default()
-    }
-}
-
-fn any(v: &Value) -> any_value::Value {
-    use any_value::Value as A;
-    // OTLP integers are signed 64-bit: a count beyond i64::MAX saturates.
-    let int = |n: u64| A::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
-    match v {
-        Value::U64(n) => int(*n),
-        Value::F64(x) => A::DoubleValue(*x),
-        Value::Str(s) => A::StringValue(s.clone()),
-        Value::Strs(s) => A::ArrayValue(ArrayValue {
-            values: s
-                .iter()
-                .map(|s| AnyValue {
-                    value: Some(A::StringValue(s.clone())),
-                })
-                .collect(),
-        }),
-        Value::U64s(n) => A::ArrayValue(ArrayValue {
-            values: n
-                .iter()
-                .map(|&n| AnyValue {
-                    value: Some(int(n)),
-                })
-                .collect(),
-        }),
     }
 }
 
@@ -97,47 +70,6 @@ fn severity(row: &EncodedRow) -> (SeverityNumber, &'static str) {
         Some("critical") => (SeverityNumber::Error, "ERROR"),
         Some("warning") => (SeverityNumber::Warn, "WARN"),
         _ => (SeverityNumber::Info, "INFO"),
-    }
-}
-
-/// A row as a log record: its table as the event name (`roce.<table>`), the interval's end as
-/// its time, a finding's severity as its own (every other row is INFO), and every column as
-/// an attribute.
-pub fn log_record(row: &EncodedRow, observed_ns: u64) -> LogRecord {
-    let table = TABLES[row.table];
-    let (severity, severity_text) = severity(row);
-    LogRecord {
-        time_unix_nano: number(row, "interval_end_ns").unwrap_or(0),
-        observed_time_unix_nano: observed_ns,
-        severity_number: severity as i32,
-        severity_text: severity_text.into(),
-        event_name: format!("roce.{table}"),
-        body: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(table.into())),
-        }),
-        // An empty string is a value not known (OpenTelemetry: leave the attribute out).
-        attributes: row
-            .values
-            .iter()
-            .filter(|(_, v)| !matches!(v, Value::Str(s) if s.is_empty()))
-            .map(|(c, v)| kv(c.attribute, any(v)))
-            .collect(),
-        ..Default::default()
-    }
-}
-
-/// Log records as one logs request.
-pub fn logs(resource_: &Resource, log_records: Vec<LogRecord>) -> ExportLogsServiceRequest {
-    ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            resource: Some(resource(resource_)),
-            scope_logs: vec![ScopeLogs {
-                scope: Some(scope()),
-                log_records,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
     }
 }
 
@@ -205,7 +137,7 @@ pub fn metrics(
 // bytes. Building prost's structs first costs an allocation per attribute name and value
 // (~50 per row), ten times the encoding itself. These writers produce the same message (its
 // fields in tag order, where prost writes them in declaration order): the tests decode them
-// with prost and compare with `log_record`.
+// with prost and compare with `reference::log_record`.
 
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 
@@ -280,7 +212,7 @@ fn write_any(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// Appends a row's log record (as [`log_record`] makes it) to `out` as a ScopeLogs'
+/// Appends a row's log record (as [`reference::log_record`] makes it) to `out` as a ScopeLogs'
 /// `log_records` field (tag 2, length-delimited).
 pub fn write_log_record(row: &EncodedRow, observed_ns: u64, out: &mut Vec<u8>) {
     let table = TABLES[row.table];
@@ -350,4 +282,85 @@ pub fn logs_bytes(resource_: &Resource, records: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&scope);
     out.extend_from_slice(records);
     out
+}
+
+/// The records in prost's structs: what [`write_log_record`] and [`logs_bytes`] (which are sent)
+/// are tested against.
+#[cfg(test)]
+pub(crate) mod reference {
+    use opentelemetry_proto::tonic::{
+        collector::logs::v1::ExportLogsServiceRequest,
+        common::v1::ArrayValue,
+        logs::v1::{LogRecord, ResourceLogs, ScopeLogs},
+    };
+
+    use super::*;
+
+    fn any(v: &Value) -> any_value::Value {
+        use any_value::Value as A;
+        // OTLP integers are signed 64-bit: a count beyond i64::MAX saturates.
+        let int = |n: u64| A::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
+        match v {
+            Value::U64(n) => int(*n),
+            Value::F64(x) => A::DoubleValue(*x),
+            Value::Str(s) => A::StringValue(s.clone()),
+            Value::Strs(s) => A::ArrayValue(ArrayValue {
+                values: s
+                    .iter()
+                    .map(|s| AnyValue {
+                        value: Some(A::StringValue(s.clone())),
+                    })
+                    .collect(),
+            }),
+            Value::U64s(n) => A::ArrayValue(ArrayValue {
+                values: n
+                    .iter()
+                    .map(|&n| AnyValue {
+                        value: Some(int(n)),
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
+    /// A row as a log record: its table as the event name (`roce.<table>`), the interval's end as
+    /// its time, a finding's severity as its own (every other row is INFO), and every column as
+    /// an attribute.
+    pub fn log_record(row: &EncodedRow, observed_ns: u64) -> LogRecord {
+        let table = TABLES[row.table];
+        let (severity, severity_text) = severity(row);
+        LogRecord {
+            time_unix_nano: number(row, "interval_end_ns").unwrap_or(0),
+            observed_time_unix_nano: observed_ns,
+            severity_number: severity as i32,
+            severity_text: severity_text.into(),
+            event_name: format!("roce.{table}"),
+            body: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(table.into())),
+            }),
+            // An empty string is a value not known (OpenTelemetry: leave the attribute out).
+            attributes: row
+                .values
+                .iter()
+                .filter(|(_, v)| !matches!(v, Value::Str(s) if s.is_empty()))
+                .map(|(c, v)| kv(c.attribute, any(v)))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Log records as one logs request (the reference of [`logs_bytes`]).
+    pub fn logs(resource_: &Resource, log_records: Vec<LogRecord>) -> ExportLogsServiceRequest {
+        ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: Some(resource(resource_)),
+                scope_logs: vec![ScopeLogs {
+                    scope: Some(scope()),
+                    log_records,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+    }
 }

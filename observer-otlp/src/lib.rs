@@ -21,7 +21,9 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-pub use encode::{INTERVAL_SUMS, log_record, logs, logs_bytes, metrics, write_log_record};
+#[cfg(test)]
+use encode::reference::{log_record, logs};
+pub use encode::{INTERVAL_SUMS, logs_bytes, metrics, write_log_record};
 use observer_core::export::{EncodedRow, Resource};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use prost::Message;

@@ -198,28 +198,13 @@ impl Client {
                     "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
                 );
                 match logs.unary(r, path, RawCodec).await {
-                    Ok(resp) => {
-                        let p = resp.into_inner().partial_success;
-                        Outcome::Delivered {
-                            rejected: p
-                                .as_ref()
-                                .map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0)),
-                            why: p.map(|p| p.error_message).filter(|m| !m.is_empty()),
-                        }
-                    }
+                    Ok(resp) => delivered(resp.into_inner().refusals()),
                     Err(status) => grpc_outcome(&status),
                 }
             }
             Self::Http { .. } => {
                 self.post("/v1/logs", req.to_vec(), timeout, |b| {
-                    ExportLogsServiceResponse::decode(b).ok().and_then(|r| {
-                        r.partial_success.map(|p| {
-                            (
-                                u64::try_from(p.rejected_log_records).unwrap_or(0),
-                                p.error_message,
-                            )
-                        })
-                    })
+                    ExportLogsServiceResponse::decode(b).map(Refusals::refusals)
                 })
                 .await
             }
@@ -239,33 +224,14 @@ impl Client {
                 *r.metadata_mut() = headers.clone();
                 r.set_timeout(timeout);
                 match metrics.export(r).await {
-                    Ok(resp) => Outcome::Delivered {
-                        rejected: resp
-                            .get_ref()
-                            .partial_success
-                            .as_ref()
-                            .map_or(0, |p| u64::try_from(p.rejected_data_points).unwrap_or(0)),
-                        why: resp
-                            .get_ref()
-                            .partial_success
-                            .as_ref()
-                            .map(|p| p.error_message.clone())
-                            .filter(|m| !m.is_empty()),
-                    },
+                    Ok(resp) => delivered(resp.into_inner().refusals()),
                     Err(status) => grpc_outcome(&status),
                 }
             }
             Self::Http { .. } => {
                 let body = req.encode_to_vec();
                 self.post("/v1/metrics", body, timeout, |b| {
-                    ExportMetricsServiceResponse::decode(b).ok().and_then(|r| {
-                        r.partial_success.map(|p| {
-                            (
-                                u64::try_from(p.rejected_data_points).unwrap_or(0),
-                                p.error_message,
-                            )
-                        })
-                    })
+                    ExportMetricsServiceResponse::decode(b).map(Refusals::refusals)
                 })
                 .await
             }
@@ -277,7 +243,7 @@ impl Client {
         path: &str,
         body: Vec<u8>,
         timeout: Duration,
-        rejected: impl Fn(Bytes) -> Option<(u64, String)>,
+        refusals: impl Fn(Bytes) -> Result<(u64, String), prost::DecodeError>,
     ) -> Outcome {
         let Self::Http {
             client,
@@ -340,13 +306,8 @@ impl Client {
             _ => Bytes::new(),
         };
         match status.as_u16() {
-            200..=299 => {
-                let (rejected, why) = rejected(body).unwrap_or_default();
-                Outcome::Delivered {
-                    rejected,
-                    why: Some(why).filter(|w| !w.is_empty()),
-                }
-            }
+            // An answer that does not decode refuses nothing.
+            200..=299 => delivered(refusals(body).unwrap_or_default()),
             // OTLP/HTTP: these are retryable, after Retry-After when given.
             429 | 502 | 503 | 504 => Outcome::Retry {
                 after,
@@ -356,6 +317,45 @@ impl Client {
                 why: format!("HTTP {status}"),
             },
         }
+    }
+}
+
+/// What an answer says the receiver refused of a request (partial success): how many items, and
+/// why.
+trait Refusals {
+    fn refusals(self) -> (u64, String);
+}
+
+impl Refusals for ExportLogsServiceResponse {
+    fn refusals(self) -> (u64, String) {
+        self.partial_success
+            .map(|p| {
+                (
+                    u64::try_from(p.rejected_log_records).unwrap_or(0),
+                    p.error_message,
+                )
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Refusals for ExportMetricsServiceResponse {
+    fn refusals(self) -> (u64, String) {
+        self.partial_success
+            .map(|p| {
+                (
+                    u64::try_from(p.rejected_data_points).unwrap_or(0),
+                    p.error_message,
+                )
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn delivered((rejected, why): (u64, String)) -> Outcome {
+    Outcome::Delivered {
+        rejected,
+        why: Some(why).filter(|w| !w.is_empty()),
     }
 }
 
