@@ -84,11 +84,35 @@ pub const METRIC_NAMES: [(&str, &str); METRICS] = [
     ),
 ];
 
-/// One value per metric.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Counts(pub [u64; METRICS]);
+/// The record counters after the metrics' (a book built with [`RECORD_WIDTH`] counts them
+/// too): every counter of a flow that adds up, so that a flow's growth over an interval is a
+/// [`FlowStats`] of its own ([`Counts::stats`]).
+pub const ECN: usize = METRICS;
+/// [`OpClass`] counts, every class.
+pub const OPS: usize = ECN + 3;
+pub const PSN_REGRESSIONS: usize = OPS + OpClass::COUNT;
+pub const MIRROR_TRUNCATED: usize = PSN_REGRESSIONS + 1;
+pub const OUT_OF_ORDER: usize = MIRROR_TRUNCATED + 1;
+pub const DUPLICATES: usize = OUT_OF_ORDER + 1;
+pub const RETX_EPISODES: usize = DUPLICATES + 1;
+pub const LOST_EVENTS: usize = RETX_EPISODES + 1;
+pub const RESETS: usize = LOST_EVENTS + 1;
+pub const NAK_SEQ: usize = RESETS + 1;
+pub const RETX_WAITED: usize = NAK_SEQ + 1;
+/// The width of a book whose flows' growth leaves as fleet records.
+pub const RECORD_WIDTH: usize = RETX_WAITED + 1;
 
-impl Counts {
+/// One value per metric: the first [`METRICS`], and with [`RECORD_WIDTH`] the record counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Counts<const N: usize = METRICS>(pub [u64; N]);
+
+impl<const N: usize> Default for Counts<N> {
+    fn default() -> Self {
+        Self([0; N])
+    }
+}
+
+impl<const N: usize> Counts<N> {
     /// The counts of entry `key` as exported and totalled: the PSN analysis of mirror sessions
     /// together ([`FlowKey::is_union`]) adds its PSN counts alone (each session's flow has the
     /// others; the union's packets and bytes, all the sessions' copies, only rank its series).
@@ -101,7 +125,8 @@ impl Counts {
     }
 
     pub fn of(s: &FlowStats) -> Self {
-        Self([
+        let mut c = [0; N];
+        let metrics = [
             s.packets,
             s.bytes,
             s.ecn[3],
@@ -113,17 +138,87 @@ impl Counts {
             // counted: negative there (wrapping), not 2^64 - 1.
             observer_common::seq::non_negative(s.seq.lost),
             s.seq.retransmissions,
-        ])
+        ];
+        let n = N.min(METRICS);
+        c[..n].copy_from_slice(&metrics[..n]);
+        if N >= RECORD_WIDTH {
+            c[ECN..OPS].copy_from_slice(&s.ecn[..3]);
+            c[OPS..PSN_REGRESSIONS].copy_from_slice(&s.ops);
+            c[PSN_REGRESSIONS] = s.psn_regressions;
+            c[MIRROR_TRUNCATED] = s.mirror_truncated;
+            c[OUT_OF_ORDER] = s.seq.out_of_order;
+            c[DUPLICATES] = s.seq.duplicates;
+            c[RETX_EPISODES] = s.seq.retx_episodes;
+            c[LOST_EVENTS] = s.seq.lost_events;
+            c[RESETS] = s.seq.resets;
+            c[NAK_SEQ] = s.seq.nak_seq;
+            c[RETX_WAITED] = u64::from(s.seq.retx_waited);
+        }
+        Self(c)
     }
 
-    pub fn add(&mut self, o: &Counts) {
+    /// The metrics alone.
+    pub fn metrics(&self) -> Counts {
+        let mut c = Counts::default();
+        let n = N.min(METRICS);
+        c.0[..n].copy_from_slice(&self.0[..n]);
+        c
+    }
+
+    /// A flow's growth as the flow statistics of its own: the counters from these counts
+    /// (those a book of this width keeps), the rest from `attrs`.
+    pub fn stats(&self, attrs: &Attrs) -> FlowStats {
+        let at = |i: usize| self.0.get(i).copied().unwrap_or(0);
+        let mut s = FlowStats {
+            packets: at(PACKETS),
+            bytes: at(BYTES),
+            psn_gaps: at(PSN_GAPS),
+            psn_regressions: at(PSN_REGRESSIONS),
+            mirror_truncated: at(MIRROR_TRUNCATED),
+            dscp_mask: attrs.dscp_mask,
+            cnp_dscp_mask: attrs.cnp_dscp_mask,
+            pcp_mask: attrs.pcp_mask,
+            transport_mask: attrs.transport_mask,
+            vids: attrs.vids,
+            first_seen_ns: attrs.first_seen_ns,
+            last_seen_ns: attrs.last_seen_ns,
+            ..FlowStats::default()
+        };
+        for (e, i) in s.ecn.iter_mut().zip(ECN..) {
+            *e = at(i);
+        }
+        s.ecn[3] = at(CE);
+        for (o, i) in s.ops.iter_mut().zip(OPS..) {
+            *o = at(i);
+        }
+        if N < RECORD_WIDTH {
+            s.ops[OpClass::Cnp as usize] = at(CNP);
+            s.ops[OpClass::Nak as usize] = at(NAK);
+            s.ops[OpClass::RnrNak as usize] = at(RNR_NAK);
+        }
+        s.seq.lost = at(PSN_MISSING);
+        s.seq.retransmissions = at(RETRANSMISSIONS);
+        s.seq.out_of_order = at(OUT_OF_ORDER);
+        s.seq.duplicates = at(DUPLICATES);
+        s.seq.retx_episodes = at(RETX_EPISODES);
+        s.seq.lost_events = at(LOST_EVENTS);
+        s.seq.resets = at(RESETS);
+        s.seq.nak_seq = at(NAK_SEQ);
+        s.seq.retx_waited = u32::try_from(at(RETX_WAITED)).unwrap_or(u32::MAX);
+        s.seq.pmtu_mask = attrs.pmtu_mask;
+        s.seq.timeout_max_ns = attrs.timeout_max_ns;
+        s.seq.timeout_at_ns = attrs.timeout_at_ns;
+        s
+    }
+
+    pub fn add(&mut self, o: &Self) {
         for (a, b) in self.0.iter_mut().zip(o.0) {
             *a = a.saturating_add(b);
         }
     }
 
     /// Field by field `self - o`, 0 where `o` is larger.
-    pub fn minus(&self, o: &Counts) -> Counts {
+    pub fn minus(&self, o: &Self) -> Self {
         let mut d = *self;
         for (a, b) in d.0.iter_mut().zip(o.0) {
             *a = a.saturating_sub(b);
@@ -132,7 +227,7 @@ impl Counts {
     }
 
     /// Field by field maximum.
-    pub fn each_max(&self, o: &Counts) -> Counts {
+    pub fn each_max(&self, o: &Self) -> Self {
         let mut d = *self;
         for (a, b) in d.0.iter_mut().zip(o.0) {
             *a = (*a).max(b);
@@ -146,7 +241,7 @@ impl Counts {
 
     /// Field by field `self + o`, wrapping: with [`wrapping_minus`](Self::wrapping_minus), a
     /// running sum that parts leave exactly as they came.
-    fn wrapping_plus(&self, o: &Counts) -> Counts {
+    fn wrapping_plus(&self, o: &Self) -> Self {
         let mut d = *self;
         for (a, b) in d.0.iter_mut().zip(o.0) {
             *a = a.wrapping_add(b);
@@ -154,7 +249,7 @@ impl Counts {
         d
     }
 
-    fn wrapping_minus(&self, o: &Counts) -> Counts {
+    fn wrapping_minus(&self, o: &Self) -> Self {
         let mut d = *self;
         for (a, b) in d.0.iter_mut().zip(o.0) {
             *a = a.wrapping_sub(b);
@@ -163,25 +258,91 @@ impl Counts {
     }
 }
 
-/// What the book takes of a table entry (its per-CPU values): made where the entry is read, so
-/// that a reader thread hands over these 128 bytes, not every CPU's 432.
+/// What a flow's records carry beside its counters: what was seen of it (masks, VLAN IDs,
+/// times, the path MTU and the longest resend wait), over its table entry's and cache slots'
+/// lives, not one interval's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reading {
+pub struct Attrs {
+    pub dscp_mask: u64,
+    pub cnp_dscp_mask: u64,
+    pub pcp_mask: u32,
+    pub transport_mask: u32,
+    pub vids: [u16; 4],
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    pub pmtu_mask: u32,
+    pub timeout_max_ns: u64,
+    pub timeout_at_ns: u64,
+}
+
+impl Attrs {
+    /// Adds what `s` (a view with packets) saw.
+    pub fn add(&mut self, s: &FlowStats) {
+        self.merge(&Attrs {
+            dscp_mask: s.dscp_mask,
+            cnp_dscp_mask: s.cnp_dscp_mask,
+            pcp_mask: s.pcp_mask,
+            transport_mask: s.transport_mask,
+            vids: s.vids,
+            first_seen_ns: s.first_seen_ns,
+            last_seen_ns: s.last_seen_ns,
+            pmtu_mask: s.seq.pmtu_mask,
+            timeout_max_ns: s.seq.timeout_max_ns,
+            timeout_at_ns: s.seq.timeout_at_ns,
+        });
+    }
+
+    pub fn merge(&mut self, o: &Attrs) {
+        self.dscp_mask |= o.dscp_mask;
+        self.cnp_dscp_mask |= o.cnp_dscp_mask;
+        self.pcp_mask |= o.pcp_mask;
+        self.transport_mask |= o.transport_mask;
+        self.pmtu_mask |= o.pmtu_mask;
+        // VLAN IDs as VID + 1, 0 none: the lowest and the highest of each tag.
+        for (lo, hi) in [(0, 1), (2, 3)] {
+            for v in [o.vids[lo], o.vids[hi]] {
+                if v != 0 && (self.vids[lo] == 0 || v < self.vids[lo]) {
+                    self.vids[lo] = v;
+                }
+                self.vids[hi] = self.vids[hi].max(v);
+            }
+        }
+        if o.first_seen_ns != 0 && (self.first_seen_ns == 0 || o.first_seen_ns < self.first_seen_ns)
+        {
+            self.first_seen_ns = o.first_seen_ns;
+        }
+        self.last_seen_ns = self.last_seen_ns.max(o.last_seen_ns);
+        if o.timeout_max_ns > self.timeout_max_ns {
+            self.timeout_max_ns = o.timeout_max_ns;
+            self.timeout_at_ns = o.timeout_at_ns;
+        }
+    }
+}
+
+/// What the book takes of a table entry (its per-CPU values): made where the entry is read, so
+/// that a reader thread hands over these few bytes, not every CPU's 432.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reading<const N: usize = METRICS> {
     pub key: FlowKey,
     /// The counts of the CPUs' values with packets, summed.
-    pub counts: Counts,
+    pub counts: Counts<N>,
     /// The earliest first-seen time among them (0: no value with packets).
     pub first: u64,
     /// A value saw a connected transport (RC, UC, XRC), and the flow is no CM traffic: its
     /// connection counts among the drain's.
     pub connected: bool,
+    /// What the values saw (a book of [`RECORD_WIDTH`] only).
+    pub attrs: Attrs,
 }
 
-impl Reading {
+impl<const N: usize> Reading<N> {
     pub fn of(key: &FlowKey, per_cpu: &[FlowStats]) -> Self {
         let mut r = Self {
             key: *key,
-            ..Self::default()
+            counts: Counts::default(),
+            first: 0,
+            connected: false,
+            attrs: Attrs::default(),
         };
         for v in per_cpu {
             r.connected |= v.transport_mask & connections::CONNECTED != 0;
@@ -189,6 +350,9 @@ impl Reading {
                 r.counts.add(&Counts::of(v));
                 if r.first == 0 || v.first_seen_ns < r.first {
                     r.first = v.first_seen_ns;
+                }
+                if N >= RECORD_WIDTH {
+                    r.attrs.add(v);
                 }
             }
         }
@@ -227,7 +391,7 @@ fn hash_key(key: &FlowKey) -> u64 {
 
 /// What the book knows of one flow.
 #[derive(Clone, Debug, Default)]
-struct Slot {
+struct Slot<const N: usize> {
     // What the pass over every flow reads, first.
     /// The pass (one per [`FlowBook::begin`]) the table last handed this flow over in.
     table_pass: u32,
@@ -256,19 +420,19 @@ struct Slot {
     key: FlowKey,
     /// The largest values read of the current incarnation (table entry + cache slots): set
     /// with [`set_last`](Self::set_last).
-    last: Counts,
+    last: Counts<N>,
     /// The latest settled reading of the table entry, when it differs from `last`; mostly they
     /// are equal, and it takes no room ([`read_table`](Self::read_table)). A reading that
     /// changed waits in [`FlowBook::queue`] until `finish` settles it.
-    table_apart: Option<Box<Counts>>,
+    table_apart: Option<Box<Counts<N>>>,
     /// Counts of earlier incarnations (evicted and re-inserted table entries).
-    base: Option<Box<Counts>>,
+    base: Option<Box<Counts<N>>>,
 }
 
 // What a million flows cost the daemon, mostly (docs/benchmarks.md).
-const _: () = assert!(size_of::<Slot>() == 176);
+const _: () = assert!(size_of::<Slot<METRICS>>() == 176);
 
-impl Slot {
+impl<const N: usize> Slot<N> {
     fn new(key: FlowKey, epoch: u32) -> Self {
         Self {
             key,
@@ -278,7 +442,7 @@ impl Slot {
         }
     }
 
-    fn cum(&self) -> Counts {
+    fn cum(&self) -> Counts<N> {
         let mut c = self.last;
         if let Some(b) = &self.base {
             c.add(b);
@@ -287,11 +451,11 @@ impl Slot {
     }
 
     /// The latest reading of the table entry.
-    fn read_table(&self) -> Counts {
+    fn read_table(&self) -> Counts<N> {
         self.table_apart.as_deref().copied().unwrap_or(self.last)
     }
 
-    fn set_read_table(&mut self, read: Counts) {
+    fn set_read_table(&mut self, read: Counts<N>) {
         if read == self.last {
             self.table_apart = None;
         } else if let Some(b) = &mut self.table_apart {
@@ -302,7 +466,7 @@ impl Slot {
     }
 
     /// Sets `last`, the latest table reading staying what it was.
-    fn set_last(&mut self, last: Counts) {
+    fn set_last(&mut self, last: Counts<N>) {
         let read = self.read_table();
         self.last = last;
         self.set_read_table(read);
@@ -310,7 +474,7 @@ impl Slot {
 
     /// The table entry is gone: its counts (all but `cache`, the cache slots' part at the last
     /// read) become an earlier incarnation's.
-    fn evicted(&mut self, cache: Counts) {
+    fn evicted(&mut self, cache: Counts<N>) {
         let table = self.last.minus(&cache);
         let mut base = self.base.take().map_or_else(Counts::default, |b| *b);
         base.add(&table);
@@ -322,10 +486,10 @@ impl Slot {
 
 /// A flow exported as its own series.
 #[derive(Clone, Debug)]
-struct Member {
+struct Member<const N: usize> {
     key: FlowKey,
     /// The flow's counts when it was promoted (they stay in the rest).
-    promo: Counts,
+    promo: Counts<N>,
     /// This drain's growth (ranking).
     delta_bytes: u64,
 }
@@ -363,32 +527,43 @@ pub struct Drained {
     /// Connections (RC, UC, XRC; both directions of a queue pair, every QP between two hosts
     /// on one UDP source port, joined) among this drain's readings.
     pub connections: usize,
+    /// Every flow's growth in this drain, with what was seen of it (a book of
+    /// [`RECORD_WIDTH`] only; empty otherwise): the QPs' records of the interval. The
+    /// entries of mirror sessions together ([`FlowKey::is_union`]) are among them, with the
+    /// PSN analysis of their sessions together.
+    pub grown: Vec<(FlowKey, FlowStats)>,
 }
 
 /// Per-flow counts across drains.
-pub struct FlowBook {
+pub struct FlowBook<const N: usize = METRICS> {
     max_series: usize,
     /// Drains a flow may stay unchanged before it is aged out.
     idle_drains: u32,
     /// The flows, in no order; `index` finds them by key.
-    slots: Vec<Slot>,
+    slots: Vec<Slot<N>>,
     /// Indices into `slots`, by [`hash_key`] of their keys.
     index: HashTable<u32>,
-    members: Vec<Member>,
+    members: Vec<Member<N>>,
     /// Counts of flows aged out.
-    retired: Counts,
+    retired: Counts<N>,
     /// Every flow's counts as exported, summed (wrapping, so that a flow leaves it exactly).
-    flows_sum: Counts,
+    flows_sum: Counts<N>,
     rest: Counts,
     /// `grand` at the last drain.
-    grand: Counts,
+    grand: Counts<N>,
     /// Totals minus flows at the last drain, and the part of it counted.
-    slack: Counts,
-    lost: Counts,
+    slack: Counts<N>,
+    lost: Counts<N>,
     /// This drain's flow cache slots, summed per flow.
-    cache_now: FxHashMap<FlowKey, Counts>,
+    cache_now: FxHashMap<FlowKey, Counts<N>>,
     /// The last drain's.
-    cache_last: FxHashMap<FlowKey, Counts>,
+    cache_last: FxHashMap<FlowKey, Counts<N>>,
+    /// What this drain's changed readings and cache slots saw per flow (a book of
+    /// [`RECORD_WIDTH`] only).
+    attrs: FxHashMap<FlowKey, Attrs>,
+    /// Growth of flows retired since the last drain (their entries' final values): in the
+    /// next drain's `grown`.
+    retired_growth: Vec<(FlowKey, Counts<N>, Attrs)>,
     /// The connections of this drain's connected cache slots.
     cache_groups: FxHashSet<Group>,
     /// The first flow of each connection group (the flows of one [`connections::group_of`]),
@@ -398,7 +573,7 @@ pub struct FlowBook {
     live_groups: usize,
     /// The flows [`finish`](Self::finish) settles: those whose table reading changed (with
     /// it), those in a cache slot.
-    queue: Vec<(u32, Option<Counts>)>,
+    queue: Vec<(u32, Option<Counts<N>>)>,
     /// The idle flows found by the last `finish`.
     idle: Vec<FlowKey>,
     /// Where the next table reading's flow probably is: the one after the last reading's.
@@ -424,7 +599,10 @@ pub struct FlowBook {
     last_table_entries: usize,
 }
 
-impl FlowBook {
+impl<const N: usize> FlowBook<N> {
+    /// The book keeps the record counters, and hands each drain's growth over.
+    const RECORDS: bool = N >= RECORD_WIDTH;
+
     pub fn new(max_series: usize, idle_drains: u32) -> Self {
         Self {
             max_series,
@@ -440,6 +618,8 @@ impl FlowBook {
             lost: Counts::default(),
             cache_now: FxHashMap::default(),
             cache_last: FxHashMap::default(),
+            attrs: FxHashMap::default(),
+            retired_growth: Vec::new(),
             cache_groups: FxHashSet::default(),
             group_heads: HashTable::new(),
             live_groups: 0,
@@ -493,7 +673,7 @@ impl FlowBook {
     }
 
     /// Takes flow `i` out of the book; the last flow takes its place.
-    fn remove_at(&mut self, i: usize) -> Slot {
+    fn remove_at(&mut self, i: usize) -> Slot<N> {
         let key = self.slots[i].key;
         if let Ok(entry) = self.index.find_entry(hash_key(&key), |&j| j as usize == i) {
             entry.remove();
@@ -624,7 +804,7 @@ impl FlowBook {
 
     /// Queues flow `i` for `finish` to settle (once per pass), with its table reading when it
     /// changed.
-    fn queue(&mut self, i: usize, read: Option<Counts>) {
+    fn queue(&mut self, i: usize, read: Option<Counts<N>>) {
         let s = &mut self.slots[i];
         if s.queued_pass != self.pass {
             s.queued_pass = self.pass;
@@ -650,6 +830,7 @@ impl FlowBook {
         self.finished = false;
         self.table_entries = 0;
         self.cache_now.clear();
+        self.attrs.clear();
         self.cache_groups.clear();
         self.queue.clear();
         self.next = 0;
@@ -662,7 +843,7 @@ impl FlowBook {
 
     /// A table entry, as read ([`Reading::of`]). An entry handed over twice in one drain (the
     /// readers' shares of the table meet) counts once, as first read.
-    pub fn table_reading(&mut self, r: &Reading) {
+    pub fn table_reading(&mut self, r: &Reading<N>) {
         let (epoch, pass, full) = (self.epoch, self.pass, self.full);
         let i = match self.slots.get(self.next) {
             Some(s) if s.key == r.key => self.next,
@@ -690,6 +871,9 @@ impl FlowBook {
         s.connected = r.connected;
         if !unchanged {
             self.queue(i, Some(r.counts));
+            if Self::RECORDS {
+                self.attrs.entry(r.key).or_default().merge(&r.attrs);
+            }
         }
     }
 
@@ -745,6 +929,9 @@ impl FlowBook {
                 .entry(*key)
                 .or_default()
                 .add(&Counts::of(stats));
+            if Self::RECORDS {
+                self.attrs.entry(*key).or_default().add(stats);
+            }
         }
     }
 
@@ -771,12 +958,18 @@ impl FlowBook {
         let before = s.cum().exported(key);
         if let Some(per_cpu) = last {
             let mut read = Counts::default();
+            let mut attrs = Attrs::default();
             for v in per_cpu.iter().filter(|v| v.packets > 0) {
                 read.add(&Counts::of(v));
+                attrs.add(v);
             }
             // Held as any reading (an entry written back since holds counts already seen in
             // the cache); what it misses is in the totals' slack.
-            s.set_last(s.last.each_max(&read));
+            let next = s.last.each_max(&read);
+            if Self::RECORDS && next != s.last {
+                self.retired_growth.push((*key, next.minus(&s.last), attrs));
+            }
+            s.set_last(next);
         }
         self.flows_sum = self.flows_sum.wrapping_minus(&before);
         self.retired.add(&s.cum().exported(key));
@@ -788,7 +981,7 @@ impl FlowBook {
 
     /// Settles flow `i` for this drain: applies its readings (`read`: the table's, when it
     /// changed; and the cache's), accounts an eviction; its growth.
-    fn settle(&mut self, i: usize, read: Option<Counts>) -> Counts {
+    fn settle(&mut self, i: usize, read: Option<Counts<N>>) -> Counts<N> {
         let epoch = self.epoch;
         let s = &mut self.slots[i];
         let table = read.unwrap_or_else(|| s.read_table());
@@ -846,17 +1039,21 @@ impl FlowBook {
     /// Ends a drain: applies the readings, accounts evictions, re-ranks the series and grows
     /// the rest by what no continuing series took.
     pub fn finish(&mut self, totals: &Counts) -> Drained {
+        let mut records = Vec::new();
+        for (key, delta, attrs) in self.retired_growth.drain(..) {
+            records.push((key, delta.stats(&attrs)));
+        }
         self.finished = true;
         // This drain's growth of the members, and of the K fastest other flows (a bounded
         // min-heap: no allocation per active flow).
-        let mut member_delta = vec![Counts::default(); self.members.len()];
+        let mut member_delta = vec![Counts::<N>::default(); self.members.len()];
         let member_index: FxHashMap<FlowKey, usize> = self
             .members
             .iter()
             .enumerate()
             .map(|(i, m)| (m.key, i))
             .collect();
-        let mut fastest: BinaryHeap<Reverse<(u64, FlowKey, Counts)>> = BinaryHeap::new();
+        let mut fastest: BinaryHeap<Reverse<(u64, FlowKey, Counts<N>)>> = BinaryHeap::new();
         let cached: Vec<FlowKey> = self.cache_now.keys().copied().collect();
         for key in &cached {
             let i = self.find_or_add(key);
@@ -872,6 +1069,10 @@ impl FlowBook {
             let delta = self.settle(i as usize, read);
             let key = self.slots[i as usize].key;
             self.flows_sum = self.flows_sum.wrapping_plus(&delta.exported(&key));
+            if Self::RECORDS && !delta.is_zero() {
+                let attrs = self.attrs.get(&key).copied().unwrap_or_default();
+                records.push((key, delta.stats(&attrs)));
+            }
             if let Some(m) = member_index.get(&key) {
                 member_delta[*m] = delta;
             } else if self.max_series > 0 && (delta.0[BYTES] > 0 || delta.0[PACKETS] > 0) {
@@ -902,19 +1103,19 @@ impl FlowBook {
         for (m, d) in self.members.iter_mut().zip(&member_delta) {
             m.delta_bytes = d.0[BYTES];
         }
-        let before: FxHashMap<FlowKey, Counts> = self
+        let before: FxHashMap<FlowKey, Counts<N>> = self
             .members
             .iter()
             .zip(&member_delta)
             .map(|(m, d)| (m.key, *d))
             .collect();
-        let candidates: Vec<(u64, FlowKey, Counts)> =
+        let candidates: Vec<(u64, FlowKey, Counts<N>)> =
             fastest.into_iter().map(|Reverse(c)| c).collect();
-        let grew: FxHashMap<FlowKey, Counts> =
+        let grew: FxHashMap<FlowKey, Counts<N>> =
             candidates.iter().map(|(_, k, d)| (*k, *d)).collect();
         self.rank(candidates);
         let mut series = Vec::with_capacity(self.members.len());
-        let mut continuing = Counts::default();
+        let mut continuing = Counts::<N>::default();
         for m in &self.members {
             let cum = self.cum_of(&m.key);
             // A series promoted in this drain starts at 0 (its growth is the rest's), unless
@@ -927,8 +1128,8 @@ impl FlowBook {
             continuing.add(&delta.exported(&m.key));
             series.push(SeriesRow {
                 key: m.key,
-                counts: cum.minus(&m.promo).exported(&m.key),
-                delta: delta.exported(&m.key),
+                counts: cum.minus(&m.promo).exported(&m.key).metrics(),
+                delta: delta.exported(&m.key).metrics(),
             });
         }
         self.demotions += before
@@ -941,7 +1142,7 @@ impl FlowBook {
                 .then(b.counts.0[BYTES].cmp(&a.counts.0[BYTES]))
                 .then(a.key.cmp(&b.key))
         });
-        let rest_delta = grown.minus(&continuing);
+        let rest_delta = grown.minus(&continuing).metrics();
         self.rest.add(&rest_delta);
         // The table's connections, and those of cache slots the table has none of.
         let connections = self.live_groups
@@ -967,6 +1168,7 @@ impl FlowBook {
             aged: self.aged,
             demotions: self.demotions,
             connections,
+            grown: records,
         }
     }
 
@@ -996,7 +1198,7 @@ impl FlowBook {
     }
 
     /// A flow's counts, every incarnation's (0 for one not in the book).
-    fn cum_of(&self, key: &FlowKey) -> Counts {
+    fn cum_of(&self, key: &FlowKey) -> Counts<N> {
         self.find(key)
             .map(|i| self.slots[i].cum())
             .unwrap_or_default()
@@ -1004,10 +1206,10 @@ impl FlowBook {
     /// Top K by this drain's bytes, sticky: a member stays until a flow grows more than twice
     /// as fast as the slowest member, or it is aged out; free places go to the fastest flows.
     /// A promoted flow's series starts at its counts now.
-    fn rank(&mut self, mut candidates: Vec<(u64, FlowKey, Counts)>) {
+    fn rank(&mut self, mut candidates: Vec<(u64, FlowKey, Counts<N>)>) {
         // A flow with counts before this drain starts its series at its counts now; a new
         // flow at 0 (its series has all of its counts).
-        let promo_of = |book: &Self, key: &FlowKey, delta: &Counts| {
+        let promo_of = |book: &Self, key: &FlowKey, delta: &Counts<N>| {
             let cum = book.cum_of(key);
             if cum.minus(delta).is_zero() {
                 Counts::default()
@@ -1102,7 +1304,7 @@ mod tests {
             ..key(1)
         };
         let union = session.union().unwrap();
-        let mut book = FlowBook::new(4, 2);
+        let mut book = FlowBook::<METRICS>::new(4, 2);
         let mut growth = Counts::default();
         for round in 1..=5u64 {
             book.begin();
@@ -1125,7 +1327,7 @@ mod tests {
 
     #[test]
     fn every_drain_exports_the_growth_of_the_totals_once() {
-        let mut book = FlowBook::new(2, 100);
+        let mut book = FlowBook::<METRICS>::new(2, 100);
         let mut prev: Option<Drained> = None;
         let mut sent = [0u64; 5];
         let mut growth = Counts::default();
@@ -1174,7 +1376,7 @@ mod tests {
 
     #[test]
     fn a_demoted_series_moves_nothing_into_the_rest() {
-        let mut book = FlowBook::new(1, 1000);
+        let mut book = FlowBook::<METRICS>::new(1, 1000);
         let (mut a, mut c) = (0u64, 0u64);
         for i in 0..10 {
             a += 100;
@@ -1198,7 +1400,7 @@ mod tests {
 
     #[test]
     fn evicted_packets_reach_the_rest_after_two_drains() {
-        let mut book = FlowBook::new(1, 100);
+        let mut book = FlowBook::<METRICS>::new(1, 100);
         let mut growth = Counts::default();
         book.begin();
         book.table_entry(&key(1), &[stats(10, 1)]);
@@ -1231,7 +1433,7 @@ mod tests {
 
     #[test]
     fn a_missed_write_back_is_held_and_never_counted_twice() {
-        let mut book = FlowBook::new(1, 100);
+        let mut book = FlowBook::<METRICS>::new(1, 100);
         let mut growth = Counts::default();
         book.begin();
         book.table_entry(&key(1), &[stats(10, 1)]);
@@ -1255,7 +1457,7 @@ mod tests {
 
     #[test]
     fn a_new_flow_series_has_all_its_counts_an_old_one_starts_at_zero() {
-        let mut book = FlowBook::new(1, 100);
+        let mut book = FlowBook::<METRICS>::new(1, 100);
         book.begin();
         book.table_entry(&key(1), &[stats(10, 1)]);
         let d = book.finish(&totals(10));
@@ -1278,7 +1480,7 @@ mod tests {
 
     #[test]
     fn cache_only_flows_are_no_evictions() {
-        let mut book = FlowBook::new(10, 100);
+        let mut book = FlowBook::<METRICS>::new(10, 100);
         book.begin();
         book.cache_slot(&key(1), &stats(5, 1));
         book.cache_slot(&key(2), &stats(5, 1));
@@ -1287,7 +1489,7 @@ mod tests {
 
     #[test]
     fn a_reinsert_with_an_older_first_seen_is_a_new_entry() {
-        let mut book = FlowBook::new(1, 100);
+        let mut book = FlowBook::<METRICS>::new(1, 100);
         let mut growth = Counts::default();
         book.begin();
         // CPU 0's table value (written back from t=5), CPU 1's cache slot since t=1.
@@ -1311,7 +1513,7 @@ mod tests {
 
     #[test]
     fn a_failed_drain_is_done_again() {
-        let mut book = FlowBook::new(1, 100);
+        let mut book = FlowBook::<METRICS>::new(1, 100);
         book.begin();
         book.cache_slot(&key(1), &stats(10, 1));
         let d = book.finish(&totals(10));
@@ -1328,7 +1530,7 @@ mod tests {
 
     #[test]
     fn an_idle_flow_written_back_meanwhile_is_taken_not_counted_twice() {
-        let mut book = FlowBook::new(0, 2);
+        let mut book = FlowBook::<METRICS>::new(0, 2);
         let mut growth = Counts::default();
         for _ in 0..4 {
             book.begin();
@@ -1375,7 +1577,10 @@ mod tests {
 
     #[test]
     fn one_more_packet_between_drains_shows() {
-        let (mut book, mut model) = (FlowBook::new(0, 100), reference::Reference::new(0, 100));
+        let (mut book, mut model) = (
+            FlowBook::<METRICS>::new(0, 100),
+            reference::Reference::new(0, 100),
+        );
         let quiet = (key(2), vec![stats(7, 1), FlowStats::default()]);
         let mut growth = Counts::default();
         for n in [10, 10, 11, 11, 11, 12] {
@@ -1415,7 +1620,10 @@ mod tests {
 
     #[test]
     fn an_entry_re_created_with_the_same_counts_is_a_new_one() {
-        let (mut book, mut model) = (FlowBook::new(1, 100), reference::Reference::new(1, 100));
+        let (mut book, mut model) = (
+            FlowBook::<METRICS>::new(1, 100),
+            reference::Reference::new(1, 100),
+        );
         let entry = |first| (key(1), vec![stats(5, first), FlowStats::default()]);
         let mut growth = Counts::default();
         growth.add(&exported(&both(&mut book, &mut model, &[entry(1)], &[], 5)));
@@ -1438,7 +1646,10 @@ mod tests {
 
     #[test]
     fn values_moving_between_cpus_count_once() {
-        let (mut book, mut model) = (FlowBook::new(1, 100), reference::Reference::new(1, 100));
+        let (mut book, mut model) = (
+            FlowBook::<METRICS>::new(1, 100),
+            reference::Reference::new(1, 100),
+        );
         let mut growth = Counts::default();
         let readings: [(Vec<FlowStats>, u64); 4] = [
             (vec![stats(10, 1), FlowStats::default()], 10),
@@ -1457,7 +1668,7 @@ mod tests {
 
     #[test]
     fn an_entry_read_twice_in_a_drain_counts_once() {
-        let mut book = FlowBook::new(1, 100);
+        let mut book = FlowBook::<METRICS>::new(1, 100);
         book.begin();
         book.table_entry(&key(1), &[stats(10, 1)]);
         book.table_entry(&key(1), &[stats(12, 1)]);
@@ -1474,7 +1685,7 @@ mod tests {
 
     #[test]
     fn connections_join_both_directions_and_follow_the_readings() {
-        let mut book = FlowBook::new(0, 100);
+        let mut book = FlowBook::<METRICS>::new(0, 100);
         let rc = |packets| FlowStats {
             transport_mask: 1,
             ..stats(packets, 1)
@@ -1504,7 +1715,7 @@ mod tests {
 
     #[test]
     fn idle_flows_retire_and_their_series_stop() {
-        let mut book = FlowBook::new(1, 2);
+        let mut book = FlowBook::<METRICS>::new(1, 2);
         let mut growth = Counts::default();
         book.begin();
         book.table_entry(&key(1), &[stats(10, 1)]);

@@ -374,6 +374,7 @@ impl Reference {
             aged: self.aged,
             demotions: self.demotions,
             connections: self.connections.len(),
+            grown: Vec::new(),
         }
     }
 
@@ -439,10 +440,100 @@ impl Reference {
 /// slots written back into a per-CPU table, LRU evictions and re-created entries, flows moving
 /// between CPUs, readings taken while packets arrive, entries read twice, failed drains, aging.
 mod agree {
+    use std::collections::HashMap;
+
     use observer_common::{FlowKey, FlowStats, MIRROR_UNION, OpClass};
 
     use super::Reference;
-    use crate::flowbook::{Counts, FlowBook, TOTALLED};
+    use crate::flowbook::{Counts, Drained, FlowBook, PSN_MISSING, RECORD_WIDTH, TOTALLED};
+
+    /// The daemon's book, and one of the records' width fed the same readings: its drains
+    /// must equal the first's, and its growth, flow by flow, add up to what each flow sent.
+    struct Books {
+        book: FlowBook,
+        wide: FlowBook<RECORD_WIDTH>,
+        /// Each flow's growth handed over by the wide book, summed.
+        grown: HashMap<FlowKey, FlowStats>,
+    }
+
+    impl Books {
+        fn new(series: usize, idle: u32) -> Self {
+            Self {
+                book: FlowBook::new(series, idle),
+                wide: FlowBook::new(series, idle),
+                grown: HashMap::new(),
+            }
+        }
+
+        fn begin(&mut self) {
+            self.book.begin();
+            self.wide.begin();
+        }
+
+        fn table_entry(&mut self, k: &FlowKey, v: &[FlowStats]) {
+            self.book.table_entry(k, v);
+            self.wide.table_entry(k, v);
+        }
+
+        fn table_missing(&mut self, k: &FlowKey) {
+            self.book.table_missing(k);
+            self.wide.table_missing(k);
+        }
+
+        fn carry_unread(&mut self) {
+            self.book.carry_unread();
+            self.wide.carry_unread();
+        }
+
+        fn cache_slot(&mut self, k: &FlowKey, s: &FlowStats) {
+            self.book.cache_slot(k, s);
+            self.wide.cache_slot(k, s);
+        }
+
+        fn set_limits(&mut self, s: usize, i: u32) {
+            self.book.set_limits(s, i);
+            self.wide.set_limits(s, i);
+        }
+
+        fn retire(&mut self, k: &FlowKey, last: Option<&[FlowStats]>) {
+            self.book.retire(k, last);
+            self.wide.retire(k, last);
+        }
+
+        fn idle(&self) -> Vec<FlowKey> {
+            let idle = self.book.idle();
+            assert_eq!(idle, self.wide.idle());
+            idle
+        }
+
+        fn finish(&mut self, totals: &Counts, seed: u64, drain: usize) -> Drained {
+            let got = self.book.finish(totals);
+            let mut wide = self.wide.finish(totals);
+            assert!(got.grown.is_empty());
+            for (k, s) in std::mem::take(&mut wide.grown) {
+                merge(self.grown.entry(k).or_default(), &s);
+            }
+            assert_eq!(got, wide, "seed {seed}, drain {drain}: the wide book");
+            got
+        }
+
+        /// Every flow's growth equals what it sent (`truth`), but for the PSNs missing (a
+        /// late packet's decrement is held at the larger value, as the metrics are).
+        fn check_growth(&self, truth: &HashMap<FlowKey, FlowStats>, seed: u64) {
+            let mut keys: Vec<&FlowKey> = truth.keys().chain(self.grown.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let mut want =
+                    Counts::<RECORD_WIDTH>::of(&truth.get(k).copied().unwrap_or_default());
+                let mut got =
+                    Counts::<RECORD_WIDTH>::of(&self.grown.get(k).copied().unwrap_or_default());
+                want.0[PSN_MISSING] = 0;
+                got.0[PSN_MISSING] = 0;
+                assert_eq!(got, want, "seed {seed}: flow {k:?}");
+            }
+        }
+    }
 
     const CPUS: usize = 2;
     /// Cache slots per CPU: few, so that flows share them and write back often.
@@ -514,6 +605,10 @@ mod agree {
         /// The keys written back from the cache to the table, in order (the kernel's flow log;
         /// a mirror copy's every-session analysis goes through the cache like any flow).
         log: Vec<FlowKey>,
+        /// Every packet of each flow, merged.
+        truth: HashMap<FlowKey, FlowStats>,
+        /// The table evicted an entry.
+        evicted: bool,
     }
 
     impl Kernel {
@@ -524,6 +619,7 @@ mod agree {
                     if self.table.len() == self.capacity {
                         // The LRU makes room (here: the oldest entry).
                         self.table.remove(0);
+                        self.evicted = true;
                     }
                     self.table.push((*key, [FlowStats::default(); CPUS]));
                     self.table.len() - 1
@@ -568,6 +664,7 @@ mod agree {
         }
 
         fn packet_like(&mut self, key: &FlowKey, cpu: usize, p: FlowStats) {
+            merge(self.truth.entry(*key).or_default(), &p);
             let mut c = Counts::of(&p);
             c.0[TOTALLED..].fill(0);
             self.totals.add(&c);
@@ -604,7 +701,7 @@ mod agree {
     fn read(
         rng: &mut Rng,
         kernel: &mut Kernel,
-        book: &mut FlowBook,
+        book: &mut Books,
         model: &mut Reference,
         flows: usize,
     ) {
@@ -650,7 +747,7 @@ mod agree {
     }
 
     /// A run's random source, an empty kernel and a book and model of the same random limits.
-    fn start(seed: u64, capacity: usize, coarse: bool) -> (Rng, Kernel, FlowBook, Reference) {
+    fn start(seed: u64, capacity: usize, coarse: bool) -> (Rng, Kernel, Books, Reference) {
         let mut rng = Rng(fastrand::Rng::with_seed(seed));
         let kernel = Kernel {
             table: Vec::new(),
@@ -660,12 +757,14 @@ mod agree {
             coarse,
             totals: Counts::default(),
             log: Vec::new(),
+            truth: HashMap::new(),
+            evicted: false,
         };
         let (series, idle) = (1 + rng.below(4), 1 + rng.below(4) as u32);
         (
             rng,
             kernel,
-            FlowBook::new(series, idle),
+            Books::new(series, idle),
             Reference::new(series, idle),
         )
     }
@@ -700,19 +799,50 @@ mod agree {
             read(&mut rng, &mut kernel, &mut book, &mut model, flows);
             finish_drain(&mut kernel, &mut book, &mut model, seed, drain);
         }
+        quiet_end(&mut kernel, &mut book, &mut model, seed, drains);
+    }
+
+    /// Drains with no packet arriving, the whole table read: then every flow's growth, summed
+    /// over the drains, is what it sent, unless the table evicted an entry (whose counts after
+    /// its last reading no flow holds).
+    fn quiet_end(
+        kernel: &mut Kernel,
+        book: &mut Books,
+        model: &mut Reference,
+        seed: u64,
+        drains: usize,
+    ) {
+        for drain in drains..drains + 3 {
+            book.begin();
+            model.begin();
+            for (k, v) in &kernel.table {
+                book.table_entry(k, v);
+                model.table_entry(k, v);
+            }
+            for cpu in 0..CPUS {
+                for (k, s) in kernel.cache[cpu] {
+                    book.cache_slot(&k, &s);
+                    model.cache_slot(&k, &s);
+                }
+            }
+            finish_drain(kernel, book, model, seed, drain);
+        }
+        if !kernel.evicted {
+            book.check_growth(&kernel.truth, seed);
+        }
     }
 
     /// Ends a drain of both, which must agree on its result and its idle flows, then retires
     /// those from both (and from the kernel's table, their last values read as they go).
     fn finish_drain(
         kernel: &mut Kernel,
-        book: &mut FlowBook,
+        book: &mut Books,
         model: &mut Reference,
         seed: u64,
         drain: usize,
     ) {
         let totals = kernel.totals;
-        let got = book.finish(&totals);
+        let got = book.finish(&totals, seed, drain);
         let want = model.finish(&totals);
         assert_eq!(got, want, "seed {seed}, drain {drain}");
         let mut idle = book.idle();
@@ -756,7 +886,8 @@ mod agree {
             model.begin();
             let to = kernel.log.len();
             let logged = from.filter(|&f| {
-                !book.wants_whole_table() && book.last_table_entries() + (to - f) <= kernel.capacity
+                !book.book.wants_whole_table()
+                    && book.book.last_table_entries() + (to - f) <= kernel.capacity
             });
             match logged {
                 Some(f) => {
@@ -790,6 +921,7 @@ mod agree {
             from = Some(to);
             finish_drain(&mut kernel, &mut book, &mut model, seed, drain);
         }
+        quiet_end(&mut kernel, &mut book, &mut model, seed, drains);
         partial
     }
 
