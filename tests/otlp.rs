@@ -7,87 +7,15 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
 };
 
-use integration_tests::{Scratch, every_capture, output, synth_pcap, workspace_root};
+use integration_tests::{OtlpReceiver as Receiver, Scratch, every_capture, output, synth_pcap};
 use roce_observer::model::Report;
 use serde_json::Value;
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
-
-/// The receiver, running; killed on drop.
-struct Receiver {
-    child: Child,
-    grpc: u16,
-    http: u16,
-    out: PathBuf,
-}
-
-impl Receiver {
-    fn start(scratch: &Scratch, name: &str, flags: &[&str]) -> Self {
-        let python = workspace_root().join("target/tools/venv/bin/python");
-        assert!(
-            python.exists(),
-            "{} is missing: run `cargo xtask setup` (it installs opentelemetry-proto and grpcio)",
-            python.display()
-        );
-        let out = scratch.path(&format!("{name}.jsonl"));
-        let mut child = Command::new(python)
-            .arg(workspace_root().join("tests/support/otlp_receiver.py"))
-            .arg(&out)
-            .args(flags)
-            // grpcio's own log (a refused TLS handshake, say) is not the test's.
-            .env("GRPC_VERBOSITY", "NONE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the receiver");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ports: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("receiver's ports {line:?}: {e}"));
-        Self {
-            child,
-            grpc: ports["grpc"].as_u64().unwrap() as u16,
-            http: ports["http"].as_u64().unwrap() as u16,
-            out,
-        }
-    }
-
-    fn url(&self, protocol: &str) -> String {
-        let port = if protocol == "grpc" {
-            self.grpc
-        } else {
-            self.http
-        };
-        format!("http://127.0.0.1:{port}")
-    }
-
-    fn tls_url(&self, protocol: &str) -> String {
-        self.url(protocol).replace("http://", "https://")
-    }
-
-    /// Everything received so far.
-    fn received(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `replay FILE --json` with `extra` flags: exit status, the report (if printed), stderr.
 fn replay(file: &Path, extra: &[&str]) -> (Option<i32>, Option<Report>, String) {

@@ -71,6 +71,49 @@ pub struct OtlpArgs {
     pub otlp_timeout: Duration,
 }
 
+/// `run`'s OTLP flags: every interval's records, sent as they come. Each overrides the config
+/// file's key of the same name in its `[otlp]` table.
+#[derive(Args, Clone, Debug, Default)]
+pub struct RunOtlpArgs {
+    /// Send every interval's fleet records (docs/export.md) over OTLP to URL (http:// or
+    /// https://): each row a log record, the interval's totals as metrics.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// The OTLP transport (default grpc).
+    #[arg(long, value_enum, value_name = "PROTOCOL")]
+    pub otlp_protocol: Option<ProtocolArg>,
+    /// Compression of the requests (default gzip).
+    #[arg(long, value_enum, value_name = "C")]
+    pub otlp_compression: Option<CompressionArg>,
+    /// A header sent with every request, NAME=VALUE (repeat; replaces the config file's).
+    #[arg(long = "otlp-header", value_name = "NAME=VALUE", value_parser = parse_header)]
+    pub otlp_headers: Vec<(String, String)>,
+    /// PEM certificates to trust for an https:// endpoint (default: the system's roots).
+    #[arg(long, value_name = "FILE")]
+    pub otlp_ca: Option<PathBuf>,
+    /// A request's time limit (default 10s); at exit, how long the last records may take.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub otlp_timeout: Option<Duration>,
+    /// The send buffer's cap in MiB of encoded records (default 64): while the receiver is
+    /// away the records wait there, and beyond it the oldest are dropped (counted).
+    #[arg(long, value_name = "MIB")]
+    pub otlp_buffer_mib: Option<u64>,
+}
+
+impl From<RunOtlpArgs> for observer_daemon::config::OtlpOverrides {
+    fn from(a: RunOtlpArgs) -> Self {
+        Self {
+            endpoint: a.otlp_endpoint,
+            protocol: a.otlp_protocol.map(Into::into),
+            gzip: a.otlp_compression.map(|c| c == CompressionArg::Gzip),
+            headers: a.otlp_headers,
+            ca: a.otlp_ca,
+            timeout: a.otlp_timeout,
+            buffer_mib: a.otlp_buffer_mib,
+        }
+    }
+}
+
 fn parse_header(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),

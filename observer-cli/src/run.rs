@@ -103,6 +103,8 @@ pub struct RunArgs {
     /// nothing attached to it (repeat for several; replaces the config file's netdevs).
     #[arg(long = "netdev", value_name = "IF")]
     pub netdevs: Vec<String>,
+    #[command(flatten)]
+    pub otlp: crate::otlp_args::RunOtlpArgs,
 }
 
 impl From<RunArgs> for RunOverrides {
@@ -128,6 +130,7 @@ impl From<RunArgs> for RunOverrides {
             rdma_devices: a.rdma_devs,
             netdevs: a.netdevs,
             all_rdma_devices: a.all_rdma_devs,
+            otlp: a.otlp.into(),
         }
     }
 }

@@ -18,7 +18,10 @@ use tracing::{debug, error, info, warn};
 
 use super::{
     DaemonError, RunConfig, RunOverrides,
-    flowbook::{BYTES, CE, CNP, Counts, FlowBook, METRIC_NAMES, NAK, PACKETS, RNR_NAK},
+    flowbook::{
+        BYTES, CE, CNP, Counts, Drained, FlowBook, METRIC_NAMES, NAK, PACKETS, RECORD_WIDTH,
+        RNR_NAK,
+    },
     http::Health,
     logging::{LogHandle, log_filter},
     netlink,
@@ -26,6 +29,7 @@ use super::{
     openmetrics::{self, CaptureRow, IfaceRow, MetricsView, flow_fields},
     pauses::PauseBook,
     procfs::{cpu_seconds, resident_bytes},
+    records::{Interval, Records, grown_map},
     signals::Command,
     tap::{TableCursor, Tap},
 };
@@ -118,7 +122,9 @@ pub(super) struct Collector {
     publisher: openmetrics::Publisher,
     health: Arc<Health>,
     log: LogHandle,
-    book: FlowBook,
+    book: Book,
+    /// The fleet records' export (`--otlp-endpoint`).
+    records: Option<Records>,
     /// How the drains read the kernel's flow table (the whole of it, or what was written).
     table: TableCursor,
     ifaces: Vec<IfaceTrack>,
@@ -150,11 +156,16 @@ impl Collector {
         config: RunConfig,
         args: RunOverrides,
         jsonl: Option<BufWriter<File>>,
+        records: Option<Records>,
         publisher: openmetrics::Publisher,
         health: Arc<Health>,
         log: LogHandle,
     ) -> Self {
-        let book = FlowBook::new(config.max_series, config.idle_drains());
+        let (series, idle) = (config.max_series, config.idle_drains());
+        let book = match records {
+            Some(_) => Book::Records(Box::new(FlowBook::new(series, idle))),
+            None => Book::Metrics(Box::new(FlowBook::new(series, idle))),
+        };
         let nic = NicSide::new(&config);
         let mut c = Self {
             tap,
@@ -165,6 +176,7 @@ impl Collector {
             health,
             log,
             book,
+            records,
             table: TableCursor::default(),
             ifaces: Vec::new(),
             removed: Counts::default(),
@@ -283,6 +295,10 @@ impl Collector {
             } else {
                 info!("detached from every interface; final counters published; exiting");
             }
+        }
+        // The last interval's records go out (or are counted as not delivered) before exiting.
+        if let Some(records) = self.records.take() {
+            records.finish();
         }
         detached?;
         drained
@@ -435,7 +451,10 @@ impl Collector {
             }
         }
         self.sync_ifaces();
-        self.book.set_limits(new.max_series, new.idle_drains());
+        match &mut self.book {
+            Book::Metrics(b) => b.set_limits(new.max_series, new.idle_drains()),
+            Book::Records(b) => b.set_limits(new.max_series, new.idle_drains()),
+        }
         self.health
             .interval_ns
             .store(new.interval.as_nanos() as u64, Ordering::Relaxed);
@@ -508,9 +527,11 @@ impl Collector {
                 totals.add(&totalled(dir));
             }
         }
-        self.book.begin();
-        self.tap.read_flows(&mut self.book, &mut self.table)?;
-        let drained = self.book.finish(&totals);
+        let mut drained = match &mut self.book {
+            Book::Metrics(b) => drain_book(&self.tap, b.as_mut(), &mut self.table, &totals)?,
+            Book::Records(b) => drain_book(&self.tap, b.as_mut(), &mut self.table, &totals)?,
+        };
+        let grown = std::mem::take(&mut drained.grown);
         // Latency: the kernel's histograms are cumulative; the interfaces' by index.
         let mut lat = roce_observer::aggregate::Aggregate::new();
         self.tap.read_latency(&mut lat)?;
@@ -543,9 +564,9 @@ impl Collector {
             })
             .collect();
         // Idle flows: deleted with their last values (nothing lost in between).
-        for key in self.book.idle() {
-            let last = self.tap.take_flow(&key)?;
-            self.book.retire(&key, last.as_deref());
+        match &mut self.book {
+            Book::Metrics(b) => retire_idle(&self.tap, b.as_mut())?,
+            Book::Records(b) => retire_idle(&self.tap, b.as_mut())?,
         }
         let mut skipped = [0u64; SkipReason::COUNT];
         let counters = self.tap.read_counters()?;
@@ -595,6 +616,7 @@ impl Collector {
             spread_dropped: counters.spread_dropped,
             nic: self.nic.metrics(),
             pfc: self.pauses.rows(),
+            export: self.records.as_mut().and_then(Records::row),
         };
         self.last_drain = started;
         self.last_drain_unix_ns = end_unix_ns;
@@ -625,11 +647,52 @@ impl Collector {
         if self.publisher.publish(snapshot).is_err() {
             error!("cannot encode the metrics");
         }
+        // After publishing; the builder thread makes the rows.
+        if let Some(records) = &mut self.records {
+            records.interval(Interval {
+                grown: grown_map(grown),
+                latency: std::mem::take(&mut lat.latency).into_iter().collect(),
+                scopes: std::mem::take(&mut lat.latency_scopes),
+                pauses,
+                names,
+                link_speed: self.tap.link_speed(),
+                bounds: (start_unix_ns, end_unix_ns),
+                seconds: elapsed.as_secs_f64(),
+            });
+        }
         self.health
             .last_drain_ns
             .store(live::monotonic_ns(), Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// The flow book: the metrics' counts alone, or every counter of a flow that adds up, when
+/// each drain's growth leaves as fleet records.
+enum Book {
+    Metrics(Box<FlowBook>),
+    Records(Box<FlowBook<RECORD_WIDTH>>),
+}
+
+/// One drain of the flow table and cache into `book`.
+fn drain_book<const N: usize>(
+    tap: &Tap,
+    book: &mut FlowBook<N>,
+    table: &mut TableCursor,
+    totals: &Counts,
+) -> Result<Drained, DaemonError> {
+    book.begin();
+    tap.read_flows(book, table)?;
+    Ok(book.finish(totals))
+}
+
+/// Idle flows: deleted with their last values (nothing lost in between).
+fn retire_idle<const N: usize>(tap: &Tap, book: &mut FlowBook<N>) -> Result<(), DaemonError> {
+    for key in book.idle() {
+        let last = tap.take_flow(&key)?;
+        book.retire(&key, last.as_deref());
+    }
+    Ok(())
 }
 
 /// The JSON line of a drain: its snapshot's deltas (`rest_delta`: the rest's) over the

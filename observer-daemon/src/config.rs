@@ -92,6 +92,76 @@ pub struct RunOverrides {
     pub netdevs: Vec<String>,
     /// Every RDMA device the host has (now and later) is exported.
     pub all_rdma_devices: bool,
+    /// The fleet records' OTLP export.
+    pub otlp: OtlpOverrides,
+}
+
+/// The command line's OTLP settings; each set one overrides the config file's `[otlp]` key.
+#[derive(Debug, Clone, Default)]
+pub struct OtlpOverrides {
+    /// Send every interval's fleet records (docs/export.md) over OTLP to this URL.
+    pub endpoint: Option<String>,
+    pub protocol: Option<observer_otlp::Protocol>,
+    pub gzip: Option<bool>,
+    /// Replaces the config file's `headers` when not empty.
+    pub headers: Vec<(String, String)>,
+    /// PEM certificates to trust for an https:// endpoint.
+    pub ca: Option<PathBuf>,
+    /// A request's time limit; also how long the last records may take at shutdown.
+    pub timeout: Option<Duration>,
+    /// The send buffer's cap, MiB of encoded records (the oldest dropped beyond it).
+    pub buffer_mib: Option<u64>,
+}
+
+/// The config file's `[otlp]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileOtlp {
+    endpoint: Option<String>,
+    /// `grpc` or `http-protobuf`.
+    protocol: Option<String>,
+    /// `gzip` or `none`.
+    compression: Option<String>,
+    headers: Option<std::collections::BTreeMap<String, String>>,
+    ca: Option<PathBuf>,
+    timeout: Option<String>,
+    buffer_mib: Option<u64>,
+}
+
+/// The OTLP export's settings, validated (the URL, the headers, the CA file's certificates).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtlpSettings {
+    pub endpoint: String,
+    pub protocol: observer_otlp::Protocol,
+    pub gzip: bool,
+    pub headers: Vec<(String, String)>,
+    pub ca: Option<PathBuf>,
+    pub timeout: Duration,
+    pub buffer_bytes: usize,
+}
+
+/// The send buffer's default cap.
+pub const DEFAULT_OTLP_BUFFER_MIB: u64 = 64;
+pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl OtlpSettings {
+    /// The exporter's settings (the CA file read).
+    pub fn exporter(&self) -> Result<observer_otlp::Config, ConfigError> {
+        let mut c = observer_otlp::Config::new(self.endpoint.clone(), self.protocol);
+        c.gzip = self.gzip;
+        c.headers = self.headers.clone();
+        c.timeout = self.timeout;
+        c.buffer_bytes = self.buffer_bytes;
+        if let Some(p) = &self.ca {
+            c.ca_pem = Some(std::fs::read(p).map_err(|error| ConfigError::Read {
+                path: p.clone(),
+                error,
+            })?);
+        }
+        c.validate()
+            .map_err(|e| invalid("OTLP export", e.to_string()))?;
+        Ok(c)
+    }
 }
 
 /// The config file: every key optional.
@@ -121,6 +191,7 @@ struct FileConfig {
     /// For tests and replays: read the NIC side from a copied tree (docs/nic.md) instead of
     /// this host. No flag: not for production.
     nic_root: Option<PathBuf>,
+    otlp: Option<FileOtlp>,
 }
 
 /// Validated settings.
@@ -153,6 +224,8 @@ pub struct RunConfig {
     pub all_rdma_devices: bool,
     /// A copied tree to read the NIC side from instead of this host (tests and replays).
     pub nic_root: Option<PathBuf>,
+    /// The fleet records' OTLP export, if on.
+    pub otlp: Option<OtlpSettings>,
 }
 
 fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
@@ -412,6 +485,7 @@ impl RunConfig {
                 root.display()
             )));
         }
+        let otlp = Self::otlp(&args.otlp, f.otlp, &path)?;
         let jsonl = args.jsonl.clone().or(f.jsonl);
         if let (Some(j), Some(config)) = (&jsonl, &args.config)
             && roce_observer::units::same_file(j, config)
@@ -439,7 +513,99 @@ impl RunConfig {
             netdevs,
             all_rdma_devices,
             nic_root,
+            otlp,
         })
+    }
+
+    /// The OTLP settings: the flags over the file's `[otlp]`; none without an endpoint.
+    fn otlp(
+        args: &OtlpOverrides,
+        f: Option<FileOtlp>,
+        path: &Path,
+    ) -> Result<Option<OtlpSettings>, ConfigError> {
+        let f = f.unwrap_or_default();
+        let parse_err = |detail: String| ConfigError::Parse {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let Some(endpoint) = args.endpoint.clone().or(f.endpoint) else {
+            let set = args.protocol.is_some()
+                || args.gzip.is_some()
+                || !args.headers.is_empty()
+                || args.ca.is_some()
+                || args.timeout.is_some()
+                || args.buffer_mib.is_some()
+                || f.protocol.is_some()
+                || f.compression.is_some()
+                || f.headers.is_some()
+                || f.ca.is_some()
+                || f.timeout.is_some()
+                || f.buffer_mib.is_some();
+            if set {
+                return Err(invalid(
+                    "OTLP settings",
+                    "given without an endpoint (--otlp-endpoint URL, or endpoint in [otlp])",
+                ));
+            }
+            return Ok(None);
+        };
+        let protocol = match (args.protocol, f.protocol.as_deref()) {
+            (Some(p), _) => p,
+            (None, None | Some("grpc")) => observer_otlp::Protocol::Grpc,
+            (None, Some("http-protobuf")) => observer_otlp::Protocol::HttpProtobuf,
+            (None, Some(p)) => {
+                return Err(parse_err(format!(
+                    "otlp.protocol = '{p}': expected grpc or http-protobuf"
+                )));
+            }
+        };
+        let gzip = match (args.gzip, f.compression.as_deref()) {
+            (Some(g), _) => g,
+            (None, None | Some("gzip")) => true,
+            (None, Some("none")) => false,
+            (None, Some(c)) => {
+                return Err(parse_err(format!(
+                    "otlp.compression = '{c}': expected gzip or none"
+                )));
+            }
+        };
+        let headers = if args.headers.is_empty() {
+            f.headers.unwrap_or_default().into_iter().collect()
+        } else {
+            args.headers.clone()
+        };
+        let timeout = match (args.timeout, &f.timeout) {
+            (Some(t), _) => t,
+            (None, Some(s)) => roce_observer::units::parse_duration(s)
+                .map_err(|e| parse_err(format!("otlp.timeout: {e}")))?,
+            (None, None) => DEFAULT_OTLP_TIMEOUT,
+        };
+        if timeout.is_zero() {
+            return Err(invalid("OTLP timeout", "must be above 0"));
+        }
+        let buffer_mib = args
+            .buffer_mib
+            .or(f.buffer_mib)
+            .unwrap_or(DEFAULT_OTLP_BUFFER_MIB);
+        if !(1..=65536).contains(&buffer_mib) {
+            return Err(invalid(
+                "OTLP buffer",
+                format!("{buffer_mib} MiB: give 1 to 65536"),
+            ));
+        }
+        let settings = OtlpSettings {
+            endpoint,
+            protocol,
+            gzip,
+            headers,
+            ca: args.ca.clone().or(f.ca),
+            timeout,
+            buffer_bytes: (buffer_mib << 20) as usize,
+        };
+        // Checked whole now (the CA file read and parsed): a bad one is refused at start, and
+        // a reload that breaks it keeps the running configuration.
+        settings.exporter()?;
+        Ok(Some(settings))
     }
 
     /// Nothing attached and nothing captured: the NIC side alone.
@@ -479,6 +645,9 @@ impl RunConfig {
         }
         if self.nic_only() != new.nic_only() {
             v.push("iface (the NIC side alone, or interfaces attached)");
+        }
+        if self.otlp != new.otlp {
+            v.push("otlp");
         }
         v
     }
@@ -531,6 +700,97 @@ mod tests {
         });
         assert!(other.is_ok(), "{other:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_otlp_table_and_its_flags() {
+        let f = || {
+            file(
+                "iface = [\"eth0\"]\n[otlp]\nendpoint = \"https://collector:4318\"\nprotocol = \"http-protobuf\"\ncompression = \"none\"\nheaders = { authorization = \"Bearer t\", x-tenant = \"a\" }\ntimeout = \"3s\"\nbuffer_mib = 8\n",
+            )
+        };
+        let c = RunConfig::merge(&RunOverrides::default(), Some((Path::new("c.toml"), f())))
+            .unwrap()
+            .otlp
+            .unwrap();
+        assert_eq!(c.endpoint, "https://collector:4318");
+        assert_eq!(c.protocol, observer_otlp::Protocol::HttpProtobuf);
+        assert!(!c.gzip);
+        assert_eq!(
+            c.headers,
+            [
+                ("authorization".to_string(), "Bearer t".to_string()),
+                ("x-tenant".to_string(), "a".to_string())
+            ]
+        );
+        assert_eq!(
+            (c.timeout, c.buffer_bytes),
+            (Duration::from_secs(3), 8 << 20)
+        );
+        // Flags over the file's keys.
+        let args = RunOverrides {
+            otlp: OtlpOverrides {
+                endpoint: Some("http://other:4317".into()),
+                protocol: Some(observer_otlp::Protocol::Grpc),
+                gzip: Some(true),
+                headers: vec![("k".into(), "v".into())],
+                buffer_mib: Some(2),
+                ..OtlpOverrides::default()
+            },
+            ..RunOverrides::default()
+        };
+        let c = RunConfig::merge(&args, Some((Path::new("c.toml"), f())))
+            .unwrap()
+            .otlp
+            .unwrap();
+        assert_eq!(c.endpoint, "http://other:4317");
+        assert_eq!(c.protocol, observer_otlp::Protocol::Grpc);
+        assert!(c.gzip);
+        assert_eq!(c.headers, [("k".to_string(), "v".to_string())]);
+        assert_eq!(
+            (c.timeout, c.buffer_bytes),
+            (Duration::from_secs(3), 2 << 20)
+        );
+        // Off without an endpoint.
+        let plain = file("iface = [\"eth0\"]\n");
+        let c = RunConfig::merge(&RunOverrides::default(), Some((Path::new("c.toml"), plain)));
+        assert_eq!(c.unwrap().otlp, None);
+    }
+
+    #[test]
+    fn bad_otlp_settings_are_refused_naming_them() {
+        let bad = [
+            ("[otlp]\nprotocol = \"grpc\"\n", "without an endpoint"),
+            ("[otlp]\nendpoint = \"ftp://x\"\n", "OTLP"),
+            (
+                "[otlp]\nendpoint = \"http://x:1\"\nprotocol = \"udp\"\n",
+                "otlp.protocol",
+            ),
+            (
+                "[otlp]\nendpoint = \"http://x:1\"\ncompression = \"zstd\"\n",
+                "otlp.compression",
+            ),
+            (
+                "[otlp]\nendpoint = \"http://x:1\"\nbuffer_mib = 0\n",
+                "OTLP buffer",
+            ),
+            (
+                "[otlp]\nendpoint = \"http://x:1\"\ntimeout = \"0s\"\n",
+                "otlp.timeout",
+            ),
+            (
+                "[otlp]\nendpoint = \"http://x:1\"\nca = \"/nonexistent/ca.pem\"\n",
+                "/nonexistent/ca.pem",
+            ),
+        ];
+        for (text, said) in bad {
+            let f = file(&format!("iface = [\"eth0\"]\n{text}"));
+            let e = RunConfig::merge(&RunOverrides::default(), Some((Path::new("c.toml"), f)))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(said), "{text}: {e}");
+        }
+        assert!(toml::from_str::<FileConfig>("[otlp]\nendpont = \"x\"\n").is_err());
     }
 
     #[test]

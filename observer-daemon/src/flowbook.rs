@@ -157,6 +157,14 @@ impl<const N: usize> Counts<N> {
         Self(c)
     }
 
+    /// These counts in a book of the records' width (those this one does not keep at 0).
+    pub fn widened(&self) -> Counts<RECORD_WIDTH> {
+        let mut c = Counts::default();
+        let n = N.min(RECORD_WIDTH);
+        c.0[..n].copy_from_slice(&self.0[..n]);
+        c
+    }
+
     /// The metrics alone.
     pub fn metrics(&self) -> Counts {
         let mut c = Counts::default();
@@ -531,8 +539,11 @@ pub struct Drained {
     /// [`RECORD_WIDTH`] only; empty otherwise): the QPs' records of the interval. The
     /// entries of mirror sessions together ([`FlowKey::is_union`]) are among them, with the
     /// PSN analysis of their sessions together.
-    pub grown: Vec<(FlowKey, FlowStats)>,
+    pub grown: Vec<Growth>,
 }
+
+/// A flow's growth in a drain: its record counters, and what was seen of it.
+pub type Growth = (FlowKey, Counts<RECORD_WIDTH>, Attrs);
 
 /// Per-flow counts across drains.
 pub struct FlowBook<const N: usize = METRICS> {
@@ -1041,7 +1052,7 @@ impl<const N: usize> FlowBook<N> {
     pub fn finish(&mut self, totals: &Counts) -> Drained {
         let mut records = Vec::new();
         for (key, delta, attrs) in self.retired_growth.drain(..) {
-            records.push((key, delta.stats(&attrs)));
+            records.push((key, delta.widened(), attrs));
         }
         self.finished = true;
         // This drain's growth of the members, and of the K fastest other flows (a bounded
@@ -1071,7 +1082,7 @@ impl<const N: usize> FlowBook<N> {
             self.flows_sum = self.flows_sum.wrapping_plus(&delta.exported(&key));
             if Self::RECORDS && !delta.is_zero() {
                 let attrs = self.attrs.get(&key).copied().unwrap_or_default();
-                records.push((key, delta.stats(&attrs)));
+                records.push((key, delta.widened(), attrs));
             }
             if let Some(m) = member_index.get(&key) {
                 member_delta[*m] = delta;

@@ -21,6 +21,7 @@ mod nic;
 pub mod openmetrics;
 mod pauses;
 mod procfs;
+mod records;
 mod signals;
 mod tap;
 
@@ -78,6 +79,8 @@ pub enum DaemonError {
     CollectorPanicked(String),
     #[error("cannot start the daemon: the collector thread vanished")]
     CollectorVanished,
+    #[error("cannot start the fleet records' export: {0}")]
+    Export(String),
 }
 
 /// Runs until SIGTERM or SIGINT.
@@ -119,6 +122,15 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         Some(c) => Tap::Capture(CaptureTap::open(c.clone())?),
         None if config.nic_only() => Tap::Nothing,
         None => Tap::Kernel(Observer::attach(live)?),
+    };
+    let records = match &config.otlp {
+        Some(otlp) => Some(records::Records::start(
+            otlp.exporter()?,
+            tap.resource(&config),
+            tap.source(&config),
+            matches!(tap, Tap::Kernel(_)),
+        )?),
+        None => None,
     };
     let publisher = openmetrics::Publisher::default();
     let exposition = publisher.exposition();
@@ -171,6 +183,7 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         config,
         args,
         jsonl,
+        records,
         publisher,
         health.clone(),
         log,

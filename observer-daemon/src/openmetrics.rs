@@ -20,7 +20,7 @@ use prometheus_client::{
 };
 
 use super::flowbook::{Counts, SeriesRow};
-use crate::metrics::{self, Family, interfaces, latency, nic, observer, pfc, queue_pairs};
+use crate::metrics::{self, Family, export, interfaces, latency, nic, observer, pfc, queue_pairs};
 use roce_observer::model::ip_of;
 
 /// One observed interface.
@@ -320,6 +320,8 @@ pub struct MetricsView {
     pub nic: NicMetrics,
     /// PAUSE / PFC frames on the wire per sender and class.
     pub pfc: Vec<PfcRow>,
+    /// The fleet records' export, when on.
+    pub export: Option<crate::records::ExportRow>,
 }
 
 /// Labels of a flow's series: `qp` in the table's hex notation, as tshark prints it
@@ -616,6 +618,24 @@ impl Collector for ViewCollector {
             &observer::RESIDENT_MEMORY,
             s.resident_bytes as i64,
         )?;
+        if let Some(e) = &s.export {
+            let st = &e.stats;
+            counter_family(
+                &mut enc,
+                &export::RECORDS,
+                [
+                    ([("outcome", "sent")], st.sent),
+                    ([("outcome", "rejected")], st.rejected),
+                    ([("outcome", "dropped")], st.dropped),
+                ],
+            )?;
+            gauge(&mut enc, &export::PENDING, st.pending as i64)?;
+            gauge(&mut enc, &export::BUFFER, st.queued_bytes as i64)?;
+            gauge(&mut enc, &export::BUFFER_CAPACITY, e.buffer_capacity as i64)?;
+            counter(&mut enc, &export::RETRIES, st.retries)?;
+            counter(&mut enc, &export::INTERVALS, e.intervals)?;
+            gauge(&mut enc, &export::UP, i64::from(!st.failing))?;
+        }
         if wire {
             counter_family(
                 &mut enc,

@@ -25,7 +25,7 @@ use roce_observer::{
 };
 
 use super::{
-    DaemonError,
+    DaemonError, RunConfig,
     flowbook::{FlowBook, Reading},
 };
 
@@ -184,9 +184,9 @@ impl CaptureTap {
 /// The keys written to the flow table since `from` (deduplicated), when looking them up makes an
 /// exact drain ([`TableCursor`]) and costs less than a walk; `None` when the drain must walk
 /// the whole table.
-fn logged_keys(
+fn logged_keys<const N: usize>(
     o: &Observer,
-    book: &FlowBook,
+    book: &FlowBook<N>,
     from: &[u64],
     written: &[u64],
 ) -> Result<Option<Vec<FlowKey>>, DaemonError> {
@@ -220,6 +220,35 @@ impl Tap {
             Self::Kernel(o) => o.config().vantage.name(),
             Self::Capture(_) => "capture",
             Self::Nothing => "nic",
+        }
+    }
+
+    /// The exporter of this tap's fleet records: what it observes, how, and the RDMA devices
+    /// named.
+    pub(super) fn resource(&self, config: &RunConfig) -> roce_observer::export::Resource {
+        let (observed, kind) = match self {
+            Self::Kernel(o) => (o.config().interfaces.clone(), "live"),
+            Self::Capture(c) => (vec![c.config().device.clone()], "capture"),
+            Self::Nothing => (config.netdevs.clone(), "nic"),
+        };
+        roce_observer::records::exporter(&observed, kind, &config.rdma_devices)
+    }
+
+    /// The `source` of the reports the fleet records are made of.
+    pub(super) fn source(&self, config: &RunConfig) -> roce_observer::model::Source {
+        use roce_observer::{model::Source, units::Named};
+        match self {
+            Self::Kernel(o) => {
+                let mut s = Source::live(o.config().interfaces.clone(), config.xdp_mode.name());
+                s.mode = Some(o.config().vantage.name().to_string());
+                s
+            }
+            Self::Capture(c) => Source {
+                kind: "capture".into(),
+                interfaces: vec![c.config().device.clone()],
+                ..Source::nic(Vec::new())
+            },
+            Self::Nothing => Source::nic(config.netdevs.clone()),
         }
     }
 
@@ -301,9 +330,9 @@ impl Tap {
     /// Reads the flow table into `book`: the kernel's table (on a thread per CPU, up to
     /// [`TABLE_READERS`]) and then its cache; or the capture's flows (and mirror sessions' PSN
     /// analyses), one value each.
-    pub(super) fn read_flows(
+    pub(super) fn read_flows<const N: usize>(
         &self,
-        book: &mut FlowBook,
+        book: &mut FlowBook<N>,
         cursor: &mut TableCursor,
     ) -> Result<(), DaemonError> {
         match self {

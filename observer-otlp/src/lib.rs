@@ -14,6 +14,7 @@ mod transport;
 
 use std::{
     collections::VecDeque,
+    io::Write,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -112,10 +113,13 @@ pub struct Stats {
     pub retries: u64,
     /// The last failure, if any.
     pub last_error: Option<String>,
+    /// The last request failed (it is being tried again, or was refused).
+    pub failing: bool,
 }
 
 /// One request of rows, encoded (and, for an interval's first, its aggregates).
 struct Batch {
+    /// gzip'd with the settings' `gzip`.
     logs: Vec<u8>,
     metrics: Option<ExportMetricsServiceRequest>,
     rows: u64,
@@ -136,11 +140,13 @@ struct Shared {
     in_flight: AtomicU64,
     retries: AtomicU64,
     closed: AtomicBool,
+    failing: AtomicBool,
     last_error: Mutex<Option<String>>,
 }
 
 impl Shared {
     fn error(&self, why: String) {
+        self.failing.store(true, Ordering::Relaxed);
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 }
@@ -163,7 +169,12 @@ impl Exporter {
     pub fn start(config: Config) -> Result<Self, OtlpError> {
         let client = Client::new(&config)?;
         let shared = Arc::new(Shared::default());
-        let task = tokio::spawn(send_loop(client, shared.clone(), config.timeout));
+        let task = tokio::spawn(send_loop(
+            client,
+            shared.clone(),
+            config.timeout,
+            config.gzip,
+        ));
         Ok(Self {
             shared,
             config,
@@ -184,7 +195,10 @@ impl Exporter {
         let mut in_chunk = 0u64;
         let mut emit = |records: &[u8], rows: u64| {
             let metrics = aggregates.take();
-            let logs = logs_bytes(resource, records);
+            let mut logs = logs_bytes(resource, records);
+            if self.config.gzip {
+                logs = gzip(&logs);
+            }
             let bytes = logs.len() + metrics.as_ref().map_or(0, Message::encoded_len);
             self.enqueue(Batch {
                 logs,
@@ -267,6 +281,18 @@ impl Exporter {
     }
 }
 
+/// `bytes` gzip'd at the fast level, as the HTTP transport compresses (the records' attribute
+/// names repeat: even the fast level takes them down to a few percent).
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 8),
+        flate2::Compression::fast(),
+    );
+    // Writing to a Vec cannot fail.
+    let _ = gz.write_all(bytes);
+    gz.finish().unwrap_or_default()
+}
+
 fn stats_of(s: &Shared) -> Stats {
     Stats {
         pushed: s.pushed.load(Ordering::Relaxed),
@@ -281,10 +307,11 @@ fn stats_of(s: &Shared) -> Stats {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone(),
+        failing: s.failing.load(Ordering::Relaxed),
     }
 }
 
-async fn send_loop(mut client: Client, shared: Arc<Shared>, timeout: Duration) {
+async fn send_loop(mut client: Client, shared: Arc<Shared>, timeout: Duration, gzip: bool) {
     loop {
         let wake = shared.wake.notified();
         let batch = {
@@ -309,7 +336,14 @@ async fn send_loop(mut client: Client, shared: Arc<Shared>, timeout: Duration) {
         };
         let rows = batch.rows;
         if rows > 0 || batch.metrics.is_none() {
-            match send(&shared, &mut client, Request::Logs(&batch.logs), timeout).await {
+            match send(
+                &shared,
+                &mut client,
+                Request::Logs(&batch.logs, gzip),
+                timeout,
+            )
+            .await
+            {
                 Sent::Delivered(rejected) => {
                     let rejected = rejected.min(rows);
                     shared.sent.fetch_add(rows - rejected, Ordering::Relaxed);
@@ -329,8 +363,8 @@ async fn send_loop(mut client: Client, shared: Arc<Shared>, timeout: Duration) {
 }
 
 enum Request<'a> {
-    /// An encoded ExportLogsServiceRequest.
-    Logs(&'a [u8]),
+    /// An encoded ExportLogsServiceRequest, and whether it is gzip'd.
+    Logs(&'a [u8], bool),
     Metrics(&'a ExportMetricsServiceRequest),
 }
 
@@ -345,11 +379,12 @@ async fn send(shared: &Shared, client: &mut Client, req: Request<'_>, timeout: D
     let mut backoff = Duration::from_millis(100);
     loop {
         let outcome = match req {
-            Request::Logs(r) => client.logs(r, timeout).await,
+            Request::Logs(r, gzipped) => client.logs(r, gzipped, timeout).await,
             Request::Metrics(r) => client.metrics(r, timeout).await,
         };
         match outcome {
             Outcome::Delivered { rejected, why } => {
+                shared.failing.store(false, Ordering::Relaxed);
                 if let Some(why) = why {
                     shared.error(why);
                 }

@@ -2,7 +2,10 @@
 //! classified as the OTLP specification says: delivered (perhaps partly rejected), to retry
 //! (after the server's delay, if it gave one), or refused for good.
 
-use std::{io::Write, time::Duration};
+use std::{
+    io::{Read, Write},
+    time::Duration,
+};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -181,10 +184,27 @@ impl Client {
         }
     }
 
-    /// Sends an encoded ExportLogsServiceRequest.
-    pub async fn logs(&mut self, req: &[u8], timeout: Duration) -> Outcome {
+    /// Sends an encoded ExportLogsServiceRequest, gzip'd already when `gzipped` (the exporter
+    /// compresses what it queues: the buffer holds more records, a retry compresses nothing
+    /// again).
+    pub async fn logs(&mut self, req: &[u8], gzipped: bool, timeout: Duration) -> Outcome {
         match self {
             Self::Grpc { logs, headers, .. } => {
+                // tonic compresses a message itself (its frame's flag and grpc-encoding say
+                // so): it is handed the plain request.
+                let plain;
+                let req = if gzipped {
+                    let mut out = Vec::with_capacity(req.len() * 8);
+                    if let Err(e) = flate2::read::GzDecoder::new(req).read_to_end(&mut out) {
+                        return Outcome::Refused {
+                            why: format!("gunzip: {e}"),
+                        };
+                    }
+                    plain = out;
+                    &plain[..]
+                } else {
+                    req
+                };
                 if let Err(e) = logs.ready().await {
                     return Outcome::Retry {
                         after: None,
@@ -203,7 +223,7 @@ impl Client {
                 }
             }
             Self::Http { .. } => {
-                self.post("/v1/logs", req.to_vec(), timeout, |b| {
+                self.post("/v1/logs", req.to_vec(), gzipped, timeout, |b| {
                     ExportLogsServiceResponse::decode(b).map(Refusals::refusals)
                 })
                 .await
@@ -230,7 +250,7 @@ impl Client {
             }
             Self::Http { .. } => {
                 let body = req.encode_to_vec();
-                self.post("/v1/metrics", body, timeout, |b| {
+                self.post("/v1/metrics", body, false, timeout, |b| {
                     ExportMetricsServiceResponse::decode(b).map(Refusals::refusals)
                 })
                 .await
@@ -242,6 +262,7 @@ impl Client {
         &mut self,
         path: &str,
         body: Vec<u8>,
+        gzipped: bool,
         timeout: Duration,
         refusals: impl Fn(Bytes) -> Result<(u64, String), prost::DecodeError>,
     ) -> Outcome {
@@ -254,7 +275,7 @@ impl Client {
         else {
             unreachable!("post is the HTTP transport's");
         };
-        let body = if *gzip {
+        let body = if *gzip && !gzipped {
             let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             match gz.write_all(&body).and_then(|()| gz.finish()) {
                 Ok(b) => b,
@@ -269,7 +290,7 @@ impl Client {
         };
         let mut req = hyper::Request::post(format!("{base}{path}"))
             .header("content-type", "application/x-protobuf");
-        if *gzip {
+        if *gzip || gzipped {
             req = req.header("content-encoding", "gzip");
         }
         for (k, v) in headers.iter() {

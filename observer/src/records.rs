@@ -126,29 +126,36 @@ impl RecordDir {
 /// This host's exporter for a report: the host name, and a stream named after the host, this
 /// process and its start.
 pub fn resource(report: &Report) -> Resource {
+    let observed = if report.source.interfaces.is_empty() {
+        &report.source.files
+    } else {
+        &report.source.interfaces
+    };
+    let devices: Vec<String> = report
+        .nic
+        .iter()
+        .flat_map(|n| &n.devices)
+        .map(|d| d.name.clone())
+        .collect();
+    exporter(observed, &report.source.kind, &devices)
+}
+
+/// This host's exporter, from now on: its stream is named after the host, this process and
+/// the time now (a restart starts a new stream); `observed`, the interfaces or files; `source`,
+/// the report's `source.kind`; `devices`, the RDMA devices.
+pub fn exporter(observed: &[String], source: &str, devices: &[String]) -> Resource {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let observed = if report.source.interfaces.is_empty() {
-        &report.source.files
-    } else {
-        &report.source.interfaces
-    };
-    let devices: Vec<&str> = report
-        .nic
-        .iter()
-        .flat_map(|n| &n.devices)
-        .map(|d| d.name.as_str())
-        .collect();
     Resource {
         exporter: format!("{host}/{}/{started}", std::process::id()),
         host,
         rdma_device: devices.join(","),
         observed: observed.join(","),
-        source: report.source.kind.clone(),
+        source: source.to_string(),
         job: String::new(),
         rank: String::new(),
     }

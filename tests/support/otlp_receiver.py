@@ -1,10 +1,14 @@
 """An OTLP receiver for the tests, on the official protobufs (opentelemetry-proto) and grpcio:
 OTLP/gRPC (LogsService, MetricsService) and OTLP/HTTP (POST /v1/logs, /v1/metrics, protobuf,
 gzip or not) on 127.0.0.1. It writes every record it accepts to OUT as a JSON line, and can be
-told to fail: the first N requests answered UNAVAILABLE / 503 (retryable), or every request
-refused with INVALID_ARGUMENT / 400 (not retryable).
+told to fail: the first N requests (or every one) answered UNAVAILABLE / 503 (retryable), or
+every request refused with INVALID_ARGUMENT / 400 (not retryable); or to answer slowly.
 
-    python otlp_receiver.py OUT [--fail-first N] [--refuse] [--tls CERT KEY]
+    python otlp_receiver.py OUT [--fail-first N] [--fail-always] [--refuse] [--delay S]
+                                [--tls CERT KEY] [--grpc-port P] [--http-port P]
+
+--delay holds every request S seconds before answering it. The ports default to free ones; a
+receiver started again on the same ports is the same receiver back.
 
 With --tls both listen with TLS (the certificate and key in PEM).
 
@@ -15,8 +19,10 @@ killed.
 import argparse
 import gzip
 import json
+import os
 import sys
 import threading
+import time
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -32,10 +38,14 @@ args.add_argument("out")
 args.add_argument("--fail-first", type=int, default=0)
 args.add_argument("--refuse", action="store_true")
 args.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
+args.add_argument("--fail-always", action="store_true")
+args.add_argument("--delay", type=float, default=0.0)
+args.add_argument("--grpc-port", type=int, default=0)
+args.add_argument("--http-port", type=int, default=0)
 opts = args.parse_args()
 
 lock = threading.Lock()
-out = open(opts.out, "a", buffering=1)
+out = os.open(opts.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 requests = {"n": 0}
 
 
@@ -57,24 +67,31 @@ def verdict():
     with lock:
         requests["n"] += 1
         n = requests["n"]
+    if opts.delay > 0:
+        time.sleep(opts.delay)
     if opts.refuse:
         return "refuse"
-    if n <= opts.fail_first:
+    if opts.fail_always or n <= opts.fail_first:
         return "retry"
     return None
 
 
-def write(line):
+def write(lines):
+    """A request's lines, in one write: a receiver killed meanwhile leaves none of them or all
+    (and, not having answered, gets them again)."""
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
     with lock:
-        out.write(json.dumps(line) + "\n")
+        while data:
+            data = data[os.write(out, data) :]
 
 
 def logs(req, transport, headers):
+    lines = []
     for rl in req.resource_logs:
         resource = attributes(rl.resource.attributes)
         for sl in rl.scope_logs:
             for r in sl.log_records:
-                write(
+                lines.append(
                     {
                         "signal": "log",
                         "transport": transport,
@@ -87,15 +104,17 @@ def logs(req, transport, headers):
                         "attributes": attributes(r.attributes),
                     }
                 )
+    write(lines)
 
 
 def metrics(req, transport, headers):
+    lines = []
     for rm in req.resource_metrics:
         resource = attributes(rm.resource.attributes)
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 for p in m.sum.data_points:
-                    write(
+                    lines.append(
                         {
                             "signal": "metric",
                             "transport": transport,
@@ -109,6 +128,7 @@ def metrics(req, transport, headers):
                             "value": p.as_int,
                         }
                     )
+    write(lines)
 
 
 class Logs(logs_service_pb2_grpc.LogsServiceServicer):
@@ -177,12 +197,13 @@ metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
 if opts.tls:
     cert, key = (open(f, "rb").read() for f in opts.tls)
     grpc_port = server.add_secure_port(
-        "127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)])
+        f"127.0.0.1:{opts.grpc_port}", grpc.ssl_server_credentials([(key, cert)])
     )
 else:
-    grpc_port = server.add_insecure_port("127.0.0.1:0")
+    grpc_port = server.add_insecure_port(f"127.0.0.1:{opts.grpc_port}")
 server.start()
-http = ThreadingHTTPServer(("127.0.0.1", 0), Http)
+ThreadingHTTPServer.allow_reuse_address = True
+http = ThreadingHTTPServer(("127.0.0.1", opts.http_port), Http)
 if opts.tls:
     import ssl
 

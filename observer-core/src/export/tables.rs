@@ -476,14 +476,14 @@ const QP_OWN: [Column<QpGet>; 30] = [
         "first_seen_ns",
         "roce.first_seen",
         ChType::UInt64,
-        "Its first packet in the interval, Unix-epoch ns",
+        "Its first packet in the interval, Unix-epoch ns (from the sidecar: the interval's start when it had packets before)",
         |r| Value::U64(r.flow.first_seen_ns),
     ),
     col(
         "last_seen_ns",
         "roce.last_seen",
         ChType::UInt64,
-        "Its last packet in the interval, Unix-epoch ns",
+        "Its last packet in the interval, Unix-epoch ns (from the sidecar: a packet counted while the drain read may be a little after the interval's end)",
         |r| Value::U64(r.flow.last_seen_ns),
     ),
 ];

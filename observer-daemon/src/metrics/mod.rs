@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 
+pub mod export;
 pub mod interfaces;
 pub mod latency;
 pub mod nic;
@@ -138,6 +139,7 @@ pub fn all() -> Vec<(&'static str, Vec<Family>)> {
         ("PFC on the wire", pfc::all()),
         ("the NIC side", nic::all()),
         ("the observer", observer::all()),
+        ("the fleet records' export", export::all()),
     ]
 }
 

@@ -1,0 +1,465 @@
+//! The sidecar's fleet records (`--otlp-endpoint`): every interval, the rows of
+//! docs/export.md for what the interval added. Every QP that grew, with its exact growth (the
+//! flow book's, through write-backs, evictions and retirements); its connections; the latency
+//! histograms' growth, per requester direction and per interface; the PAUSE / PFC frames'
+//! growth per sender; and the findings of the interval's report. They are built as a report of
+//! that interval alone, by the same code that builds `replay`'s, and sent by an exporter on a
+//! thread of its own: the collector only queues them (a full queue drops its oldest), and
+//! neither a slow receiver nor the encoding's compression ever holds up a drain or `/metrics`.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{Receiver, SyncSender, TrySendError, sync_channel},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use observer_common::{LAT_BUCKETS, LatHist, LatKey, LatScopeKey, PauseKey, PauseStats};
+use observer_otlp::{Exporter, Stats};
+use rustc_hash::FxHashMap;
+use tokio::sync::oneshot;
+use tracing::{error, info, warn};
+
+use roce_observer::{
+    aggregate::Aggregate,
+    export::{IntervalRows, Resource, Sequencer},
+    model::Source,
+    pipeline::{AnalysisOptions, conclude},
+    source::live,
+};
+
+use super::{
+    DaemonError,
+    flowbook::{Attrs, Counts, Growth, RECORD_WIDTH},
+};
+
+/// What the collector hands over of one interval (or of several, when the builder was behind).
+pub(super) struct Interval {
+    /// Every flow's growth.
+    pub grown: FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
+    /// The kernel's cumulative latency states and per-interface histograms, at its end.
+    pub latency: HashMap<LatKey, observer_common::LatState>,
+    pub scopes: BTreeMap<LatScopeKey, LatHist>,
+    /// The pause table, cumulative, at its end.
+    pub pauses: BTreeMap<PauseKey, PauseStats>,
+    pub names: HashMap<u32, String>,
+    pub link_speed: Option<u64>,
+    /// Unix-epoch ns.
+    pub bounds: (u64, u64),
+    pub seconds: f64,
+}
+
+impl Interval {
+    /// `later` follows this one: one interval of both (growth added, the cumulative values
+    /// the later ones).
+    fn absorb(&mut self, later: Interval) {
+        for (key, (c, a)) in later.grown {
+            let e = self.grown.entry(key).or_default();
+            e.0.add(&c);
+            e.1.merge(&a);
+        }
+        self.latency = later.latency;
+        self.scopes = later.scopes;
+        self.pauses = later.pauses;
+        self.names = later.names;
+        self.link_speed = later.link_speed;
+        self.bounds.1 = later.bounds.1;
+        self.seconds += later.seconds;
+    }
+}
+
+/// The intervals handed over, at most, before the collector holds the next ones back (and
+/// hands them over as one with the interval after).
+const HANDED_OVER: usize = 2;
+
+/// The collector's side: hands intervals to the builder thread, reads the exporter's counts.
+pub(super) struct Records {
+    /// None once finished.
+    tx: Option<SyncSender<Interval>>,
+    /// An interval the builder had no room for yet.
+    held: Option<Interval>,
+    builder: Option<JoinHandle<()>>,
+    /// For the counts; dropped before the sending thread is told to stop (it then holds the
+    /// only one).
+    exporter: Option<Arc<Exporter>>,
+    stop: Option<oneshot::Sender<Duration>>,
+    sender: Option<JoinHandle<Stats>>,
+    /// How long the last records may take at shutdown.
+    timeout: Duration,
+    buffer_bytes: usize,
+    /// Intervals whose records were queued (by the builder).
+    queued: Arc<AtomicU64>,
+    /// The last error logged (each new one is logged once).
+    logged_error: Option<String>,
+}
+
+/// What the exporter did, for the metrics.
+#[derive(Clone, Debug, Default)]
+pub struct ExportRow {
+    pub stats: Stats,
+    pub buffer_capacity: u64,
+    pub intervals: u64,
+}
+
+/// What the builder thread keeps between intervals.
+struct Builder {
+    resource: Resource,
+    sequencer: Sequencer,
+    source: Source,
+    /// The flows' and pauses' times are the kernel's monotonic clock (XDP), not Unix time (a
+    /// capture's).
+    monotonic: bool,
+    exporter: Arc<Exporter>,
+    queued: Arc<AtomicU64>,
+    /// The cumulative values the last interval ended with.
+    latency: HashMap<LatKey, [LatHist; 2]>,
+    scopes: BTreeMap<LatScopeKey, LatHist>,
+    pauses: BTreeMap<PauseKey, PauseStats>,
+}
+
+impl Records {
+    /// Starts the exporter's sending thread (its own single-threaded runtime) and the builder
+    /// thread that makes each interval's rows.
+    pub(super) fn start(
+        config: observer_otlp::Config,
+        resource: Resource,
+        source: Source,
+        monotonic: bool,
+    ) -> Result<Self, DaemonError> {
+        let (timeout, buffer_bytes) = (config.timeout, config.buffer_bytes);
+        let (tx, rx) = sync_channel(1);
+        let sender = std::thread::Builder::new()
+            .name("otlp".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                        return Stats::default();
+                    }
+                };
+                runtime.block_on(async move {
+                    let exporter = match Exporter::start(config) {
+                        Ok(e) => Arc::new(e),
+                        Err(e) => {
+                            let _ = tx.send(Err(e.to_string()));
+                            return Stats::default();
+                        }
+                    };
+                    let (stop_tx, stop_rx) = oneshot::channel();
+                    let _ = tx.send(Ok((exporter.clone(), stop_tx)));
+                    // Told to stop (or the collector gone): the last records get `deadline`.
+                    let deadline = stop_rx.await.unwrap_or(Duration::ZERO);
+                    match Arc::try_unwrap(exporter) {
+                        Ok(e) => e.flush(deadline).await,
+                        Err(e) => e.stats(),
+                    }
+                })
+            })
+            .map_err(DaemonError::Runtime)?;
+        let (exporter, stop) = match rx.recv() {
+            Ok(Ok(started)) => started,
+            Ok(Err(why)) => return Err(DaemonError::Export(why)),
+            Err(_) => return Err(DaemonError::Export("the exporter's thread ended".into())),
+        };
+        let queued = Arc::new(AtomicU64::new(0));
+        let (tx, rx) = sync_channel(HANDED_OVER);
+        let builder = Builder {
+            resource,
+            sequencer: Sequencer::default(),
+            source,
+            monotonic,
+            exporter: exporter.clone(),
+            queued: queued.clone(),
+            latency: HashMap::new(),
+            scopes: BTreeMap::new(),
+            pauses: BTreeMap::new(),
+        };
+        let builder = std::thread::Builder::new()
+            .name("records".into())
+            .spawn(move || builder.run(rx))
+            .map_err(DaemonError::Runtime)?;
+        Ok(Self {
+            tx: Some(tx),
+            held: None,
+            builder: Some(builder),
+            exporter: Some(exporter),
+            stop: Some(stop),
+            sender: Some(sender),
+            timeout,
+            buffer_bytes,
+            queued,
+            logged_error: None,
+        })
+    }
+
+    /// Hands an interval over to the builder, never waiting: when it is behind, the interval
+    /// is held and handed over with the next one, as one interval of both.
+    pub(super) fn interval(&mut self, interval: Interval) {
+        let interval = match self.held.take() {
+            Some(mut held) => {
+                held.absorb(interval);
+                held
+            }
+            None => interval,
+        };
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        match tx.try_send(interval) {
+            Ok(()) => {}
+            Err(TrySendError::Full(back)) => self.held = Some(back),
+            Err(TrySendError::Disconnected(_)) => {
+                error!("fleet records: the builder thread is gone");
+                self.tx = None;
+            }
+        }
+    }
+
+    /// Where the records went, for the metrics; a new export error is logged once.
+    pub(super) fn row(&mut self) -> Option<ExportRow> {
+        let stats = self.exporter.as_ref()?.stats();
+        if stats.failing && stats.last_error != self.logged_error {
+            warn!(
+                "fleet records: {}",
+                stats.last_error.as_deref().unwrap_or("export failing")
+            );
+            self.logged_error = stats.last_error.clone();
+        } else if !stats.failing && self.logged_error.is_some() {
+            info!("fleet records: the receiver takes them again");
+            self.logged_error = None;
+        }
+        Some(ExportRow {
+            stats,
+            buffer_capacity: self.buffer_bytes as u64,
+            intervals: self.queued.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Builds and queues what was handed over (and held), then sends what is queued for up
+    /// to the request timeout, and says where every record went.
+    pub(super) fn finish(mut self) {
+        if let (Some(tx), Some(held)) = (&self.tx, self.held.take()) {
+            // The builder takes it once it is through with the others.
+            let _ = tx.send(held);
+        }
+        self.tx = None;
+        if let Some(b) = self.builder.take()
+            && b.join().is_err()
+        {
+            error!("fleet records: the builder thread panicked");
+        }
+        self.exporter = None;
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(self.timeout);
+        }
+        let Some(Ok(s)) = self.sender.take().map(JoinHandle::join) else {
+            error!("fleet records: the exporter's thread panicked");
+            return;
+        };
+        let undelivered = s.rejected + s.dropped + s.pending;
+        if undelivered == 0 {
+            info!(records = s.pushed, "fleet records: every record sent");
+        } else {
+            error!(
+                records = s.pushed,
+                sent = s.sent,
+                rejected = s.rejected,
+                dropped = s.dropped,
+                pending = s.pending,
+                "fleet records: {undelivered} of {} records not delivered{}",
+                s.pushed,
+                s.last_error
+                    .as_deref()
+                    .map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+}
+
+impl Builder {
+    fn run(mut self, rx: Receiver<Interval>) {
+        while let Ok(interval) = rx.recv() {
+            self.interval(interval);
+        }
+    }
+
+    /// Queues the records of one interval: a report of what it added, as `replay` makes one.
+    fn interval(&mut self, iv: Interval) {
+        let agg = self.interval_aggregate(&iv);
+        let mut report = agg.report(self.source.clone(), iv.seconds);
+        report.name_latency_interfaces(&iv.names);
+        report.set_link_speed(iv.link_speed);
+        conclude(&mut report, &AnalysisOptions::default());
+        let (start, end) = iv.bounds;
+        let rows = self
+            .sequencer
+            .interval(&self.resource, start, end, &IntervalRows::of(&report));
+        self.exporter.push(&self.resource, start, end, &rows);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What the interval added: the flows' growth, and the growth of the cumulative latency
+    /// histograms and pause counts since the last interval.
+    fn interval_aggregate(&mut self, iv: &Interval) -> Aggregate {
+        let start_ns = iv.bounds.0;
+        let offset = if self.monotonic {
+            live::monotonic_to_unix_offset()
+        } else {
+            0
+        };
+        let unix = |ns: u64| (i128::from(ns) + offset).clamp(0, i128::from(u64::MAX)) as u64;
+        let mut agg = Aggregate::new();
+        for (key, (counts, attrs)) in &iv.grown {
+            let mut stats = counts.stats(attrs);
+            // What was seen of a flow is its table entry's: a first packet before the interval
+            // is the interval's start.
+            stats.first_seen_ns = unix(stats.first_seen_ns).max(start_ns);
+            stats.last_seen_ns = unix(stats.last_seen_ns).max(stats.first_seen_ns);
+            if stats.seq.timeout_at_ns != 0 {
+                stats.seq.timeout_at_ns = unix(stats.seq.timeout_at_ns);
+            }
+            // Every growth, a PSN count's without a packet too (a value held back at the last
+            // reading, caught up).
+            let map = if key.is_union() {
+                &mut agg.unions
+            } else {
+                &mut agg.flows
+            };
+            map.insert(*key, stats);
+        }
+        let mut latency = HashMap::with_capacity(iv.latency.len());
+        for (key, state) in &iv.latency {
+            let then = self.latency.get(key);
+            let hist = [0, 1].map(|k| hist_growth(&state.hist[k], then.map(|t| &t[k])));
+            if hist.iter().any(|h| h.count > 0) {
+                let mut s = *state;
+                s.hist = hist;
+                agg.latency.insert(*key, s);
+            }
+            latency.insert(*key, state.hist);
+        }
+        self.latency = latency;
+        for (key, hist) in &iv.scopes {
+            let h = hist_growth(hist, self.scopes.get(key));
+            if h.count > 0 {
+                agg.latency_scopes.insert(*key, h);
+            }
+        }
+        self.scopes = iv.scopes.clone();
+        for (key, stats) in &iv.pauses {
+            let mut p = pause_growth(stats, self.pauses.get(key));
+            if p.frames_total() > 0 || p.pfc_frames > 0 {
+                p.first_seen_ns = unix(p.first_seen_ns).max(start_ns);
+                p.last_seen_ns = unix(p.last_seen_ns).max(p.first_seen_ns);
+                agg.pauses.insert(*key, p);
+            }
+        }
+        self.pauses = iv.pauses.clone();
+        agg
+    }
+}
+
+/// The flows' growth of one drain, keyed.
+pub(super) fn grown_map(
+    grown: Vec<Growth>,
+) -> FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)> {
+    let mut m = FxHashMap::default();
+    m.reserve(grown.len());
+    for (key, c, a) in grown {
+        let e: &mut (Counts<RECORD_WIDTH>, Attrs) = m.entry(key).or_default();
+        e.0.add(&c);
+        e.1.merge(&a);
+    }
+    m
+}
+
+/// The samples a cumulative histogram gained since `then` (all of it when it went back: a
+/// state made again). Its lowest and highest stay the cumulative ones, which bound the
+/// interval's.
+fn hist_growth(now: &LatHist, then: Option<&LatHist>) -> LatHist {
+    let Some(then) = then.filter(|t| t.count <= now.count) else {
+        return *now;
+    };
+    let mut h = *now;
+    h.count -= then.count;
+    h.sum_ns = now.sum_ns.saturating_sub(then.sum_ns);
+    for i in 0..LAT_BUCKETS {
+        h.buckets[i] = now.buckets[i].saturating_sub(then.buckets[i]);
+    }
+    h
+}
+
+/// The pause frames a sender's cumulative counts gained since `then` (all of them when they
+/// went back).
+fn pause_growth(now: &PauseStats, then: Option<&PauseStats>) -> PauseStats {
+    let Some(then) =
+        then.filter(|t| t.pfc_frames <= now.pfc_frames && t.frames_total() <= now.frames_total())
+    else {
+        return *now;
+    };
+    let mut p = *now;
+    for c in 0..p.frames.len() {
+        p.frames[c] = now.frames[c].saturating_sub(then.frames[c]);
+        p.xon[c] = now.xon[c].saturating_sub(then.xon[c]);
+        p.quanta[c] = now.quanta[c].saturating_sub(then.quanta[c]);
+    }
+    p.pfc_frames -= then.pfc_frames;
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_grows_by_its_new_samples_and_starts_over_when_made_again() {
+        let mut then = LatHist {
+            count: 3,
+            sum_ns: 3000,
+            ..LatHist::default()
+        };
+        then.buckets[2] = 3;
+        let mut now = then;
+        now.count = 5;
+        now.sum_ns = 7000;
+        now.buckets[4] = 2;
+        let g = hist_growth(&now, Some(&then));
+        assert_eq!(
+            (g.count, g.sum_ns, g.buckets[2], g.buckets[4]),
+            (2, 4000, 0, 2)
+        );
+        let mut again = LatHist {
+            count: 1,
+            ..LatHist::default()
+        };
+        again.buckets[0] = 1;
+        assert_eq!(hist_growth(&again, Some(&now)), again);
+    }
+
+    #[test]
+    fn pause_counts_grow_by_the_new_frames() {
+        let mut then = PauseStats::default();
+        then.frames[3] = 10;
+        then.quanta[3] = 1000;
+        then.pfc_frames = 10;
+        let mut now = then;
+        now.frames[3] = 15;
+        now.quanta[3] = 1600;
+        now.xon[3] = 1;
+        now.pfc_frames = 15;
+        let g = pause_growth(&now, Some(&then));
+        assert_eq!(
+            (g.frames[3], g.quanta[3], g.xon[3], g.pfc_frames),
+            (5, 600, 1, 5)
+        );
+    }
+}

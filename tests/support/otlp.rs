@@ -1,0 +1,95 @@
+//! The tests' OTLP receiver (otlp_receiver.py: the official protobufs and grpcio), run as a
+//! child process.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+};
+
+use serde_json::Value;
+
+use crate::{Scratch, workspace_root};
+
+/// The receiver, running; killed on drop.
+pub struct OtlpReceiver {
+    child: Child,
+    pub grpc: u16,
+    pub http: u16,
+    out: PathBuf,
+}
+
+impl OtlpReceiver {
+    /// The tools virtualenv's Python, to run the receiver with.
+    pub fn python() -> PathBuf {
+        let python = workspace_root().join("target/tools/venv/bin/python");
+        assert!(
+            python.exists(),
+            "{} is missing: run `cargo xtask setup` (it installs opentelemetry-proto and grpcio)",
+            python.display()
+        );
+        python
+    }
+
+    /// Starts it here, writing what it receives under `scratch` as `name`.jsonl.
+    pub fn start(scratch: &Scratch, name: &str, flags: &[&str]) -> Self {
+        Self::start_with(Command::new(Self::python()), scratch, name, flags)
+    }
+
+    /// Starts it with `python` (the virtualenv's Python, perhaps run in a namespace).
+    pub fn start_with(mut python: Command, scratch: &Scratch, name: &str, flags: &[&str]) -> Self {
+        let out = scratch.path(&format!("{name}.jsonl"));
+        let mut child = python
+            .arg(workspace_root().join("tests/support/otlp_receiver.py"))
+            .arg(&out)
+            .args(flags)
+            // grpcio's own log (a refused TLS handshake, say) is not the test's.
+            .env("GRPC_VERBOSITY", "NONE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the receiver");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ports: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("receiver's ports {line:?}: {e}"));
+        Self {
+            child,
+            grpc: ports["grpc"].as_u64().unwrap() as u16,
+            http: ports["http"].as_u64().unwrap() as u16,
+            out,
+        }
+    }
+
+    /// Its plain URL for `grpc` or `http`.
+    pub fn url(&self, transport: &str) -> String {
+        let port = if transport == "grpc" {
+            self.grpc
+        } else {
+            self.http
+        };
+        format!("http://127.0.0.1:{port}")
+    }
+
+    pub fn tls_url(&self, transport: &str) -> String {
+        self.url(transport).replace("http://", "https://")
+    }
+
+    /// Everything received so far, a JSON object per record or data point.
+    pub fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
