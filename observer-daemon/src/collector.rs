@@ -29,7 +29,7 @@ use super::{
     openmetrics::{self, CaptureRow, IfaceRow, MetricsView, flow_fields},
     pauses::PauseBook,
     procfs::{cpu_seconds, resident_bytes},
-    records::{Interval, Records, grown_map},
+    records::{Interval, Records},
     signals::Command,
     tap::{TableCursor, Tap},
 };
@@ -493,6 +493,8 @@ impl Collector {
             tc_hook: keep.tc_hook,
             ifaces: if same_source { new.ifaces } else { keep.ifaces },
             capture: keep.capture,
+            // The export is set up at start only (said above when it changed).
+            otlp: keep.otlp,
             ..new
         };
         self.nic.configure(&self.config);
@@ -531,10 +533,17 @@ impl Collector {
             Book::Metrics(b) => drain_book(&self.tap, b.as_mut(), &mut self.table, &totals)?,
             Book::Records(b) => drain_book(&self.tap, b.as_mut(), &mut self.table, &totals)?,
         };
-        let grown = std::mem::take(&mut drained.grown);
+        // The book has moved on: its growth is the records' now, whatever fails below (it goes
+        // with the next interval handed over).
+        if let Some(records) = &mut self.records {
+            records.add_growth(std::mem::take(&mut drained.grown));
+        }
         // Latency: the kernel's histograms are cumulative; the interfaces' by index.
         let mut lat = roce_observer::aggregate::Aggregate::new();
         self.tap.read_latency(&mut lat)?;
+        if let Some(records) = &mut self.records {
+            records.latency_read();
+        }
         let names = self.tap.names();
         let latency = lat
             .latency_scopes
@@ -565,8 +574,22 @@ impl Collector {
             .collect();
         // Idle flows: deleted with their last values (nothing lost in between).
         match &mut self.book {
-            Book::Metrics(b) => retire_idle(&self.tap, b.as_mut())?,
-            Book::Records(b) => retire_idle(&self.tap, b.as_mut())?,
+            Book::Metrics(b) => {
+                retire_idle(&self.tap, b.as_mut())?;
+            }
+            Book::Records(b) => {
+                let retired = retire_idle(&self.tap, b.as_mut());
+                if let Some(records) = &mut self.records {
+                    records.add_growth(b.take_retired_growth());
+                    // A capture's latency states go with their flows (the kernel's stay).
+                    if self.tap.capture().is_some() {
+                        for key in retired.as_deref().unwrap_or_default() {
+                            records.forget_latency(observer_common::LatKey::of_request(key));
+                        }
+                    }
+                }
+                retired?;
+            }
         }
         let mut skipped = [0u64; SkipReason::COUNT];
         let counters = self.tap.read_counters()?;
@@ -650,7 +673,6 @@ impl Collector {
         // After publishing; the builder thread makes the rows.
         if let Some(records) = &mut self.records {
             records.interval(Interval {
-                grown: grown_map(grown),
                 latency: std::mem::take(&mut lat.latency).into_iter().collect(),
                 scopes: std::mem::take(&mut lat.latency_scopes),
                 pauses,
@@ -658,6 +680,8 @@ impl Collector {
                 link_speed: self.tap.link_speed(),
                 bounds: (start_unix_ns, end_unix_ns),
                 seconds: elapsed.as_secs_f64(),
+                // Taken from what was added since the last interval.
+                ..Interval::default()
             });
         }
         self.health
@@ -686,13 +710,17 @@ fn drain_book<const N: usize>(
     Ok(book.finish(totals))
 }
 
-/// Idle flows: deleted with their last values (nothing lost in between).
-fn retire_idle<const N: usize>(tap: &Tap, book: &mut FlowBook<N>) -> Result<(), DaemonError> {
-    for key in book.idle() {
-        let last = tap.take_flow(&key)?;
-        book.retire(&key, last.as_deref());
+/// Idle flows: deleted with their last values (nothing lost in between); the flows retired.
+fn retire_idle<const N: usize>(
+    tap: &Tap,
+    book: &mut FlowBook<N>,
+) -> Result<Vec<observer_common::FlowKey>, DaemonError> {
+    let idle = book.idle();
+    for key in &idle {
+        let last = tap.take_flow(key)?;
+        book.retire(key, last.as_deref());
     }
-    Ok(())
+    Ok(idle)
 }
 
 /// The JSON line of a drain: its snapshot's deltas (`rest_delta`: the rest's) over the

@@ -145,13 +145,19 @@ pub const DEFAULT_OTLP_BUFFER_MIB: u64 = 64;
 pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl OtlpSettings {
-    /// The exporter's settings (the CA file read).
-    pub fn exporter(&self) -> Result<observer_otlp::Config, ConfigError> {
+    /// The exporter's settings but the CA file.
+    fn config(&self) -> observer_otlp::Config {
         let mut c = observer_otlp::Config::new(self.endpoint.clone(), self.protocol);
         c.gzip = self.gzip;
         c.headers = self.headers.clone();
         c.timeout = self.timeout;
         c.buffer_bytes = self.buffer_bytes;
+        c
+    }
+
+    /// The exporter's settings, the CA file read and checked.
+    pub fn exporter(&self) -> Result<observer_otlp::Config, ConfigError> {
+        let mut c = self.config();
         if let Some(p) = &self.ca {
             c.ca_pem = Some(std::fs::read(p).map_err(|error| ConfigError::Read {
                 path: p.clone(),
@@ -602,9 +608,14 @@ impl RunConfig {
             timeout,
             buffer_bytes: (buffer_mib << 20) as usize,
         };
-        // Checked whole now (the CA file read and parsed): a bad one is refused at start, and
-        // a reload that breaks it keeps the running configuration.
-        settings.exporter()?;
+        // The URL and the headers checked now; the CA file is read (and checked) when the
+        // export starts, at start only: a reload neither changes the export nor needs the file.
+        observer_otlp::Config {
+            ca_pem: None,
+            ..settings.config()
+        }
+        .validate()
+        .map_err(|e| invalid("OTLP export", e.to_string()))?;
         Ok(Some(settings))
     }
 
@@ -778,10 +789,6 @@ mod tests {
                 "[otlp]\nendpoint = \"http://x:1\"\ntimeout = \"0s\"\n",
                 "otlp.timeout",
             ),
-            (
-                "[otlp]\nendpoint = \"http://x:1\"\nca = \"/nonexistent/ca.pem\"\n",
-                "/nonexistent/ca.pem",
-            ),
         ];
         for (text, said) in bad {
             let f = file(&format!("iface = [\"eth0\"]\n{text}"));
@@ -791,6 +798,14 @@ mod tests {
             assert!(e.contains(said), "{text}: {e}");
         }
         assert!(toml::from_str::<FileConfig>("[otlp]\nendpont = \"x\"\n").is_err());
+        // The CA file is read when the export starts (not at a reload): a missing one is an
+        // error then, naming it.
+        let f = file(
+            "iface = [\"eth0\"]\n[otlp]\nendpoint = \"https://x:1\"\nca = \"/nonexistent/ca.pem\"\n",
+        );
+        let c = RunConfig::merge(&RunOverrides::default(), Some((Path::new("c.toml"), f)));
+        let e = c.unwrap().otlp.unwrap().exporter().unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
     }
 
     #[test]

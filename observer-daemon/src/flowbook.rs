@@ -572,9 +572,9 @@ pub struct FlowBook<const N: usize = METRICS> {
     /// What this drain's changed readings and cache slots saw per flow (a book of
     /// [`RECORD_WIDTH`] only).
     attrs: FxHashMap<FlowKey, Attrs>,
-    /// Growth of flows retired since the last drain (their entries' final values): in the
-    /// next drain's `grown`.
-    retired_growth: Vec<(FlowKey, Counts<N>, Attrs)>,
+    /// Growth of flows retired since [`take_retired_growth`](Self::take_retired_growth) (their
+    /// entries' final values).
+    retired_growth: Vec<Growth>,
     /// The connections of this drain's connected cache slots.
     cache_groups: FxHashSet<Group>,
     /// The first flow of each connection group (the flows of one [`connections::group_of`]),
@@ -828,6 +828,9 @@ impl<const N: usize> FlowBook<N> {
     pub fn begin(&mut self) {
         if self.finished {
             self.epoch += 1;
+            // A drain done again keeps what the failed one saw (a flow it read and this one
+            // does not, evicted in between, still grew).
+            self.attrs.clear();
         } else {
             self.full = true;
             // The failed drain's readings stand where this one does not read again.
@@ -841,7 +844,6 @@ impl<const N: usize> FlowBook<N> {
         self.finished = false;
         self.table_entries = 0;
         self.cache_now.clear();
-        self.attrs.clear();
         self.cache_groups.clear();
         self.queue.clear();
         self.next = 0;
@@ -955,6 +957,12 @@ impl<const N: usize> FlowBook<N> {
         self.idle.clone()
     }
 
+    /// The growth of the flows retired since the last call (a book of [`RECORD_WIDTH`] only):
+    /// what their entries' final values had beyond the last reading.
+    pub fn take_retired_growth(&mut self) -> Vec<Growth> {
+        std::mem::take(&mut self.retired_growth)
+    }
+
     /// Forgets an idle flow; `last` is its table entry's final values (deleted from the kernel
     /// table), if it had one.
     pub fn retire(&mut self, key: &FlowKey, last: Option<&[FlowStats]>) {
@@ -978,7 +986,8 @@ impl<const N: usize> FlowBook<N> {
             // the cache); what it misses is in the totals' slack.
             let next = s.last.each_max(&read);
             if Self::RECORDS && next != s.last {
-                self.retired_growth.push((*key, next.minus(&s.last), attrs));
+                self.retired_growth
+                    .push((*key, next.minus(&s.last).widened(), attrs));
             }
             s.set_last(next);
         }
@@ -1032,7 +1041,8 @@ impl<const N: usize> FlowBook<N> {
             let next = s.last.each_max(&read);
             delta = next.minus(&s.last);
             s.set_last(next);
-            if !delta.is_zero() {
+            // Idle by the metrics' counts alone: a book of any width ages the same flows.
+            if !delta.metrics().is_zero() {
                 s.last_change = epoch;
             }
         } else if was_in_table {
@@ -1051,9 +1061,6 @@ impl<const N: usize> FlowBook<N> {
     /// the rest by what no continuing series took.
     pub fn finish(&mut self, totals: &Counts) -> Drained {
         let mut records = Vec::new();
-        for (key, delta, attrs) in self.retired_growth.drain(..) {
-            records.push((key, delta.widened(), attrs));
-        }
         self.finished = true;
         // This drain's growth of the members, and of the K fastest other flows (a bounded
         // min-heap: no allocation per active flow).

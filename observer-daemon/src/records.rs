@@ -38,9 +38,13 @@ use super::{
 };
 
 /// What the collector hands over of one interval (or of several, when the builder was behind).
+#[derive(Default)]
 pub(super) struct Interval {
-    /// Every flow's growth.
+    /// Every flow's growth ([`Records::add_growth`]).
     pub grown: FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
+    /// Latency states deleted before this interval's were read: their growth starts from
+    /// nothing ([`Records::forget_latency`]).
+    pub forget: Vec<LatKey>,
     /// The kernel's cumulative latency states and per-interface histograms, at its end.
     pub latency: HashMap<LatKey, observer_common::LatState>,
     pub scopes: BTreeMap<LatScopeKey, LatHist>,
@@ -57,11 +61,8 @@ impl Interval {
     /// `later` follows this one: one interval of both (growth added, the cumulative values
     /// the later ones).
     fn absorb(&mut self, later: Interval) {
-        for (key, (c, a)) in later.grown {
-            let e = self.grown.entry(key).or_default();
-            e.0.add(&c);
-            e.1.merge(&a);
-        }
+        add_growth(&mut self.grown, later.grown);
+        self.forget.extend(later.forget);
         self.latency = later.latency;
         self.scopes = later.scopes;
         self.pauses = later.pauses;
@@ -82,6 +83,11 @@ pub(super) struct Records {
     tx: Option<SyncSender<Interval>>,
     /// An interval the builder had no room for yet.
     held: Option<Interval>,
+    /// The flows' growth since the last interval handed over.
+    growth: FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
+    /// Latency states deleted since the last latency read, and those deleted before it.
+    forget_new: Vec<LatKey>,
+    forget: Vec<LatKey>,
     builder: Option<JoinHandle<()>>,
     /// For the counts; dropped before the sending thread is told to stop (it then holds the
     /// only one).
@@ -189,6 +195,9 @@ impl Records {
         Ok(Self {
             tx: Some(tx),
             held: None,
+            growth: FxHashMap::default(),
+            forget_new: Vec::new(),
+            forget: Vec::new(),
             builder: Some(builder),
             exporter: Some(exporter),
             stop: Some(stop),
@@ -200,9 +209,32 @@ impl Records {
         })
     }
 
-    /// Hands an interval over to the builder, never waiting: when it is behind, the interval
-    /// is held and handed over with the next one, as one interval of both.
-    pub(super) fn interval(&mut self, interval: Interval) {
+    /// Adds flows' growth (a drain's, or flows retired) to the next interval handed over.
+    pub(super) fn add_growth(&mut self, grown: Vec<Growth>) {
+        for (key, c, a) in grown {
+            let e = self.growth.entry(key).or_default();
+            e.0.add(&c);
+            e.1.merge(&a);
+        }
+    }
+
+    /// The latency states were read (for the interval about to be handed over).
+    pub(super) fn latency_read(&mut self) {
+        self.forget.append(&mut self.forget_new);
+    }
+
+    /// A latency state was deleted (with its flow): the next interval's samples of its key
+    /// are all new.
+    pub(super) fn forget_latency(&mut self, key: LatKey) {
+        self.forget_new.push(key);
+    }
+
+    /// Hands an interval over to the builder (with the growth and the deletions since the last
+    /// one), never waiting: when it is behind, the interval is held and handed over with the
+    /// next one, as one interval of both.
+    pub(super) fn interval(&mut self, mut interval: Interval) {
+        interval.grown = std::mem::take(&mut self.growth);
+        interval.forget = std::mem::take(&mut self.forget);
         let interval = match self.held.take() {
             Some(mut held) => {
                 held.absorb(interval);
@@ -310,6 +342,9 @@ impl Builder {
     /// What the interval added: the flows' growth, and the growth of the cumulative latency
     /// histograms and pause counts since the last interval.
     fn interval_aggregate(&mut self, iv: &Interval) -> Aggregate {
+        for key in &iv.forget {
+            self.latency.remove(key);
+        }
         let start_ns = iv.bounds.0;
         let offset = if self.monotonic {
             live::monotonic_to_unix_offset()
@@ -368,25 +403,25 @@ impl Builder {
     }
 }
 
-/// The flows' growth of one drain, keyed.
-pub(super) fn grown_map(
-    grown: Vec<Growth>,
-) -> FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)> {
-    let mut m = FxHashMap::default();
-    m.reserve(grown.len());
-    for (key, c, a) in grown {
-        let e: &mut (Counts<RECORD_WIDTH>, Attrs) = m.entry(key).or_default();
+/// Adds growth to `into`, flow by flow.
+fn add_growth(
+    into: &mut FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
+    from: FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
+) {
+    for (key, (c, a)) in from {
+        let e = into.entry(key).or_default();
         e.0.add(&c);
         e.1.merge(&a);
     }
-    m
 }
 
-/// The samples a cumulative histogram gained since `then` (all of it when it went back: a
-/// state made again). Its lowest and highest stay the cumulative ones, which bound the
-/// interval's.
+/// The samples a cumulative histogram gained since `then` (all of it when it went back in
+/// any bucket: a state made again). Its lowest and highest stay the cumulative ones, which
+/// bound the interval's.
 fn hist_growth(now: &LatHist, then: Option<&LatHist>) -> LatHist {
-    let Some(then) = then.filter(|t| t.count <= now.count) else {
+    let Some(then) = then.filter(|t| {
+        t.count <= now.count && t.buckets.iter().zip(&now.buckets).all(|(a, b)| a <= b)
+    }) else {
         return *now;
     };
     let mut h = *now;
@@ -401,9 +436,13 @@ fn hist_growth(now: &LatHist, then: Option<&LatHist>) -> LatHist {
 /// The pause frames a sender's cumulative counts gained since `then` (all of them when they
 /// went back).
 fn pause_growth(now: &PauseStats, then: Option<&PauseStats>) -> PauseStats {
-    let Some(then) =
-        then.filter(|t| t.pfc_frames <= now.pfc_frames && t.frames_total() <= now.frames_total())
-    else {
+    let went_back = |t: &&PauseStats| {
+        t.pfc_frames > now.pfc_frames
+            || (0..now.frames.len()).any(|c| {
+                t.frames[c] > now.frames[c] || t.xon[c] > now.xon[c] || t.quanta[c] > now.quanta[c]
+            })
+    };
+    let Some(then) = then.filter(|t| !went_back(t)) else {
         return *now;
     };
     let mut p = *now;

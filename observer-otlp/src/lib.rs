@@ -113,7 +113,8 @@ pub struct Stats {
     pub retries: u64,
     /// The last failure, if any.
     pub last_error: Option<String>,
-    /// The last request failed (it is being tried again, or was refused).
+    /// The last request of records failed (it is being tried again, or was refused); a
+    /// partial success is no failure (its refused rows are counted `rejected`).
     pub failing: bool,
 }
 
@@ -146,7 +147,6 @@ struct Shared {
 
 impl Shared {
     fn error(&self, why: String) {
-        self.failing.store(true, Ordering::Relaxed);
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 }
@@ -377,6 +377,14 @@ enum Sent {
 /// 100 ms to 5 s between tries, or the server's Retry-After (at most a minute).
 async fn send(shared: &Shared, client: &mut Client, req: Request<'_>, timeout: Duration) -> Sent {
     let mut backoff = Duration::from_millis(100);
+    // Whether the receiver takes records is said by the requests of records alone (the
+    // aggregates may go elsewhere, or nowhere).
+    let records = matches!(req, Request::Logs(..));
+    let failing = |f: bool| {
+        if records {
+            shared.failing.store(f, Ordering::Relaxed);
+        }
+    };
     loop {
         let outcome = match req {
             Request::Logs(r, gzipped) => client.logs(r, gzipped, timeout).await,
@@ -384,17 +392,19 @@ async fn send(shared: &Shared, client: &mut Client, req: Request<'_>, timeout: D
         };
         match outcome {
             Outcome::Delivered { rejected, why } => {
-                shared.failing.store(false, Ordering::Relaxed);
+                failing(false);
                 if let Some(why) = why {
                     shared.error(why);
                 }
                 return Sent::Delivered(rejected);
             }
             Outcome::Refused { why } => {
+                failing(true);
                 shared.error(why);
                 return Sent::Refused;
             }
             Outcome::Retry { after, why } => {
+                failing(true);
                 shared.error(why);
                 shared.retries.fetch_add(1, Ordering::Relaxed);
                 let wait = after.map_or(backoff, |a| a.min(Duration::from_secs(60)));

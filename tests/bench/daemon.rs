@@ -25,6 +25,14 @@
 //! With `--traffic`, each size is measured a second time with a sender thread refreshing all
 //! flows round robin at `--traffic-rate` frames per second during the window (rows labelled
 //! `+traffic`).
+//!
+//! Then the fleet records' export: `--export-flows` QPs (10k) at a 1 s interval, every QP
+//! refreshed twice a second, measured without and then with `--otlp-endpoint` (OTLP/HTTP, gzip)
+//! to a sink in the namespace that takes every request (and decodes it with the official
+//! protobufs, to count the records). The export's cost is the difference of the two CPU figures,
+//! beside its target (2% of one core); with it the bytes on the wire per QP-interval (every row
+//! of the interval over its QP rows), per record, and the userspace memory per QP (the RSS
+//! difference).
 
 use std::{
     io::{Read, Write},
@@ -72,10 +80,21 @@ struct Args {
     /// first when missing or older than this executable).
     #[arg(long, value_name = "PATH")]
     daemon: Option<PathBuf>,
+    /// QPs of the export comparison (0: none).
+    #[arg(long, default_value_t = 10_000)]
+    export_flows: u32,
+    /// Drains per window of the export comparison (at a 1 s interval).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=60))]
+    export_window: u32,
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     json: bool,
 }
+
+/// The export comparison's interval and its target (its cost over `run` without export, % of
+/// one core).
+const EXPORT_INTERVAL: Duration = Duration::from_secs(1);
+const EXPORT_TARGET: f64 = 2.0;
 
 /// The daemon's flow table capacity (`--max-flows`).
 const MAX_FLOWS: u32 = 1 << 20;
@@ -295,7 +314,7 @@ struct Daemon {
 
 impl Daemon {
     /// `ip netns exec NS BIN run ...` (it execs the daemon: the child's pid is the daemon's).
-    fn start(ns: &str, bin: &Path, interval: Duration) -> Result<Self, String> {
+    fn start(ns: &str, bin: &Path, interval: Duration, extra: &[String]) -> Result<Self, String> {
         let interval = format!("{}ms", interval.as_millis());
         let max_flows = MAX_FLOWS.to_string();
         let listen = format!("127.0.0.1:{PORT}");
@@ -305,6 +324,7 @@ impl Daemon {
             .args(["run", "-i", Lab::RX, "--interval", &interval])
             .args(["--max-flows", &max_flows, "--idle-timeout", "1h"])
             .args(["--listen", &listen, "--max-series", "100"])
+            .args(extra)
             .env_remove("ROCE_OBSERVER_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -694,9 +714,10 @@ fn measure(
     traffic: Option<u32>,
     interval: Duration,
     window: u32,
+    extra: &[String],
 ) -> Result<Outcome, String> {
     let spawned = Instant::now();
-    let mut daemon = Daemon::start(ns, bin, interval)?;
+    let mut daemon = Daemon::start(ns, bin, interval, extra)?;
     let pid = daemon.pid();
     let mut m = daemon.wait_serving(Duration::from_secs(60))?;
     let startup_seconds = spawned.elapsed().as_secs_f64();
@@ -887,7 +908,13 @@ fn map_bytes_per_entry(o: &Outcome) -> f64 {
     o.flow_map_bytes as f64 / f64::from(MAX_FLOWS)
 }
 
-fn print_json(args: &Args, bin: &Path, outcomes: &[Outcome], took: Duration) {
+fn print_json(
+    args: &Args,
+    bin: &Path,
+    outcomes: &[Outcome],
+    took: Duration,
+    export: Option<&ExportComparison>,
+) {
     let idle = &outcomes[0];
     let env = integration_tests::environment_json(&integration_tests::bench_environment());
     let memory = memory_case(outcomes);
@@ -913,6 +940,7 @@ fn print_json(args: &Args, bin: &Path, outcomes: &[Outcome], took: Duration) {
             "rss_bytes_per_flow_over_idle": rss_per_flow(o, idle),
         })),
         "bench_seconds": took.as_secs_f64(),
+        "export": export.map(ExportComparison::json),
         "results": outcomes.iter().map(|o| {
             let (median, max) = o.drain_ms();
             serde_json::json!({
@@ -1155,18 +1183,270 @@ fn run(args: &Args) -> Result<(), String> {
         let (ns, b) = (lab.ns.name().to_string(), bin.clone());
         let outcome = lab
             .ns
-            .run_in(move || measure(&ns, &b, flows, traffic, interval, window))
+            .run_in(move || measure(&ns, &b, flows, traffic, interval, window, &[]))
             .map_err(|e| e.to_string())??;
         outcomes.push(outcome);
     }
+    let export = match args.export_flows {
+        0 => None,
+        n => Some(export_comparison(
+            &lab,
+            &bin,
+            n,
+            args.export_window,
+            &started,
+        )?),
+    };
     drop(lab);
     let took = started.elapsed();
     if args.json {
-        print_json(args, &bin, &outcomes, took);
+        print_json(args, &bin, &outcomes, took, export.as_ref());
     } else {
         print_table(args, &bin, &outcomes, took);
+        if let Some(e) = &export {
+            e.print();
+        }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fleet records' export.
+// ---------------------------------------------------------------------------------------------
+
+/// What the sink took: request bodies (as sent), records, QP records.
+#[derive(Default)]
+struct SinkCounts {
+    requests: AtomicU64,
+    wire_bytes: AtomicU64,
+    records: AtomicU64,
+    qp_records: AtomicU64,
+}
+
+/// An OTLP/HTTP receiver that takes every request (200, an empty ExportLogsServiceResponse),
+/// on the calling thread's namespace's loopback: where it listens.
+fn start_sink(counts: Arc<SinkCounts>) -> Result<u16, String> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("the sink: {e}"))?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().map_while(Result::ok) {
+            let counts = counts.clone();
+            std::thread::spawn(move || {
+                let _ = serve_sink(conn, &counts);
+            });
+        }
+    });
+    Ok(port)
+}
+
+/// One keep-alive connection of the sink: requests until the client closes it.
+fn serve_sink(conn: TcpStream, counts: &SinkCounts) -> std::io::Result<()> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(conn.try_clone()?);
+    let mut conn = conn;
+    loop {
+        let (mut length, mut gzip, mut path) = (0usize, false, String::new());
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        if let Some(p) = line.split_whitespace().nth(1) {
+            path = p.to_string();
+        }
+        loop {
+            line.clear();
+            reader.read_line(&mut line)?;
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':') {
+                match k.trim().to_ascii_lowercase().as_str() {
+                    "content-length" => length = v.trim().parse().unwrap_or(0),
+                    "content-encoding" => gzip = v.trim() == "gzip",
+                    _ => {}
+                }
+            }
+        }
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body)?;
+        counts.requests.fetch_add(1, Ordering::Relaxed);
+        counts
+            .wire_bytes
+            .fetch_add(length as u64, Ordering::Relaxed);
+        if path == "/v1/logs" {
+            let plain = if gzip {
+                let mut out = Vec::new();
+                flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut out)?;
+                out
+            } else {
+                body
+            };
+            use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+            let req = <ExportLogsServiceRequest as prost::Message>::decode(&plain[..])
+                .map_err(std::io::Error::other)?;
+            for r in req
+                .resource_logs
+                .iter()
+                .flat_map(|r| &r.scope_logs)
+                .flat_map(|s| &s.log_records)
+            {
+                counts.records.fetch_add(1, Ordering::Relaxed);
+                if r.event_name == "roce.qp_intervals" {
+                    counts.qp_records.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        conn.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
+        )?;
+    }
+}
+
+/// The export comparison: the same QPs and traffic, without and with the export.
+struct ExportComparison {
+    flows: u32,
+    window: u32,
+    without: Outcome,
+    with: Outcome,
+    requests: u64,
+    wire_bytes: u64,
+    records: u64,
+    qp_records: u64,
+}
+
+impl ExportComparison {
+    /// The export's CPU, % of one core over `run` without it.
+    fn cost(&self) -> f64 {
+        self.with.cpu_percent() - self.without.cpu_percent()
+    }
+
+    fn wire_per_qp_interval(&self) -> f64 {
+        self.wire_bytes as f64 / self.qp_records.max(1) as f64
+    }
+
+    fn wire_per_record(&self) -> f64 {
+        self.wire_bytes as f64 / self.records.max(1) as f64
+    }
+
+    fn memory_per_qp(&self) -> f64 {
+        (self.with.rss_kib as f64 - self.without.rss_kib as f64) * 1024.0 / f64::from(self.flows)
+    }
+
+    fn print(&self) {
+        println!();
+        println!(
+            "fleet records' export: {} QPs, every one refreshed twice a second, interval {:?},              window {} intervals, OTLP/HTTP with gzip to a sink in the namespace",
+            self.flows, EXPORT_INTERVAL, self.window
+        );
+        for o in [&self.without, &self.with] {
+            println!(
+                "  {:<28} {:>7.3}% of one core, RSS {:>6.1} MiB, drain median {:.1} ms",
+                o.label,
+                o.cpu_percent(),
+                o.rss_kib as f64 / 1024.0,
+                o.drain_ms().0
+            );
+        }
+        let cost = self.cost();
+        println!(
+            "  export cost: {cost:.3}% of one core over run without it (target {EXPORT_TARGET}%: {})",
+            if cost <= EXPORT_TARGET {
+                "PASS"
+            } else {
+                "MISS"
+            }
+        );
+        println!(
+            "  on the wire: {:.1} B per QP-interval (all of an interval's rows over its QP rows),              {:.1} B per record; {} records ({} QP rows) in {} requests",
+            self.wire_per_qp_interval(),
+            self.wire_per_record(),
+            self.records,
+            self.qp_records,
+            self.requests
+        );
+        println!(
+            "  userspace memory: {:.0} B per QP more with the export (RSS difference)",
+            self.memory_per_qp()
+        );
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "flows": self.flows,
+            "interval_seconds": EXPORT_INTERVAL.as_secs_f64(),
+            "window_intervals": self.window,
+            "cpu_percent_without": self.without.cpu_percent(),
+            "cpu_percent_with": self.with.cpu_percent(),
+            "cost_percent_of_core": self.cost(),
+            "target_percent_of_core": EXPORT_TARGET,
+            "pass": self.cost() <= EXPORT_TARGET,
+            "wire_bytes_per_qp_interval": self.wire_per_qp_interval(),
+            "wire_bytes_per_record": self.wire_per_record(),
+            "records": self.records,
+            "qp_records": self.qp_records,
+            "requests": self.requests,
+            "rss_bytes_per_qp": self.memory_per_qp(),
+        })
+    }
+}
+
+fn export_comparison(
+    lab: &Lab,
+    bin: &Path,
+    flows: u32,
+    window: u32,
+    started: &Instant,
+) -> Result<ExportComparison, String> {
+    // Two frames per QP and interval: every QP grows in every interval.
+    let rate = flows * 2;
+    let run = |export: bool| -> Result<(Outcome, Arc<SinkCounts>), String> {
+        eprintln!(
+            "bench-daemon: [{:>5.1} s] {flows} QPs at a 1 s interval, {}",
+            started.elapsed().as_secs_f64(),
+            if export {
+                "with the export"
+            } else {
+                "without the export"
+            }
+        );
+        let (ns, b) = (lab.ns.name().to_string(), bin.to_path_buf());
+        let counts = Arc::new(SinkCounts::default());
+        let sink = counts.clone();
+        let outcome = lab
+            .ns
+            .run_in(move || {
+                let extra = if export {
+                    let port = start_sink(sink)?;
+                    vec![
+                        "--otlp-endpoint".to_string(),
+                        format!("http://127.0.0.1:{port}"),
+                        "--otlp-protocol".to_string(),
+                        "http-protobuf".to_string(),
+                    ]
+                } else {
+                    Vec::new()
+                };
+                measure(&ns, &b, flows, Some(rate), EXPORT_INTERVAL, window, &extra)
+            })
+            .map_err(|e| e.to_string())??;
+        Ok((outcome, counts))
+    };
+    let (mut without, _) = run(false)?;
+    let (mut with, counts) = run(true)?;
+    without.label = format!("{flows}+traffic");
+    with.label = format!("{flows}+traffic+export");
+    Ok(ExportComparison {
+        flows,
+        window,
+        without,
+        with,
+        requests: counts.requests.load(Ordering::Relaxed),
+        wire_bytes: counts.wire_bytes.load(Ordering::Relaxed),
+        records: counts.records.load(Ordering::Relaxed),
+        qp_records: counts.qp_records.load(Ordering::Relaxed),
+    })
 }
 
 fn main() -> ExitCode {

@@ -45,7 +45,13 @@ args.add_argument("--http-port", type=int, default=0)
 opts = args.parse_args()
 
 lock = threading.Lock()
-out = os.open(opts.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+out = os.open(opts.out, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+# A receiver killed while writing may have cut its last line short: what follows starts a line
+# of its own.
+if os.lseek(out, 0, os.SEEK_END) > 0:
+    os.lseek(out, -1, os.SEEK_END)
+    if os.read(out, 1) != b"\n":
+        os.write(out, b"\n")
 requests = {"n": 0}
 
 

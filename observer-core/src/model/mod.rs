@@ -407,21 +407,45 @@ pub fn percent(part: u64, whole: u64) -> f64 {
     }
 }
 
-impl Report {
+/// The connections of a report paired both ways, by direction (sender, receiver, the
+/// receiver's QP).
+pub struct PairedConnections<'r> {
+    by_direction:
+        std::collections::HashMap<(IpAddr, IpAddr, u32), Vec<&'r connections::Connection>>,
+}
+
+impl<'r> PairedConnections<'r> {
     /// The connection, paired both ways, that flow `f` is a direction of (its sender's and
     /// receiver's addresses, the receiver's QP, the same observation), if any.
-    pub fn paired_connection_of(&self, f: &Flow) -> Option<&connections::Connection> {
-        self.connections.iter().find(|c| {
-            let side = |from: &connections::ConnSide, to: &connections::ConnSide| {
-                from.ip == f.src_ip && to.ip == f.dst_ip && to.qp == Some(f.dest_qp)
-            };
-            c.paired_by.is_some()
-                && (side(&c.a, &c.b) || side(&c.b, &c.a))
-                && match &f.mirror {
-                    None => c.mirrors.is_empty(),
-                    Some(m) => c.mirrors.contains(m),
+    pub fn of(&self, f: &Flow) -> Option<&'r connections::Connection> {
+        self.by_direction
+            .get(&(f.src_ip, f.dst_ip, f.dest_qp))?
+            .iter()
+            .copied()
+            .find(|c| match &f.mirror {
+                None => c.mirrors.is_empty(),
+                Some(m) => c.mirrors.contains(m),
+            })
+    }
+}
+
+impl Report {
+    /// The connections paired both ways, by direction: [`PairedConnections::of`] finds the
+    /// one a flow is a direction of without going through every connection.
+    pub fn paired_connections(&self) -> PairedConnections<'_> {
+        let mut by_direction: std::collections::HashMap<_, Vec<&connections::Connection>> =
+            std::collections::HashMap::new();
+        for c in self.connections.iter().filter(|c| c.paired_by.is_some()) {
+            for (from, to) in [(&c.a, &c.b), (&c.b, &c.a)] {
+                if let Some(qp) = to.qp {
+                    let list = by_direction.entry((from.ip, to.ip, qp)).or_default();
+                    if !list.iter().any(|x| std::ptr::eq(*x, c)) {
+                        list.push(c);
+                    }
                 }
-        })
+            }
+        }
+        PairedConnections { by_direction }
     }
 
     /// Sets each flow's `peak_rate_bps` from the series' peaks by flow key (flows without

@@ -452,8 +452,8 @@ mod agree {
     struct Books {
         book: FlowBook,
         wide: FlowBook<RECORD_WIDTH>,
-        /// Each flow's growth handed over by the wide book, summed.
-        grown: HashMap<FlowKey, Counts<RECORD_WIDTH>>,
+        /// Each flow's growth handed over by the wide book, summed, and the DSCP values seen.
+        grown: HashMap<FlowKey, (Counts<RECORD_WIDTH>, u64)>,
     }
 
     impl Books {
@@ -498,6 +498,17 @@ mod agree {
         fn retire(&mut self, k: &FlowKey, last: Option<&[FlowStats]>) {
             self.book.retire(k, last);
             self.wide.retire(k, last);
+            assert!(self.book.take_retired_growth().is_empty());
+            let retired = self.wide.take_retired_growth();
+            self.add(retired);
+        }
+
+        fn add(&mut self, grown: Vec<crate::flowbook::Growth>) {
+            for (k, c, a) in grown {
+                let e = self.grown.entry(k).or_default();
+                e.0.add(&c);
+                e.1 |= a.dscp_mask;
+            }
         }
 
         fn idle(&self) -> Vec<FlowKey> {
@@ -510,9 +521,8 @@ mod agree {
             let got = self.book.finish(totals);
             let mut wide = self.wide.finish(totals);
             assert!(got.grown.is_empty());
-            for (k, c, _) in std::mem::take(&mut wide.grown) {
-                self.grown.entry(k).or_default().add(&c);
-            }
+            let grown = std::mem::take(&mut wide.grown);
+            self.add(grown);
             assert_eq!(got, wide, "seed {seed}, drain {drain}: the wide book");
             got
         }
@@ -526,10 +536,12 @@ mod agree {
             for k in keys {
                 let mut want =
                     Counts::<RECORD_WIDTH>::of(&truth.get(k).copied().unwrap_or_default());
-                let mut got = self.grown.get(k).copied().unwrap_or_default();
+                let (mut got, dscp) = self.grown.get(k).copied().unwrap_or_default();
                 want.0[PSN_MISSING] = 0;
                 got.0[PSN_MISSING] = 0;
                 assert_eq!(got, want, "seed {seed}: flow {k:?}");
+                let sent = truth.get(k).map_or(0, |t| t.dscp_mask);
+                assert_eq!(dscp, sent, "seed {seed}: flow {k:?}: the DSCP values seen");
             }
         }
     }
@@ -579,11 +591,17 @@ mod agree {
         }
         into.packets += s.packets;
         into.bytes += s.bytes;
-        into.ecn[3] += s.ecn[3];
-        for c in [OpClass::Cnp, OpClass::Nak, OpClass::RnrNak] {
-            into.ops[c as usize] += s.ops[c as usize];
+        for (a, b) in into.ecn.iter_mut().zip(s.ecn) {
+            *a += b;
+        }
+        for (a, b) in into.ops.iter_mut().zip(s.ops) {
+            *a += b;
         }
         into.psn_gaps += s.psn_gaps;
+        into.psn_regressions += s.psn_regressions;
+        into.seq.out_of_order += s.seq.out_of_order;
+        into.seq.resets += s.seq.resets;
+        into.dscp_mask |= s.dscp_mask;
         into.seq.lost = into.seq.lost.wrapping_add(s.seq.lost);
         into.seq.retransmissions += s.seq.retransmissions;
         into.transport_mask |= s.transport_mask;
@@ -649,6 +667,13 @@ mod agree {
                 ..FlowStats::default()
             };
             p.ecn[3] = u64::from(rng.chance(20));
+            // Counters only the records keep: none of the metrics'.
+            p.ecn[2] = 1 - p.ecn[3];
+            p.ops[OpClass::Write as usize] = u64::from(rng.chance(60));
+            p.psn_regressions = u64::from(rng.chance(5));
+            p.seq.out_of_order = u64::from(rng.chance(5));
+            p.seq.resets = u64::from(rng.chance(2));
+            p.dscp_mask = 1 << rng.below(3);
             p.ops[OpClass::Cnp as usize] = u64::from(rng.chance(10));
             p.ops[OpClass::Nak as usize] = u64::from(rng.chance(5));
             p.psn_gaps = u64::from(rng.chance(5));

@@ -46,9 +46,10 @@ pub fn read_flows(ebpf: &Ebpf, sink: &mut impl FlowSink) -> Result<(), LiveError
     read_flow_cache(ebpf, |key, stats| sink.cache_slot(key, stats))
 }
 
-/// Entries a table reader hands over at a time (a chunk of the daemon's 128-byte readings stays
-/// under the allocator's threshold for a mapping of its own).
-const CHUNK: usize = 512;
+/// Entries a table reader hands over at a time (a chunk of the daemon's readings, 200 bytes,
+/// or 384 with the fleet records' counters, stays under the allocator's 128 KiB threshold for
+/// a mapping of its own).
+const CHUNK: usize = 256;
 /// Chunks in flight per reader (bounds the memory of readers running ahead).
 const CHUNKS_AHEAD: usize = 4;
 /// Fewer buckets than this per reader are read by one thread.
