@@ -328,15 +328,22 @@ impl Builder {
     fn interval(&mut self, iv: Interval) {
         let agg = self.interval_aggregate(&iv);
         let mut report = agg.report(self.source.clone(), iv.seconds);
+        drop(agg);
         report.name_latency_interfaces(&iv.names);
         report.set_link_speed(iv.link_speed);
-        conclude(&mut report, &AnalysisOptions::default());
         let (start, end) = iv.bounds;
+        drop(iv);
+        conclude(&mut report, &AnalysisOptions::default());
         let rows = self
             .sequencer
             .interval(&self.resource, start, end, &IntervalRows::of(&report));
         self.exporter.push(&self.resource, start, end, &rows);
         self.queued.fetch_add(1, Ordering::Relaxed);
+        drop((rows, report));
+        // An interval's report and rows are many small allocations, freed now: this thread's
+        // arena gives them back to the system instead of keeping the largest interval's.
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe { libc::malloc_trim(0) };
     }
 
     /// What the interval added: the flows' growth, and the growth of the cumulative latency

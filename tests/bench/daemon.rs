@@ -1337,7 +1337,7 @@ impl ExportComparison {
     fn print(&self) {
         println!();
         println!(
-            "fleet records' export: {} QPs, every one refreshed twice a second, interval {:?},              window {} intervals, OTLP/HTTP with gzip to a sink in the namespace",
+            "fleet records' export: {} QPs, every one refreshed twice a second, interval {:?}, window {} intervals, OTLP/HTTP with gzip to a sink in the namespace",
             self.flows, EXPORT_INTERVAL, self.window
         );
         for o in [&self.without, &self.with] {
@@ -1359,7 +1359,7 @@ impl ExportComparison {
             }
         );
         println!(
-            "  on the wire: {:.1} B per QP-interval (all of an interval's rows over its QP rows),              {:.1} B per record; {} records ({} QP rows) in {} requests",
+            "  on the wire: {:.1} B per QP-interval (all of an interval's rows over its QP rows), {:.1} B per record; {} records ({} QP rows) in {} requests",
             self.wire_per_qp_interval(),
             self.wire_per_record(),
             self.records,
