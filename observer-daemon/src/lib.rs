@@ -114,8 +114,10 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         .set_nonblocking(true)
         .map_err(DaemonError::Runtime)?;
     let jsonl = config.jsonl.as_deref().map(open_jsonl).transpose()?;
-    // Before attaching: a named RDMA device the host lacks is a wrong name.
+    // Before attaching: a named RDMA device the host lacks is a wrong name; the export's CA
+    // file must read.
     nic::check_named(&config)?;
+    let otlp = config.otlp.as_ref().map(|o| o.exporter()).transpose()?;
     // Counting starts with the attach: the first interval runs from here.
     let attached = (std::time::Instant::now(), live::unix_ns());
     let tap = match &config.capture {
@@ -123,9 +125,9 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         None if config.nic_only() => Tap::Nothing,
         None => Tap::Kernel(Observer::attach(live)?),
     };
-    let records = match &config.otlp {
+    let records = match otlp {
         Some(otlp) => Some(records::Records::start(
-            otlp.exporter()?,
+            otlp,
             tap.resource(&config),
             tap.source(&config),
             matches!(tap, Tap::Kernel(_)),

@@ -88,6 +88,8 @@ pub(super) struct Records {
     /// Latency states deleted since the last latency read, and those deleted before it.
     forget_new: Vec<LatKey>,
     forget: Vec<LatKey>,
+    /// The end of the last interval handed over (Unix-epoch ns).
+    last_end: u64,
     builder: Option<JoinHandle<()>>,
     /// For the counts; dropped before the sending thread is told to stop (it then holds the
     /// only one).
@@ -198,6 +200,7 @@ impl Records {
             growth: FxHashMap::default(),
             forget_new: Vec::new(),
             forget: Vec::new(),
+            last_end: live::unix_ns(),
             builder: Some(builder),
             exporter: Some(exporter),
             stop: Some(stop),
@@ -235,6 +238,7 @@ impl Records {
     pub(super) fn interval(&mut self, mut interval: Interval) {
         interval.grown = std::mem::take(&mut self.growth);
         interval.forget = std::mem::take(&mut self.forget);
+        self.last_end = interval.bounds.1;
         let interval = match self.held.take() {
             Some(mut held) => {
                 held.absorb(interval);
@@ -278,6 +282,23 @@ impl Records {
     /// Builds and queues what was handed over (and held), then sends what is queued for up
     /// to the request timeout, and says where every record went.
     pub(super) fn finish(mut self) {
+        // Growth no interval took (the last drain failed after the book moved on): with the
+        // held interval, or in one of its own up to now.
+        if !self.growth.is_empty() {
+            let grown = std::mem::take(&mut self.growth);
+            match &mut self.held {
+                Some(held) => add_growth(&mut held.grown, grown),
+                None => {
+                    let now = live::unix_ns().max(self.last_end);
+                    self.held = Some(Interval {
+                        grown,
+                        bounds: (self.last_end, now),
+                        seconds: (now - self.last_end) as f64 / 1e9,
+                        ..Interval::default()
+                    });
+                }
+            }
+        }
         if let (Some(tx), Some(held)) = (&self.tx, self.held.take()) {
             // The builder takes it once it is through with the others.
             let _ = tx.send(held);
@@ -340,8 +361,9 @@ impl Builder {
         self.exporter.push(&self.resource, start, end, &rows);
         self.queued.fetch_add(1, Ordering::Relaxed);
         drop((rows, report));
-        // An interval's report and rows are many small allocations, freed now: this thread's
-        // arena gives them back to the system instead of keeping the largest interval's.
+        // An interval's report and rows are many small allocations, freed now: given back to
+        // the system (every arena is trimmed, this thread's holding most) instead of kept at
+        // the largest interval's.
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
     }
@@ -427,7 +449,9 @@ fn add_growth(
 /// bound the interval's.
 fn hist_growth(now: &LatHist, then: Option<&LatHist>) -> LatHist {
     let Some(then) = then.filter(|t| {
-        t.count <= now.count && t.buckets.iter().zip(&now.buckets).all(|(a, b)| a <= b)
+        t.count <= now.count
+            && t.sum_ns <= now.sum_ns
+            && t.buckets.iter().zip(&now.buckets).all(|(a, b)| a <= b)
     }) else {
         return *now;
     };

@@ -404,7 +404,8 @@ async fn send(shared: &Shared, client: &mut Client, req: Request<'_>, timeout: D
                 return Sent::Refused;
             }
             Outcome::Retry { after, why } => {
-                failing(true);
+                // Retried, an aggregates request holds the records behind it up as well.
+                shared.failing.store(true, Ordering::Relaxed);
                 shared.error(why);
                 shared.retries.fetch_add(1, Ordering::Relaxed);
                 let wait = after.map_or(backoff, |a| a.min(Duration::from_secs(60)));

@@ -186,7 +186,7 @@ fn main() -> ExitCode {
         );
         println!("  JSONEachRow lines {:.1} ms", jsonl * 1e3);
         println!(
-            "  per QP-interval: {:.0} bytes encoded, {:.0} gzip'd (the queue holds the encoded bytes)",
+            "  per QP-interval: {:.0} bytes encoded, {:.0} gzip'd (the send buffer holds them gzip'd)",
             encoded_bytes as f64 / n_rows as f64,
             gzip_bytes as f64 / n_rows as f64
         );

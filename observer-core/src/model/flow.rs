@@ -3,7 +3,7 @@
 use super::*;
 
 /// Which mirror a flow was seen through.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FlowMirror {
     /// "erspan2" / "erspan3" with a session; "erspan1" / "gre_teb" without.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -44,14 +44,11 @@ fn stall(r: &Report, c: &Stall) -> Outcome {
     // them (one read back from elsewhere) is joined by port, swapped addresses and mirror.
     let connections = r.paired_connections();
     // Without connections: the flows by their ends, port and mirror (not QP 1's).
-    let mirror_key = |m: &Option<crate::model::FlowMirror>| {
-        m.as_ref().map(|m| (m.session, m.kind.clone(), m.truncated))
-    };
     let ends: std::collections::HashSet<_> = if r.connections.is_empty() {
         r.flows
             .iter()
             .filter(|b| b.dest_qp != 1)
-            .map(|b| (b.src_ip, b.dst_ip, b.udp_src_port, mirror_key(&b.mirror)))
+            .map(|b| (b.src_ip, b.dst_ip, b.udp_src_port, &b.mirror))
             .collect()
     } else {
         std::collections::HashSet::new()
@@ -60,7 +57,7 @@ fn stall(r: &Report, c: &Stall) -> Outcome {
         f.psn.unanswered.is_some()
             || connections.of(f).is_some()
             || r.connections.is_empty()
-                && ends.contains(&(f.dst_ip, f.src_ip, f.udp_src_port, mirror_key(&f.mirror)))
+                && ends.contains(&(f.dst_ip, f.src_ip, f.udp_src_port, &f.mirror))
     };
     let paired = r
         .flows
