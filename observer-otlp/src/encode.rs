@@ -1,7 +1,9 @@
 //! Records as OTLP: each row a log record whose attributes are its columns (by their
 //! OpenTelemetry names), and each interval's bounded aggregates as delta sums.
 
-use observer_core::export::{EncodedRow, Resource, TABLES, Value};
+use observer_core::export::{
+    ColumnInfo, EncodedRow, Resource, TABLES, Value, exporter_values, left_out, per_exporter,
+};
 use opentelemetry_proto::tonic::{
     collector::metrics::v1::ExportMetricsServiceRequest,
     common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value},
@@ -27,18 +29,59 @@ fn kv(key: &str, value: any_value::Value) -> KeyValue {
 
 fn resource(r: &Resource) -> OtlpResource {
     use any_value::Value as A;
+    let mut attributes = vec![
+        kv("service.name", A::StringValue("roce-observer".into())),
+        kv(
+            "service.version",
+            A::StringValue(env!("CARGO_PKG_VERSION").into()),
+        ),
+        kv("service.instance.id", A::StringValue(r.exporter.clone())),
+    ];
+    // The exporter's columns: the same in every row, so the resource's rather than each
+    // record's (an empty one, not known, left out).
+    for (attribute, v) in exporter_values(r) {
+        if !matches!(&v, Value::Str(s) if s.is_empty()) {
+            attributes.push(kv(attribute, any(&v)));
+        }
+    }
     OtlpResource {
-        attributes: vec![
-            kv("service.name", A::StringValue("roce-observer".into())),
-            kv(
-                "service.version",
-                A::StringValue(env!("CARGO_PKG_VERSION").into()),
-            ),
-            kv("service.instance.id", A::StringValue(r.exporter.clone())),
-            kv("host.name", A::StringValue(r.host.clone())),
-        ],
+        attributes,
         ..Default::default()
     }
+}
+
+/// A value as an AnyValue's value (the resource's; the records are written by hand).
+fn any(v: &Value) -> any_value::Value {
+    use any_value::Value as A;
+    // OTLP integers are signed 64-bit: a count beyond i64::MAX saturates.
+    let int = |n: u64| A::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
+    match v {
+        Value::U64(n) => int(*n),
+        Value::F64(x) => A::DoubleValue(*x),
+        Value::Str(s) => A::StringValue(s.clone()),
+        Value::Strs(s) => A::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
+            values: s
+                .iter()
+                .map(|s| AnyValue {
+                    value: Some(A::StringValue(s.clone())),
+                })
+                .collect(),
+        }),
+        Value::U64s(n) => A::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
+            values: n
+                .iter()
+                .map(|&n| AnyValue {
+                    value: Some(int(n)),
+                })
+                .collect(),
+        }),
+    }
+}
+
+/// Whether a row's column is one of its record's attributes: not the exporter's (the
+/// resource has them) and not left out ([`left_out`]).
+fn in_record(c: &ColumnInfo, v: &Value) -> bool {
+    !per_exporter(c) && !left_out(c, v)
 }
 
 fn scope() -> InstrumentationScope {
@@ -218,11 +261,7 @@ pub fn write_log_record(row: &EncodedRow, observed_ns: u64, out: &mut Vec<u8>) {
     let table = TABLES[row.table];
     let (severity, severity_text) = severity(row);
     let event = ["roce.", table].concat();
-    let kept = || {
-        row.values
-            .iter()
-            .filter(|(_, v)| !matches!(v, Value::Str(s) if s.is_empty()))
-    };
+    let kept = || row.values.iter().filter(|(c, v)| in_record(c, v));
     let kv_len = |key: &str, v: &Value| field_len(1, key.len()) + field_len(2, any_len(v));
     let time = number(row, "interval_end_ns").unwrap_or(0);
     let body = Value::Str(table.to_string());
@@ -290,38 +329,10 @@ pub fn logs_bytes(resource_: &Resource, records: &[u8]) -> Vec<u8> {
 pub(crate) mod reference {
     use opentelemetry_proto::tonic::{
         collector::logs::v1::ExportLogsServiceRequest,
-        common::v1::ArrayValue,
         logs::v1::{LogRecord, ResourceLogs, ScopeLogs},
     };
 
     use super::*;
-
-    fn any(v: &Value) -> any_value::Value {
-        use any_value::Value as A;
-        // OTLP integers are signed 64-bit: a count beyond i64::MAX saturates.
-        let int = |n: u64| A::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
-        match v {
-            Value::U64(n) => int(*n),
-            Value::F64(x) => A::DoubleValue(*x),
-            Value::Str(s) => A::StringValue(s.clone()),
-            Value::Strs(s) => A::ArrayValue(ArrayValue {
-                values: s
-                    .iter()
-                    .map(|s| AnyValue {
-                        value: Some(A::StringValue(s.clone())),
-                    })
-                    .collect(),
-            }),
-            Value::U64s(n) => A::ArrayValue(ArrayValue {
-                values: n
-                    .iter()
-                    .map(|&n| AnyValue {
-                        value: Some(int(n)),
-                    })
-                    .collect(),
-            }),
-        }
-    }
 
     /// A row as a log record: its table as the event name (`roce.<table>`), the interval's end as
     /// its time, a finding's severity as its own (every other row is INFO), and every column as
@@ -338,11 +349,12 @@ pub(crate) mod reference {
             body: Some(AnyValue {
                 value: Some(any_value::Value::StringValue(table.into())),
             }),
-            // An empty string is a value not known (OpenTelemetry: leave the attribute out).
+            // An empty string (a value not known) and a count of 0 are left out, and the
+            // exporter's columns are the resource's.
             attributes: row
                 .values
                 .iter()
-                .filter(|(_, v)| !matches!(v, Value::Str(s) if s.is_empty()))
+                .filter(|(c, v)| in_record(c, v))
                 .map(|(c, v)| kv(c.attribute, any(v)))
                 .collect(),
             ..Default::default()

@@ -33,6 +33,8 @@ pub enum ChType {
     UInt16,
     UInt32,
     UInt64,
+    /// A count or a sum (UInt64): over OTLP left out when 0, which a receiver reads as 0.
+    Count,
     Float64,
     String,
     /// A string of few distinct values (names, kinds, hosts).
@@ -48,7 +50,7 @@ impl ChType {
             Self::UInt8 => "UInt8",
             Self::UInt16 => "UInt16",
             Self::UInt32 => "UInt32",
-            Self::UInt64 => "UInt64",
+            Self::UInt64 | Self::Count => "UInt64",
             Self::Float64 => "Float64",
             Self::String => "String",
             Self::Label => "LowCardinality(String)",
@@ -72,6 +74,38 @@ impl Value {
     fn str(s: impl Into<String>) -> Self {
         Self::Str(s.into())
     }
+}
+
+/// Whether a column's value is left out of a record's attributes: an empty string (a value
+/// not known) or a count of 0 (OpenTelemetry leaves out what is not there; a receiver reads
+/// an absent count as 0). Keys, bounds, times and sequence numbers are always there.
+pub fn left_out(c: &ColumnInfo, v: &Value) -> bool {
+    match v {
+        Value::Str(s) => s.is_empty(),
+        Value::U64(0) => c.ty == ChType::Count,
+        _ => false,
+    }
+}
+
+/// Whether a column of the head is the exporter's, the same in every row it writes (its
+/// stream, host, devices, what it observes, job, the schema's version): over OTLP it is an
+/// attribute of the resource, not of each record.
+pub fn per_exporter(c: &ColumnInfo) -> bool {
+    tables::EXPORTER_COLUMNS.contains(&c.name)
+}
+
+/// The exporter's columns as (attribute, value): the same in every row.
+pub fn exporter_values(resource: &Resource) -> Vec<(&'static str, Value)> {
+    let head = Head {
+        resource,
+        interval: Interval::default(),
+        seq: 0,
+    };
+    tables::HEAD
+        .iter()
+        .filter(|c| per_exporter(&c.info))
+        .map(|c| (c.info.attribute, (c.get)(&head)))
+        .collect()
 }
 
 /// What a column is, apart from how its value is read.
