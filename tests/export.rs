@@ -240,7 +240,7 @@ fn records_load_into_clickhouse_as_the_report_says() {
                         ChType::UInt8 => Some(u64::from(u8::MAX)),
                         ChType::UInt16 => Some(u64::from(u16::MAX)),
                         ChType::UInt32 => Some(u64::from(u32::MAX)),
-                        ChType::UInt64 => Some(u64::MAX),
+                        ChType::UInt64 | ChType::Count => Some(u64::MAX),
                         _ => None,
                     };
                     if let Some(max) = max {

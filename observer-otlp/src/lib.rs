@@ -614,6 +614,81 @@ mod tests {
         );
     }
 
+    /// What a record of a real table carries, read back from its bytes (not from the reference,
+    /// which shares the rule): no count of 0, no empty value, none of the exporter's columns;
+    /// and the resource has those.
+    #[test]
+    fn a_record_leaves_out_zero_counts_and_the_exporters_columns() {
+        use observer_core::{
+            aggregate::Aggregate,
+            export::{IntervalRows, Sequencer},
+            model::{Flow, Source},
+        };
+        use opentelemetry_proto::tonic::{
+            collector::logs::v1::ExportLogsServiceRequest, common::v1::any_value::Value as A,
+        };
+        let mut report = Aggregate::new().report(Source::live(vec!["eth1".into()], "auto"), 1.0);
+        report.flows.push(Flow {
+            packets: 7,
+            bytes: 7000,
+            ..Flow::empty(
+                "198.18.0.1".parse().unwrap(),
+                "198.18.0.2".parse().unwrap(),
+                49152,
+                0x11,
+            )
+        });
+        let resource = Resource {
+            exporter: "h/1/2".into(),
+            host: "h".into(),
+            observed: "eth1".into(),
+            source: "live".into(),
+            ..Resource::default()
+        };
+        let rows = Sequencer::default().interval(&resource, 10, 20, &IntervalRows::of(&report));
+        let mut records = Vec::new();
+        write_log_record(&rows[0], 0, &mut records);
+        let req = ExportLogsServiceRequest::decode(&logs_bytes(&resource, &records)[..]).unwrap();
+        let rl = &req.resource_logs[0];
+        let attrs = |kvs: &[opentelemetry_proto::tonic::common::v1::KeyValue]| {
+            kvs.iter()
+                .map(|kv| {
+                    let v = kv.value.as_ref().and_then(|v| v.value.clone());
+                    (kv.key.clone(), v)
+                })
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let record = attrs(&rl.scope_logs[0].log_records[0].attributes);
+        let res = attrs(&rl.resource.as_ref().unwrap().attributes);
+        assert_eq!(record["roce.packets"], Some(A::IntValue(7)));
+        assert_eq!(record["roce.bytes"], Some(A::IntValue(7000)));
+        assert_eq!(record["rdma.qp.destination"], Some(A::IntValue(0x11)));
+        // Kept at 0: the row's number.
+        assert_eq!(record["roce.record.seq"], Some(A::IntValue(0)));
+        for absent in [
+            "roce.ecn.ce",
+            "roce.ops.cnp",
+            "roce.psn.missing",
+            "host.name",
+            "roce.exporter.id",
+            "roce.observed",
+            "roce.job.id",
+        ] {
+            assert!(!record.contains_key(absent), "{absent} in the record");
+        }
+        assert_eq!(res["host.name"], Some(A::StringValue("h".into())));
+        assert_eq!(
+            res["roce.exporter.id"],
+            Some(A::StringValue("h/1/2".into()))
+        );
+        assert_eq!(res["roce.observed"], Some(A::StringValue("eth1".into())));
+        assert_eq!(res["roce.schema.version"], Some(A::IntValue(1)));
+        assert!(
+            !res.contains_key("roce.job.id"),
+            "an empty value is left out"
+        );
+    }
+
     #[test]
     fn bad_settings_are_refused_before_anything_runs() {
         for (endpoint, headers, ca, what) in [

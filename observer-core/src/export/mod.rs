@@ -33,7 +33,8 @@ pub enum ChType {
     UInt16,
     UInt32,
     UInt64,
-    /// A count or a sum (UInt64): over OTLP left out when 0, which a receiver reads as 0.
+    /// A count, a sum, or a statistic of them (a maximum, a quantile) (UInt64): over OTLP left
+    /// out when 0, which a receiver reads as 0.
     Count,
     Float64,
     String,
