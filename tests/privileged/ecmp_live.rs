@@ -29,14 +29,7 @@ fn ecmp_command_live() {
             "--json",
         ],
     );
-    let frames = w.frames.clone();
-    lab.ns
-        .run_in(move || {
-            roce_observer::lab::pin_current_thread().unwrap();
-            synth::send(Lab::TX, &frames)
-        })
-        .unwrap()
-        .unwrap();
+    integration_tests::send_frames(&lab.ns, w.frames.clone());
     let (status, out, err) = d.finish();
     assert!(status.success(), "{err}");
     let r: Report = serde_json::from_str(&out).unwrap();

@@ -7,70 +7,23 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader},
     net::{Ipv4Addr, TcpListener},
     path::Path,
-    process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    process::Command,
     time::{Duration, Instant},
 };
 
-use integration_tests::{Scratch, output, require_root, workspace_root};
+use integration_tests::{LoggedChild, Scratch, output, require_root, send_frames, workspace_root};
 use observer_common::{FlowKey, FlowStats, OpClass, wire};
 use roce_observer::{
-    lab::{Lab, Netns},
-    source::synth::{self, Ip, QpStream, Workload, host_mac},
+    lab::Lab,
+    source::synth::{Ip, QpStream, Workload, host_mac},
 };
 use serde_json::Value;
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 const HOSTS: usize = 3;
 const METRICS_PORT: u16 = 9477;
-
-/// A child process killed on drop, its stderr kept.
-struct Proc {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Proc {
-    fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = log.clone();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Self { child, log }
-    }
-
-    fn text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    fn wait_log(&self, needle: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
-            assert!(Instant::now() < deadline, "no '{needle}':\n{}", self.text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn run_ok(cmd: &mut Command) {
     let (status, _, err) = output(cmd);
@@ -81,7 +34,7 @@ fn run_ok(cmd: &mut Command) {
 /// (198.18.200.4i+1 here, +2 there) that Prometheus scrapes it over.
 struct Host {
     lab: Lab,
-    sidecar: Proc,
+    sidecar: LoggedChild,
     target: String,
 }
 
@@ -125,8 +78,8 @@ fn host(i: usize) -> Host {
         "--listen",
         &listen,
     ]);
-    let sidecar = Proc::spawn(cmd);
-    sidecar.wait_log("attached; serving");
+    let sidecar = LoggedChild::spawn(cmd);
+    sidecar.wait_log("attached; serving", Duration::from_secs(30));
     Host {
         lab,
         sidecar,
@@ -167,18 +120,6 @@ impl Traffic {
     }
 }
 
-fn send(ns: &Netns, w: &Workload) {
-    let frames = w.frames.clone();
-    let n = ns
-        .run_in(move || {
-            roce_observer::lab::pin_current_thread().expect("pin");
-            synth::send(Lab::TX, &frames)
-        })
-        .unwrap()
-        .expect("send");
-    assert_eq!(n, w.frames.len());
-}
-
 /// A free TCP port on the loopback.
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -203,7 +144,7 @@ fn scaled_rules(scratch: &Scratch) -> std::path::PathBuf {
 }
 
 struct Prometheus {
-    _proc: Proc,
+    _proc: LoggedChild,
     port: u16,
 }
 
@@ -227,10 +168,13 @@ impl Prometheus {
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"));
         let p = Self {
-            _proc: Proc::spawn(cmd),
+            _proc: LoggedChild::spawn(cmd),
             port,
         };
-        p._proc.wait_log("Server is ready to receive web requests");
+        p._proc.wait_log(
+            "Server is ready to receive web requests",
+            Duration::from_secs(30),
+        );
         p
     }
 
@@ -355,7 +299,7 @@ fn fleet_rules_in_a_real_prometheus_equal_the_generators_truth() {
         for (i, t) in traffic.iter_mut().enumerate() {
             let ce_every = if congested && i == HOSTS - 1 { 1 } else { 0 };
             let w = t.round(ce_every);
-            send(&hosts[i].lab.ns, &w);
+            send_frames(&hosts[i].lab.ns, w.frames.clone());
             for (k, s) in &w.truth.flows {
                 sent[i].entry(*k).or_default().merge(s);
             }

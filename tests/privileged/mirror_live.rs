@@ -9,7 +9,7 @@ use integration_tests::{
 use observer_common::{mirror_key, parse::Mirror, parse::MirrorKind};
 use roce_observer::{
     aggregate::Aggregate,
-    lab::{Lab, pin_current_thread},
+    lab::Lab,
     model::Report,
     source::synth::{self, Encap, Frame},
 };
@@ -17,13 +17,7 @@ use roce_observer::{
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
 fn send(lab: &Lab, frames: Vec<Frame>) {
-    lab.ns
-        .run_in(move || {
-            pin_current_thread().unwrap();
-            synth::send(Lab::TX, &frames)
-        })
-        .unwrap()
-        .unwrap();
+    integration_tests::send_frames(&lab.ns, frames);
 }
 
 /// A packet socket on rx0: what reaches the stack after XDP.

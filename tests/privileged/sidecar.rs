@@ -352,17 +352,8 @@ fn send_for(ns: &Netns, traffic: &mut Traffic, sent: &mut Sent, dur: Duration) {
     let end = Instant::now() + dur;
     while Instant::now() < end {
         let w = traffic.next();
-        let frames = w.frames.clone();
-        let n = ns
-            .run_in(move || {
-                // One CPU, as a NIC's RSS keeps a flow on one queue (XDP on veth runs on the
-                // sender's CPU; PSN continuity is per CPU).
-                roce_observer::lab::pin_current_thread().expect("pin");
-                synth::send(Lab::TX, &frames)
-            })
-            .unwrap()
-            .expect("send");
-        assert_eq!(n, w.frames.len());
+        // One CPU: PSN continuity is per CPU.
+        integration_tests::send_frames(ns, w.frames.clone());
         sent.add(&w);
         std::thread::sleep(Duration::from_millis(50));
     }

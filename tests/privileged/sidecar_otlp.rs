@@ -12,15 +12,14 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     net::Ipv4Addr,
-    process::{Child, Stdio},
-    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use integration_tests::{
-    OtlpReceiver, Sample, Scratch, output, parse_exposition, require_root, sample_sum,
+    LoggedChild, OtlpReceiver, Sample, Scratch, output, parse_exposition, require_root, sample_sum,
+    send_frames,
 };
 use observer_common::{FlowKey, FlowStats, OpClass, wire};
 use roce_observer::{
@@ -32,66 +31,13 @@ use serde_json::Value;
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 const PORT: u16 = 9477;
 
-/// The sidecar in the lab's namespace, its stderr kept; killed on drop.
-struct Sidecar {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Sidecar {
-    fn start(ns: &Netns, args: &[&str]) -> Self {
-        let mut child = ns
-            .command(CLI)
-            .arg("run")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the sidecar");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = log.clone();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let s = Self { child, log };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !s.text().contains("attached; serving") {
-            assert!(Instant::now() < deadline, "not attached:\n{}", s.text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        s
-    }
-
-    fn text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    /// SIGTERM: its exit status and what it logged.
-    fn stop(mut self) -> (std::process::ExitStatus, String) {
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                // The reader thread has the last lines once the pipe closes.
-                std::thread::sleep(Duration::from_millis(200));
-                return (s, self.text());
-            }
-            assert!(Instant::now() < deadline, "no exit:\n{}", self.text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `run ARGS` in `ns`, once it has attached.
+fn start_sidecar(ns: &Netns, args: &[&str]) -> LoggedChild {
+    let mut cmd = ns.command(CLI);
+    cmd.arg("run").args(args);
+    let s = LoggedChild::spawn(cmd);
+    s.wait_log("attached; serving", Duration::from_secs(20));
+    s
 }
 
 /// /metrics in `ns`, parsed; `None` when it does not answer within `timeout`.
@@ -116,18 +62,6 @@ fn scrape_within(ns: &Netns, timeout: Duration) -> Option<Vec<Sample>> {
 
 fn scrape(ns: &Netns) -> Vec<Sample> {
     scrape_within(ns, Duration::from_secs(10)).expect("GET /metrics")
-}
-
-fn send(ns: &Netns, frames: Vec<synth::Frame>) {
-    let want = frames.len();
-    let n = ns
-        .run_in(move || {
-            roce_observer::lab::pin_current_thread().expect("pin");
-            synth::send(Lab::TX, &frames)
-        })
-        .unwrap()
-        .expect("send");
-    assert_eq!(n, want);
 }
 
 fn u(v: &Value) -> u64 {
@@ -222,7 +156,7 @@ impl Traffic {
             qp.ack(&mut w, last);
         }
         for chunk in w.frames.chunks(4096) {
-            send(ns, chunk.to_vec());
+            send_frames(ns, chunk.to_vec());
         }
         for (k, s) in &w.truth.flows {
             self.sent.entry(*k).or_default().merge(s);
@@ -380,7 +314,7 @@ impl Got {
 }
 
 /// Waits until the receiver holds `packets` packets in QP rows.
-fn wait_for_packets(receiver: &OtlpReceiver, packets: u64, sidecar: &Sidecar) -> Vec<Value> {
+fn wait_for_packets(receiver: &OtlpReceiver, packets: u64, sidecar: &LoggedChild) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let r = receiver.received();
@@ -456,7 +390,7 @@ fn every_intervals_records_reach_the_receiver_and_sum_to_what_was_sent() {
         ),
     )
     .unwrap();
-    let sidecar = Sidecar::start(
+    let sidecar = start_sidecar(
         &lab.ns,
         &[
             "-i",
@@ -550,7 +484,7 @@ fn a_receiver_away_loses_nothing_within_the_buffer_and_exactly_what_was_dropped_
         let name = format!("away-{buffer}");
         let first = receiver(&lab, &scratch, &name, &ports);
         let endpoint = first.url(if protocol == "grpc" { "grpc" } else { "http" });
-        let sidecar = Sidecar::start(
+        let sidecar = start_sidecar(
             &lab.ns,
             &[
                 "-i",
@@ -649,7 +583,7 @@ fn a_slow_or_failing_receiver_holds_up_neither_the_metrics_nor_the_drains() {
         let name = format!("{protocol}{}", flags.join(""));
         let receiver = receiver(&lab, &scratch, &name, flags);
         let endpoint = receiver.url(if protocol == "grpc" { "grpc" } else { "http" });
-        let sidecar = Sidecar::start(
+        let sidecar = start_sidecar(
             &lab.ns,
             &[
                 "-i",

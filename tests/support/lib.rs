@@ -3,6 +3,7 @@
 
 mod bench;
 mod bpf;
+mod child;
 mod cli;
 mod maps;
 mod metrics;
@@ -17,6 +18,7 @@ mod tools;
 
 pub use bench::*;
 pub use bpf::*;
+pub use child::*;
 pub use cli::*;
 pub use maps::*;
 pub use metrics::*;

@@ -137,24 +137,25 @@ def metrics(req, transport, headers):
     write(lines)
 
 
+def grpc_verdict(context):
+    """Fails the gRPC request as told (abort raises), or lets it through."""
+    v = verdict()
+    if v == "retry":
+        context.abort(grpc.StatusCode.UNAVAILABLE, "told to fail")
+    if v == "refuse":
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "told to refuse")
+
+
 class Logs(logs_service_pb2_grpc.LogsServiceServicer):
     def Export(self, request, context):
-        v = verdict()
-        if v == "retry":
-            context.abort(grpc.StatusCode.UNAVAILABLE, "told to fail")
-        if v == "refuse":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "told to refuse")
+        grpc_verdict(context)
         logs(request, "grpc", dict(context.invocation_metadata()))
         return logs_service_pb2.ExportLogsServiceResponse()
 
 
 class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
     def Export(self, request, context):
-        v = verdict()
-        if v == "retry":
-            context.abort(grpc.StatusCode.UNAVAILABLE, "told to fail")
-        if v == "refuse":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "told to refuse")
+        grpc_verdict(context)
         metrics(request, "grpc", dict(context.invocation_metadata()))
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
