@@ -37,11 +37,14 @@ use super::{
     flowbook::{Attrs, Counts, Growth, RECORD_WIDTH},
 };
 
+/// Flows' growth, by flow.
+type GrowthMap = FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>;
+
 /// What the collector hands over of one interval (or of several, when the builder was behind).
 #[derive(Default)]
 pub(super) struct Interval {
     /// Every flow's growth ([`Records::add_growth`]).
-    pub grown: FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
+    pub grown: GrowthMap,
     /// Latency states deleted before this interval's were read: their growth starts from
     /// nothing ([`Records::forget_latency`]).
     pub forget: Vec<LatKey>,
@@ -84,7 +87,7 @@ pub(super) struct Records {
     /// An interval the builder had no room for yet.
     held: Option<Interval>,
     /// The flows' growth since the last interval handed over.
-    growth: FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
+    growth: GrowthMap,
     /// Latency states deleted since the last latency read, and those deleted before it.
     forget_new: Vec<LatKey>,
     forget: Vec<LatKey>,
@@ -214,11 +217,10 @@ impl Records {
 
     /// Adds flows' growth (a drain's, or flows retired) to the next interval handed over.
     pub(super) fn add_growth(&mut self, grown: Vec<Growth>) {
-        for (key, c, a) in grown {
-            let e = self.growth.entry(key).or_default();
-            e.0.add(&c);
-            e.1.merge(&a);
-        }
+        add_growth(
+            &mut self.growth,
+            grown.into_iter().map(|(key, c, a)| (key, (c, a))),
+        );
     }
 
     /// The latency states were read (for the interval about to be handed over).
@@ -434,8 +436,8 @@ impl Builder {
 
 /// Adds growth to `into`, flow by flow.
 fn add_growth(
-    into: &mut FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
-    from: FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>,
+    into: &mut GrowthMap,
+    from: impl IntoIterator<Item = (observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs))>,
 ) {
     for (key, (c, a)) in from {
         let e = into.entry(key).or_default();
