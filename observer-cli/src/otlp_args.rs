@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use roce_observer::{
-    export::{IntervalRows, Resource, Sequencer},
+    export::{IntervalRows, Resource},
     model::Report,
     units::parse_duration,
 };
@@ -155,7 +155,7 @@ pub fn send(
     };
     let endpoint = config.endpoint.clone();
     let (start, end) = roce_observer::records::interval(report);
-    let rows = Sequencer::default().interval(resource, start, end, &IntervalRows::of(report));
+    let rows = IntervalRows::of(report);
     let stats = observer_otlp::upload(config, resource, start, end, &rows, deadline)?;
     eprintln!(
         "roce-observer: sent {} records to {endpoint}{}",

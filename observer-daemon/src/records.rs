@@ -130,6 +130,8 @@ struct Builder {
     latency: HashMap<LatKey, [LatHist; 2]>,
     scopes: BTreeMap<LatScopeKey, LatHist>,
     pauses: BTreeMap<PauseKey, PauseStats>,
+    /// The most flows an interval had since memory was last given back to the system.
+    held_for: usize,
 }
 
 impl Records {
@@ -192,6 +194,7 @@ impl Records {
             latency: HashMap::new(),
             scopes: BTreeMap::new(),
             pauses: BTreeMap::new(),
+            held_for: 0,
         };
         let builder = std::thread::Builder::new()
             .name("records".into())
@@ -217,6 +220,7 @@ impl Records {
 
     /// Adds flows' growth (a drain's, or flows retired) to the next interval handed over.
     pub(super) fn add_growth(&mut self, grown: Vec<Growth>) {
+        self.growth.reserve(grown.len());
         add_growth(
             &mut self.growth,
             grown.into_iter().map(|(key, c, a)| (key, (c, a))),
@@ -355,19 +359,30 @@ impl Builder {
         report.name_latency_interfaces(&iv.names);
         report.set_link_speed(iv.link_speed);
         let (start, end) = iv.bounds;
+        let flows = iv.grown.len();
         drop(iv);
         conclude(&mut report, &AnalysisOptions::default());
-        let rows = self
-            .sequencer
-            .interval(&self.resource, start, end, &IntervalRows::of(&report));
-        self.exporter.push(&self.resource, start, end, &rows);
+        self.exporter.push_interval(
+            &self.resource,
+            &mut self.sequencer,
+            start,
+            end,
+            &IntervalRows::of(&report),
+        );
         self.queued.fetch_add(1, Ordering::Relaxed);
-        drop((rows, report));
-        // An interval's report and rows are many small allocations, freed now: given back to
-        // the system (every arena is trimmed, this thread's holding most) instead of kept at
-        // the largest interval's.
-        // SAFETY: malloc_trim has no preconditions.
-        unsafe { libc::malloc_trim(0) };
+        drop(report);
+        // An interval's report is many small allocations, freed now. The allocator keeps them
+        // for the next interval (given back each time, they cost a page fault each when taken
+        // again: a sixth of the export's time); once intervals are less than half the size of
+        // the largest since, they are given back (every arena is trimmed, this thread's holding
+        // most), so a burst of QPs is not held for good.
+        if flows.saturating_mul(2) < self.held_for {
+            // SAFETY: malloc_trim has no preconditions.
+            unsafe { libc::malloc_trim(0) };
+            self.held_for = flows;
+        } else {
+            self.held_for = self.held_for.max(flows);
+        }
     }
 
     /// What the interval added: the flows' growth, and the growth of the cumulative latency

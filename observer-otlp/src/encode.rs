@@ -2,7 +2,8 @@
 //! OpenTelemetry names), and each interval's bounded aggregates as delta sums.
 
 use observer_core::export::{
-    ColumnInfo, EncodedRow, Resource, TABLES, Value, exporter_values, left_out, per_exporter,
+    ColumnInfo, EncodedRow, IntervalRows, IpText, Resource, RowSink, TABLES, Value,
+    exporter_values, left_out, per_exporter, tables::QP_INTERVALS,
 };
 use opentelemetry_proto::tonic::{
     collector::metrics::v1::ExportMetricsServiceRequest,
@@ -51,14 +52,15 @@ fn resource(r: &Resource) -> OtlpResource {
 }
 
 /// A value as an AnyValue's value (the resource's; the records are written by hand).
-fn any(v: &Value) -> any_value::Value {
+fn any(v: &Value<'_>) -> any_value::Value {
     use any_value::Value as A;
     // OTLP integers are signed 64-bit: a count beyond i64::MAX saturates.
     let int = |n: u64| A::IntValue(i64::try_from(n).unwrap_or(i64::MAX));
     match v {
         Value::U64(n) => int(*n),
         Value::F64(x) => A::DoubleValue(*x),
-        Value::Str(s) => A::StringValue(s.clone()),
+        Value::Str(s) => A::StringValue(s.to_string()),
+        Value::Ip(a) => A::StringValue(a.to_string()),
         Value::Strs(s) => A::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
             values: s
                 .iter()
@@ -70,7 +72,7 @@ fn any(v: &Value) -> any_value::Value {
         Value::U64s(n) => A::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
             values: n
                 .iter()
-                .map(|&n| AnyValue {
+                .map(|n| AnyValue {
                     value: Some(int(n)),
                 })
                 .collect(),
@@ -80,7 +82,8 @@ fn any(v: &Value) -> any_value::Value {
 
 /// Whether a row's column is one of its record's attributes: not the exporter's (the
 /// resource has them) and not left out ([`left_out`]).
-fn in_record(c: &ColumnInfo, v: &Value) -> bool {
+#[cfg(test)]
+fn in_record(c: &ColumnInfo, v: &Value<'_>) -> bool {
     !per_exporter(c) && !left_out(c, v)
 }
 
@@ -92,27 +95,42 @@ fn scope() -> InstrumentationScope {
     }
 }
 
+type Values<'v, 'r> = &'v [(&'static ColumnInfo, Value<'r>)];
+
 /// The value of column `name` in a row, if it is a number.
-fn number(row: &EncodedRow, name: &str) -> Option<u64> {
-    row.values.iter().find_map(|(c, v)| match v {
+fn number(values: Values<'_, '_>, name: &str) -> Option<u64> {
+    values.iter().find_map(|(c, v)| match v {
         Value::U64(n) if c.name == name => Some(*n),
         _ => None,
     })
 }
 
-fn text<'r>(row: &'r EncodedRow, name: &str) -> Option<&'r str> {
-    row.values.iter().find_map(|(c, v)| match v {
-        Value::Str(s) if c.name == name => Some(s.as_str()),
+#[cfg(test)]
+fn text<'v>(values: Values<'v, '_>, name: &str) -> Option<&'v str> {
+    values.iter().find_map(|(c, v)| match v {
+        Value::Str(s) if c.name == name => Some(&**s),
         _ => None,
     })
 }
 
-/// A finding's severity (every other row is INFO).
-fn severity(row: &EncodedRow) -> (SeverityNumber, &'static str) {
-    match text(row, "severity") {
-        Some("critical") => (SeverityNumber::Error, "ERROR"),
-        Some("warning") => (SeverityNumber::Warn, "WARN"),
-        _ => (SeverityNumber::Info, "INFO"),
+/// The findings' table (its rows' severity is their record's).
+const FINDINGS: usize = 4;
+
+/// A finding's severity as a record's.
+fn severity_of(finding: &str) -> (SeverityNumber, &'static str) {
+    match finding {
+        "critical" => (SeverityNumber::Error, "ERROR"),
+        "warning" => (SeverityNumber::Warn, "WARN"),
+        _ => INFO,
+    }
+}
+
+/// A row's severity: a finding's own, every other row INFO.
+#[cfg(test)]
+fn severity(table: usize, values: Values<'_, '_>) -> (SeverityNumber, &'static str) {
+    match text(values, "severity") {
+        Some(s) if table == FINDINGS => severity_of(s),
+        _ => INFO,
     }
 }
 
@@ -133,34 +151,59 @@ pub const INTERVAL_SUMS: [(&str, &str, &str); 7] = [
     ),
 ];
 
-/// An interval's aggregates (`qp_rows`: its QP rows) as one metrics request.
+/// The [`INTERVAL_SUMS`] of an interval's QP rows.
+pub fn interval_sums(rows: &IntervalRows<'_>) -> [u64; INTERVAL_SUMS.len()] {
+    INTERVAL_SUMS.map(|(column, _, _)| {
+        let Some(c) = QP_INTERVALS.columns.iter().find(|c| c.info.name == column) else {
+            return 0;
+        };
+        rows.qps
+            .iter()
+            .map(|q| match (c.get)(q) {
+                Value::U64(n) => n,
+                _ => 0,
+            })
+            .fold(0u64, u64::saturating_add)
+    })
+}
+
+/// The [`INTERVAL_SUMS`] of QP rows already made.
+pub fn row_sums(qp_rows: &[&EncodedRow<'_>]) -> [u64; INTERVAL_SUMS.len()] {
+    INTERVAL_SUMS.map(|(column, _, _)| {
+        qp_rows
+            .iter()
+            .filter_map(|r| number(&r.values, column))
+            .fold(0u64, u64::saturating_add)
+    })
+}
+
+/// An interval's aggregates (`sums`: of its QP rows, [`interval_sums`]) as one metrics
+/// request.
 pub fn metrics(
     resource_: &Resource,
     start_ns: u64,
     end_ns: u64,
-    qp_rows: &[&EncodedRow],
+    sums: &[u64; INTERVAL_SUMS.len()],
 ) -> ExportMetricsServiceRequest {
     let metrics = INTERVAL_SUMS
         .iter()
-        .map(|(column, name, unit)| {
-            let total: u64 = qp_rows.iter().filter_map(|r| number(r, column)).sum();
-            Metric {
-                name: (*name).into(),
-                unit: (*unit).into(),
-                data: Some(Data::Sum(Sum {
-                    data_points: vec![NumberDataPoint {
-                        start_time_unix_nano: start_ns,
-                        time_unix_nano: end_ns,
-                        value: Some(number_data_point::Value::AsInt(
-                            i64::try_from(total).unwrap_or(i64::MAX),
-                        )),
-                        ..Default::default()
-                    }],
-                    aggregation_temporality: AggregationTemporality::Delta as i32,
-                    is_monotonic: true,
-                })),
-                ..Default::default()
-            }
+        .zip(sums)
+        .map(|((_, name, unit), &total)| Metric {
+            name: (*name).into(),
+            unit: (*unit).into(),
+            data: Some(Data::Sum(Sum {
+                data_points: vec![NumberDataPoint {
+                    start_time_unix_nano: start_ns,
+                    time_unix_nano: end_ns,
+                    value: Some(number_data_point::Value::AsInt(
+                        i64::try_from(total).unwrap_or(i64::MAX),
+                    )),
+                    ..Default::default()
+                }],
+                aggregation_temporality: AggregationTemporality::Delta as i32,
+                is_monotonic: true,
+            })),
+            ..Default::default()
         })
         .collect();
     ExportMetricsServiceRequest {
@@ -178,9 +221,10 @@ pub fn metrics(
 
 // The records' hot path, written out by hand: a row's log record straight into protobuf
 // bytes. Building prost's structs first costs an allocation per attribute name and value
-// (~50 per row), ten times the encoding itself. These writers produce the same message (its
-// fields in tag order, where prost writes them in declaration order): the tests decode them
-// with prost and compare with `reference::log_record`.
+// (~50 per row), ten times the encoding itself. A row is written as it is made, one value at
+// a time, so its severity and event name follow its attributes (protobuf takes fields in any
+// order; prost writes them in declaration order): the tests decode them with prost and
+// compare with `reference::log_record`.
 
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 
@@ -199,11 +243,12 @@ fn int_of(n: u64) -> u64 {
 }
 
 /// The bytes of an AnyValue holding `v` (without its own key).
-fn any_len(v: &Value) -> usize {
+fn any_len(v: &Value<'_>) -> usize {
     match v {
         Value::U64(n) => 1 + encoded_len_varint(int_of(*n)),
         Value::F64(_) => 1 + 8,
         Value::Str(s) => field_len(1, s.len()),
+        Value::Ip(a) => field_len(1, IpText::new(a).as_str().len()),
         Value::Strs(s) => field_len(
             5,
             s.iter().map(|s| field_len(1, field_len(1, s.len()))).sum(),
@@ -211,13 +256,13 @@ fn any_len(v: &Value) -> usize {
         Value::U64s(n) => field_len(
             5,
             n.iter()
-                .map(|&n| field_len(1, 1 + encoded_len_varint(int_of(n))))
+                .map(|n| field_len(1, 1 + encoded_len_varint(int_of(n))))
                 .sum(),
         ),
     }
 }
 
-fn write_any(v: &Value, out: &mut Vec<u8>) {
+fn write_any(v: &Value<'_>, out: &mut Vec<u8>) {
     match v {
         Value::U64(n) => {
             encode_key(3, WireType::Varint, out);
@@ -231,10 +276,15 @@ fn write_any(v: &Value, out: &mut Vec<u8>) {
             len_key(1, s.len(), out);
             out.extend_from_slice(s.as_bytes());
         }
+        Value::Ip(a) => {
+            let text = IpText::new(a);
+            len_key(1, text.as_str().len(), out);
+            out.extend_from_slice(text.as_str().as_bytes());
+        }
         Value::Strs(s) => {
             let values: usize = s.iter().map(|s| field_len(1, field_len(1, s.len()))).sum();
             len_key(5, values, out);
-            for s in s {
+            for s in s.iter() {
                 len_key(1, field_len(1, s.len()), out);
                 len_key(1, s.len(), out);
                 out.extend_from_slice(s.as_bytes());
@@ -243,10 +293,10 @@ fn write_any(v: &Value, out: &mut Vec<u8>) {
         Value::U64s(n) => {
             let values: usize = n
                 .iter()
-                .map(|&n| field_len(1, 1 + encoded_len_varint(int_of(n))))
+                .map(|n| field_len(1, 1 + encoded_len_varint(int_of(n))))
                 .sum();
             len_key(5, values, out);
-            for &n in n {
+            for n in n.iter() {
                 len_key(1, 1 + encoded_len_varint(int_of(n)), out);
                 encode_key(3, WireType::Varint, out);
                 encode_varint(int_of(n), out);
@@ -255,55 +305,150 @@ fn write_any(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// An attribute (a KeyValue, as a LogRecord's field 6) whose value is a string.
+fn write_str_attribute(key: &str, s: &str, out: &mut Vec<u8>) {
+    let value = field_len(1, s.len());
+    len_key(6, field_len(1, key.len()) + field_len(2, value), out);
+    len_key(1, key.len(), out);
+    out.extend_from_slice(key.as_bytes());
+    len_key(2, value, out);
+    len_key(1, s.len(), out);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn write_attribute(key: &str, v: &Value<'_>, out: &mut Vec<u8>) {
+    match v {
+        Value::Str(s) => write_str_attribute(key, s, out),
+        Value::Ip(a) => write_str_attribute(key, IpText::new(a).as_str(), out),
+        v => {
+            let value = any_len(v);
+            len_key(6, field_len(1, key.len()) + field_len(2, value), out);
+            len_key(1, key.len(), out);
+            out.extend_from_slice(key.as_bytes());
+            len_key(2, value, out);
+            write_any(v, out);
+        }
+    }
+}
+
 /// Appends a row's log record (as [`reference::log_record`] makes it) to `out` as a ScopeLogs'
 /// `log_records` field (tag 2, length-delimited).
-pub fn write_log_record(row: &EncodedRow, observed_ns: u64, out: &mut Vec<u8>) {
-    let table = TABLES[row.table];
-    let (severity, severity_text) = severity(row);
-    let event = ["roce.", table].concat();
-    let kept = || row.values.iter().filter(|(c, v)| in_record(c, v));
-    let kv_len = |key: &str, v: &Value| field_len(1, key.len()) + field_len(2, any_len(v));
-    let time = number(row, "interval_end_ns").unwrap_or(0);
-    let body = Value::Str(table.to_string());
-    let mut len = 0;
-    if time != 0 {
-        len += 1 + 8;
-    }
-    len += 1 + encoded_len_varint(severity as u64);
-    len += field_len(3, severity_text.len());
-    len += field_len(5, any_len(&body));
-    len += kept()
-        .map(|(c, v)| field_len(6, kv_len(c.attribute, v)))
-        .sum::<usize>();
-    if observed_ns != 0 {
-        len += 1 + 8;
-    }
-    len += field_len(12, event.len());
-    len_key(2, len, out);
-    if time != 0 {
-        encode_key(1, WireType::SixtyFourBit, out);
-        out.extend_from_slice(&time.to_le_bytes());
-    }
-    encode_key(2, WireType::Varint, out);
-    encode_varint(severity as u64, out);
-    len_key(3, severity_text.len(), out);
-    out.extend_from_slice(severity_text.as_bytes());
-    len_key(5, any_len(&body), out);
-    write_any(&body, out);
-    for (c, v) in kept() {
-        len_key(6, kv_len(c.attribute, v), out);
-        len_key(1, c.attribute.len(), out);
-        out.extend_from_slice(c.attribute.as_bytes());
-        len_key(2, any_len(v), out);
-        write_any(v, out);
-    }
-    if observed_ns != 0 {
-        encode_key(11, WireType::SixtyFourBit, out);
-        out.extend_from_slice(&observed_ns.to_le_bytes());
-    }
-    len_key(12, event.len(), out);
-    out.extend_from_slice(event.as_bytes());
+pub fn write_log_record(row: &EncodedRow<'_>, observed_ns: u64, out: &mut Vec<u8>) {
+    let time = number(&row.values, "interval_end_ns").unwrap_or(0);
+    let mut w = RecordWriter::new(std::mem::take(out), time, observed_ns);
+    w.row(row);
+    *out = w.records;
 }
+
+/// Log records (as [`reference::log_record`] makes them: ScopeLogs' `log_records` fields) of
+/// rows handed over one value at a time ([`RowSink`]), written straight into protobuf bytes.
+/// The exporter's columns are the resource's: a row handed over has none of them
+/// ([`Sequencer::each_row`](observer_core::export::Sequencer::each_row) without them).
+pub struct RecordWriter {
+    pub records: Vec<u8>,
+    /// Every record's time (the interval's end) and observed time.
+    time: u64,
+    observed_ns: u64,
+    table: usize,
+    /// Where the record being written starts (after its key): its length's room.
+    at: usize,
+    severity: (SeverityNumber, &'static str),
+}
+
+impl RecordWriter {
+    pub fn new(records: Vec<u8>, time: u64, observed_ns: u64) -> Self {
+        Self {
+            records,
+            time,
+            observed_ns,
+            table: 0,
+            at: 0,
+            severity: INFO,
+        }
+    }
+
+    /// Writes a row made first (its exporter's columns left out).
+    pub fn row(&mut self, row: &EncodedRow<'_>) {
+        self.begin(row.table);
+        for (c, v) in &row.values {
+            if !per_exporter(c) {
+                self.value(c, v.clone());
+            }
+        }
+        self.end();
+    }
+}
+
+const INFO: (SeverityNumber, &str) = (SeverityNumber::Info, "INFO");
+
+impl<'r> RowSink<'r> for RecordWriter {
+    fn begin(&mut self, table: usize) {
+        let out = &mut self.records;
+        self.table = table;
+        self.severity = INFO;
+        encode_key(2, WireType::LengthDelimited, out);
+        // The record's length is known once it is written: room for a 3-byte varint (up to
+        // 2 MiB, far beyond a row), moved up when it takes fewer.
+        self.at = out.len();
+        out.extend_from_slice(&[0; 3]);
+        if self.time != 0 {
+            encode_key(1, WireType::SixtyFourBit, out);
+            out.extend_from_slice(&self.time.to_le_bytes());
+        }
+        // The body: the table's name, a string AnyValue.
+        let name = TABLES[table];
+        len_key(5, field_len(1, name.len()), out);
+        len_key(1, name.len(), out);
+        out.extend_from_slice(name.as_bytes());
+    }
+
+    fn value(&mut self, c: &'static ColumnInfo, v: Value<'r>) {
+        if self.table == FINDINGS
+            && c.name == "severity"
+            && let Value::Str(s) = &v
+        {
+            self.severity = severity_of(s);
+        }
+        if !left_out(c, &v) {
+            write_attribute(c.attribute, &v, &mut self.records);
+        }
+    }
+
+    fn end(&mut self) {
+        let out = &mut self.records;
+        let (severity, severity_text) = self.severity;
+        encode_key(2, WireType::Varint, out);
+        encode_varint(severity as u64, out);
+        len_key(3, severity_text.len(), out);
+        out.extend_from_slice(severity_text.as_bytes());
+        if self.observed_ns != 0 {
+            encode_key(11, WireType::SixtyFourBit, out);
+            out.extend_from_slice(&self.observed_ns.to_le_bytes());
+        }
+        let name = TABLES[self.table];
+        len_key(12, EVENT_PREFIX.len() + name.len(), out);
+        out.extend_from_slice(EVENT_PREFIX.as_bytes());
+        out.extend_from_slice(name.as_bytes());
+        let at = self.at;
+        let len = out.len() - at - 3;
+        let mut varint = [0u8; 10];
+        let n = {
+            let mut rest = &mut varint[..];
+            encode_varint(len as u64, &mut rest);
+            10 - rest.len()
+        };
+        if n <= 3 {
+            out[at..at + n].copy_from_slice(&varint[..n]);
+            out.copy_within(at + 3.., at + n);
+            out.truncate(out.len() - (3 - n));
+        } else {
+            out.splice(at..at + 3, varint[..n].iter().copied());
+        }
+    }
+}
+
+/// A record's event name is its table's, prefixed.
+const EVENT_PREFIX: &str = "roce.";
 
 /// A logs request around `records` (log record fields as [`write_log_record`] appends them):
 /// the bytes [`logs`] would encode.
@@ -337,11 +482,11 @@ pub(crate) mod reference {
     /// A row as a log record: its table as the event name (`roce.<table>`), the interval's end as
     /// its time, a finding's severity as its own (every other row is INFO), and every column as
     /// an attribute.
-    pub fn log_record(row: &EncodedRow, observed_ns: u64) -> LogRecord {
+    pub fn log_record(row: &EncodedRow<'_>, observed_ns: u64) -> LogRecord {
         let table = TABLES[row.table];
-        let (severity, severity_text) = severity(row);
+        let (severity, severity_text) = severity(row.table, &row.values);
         LogRecord {
-            time_unix_nano: number(row, "interval_end_ns").unwrap_or(0),
+            time_unix_nano: number(&row.values, "interval_end_ns").unwrap_or(0),
             observed_time_unix_nano: observed_ns,
             severity_number: severity as i32,
             severity_text: severity_text.into(),

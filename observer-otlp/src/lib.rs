@@ -24,8 +24,12 @@ use std::{
 
 #[cfg(test)]
 use encode::reference::{log_record, logs};
-pub use encode::{INTERVAL_SUMS, logs_bytes, metrics, write_log_record};
-use observer_core::export::{EncodedRow, Resource};
+pub use encode::{
+    INTERVAL_SUMS, RecordWriter, interval_sums, logs_bytes, metrics, row_sums, write_log_record,
+};
+use observer_core::export::{
+    ColumnInfo, EncodedRow, IntervalRows, Resource, RowSink, Sequencer, Value,
+};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use prost::Message;
 use tokio::sync::Notify;
@@ -185,48 +189,32 @@ impl Exporter {
     /// Queues the rows of one interval (`start_ns`..`end_ns`), in requests of at most
     /// `max_rows_per_request` rows, the interval's aggregates with the first. Never waits: a
     /// full queue drops its oldest requests.
-    pub fn push(&self, resource: &Resource, start_ns: u64, end_ns: u64, rows: &[EncodedRow]) {
-        let observed = now_ns();
-        let qp_rows: Vec<&EncodedRow> = rows.iter().filter(|r| r.table == 0).collect();
-        let mut aggregates = Some(metrics(resource, start_ns, end_ns, &qp_rows));
-        // Requests of at most `max_rows_per_request` rows and about MAX_REQUEST_BYTES (a
-        // collector's default gRPC message limit is 4 MiB).
-        let mut records: Vec<u8> = Vec::new();
-        let mut in_chunk = 0u64;
-        let mut emit = |records: &[u8], rows: u64| {
-            let metrics = aggregates.take();
-            let mut logs = logs_bytes(resource, records);
-            if self.config.gzip {
-                logs = gzip(&logs);
-            }
-            let bytes = logs.len() + metrics.as_ref().map_or(0, Message::encoded_len);
-            self.enqueue(Batch {
-                logs,
-                metrics,
-                rows,
-                bytes,
-            });
-        };
-        let mut emitted = false;
-        let max_rows = self.config.max_rows_per_request.max(1) as u64;
+    pub fn push(&self, resource: &Resource, start_ns: u64, end_ns: u64, rows: &[EncodedRow<'_>]) {
+        let qp_rows: Vec<&EncodedRow<'_>> = rows.iter().filter(|r| r.table == 0).collect();
+        let sums = row_sums(&qp_rows);
+        let mut requests = Requests::new(self, resource, start_ns, end_ns, &sums);
         for row in rows {
-            let before = records.len();
-            write_log_record(row, observed, &mut records);
-            if in_chunk > 0 && (records.len() > MAX_REQUEST_BYTES || in_chunk >= max_rows) {
-                // This row opens the next request.
-                emit(&records[..before], in_chunk);
-                records.drain(..before);
-                in_chunk = 0;
-                emitted = true;
-            }
-            in_chunk += 1;
+            requests.writer.row(row);
+            requests.row_written();
         }
-        // The last rows, or the aggregates alone (an interval without rows).
-        if in_chunk > 0 || !emitted {
-            emit(&records, in_chunk);
-        }
+        requests.finish();
     }
 
+    /// Numbers (`sequencer`) and queues the rows of one interval as [`Exporter::push`] does,
+    /// each written as it is made: no row is kept.
+    pub fn push_interval(
+        &self,
+        resource: &Resource,
+        sequencer: &mut Sequencer,
+        start_ns: u64,
+        end_ns: u64,
+        rows: &IntervalRows<'_>,
+    ) {
+        let sums = interval_sums(rows);
+        let mut requests = Requests::new(self, resource, start_ns, end_ns, &sums);
+        sequencer.each_row(resource, start_ns, end_ns, rows, false, &mut requests);
+        requests.finish();
+    }
     fn enqueue(&self, batch: Batch) {
         let s = &self.shared;
         s.pushed.fetch_add(batch.rows, Ordering::Relaxed);
@@ -278,6 +266,99 @@ impl Exporter {
         let Self { shared, task, .. } = self;
         let _ = task.await;
         stats_of(&shared)
+    }
+}
+
+/// An interval's rows being made into requests: at most `max_rows_per_request` rows and
+/// about [`MAX_REQUEST_BYTES`] (a collector's default gRPC message limit is 4 MiB) each, the
+/// interval's aggregates with the first.
+struct Requests<'e> {
+    exporter: &'e Exporter,
+    resource: &'e Resource,
+    aggregates: Option<ExportMetricsServiceRequest>,
+    /// The records of the request being filled.
+    writer: RecordWriter,
+    /// Where the row being written starts.
+    before: usize,
+    rows: u64,
+    emitted: bool,
+}
+
+impl<'e> Requests<'e> {
+    fn new(
+        exporter: &'e Exporter,
+        resource: &'e Resource,
+        start_ns: u64,
+        end_ns: u64,
+        sums: &[u64; INTERVAL_SUMS.len()],
+    ) -> Self {
+        Self {
+            exporter,
+            resource,
+            aggregates: Some(metrics(resource, start_ns, end_ns, sums)),
+            writer: RecordWriter::new(
+                Vec::with_capacity(MAX_REQUEST_BYTES + (64 << 10)),
+                end_ns,
+                now_ns(),
+            ),
+            before: 0,
+            rows: 0,
+            emitted: false,
+        }
+    }
+
+    /// A row was written after `before`: it opens the next request when this one is full.
+    fn row_written(&mut self) {
+        let max_rows = self.exporter.config.max_rows_per_request.max(1) as u64;
+        let len = self.writer.records.len();
+        if self.rows > 0 && (len > MAX_REQUEST_BYTES || self.rows >= max_rows) {
+            self.emit(self.before);
+            self.writer.records.drain(..self.before);
+        }
+        self.rows += 1;
+        self.before = self.writer.records.len();
+    }
+
+    /// Queues the request of the first `len` bytes of records (its rows: all but a row
+    /// written after them).
+    fn emit(&mut self, len: usize) {
+        let e = self.exporter;
+        let metrics = self.aggregates.take();
+        let mut logs = logs_bytes(self.resource, &self.writer.records[..len]);
+        if e.config.gzip {
+            logs = gzip(&logs);
+        }
+        let bytes = logs.len() + metrics.as_ref().map_or(0, Message::encoded_len);
+        e.enqueue(Batch {
+            logs,
+            metrics,
+            rows: self.rows,
+            bytes,
+        });
+        self.rows = 0;
+        self.emitted = true;
+    }
+
+    /// Queues the last rows, or the aggregates alone (an interval without rows).
+    fn finish(mut self) {
+        if self.rows > 0 || !self.emitted {
+            self.emit(self.writer.records.len());
+        }
+    }
+}
+
+impl<'r> RowSink<'r> for Requests<'_> {
+    fn begin(&mut self, table: usize) {
+        self.writer.begin(table);
+    }
+
+    fn value(&mut self, column: &'static ColumnInfo, value: Value<'r>) {
+        self.writer.value(column, value);
+    }
+
+    fn end(&mut self) {
+        self.writer.end();
+        self.row_written();
     }
 }
 
@@ -424,7 +505,7 @@ pub fn upload(
     resource: &Resource,
     start_ns: u64,
     end_ns: u64,
-    rows: &[EncodedRow],
+    rows: &IntervalRows<'_>,
     deadline: Duration,
 ) -> Result<Stats, UploadError> {
     let endpoint = config.endpoint.clone();
@@ -440,7 +521,7 @@ pub fn upload(
         .map_err(|source| UploadError::Runtime { source })?;
     let stats = runtime.block_on(async {
         let exporter = Exporter::start(config)?;
-        exporter.push(resource, start_ns, end_ns, rows);
+        exporter.push_interval(resource, &mut Sequencer::default(), start_ns, end_ns, rows);
         Ok::<_, OtlpError>(exporter.flush(deadline).await)
     })?;
     let lost = stats.rejected + stats.dropped + stats.pending;
@@ -480,7 +561,7 @@ mod tests {
     use super::*;
 
     /// `n` rows of the QP table, each with one column.
-    fn rows(n: usize) -> Vec<EncodedRow> {
+    fn rows(n: usize) -> Vec<EncodedRow<'static>> {
         (0..n)
             .map(|i| EncodedRow {
                 table: 0,
@@ -572,14 +653,14 @@ mod tests {
                 (&COLUMNS[0], Value::U64(1_750_000_000_000_000_000)),
                 (&COLUMNS[1], Value::U64(0)),
                 (&COLUMNS[2], Value::U64(u64::MAX)),
-                (&COLUMNS[3], Value::Str("198.18.0.1".into())),
-                (&COLUMNS[4], Value::Str(String::new())),
+                (&COLUMNS[3], Value::Ip("2001:db8::1".parse().unwrap())),
+                (&COLUMNS[4], Value::Str("".into())),
                 (
                     &COLUMNS[5],
-                    Value::Strs(vec!["RC".into(), String::new(), "UD".into()]),
+                    Value::Strs(vec!["RC".into(), String::new(), "UD".into()].into()),
                 ),
-                (&COLUMNS[6], Value::U64s(vec![0, 26, 1 << 40])),
-                (&COLUMNS[7], Value::Str(severity.into())),
+                (&COLUMNS[6], Value::U64s(vec![0, 26, 1 << 40].into())),
+                (&COLUMNS[7], Value::Str(severity.to_string().into())),
             ],
         };
         let resource = Resource {
@@ -687,6 +768,64 @@ mod tests {
             !res.contains_key("roce.job.id"),
             "an empty value is left out"
         );
+    }
+
+    /// The sidecar's rows, written as they are made (`push_interval`), are the bytes of the
+    /// rows made first and then written (`push`, the reference's path).
+    #[test]
+    fn rows_written_as_made_are_the_rows_made_first() {
+        use observer_core::{
+            aggregate::Aggregate,
+            export::{IntervalRows, Sequencer},
+            model::{Flow, FlowMirror, Source},
+        };
+        let mut report = Aggregate::new().report(Source::live(vec!["eth1".into()], "auto"), 1.0);
+        let mut v6 = Flow::empty(
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+            49153,
+            0x12,
+        );
+        v6.packets = 3;
+        v6.dscp = vec![26, 46];
+        v6.vlans = vec![100];
+        v6.transports = vec!["RC".into()];
+        v6.mirror = Some(FlowMirror {
+            session: Some(7),
+            kind: Some("erspan3".into()),
+            truncated: 0,
+        });
+        report.flows.push(v6);
+        report.flows.push(Flow {
+            packets: 7,
+            bytes: 7000,
+            ..Flow::empty(
+                "198.18.0.1".parse().unwrap(),
+                "198.18.0.2".parse().unwrap(),
+                49152,
+                0x11,
+            )
+        });
+        let resource = Resource {
+            exporter: "h/1/2".into(),
+            host: "h".into(),
+            ..Resource::default()
+        };
+        let rows = IntervalRows::of(&report);
+        let mut made = Vec::new();
+        let mut seq = Sequencer {
+            next_interval: 3,
+            ..Sequencer::default()
+        };
+        let mut streamed_seq = seq.clone();
+        for row in seq.interval(&resource, 10, 20, &rows) {
+            write_log_record(&row, 5, &mut made);
+        }
+        let mut streamed = RecordWriter::new(Vec::new(), 20, 5);
+        streamed_seq.each_row(&resource, 10, 20, &rows, false, &mut streamed);
+        assert_eq!(streamed.records, made);
+        assert_eq!(streamed_seq, seq);
+        assert_eq!(interval_sums(&rows)[0], 10);
     }
 
     #[test]

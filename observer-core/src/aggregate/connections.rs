@@ -101,7 +101,7 @@ impl Aggregate {
             c.ambiguous = u.ambiguous.map(|n| n as u32);
             out.push(c);
         }
-        out.sort_by(|a, b| {
+        super::sort_large(&mut out, |a, b| {
             b.bytes
                 .cmp(&a.bytes)
                 .then(b.packets.cmp(&a.packets))

@@ -2,6 +2,7 @@
 //! fills it from the kernel maps, replay and tests from frames; both use the per-flow update of
 //! observer-common, so the same frames give the same [`Aggregate`].
 
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 
 pub mod connections;
@@ -520,7 +521,7 @@ impl Aggregate {
                 k.mirror & !DIRECTION_EGRESS,
             )
         };
-        let mut by_tuple: HashMap<Tuple, Vec<&FlowKey>> = HashMap::new();
+        let mut by_tuple: FxHashMap<Tuple, Vec<&FlowKey>> = FxHashMap::default();
         for k in self.all().map(|(k, _)| k).filter(|k| k.dest_qp != 1) {
             by_tuple.entry(tuple(k)).or_default().push(k);
         }
@@ -533,9 +534,9 @@ impl Aggregate {
             .unwrap_or(0);
         // The packets per operation of an entry: the analysis of mirror sessions together
         // counts none of its own, its sessions' flows have them.
-        let mut union_ops: HashMap<FlowKey, [u64; OpClass::COUNT]> = HashMap::new();
+        let mut union_ops: FxHashMap<FlowKey, [u64; OpClass::COUNT]> = FxHashMap::default();
         // The mirror sessions that saw each flow.
-        let mut views: HashMap<FlowKey, u32> = HashMap::new();
+        let mut views: FxHashMap<FlowKey, u32> = FxHashMap::default();
         for (k, s) in &self.flows {
             if let Some(u) = k.union() {
                 *views.entry(u).or_default() += 1;
@@ -575,7 +576,7 @@ impl Aggregate {
         // sessions' union), the other host direction preferred (host mode sees a connection
         // both leave and arrive). A flow the pairing did not consider (UD) takes the one flow
         // back on its port.
-        let mut union_member: HashMap<FlowKey, FlowKey> = HashMap::new();
+        let mut union_member: FxHashMap<FlowKey, FlowKey> = FxHashMap::default();
         for k in pairing.unit_of.keys() {
             if let Some(u) = k.union() {
                 union_member.entry(u).or_insert(*k);
@@ -777,7 +778,7 @@ impl Aggregate {
             .linked_flows(window_seconds, &pairing)
             .into_iter()
             .partition(|(k, _)| k.is_union());
-        rows.sort_by(|(ka, a), (kb, b)| {
+        sort_large(&mut rows, |(ka, a), (kb, b)| {
             b.bytes
                 .cmp(&a.bytes)
                 .then(b.packets.cmp(&a.packets))
@@ -869,6 +870,15 @@ impl Aggregate {
             points: None,
         }
     }
+}
+
+/// Sorts `items` (stably) by `cmp` moving each item once: a sort moves its elements many
+/// times, and a report's flows and connections are hundreds of bytes each.
+pub(crate) fn sort_large<T>(items: &mut Vec<T>, cmp: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| cmp(&items[a], &items[b]));
+    let mut taken: Vec<Option<T>> = items.drain(..).map(Some).collect();
+    items.extend(order.into_iter().filter_map(|i| taken[i].take()));
 }
 
 /// Marks the flows of directions (sender, receiver, QP, observation) seen on several UDP source

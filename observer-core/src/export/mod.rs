@@ -11,7 +11,7 @@
 mod schema;
 pub mod tables;
 
-use std::net::IpAddr;
+use std::{borrow::Cow, net::IpAddr};
 
 pub use schema::{json_row, markdown_tables, schema_sql};
 pub use tables::{TABLES, TableInfo, tables};
@@ -61,26 +61,115 @@ impl ChType {
     }
 }
 
-/// One value of a row.
+/// One value of a row, borrowed from the report where it can be (a row's values are made for
+/// every row of every interval: the sidecar's export makes tens of thousands a second).
 #[derive(Clone, Debug, PartialEq)]
-pub enum Value {
+pub enum Value<'a> {
     U64(u64),
     F64(f64),
-    Str(String),
-    Strs(Vec<String>),
-    U64s(Vec<u64>),
+    Str(Cow<'a, str>),
+    /// An IP address, written as its text.
+    Ip(IpAddr),
+    Strs(Cow<'a, [String]>),
+    U64s(Nums<'a>),
 }
 
-impl Value {
-    fn str(s: impl Into<String>) -> Self {
+impl<'a> Value<'a> {
+    fn str(s: impl Into<Cow<'a, str>>) -> Self {
         Self::Str(s.into())
+    }
+}
+
+/// A list of numbers, as the report keeps it.
+#[derive(Clone, Debug)]
+pub enum Nums<'a> {
+    U8(&'a [u8]),
+    U16(&'a [u16]),
+    U64(Vec<u64>),
+}
+
+impl Nums<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::U8(n) => n.len(),
+            Self::U16(n) => n.len(),
+            Self::U64(n) => n.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len()).map(move |i| match self {
+            Self::U8(n) => n[i].into(),
+            Self::U16(n) => n[i].into(),
+            Self::U64(n) => n[i],
+        })
+    }
+}
+
+impl PartialEq for Nums<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl From<Vec<u64>> for Nums<'_> {
+    fn from(n: Vec<u64>) -> Self {
+        Self::U64(n)
+    }
+}
+
+/// An IP address's text, written into a buffer of the longest's length (no allocation).
+pub struct IpText {
+    buf: [u8; 45],
+    len: usize,
+}
+
+impl IpText {
+    pub fn new(ip: &IpAddr) -> Self {
+        use std::io::Write as _;
+        let mut buf = [0u8; 45];
+        if let IpAddr::V4(v4) = ip {
+            // Four numbers and dots, written here: `Display` takes most of a row's encoding.
+            let mut len = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[len] = b'.';
+                    len += 1;
+                }
+                if octet >= 100 {
+                    buf[len] = b'0' + octet / 100;
+                    len += 1;
+                }
+                if octet >= 10 {
+                    buf[len] = b'0' + octet / 10 % 10;
+                    len += 1;
+                }
+                buf[len] = b'0' + octet % 10;
+                len += 1;
+            }
+            return Self { buf, len };
+        }
+        let mut w = &mut buf[..];
+        // The longest address text (an IPv4-mapped IPv6 address) is 45 bytes: it fits.
+        let _ = write!(w, "{ip}");
+        let len = 45 - w.len();
+        Self { buf, len }
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Display writes ASCII.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
     }
 }
 
 /// Whether a column's value is left out of a record's attributes: an empty string (a value
 /// not known) or a count of 0 (OpenTelemetry leaves out what is not there; a receiver reads
 /// an absent count as 0). Keys, bounds, times and sequence numbers are always there.
-pub fn left_out(c: &ColumnInfo, v: &Value) -> bool {
+pub fn left_out(c: &ColumnInfo, v: &Value<'_>) -> bool {
     match v {
         Value::Str(s) => s.is_empty(),
         Value::U64(0) => c.ty == ChType::Count,
@@ -96,7 +185,7 @@ pub fn per_exporter(c: &ColumnInfo) -> bool {
 }
 
 /// The exporter's columns as (attribute, value): the same in every row.
-pub fn exporter_values(resource: &Resource) -> Vec<(&'static str, Value)> {
+pub fn exporter_values(resource: &Resource) -> Vec<(&'static str, Value<'_>)> {
     let head = Head {
         resource,
         interval: Interval::default(),
@@ -314,11 +403,11 @@ pub fn report_interval(report: &Report, now_ns: u64) -> (u64, u64) {
     }
 }
 
-fn ip(a: &IpAddr) -> Value {
-    Value::str(a.to_string())
+fn ip(a: &IpAddr) -> Value<'static> {
+    Value::Ip(*a)
 }
 
-fn direction(d: Direction) -> Value {
+fn direction(d: Direction) -> Value<'static> {
     // OpenTelemetry's network.io.direction values.
     Value::str(match d {
         Direction::Ingress => "receive",
@@ -335,58 +424,102 @@ pub struct Sequencer {
 
 /// One encoded row: its table (an index into [`TABLES`]) and its columns' values, the head's
 /// first.
-pub struct EncodedRow {
+pub struct EncodedRow<'a> {
     pub table: usize,
-    pub values: Vec<(&'static ColumnInfo, Value)>,
+    pub values: Vec<(&'static ColumnInfo, Value<'a>)>,
+}
+
+/// What a [`Sequencer`] hands its rows to, one value at a time: nothing is kept in between.
+pub trait RowSink<'r> {
+    /// A row of `table` (an index into [`TABLES`]) starts.
+    fn begin(&mut self, table: usize);
+    /// Its next column's value.
+    fn value(&mut self, column: &'static ColumnInfo, value: Value<'r>);
+    /// It ends.
+    fn end(&mut self);
+}
+
+/// The rows, kept ([`Sequencer::interval`]).
+impl<'r> RowSink<'r> for Vec<EncodedRow<'r>> {
+    fn begin(&mut self, table: usize) {
+        self.push(EncodedRow {
+            table,
+            values: Vec::with_capacity(64),
+        });
+    }
+
+    fn value(&mut self, column: &'static ColumnInfo, value: Value<'r>) {
+        if let Some(row) = self.last_mut() {
+            row.values.push((column, value));
+        }
+    }
+
+    fn end(&mut self) {}
 }
 
 impl Sequencer {
     /// The rows of one interval, numbered: the interval takes the next interval number (its
     /// bounds are `start_ns`..`end_ns`) and each row the next row number of its table.
-    pub fn interval(
+    pub fn interval<'r>(
         &mut self,
-        resource: &Resource,
+        resource: &'r Resource,
         start_ns: u64,
         end_ns: u64,
-        rows: &IntervalRows<'_>,
-    ) -> Vec<EncodedRow> {
+        rows: &IntervalRows<'r>,
+    ) -> Vec<EncodedRow<'r>> {
+        let mut out = Vec::new();
+        self.each_row(resource, start_ns, end_ns, rows, true, &mut out);
+        out
+    }
+
+    /// The rows of one interval as [`Sequencer::interval`] numbers them, handed to `sink` one
+    /// value at a time. Without `exporter_columns`, the head's columns that are the exporter's
+    /// ([`per_exporter`]) are left out.
+    pub fn each_row<'r>(
+        &mut self,
+        resource: &'r Resource,
+        start_ns: u64,
+        end_ns: u64,
+        rows: &IntervalRows<'r>,
+        exporter_columns: bool,
+        sink: &mut impl RowSink<'r>,
+    ) {
         let interval = Interval {
             seq: self.next_interval,
             start_ns,
             end_ns,
         };
         self.next_interval += 1;
-        let mut out = Vec::new();
-        let mut emit =
-            |table: usize, values: &mut dyn Iterator<Item = (&'static ColumnInfo, Value)>| {
-                let head = Head {
-                    resource,
-                    interval,
-                    seq: self.next_row[table],
-                };
-                self.next_row[table] += 1;
-                let mut all: Vec<(&'static ColumnInfo, Value)> = tables::HEAD
-                    .iter()
-                    .map(|c| (&c.info, (c.get)(&head)))
-                    .collect();
-                all.extend(values);
-                out.push(EncodedRow { table, values: all });
+        let head_columns: Vec<&'static Column<tables::HeadGet>> = tables::HEAD
+            .iter()
+            .filter(|c| exporter_columns || !per_exporter(&c.info))
+            .collect();
+        // One table's rows: each its head (numbered), then its columns.
+        macro_rules! rows_of {
+            ($table:expr, $def:expr, $items:expr) => {
+                for item in $items {
+                    let head = Head {
+                        resource,
+                        interval,
+                        seq: self.next_row[$table],
+                    };
+                    self.next_row[$table] += 1;
+                    sink.begin($table);
+                    for c in &head_columns {
+                        sink.value(&c.info, (c.get)(&head));
+                    }
+                    for c in $def.columns {
+                        sink.value(&c.info, (c.get)(item));
+                    }
+                    sink.end();
+                }
             };
-        for item in &rows.qps {
-            emit(0, &mut values(tables::QP_INTERVALS.columns, item));
         }
-        for item in &rows.sides {
-            emit(1, &mut values(tables::CONNECTION_SIDES.columns, item));
-        }
-        for item in &rows.buckets {
-            emit(2, &mut values(tables::LATENCY_BUCKETS.columns, item));
-        }
-        for item in &rows.pauses {
-            emit(3, &mut values(tables::PAUSES.columns, item));
-        }
-        for item in &rows.findings {
-            emit(4, &mut values(tables::FINDINGS.columns, item));
-        }
+        rows_of!(0, tables::QP_INTERVALS, &rows.qps);
+        rows_of!(1, tables::CONNECTION_SIDES, &rows.sides);
+        rows_of!(2, tables::LATENCY_BUCKETS, &rows.buckets);
+        rows_of!(3, tables::PAUSES, &rows.pauses);
+        rows_of!(4, tables::FINDINGS, &rows.findings);
         let counts = IntervalItem {
             rows: [
                 rows.qps.len(),
@@ -397,14 +530,34 @@ impl Sequencer {
             ]
             .map(|n| n as u64),
         };
-        emit(5, &mut values(tables::INTERVALS.columns, &counts));
-        out
+        rows_of!(5, tables::INTERVALS, [&counts]);
     }
 }
 
-fn values<'c, I, G: Fn(&I) -> Value + 'static>(
-    columns: &'static [Column<G>],
-    item: &'c I,
-) -> impl Iterator<Item = (&'static ColumnInfo, Value)> + 'c {
-    columns.iter().map(move |c| (&c.info, (c.get)(item)))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_written_as_display_writes_it() {
+        for a in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "198.18.0.9",
+            "10.100.1.200",
+            "2001:db8::1",
+            "::ffff:198.18.0.1",
+            "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255",
+        ] {
+            let ip: IpAddr = a.parse().unwrap();
+            assert_eq!(IpText::new(&ip).as_str(), ip.to_string(), "{a}");
+        }
+    }
+
+    #[test]
+    fn numbers_of_any_width_are_one_list() {
+        assert_eq!(Nums::U8(&[0, 26]), Nums::from(vec![0, 26]));
+        assert_ne!(Nums::U16(&[100]), Nums::from(vec![100, 1]));
+        assert_eq!(Nums::U16(&[4095]).iter().collect::<Vec<_>>(), [4095]);
+    }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::{ColumnInfo, EncodedRow, Value, tables};
 
 /// A row as one JSON object (one line of JSONEachRow), its columns in the table's order.
-pub fn json_row(row: &EncodedRow) -> String {
+pub fn json_row(row: &EncodedRow<'_>) -> String {
     let mut out = String::with_capacity(64 * row.values.len());
     write_json_row(row, &mut out);
     out
@@ -15,7 +15,7 @@ pub fn json_row(row: &EncodedRow) -> String {
 /// Appends a row as one JSON object to `out`: written directly (a row is a flat object of
 /// numbers, strings and arrays of them; building serde_json's map first costs three times the
 /// writing).
-pub fn write_json_row(row: &EncodedRow, out: &mut String) {
+pub fn write_json_row(row: &EncodedRow<'_>, out: &mut String) {
     out.push('{');
     for (i, (c, v)) in row.values.iter().enumerate() {
         if i > 0 {
@@ -30,7 +30,7 @@ pub fn write_json_row(row: &EncodedRow, out: &mut String) {
     out.push('}');
 }
 
-fn write_json_value(v: &Value, out: &mut String) {
+fn write_json_value(v: &Value<'_>, out: &mut String) {
     match v {
         Value::U64(n) => {
             let _ = write!(out, "{n}");
@@ -40,6 +40,10 @@ fn write_json_value(v: &Value, out: &mut String) {
         }
         Value::F64(_) => out.push_str("null"),
         Value::Str(s) => json_string(s, out),
+        Value::Ip(a) => {
+            // An address's text needs no escaping.
+            let _ = write!(out, "\"{a}\"");
+        }
         Value::Strs(s) => {
             out.push('[');
             for (i, s) in s.iter().enumerate() {
@@ -178,8 +182,8 @@ mod tests {
                 (&C[0], Value::U64(u64::MAX)),
                 (&C[1], Value::Str("198.18.0.1".into())),
                 (&C[2], Value::Str("a \"quoted\" \\ line\n\u{1}é".into())),
-                (&C[3], Value::Strs(vec!["RC".into(), String::new()])),
-                (&C[4], Value::U64s(vec![0, 26])),
+                (&C[3], Value::Strs(vec!["RC".into(), String::new()].into())),
+                (&C[4], Value::U64s(vec![0, 26].into())),
                 (&C[5], Value::F64(0.5)),
             ],
         };

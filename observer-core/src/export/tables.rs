@@ -1,8 +1,10 @@
 //! The record tables: every column, once. The head's columns start every table's rows.
 
+use std::borrow::Cow;
+
 use super::{
-    BucketItem, ChType, Column, ColumnInfo, FindingItem, Head, IntervalItem, PauseItem, QpItem,
-    SideItem, Value, direction, ip,
+    BucketItem, ChType, Column, ColumnInfo, FindingItem, Head, IntervalItem, Nums, PauseItem,
+    QpItem, SideItem, Value, direction, ip,
 };
 use crate::model::{Ops, connections::LatencySummary};
 
@@ -79,7 +81,7 @@ const fn col<G>(
     }
 }
 
-pub type HeadGet = fn(&Head<'_>) -> Value;
+pub type HeadGet = for<'r> fn(&Head<'r>) -> Value<'r>;
 
 /// The head's columns that are the exporter's, the same in every row ([`super::per_exporter`]);
 /// the others number the row and bound its interval.
@@ -182,7 +184,7 @@ pub const HEAD: &[Column<HeadGet>] = &[
     ),
 ];
 
-pub type QpGet = fn(&QpItem<'_>) -> Value;
+pub type QpGet = for<'r> fn(&QpItem<'r>) -> Value<'r>;
 
 /// Ops counts as (column, attribute, help, getter) for a table.
 macro_rules! ops_columns {
@@ -302,12 +304,13 @@ const QP_OWN: [Column<QpGet>; 30] = [
         ChType::Label,
         "The ERSPAN session ID of mirror copies, or the encapsulation without one, or empty",
         |r| {
-            Value::str(r.flow.mirror.as_ref().map_or(String::new(), |m| {
-                m.session
-                    .map(|s| s.to_string())
-                    .or_else(|| m.kind.clone())
-                    .unwrap_or_default()
-            }))
+            r.flow
+                .mirror
+                .as_ref()
+                .map_or(Value::str(""), |m| match m.session {
+                    Some(s) => Value::str(s.to_string()),
+                    None => Value::str(m.kind.as_deref().unwrap_or_default()),
+                })
         },
     ),
     col(
@@ -343,7 +346,7 @@ const QP_OWN: [Column<QpGet>; 30] = [
         "roce.transports",
         ChType::Strings,
         "The transports of its opcodes (RC, UC, UD, XRC, CNP...)",
-        |r| Value::Strs(r.flow.transports.clone()),
+        |r| Value::Strs(Cow::Borrowed(&r.flow.transports)),
     ),
     col(
         "packets",
@@ -476,14 +479,14 @@ const QP_OWN: [Column<QpGet>; 30] = [
         "roce.dscp",
         ChType::UInt64s,
         "The DSCP values its packets carried",
-        |r| Value::U64s(r.flow.dscp.iter().map(|&d| d.into()).collect()),
+        |r| Value::U64s(Nums::U8(&r.flow.dscp)),
     ),
     col(
         "vlans",
         "roce.vlan.ids",
         ChType::UInt64s,
         "The VLAN IDs (outer tag) its packets carried",
-        |r| Value::U64s(r.flow.vlans.iter().map(|&v| v.into()).collect()),
+        |r| Value::U64s(Nums::U16(&r.flow.vlans)),
     ),
     col(
         "first_seen_ns",
@@ -529,13 +532,13 @@ pub const QP_INTERVALS: Table<QpGet> = Table {
     columns: &QP_COLUMNS,
 };
 
-pub type SideGet = fn(&SideItem<'_>) -> Value;
+pub type SideGet = for<'r> fn(&SideItem<'r>) -> Value<'r>;
 
 fn side_ops<'r>(r: &SideItem<'r>) -> &'r Ops {
     &r.this.ops
 }
 
-fn latency_value(l: &Option<LatencySummary>, f: fn(&LatencySummary) -> u64) -> Value {
+fn latency_value(l: &Option<LatencySummary>, f: fn(&LatencySummary) -> u64) -> Value<'static> {
     Value::U64(l.as_ref().map_or(0, f))
 }
 
@@ -589,14 +592,14 @@ const SIDE_OWN: [Column<SideGet>; 31] = [
         "roce.udp.source_ports",
         ChType::UInt64s,
         "The UDP source ports this side sent from",
-        |r| Value::U64s(r.this.ports.iter().map(|&p| p.into()).collect()),
+        |r| Value::U64s(Nums::U16(&r.this.ports)),
     ),
     col(
         "paired_by",
         "roce.connection.paired_by",
         ChType::Label,
         "How the two directions were paired (connection manager, QP numbers...), or empty",
-        |r| Value::str(r.connection.paired_by.clone().unwrap_or_default()),
+        |r| Value::str(r.connection.paired_by.as_deref().unwrap_or_default()),
     ),
     col(
         "packets",
@@ -771,7 +774,7 @@ pub const CONNECTION_SIDES: Table<SideGet> = Table {
     columns: &SIDE_COLUMNS,
 };
 
-pub type BucketGet = fn(&BucketItem<'_>) -> Value;
+pub type BucketGet = for<'r> fn(&BucketItem<'r>) -> Value<'r>;
 
 /// One bucket of a latency histogram.
 pub const LATENCY_BUCKETS: Table<BucketGet> = Table {
@@ -879,7 +882,7 @@ pub const LATENCY_BUCKETS: Table<BucketGet> = Table {
     ],
 };
 
-pub type PauseGet = fn(&PauseItem<'_>) -> Value;
+pub type PauseGet = for<'r> fn(&PauseItem<'r>) -> Value<'r>;
 
 /// PAUSE / PFC frames of one source and priority.
 pub const PAUSES: Table<PauseGet> = Table {
@@ -952,7 +955,7 @@ pub const PAUSES: Table<PauseGet> = Table {
     ],
 };
 
-pub type FindingGet = fn(&FindingItem<'_>) -> Value;
+pub type FindingGet = for<'r> fn(&FindingItem<'r>) -> Value<'r>;
 
 /// A finding of the interval.
 pub const FINDINGS: Table<FindingGet> = Table {
@@ -1001,7 +1004,7 @@ pub const FINDINGS: Table<FindingGet> = Table {
             ChType::Strings,
             "The flows it names: source:port ([v6]:port) > destination QP n",
             |r| {
-                Value::Strs(
+                Value::Strs(Cow::Owned(
                     r.finding
                         .flows
                         .iter()
@@ -1010,7 +1013,7 @@ pub const FINDINGS: Table<FindingGet> = Table {
                             format!("{from} > {} QP {}", f.dst_ip, f.dest_qp)
                         })
                         .collect(),
-                )
+                ))
             },
         ),
         col(
@@ -1023,7 +1026,7 @@ pub const FINDINGS: Table<FindingGet> = Table {
     ],
 };
 
-pub type IntervalGet = fn(&IntervalItem) -> Value;
+pub type IntervalGet = fn(&IntervalItem) -> Value<'static>;
 
 /// One row per interval, after its other rows: how many rows of each table it has, so that a
 /// receiver tells an interval with no rows of a table from one whose rows were lost.
