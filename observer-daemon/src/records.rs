@@ -130,9 +130,14 @@ struct Builder {
     latency: HashMap<LatKey, [LatHist; 2]>,
     scopes: BTreeMap<LatScopeKey, LatHist>,
     pauses: BTreeMap<PauseKey, PauseStats>,
-    /// The most flows an interval had since memory was last given back to the system.
+    /// The most flows an interval had since memory was last given back to the system, and
+    /// the intervals since.
     held_for: usize,
+    since_trim: u32,
 }
+
+/// The builder gives its memory back to the system at least this often (in intervals).
+const TRIM_INTERVALS: u32 = 60;
 
 impl Records {
     /// Starts the exporter's sending thread (its own single-threaded runtime) and the builder
@@ -195,6 +200,7 @@ impl Records {
             scopes: BTreeMap::new(),
             pauses: BTreeMap::new(),
             held_for: 0,
+            since_trim: 0,
         };
         let builder = std::thread::Builder::new()
             .name("records".into())
@@ -373,13 +379,17 @@ impl Builder {
         drop(report);
         // An interval's report is many small allocations, freed now. The allocator keeps them
         // for the next interval (given back each time, they cost a page fault each when taken
-        // again: a sixth of the export's time); once intervals are less than half the size of
-        // the largest since, they are given back (every arena is trimmed, this thread's holding
-        // most), so a burst of QPs is not held for good.
-        if flows.saturating_mul(2) < self.held_for {
+        // again: a sixth of the export's time). They are given back (every arena is trimmed,
+        // this thread's holding most) once intervals are less than half the size of the
+        // largest since, so a burst of QPs is not held for good, and every
+        // [`TRIM_INTERVALS`] intervals anyway (what is not the QPs', e.g. requests queued
+        // while the receiver was away).
+        self.since_trim += 1;
+        if flows.saturating_mul(2) < self.held_for || self.since_trim >= TRIM_INTERVALS {
             // SAFETY: malloc_trim has no preconditions.
             unsafe { libc::malloc_trim(0) };
             self.held_for = flows;
+            self.since_trim = 0;
         } else {
             self.held_for = self.held_for.max(flows);
         }

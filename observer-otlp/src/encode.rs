@@ -334,8 +334,7 @@ fn write_attribute(key: &str, v: &Value<'_>, out: &mut Vec<u8>) {
 /// Appends a row's log record (as [`reference::log_record`] makes it) to `out` as a ScopeLogs'
 /// `log_records` field (tag 2, length-delimited).
 pub fn write_log_record(row: &EncodedRow<'_>, observed_ns: u64, out: &mut Vec<u8>) {
-    let time = number(&row.values, "interval_end_ns").unwrap_or(0);
-    let mut w = RecordWriter::new(std::mem::take(out), time, observed_ns);
+    let mut w = RecordWriter::new(std::mem::take(out), 0, observed_ns);
     w.row(row);
     *out = w.records;
 }
@@ -367,8 +366,10 @@ impl RecordWriter {
         }
     }
 
-    /// Writes a row made first (its exporter's columns left out).
+    /// Writes a row made first (its exporter's columns left out), its time its own interval's
+    /// end (none without one).
     pub fn row(&mut self, row: &EncodedRow<'_>) {
+        self.time = number(&row.values, "interval_end_ns").unwrap_or(0);
         self.begin(row.table);
         for (c, v) in &row.values {
             if !per_exporter(c) {
@@ -403,6 +404,7 @@ impl<'r> RowSink<'r> for RecordWriter {
     }
 
     fn value(&mut self, c: &'static ColumnInfo, v: Value<'r>) {
+        debug_assert!(!per_exporter(c), "{}: the resource's", c.name);
         if self.table == FINDINGS
             && c.name == "severity"
             && let Value::Str(s) = &v

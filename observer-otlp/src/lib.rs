@@ -770,15 +770,17 @@ mod tests {
         );
     }
 
-    /// The sidecar's rows, written as they are made (`push_interval`), are the bytes of the
-    /// rows made first and then written (`push`, the reference's path).
-    #[test]
-    fn rows_written_as_made_are_the_rows_made_first() {
+    /// The sidecar's rows, written as they are made (`push_interval`), are the requests of the
+    /// rows made first and then pushed (`push`): the same records (but their observed time),
+    /// cut into the same requests, with the same aggregates.
+    #[tokio::test]
+    async fn rows_written_as_made_are_the_rows_made_first() {
         use observer_core::{
             aggregate::Aggregate,
             export::{IntervalRows, Sequencer},
             model::{Flow, FlowMirror, Source},
         };
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
         let mut report = Aggregate::new().report(Source::live(vec!["eth1".into()], "auto"), 1.0);
         let mut v6 = Flow::empty(
             "2001:db8::1".parse().unwrap(),
@@ -796,36 +798,94 @@ mod tests {
             truncated: 0,
         });
         report.flows.push(v6);
-        report.flows.push(Flow {
-            packets: 7,
-            bytes: 7000,
-            ..Flow::empty(
-                "198.18.0.1".parse().unwrap(),
-                "198.18.0.2".parse().unwrap(),
-                49152,
-                0x11,
-            )
-        });
+        for i in 0..4u32 {
+            report.flows.push(Flow {
+                packets: 7 + u64::from(i),
+                bytes: 7000,
+                ..Flow::empty(
+                    "198.18.0.1".parse().unwrap(),
+                    "198.18.0.2".parse().unwrap(),
+                    49152,
+                    0x11 + i,
+                )
+            });
+        }
         let resource = Resource {
             exporter: "h/1/2".into(),
             host: "h".into(),
             ..Resource::default()
         };
         let rows = IntervalRows::of(&report);
-        let mut made = Vec::new();
-        let mut seq = Sequencer {
+        // Requests of at most two rows: five QP rows and the interval's are three requests.
+        let config = Config {
+            gzip: false,
+            max_rows_per_request: 2,
+            ..unreachable()
+        };
+        let start = Sequencer {
             next_interval: 3,
             ..Sequencer::default()
         };
-        let mut streamed_seq = seq.clone();
-        for row in seq.interval(&resource, 10, 20, &rows) {
-            write_log_record(&row, 5, &mut made);
+        let (made, streamed) = (
+            Exporter::start(config.clone()).unwrap(),
+            Exporter::start(config).unwrap(),
+        );
+        let (mut seq_made, mut seq_streamed) = (start.clone(), start);
+        made.push(
+            &resource,
+            10,
+            20,
+            &seq_made.interval(&resource, 10, 20, &rows),
+        );
+        streamed.push_interval(&resource, &mut seq_streamed, 10, 20, &rows);
+        assert_eq!(seq_streamed, seq_made);
+        let requests = |e: &Exporter| -> Vec<_> {
+            e.shared
+                .queue
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|b| {
+                    let mut logs = ExportLogsServiceRequest::decode(&b.logs[..]).unwrap();
+                    for r in &mut logs.resource_logs[0].scope_logs[0].log_records {
+                        assert!(r.observed_time_unix_nano > 0);
+                        r.observed_time_unix_nano = 0;
+                    }
+                    (b.rows, logs, b.metrics.clone())
+                })
+                .collect()
+        };
+        let want = requests(&made);
+        assert_eq!(want.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 2, 2]);
+        assert_eq!(requests(&streamed), want);
+        // The interval's packets, summed for the aggregates.
+        assert_eq!(interval_sums(&rows)[0], 3 + 7 + 8 + 9 + 10);
+    }
+
+    /// A record's length takes one, two, three or more bytes: each is written where the
+    /// record's room was, and the record decodes as its reference.
+    #[test]
+    fn a_record_of_any_length_decodes() {
+        use observer_core::export::{ChType, ColumnInfo};
+        use opentelemetry_proto::tonic::logs::v1::LogRecord;
+        static TEXT: ColumnInfo = ColumnInfo {
+            name: "text",
+            attribute: "roce.text",
+            ty: ChType::String,
+            help: "",
+        };
+        for len in [0, 200, 20_000, 3 << 20] {
+            let row = EncodedRow {
+                table: 5,
+                values: vec![(&TEXT, Value::Str("x".repeat(len).into()))],
+            };
+            let mut out = vec![0xAA];
+            write_log_record(&row, 0, &mut out);
+            let mut body = &out[2..];
+            let n = prost::encoding::decode_varint(&mut body).unwrap() as usize;
+            assert_eq!((out[0], out[1], n), (0xAA, 0x12, body.len()), "{len}");
+            assert_eq!(LogRecord::decode(body).unwrap(), log_record(&row, 0));
         }
-        let mut streamed = RecordWriter::new(Vec::new(), 20, 5);
-        streamed_seq.each_row(&resource, 10, 20, &rows, false, &mut streamed);
-        assert_eq!(streamed.records, made);
-        assert_eq!(streamed_seq, seq);
-        assert_eq!(interval_sums(&rows)[0], 10);
     }
 
     #[test]

@@ -872,8 +872,9 @@ impl Aggregate {
     }
 }
 
-/// Sorts `items` (stably) by `cmp` moving each item once: a sort moves its elements many
-/// times, and a report's flows and connections are hundreds of bytes each.
+/// Sorts `items` (stably) by `cmp`, sorting their indices and then moving each item twice
+/// (out and back in order): a sort moves its elements many times, and a report's flows and
+/// connections are hundreds of bytes each.
 pub(crate) fn sort_large<T>(items: &mut Vec<T>, cmp: impl Fn(&T, &T) -> std::cmp::Ordering) {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| cmp(&items[a], &items[b]));

@@ -42,7 +42,9 @@ fn write_json_value(v: &Value<'_>, out: &mut String) {
         Value::Str(s) => json_string(s, out),
         Value::Ip(a) => {
             // An address's text needs no escaping.
-            let _ = write!(out, "\"{a}\"");
+            out.push('"');
+            out.push_str(super::IpText::new(a).as_str());
+            out.push('"');
         }
         Value::Strs(s) => {
             out.push('[');
