@@ -305,30 +305,19 @@ fn write_any(v: &Value<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// An attribute (a KeyValue, as a LogRecord's field 6) whose value is a string.
-fn write_str_attribute(key: &str, s: &str, out: &mut Vec<u8>) {
-    let value = field_len(1, s.len());
+/// An attribute: a KeyValue, as a LogRecord's field 6.
+fn write_attribute(key: &str, v: &Value<'_>, out: &mut Vec<u8>) {
+    if let Value::Ip(a) = v {
+        // Its text, made once (not for its length and again for its bytes).
+        let text = IpText::new(a);
+        return write_attribute(key, &Value::Str(text.as_str().into()), out);
+    }
+    let value = any_len(v);
     len_key(6, field_len(1, key.len()) + field_len(2, value), out);
     len_key(1, key.len(), out);
     out.extend_from_slice(key.as_bytes());
     len_key(2, value, out);
-    len_key(1, s.len(), out);
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn write_attribute(key: &str, v: &Value<'_>, out: &mut Vec<u8>) {
-    match v {
-        Value::Str(s) => write_str_attribute(key, s, out),
-        Value::Ip(a) => write_str_attribute(key, IpText::new(a).as_str(), out),
-        v => {
-            let value = any_len(v);
-            len_key(6, field_len(1, key.len()) + field_len(2, value), out);
-            len_key(1, key.len(), out);
-            out.extend_from_slice(key.as_bytes());
-            len_key(2, value, out);
-            write_any(v, out);
-        }
-    }
+    write_any(v, out);
 }
 
 /// Appends a row's log record (as [`reference::log_record`] makes it) to `out` as a ScopeLogs'

@@ -38,6 +38,9 @@ use transport::{Client, Outcome};
 /// About the most a request carries (encoded rows), under collectors' 4 MiB gRPC default.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 
+/// The rows a request carries at most, unless configured otherwise.
+pub const MAX_ROWS_PER_REQUEST: usize = 2000;
+
 /// The OTLP transport.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Protocol {
@@ -78,7 +81,7 @@ impl Config {
             ca_pem: None,
             timeout: Duration::from_secs(10),
             buffer_bytes: 64 << 20,
-            max_rows_per_request: 2000,
+            max_rows_per_request: MAX_ROWS_PER_REQUEST,
         }
     }
 }
@@ -191,8 +194,7 @@ impl Exporter {
     /// full queue drops its oldest requests.
     pub fn push(&self, resource: &Resource, start_ns: u64, end_ns: u64, rows: &[EncodedRow<'_>]) {
         let qp_rows: Vec<&EncodedRow<'_>> = rows.iter().filter(|r| r.table == 0).collect();
-        let sums = row_sums(&qp_rows);
-        let mut requests = Requests::new(self, resource, start_ns, end_ns, &sums);
+        let mut requests = self.requests(resource, start_ns, end_ns, &row_sums(&qp_rows));
         for row in rows {
             requests.writer.row(row);
             requests.row_written();
@@ -210,11 +212,46 @@ impl Exporter {
         end_ns: u64,
         rows: &IntervalRows<'_>,
     ) {
-        let sums = interval_sums(rows);
-        let mut requests = Requests::new(self, resource, start_ns, end_ns, &sums);
+        let mut requests = self.requests(resource, start_ns, end_ns, &interval_sums(rows));
         sequencer.each_row(resource, start_ns, end_ns, rows, false, &mut requests);
         requests.finish();
     }
+
+    /// The requests of one interval, each queued as it is cut, the interval's aggregates with
+    /// the first.
+    fn requests<'a>(
+        &'a self,
+        resource: &'a Resource,
+        start_ns: u64,
+        end_ns: u64,
+        sums: &[u64; INTERVAL_SUMS.len()],
+    ) -> Requests<impl FnMut(&[u8], u64) + 'a> {
+        let mut aggregates = Some(metrics(resource, start_ns, end_ns, sums));
+        let writer = RecordWriter::new(
+            Vec::with_capacity(MAX_REQUEST_BYTES + (64 << 10)),
+            end_ns,
+            now_ns(),
+        );
+        Requests::new(
+            writer,
+            self.config.max_rows_per_request,
+            move |records, rows| {
+                let metrics = aggregates.take();
+                let mut logs = logs_bytes(resource, records);
+                if self.config.gzip {
+                    logs = gzip(&logs);
+                }
+                let bytes = logs.len() + metrics.as_ref().map_or(0, Message::encoded_len);
+                self.enqueue(Batch {
+                    logs,
+                    metrics,
+                    rows,
+                    bytes,
+                });
+            },
+        )
+    }
+
     fn enqueue(&self, batch: Batch) {
         let s = &self.shared;
         s.pushed.fetch_add(batch.rows, Ordering::Relaxed);
@@ -269,85 +306,56 @@ impl Exporter {
     }
 }
 
-/// An interval's rows being made into requests: at most `max_rows_per_request` rows and
-/// about [`MAX_REQUEST_BYTES`] (a collector's default gRPC message limit is 4 MiB) each, the
-/// interval's aggregates with the first.
-struct Requests<'e> {
-    exporter: &'e Exporter,
-    resource: &'e Resource,
-    aggregates: Option<ExportMetricsServiceRequest>,
+/// An interval's log records ([`RecordWriter`]'s) cut into requests of at most `max_rows`
+/// rows and about [`MAX_REQUEST_BYTES`] (a collector's default gRPC message limit is 4 MiB)
+/// each: `emit` takes each request's records and rows as it is cut, and an interval without
+/// rows is one request of none.
+pub struct Requests<F: FnMut(&[u8], u64)> {
     /// The records of the request being filled.
-    writer: RecordWriter,
+    pub writer: RecordWriter,
+    max_rows: u64,
+    emit: F,
     /// Where the row being written starts.
     before: usize,
     rows: u64,
     emitted: bool,
 }
 
-impl<'e> Requests<'e> {
-    fn new(
-        exporter: &'e Exporter,
-        resource: &'e Resource,
-        start_ns: u64,
-        end_ns: u64,
-        sums: &[u64; INTERVAL_SUMS.len()],
-    ) -> Self {
+impl<F: FnMut(&[u8], u64)> Requests<F> {
+    pub fn new(writer: RecordWriter, max_rows: usize, emit: F) -> Self {
         Self {
-            exporter,
-            resource,
-            aggregates: Some(metrics(resource, start_ns, end_ns, sums)),
-            writer: RecordWriter::new(
-                Vec::with_capacity(MAX_REQUEST_BYTES + (64 << 10)),
-                end_ns,
-                now_ns(),
-            ),
+            writer,
+            max_rows: max_rows.max(1) as u64,
+            emit,
             before: 0,
             rows: 0,
             emitted: false,
         }
     }
 
-    /// A row was written after `before`: it opens the next request when this one is full.
-    fn row_written(&mut self) {
-        let max_rows = self.exporter.config.max_rows_per_request.max(1) as u64;
+    /// A row was written (by [`Requests::writer`]): it opens the next request when this one
+    /// is full.
+    pub fn row_written(&mut self) {
         let len = self.writer.records.len();
-        if self.rows > 0 && (len > MAX_REQUEST_BYTES || self.rows >= max_rows) {
-            self.emit(self.before);
+        if self.rows > 0 && (len > MAX_REQUEST_BYTES || self.rows >= self.max_rows) {
+            (self.emit)(&self.writer.records[..self.before], self.rows);
+            self.emitted = true;
             self.writer.records.drain(..self.before);
+            self.rows = 0;
         }
         self.rows += 1;
         self.before = self.writer.records.len();
     }
 
-    /// Queues the request of the first `len` bytes of records (its rows: all but a row
-    /// written after them).
-    fn emit(&mut self, len: usize) {
-        let e = self.exporter;
-        let metrics = self.aggregates.take();
-        let mut logs = logs_bytes(self.resource, &self.writer.records[..len]);
-        if e.config.gzip {
-            logs = gzip(&logs);
-        }
-        let bytes = logs.len() + metrics.as_ref().map_or(0, Message::encoded_len);
-        e.enqueue(Batch {
-            logs,
-            metrics,
-            rows: self.rows,
-            bytes,
-        });
-        self.rows = 0;
-        self.emitted = true;
-    }
-
-    /// Queues the last rows, or the aggregates alone (an interval without rows).
-    fn finish(mut self) {
+    /// Emits the last rows, or a request of none (an interval without rows).
+    pub fn finish(mut self) {
         if self.rows > 0 || !self.emitted {
-            self.emit(self.writer.records.len());
+            (self.emit)(&self.writer.records, self.rows);
         }
     }
 }
 
-impl<'r> RowSink<'r> for Requests<'_> {
+impl<'r, F: FnMut(&[u8], u64)> RowSink<'r> for Requests<F> {
     fn begin(&mut self, table: usize) {
         self.writer.begin(table);
     }

@@ -1,7 +1,7 @@
 //! `cargo xtask bench` (after bench-replay): what the fleet records cost a host per interval, for
 //! `--qps` QPs (default 10,000), in process:
 //! - numbering and encoding one interval's rows (observer-core's export tables), as JSONEachRow
-//!   lines and as OTLP log records in requests (observer-otlp: requests cut at about 1 MiB);
+//!   lines and as OTLP log records in requests (cut by observer-otlp as its exporter cuts them);
 //! - gzip of the requests, as the OTLP exporter sends them;
 //! - bytes per QP-interval, encoded and compressed, and the queue's bytes per QP (what a
 //!   buffered interval holds in memory);
@@ -21,9 +21,9 @@ use std::{
 };
 
 use integration_tests::median;
-use observer_otlp::{MAX_REQUEST_BYTES, RecordWriter, logs_bytes};
+use observer_otlp::{MAX_ROWS_PER_REQUEST, RecordWriter, Requests, logs_bytes};
 use roce_observer::{
-    export::{ColumnInfo, IntervalRows, Resource, RowSink, Sequencer, Value, json_row},
+    export::{IntervalRows, Resource, Sequencer, json_row},
     model::{Flow, Report},
 };
 
@@ -97,50 +97,26 @@ fn sidecar_aggregate(qps: u32) -> roce_observer::aggregate::Aggregate {
     agg
 }
 
-/// One interval's rows, streamed as the sidecar's exporter writes them: OTLP requests of
-/// about 1 MiB (encoded, not compressed), and the rows written.
+/// One interval's rows, streamed as the sidecar's exporter writes them: OTLP requests
+/// (encoded, not compressed) cut as the exporter cuts them, and the rows written.
 fn otlp_requests(
     resource: &Resource,
     seq: &mut Sequencer,
     rows: &IntervalRows<'_>,
 ) -> (Vec<Vec<u8>>, usize) {
-    /// Cuts the records into requests as the exporter does.
-    struct Cut<'a> {
-        resource: &'a Resource,
-        writer: RecordWriter,
-        bodies: Vec<Vec<u8>>,
-        before: usize,
-        rows: usize,
-    }
-    impl<'r> RowSink<'r> for Cut<'_> {
-        fn begin(&mut self, table: usize) {
-            self.writer.begin(table);
-        }
-        fn value(&mut self, c: &'static ColumnInfo, v: Value<'r>) {
-            self.writer.value(c, v);
-        }
-        fn end(&mut self) {
-            self.writer.end();
-            if self.rows > 0 && self.writer.records.len() > MAX_REQUEST_BYTES {
-                let records = &mut self.writer.records;
-                self.bodies
-                    .push(logs_bytes(self.resource, &records[..self.before]));
-                records.drain(..self.before);
-            }
-            self.before = self.writer.records.len();
-            self.rows += 1;
-        }
-    }
-    let mut cut = Cut {
-        resource,
-        writer: RecordWriter::new(Vec::new(), 2, 3),
-        bodies: Vec::new(),
-        before: 0,
-        rows: 0,
-    };
-    seq.each_row(resource, 1, 2, rows, false, &mut cut);
-    cut.bodies.push(logs_bytes(resource, &cut.writer.records));
-    (cut.bodies, cut.rows)
+    let mut bodies: Vec<Vec<u8>> = Vec::new();
+    let mut n = 0;
+    let mut requests = Requests::new(
+        RecordWriter::new(Vec::new(), 2, 3),
+        MAX_ROWS_PER_REQUEST,
+        |records, rows| {
+            bodies.push(logs_bytes(resource, records));
+            n += rows as usize;
+        },
+    );
+    seq.each_row(resource, 1, 2, rows, false, &mut requests);
+    requests.finish();
+    (bodies, n)
 }
 
 fn gzip_all(bodies: &[Vec<u8>]) -> usize {
@@ -233,7 +209,7 @@ fn main() -> ExitCode {
     let (mut encode, mut jsonl, mut gzip) = (Vec::new(), Vec::new(), Vec::new());
     let (mut encoded_bytes, mut gzip_bytes, mut requests, mut n_rows) = (0, 0, 0, 0);
     for _ in 0..args.runs {
-        // OTLP: rows, log records, requests of about 1 MiB, encoded.
+        // OTLP: rows, log records, requests as the exporter cuts them, encoded.
         let t = Instant::now();
         let (bodies, n) = otlp_requests(&resource, &mut Sequencer::default(), &rows);
         encode.push(t.elapsed().as_secs_f64());
