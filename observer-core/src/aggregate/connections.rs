@@ -76,17 +76,18 @@ impl Aggregate {
             }
         }
         // Per unit of the pairing, its rows each way (lo's, hi's), in report order.
-        let mut units: BTreeMap<usize, [Direction; 2]> = BTreeMap::new();
+        let mut units: Vec<[Direction; 2]> = Vec::new();
+        units.resize_with(pairing.units.len(), Default::default);
         for (k, f) in connected_rows {
-            let Some(i) = pairing.unit_of.get(k) else {
+            let Some(&i) = pairing.unit_of.get(k) else {
                 continue;
             };
-            let way = usize::from(!pairing.units[*i].lo.contains(k));
-            units.entry(*i).or_default()[way].rows.push((k, f));
+            let way = usize::from(!pairing.units[i].lo.contains(k));
+            units[i][way].rows.push((k, f));
         }
-        let mut out = Vec::new();
-        for (i, [x, y]) in &units {
-            let u = &pairing.units[*i];
+        let mut out = Vec::with_capacity(units.len());
+        for (i, [x, y]) in units.iter().enumerate() {
+            let u = &pairing.units[i];
             let Some((k, _)) = x.rows.first().or(y.rows.first()) else {
                 continue;
             };
@@ -209,10 +210,13 @@ impl Aggregate {
             latency: SideLatency::default(),
             keys: Vec::new(),
         };
-        // Its UDP source ports, the busiest first.
-        let mut ports: BTreeMap<u16, u64> = BTreeMap::new();
+        // Its UDP source ports, the busiest first (few: a list, not a map).
+        let mut ports: Vec<(u16, u64)> = Vec::new();
         for (k, f) in sent.into_iter().flat_map(|d| d.rows.iter()) {
-            *ports.entry(k.udp_src_port).or_default() += f.bytes;
+            match ports.iter_mut().find(|(p, _)| *p == k.udp_src_port) {
+                Some((_, b)) => *b += f.bytes,
+                None => ports.push((k.udp_src_port, f.bytes)),
+            }
             s.packets += f.packets;
             s.bytes += f.bytes;
             s.ops.add(&f.ops);
@@ -222,19 +226,22 @@ impl Aggregate {
         }
         // Messages are kept under each flow's analysis entry: one for every mirror session's
         // rows of a flow.
-        let mut analysed: Vec<FlowKey> = s.keys.iter().map(|k| k.union().unwrap_or(*k)).collect();
-        analysed.sort();
-        analysed.dedup();
-        let mut messages = MsgStats::default();
-        for k in &analysed {
-            if let Some(m) = self.messages.get(k) {
-                messages.merge(m);
+        // (None at all: none posted.)
+        if !self.messages.is_empty() {
+            let mut analysed: Vec<FlowKey> =
+                s.keys.iter().map(|k| k.union().unwrap_or(*k)).collect();
+            analysed.sort();
+            analysed.dedup();
+            let mut messages = MsgStats::default();
+            for k in &analysed {
+                if let Some(m) = self.messages.get(k) {
+                    messages.merge(m);
+                }
             }
+            s.messages = Messages::of(&messages);
         }
-        s.messages = Messages::of(&messages);
-        let mut by_bytes: Vec<(u16, u64)> = ports.into_iter().collect();
-        by_bytes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        s.ports = by_bytes.into_iter().map(|(p, _)| p).collect();
+        ports.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        s.ports = ports.into_iter().map(|(p, _)| p).collect();
         // Its requests are timed under the port they travel with.
         let mut hist = [LatHist::default(); 2];
         let (mut skipped, mut conflicts) = (0, 0);

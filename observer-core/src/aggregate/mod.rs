@@ -774,10 +774,9 @@ impl Aggregate {
         // Which flows are one connection: worked out once, for the flows' reverse directions
         // and the connections.
         let pairing = agg.pairing();
-        let (unions, mut rows): (Vec<_>, Vec<_>) = agg
-            .linked_flows(window_seconds, &pairing)
-            .into_iter()
-            .partition(|(k, _)| k.is_union());
+        let mut rows = agg.linked_flows(window_seconds, &pairing);
+        // The unions out, the rows left in place (few or none move).
+        let unions: Vec<(FlowKey, Flow)> = rows.extract_if(.., |(k, _)| k.is_union()).collect();
         sort_large(&mut rows, |(ka, a), (kb, b)| {
             b.bytes
                 .cmp(&a.bytes)
@@ -878,8 +877,23 @@ impl Aggregate {
 pub(crate) fn sort_large<T>(items: &mut Vec<T>, cmp: impl Fn(&T, &T) -> std::cmp::Ordering) {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| cmp(&items[a], &items[b]));
-    let mut taken: Vec<Option<T>> = items.drain(..).map(Some).collect();
-    items.extend(order.into_iter().filter_map(|i| taken[i].take()));
+    if order.iter().enumerate().all(|(i, &j)| i == j) {
+        return;
+    }
+    // Each item moved once, into its place in a new vector: the safe ways (an Option per
+    // item, or swaps along the permutation's cycles) move each two or three times.
+    let mut sorted = Vec::with_capacity(items.len());
+    // SAFETY: `order` is a permutation of the indices (sorted from `0..len`), so each item is
+    // read exactly once; the old vector's length is set to 0 first, so it drops none of them
+    // (nothing between can panic: the sort is done, and `sorted` has the room).
+    unsafe {
+        let from = items.as_ptr();
+        items.set_len(0);
+        for i in order {
+            sorted.push(std::ptr::read(from.add(i)));
+        }
+    }
+    *items = sorted;
 }
 
 /// Marks the flows of directions (sender, receiver, QP, observation) seen on several UDP source
@@ -888,33 +902,84 @@ pub(crate) fn sort_large<T>(items: &mut Vec<T>, cmp: impl Fn(&T, &T) -> std::cmp
 /// are the other ports' packets ([`crate::model::Psn::sprayed`]). Flowlets that move on to new
 /// ports (one after the other in time) are followed whole and stay unmarked.
 fn mark_sprayed(rows: &mut [(FlowKey, Flow)]) {
-    // Per direction, each port's span (its mirror sessions' rows together).
-    let mut dirs: BTreeMap<pairing::Dir, BTreeMap<u16, (u64, u64)>> = BTreeMap::new();
-    for (k, f) in rows.iter() {
-        if f.packets > 0 && k.dest_qp != QP_CM {
-            let span = dirs
-                .entry(pairing::dir_of(k))
-                .or_default()
-                .entry(k.udp_src_port)
-                .or_insert((f.first_seen_ns, f.last_seen_ns));
-            span.0 = span.0.min(f.first_seen_ns);
-            span.1 = span.1.max(f.last_seen_ns);
+    // Each port's span per direction (its mirror sessions' rows together), sorted by direction
+    // and port: a sort of the flows, not a map per direction.
+    let mut spans: Vec<(pairing::Dir, u16, u64, u64)> = rows
+        .iter()
+        .filter(|(k, f)| f.packets > 0 && k.dest_qp != QP_CM)
+        .map(|(k, f)| {
+            (
+                pairing::dir_of(k),
+                k.udp_src_port,
+                f.first_seen_ns,
+                f.last_seen_ns,
+            )
+        })
+        .collect();
+    spans.sort_unstable_by_key(|s| (s.0, s.1));
+    let mut sprayed: FxHashMap<pairing::Dir, u64> = FxHashMap::default();
+    for dir in spans.chunk_by(|a, b| a.0 == b.0) {
+        if dir.iter().all(|s| s.1 == dir[0].1) {
+            // One port: followed whole.
+            continue;
+        }
+        let ports: Vec<(u64, u64)> = dir
+            .chunk_by(|a, b| a.1 == b.1)
+            .map(|port| {
+                port.iter()
+                    .fold((u64::MAX, 0), |(f, l), s| (f.min(s.2), l.max(s.3)))
+            })
+            .collect();
+        let overlap = ports
+            .iter()
+            .enumerate()
+            .any(|(i, a)| ports[i + 1..].iter().any(|b| a.0 < b.1 && b.0 < a.1));
+        if overlap {
+            sprayed.insert(dir[0].0, ports.len() as u64);
         }
     }
-    let sprayed: BTreeMap<_, u64> = dirs
-        .into_iter()
-        .map(|(d, ports)| (d, ports.into_values().collect::<Vec<_>>()))
-        .filter(|(_, spans)| {
-            spans
-                .iter()
-                .enumerate()
-                .any(|(i, a)| spans[i + 1..].iter().any(|b| a.0 < b.1 && b.0 < a.1))
-        })
-        .map(|(d, spans)| (d, spans.len() as u64))
-        .collect();
+    if sprayed.is_empty() {
+        return;
+    }
     for (k, f) in rows.iter_mut() {
         if let Some(n) = sprayed.get(&pairing::dir_of(k)) {
             f.psn.sprayed = *n;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sort_large;
+
+    #[test]
+    fn sort_large_sorts_stably_and_keeps_every_item_once() {
+        // Items that own memory: an item read twice or dropped twice would show (a double
+        // free aborts), one lost would be missing.
+        let mut items: Vec<(u32, String)> = [5, 1, 4, 1, 3, 5, 0]
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (*k, format!("item {i}")))
+            .collect();
+        sort_large(&mut items, |a, b| a.0.cmp(&b.0));
+        let got: Vec<(u32, &str)> = items.iter().map(|(k, s)| (*k, s.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (0, "item 6"),
+                (1, "item 1"),
+                (1, "item 3"),
+                (3, "item 4"),
+                (4, "item 2"),
+                (5, "item 0"),
+                (5, "item 5"),
+            ]
+        );
+        // Already in order, and empty.
+        sort_large(&mut items, |a, b| a.0.cmp(&b.0));
+        assert_eq!(items.len(), 7);
+        let mut none: Vec<String> = Vec::new();
+        sort_large(&mut none, |a, b| a.cmp(b));
+        assert!(none.is_empty());
     }
 }

@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use observer_common::cm::{CmConn, CmKey};
 use observer_common::seq::{F_ACKREQ, F_RESP, F_VALID, MAX_GO_BACK, psn_sub};
 use observer_common::{FlowKey, FlowStats, MIRROR_UNION, QP_CM};
 
@@ -96,7 +97,7 @@ pub(crate) struct Unit {
 pub(crate) struct Pairing {
     pub units: Vec<Unit>,
     /// Each connected flow's unit (by index).
-    pub unit_of: HashMap<FlowKey, usize>,
+    pub unit_of: rustc_hash::FxHashMap<FlowKey, usize>,
 }
 
 impl Pairing {
@@ -219,40 +220,83 @@ impl Aggregate {
 
     /// Pairs the connected flows ([module docs](self)).
     pub(crate) fn pairing(&self) -> Pairing {
-        // Each direction's flows, and per two hosts and observation the directions each way.
-        let mut dirs: BTreeMap<Dir, Vec<FlowKey>> = BTreeMap::new();
-        for (k, _) in self.connected_flows() {
-            dirs.entry(dir_of(k)).or_default().push(*k);
-        }
+        // Each direction's flows: the connected flows sorted by direction (sorts, not maps:
+        // this runs on every interval's flows).
+        let mut flows: Vec<(Dir, FlowKey)> = self
+            .connected_flows()
+            .map(|(k, _)| (dir_of(k), *k))
+            .collect();
+        flows.sort_unstable();
+        let mut dirs: Vec<(Dir, Vec<FlowKey>)> = flows
+            .chunk_by(|a, b| a.0 == b.0)
+            .map(|d| (d[0].0, d.iter().map(|(_, k)| *k).collect()))
+            .collect();
+        // Per two hosts and observation (lower address first), the directions each way (0:
+        // from the lower address), in direction order.
         type HostPair = ([u8; 16], [u8; 16], u16);
-        let mut hosts: BTreeMap<HostPair, [Vec<Dir>; 2]> = BTreeMap::new();
-        for d in dirs.keys() {
-            let (src, dst, _, scope) = *d;
-            if src <= dst {
-                hosts.entry((src, dst, scope)).or_default()[0].push(*d);
+        let mut hosts: Vec<(HostPair, usize, usize)> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, ((src, dst, _, scope), _))| {
+                if src <= dst {
+                    ((*src, *dst, *scope), 0, i)
+                } else {
+                    ((*dst, *src, *scope), 1, i)
+                }
+            })
+            .collect();
+        hosts.sort_unstable();
+        // The connection manager's exchanges complete, per two hosts and observation: looked
+        // up per two hosts, not searched.
+        let mut exchanges: BTreeMap<HostPair, Vec<(&CmKey, &CmConn)>> = BTreeMap::new();
+        for (k, c) in self.cm_conns.iter().filter(|(_, c)| c.complete()) {
+            let (lo, hi) = if k.requester <= k.responder {
+                (k.requester, k.responder)
             } else {
-                hosts.entry((dst, src, scope)).or_default()[1].push(*d);
-            }
+                (k.responder, k.requester)
+            };
+            exchanges
+                .entry((lo, hi, k.mirror))
+                .or_default()
+                .push((k, c));
         }
         let mut out = Pairing::default();
-        for ((lo, _, _), [up, down]) in &hosts {
-            let lo = *lo;
-            let mut left: BTreeMap<Dir, Vec<FlowKey>> = up
-                .iter()
-                .chain(down)
-                .map(|d| (*d, dirs[d].clone()))
-                .collect();
-            self.pair_by_cm(&mut left, &mut out, lo);
-            let up: Vec<Dir> = up
-                .iter()
-                .filter(|d| left.contains_key(d))
-                .copied()
-                .collect();
-            let down: Vec<Dir> = down
-                .iter()
-                .filter(|d| left.contains_key(d))
-                .copied()
-                .collect();
+        out.unit_of.reserve(flows.len());
+        for group in hosts.chunk_by(|a, b| a.0 == b.0) {
+            let pair = group[0].0;
+            let lo = pair.0;
+            // Each direction belongs to one pair of hosts: its flows are moved, not copied.
+            let mut take = |i: usize| (dirs[i].0, std::mem::take(&mut dirs[i].1));
+            if group.iter().all(|(_, way, _)| *way == group[0].1) {
+                // Directions one way only: nothing to pair them with (no step pairs without a
+                // direction each way), one-sided and never ambiguous, as step 2 leaves them.
+                for (_, way, i) in group {
+                    let (_, rows) = take(*i);
+                    out.push(if *way == 0 {
+                        unit(lo, rows, Vec::new(), None)
+                    } else {
+                        unit(lo, Vec::new(), rows, None)
+                    });
+                }
+                continue;
+            }
+            let mut left: BTreeMap<Dir, Vec<FlowKey>> =
+                group.iter().map(|(_, _, i)| take(*i)).collect();
+            self.pair_by_cm(
+                exchanges.get(&pair).map_or(&[], Vec::as_slice),
+                &mut left,
+                &mut out,
+                lo,
+            );
+            let way = |w: usize| -> Vec<Dir> {
+                group
+                    .iter()
+                    .filter(|(_, way, _)| *way == w)
+                    .map(|(_, _, i)| dirs[*i].0)
+                    .filter(|d| left.contains_key(d))
+                    .collect()
+            };
+            let (up, down) = (way(0), way(1));
             self.pair_by_port(&up, &down, &mut left, &mut out, lo);
             self.pair_by_psn(&mut left, &mut out, lo);
         }
@@ -260,24 +304,22 @@ impl Aggregate {
     }
 
     /// Step 0, per two hosts: a connection the connection manager set up while observed (its
-    /// REQ and REP both seen) pairs the direction to the responder's QP with the one to the
-    /// requester's, unless another exchange names one of them too.
-    fn pair_by_cm(&self, left: &mut BTreeMap<Dir, Vec<FlowKey>>, out: &mut Pairing, lo: [u8; 16]) {
-        let Some(&(a, b, _, scope)) = left.keys().next() else {
-            return;
-        };
-        let (x, y) = if a == lo { (a, b) } else { (b, a) };
-        let pairs: Vec<(Dir, Dir)> = self
-            .cm_conns
+    /// REQ and REP both seen, `exchanges` those of the two hosts) pairs the direction to the
+    /// responder's QP with the one to the requester's, unless another exchange names one of
+    /// them too.
+    fn pair_by_cm(
+        &self,
+        exchanges: &[(&CmKey, &CmConn)],
+        left: &mut BTreeMap<Dir, Vec<FlowKey>>,
+        out: &mut Pairing,
+        lo: [u8; 16],
+    ) {
+        let pairs: Vec<(Dir, Dir)> = exchanges
             .iter()
-            .filter(|(k, c)| {
-                let hosts = (k.requester, k.responder);
-                (hosts == (x, y) || hosts == (y, x)) && k.mirror == scope && c.complete()
-            })
             .map(|(k, c)| {
                 (
-                    (k.requester, k.responder, c.rep_qpn, scope),
-                    (k.responder, k.requester, c.req_qpn, scope),
+                    (k.requester, k.responder, c.rep_qpn, k.mirror),
+                    (k.responder, k.requester, c.req_qpn, k.mirror),
                 )
             })
             .collect();
