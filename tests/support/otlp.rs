@@ -95,3 +95,23 @@ impl Drop for OtlpReceiver {
         let _ = self.child.wait();
     }
 }
+
+/// The connection sides a report's records have a row for: those that sent packets, posted
+/// messages or had requests answered (the far end of a direction seen alone has none). Worked
+/// out here from the report's JSON fields, not with the exporter's own test.
+pub fn connection_sides_seen(report: &roce_observer::model::Report) -> usize {
+    report
+        .connections
+        .iter()
+        .flat_map(|c| [&c.a, &c.b])
+        .filter(|s| {
+            let l = &s.latency;
+            s.packets > 0
+                || s.messages.is_some()
+                || l.ack.is_some()
+                || l.read.is_some()
+                || l.skipped > 0
+                || l.conflicts > 0
+        })
+        .count()
+}

@@ -318,9 +318,10 @@ pub struct IntervalRows<'a> {
 }
 
 impl<'a> IntervalRows<'a> {
-    /// The rows of a report covering one interval: every flow, both sides of every
-    /// connection, every latency bucket with a count, every PAUSE / PFC source and priority,
-    /// every finding.
+    /// The rows of a report covering one interval: every flow, every side of a connection
+    /// seen ([`ConnSide::seen`](crate::model::connections::ConnSide::seen): the far end of a
+    /// direction seen alone has no row, its peer's row names it), every latency bucket with a
+    /// count, every PAUSE / PFC source and priority, every finding.
     pub fn of(report: &'a Report) -> Self {
         let mut rows = Self {
             qps: report.flows.iter().map(|flow| QpItem { flow }).collect(),
@@ -328,6 +329,9 @@ impl<'a> IntervalRows<'a> {
         };
         for c in &report.connections {
             for (side, this, peer) in [("a", &c.a, &c.b), ("b", &c.b, &c.a)] {
+                if !this.seen() {
+                    continue;
+                }
                 rows.sides.push(SideItem {
                     connection: c,
                     side,

@@ -287,6 +287,19 @@ impl ConnSide {
     pub fn requests(&self) -> u64 {
         self.ops.send + self.ops.write + self.ops.read_request + self.ops.atomic
     }
+
+    /// Whether anything of this side was seen: a packet it sent, a message it posted, an
+    /// answer to its requests timed or skipped. A side seen in none of these (the far end of
+    /// a direction seen alone) is known only by what its peer sent it.
+    pub fn seen(&self) -> bool {
+        let l = &self.latency;
+        self.packets > 0
+            || self.messages.is_some()
+            || l.ack.is_some()
+            || l.read.is_some()
+            || l.skipped > 0
+            || l.conflicts > 0
+    }
 }
 
 /// Connections to judge, for unit tests.
