@@ -39,6 +39,7 @@ use http::Health;
 pub use logging::LOG_ENV;
 use logging::init_logging;
 pub use procfs::{cpu_seconds, resident_bytes};
+pub use records::hold_memory;
 use signals::{Command, Signals};
 
 use roce_observer::source::{

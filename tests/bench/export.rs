@@ -189,6 +189,8 @@ fn sidecar(qps: u32, runs: usize, resource: &Resource) -> Result<Sidecar, String
 
 fn main() -> ExitCode {
     let args: Args = clap::Parser::parse();
+    // The allocator kept as the sidecar keeps it.
+    observer_daemon::hold_memory();
     let report = report(args.qps);
     let resource = Resource {
         exporter: "bench/1/0".into(),
