@@ -56,12 +56,17 @@ fn ce_without_cnp(r: &Report, c: &CeWithoutCnp) -> Outcome {
             e.0 += f.ecn.ce;
             e.1.push(FlowRef::of_flow(f));
         }
-        let b = back.entry((f.dst_ip, f.src_ip)).or_default();
-        b.0 += f.packets;
-        b.1 += f.ops.cnp;
     }
     if ce.is_empty() {
         return Outcome::Passed("no CE marks on RoCE data".into());
+    }
+    // (The way back of the marked directions only.)
+    for f in &r.flows {
+        if ce.contains_key(&(f.dst_ip, f.src_ip)) {
+            let b = back.entry((f.dst_ip, f.src_ip)).or_default();
+            b.0 += f.packets;
+            b.1 += f.ops.cnp;
+        }
     }
     let mut offenders = Vec::new();
     let (mut unseen, mut judged) = (0, 0);

@@ -48,10 +48,8 @@ impl Default for DscpMix {
 const PAIRS_IN_SUMMARY: usize = 4;
 
 fn dscp_mix(r: &Report, c: &DscpMix) -> Outcome {
-    // Per DSCP: data bytes and flows; per host pair (a sender toward a receiver): its DSCPs
-    // and bytes.
+    // Per DSCP: data bytes and flows.
     let mut bytes: BTreeMap<u8, (u64, usize)> = BTreeMap::new();
-    let mut pairs: BTreeMap<(IpAddr, IpAddr), (BTreeSet<u8>, u64)> = BTreeMap::new();
     let mut total = 0u64;
     let mut remarked = Vec::new();
     for f in r.flows.iter().filter(|f| data_packets(f) > 0) {
@@ -66,9 +64,6 @@ fn dscp_mix(r: &Report, c: &DscpMix) -> Outcome {
             e.0 += share;
             e.1 += 1;
         }
-        let p = pairs.entry((f.src_ip, f.dst_ip)).or_default();
-        p.0.extend(&dscps);
-        p.1 += f.bytes;
         if dscps.len() > 1 {
             remarked.push(FlowRef::of_flow(f));
         }
@@ -82,6 +77,17 @@ fn dscp_mix(r: &Report, c: &DscpMix) -> Outcome {
         [] => return Outcome::InsufficientData("no RoCE data to judge".into()),
         [(d, _, _)] => return Outcome::Passed(format!("RoCE data uses one DSCP ({d})")),
         _ => {}
+    }
+    // Per host pair: its DSCPs and bytes (only wanted when there is a mix).
+    let mut pairs: BTreeMap<(IpAddr, IpAddr), (BTreeSet<u8>, u64)> = BTreeMap::new();
+    for f in r.flows.iter().filter(|f| data_packets(f) > 0) {
+        let dscps = data_dscps(f);
+        if dscps.is_empty() {
+            continue;
+        }
+        let p = pairs.entry((f.src_ip, f.dst_ip)).or_default();
+        p.0.extend(&dscps);
+        p.1 += f.bytes;
     }
     let with_zero = used.iter().any(|u| u.0 == 0);
     // The RoCE class: the DSCP besides 0 that carries the most bytes (best effort is never

@@ -1,9 +1,6 @@
 //! Incast: many senders to one receiver, with CE marks.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::IpAddr,
-};
+use std::{collections::BTreeMap, net::IpAddr};
 
 use serde::{Deserialize, Serialize};
 
@@ -46,13 +43,18 @@ impl Default for Incast {
 }
 
 fn incast(r: &Report, c: &Incast) -> Outcome {
-    let mut by_dst: BTreeMap<IpAddr, (BTreeSet<IpAddr>, u64, u64, Vec<FlowRef>)> = BTreeMap::new();
+    // Per receiver: its senders (a list made unique once, not a set grown flow by flow).
+    let mut by_dst: BTreeMap<IpAddr, (Vec<IpAddr>, u64, u64, Vec<FlowRef>)> = BTreeMap::new();
     for f in r.flows.iter().filter(|f| data_packets(f) > 0) {
         let e = by_dst.entry(f.dst_ip).or_default();
-        e.0.insert(f.src_ip);
+        e.0.push(f.src_ip);
         e.1 += f.packets;
         e.2 += f.ecn.ce;
         e.3.push(FlowRef::of_flow(f));
+    }
+    for (senders, ..) in by_dst.values_mut() {
+        senders.sort_unstable();
+        senders.dedup();
     }
     let receivers = by_dst.len() as u64;
     let most = by_dst.values().map(|(s, ..)| s.len()).max().unwrap_or(0);

@@ -60,17 +60,23 @@ fn loss(r: &Report, c: &Loss, min_drops: u64, ctx: &Context) -> Outcome {
     }
     // A request sent again after an RNR NAK waited out the receiver, nothing was lost: per
     // host pair, resend episodes up to the RNR NAKs coming back are those retries.
+    // (Host pairs with RNR NAKs only: most intervals have none.)
     let mut rnr_back: BTreeMap<(IpAddr, IpAddr), u64> = BTreeMap::new();
-    for f in &r.flows {
+    for f in r.flows.iter().filter(|f| f.ops.rnr_nak > 0) {
         *rnr_back.entry((f.dst_ip, f.src_ip)).or_default() += f.ops.rnr_nak;
     }
     let mut rnr_retries = 0;
     let mut flows: Vec<(u64, FlowRef, bool)> = Vec::new();
     let (mut missing, mut lost_events, mut naks, mut retx, mut episodes) = (0, 0, 0, 0, 0);
     for f in &r.flows {
-        let rnr = rnr_back.entry((f.src_ip, f.dst_ip)).or_default();
-        let retried = f.psn.retransmission_episodes.min(*rnr);
-        *rnr -= retried;
+        let retried = match rnr_back.get_mut(&(f.src_ip, f.dst_ip)) {
+            Some(rnr) if f.psn.retransmission_episodes > 0 => {
+                let retried = f.psn.retransmission_episodes.min(*rnr);
+                *rnr -= retried;
+                retried
+            }
+            _ => 0,
+        };
         rnr_retries += retried;
         let own_episodes = f.psn.retransmission_episodes - retried;
         // The resends of RNR retries: a retry resends what the RNR NAK named onwards.
