@@ -169,11 +169,14 @@ impl IpText {
 }
 
 /// Whether a column's value is left out of a record's attributes: an empty string (a value
-/// not known) or a count of 0 (OpenTelemetry leaves out what is not there; a receiver reads
-/// an absent count as 0). Keys, bounds, times and sequence numbers are always there.
+/// not known), an empty list or a count of 0 (OpenTelemetry leaves out what is not there; a
+/// receiver reads an absent count as 0, an absent list as empty). Keys, bounds, times and
+/// sequence numbers are always there.
 pub fn left_out(c: &ColumnInfo, v: &Value<'_>) -> bool {
     match v {
         Value::Str(s) => s.is_empty(),
+        Value::Strs(s) => s.is_empty(),
+        Value::U64s(n) => n.is_empty(),
         Value::U64(0) => c.ty == ChType::Count,
         _ => false,
     }
