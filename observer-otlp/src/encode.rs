@@ -305,18 +305,35 @@ fn write_any(v: &Value<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// A varint appended in one copy (prost's `encode_varint` appends a byte at a time, each
-/// checking the vector's room: a fifth of the records' encoding when measured).
-fn put_varint(mut v: u64, out: &mut Vec<u8>) {
-    let mut buf = [0u8; 10];
-    let mut n = 0;
-    while v >= 0x80 {
-        buf[n] = v as u8 | 0x80;
-        v >>= 7;
-        n += 1;
+/// An attribute made on the stack, then appended in one copy: appending its pieces one by
+/// one (tags, varints, the key, the value) costs a call to copy for each, the most of the
+/// records' encoding when measured.
+struct Attr {
+    buf: [u8; 128],
+    len: usize,
+}
+
+impl Attr {
+    fn byte(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
     }
-    buf[n] = v as u8;
-    out.extend_from_slice(&buf[..=n]);
+
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.byte(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.byte(v as u8);
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        // Byte by byte: a key or an address is a few dozen bytes.
+        for (to, from) in self.buf[self.len..self.len + b.len()].iter_mut().zip(b) {
+            *to = *from;
+        }
+        self.len += b.len();
+    }
 }
 
 /// An attribute whose value is a string or an integer, the records' every attribute but the
@@ -328,25 +345,48 @@ fn write_scalar_attribute(key: &str, text: Option<&str>, int: u64, out: &mut Vec
         None => 1 + encoded_len_varint(int),
     };
     let kv = field_len(1, key.len()) + field_len(2, any);
-    out.reserve(field_len(6, kv));
-    out.push(0x32);
-    put_varint(kv as u64, out);
-    out.push(0x0a);
-    put_varint(key.len() as u64, out);
-    out.extend_from_slice(key.as_bytes());
-    out.push(0x12);
-    put_varint(any as u64, out);
+    let total = field_len(6, kv);
+    if total > 128 {
+        // A long string (a finding's text): piece by piece.
+        len_key(6, kv, out);
+        len_key(1, key.len(), out);
+        out.extend_from_slice(key.as_bytes());
+        len_key(2, any, out);
+        match text {
+            Some(t) => {
+                len_key(1, t.len(), out);
+                out.extend_from_slice(t.as_bytes());
+            }
+            None => {
+                encode_key(3, WireType::Varint, out);
+                encode_varint(int, out);
+            }
+        }
+        return;
+    }
+    let mut a = Attr {
+        buf: [0; 128],
+        len: 0,
+    };
+    a.byte(0x32);
+    a.varint(kv as u64);
+    a.byte(0x0a);
+    a.varint(key.len() as u64);
+    a.bytes(key.as_bytes());
+    a.byte(0x12);
+    a.varint(any as u64);
     match text {
         Some(t) => {
-            out.push(0x0a);
-            put_varint(t.len() as u64, out);
-            out.extend_from_slice(t.as_bytes());
+            a.byte(0x0a);
+            a.varint(t.len() as u64);
+            a.bytes(t.as_bytes());
         }
         None => {
-            out.push(0x18);
-            put_varint(int, out);
+            a.byte(0x18);
+            a.varint(int);
         }
     }
+    out.extend_from_slice(&a.buf[..a.len]);
 }
 
 /// An attribute: a KeyValue, as a LogRecord's field 6.
@@ -423,10 +463,10 @@ impl<'r> RowSink<'r> for RecordWriter {
         self.table = table;
         self.severity = INFO;
         encode_key(2, WireType::LengthDelimited, out);
-        // The record's length is known once it is written: room for a 3-byte varint (up to
-        // 2 MiB, far beyond a row), moved up when it takes fewer.
+        // The record's length is known once it is written: room for a 2-byte varint (a row of
+        // 128 bytes to 16 KiB, as nearly all are), the record moved when it takes another.
         self.at = out.len();
-        out.extend_from_slice(&[0; 3]);
+        out.extend_from_slice(&[0; 2]);
         if self.time != 0 {
             encode_key(1, WireType::SixtyFourBit, out);
             out.extend_from_slice(&self.time.to_le_bytes());
@@ -467,19 +507,23 @@ impl<'r> RowSink<'r> for RecordWriter {
         out.extend_from_slice(EVENT_PREFIX.as_bytes());
         out.extend_from_slice(name.as_bytes());
         let at = self.at;
-        let len = out.len() - at - 3;
+        let len = out.len() - at - 2;
         let mut varint = [0u8; 10];
         let n = {
             let mut rest = &mut varint[..];
             encode_varint(len as u64, &mut rest);
             10 - rest.len()
         };
-        if n <= 3 {
-            out[at..at + n].copy_from_slice(&varint[..n]);
-            out.copy_within(at + 3.., at + n);
-            out.truncate(out.len() - (3 - n));
-        } else {
-            out.splice(at..at + 3, varint[..n].iter().copied());
+        match n {
+            2 => out[at..at + 2].copy_from_slice(&varint[..2]),
+            1 => {
+                out[at] = varint[0];
+                out.copy_within(at + 2.., at + 1);
+                out.truncate(out.len() - 1);
+            }
+            _ => {
+                out.splice(at..at + 2, varint[..n].iter().copied());
+            }
         }
     }
 }
