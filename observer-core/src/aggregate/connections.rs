@@ -102,14 +102,15 @@ impl Aggregate {
             c.ambiguous = u.ambiguous.map(|n| n as u32);
             out.push(c);
         }
-        super::sort_large(&mut out, |a, b| {
-            b.bytes
-                .cmp(&a.bytes)
-                .then(b.packets.cmp(&a.packets))
-                .then(a.a.ip.cmp(&b.a.ip))
-                .then(a.b.ip.cmp(&b.b.ip))
-                .then(a.udp_src_port.cmp(&b.udp_src_port))
-                .then(a.a.qp.cmp(&b.a.qp))
+        super::sort_large(&mut out, |c| {
+            (
+                std::cmp::Reverse(c.bytes),
+                std::cmp::Reverse(c.packets),
+                c.a.ip,
+                c.b.ip,
+                c.udp_src_port,
+                c.a.qp,
+            )
         });
         (out, other)
     }

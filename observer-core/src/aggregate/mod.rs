@@ -777,16 +777,17 @@ impl Aggregate {
         let mut rows = agg.linked_flows(window_seconds, &pairing);
         // The unions out, the rows left in place (few or none move).
         let unions: Vec<(FlowKey, Flow)> = rows.extract_if(.., |(k, _)| k.is_union()).collect();
-        sort_large(&mut rows, |(ka, a), (kb, b)| {
-            b.bytes
-                .cmp(&a.bytes)
-                .then(b.packets.cmp(&a.packets))
-                .then(a.src_ip.cmp(&b.src_ip))
-                .then(a.dst_ip.cmp(&b.dst_ip))
-                .then(a.dest_qp.cmp(&b.dest_qp))
-                .then(a.udp_src_port.cmp(&b.udp_src_port))
-                .then(a.direction.cmp(&b.direction))
-                .then(ka.mirror.cmp(&kb.mirror))
+        sort_large(&mut rows, |(k, f)| {
+            (
+                std::cmp::Reverse(f.bytes),
+                std::cmp::Reverse(f.packets),
+                f.src_ip,
+                f.dst_ip,
+                f.dest_qp,
+                f.udp_src_port,
+                f.direction,
+                k.mirror,
+            )
         });
         // A mirror copy's PSNs are analysed with its flow's copies in every session: that
         // analysis goes to the first of the flow's rows (the most bytes), once.
@@ -871,12 +872,15 @@ impl Aggregate {
     }
 }
 
-/// Sorts `items` (stably) by `cmp`, sorting their indices and then moving each item twice
-/// (out and back in order): a sort moves its elements many times, and a report's flows and
-/// connections are hundreds of bytes each.
-pub(crate) fn sort_large<T>(items: &mut Vec<T>, cmp: impl Fn(&T, &T) -> std::cmp::Ordering) {
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by(|&a, &b| cmp(&items[a], &items[b]));
+/// Sorts `items` (stably) by `key`: their keys are sorted with their indices (side by side,
+/// not compared through the items), then each item is moved once into its place. A sort
+/// moves its elements many times, and a report's flows and connections are hundreds of bytes
+/// each.
+pub(crate) fn sort_large<T, K: Ord>(items: &mut Vec<T>, key: impl Fn(&T) -> K) {
+    let mut keyed: Vec<(K, usize)> = items.iter().map(&key).zip(0..).collect();
+    // The index makes every key distinct, and the unstable sort stable.
+    keyed.sort_unstable();
+    let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     if order.iter().enumerate().all(|(i, &j)| i == j) {
         return;
     }
@@ -961,7 +965,7 @@ mod tests {
             .enumerate()
             .map(|(i, k)| (*k, format!("item {i}")))
             .collect();
-        sort_large(&mut items, |a, b| a.0.cmp(&b.0));
+        sort_large(&mut items, |a| a.0);
         let got: Vec<(u32, &str)> = items.iter().map(|(k, s)| (*k, s.as_str())).collect();
         assert_eq!(
             got,
@@ -976,10 +980,10 @@ mod tests {
             ]
         );
         // Already in order, and empty.
-        sort_large(&mut items, |a, b| a.0.cmp(&b.0));
+        sort_large(&mut items, |a| a.0);
         assert_eq!(items.len(), 7);
         let mut none: Vec<String> = Vec::new();
-        sort_large(&mut none, |a, b| a.cmp(b));
+        sort_large(&mut none, |a| a.clone());
         assert!(none.is_empty());
     }
 }

@@ -315,6 +315,17 @@ impl Psn {
 }
 
 /// The VLAN IDs of a stored range (each VID + 1, 0 when none): the lowest and the highest.
+/// The bits set in `mask`, lowest first.
+fn bits(mask: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    let mut m = mask;
+    while m != 0 {
+        v.push(m.trailing_zeros() as u8);
+        m &= m - 1;
+    }
+    v
+}
+
 fn vid_range(lo: u16, hi: u16) -> Vec<u16> {
     match (lo, hi) {
         (0, _) => Vec::new(),
@@ -427,11 +438,9 @@ impl Flow {
             transports: transport_names(s.transport_mask),
             psn: Psn::of(s),
             psn_scope: None,
-            dscp: (0..64u8).filter(|d| s.dscp_mask & (1 << d) != 0).collect(),
-            cnp_dscp: (0..64u8)
-                .filter(|d| s.cnp_dscp_mask & (1 << d) != 0)
-                .collect(),
-            pcp: (0..8u8).filter(|p| s.pcp_mask & (1 << p) != 0).collect(),
+            dscp: bits(s.dscp_mask),
+            cnp_dscp: bits(s.cnp_dscp_mask),
+            pcp: bits(u64::from(s.pcp_mask & 0xff)),
             vlans: vid_range(s.vids[0], s.vids[1]),
             inner_vlans: vid_range(s.vids[2], s.vids[3]),
             untagged: s.pcp_mask & observer_common::UNTAGGED != 0,
