@@ -40,11 +40,48 @@ use super::{
 /// Flows' growth, by flow.
 type GrowthMap = FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>;
 
+/// Flows' growth as handed over: the lists of drains and retirements, one after another (a
+/// list has each flow once; a flow may be in several). They are summed by flow on the
+/// builder's thread, and only when there are several: an interval is one drain's list.
+#[derive(Default)]
+pub(super) struct Grown {
+    lists: Vec<Vec<Growth>>,
+}
+
+impl Grown {
+    fn add(&mut self, list: Vec<Growth>) {
+        if !list.is_empty() {
+            self.lists.push(list);
+        }
+    }
+
+    fn append(&mut self, later: Grown) {
+        self.lists.extend(later.lists);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lists.is_empty()
+    }
+
+    /// Each flow once, with its growth summed.
+    fn summed(mut self) -> Vec<Growth> {
+        if self.lists.len() <= 1 {
+            return self.lists.pop().unwrap_or_default();
+        }
+        let mut by_flow = GrowthMap::default();
+        by_flow.reserve(self.lists.iter().map(Vec::len).max().unwrap_or(0));
+        for list in self.lists {
+            add_growth(&mut by_flow, list.into_iter().map(|(k, c, a)| (k, (c, a))));
+        }
+        by_flow.into_iter().map(|(k, (c, a))| (k, c, a)).collect()
+    }
+}
+
 /// What the collector hands over of one interval (or of several, when the builder was behind).
 #[derive(Default)]
 pub(super) struct Interval {
     /// Every flow's growth ([`Records::add_growth`]).
-    pub grown: GrowthMap,
+    pub grown: Grown,
     /// Latency states deleted before this interval's were read: their growth starts from
     /// nothing ([`Records::forget_latency`]).
     pub forget: Vec<LatKey>,
@@ -64,7 +101,7 @@ impl Interval {
     /// `later` follows this one: one interval of both (growth added, the cumulative values
     /// the later ones).
     fn absorb(&mut self, later: Interval) {
-        add_growth(&mut self.grown, later.grown);
+        self.grown.append(later.grown);
         self.forget.extend(later.forget);
         self.latency = later.latency;
         self.scopes = later.scopes;
@@ -87,7 +124,7 @@ pub(super) struct Records {
     /// An interval the builder had no room for yet.
     held: Option<Interval>,
     /// The flows' growth since the last interval handed over.
-    growth: GrowthMap,
+    growth: Grown,
     /// Latency states deleted since the last latency read, and those deleted before it.
     forget_new: Vec<LatKey>,
     forget: Vec<LatKey>,
@@ -226,7 +263,7 @@ impl Records {
         Ok(Self {
             tx: Some(tx),
             held: None,
-            growth: FxHashMap::default(),
+            growth: Grown::default(),
             forget_new: Vec::new(),
             forget: Vec::new(),
             last_end: live::unix_ns(),
@@ -243,11 +280,7 @@ impl Records {
 
     /// Adds flows' growth (a drain's, or flows retired) to the next interval handed over.
     pub(super) fn add_growth(&mut self, grown: Vec<Growth>) {
-        self.growth.reserve(grown.len());
-        add_growth(
-            &mut self.growth,
-            grown.into_iter().map(|(key, c, a)| (key, (c, a))),
-        );
+        self.growth.add(grown);
     }
 
     /// The latency states were read (for the interval about to be handed over).
@@ -316,7 +349,7 @@ impl Records {
         if !self.growth.is_empty() {
             let grown = std::mem::take(&mut self.growth);
             match &mut self.held {
-                Some(held) => add_growth(&mut held.grown, grown),
+                Some(held) => held.grown.append(grown),
                 None => {
                     let now = live::unix_ns().max(self.last_end);
                     self.held = Some(Interval {
@@ -375,14 +408,15 @@ impl Builder {
     }
 
     /// Queues the records of one interval: a report of what it added, as `replay` makes one.
-    fn interval(&mut self, iv: Interval) {
-        let agg = self.interval_aggregate(&iv);
+    fn interval(&mut self, mut iv: Interval) {
+        let grown = std::mem::take(&mut iv.grown).summed();
+        let flows = grown.len();
+        let agg = self.interval_aggregate(&iv, grown);
         let mut report = agg.report(self.source.clone(), iv.seconds);
         drop(agg);
         report.name_latency_interfaces(&iv.names);
         report.set_link_speed(iv.link_speed);
         let (start, end) = iv.bounds;
-        let flows = iv.grown.len();
         drop(iv);
         conclude(&mut report, &AnalysisOptions::default());
         self.exporter.push_interval(
@@ -414,7 +448,7 @@ impl Builder {
 
     /// What the interval added: the flows' growth, and the growth of the cumulative latency
     /// histograms and pause counts since the last interval.
-    fn interval_aggregate(&mut self, iv: &Interval) -> Aggregate {
+    fn interval_aggregate(&mut self, iv: &Interval, grown: Vec<Growth>) -> Aggregate {
         for key in &iv.forget {
             self.latency.remove(key);
         }
@@ -426,8 +460,9 @@ impl Builder {
         };
         let unix = |ns: u64| (i128::from(ns) + offset).clamp(0, i128::from(u64::MAX)) as u64;
         let mut agg = Aggregate::new();
-        for (key, (counts, attrs)) in &iv.grown {
-            let mut stats = counts.stats(attrs);
+        agg.flows.reserve(grown.len());
+        for (key, counts, attrs) in grown {
+            let mut stats = counts.stats(&attrs);
             // What was seen of a flow is its table entry's: a first packet before the interval
             // is the interval's start.
             stats.first_seen_ns = unix(stats.first_seen_ns).max(start_ns);
@@ -442,7 +477,7 @@ impl Builder {
             } else {
                 &mut agg.flows
             };
-            map.insert(*key, stats);
+            map.insert(key, stats);
         }
         let mut latency = HashMap::with_capacity(iv.latency.len());
         for (key, state) in &iv.latency {
@@ -533,6 +568,46 @@ fn pause_growth(now: &PauseStats, then: Option<&PauseStats>) -> PauseStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growth_handed_over_in_several_lists_is_summed_by_flow() {
+        let key = |qp: u32| observer_common::FlowKey {
+            dest_qp: qp,
+            ..Default::default()
+        };
+        let growth = |qp: u32, packets: u64, dscp: u64| {
+            let mut c = Counts::<RECORD_WIDTH>::default();
+            c.0[crate::flowbook::PACKETS] = packets;
+            let a = Attrs {
+                dscp_mask: 1 << dscp,
+                ..Default::default()
+            };
+            (key(qp), c, a)
+        };
+        // One list: as it is.
+        let mut one = Grown::default();
+        one.add(vec![growth(1, 5, 26), growth(2, 7, 26)]);
+        one.add(Vec::new());
+        assert_eq!(one.summed().len(), 2);
+        // A drain's, then a retirement's with one of the same flows, then a later interval's.
+        let mut first = Grown::default();
+        first.add(vec![growth(1, 5, 26), growth(2, 7, 26)]);
+        first.add(vec![growth(2, 1, 46)]);
+        let mut later = Grown::default();
+        later.add(vec![growth(3, 4, 26), growth(1, 2, 26)]);
+        first.append(later);
+        let mut got: Vec<(u32, u64, u64)> = first
+            .summed()
+            .into_iter()
+            .map(|(k, c, a)| (k.dest_qp, c.0[crate::flowbook::PACKETS], a.dscp_mask))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [(1, 7, 1 << 26), (2, 8, 1 << 26 | 1 << 46), (3, 4, 1 << 26)]
+        );
+        assert!(Grown::default().is_empty());
+    }
 
     #[test]
     fn a_histogram_grows_by_its_new_samples_and_starts_over_when_made_again() {
