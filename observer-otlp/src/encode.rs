@@ -305,18 +305,18 @@ fn write_any(v: &Value<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// An attribute made on the stack, then appended in one copy: appending its pieces one by
-/// one (tags, varints, the key, the value) costs a call to copy for each, the most of the
-/// records' encoding when measured.
-struct Attr {
-    buf: [u8; 128],
-    len: usize,
+/// Writes an attribute straight into a vector's spare room: appended piece by piece (tags,
+/// varints, the key, the value), each piece costs a call to copy, most of the records'
+/// encoding when measured.
+struct Spare<'a> {
+    room: &'a mut [std::mem::MaybeUninit<u8>],
+    at: usize,
 }
 
-impl Attr {
+impl Spare<'_> {
     fn byte(&mut self, b: u8) {
-        self.buf[self.len] = b;
-        self.len += 1;
+        self.room[self.at].write(b);
+        self.at += 1;
     }
 
     fn varint(&mut self, mut v: u64) {
@@ -328,11 +328,10 @@ impl Attr {
     }
 
     fn bytes(&mut self, b: &[u8]) {
-        // Byte by byte: a key or an address is a few dozen bytes.
-        for (to, from) in self.buf[self.len..self.len + b.len()].iter_mut().zip(b) {
-            *to = *from;
+        for (to, from) in self.room[self.at..self.at + b.len()].iter_mut().zip(b) {
+            to.write(*from);
         }
-        self.len += b.len();
+        self.at += b.len();
     }
 }
 
@@ -346,47 +345,35 @@ fn write_scalar_attribute(key: &str, text: Option<&str>, int: u64, out: &mut Vec
     };
     let kv = field_len(1, key.len()) + field_len(2, any);
     let total = field_len(6, kv);
-    if total > 128 {
-        // A long string (a finding's text): piece by piece.
-        len_key(6, kv, out);
-        len_key(1, key.len(), out);
-        out.extend_from_slice(key.as_bytes());
-        len_key(2, any, out);
-        match text {
-            Some(t) => {
-                len_key(1, t.len(), out);
-                out.extend_from_slice(t.as_bytes());
-            }
-            None => {
-                encode_key(3, WireType::Varint, out);
-                encode_varint(int, out);
-            }
-        }
-        return;
-    }
-    let mut a = Attr {
-        buf: [0; 128],
-        len: 0,
+    out.reserve(total);
+    let start = out.len();
+    let mut w = Spare {
+        room: &mut out.spare_capacity_mut()[..total],
+        at: 0,
     };
-    a.byte(0x32);
-    a.varint(kv as u64);
-    a.byte(0x0a);
-    a.varint(key.len() as u64);
-    a.bytes(key.as_bytes());
-    a.byte(0x12);
-    a.varint(any as u64);
+    w.byte(0x32);
+    w.varint(kv as u64);
+    w.byte(0x0a);
+    w.varint(key.len() as u64);
+    w.bytes(key.as_bytes());
+    w.byte(0x12);
+    w.varint(any as u64);
     match text {
         Some(t) => {
-            a.byte(0x0a);
-            a.varint(t.len() as u64);
-            a.bytes(t.as_bytes());
+            w.byte(0x0a);
+            w.varint(t.len() as u64);
+            w.bytes(t.as_bytes());
         }
         None => {
-            a.byte(0x18);
-            a.varint(int);
+            w.byte(0x18);
+            w.varint(int);
         }
     }
-    out.extend_from_slice(&a.buf[..a.len]);
+    let written = w.at;
+    debug_assert_eq!(written, total);
+    // SAFETY: the `written` bytes after the vector's length were each written above, in
+    // order (the room is the vector's spare capacity, `written` at most its `total`).
+    unsafe { out.set_len(start + written) };
 }
 
 /// An attribute: a KeyValue, as a LogRecord's field 6.
@@ -534,18 +521,26 @@ const EVENT_PREFIX: &str = "roce.";
 /// A logs request around `records` (log record fields as [`write_log_record`] appends them):
 /// the bytes [`logs`] would encode.
 pub fn logs_bytes(resource_: &Resource, records: &[u8]) -> Vec<u8> {
+    let mut out = logs_head(resource_, records.len(), records.len());
+    out.extend_from_slice(records);
+    out
+}
+
+/// What [`logs_bytes`] puts before `records_len` bytes of records (with room for `more`
+/// bytes after it): the request's envelope, which a compressor can take before the records
+/// themselves, not copied behind it.
+pub fn logs_head(resource_: &Resource, records_len: usize, more: usize) -> Vec<u8> {
     let resource = resource(resource_).encode_to_vec();
     let scope = scope().encode_to_vec();
-    let scope_logs = field_len(1, scope.len()) + records.len();
+    let scope_logs = field_len(1, scope.len()) + records_len;
     let resource_logs = field_len(1, resource.len()) + field_len(2, scope_logs);
-    let mut out = Vec::with_capacity(field_len(1, resource_logs));
+    let mut out = Vec::with_capacity(field_len(1, resource_logs) - records_len + more);
     len_key(1, resource_logs, &mut out);
     len_key(1, resource.len(), &mut out);
     out.extend_from_slice(&resource);
     len_key(2, scope_logs, &mut out);
     len_key(1, scope.len(), &mut out);
     out.extend_from_slice(&scope);
-    out.extend_from_slice(records);
     out
 }
 

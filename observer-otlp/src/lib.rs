@@ -25,7 +25,8 @@ use std::{
 #[cfg(test)]
 use encode::reference::{log_record, logs};
 pub use encode::{
-    INTERVAL_SUMS, RecordWriter, interval_sums, logs_bytes, metrics, row_sums, write_log_record,
+    INTERVAL_SUMS, RecordWriter, interval_sums, logs_bytes, logs_head, metrics, row_sums,
+    write_log_record,
 };
 use observer_core::export::{
     ColumnInfo, EncodedRow, IntervalRows, Resource, RowSink, Sequencer, Value,
@@ -237,10 +238,12 @@ impl Exporter {
             self.config.max_rows_per_request,
             move |records, rows| {
                 let metrics = aggregates.take();
-                let mut logs = logs_bytes(resource, records);
-                if self.config.gzip {
-                    logs = gzip(&logs);
-                }
+                let logs = if self.config.gzip {
+                    // The envelope, then the records: compressed without being copied behind it.
+                    gzip(&[&logs_head(resource, records.len(), 0), records])
+                } else {
+                    logs_bytes(resource, records)
+                };
                 let bytes = logs.len() + metrics.as_ref().map_or(0, Message::encoded_len);
                 self.enqueue(Batch {
                     logs,
@@ -372,13 +375,14 @@ impl<'r, F: FnMut(&[u8], u64)> RowSink<'r> for Requests<F> {
 
 /// `bytes` gzip'd at the fast level, as the HTTP transport compresses (the records' attribute
 /// names repeat: even the fast level takes them down to a few percent).
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut gz = flate2::write::GzEncoder::new(
-        Vec::with_capacity(bytes.len() / 8),
-        flate2::Compression::fast(),
-    );
-    // Writing to a Vec cannot fail.
-    let _ = gz.write_all(bytes);
+fn gzip(parts: &[&[u8]]) -> Vec<u8> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let mut gz =
+        flate2::write::GzEncoder::new(Vec::with_capacity(len / 8), flate2::Compression::fast());
+    for p in parts {
+        // Writing to a Vec cannot fail.
+        let _ = gz.write_all(p);
+    }
     gz.finish().unwrap_or_default()
 }
 
