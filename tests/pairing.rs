@@ -478,3 +478,38 @@ fn per_packet_spraying_is_not_loss() {
     let flowlets = report(&synth::scenario("pairing-respray").unwrap());
     assert!(flowlets.flows.iter().all(|f| f.psn.sprayed == 0));
 }
+
+/// A host that talks to itself (loopback, one Soft-RoCE host), its connection set up by the
+/// connection manager: both directions have the same two addresses, so they are not two ways
+/// of a pair of hosts, and the exchange pairs them as it does two hosts'.
+#[test]
+fn a_host_with_itself_pairs_by_the_connection_manager() {
+    use observer_common::wire;
+    use roce_observer::source::synth::{Ip, PortRule, QpStream, host_mac};
+    let a = std::net::Ipv4Addr::new(198, 18, 78, 1);
+    let mut w = Workload::default();
+    let mut qp = QpStream::new(
+        wire::TRANSPORT_RC,
+        Ip::v4(a, a),
+        [host_mac(0x4e01), host_mac(0x4e01)],
+        [0x51, 0x61],
+        0,
+    )
+    .with_port_rule(PortRule::LocalQpn);
+    qp.cm_exchange(&mut w);
+    for _ in 0..8 {
+        qp.write(&mut w, 2048);
+        let last = qp.last_psn();
+        qp.ack(&mut w, last);
+    }
+    let r = report(&w);
+    let c = match r.connections.as_slice() {
+        [c] => c,
+        other => panic!("want one connection: {other:#?}"),
+    };
+    assert_eq!(c.paired_by.as_deref(), Some("cm"), "{c:?}");
+    assert_eq!(
+        ends_of(c),
+        ends((IpAddr::V4(a), 0x51), (IpAddr::V4(a), 0x61))
+    );
+}

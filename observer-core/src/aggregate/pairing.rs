@@ -267,9 +267,11 @@ impl Aggregate {
             let lo = pair.0;
             // Each direction belongs to one pair of hosts: its flows are moved, not copied.
             let mut take = |i: usize| (dirs[i].0, std::mem::take(&mut dirs[i].1));
-            if group.iter().all(|(_, way, _)| *way == group[0].1) {
+            if pair.0 != pair.1 && group.iter().all(|(_, way, _)| *way == group[0].1) {
                 // Directions one way only: nothing to pair them with (no step pairs without a
                 // direction each way), one-sided and never ambiguous, as step 2 leaves them.
+                // (Not a host with itself, whose directions all count one way: its connection
+                // manager's exchanges pair them.)
                 for (_, way, i) in group {
                     let (_, rows) = take(*i);
                     out.push(if *way == 0 {
