@@ -120,7 +120,7 @@ fn report_qps(r: &Report) -> BTreeMap<QpKey, [u64; 9]> {
 }
 
 /// Checks one exporter's records against its report: a QP record per flow with its counts, a
-/// connection side per side, a finding per finding; each table's `seq` 0, 1, 2...; the
+/// connection side record per side seen, a finding per finding; each table's `seq` 0, 1, 2...; the
 /// interval's totals as metrics; the headers sent.
 fn check_exporter(name: &str, records: &[&Value], report: &Report, transport: &str) {
     let logs: Vec<&&Value> = records.iter().filter(|r| r["signal"] == "log").collect();

@@ -66,7 +66,7 @@ PARTITION BY toYYYYMMDD(interval_start)
 ORDER BY (host, src_addr, dst_addr, dest_qp, src_port, interval_start_ns)
 TTL inserted_at + INTERVAL 30 DAY DELETE;
 
--- One row: one side of a connection (a QP and what both directions show of it) over one interval; a side seen in none of its columns (the far end of a direction seen alone: no packet, message or answered request) has no row, its peer's row names it.
+-- One row: one side of a connection (a QP and what both directions show of it) over one interval; a side seen in none of its columns (the far end of a direction seen alone: no flow it sent, no message, no request of its timed) has no row, its peer's row names it.
 CREATE TABLE IF NOT EXISTS roce.connection_sides
 (
     schema_version UInt16 COMMENT 'The record schema''s version',

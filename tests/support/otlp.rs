@@ -96,9 +96,9 @@ impl Drop for OtlpReceiver {
     }
 }
 
-/// The connection sides a report's records have a row for: those that sent packets, posted
-/// messages or had requests answered (the far end of a direction seen alone has none). Worked
-/// out here from the report's JSON fields, not with the exporter's own test.
+/// The connection sides a report's records have a row for: those that sent a flow (on some
+/// port) or packets, posted messages or had requests timed (the far end of a direction seen
+/// alone has none), by the report's fields as its JSON has them.
 pub fn connection_sides_seen(report: &roce_observer::model::Report) -> usize {
     report
         .connections
@@ -106,7 +106,8 @@ pub fn connection_sides_seen(report: &roce_observer::model::Report) -> usize {
         .flat_map(|c| [&c.a, &c.b])
         .filter(|s| {
             let l = &s.latency;
-            s.packets > 0
+            !s.ports.is_empty()
+                || s.packets > 0
                 || s.messages.is_some()
                 || l.ack.is_some()
                 || l.read.is_some()

@@ -769,7 +769,7 @@ const SIDE_COLUMNS: [Column<SideGet>; 42] = concat_columns(SIDE_OWN, SIDE_OPS);
 /// One side of a connection over the interval: a QP with its messages and latency.
 pub const CONNECTION_SIDES: Table<SideGet> = Table {
     name: "connection_sides",
-    row: "one side of a connection (a QP and what both directions show of it) over one interval; a side seen in none of its columns (the far end of a direction seen alone: no packet, message or answered request) has no row, its peer's row names it",
+    row: "one side of a connection (a QP and what both directions show of it) over one interval; a side seen in none of its columns (the far end of a direction seen alone: no flow it sent, no message, no request of its timed) has no row, its peer's row names it",
     order_by: "(host, addr, peer_addr, qp, interval_start_ns)",
     columns: &SIDE_COLUMNS,
 };

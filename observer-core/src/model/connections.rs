@@ -288,12 +288,14 @@ impl ConnSide {
         self.ops.send + self.ops.write + self.ops.read_request + self.ops.atomic
     }
 
-    /// Whether anything of this side was seen: a packet it sent, a message it posted, an
-    /// answer to its requests timed or skipped. A side seen in none of these (the far end of
-    /// a direction seen alone) is known only by what its peer sent it.
+    /// Whether anything of this side was seen: a flow it sent (on some UDP source port, even
+    /// with no packet of its own in an interval, only a PSN count caught up), a message it
+    /// posted, a request of its timed, skipped or in conflict. A side seen in none of these
+    /// (the far end of a direction seen alone) is known only by what its peer sent it.
     pub fn seen(&self) -> bool {
         let l = &self.latency;
-        self.packets > 0
+        !self.ports.is_empty()
+            || self.packets > 0
             || self.messages.is_some()
             || l.ack.is_some()
             || l.read.is_some()
