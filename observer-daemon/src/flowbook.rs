@@ -1083,9 +1083,6 @@ impl<const N: usize> FlowBook<N> {
             }
         }
         let mut queue = std::mem::take(&mut self.queue);
-        if Self::RECORDS {
-            records.reserve(queue.len());
-        }
         for &(i, read) in &queue {
             let delta = self.settle(i as usize, read);
             let key = self.slots[i as usize].key;

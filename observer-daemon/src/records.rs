@@ -48,22 +48,36 @@ pub(super) struct Grown {
     lists: Vec<Vec<Growth>>,
 }
 
+/// The lists kept apart at most: more (an interval held while the builder is behind) are
+/// summed, so that what is held is bounded by the flows, not by the drains.
+const LISTS_KEPT: usize = 4;
+
 impl Grown {
     fn add(&mut self, list: Vec<Growth>) {
         if !list.is_empty() {
             self.lists.push(list);
+            self.bound();
         }
     }
 
     fn append(&mut self, later: Grown) {
         self.lists.extend(later.lists);
+        self.bound();
+    }
+
+    fn bound(&mut self) {
+        if self.lists.len() > LISTS_KEPT {
+            let summed = std::mem::take(self).summed();
+            self.lists.push(summed);
+        }
     }
 
     fn is_empty(&self) -> bool {
         self.lists.is_empty()
     }
 
-    /// Each flow once, with its growth summed.
+    /// Each flow once, with its growth summed. (A list has each flow once: a drain settles a
+    /// flow once, and a retired flow leaves the book.)
     fn summed(mut self) -> Vec<Growth> {
         if self.lists.len() <= 1 {
             return self.lists.pop().unwrap_or_default();
@@ -607,6 +621,17 @@ mod tests {
             [(1, 7, 1 << 26), (2, 8, 1 << 26 | 1 << 46), (3, 4, 1 << 26)]
         );
         assert!(Grown::default().is_empty());
+        // Many drains held (the builder behind): summed as they come, never more lists kept
+        // than LISTS_KEPT, the sums the same.
+        let mut held = Grown::default();
+        for round in 0..10 {
+            held.add(vec![growth(1, 1, 26), growth(100 + round, 1, 26)]);
+            assert!(held.lists.len() <= LISTS_KEPT, "{}", held.lists.len());
+        }
+        let summed = held.summed();
+        assert_eq!(summed.len(), 11);
+        let one = summed.iter().find(|(k, ..)| k.dest_qp == 1).unwrap();
+        assert_eq!(one.1.0[crate::flowbook::PACKETS], 10);
     }
 
     #[test]

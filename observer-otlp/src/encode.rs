@@ -557,7 +557,7 @@ pub(crate) mod reference {
 
     /// A row as a log record: its table as the event name (`roce.<table>`), the interval's end as
     /// its time, a finding's severity as its own (every other row is INFO), and every column as
-    /// an attribute.
+    /// an attribute but those left out (the exporter's; empty strings and lists, zero counts).
     pub fn log_record(row: &EncodedRow<'_>, observed_ns: u64) -> LogRecord {
         let table = TABLES[row.table];
         let (severity, severity_text) = severity(row.table, &row.values);

@@ -762,6 +762,10 @@ mod tests {
             "roce.ecn.ce",
             "roce.ops.cnp",
             "roce.psn.missing",
+            // Empty lists.
+            "roce.transports",
+            "roce.dscp",
+            "roce.vlan.ids",
             "host.name",
             "roce.exporter.id",
             "roce.observed",

@@ -314,7 +314,6 @@ impl Psn {
     }
 }
 
-/// The VLAN IDs of a stored range (each VID + 1, 0 when none): the lowest and the highest.
 /// The bits set in `mask`, lowest first.
 fn bits(mask: u64) -> Vec<u8> {
     let mut v = Vec::new();
@@ -326,6 +325,7 @@ fn bits(mask: u64) -> Vec<u8> {
     v
 }
 
+/// The VLAN IDs of a stored range (each VID + 1, 0 when none): the lowest and the highest.
 fn vid_range(lo: u16, hi: u16) -> Vec<u16> {
     match (lo, hi) {
         (0, _) => Vec::new(),
