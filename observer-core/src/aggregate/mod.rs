@@ -521,10 +521,19 @@ impl Aggregate {
                 k.mirror & !DIRECTION_EGRESS,
             )
         };
-        let mut by_tuple: FxHashMap<Tuple, Vec<&FlowKey>> = FxHashMap::default();
-        for k in self.all().map(|(k, _)| k).filter(|k| k.dest_qp != 1) {
-            by_tuple.entry(tuple(k)).or_default().push(k);
-        }
+        // The flows by tuple, made when first wanted: only for a flow the pairing did not
+        // consider (UD, CNPs alone), which most intervals of a sidecar have none of.
+        let by_tuple: std::cell::OnceCell<FxHashMap<Tuple, Vec<&FlowKey>>> =
+            std::cell::OnceCell::new();
+        let by_tuple = || {
+            by_tuple.get_or_init(|| {
+                let mut m: FxHashMap<Tuple, Vec<&FlowKey>> = FxHashMap::default();
+                for k in self.all().map(|(k, _)| k).filter(|k| k.dest_qp != 1) {
+                    m.entry(tuple(k)).or_default().push(k);
+                }
+                m
+            })
+        };
         // The observation's end: the newest request or response of any flow, on the clock the
         // analysis keeps its times on (live, the kernel's; replay, the capture's).
         let end = self
@@ -557,7 +566,7 @@ impl Aggregate {
         // leave and arrive) the one flow back in the other direction of the host.
         let reverse_by_port = |k: &FlowKey| -> Option<(&FlowKey, &FlowStats)> {
             let (src, dst, sport, mirror) = tuple(k);
-            let back = by_tuple.get(&(dst, src, sport, mirror))?;
+            let back = by_tuple().get(&(dst, src, sport, mirror))?;
             let one = match back.as_slice() {
                 [r] => Some(*r),
                 many => {
