@@ -1,9 +1,11 @@
 //! Records as OTLP: each row a log record whose attributes are its columns (by their
 //! OpenTelemetry names), and each interval's bounded aggregates as delta sums.
 
+#[cfg(test)]
+use observer_core::export::EncodedRow;
 use observer_core::export::{
-    ColumnInfo, EncodedRow, IntervalRows, IpText, Resource, RowSink, TABLES, Value,
-    exporter_values, left_out, per_exporter, tables::QP_INTERVALS,
+    ColumnInfo, IntervalRows, IpText, Resource, RowSink, TABLES, Value, exporter_values, left_out,
+    per_exporter, tables::QP_INTERVALS,
 };
 use opentelemetry_proto::tonic::{
     collector::metrics::v1::ExportMetricsServiceRequest,
@@ -95,9 +97,11 @@ fn scope() -> InstrumentationScope {
     }
 }
 
+#[cfg(test)]
 type Values<'v, 'r> = &'v [(&'static ColumnInfo, Value<'r>)];
 
 /// The value of column `name` in a row, if it is a number.
+#[cfg(test)]
 fn number(values: Values<'_, '_>, name: &str) -> Option<u64> {
     values.iter().find_map(|(c, v)| match v {
         Value::U64(n) if c.name == name => Some(*n),
@@ -167,7 +171,9 @@ pub fn interval_sums(rows: &IntervalRows<'_>) -> [u64; INTERVAL_SUMS.len()] {
     })
 }
 
-/// The [`INTERVAL_SUMS`] of QP rows already made.
+/// The [`INTERVAL_SUMS`] of QP rows already made (the tests' reference of
+/// [`interval_sums`]).
+#[cfg(test)]
 pub fn row_sums(qp_rows: &[&EncodedRow<'_>]) -> [u64; INTERVAL_SUMS.len()] {
     INTERVAL_SUMS.map(|(column, _, _)| {
         qp_rows
@@ -395,13 +401,14 @@ fn write_attribute(key: &str, v: &Value<'_>, out: &mut Vec<u8>) {
 
 /// Appends a row's log record (as [`reference::log_record`] makes it) to `out` as a ScopeLogs'
 /// `log_records` field (tag 2, length-delimited).
+#[cfg(test)]
 pub fn write_log_record(row: &EncodedRow<'_>, observed_ns: u64, out: &mut Vec<u8>) {
     let mut w = RecordWriter::new(std::mem::take(out), 0, observed_ns);
     w.row(row);
     *out = w.records;
 }
 
-/// Log records (as [`reference::log_record`] makes them: ScopeLogs' `log_records` fields) of
+/// Log records (as `reference::log_record` makes them: ScopeLogs' `log_records` fields) of
 /// rows handed over one value at a time ([`RowSink`]), written straight into protobuf bytes.
 /// The exporter's columns are the resource's: a row handed over has none of them
 /// ([`Sequencer::each_row`](observer_core::export::Sequencer::each_row) without them).
@@ -430,6 +437,7 @@ impl RecordWriter {
 
     /// Writes a row made first (its exporter's columns left out), its time its own interval's
     /// end (none without one).
+    #[cfg(test)]
     pub fn row(&mut self, row: &EncodedRow<'_>) {
         self.time = number(&row.values, "interval_end_ns").unwrap_or(0);
         self.begin(row.table);
@@ -518,8 +526,8 @@ impl<'r> RowSink<'r> for RecordWriter {
 /// A record's event name is its table's, prefixed.
 const EVENT_PREFIX: &str = "roce.";
 
-/// A logs request around `records` (log record fields as [`write_log_record`] appends them):
-/// the bytes [`logs`] would encode.
+/// A logs request around `records` (log record fields as [`RecordWriter`] writes them):
+/// the bytes the tests' `reference::logs` would encode.
 pub fn logs_bytes(resource_: &Resource, records: &[u8]) -> Vec<u8> {
     let mut out = logs_head(resource_, records.len(), records.len());
     out.extend_from_slice(records);

@@ -2,7 +2,7 @@
 //! a log record; each interval's QP counts, summed, are delta sums (bounded: no per-QP
 //! attribute). gRPC or HTTP/protobuf, gzip, TLS with a CA file, headers (tokens).
 //!
-//! Whoever produces records ([`Exporter::push`]) never waits for the network: the rows are
+//! Whoever produces records ([`Exporter::push_interval`]) never waits for the network: the rows are
 //! encoded into requests and queued, up to a cap in bytes. Beyond it the oldest requests are
 //! dropped and their rows counted. One task sends the queue in order, retrying what the OTLP
 //! specification says is retryable with exponential backoff (or the server's Retry-After).
@@ -24,13 +24,12 @@ use std::{
 
 #[cfg(test)]
 use encode::reference::{log_record, logs};
-pub use encode::{
-    INTERVAL_SUMS, RecordWriter, interval_sums, logs_bytes, logs_head, metrics, row_sums,
-    write_log_record,
-};
-use observer_core::export::{
-    ColumnInfo, EncodedRow, IntervalRows, Resource, RowSink, Sequencer, Value,
-};
+pub use encode::{INTERVAL_SUMS, RecordWriter, interval_sums, logs_bytes, logs_head, metrics};
+#[cfg(test)]
+use encode::{row_sums, write_log_record};
+#[cfg(test)]
+use observer_core::export::EncodedRow;
+use observer_core::export::{ColumnInfo, IntervalRows, Resource, RowSink, Sequencer, Value};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use prost::Message;
 use tokio::sync::Notify;
@@ -104,7 +103,7 @@ pub enum OtlpError {
 /// Where every pushed row went, so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Rows handed to [`Exporter::push`].
+    /// Rows handed to [`Exporter::push_interval`].
     pub pushed: u64,
     /// Rows the receiver accepted.
     pub sent: u64,
@@ -190,10 +189,10 @@ impl Exporter {
         })
     }
 
-    /// Queues the rows of one interval (`start_ns`..`end_ns`), in requests of at most
-    /// `max_rows_per_request` rows, the interval's aggregates with the first. Never waits: a
-    /// full queue drops its oldest requests.
-    pub fn push(&self, resource: &Resource, start_ns: u64, end_ns: u64, rows: &[EncodedRow<'_>]) {
+    /// Queues rows already made, as [`Exporter::push_interval`] queues an interval's: the
+    /// tests' reference of it, and their way to push rows of their own.
+    #[cfg(test)]
+    fn push(&self, resource: &Resource, start_ns: u64, end_ns: u64, rows: &[EncodedRow<'_>]) {
         let qp_rows: Vec<&EncodedRow<'_>> = rows.iter().filter(|r| r.table == 0).collect();
         let mut requests = self.requests(resource, start_ns, end_ns, &row_sums(&qp_rows));
         for row in rows {
@@ -203,8 +202,10 @@ impl Exporter {
         requests.finish();
     }
 
-    /// Numbers (`sequencer`) and queues the rows of one interval as [`Exporter::push`] does,
-    /// each written as it is made: no row is kept.
+    /// Numbers (`sequencer`) and queues the rows of one interval (`start_ns`..`end_ns`), each
+    /// written as it is made (no row is kept), in requests of at most `max_rows_per_request`
+    /// rows, the interval's aggregates with the first. Never waits: a full queue drops its
+    /// oldest requests.
     pub fn push_interval(
         &self,
         resource: &Resource,
