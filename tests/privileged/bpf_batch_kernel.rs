@@ -14,14 +14,17 @@ use std::{
 use integration_tests::{assert_one_line, cpus, flow_key as key, median, require_root};
 use observer_common::{FlowKey, FlowSlot, FlowStats};
 use roce_observer::source::live::bpfsys::{
-    BatchStats, hash_buckets, percpu_array_for_each, percpu_array_for_each_in, percpu_array_get,
-    percpu_hash_for_each, percpu_hash_for_each_in, percpu_hash_lookup_each, percpu_hash_take,
+    BatchStats, hash_buckets, hash_for_each, percpu_array_for_each, percpu_array_for_each_in,
+    percpu_array_get, percpu_hash_for_each, percpu_hash_for_each_in, percpu_hash_lookup_each,
+    percpu_hash_take,
 };
 
 const BPF_MAP_CREATE: u32 = 0;
 const BPF_MAP_UPDATE_ELEM: u32 = 2;
+const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
 const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 const BPF_NOEXIST: u64 = 1;
 
@@ -348,6 +351,60 @@ fn odd_key_and_value_sizes() {
     assert_eq!(got, Some((0..cpus).map(|c| value(9, c)).collect()));
 }
 
+/// Shared hash maps (one value per key, as the latency states and messages are): every entry
+/// once, batched or a key at a time, with values of an odd size (the batch's value buffer is
+/// not rounded up as a per-CPU map's slots are) and the messages' own.
+#[test]
+fn shared_hash_walk_reads_each_entry_once() {
+    if !require_root("shared_hash_walk_reads_each_entry_once") {
+        return;
+    }
+    const N: u32 = 3000;
+    let value = |id: u32| [id, 0xbeef_0000 | (id & 0xffff), !id];
+    for map_type in [BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_LRU_HASH] {
+        let map = create_map::<u32, [u32; 3]>(map_type, 2 * N);
+        for id in 0..N {
+            update(map.as_fd(), &id, &[value(id)], BPF_NOEXIST);
+        }
+        for batch in [0, 3, 256] {
+            let mut seen = vec![false; N as usize];
+            let walk = hash_for_each::<u32, [u32; 3]>(map.as_fd(), batch, |k, v| {
+                assert!(
+                    !std::mem::replace(&mut seen[*k as usize], true),
+                    "{k} twice"
+                );
+                assert_eq!(*v, value(*k), "key {k}");
+            })
+            .unwrap();
+            assert_eq!(walk.entries, u64::from(N), "type {map_type} batch {batch}");
+            assert!(seen.iter().all(|s| *s));
+            assert_eq!(walk.batched, batch > 0);
+            if batch == 256 {
+                assert!(walk.syscalls < 3 + u64::from(N) / 100, "{walk:?}");
+            }
+        }
+    }
+    // The messages' map as the kernel declares it.
+    let map = create_map::<FlowKey, observer_common::MsgStats>(BPF_MAP_TYPE_LRU_HASH, 1024);
+    let msgs = |id: u32| {
+        let mut m = observer_common::MsgStats::default();
+        for i in 0..=id % 7 {
+            m.record(observer_common::MsgKind::Send, Some(u64::from(64 + id + i)));
+        }
+        m
+    };
+    for id in 1..=500 {
+        update(map.as_fd(), &key(id), &[msgs(id)], BPF_NOEXIST);
+    }
+    let mut n = 0;
+    hash_for_each::<FlowKey, observer_common::MsgStats>(map.as_fd(), 64, |k, m| {
+        assert_eq!(*m, msgs(id_of(k)));
+        n += 1;
+    })
+    .unwrap();
+    assert_eq!(n, 500);
+}
+
 #[test]
 fn array_walk_and_get() {
     if !require_root("array_walk_and_get") {
@@ -520,6 +577,12 @@ fn the_wrong_map_is_refused() {
         (
             percpu_hash_for_each::<[u8; 8], FlowStats>(h, 0, |_, _| panic!()).unwrap_err(),
             "BPF_MAP_GET_NEXT_KEY",
+            h.as_raw_fd(),
+        ),
+        (
+            // A per-CPU map read as a shared one: its values are one per CPU.
+            hash_for_each::<FlowKey, FlowStats>(h, 64, |_, _| panic!()).unwrap_err(),
+            "BPF_MAP_LOOKUP_BATCH",
             h.as_raw_fd(),
         ),
         (

@@ -37,6 +37,7 @@ const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
 const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 
 const PERCPU_HASHES: &[u32] = &[BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_LRU_PERCPU_HASH];
+const SHARED_HASHES: &[u32] = &[BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_LRU_HASH];
 const PERCPU_ARRAYS: &[u32] = &[BPF_MAP_TYPE_PERCPU_ARRAY];
 
 /// The kernel-internal "operation not supported" some map types return (not in libc).
@@ -143,6 +144,33 @@ fn parse_cpu_list(s: &str) -> Option<usize> {
 pub fn percpu_hash_for_each<K: Pod, V: Pod>(
     map: BorrowedFd<'_>,
     batch: u32,
+    f: impl FnMut(&K, &[V]),
+) -> Result<BatchStats, BpfSysError> {
+    hash_walk(map, batch, PERCPU_HASHES, PerCpu::<V>::new()?, f)
+}
+
+/// Reads every entry of a shared hash map (`BPF_MAP_TYPE_HASH`, `LRU_HASH`: one value per key)
+/// as [`percpu_hash_for_each`] reads a per-CPU one: `BPF_MAP_LOOKUP_BATCH`, `batch` entries per
+/// syscall, or a key at a time when the kernel lacks it or `batch` is 0. (aya's iterator takes
+/// two syscalls per entry: a map of thousands read every interval costs tens of ms.)
+pub fn hash_for_each<K: Pod, V: Pod>(
+    map: BorrowedFd<'_>,
+    batch: u32,
+    mut f: impl FnMut(&K, &V),
+) -> Result<BatchStats, BpfSysError> {
+    hash_walk(map, batch, SHARED_HASHES, PerCpu::<V>::shared(), |k, v| {
+        if let [v] = v {
+            f(k, v);
+        }
+    })
+}
+
+/// The walk of a hash map of `types`, its values laid out as `values` says.
+fn hash_walk<K: Pod, V: Pod>(
+    map: BorrowedFd<'_>,
+    batch: u32,
+    types: &[u32],
+    mut values: PerCpu<V>,
     mut f: impl FnMut(&K, &[V]),
 ) -> Result<BatchStats, BpfSysError> {
     let op = if batch > 0 {
@@ -151,8 +179,7 @@ pub fn percpu_hash_for_each<K: Pod, V: Pod>(
         "BPF_MAP_GET_NEXT_KEY"
     };
     let mut stats = BatchStats::default();
-    check_map::<K, V>(map, op, PERCPU_HASHES, &mut stats)?;
-    let mut values = PerCpu::<V>::new()?;
+    check_map::<K, V>(map, op, types, &mut stats)?;
     if batch > 0 && for_each_batched(map, batch, Walk::Whole, &mut values, &mut stats, &mut f)? {
         return Ok(stats);
     }
@@ -603,6 +630,15 @@ impl<V: Pod> PerCpu<V> {
         })
     }
 
+    /// The one value of a shared map's entry: `value_size` bytes, not rounded.
+    fn shared() -> Self {
+        Self {
+            cpus: 1,
+            stride: size_of::<V>(),
+            out: Vec::with_capacity(1),
+        }
+    }
+
     /// Bytes of one entry's values: a slot per possible CPU.
     fn slot_bytes(&self) -> usize {
         self.stride * self.cpus
@@ -659,6 +695,8 @@ fn check_map<K, V>(
     }
     let wanted = if types == PERCPU_ARRAYS {
         "PERCPU_ARRAY"
+    } else if types == SHARED_HASHES {
+        "HASH or LRU_HASH"
     } else {
         "PERCPU_HASH or LRU_PERCPU_HASH"
     };

@@ -331,16 +331,29 @@ pub fn read_messages(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> 
     Ok(())
 }
 
-/// Every entry of a shared (not per-CPU) LRU hash map, each key once: a key-at-a-time walk
-/// starts over when the LRU evicts the key it stands on, so an entry can come twice (the
-/// kernel holds one value per key).
+/// Appends the messages of every flow, as the kernel holds them (each key once), to `out`:
+/// a list, since a map of them costs a move of each kilobyte value per rehash.
+pub fn read_message_list(ebpf: &Ebpf, out: &mut Vec<(FlowKey, MsgStats)>) -> Result<(), LiveError> {
+    let fd = shared_fd(ebpf, maps::MSGS)?;
+    bpfsys::hash_for_each::<FlowKey, MsgStats>(fd, BATCH, |k, v| out.push((*k, *v)))
+        .map_err(read_error(maps::MSGS))?;
+    Ok(())
+}
+
+/// Every entry of a shared (not per-CPU) LRU hash map, each key once (a key-at-a-time walk
+/// starts over when the LRU evicts the key it stands on, so an entry can come twice; the
+/// kernel holds one value per key), read in batches.
 fn read_shared<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod>(
     ebpf: &Ebpf,
     name: &'static str,
-) -> Result<std::collections::HashMap<K, V>, LiveError> {
-    let table = aya::maps::HashMap::<_, K, V>::try_from(map(ebpf, name)?)
-        .map_err(|source| LiveError::MapAccess { map: name, source })?;
-    Ok(table.iter().flatten().collect())
+) -> Result<rustc_hash::FxHashMap<K, V>, LiveError> {
+    let fd = shared_fd(ebpf, name)?;
+    let mut out = rustc_hash::FxHashMap::default();
+    bpfsys::hash_for_each::<K, V>(fd, BATCH, |k, v| {
+        out.insert(*k, *v);
+    })
+    .map_err(read_error(name))?;
+    Ok(out)
 }
 
 /// Adds the latency maps: the per-connection states (one shared value each) and the
@@ -410,6 +423,17 @@ fn per_cpu<V: aya::Pod>(ebpf: &Ebpf, name: &'static str, index: u32) -> Result<V
 }
 
 /// A per-CPU map of the loaded object, or `BadMap` naming it.
+/// A shared (not per-CPU) hash map's descriptor.
+fn shared_fd<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, LiveError> {
+    match map(ebpf, name)? {
+        Map::LruHashMap(d) | Map::HashMap(d) => Ok(d.fd().as_fd()),
+        _ => Err(LiveError::BadMap {
+            map: name,
+            problem: "not a shared hash map",
+        }),
+    }
+}
+
 fn map_fd<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, LiveError> {
     match map(ebpf, name)? {
         Map::PerCpuLruHashMap(d) | Map::PerCpuHashMap(d) | Map::PerCpuArray(d) => {

@@ -34,7 +34,8 @@ pub use clock::{
 pub use error::{LiveError, OneLine};
 pub use maps::{
     FlowSink, flow_log_written, iface_counters, read_counters, read_flow_cache, read_flow_entries,
-    read_flow_log, read_flow_table, read_flows, read_latency, read_maps, read_pauses, take_flow,
+    read_flow_log, read_flow_table, read_flows, read_latency, read_maps, read_message_list,
+    read_messages, read_pauses, take_flow,
 };
 pub use netdev::{
     Promiscuous, check_privileges, if_index, interfaces_speed, link_up, receive_missed,
