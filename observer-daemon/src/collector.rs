@@ -541,7 +541,12 @@ impl Collector {
         // Latency: the kernel's histograms are cumulative; the interfaces' by index.
         let mut lat = roce_observer::aggregate::Aggregate::new();
         self.tap.read_latency(&mut lat)?;
+        // The messages, cumulative too, for the records alone (the metrics have none).
+        let mut messages = Vec::new();
         if let Some(records) = &mut self.records {
+            messages.reserve(records.messages_read);
+            self.tap.read_messages(&mut messages)?;
+            records.messages_read = messages.len();
             records.latency_read();
         }
         let names = self.tap.names();
@@ -581,10 +586,11 @@ impl Collector {
                 let retired = retire_idle(&self.tap, b.as_mut());
                 if let Some(records) = &mut self.records {
                     records.add_growth(b.take_retired_growth());
-                    // A capture's latency states go with their flows (the kernel's stay).
+                    // A capture's latency states and messages go with their flows (the
+                    // kernel's stay).
                     if self.tap.capture().is_some() {
                         for key in retired.as_deref().unwrap_or_default() {
-                            records.forget_latency(observer_common::LatKey::of_request(key));
+                            records.forget_flow(*key);
                         }
                     }
                 }
@@ -674,6 +680,7 @@ impl Collector {
         if let Some(records) = &mut self.records {
             records.interval(Interval {
                 latency: std::mem::take(&mut lat.latency).into_iter().collect(),
+                messages,
                 scopes: std::mem::take(&mut lat.latency_scopes),
                 pauses,
                 names,

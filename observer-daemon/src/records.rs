@@ -18,7 +18,10 @@ use std::{
     time::Duration,
 };
 
-use observer_common::{LAT_BUCKETS, LatHist, LatKey, LatScopeKey, PauseKey, PauseStats};
+use observer_common::{
+    FlowKey, LAT_BUCKETS, LatHist, LatKey, LatScopeKey, MSG_BUCKETS, MsgKind, MsgStats, PauseKey,
+    PauseStats,
+};
 use observer_otlp::{Exporter, Stats};
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
@@ -36,6 +39,9 @@ use super::{
     DaemonError,
     flowbook::{Attrs, Counts, Growth, RECORD_WIDTH},
 };
+
+/// Every flow's cumulative messages (under its analysis entry's key), each once, as read.
+pub(super) type Messages = Vec<(FlowKey, MsgStats)>;
 
 /// Flows' growth, by flow.
 type GrowthMap = FxHashMap<observer_common::FlowKey, (Counts<RECORD_WIDTH>, Attrs)>;
@@ -96,11 +102,13 @@ impl Grown {
 pub(super) struct Interval {
     /// Every flow's growth ([`Records::add_growth`]).
     pub grown: Grown,
-    /// Latency states deleted before this interval's were read: their growth starts from
-    /// nothing ([`Records::forget_latency`]).
-    pub forget: Vec<LatKey>,
+    /// Flows whose latency state and messages were deleted before this interval's were read:
+    /// their growth starts from nothing ([`Records::forget_flow`]).
+    pub forget: Vec<FlowKey>,
     /// The kernel's cumulative latency states and per-interface histograms, at its end.
     pub latency: HashMap<LatKey, observer_common::LatState>,
+    /// The cumulative messages per flow, at its end.
+    pub messages: Messages,
     pub scopes: BTreeMap<LatScopeKey, LatHist>,
     /// The pause table, cumulative, at its end.
     pub pauses: BTreeMap<PauseKey, PauseStats>,
@@ -118,6 +126,7 @@ impl Interval {
         self.grown.append(later.grown);
         self.forget.extend(later.forget);
         self.latency = later.latency;
+        self.messages = later.messages;
         self.scopes = later.scopes;
         self.pauses = later.pauses;
         self.names = later.names;
@@ -139,11 +148,14 @@ pub(super) struct Records {
     held: Option<Interval>,
     /// The flows' growth since the last interval handed over.
     growth: Grown,
-    /// Latency states deleted since the last latency read, and those deleted before it.
-    forget_new: Vec<LatKey>,
-    forget: Vec<LatKey>,
+    /// Flows whose latency state and messages were deleted since the last read of them, and
+    /// those deleted before it.
+    forget_new: Vec<FlowKey>,
+    forget: Vec<FlowKey>,
     /// The end of the last interval handed over (Unix-epoch ns).
     last_end: u64,
+    /// The flows with messages at the last read (the next read's room).
+    pub messages_read: usize,
     builder: Option<JoinHandle<()>>,
     /// For the counts; dropped before the sending thread is told to stop (it then holds the
     /// only one).
@@ -179,6 +191,8 @@ struct Builder {
     queued: Arc<AtomicU64>,
     /// The cumulative values the last interval ended with.
     latency: HashMap<LatKey, [LatHist; 2]>,
+    /// The messages counted so far, per flow.
+    messages: Counted,
     scopes: BTreeMap<LatScopeKey, LatHist>,
     pauses: BTreeMap<PauseKey, PauseStats>,
     /// The most flows an interval had since memory was last given back to the system, and
@@ -265,6 +279,7 @@ impl Records {
             exporter: exporter.clone(),
             queued: queued.clone(),
             latency: HashMap::new(),
+            messages: Counted::default(),
             scopes: BTreeMap::new(),
             pauses: BTreeMap::new(),
             held_for: 0,
@@ -281,6 +296,7 @@ impl Records {
             forget_new: Vec::new(),
             forget: Vec::new(),
             last_end: live::unix_ns(),
+            messages_read: 0,
             builder: Some(builder),
             exporter: Some(exporter),
             stop: Some(stop),
@@ -297,14 +313,14 @@ impl Records {
         self.growth.add(grown);
     }
 
-    /// The latency states were read (for the interval about to be handed over).
+    /// The latency states and messages were read (for the interval about to be handed over).
     pub(super) fn latency_read(&mut self) {
         self.forget.append(&mut self.forget_new);
     }
 
-    /// A latency state was deleted (with its flow): the next interval's samples of its key
-    /// are all new.
-    pub(super) fn forget_latency(&mut self, key: LatKey) {
+    /// A flow was deleted with its latency state and messages (a capture's): the next
+    /// interval's samples and messages of its keys are all new.
+    pub(super) fn forget_flow(&mut self, key: FlowKey) {
         self.forget_new.push(key);
     }
 
@@ -425,7 +441,7 @@ impl Builder {
     fn interval(&mut self, mut iv: Interval) {
         let grown = std::mem::take(&mut iv.grown).summed();
         let flows = grown.len();
-        let agg = self.interval_aggregate(&iv, grown);
+        let agg = self.interval_aggregate(&mut iv, grown);
         let mut report = agg.report(self.source.clone(), iv.seconds);
         drop(agg);
         report.name_latency_interfaces(&iv.names);
@@ -461,10 +477,11 @@ impl Builder {
     }
 
     /// What the interval added: the flows' growth, and the growth of the cumulative latency
-    /// histograms and pause counts since the last interval.
-    fn interval_aggregate(&mut self, iv: &Interval, grown: Vec<Growth>) -> Aggregate {
+    /// histograms, messages and pause counts since the last interval.
+    fn interval_aggregate(&mut self, iv: &mut Interval, grown: Vec<Growth>) -> Aggregate {
         for key in &iv.forget {
-            self.latency.remove(key);
+            self.latency.remove(&LatKey::of_request(key));
+            self.messages.forget(key);
         }
         let start_ns = iv.bounds.0;
         let offset = if self.monotonic {
@@ -505,6 +522,8 @@ impl Builder {
             latency.insert(*key, state.hist);
         }
         self.latency = latency;
+        self.messages.interval(&iv.messages, &mut agg);
+        iv.messages = Messages::new();
         for (key, hist) in &iv.scopes {
             let h = hist_growth(hist, self.scopes.get(key));
             if h.count > 0 {
@@ -555,6 +574,94 @@ fn hist_growth(now: &LatHist, then: Option<&LatHist>) -> LatHist {
         h.buckets[i] = now.buckets[i].saturating_sub(then.buckets[i]);
     }
     h
+}
+
+/// The messages counted so far, per flow (under its analysis entry's key), with the read that
+/// last had the flow.
+#[derive(Default)]
+struct Counted {
+    flows: FxHashMap<FlowKey, (MsgStats, u32)>,
+    read: u32,
+}
+
+impl Counted {
+    /// Puts the messages an interval added (`now`, the cumulative values) into `agg`, whose
+    /// flows are the interval's, and counts them. Messages are read after the flows: a
+    /// message whose packets came in between goes with its flow's next growth, and one whose
+    /// flow has no row in this interval is held for it (the next interval has it), or it would
+    /// go with no connection side and be lost. A growth of bytes without its count (the kernel
+    /// adds them one after the other, and a read can come in between) is held for its count
+    /// too. A flow the read did not have (the kernel forgot it) is forgotten.
+    fn interval(&mut self, now: &[(FlowKey, MsgStats)], agg: &mut Aggregate) {
+        self.read = self.read.wrapping_add(1);
+        let read = self.read;
+        // The analysis entries of the interval's flows, as a connection side looks its
+        // messages up (a mirror copy's under every session's together): made only when a
+        // mirror copy's messages grew.
+        let mut analysed: Option<rustc_hash::FxHashSet<FlowKey>> = None;
+        self.flows
+            .reserve(now.len().saturating_sub(self.flows.len()));
+        for (key, cum) in now {
+            let (counted, at) = self
+                .flows
+                .entry(*key)
+                .or_insert((MsgStats::default(), read));
+            // A flow the last read did not have starts from nothing.
+            let then = (*at == read.wrapping_sub(1)).then_some(&*counted);
+            *at = read;
+            let (m, from_nothing) = msg_growth(cum, then);
+            let counted_grew = m.messages() > 0 || m.unknown_size > 0;
+            if !counted_grew && m.bytes.iter().chain(&m.buckets).all(|n| *n == 0) {
+                *counted = *cum;
+                continue;
+            }
+            let with_flow = if key.is_union() {
+                analysed
+                    .get_or_insert_with(|| agg.flows.keys().filter_map(FlowKey::union).collect())
+                    .contains(key)
+            } else {
+                agg.flows.contains_key(key)
+            };
+            if with_flow && counted_grew {
+                agg.messages.insert(*key, m);
+                *counted = *cum;
+            } else if from_nothing {
+                // Held from nothing: the flow is new, or was made again since.
+                *counted = MsgStats::default();
+            }
+        }
+        self.flows.retain(|_, (_, at)| *at == read);
+    }
+
+    /// A flow was deleted with its messages (a capture's): its next ones are all new.
+    fn forget(&mut self, key: &FlowKey) {
+        self.flows.remove(key);
+    }
+}
+
+/// The messages a flow's cumulative counts gained since `then`, and whether they are all of
+/// them (no `then`, or any count went back: an entry made again; one made again that has
+/// already reached the old counts cannot be told). Its smallest and largest sizes stay the
+/// cumulative ones, which bound the interval's; the open SEND is the newest.
+fn msg_growth(now: &MsgStats, then: Option<&MsgStats>) -> (MsgStats, bool) {
+    let went_back = |t: &&MsgStats| {
+        t.unknown_size > now.unknown_size
+            || (0..MsgKind::COUNT).any(|k| t.count[k] > now.count[k] || t.bytes[k] > now.bytes[k])
+            || t.buckets.iter().zip(&now.buckets).any(|(a, b)| a > b)
+    };
+    let Some(then) = then.filter(|t| !went_back(t)) else {
+        return (*now, true);
+    };
+    let mut m = *now;
+    for k in 0..MsgKind::COUNT {
+        m.count[k] -= then.count[k];
+        m.bytes[k] -= then.bytes[k];
+    }
+    m.unknown_size -= then.unknown_size;
+    for i in 0..MSG_BUCKETS {
+        m.buckets[i] -= then.buckets[i];
+    }
+    (m, false)
 }
 
 /// The pause frames a sender's cumulative counts gained since `then` (all of them when they
@@ -657,6 +764,138 @@ mod tests {
         };
         again.buckets[0] = 1;
         assert_eq!(hist_growth(&again, Some(&now)), again);
+    }
+
+    #[test]
+    fn messages_grow_by_the_new_ones_and_start_over_when_made_again() {
+        let mut then = MsgStats::default();
+        then.record(MsgKind::Send, Some(4096));
+        then.record(MsgKind::Write, None);
+        let mut now = then;
+        now.record(MsgKind::Send, Some(100));
+        now.record(MsgKind::Read, Some(1 << 20));
+        now.open_pmtu = 1024;
+        let (g, from_nothing) = msg_growth(&now, Some(&then));
+        assert!(!from_nothing);
+        assert_eq!(g.messages(), 2);
+        assert_eq!(g.unknown_size, 0);
+        assert_eq!(g.bytes.iter().sum::<u64>(), 100 + (1 << 20));
+        assert_eq!(g.buckets.iter().sum::<u64>(), 2);
+        // The extremes stay the cumulative ones (they bound the interval's); the open SEND is
+        // the newest.
+        assert_eq!((g.min, g.max, g.open_pmtu), (100, 1 << 20, 1024));
+        // Nothing new: nothing.
+        let (none, _) = msg_growth(&now, Some(&now));
+        assert_eq!((none.messages(), none.unknown_size), (0, 0));
+        // An entry made again (evicted, then a new message): all of it is new.
+        let mut again = MsgStats::default();
+        again.record(MsgKind::Send, Some(64));
+        assert_eq!(msg_growth(&again, Some(&now)), (again, true));
+        assert_eq!(msg_growth(&again, None), (again, true));
+    }
+
+    /// An interval's aggregate whose flows are `keys` (one packet each).
+    fn with_flows(keys: &[FlowKey]) -> Aggregate {
+        let mut agg = Aggregate::new();
+        for k in keys {
+            let s = observer_common::FlowStats {
+                packets: 1,
+                ..Default::default()
+            };
+            agg.flows.insert(*k, s);
+        }
+        agg
+    }
+
+    fn sends(n: u64, size: u64) -> MsgStats {
+        let mut m = MsgStats::default();
+        for _ in 0..n {
+            m.record(MsgKind::Send, Some(size));
+        }
+        m
+    }
+
+    #[test]
+    fn a_message_waits_for_its_flow_and_then_goes_once() {
+        let k = FlowKey {
+            dest_qp: 7,
+            ..Default::default()
+        };
+        let mut c = Counted::default();
+        let counted = |c: &Counted| c.flows[&k].0.messages();
+        // Interval 1: two messages, and the flow is there.
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, sends(2, 100))], &mut agg);
+        assert_eq!(agg.messages[&k].messages(), 2);
+        // Interval 2: a third message whose flow's packets go with interval 3: held.
+        let mut agg = with_flows(&[]);
+        c.interval(&[(k, sends(3, 100))], &mut agg);
+        assert!(agg.messages.is_empty());
+        assert_eq!(counted(&c), 2);
+        // Interval 3: the flow is there, with a fourth message: both go.
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, sends(4, 100))], &mut agg);
+        assert_eq!(agg.messages[&k].messages(), 2);
+        assert_eq!(counted(&c), 4);
+        // Nothing new: nothing, whether the flow is there or not.
+        for flows in [&[k][..], &[]] {
+            let mut agg = with_flows(flows);
+            c.interval(&[(k, sends(4, 100))], &mut agg);
+            assert!(agg.messages.is_empty());
+            assert_eq!(counted(&c), 4);
+        }
+        // A message's bytes read before its count (torn): held for the count.
+        let mut torn = sends(4, 100);
+        torn.bytes[MsgKind::Send as usize] += 64;
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, torn)], &mut agg);
+        assert!(agg.messages.is_empty());
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, sends(5, 100))], &mut agg);
+        assert_eq!(agg.messages[&k].messages(), 1);
+        // The entry made again (evicted) while its flow had no row: held from nothing, so
+        // when it has passed the old counts all of it still goes.
+        let mut agg = with_flows(&[]);
+        c.interval(&[(k, sends(1, 64))], &mut agg);
+        assert_eq!(c.flows[&k].0, MsgStats::default());
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, sends(6, 64))], &mut agg);
+        assert_eq!(agg.messages[&k].messages(), 6);
+        // A flow the kernel forgot is forgotten; back, all of it is new.
+        let mut agg = with_flows(&[]);
+        c.interval(&[], &mut agg);
+        assert!(c.flows.is_empty());
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, sends(7, 64))], &mut agg);
+        assert_eq!(agg.messages[&k].messages(), 7);
+        // A capture's flow deleted: the same.
+        c.forget(&k);
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, sends(1, 64))], &mut agg);
+        assert_eq!(agg.messages[&k].messages(), 1);
+    }
+
+    #[test]
+    fn a_mirror_copys_messages_go_with_its_sessions_rows() {
+        // Two sessions' copies of one flow: the messages are under every session's together.
+        let session = |m: u16| FlowKey {
+            dest_qp: 9,
+            mirror: 0xC000 | m,
+            ..Default::default()
+        };
+        let union = session(1).union().unwrap();
+        assert_eq!(session(2).union(), Some(union));
+        let mut c = Counted::default();
+        // Only the union's own entry grew (the copies' growth is the next drain's): held.
+        let mut agg = with_flows(&[]);
+        agg.unions
+            .insert(union, observer_common::FlowStats::default());
+        c.interval(&[(union, sends(3, 256))], &mut agg);
+        assert!(agg.messages.is_empty());
+        // A session's copy has a row: they go.
+        let mut agg = with_flows(&[session(2)]);
+        c.interval(&[(union, sends(3, 256))], &mut agg);
+        assert_eq!(agg.messages[&union].messages(), 3);
     }
 
     #[test]

@@ -27,6 +27,7 @@ use roce_observer::{
 use super::{
     DaemonError, RunConfig,
     flowbook::{FlowBook, Reading},
+    records::Messages,
 };
 
 /// Threads reading the kernel's flow table side by side, at most.
@@ -395,6 +396,19 @@ impl Tap {
                 for (key, hist) in &counts.agg.latency_scopes {
                     agg.merge_latency_scope(*key, hist);
                 }
+                Ok(())
+            }
+            Self::Nothing => Ok(()),
+        }
+    }
+
+    /// Appends the messages of every flow (the kernel's, or the capture's), cumulative, to
+    /// `out`.
+    pub(super) fn read_messages(&self, out: &mut Messages) -> Result<(), DaemonError> {
+        match self {
+            Self::Kernel(o) => Ok(live::read_message_list(o.ebpf(), out)?),
+            Self::Capture(c) => {
+                out.extend(c.counts().agg.messages.iter().map(|(k, m)| (*k, *m)));
                 Ok(())
             }
             Self::Nothing => Ok(()),

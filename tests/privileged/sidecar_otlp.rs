@@ -98,6 +98,8 @@ const TABLES: [&str; 5] = [
 struct Traffic {
     qps: Vec<QpStream>,
     sent: BTreeMap<FlowKey, FlowStats>,
+    /// The messages the generator completed, per flow.
+    messages: BTreeMap<FlowKey, observer_common::MsgStats>,
     round: usize,
     stop_after: usize,
 }
@@ -123,6 +125,7 @@ impl Traffic {
         Self {
             qps,
             sent: BTreeMap::new(),
+            messages: BTreeMap::new(),
             round: 0,
             stop_after,
         }
@@ -161,6 +164,9 @@ impl Traffic {
         for (k, s) in &w.truth.flows {
             self.sent.entry(*k).or_default().merge(s);
         }
+        for (k, m) in &w.truth.messages {
+            self.messages.entry(*k).or_default().merge(m);
+        }
         self.round += 1;
     }
 
@@ -175,6 +181,24 @@ impl Traffic {
 
     fn packets(&self) -> u64 {
         self.sent.values().map(|s| s.packets).sum()
+    }
+
+    /// Per sender's address (one QP each), its messages: completed, their bytes, of unknown
+    /// size.
+    fn per_sender_messages(&self) -> BTreeMap<String, [u64; 3]> {
+        let mut out: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+        for (k, m) in &self.messages {
+            let ip = std::net::Ipv6Addr::from(k.src_ip)
+                .to_ipv4_mapped()
+                .unwrap()
+                .to_string();
+            let e = out.entry(ip).or_default();
+            e[0] += m.messages();
+            e[1] += m.bytes.iter().sum::<u64>();
+            e[2] += m.unknown_size;
+        }
+        out.retain(|_, e| e.iter().any(|n| *n > 0));
+        out
     }
 
     /// Per QP, the compared counts of what was sent.
@@ -207,6 +231,9 @@ impl Traffic {
 struct Got {
     /// Per QP, the compared counts summed over the intervals.
     qps: BTreeMap<QpKey, [u64; COUNTS.len()]>,
+    /// Per connection side's address, its messages, their bytes and those of unknown size,
+    /// summed over the intervals.
+    messages: BTreeMap<String, [u64; 3]>,
     /// Per table, the rows' sequence numbers, sorted.
     seqs: BTreeMap<String, Vec<u64>>,
     /// Per interval number and table, the rows received.
@@ -253,6 +280,22 @@ fn collect(received: &[Value]) -> Got {
                     e[i] += a.get(*attr).map_or(0, u);
                 }
             }
+            "connection_sides" => {
+                let e = got
+                    .messages
+                    .entry(a["source.address"].as_str().unwrap().to_string())
+                    .or_default();
+                for (i, attr) in [
+                    "roce.messages",
+                    "roce.messages.bytes",
+                    "roce.messages.unknown_size",
+                ]
+                .iter()
+                .enumerate()
+                {
+                    e[i] += a.get(*attr).map_or(0, u);
+                }
+            }
             "intervals" => {
                 // A count of 0 is left out.
                 let counts = TABLES.map(|t| a.get(format!("roce.rows.{t}").as_str()).map_or(0, u));
@@ -272,6 +315,7 @@ fn collect(received: &[Value]) -> Got {
     for s in got.seqs.values_mut() {
         s.sort_unstable();
     }
+    got.messages.retain(|_, e| e.iter().any(|n| *n > 0));
     got
 }
 
@@ -429,6 +473,21 @@ fn every_intervals_records_reach_the_receiver_and_sum_to_what_was_sent() {
             );
         }
     }
+    // Every message the generator completed, per side, as the kernel followed it. (An
+    // interval's connection sides come after its QP rows, maybe in a later request: waited
+    // for.)
+    let want = traffic.per_sender_messages();
+    let mut messages = got.messages.clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while messages != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        messages = collect(&receiver.received()).messages;
+    }
+    assert_eq!(
+        messages, want,
+        "per connection side, the messages are what was sent"
+    );
+    assert!(messages.len() >= 6003, "{}", messages.len());
     // Connections, both sides of each, and their latency reached the receiver.
     let sides = got.seqs.get("connection_sides").map_or(0, Vec::len);
     assert!(sides >= 2 * 6003, "{sides} connection sides");
