@@ -228,7 +228,22 @@ impl Aggregate {
         // Messages are kept under each flow's analysis entry: one for every mirror session's
         // rows of a flow.
         // (None at all: none posted.)
-        if !self.messages.is_empty() {
+        if let [one] = s.keys.as_slice()
+            && !self.messages.is_empty()
+        {
+            // One flow (a side's usual): its messages as they are, the extremes only of
+            // messages of known size (as the sum below has them).
+            s.messages = self
+                .messages
+                .get(&one.union().unwrap_or(*one))
+                .and_then(|m| {
+                    let mut m = *m;
+                    if m.messages() == 0 {
+                        (m.min, m.max) = (0, 0);
+                    }
+                    Messages::of(&m)
+                });
+        } else if !self.messages.is_empty() {
             let mut analysed: Vec<FlowKey> =
                 s.keys.iter().map(|k| k.union().unwrap_or(*k)).collect();
             analysed.sort();
