@@ -8,7 +8,7 @@
 //! neither a slow receiver nor the encoding's compression ever holds up a drain or `/metrics`.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, hash_map::Entry},
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -589,9 +589,9 @@ impl Counted {
     /// flows are the interval's, and counts them. Messages are read after the flows: a
     /// message whose packets came in between goes with its flow's next growth, and one whose
     /// flow has no row in this interval is held for it (the next interval has it), or it would
-    /// go with no connection side and be lost. A growth of bytes without its count (the kernel
-    /// adds them one after the other, and a read can come in between) is held for its count
-    /// too. A flow the read did not have (the kernel forgot it) is forgotten.
+    /// go with no connection side and be lost. A message read in part (its count without its
+    /// bucket, or its bytes without its count) is held until it is whole. A flow the read did
+    /// not have (the kernel forgot it) is forgotten.
     fn interval(&mut self, now: &[(FlowKey, MsgStats)], agg: &mut Aggregate) {
         self.read = self.read.wrapping_add(1);
         let read = self.read;
@@ -601,20 +601,29 @@ impl Counted {
         let mut analysed: Option<rustc_hash::FxHashSet<FlowKey>> = None;
         self.flows
             .reserve(now.len().saturating_sub(self.flows.len()));
+        agg.messages.reserve(now.len().min(agg.flows.len()));
         for (key, cum) in now {
-            let (counted, at) = self
-                .flows
-                .entry(*key)
-                .or_insert((MsgStats::default(), read));
-            // A flow the last read did not have starts from nothing.
-            let then = (*at == read.wrapping_sub(1)).then_some(&*counted);
-            *at = read;
-            let (m, from_nothing) = msg_growth(cum, then);
+            let (counted, then) = match self.flows.entry(*key) {
+                // A read a key at a time can give a key twice: the first is the one counted.
+                Entry::Occupied(e) if e.get().1 == read => continue,
+                Entry::Occupied(e) => {
+                    let (counted, at) = e.into_mut();
+                    *at = read;
+                    (counted, true)
+                }
+                // A flow the last read did not have starts from nothing.
+                Entry::Vacant(e) => (&mut e.insert((MsgStats::default(), read)).0, false),
+            };
+            let (m, from_nothing) = msg_growth(cum, then.then_some(&*counted));
             let counted_grew = m.messages() > 0 || m.unknown_size > 0;
             if !counted_grew && m.bytes.iter().chain(&m.buckets).all(|n| *n == 0) {
                 *counted = *cum;
                 continue;
             }
+            // Each message of known size adds one to its count and one to a bucket: a read
+            // between the two (the kernel adds count, bytes and bucket one after the other,
+            // and a read copies them one after the other) is held until they agree.
+            let whole = m.buckets.iter().sum::<u64>() == m.messages();
             let with_flow = if key.is_union() {
                 analysed
                     .get_or_insert_with(|| agg.flows.keys().filter_map(FlowKey::union).collect())
@@ -622,7 +631,7 @@ impl Counted {
             } else {
                 agg.flows.contains_key(key)
             };
-            if with_flow && counted_grew {
+            if with_flow && counted_grew && whole {
                 agg.messages.insert(*key, m);
                 *counted = *cum;
             } else if from_nothing {
@@ -853,6 +862,21 @@ mod tests {
         let mut agg = with_flows(&[k]);
         c.interval(&[(k, sends(5, 100))], &mut agg);
         assert_eq!(agg.messages[&k].messages(), 1);
+        // Its count read without its bytes and bucket: held until they are there.
+        let mut torn = sends(5, 100);
+        torn.count[MsgKind::Send as usize] += 1;
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, torn)], &mut agg);
+        assert!(agg.messages.is_empty());
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, sends(6, 100))], &mut agg);
+        assert_eq!(agg.messages[&k].messages(), 1);
+        assert_eq!(agg.messages[&k].bytes.iter().sum::<u64>(), 100);
+        // A key given twice by one read: the first counts.
+        let mut agg = with_flows(&[k]);
+        c.interval(&[(k, sends(7, 100)), (k, sends(9, 100))], &mut agg);
+        assert_eq!(agg.messages[&k].messages(), 1);
+        assert_eq!(counted(&c), 7);
         // The entry made again (evicted) while its flow had no row: held from nothing, so
         // when it has passed the old counts all of it still goes.
         let mut agg = with_flows(&[]);

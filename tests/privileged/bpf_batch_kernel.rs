@@ -362,7 +362,9 @@ fn shared_hash_walk_reads_each_entry_once() {
     const N: u32 = 3000;
     let value = |id: u32| [id, 0xbeef_0000 | (id & 0xffff), !id];
     for map_type in [BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_LRU_HASH] {
-        let map = create_map::<u32, [u32; 3]>(map_type, 2 * N);
+        // Room for the free entries an LRU keeps per CPU (128 each at most), so that none is
+        // evicted whichever CPUs the test runs on.
+        let map = create_map::<u32, [u32; 3]>(map_type, N + 128 * cpus() as u32);
         for id in 0..N {
             update(map.as_fd(), &id, &[value(id)], BPF_NOEXIST);
         }
@@ -385,7 +387,10 @@ fn shared_hash_walk_reads_each_entry_once() {
         }
     }
     // The messages' map as the kernel declares it.
-    let map = create_map::<FlowKey, observer_common::MsgStats>(BPF_MAP_TYPE_LRU_HASH, 1024);
+    let map = create_map::<FlowKey, observer_common::MsgStats>(
+        BPF_MAP_TYPE_LRU_HASH,
+        500 + 128 * cpus() as u32,
+    );
     let msgs = |id: u32| {
         let mut m = observer_common::MsgStats::default();
         for i in 0..=id % 7 {

@@ -331,8 +331,9 @@ pub fn read_messages(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> 
     Ok(())
 }
 
-/// Appends the messages of every flow, as the kernel holds them (each key once), to `out`:
-/// a list, since a map of them costs a move of each kilobyte value per rehash.
+/// Appends the messages of every flow, as the kernel holds them, to `out`: a list, since a map
+/// of them costs a move of each kilobyte value per rehash. A batched read gives each key once;
+/// a read a key at a time (a kernel without batch lookups) can give one twice.
 pub fn read_message_list(ebpf: &Ebpf, out: &mut Vec<(FlowKey, MsgStats)>) -> Result<(), LiveError> {
     let fd = shared_fd(ebpf, maps::MSGS)?;
     bpfsys::hash_for_each::<FlowKey, MsgStats>(fd, BATCH, |k, v| out.push((*k, *v)))
@@ -422,8 +423,7 @@ fn per_cpu<V: aya::Pod>(ebpf: &Ebpf, name: &'static str, index: u32) -> Result<V
     bpfsys::percpu_array_get::<V>(map_fd(ebpf, name)?, index).map_err(read_error(name))
 }
 
-/// A per-CPU map of the loaded object, or `BadMap` naming it.
-/// A shared (not per-CPU) hash map's descriptor.
+/// A shared (not per-CPU) hash map of the loaded object, or `BadMap` naming it.
 fn shared_fd<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, LiveError> {
     match map(ebpf, name)? {
         Map::LruHashMap(d) | Map::HashMap(d) => Ok(d.fd().as_fd()),
@@ -434,6 +434,7 @@ fn shared_fd<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, L
     }
 }
 
+/// A per-CPU map of the loaded object, or `BadMap` naming it.
 fn map_fd<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, LiveError> {
     match map(ebpf, name)? {
         Map::PerCpuLruHashMap(d) | Map::PerCpuHashMap(d) | Map::PerCpuArray(d) => {
