@@ -522,8 +522,9 @@ impl Builder {
             latency.insert(*key, state.hist);
         }
         self.latency = latency;
-        self.messages.interval(&iv.messages, &mut agg);
-        iv.messages = Messages::new();
+        // (The read freed before the report is made.)
+        self.messages
+            .interval(&std::mem::take(&mut iv.messages), &mut agg);
         for (key, hist) in &iv.scopes {
             let h = hist_growth(hist, self.scopes.get(key));
             if h.count > 0 {

@@ -226,35 +226,25 @@ impl Aggregate {
             s.keys.push(**k);
         }
         // Messages are kept under each flow's analysis entry: one for every mirror session's
-        // rows of a flow.
-        // (None at all: none posted.)
-        if let [one] = s.keys.as_slice()
-            && !self.messages.is_empty()
-        {
-            // One flow (a side's usual): its messages as they are, the extremes only of
-            // messages of known size (as the sum below has them).
-            s.messages = self
-                .messages
-                .get(&one.union().unwrap_or(*one))
-                .and_then(|m| {
-                    let mut m = *m;
-                    if m.messages() == 0 {
-                        (m.min, m.max) = (0, 0);
+        // rows of a flow (none at all when none was posted).
+        if !self.messages.is_empty() {
+            let analysed = |k: &FlowKey| k.union().unwrap_or(*k);
+            s.messages = match s.keys.as_slice() {
+                // One flow, a side's usual: its messages as they are.
+                [one] => self.messages.get(&analysed(one)).and_then(Messages::of),
+                keys => {
+                    let mut analysed: Vec<FlowKey> = keys.iter().map(analysed).collect();
+                    analysed.sort();
+                    analysed.dedup();
+                    let mut messages = MsgStats::default();
+                    for k in &analysed {
+                        if let Some(m) = self.messages.get(k) {
+                            messages.merge(m);
+                        }
                     }
-                    Messages::of(&m)
-                });
-        } else if !self.messages.is_empty() {
-            let mut analysed: Vec<FlowKey> =
-                s.keys.iter().map(|k| k.union().unwrap_or(*k)).collect();
-            analysed.sort();
-            analysed.dedup();
-            let mut messages = MsgStats::default();
-            for k in &analysed {
-                if let Some(m) = self.messages.get(k) {
-                    messages.merge(m);
+                    Messages::of(&messages)
                 }
-            }
-            s.messages = Messages::of(&messages);
+            };
         }
         ports.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         s.ports = ports.into_iter().map(|(p, _)| p).collect();

@@ -4,7 +4,9 @@
 
 use std::net::IpAddr;
 
-use observer_common::{FlowKey, LatHist, LatKind, LatSide, MsgKind, MsgStats, lat_bucket_bounds};
+use observer_common::{
+    FlowKey, LatHist, LatKind, LatSide, MSG_SCALE, MsgKind, MsgStats, lat_bucket_bounds,
+};
 use serde::{Deserialize, Serialize};
 
 use super::{FlowMirror, Ops, Psn};
@@ -134,6 +136,10 @@ impl Messages {
         }
         let of = |k: MsgKind| m.count[k as usize];
         let bytes: u64 = m.bytes.iter().sum();
+        // The extremes only of messages of known size (as a merge of views has them: a view
+        // without any keeps its own out).
+        let (min, max) = if count > 0 { (m.min, m.max) } else { (0, 0) };
+        let quantile = |q| MSG_SCALE.quantile(&m.buckets, min, max, q).unwrap_or(0);
         Some(Self {
             count,
             bytes,
@@ -141,10 +147,10 @@ impl Messages {
             write: of(MsgKind::Write),
             read: of(MsgKind::Read),
             unknown_size: m.unknown_size,
-            min_bytes: if count > 0 { m.min } else { 0 },
-            p50_bytes: m.quantile(0.5).unwrap_or(0),
-            p99_bytes: m.quantile(0.99).unwrap_or(0),
-            max_bytes: m.max,
+            min_bytes: min,
+            p50_bytes: quantile(0.5),
+            p99_bytes: quantile(0.99),
+            max_bytes: max,
             mean_bytes: bytes.checked_div(count).unwrap_or(0),
         })
     }

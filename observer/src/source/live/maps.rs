@@ -335,10 +335,7 @@ pub fn read_messages(ebpf: &Ebpf, agg: &mut Aggregate) -> Result<(), LiveError> 
 /// of them costs a move of each kilobyte value per rehash. A batched read gives each key once;
 /// a read a key at a time (a kernel without batch lookups) can give one twice.
 pub fn read_message_list(ebpf: &Ebpf, out: &mut Vec<(FlowKey, MsgStats)>) -> Result<(), LiveError> {
-    let fd = shared_fd(ebpf, maps::MSGS)?;
-    bpfsys::hash_for_each::<FlowKey, MsgStats>(fd, BATCH, |k, v| out.push((*k, *v)))
-        .map_err(read_error(maps::MSGS))?;
-    Ok(())
+    shared_for_each::<FlowKey, MsgStats>(ebpf, maps::MSGS, |k, v| out.push((*k, *v)))
 }
 
 /// Every entry of a shared (not per-CPU) LRU hash map, each key once (a key-at-a-time walk
@@ -348,13 +345,30 @@ fn read_shared<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod>(
     ebpf: &Ebpf,
     name: &'static str,
 ) -> Result<rustc_hash::FxHashMap<K, V>, LiveError> {
-    let fd = shared_fd(ebpf, name)?;
     let mut out = rustc_hash::FxHashMap::default();
-    bpfsys::hash_for_each::<K, V>(fd, BATCH, |k, v| {
+    shared_for_each::<K, V>(ebpf, name, |k, v| {
         out.insert(*k, *v);
-    })
-    .map_err(read_error(name))?;
+    })?;
     Ok(out)
+}
+
+/// Every entry of a shared (not per-CPU) hash map, read in batches.
+fn shared_for_each<K: aya::Pod, V: aya::Pod>(
+    ebpf: &Ebpf,
+    name: &'static str,
+    f: impl FnMut(&K, &V),
+) -> Result<(), LiveError> {
+    let fd = match map(ebpf, name)? {
+        Map::LruHashMap(d) | Map::HashMap(d) => d.fd().as_fd(),
+        _ => {
+            return Err(LiveError::BadMap {
+                map: name,
+                problem: "not a shared hash map",
+            });
+        }
+    };
+    bpfsys::hash_for_each::<K, V>(fd, BATCH, f).map_err(read_error(name))?;
+    Ok(())
 }
 
 /// Adds the latency maps: the per-connection states (one shared value each) and the
@@ -421,17 +435,6 @@ impl FlowSink for Shifted<'_> {
 /// Index `index` of the per-CPU array `name`: one value per possible CPU.
 fn per_cpu<V: aya::Pod>(ebpf: &Ebpf, name: &'static str, index: u32) -> Result<Vec<V>, LiveError> {
     bpfsys::percpu_array_get::<V>(map_fd(ebpf, name)?, index).map_err(read_error(name))
-}
-
-/// A shared (not per-CPU) hash map of the loaded object, or `BadMap` naming it.
-fn shared_fd<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<BorrowedFd<'a>, LiveError> {
-    match map(ebpf, name)? {
-        Map::LruHashMap(d) | Map::HashMap(d) => Ok(d.fd().as_fd()),
-        _ => Err(LiveError::BadMap {
-            map: name,
-            problem: "not a shared hash map",
-        }),
-    }
 }
 
 /// A per-CPU map of the loaded object, or `BadMap` naming it.
