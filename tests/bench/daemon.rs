@@ -35,6 +35,7 @@
 //! difference).
 
 use std::{
+    collections::BTreeMap,
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddr, TcpStream},
     path::{Path, PathBuf},
@@ -579,17 +580,41 @@ impl Cpu {
 
 /// utime and stime of a process (/proc/PID/stat, in clock ticks).
 fn cpu_time(pid: u32) -> Result<Cpu, String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+    stat_cpu(&format!("/proc/{pid}/stat"))
+}
+
+/// The CPU seconds of a process's threads, summed by thread name (/proc/PID/task/TID): where
+/// a case's time goes. A thread gone since is not counted.
+fn thread_times(pid: u32) -> BTreeMap<String, f64> {
+    let mut by_name = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let (Ok(name), Ok(cpu)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            stat_cpu(&dir.join("stat").to_string_lossy()),
+        ) else {
+            continue;
+        };
+        *by_name.entry(name.trim().to_string()).or_default() += cpu.total();
+    }
+    by_name
+}
+
+/// utime and stime of a stat file (a process's or a thread's).
+fn stat_cpu(path: &str) -> Result<Cpu, String> {
+    let stat = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     // Fields after the command name (which may hold spaces and parentheses): state is field 3,
     // utime field 14, stime field 15.
-    let rest = &stat[stat.rfind(')').ok_or("bad /proc/PID/stat")? + 1..];
+    let rest = &stat[stat.rfind(')').ok_or_else(|| format!("bad {path}"))? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| -> Result<u64, String> {
         fields
             .get(i)
             .and_then(|f| f.parse().ok())
-            .ok_or_else(|| format!("bad /proc/{pid}/stat field {}", i + 3))
+            .ok_or_else(|| format!("bad {path} field {}", i + 3))
     };
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -622,7 +647,7 @@ fn bpf_map_memory(pid: u32) -> (u64, u64) {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
         return (0, 0);
     };
-    let mut seen = std::collections::BTreeMap::new();
+    let mut seen = BTreeMap::new();
     for entry in dir.flatten() {
         let Ok(info) = std::fs::read_to_string(entry.path()) else {
             continue;
@@ -665,8 +690,9 @@ struct Outcome {
     /// Spawn to the first answered scrape, and the CPU time used by then.
     startup_seconds: f64,
     startup_cpu_seconds: f64,
-    /// The daemon's CPU time over the window.
+    /// The daemon's CPU time over the window, and its threads' by name.
     cpu: Cpu,
+    threads: BTreeMap<String, f64>,
     wall_seconds: f64,
     /// The daemon's own `roce_observer_cpu_seconds_total` over the window (a cross-check).
     self_cpu_seconds: f64,
@@ -686,6 +712,18 @@ struct Outcome {
 impl Outcome {
     fn cpu_percent(&self) -> f64 {
         self.cpu.total() / self.wall_seconds * 100.0
+    }
+
+    /// The CPU of threads that ended within the window, % of one core: the process's less its
+    /// live threads'.
+    fn ended_threads_percent(&self) -> f64 {
+        let live: f64 = self.threads.values().sum();
+        ((self.cpu.total() - live) / self.wall_seconds * 100.0).max(0.0)
+    }
+
+    /// A thread's CPU over the window (its name's), % of one core.
+    fn thread_percent(&self, name: &str) -> f64 {
+        self.threads.get(name).copied().unwrap_or(0.0) / self.wall_seconds * 100.0
     }
 
     fn drain_ms(&self) -> (f64, f64) {
@@ -763,6 +801,7 @@ fn measure(
     let sender = traffic.map(|rate| Traffic::start(flows, rate));
     let (rss_start_kib, hwm_start_kib) = memory_kib(pid)?;
     let cpu0 = cpu_time(pid)?;
+    let threads0 = thread_times(pid);
     let t0 = Instant::now();
     let self_cpu0 = m.value("roce_observer_cpu_seconds_total")?;
     let mut drains = m.value("roce_observer_drains_total")? as u64;
@@ -788,7 +827,11 @@ fn measure(
         m = next;
     }
     let cpu1 = cpu_time(pid)?;
+    let mut threads = thread_times(pid);
     let wall_seconds = t0.elapsed().as_secs_f64();
+    for (name, seconds) in &mut threads {
+        *seconds = (*seconds - threads0.get(name).copied().unwrap_or(0.0)).max(0.0);
+    }
     let traffic_frames = match sender {
         Some(s) => {
             let sent = s.sent();
@@ -816,6 +859,7 @@ fn measure(
         startup_seconds,
         startup_cpu_seconds,
         cpu: cpu1.since(&cpu0),
+        threads,
         wall_seconds,
         self_cpu_seconds: m.value("roce_observer_cpu_seconds_total")? - self_cpu0,
         drain_seconds,
@@ -1349,6 +1393,28 @@ impl ExportComparison {
                 o.drain_ms().0
             );
         }
+        // Where the cost goes: the collector drains wider and reads the messages, the builder
+        // makes and encodes the records, the exporter's thread sends them.
+        let names: std::collections::BTreeSet<&String> = self
+            .without
+            .threads
+            .keys()
+            .chain(self.with.threads.keys())
+            .collect();
+        let mut by_thread: Vec<String> = names
+            .into_iter()
+            .map(|n| (n, self.without.thread_percent(n), self.with.thread_percent(n)))
+            .filter(|(_, a, b)| a.max(*b) >= 0.05)
+            .map(|(n, a, b)| format!("{n} {a:.2}% -> {b:.2}%"))
+            .collect();
+        // Threads that ended within the window (a drain's per-CPU readers): the process's
+        // time less its live threads'.
+        let [a, b] = [&self.without, &self.with].map(Outcome::ended_threads_percent);
+        by_thread.push(format!("threads ended in the window {a:.2}% -> {b:.2}%"));
+        println!(
+            "  by thread, without -> with the export: {}",
+            by_thread.join(", ")
+        );
         let cost = self.cost();
         println!(
             "  export cost: {cost:.3}% of one core over run without it (target {EXPORT_TARGET}%: {})",
@@ -1380,6 +1446,10 @@ impl ExportComparison {
             "cpu_percent_without": self.without.cpu_percent(),
             "cpu_percent_with": self.with.cpu_percent(),
             "cost_percent_of_core": self.cost(),
+            "threads_percent_of_core": {
+                "without": self.without.threads.keys().map(|n| (n.clone(), self.without.thread_percent(n))).collect::<BTreeMap<_, _>>(),
+                "with": self.with.threads.keys().map(|n| (n.clone(), self.with.thread_percent(n))).collect::<BTreeMap<_, _>>(),
+            },
             "target_percent_of_core": EXPORT_TARGET,
             "pass": self.cost() <= EXPORT_TARGET,
             "wire_bytes_per_qp_interval": self.wire_per_qp_interval(),
