@@ -580,32 +580,51 @@ impl Cpu {
 
 /// utime and stime of a process (/proc/PID/stat, in clock ticks).
 fn cpu_time(pid: u32) -> Result<Cpu, String> {
-    stat_cpu(&format!("/proc/{pid}/stat"))
+    stat_cpu(Path::new(&format!("/proc/{pid}/stat")))
 }
 
-/// The CPU seconds of a process's threads, summed by thread name (/proc/PID/task/TID): where
-/// a case's time goes. A thread gone since is not counted.
-fn thread_times(pid: u32) -> BTreeMap<String, f64> {
-    let mut by_name = BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return by_name;
-    };
+/// The CPU seconds of each of a process's threads, by thread ID, with its name
+/// (/proc/PID/task/TID): where a case's time goes.
+fn thread_times(pid: u32) -> Result<BTreeMap<u32, (String, f64)>, String> {
+    let dir = format!("/proc/{pid}/task");
+    let tasks = std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))?;
+    let mut threads = BTreeMap::new();
     for task in tasks.flatten() {
-        let dir = task.path();
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let path = task.path();
+        // A thread may end between the listing and the reads: it is left out.
         let (Ok(name), Ok(cpu)) = (
-            std::fs::read_to_string(dir.join("comm")),
-            stat_cpu(&dir.join("stat").to_string_lossy()),
+            std::fs::read_to_string(path.join("comm")),
+            stat_cpu(&path.join("stat")),
         ) else {
             continue;
         };
-        *by_name.entry(name.trim().to_string()).or_default() += cpu.total();
+        threads.insert(tid, (name.trim().to_string(), cpu.total()));
+    }
+    Ok(threads)
+}
+
+/// The CPU seconds of the threads alive at the end of a window (`end`), each less what it had
+/// at its start (`start`; a thread started since has all its time in it), summed by name.
+/// Threads that ended within the window are the process's time less these.
+fn threads_over(
+    start: &BTreeMap<u32, (String, f64)>,
+    end: BTreeMap<u32, (String, f64)>,
+) -> BTreeMap<String, f64> {
+    let mut by_name = BTreeMap::new();
+    for (tid, (name, seconds)) in end {
+        let before = start.get(&tid).map_or(0.0, |(_, s)| *s);
+        *by_name.entry(name).or_default() += (seconds - before).max(0.0);
     }
     by_name
 }
 
 /// utime and stime of a stat file (a process's or a thread's).
-fn stat_cpu(path: &str) -> Result<Cpu, String> {
-    let stat = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+fn stat_cpu(path: &Path) -> Result<Cpu, String> {
+    let stat = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let path = path.display();
     // Fields after the command name (which may hold spaces and parentheses): state is field 3,
     // utime field 14, stime field 15.
     let rest = &stat[stat.rfind(')').ok_or_else(|| format!("bad {path}"))? + 1..];
@@ -715,7 +734,8 @@ impl Outcome {
     }
 
     /// The CPU of threads that ended within the window, % of one core: the process's less its
-    /// live threads'.
+    /// live threads'. Each figure is read in clock ticks (a tenth of a point over a 10 s
+    /// window), so this one is a few tenths at best.
     fn ended_threads_percent(&self) -> f64 {
         let live: f64 = self.threads.values().sum();
         ((self.cpu.total() - live) / self.wall_seconds * 100.0).max(0.0)
@@ -801,7 +821,7 @@ fn measure(
     let sender = traffic.map(|rate| Traffic::start(flows, rate));
     let (rss_start_kib, hwm_start_kib) = memory_kib(pid)?;
     let cpu0 = cpu_time(pid)?;
-    let threads0 = thread_times(pid);
+    let threads0 = thread_times(pid)?;
     let t0 = Instant::now();
     let self_cpu0 = m.value("roce_observer_cpu_seconds_total")?;
     let mut drains = m.value("roce_observer_drains_total")? as u64;
@@ -827,11 +847,8 @@ fn measure(
         m = next;
     }
     let cpu1 = cpu_time(pid)?;
-    let mut threads = thread_times(pid);
+    let threads = threads_over(&threads0, thread_times(pid)?);
     let wall_seconds = t0.elapsed().as_secs_f64();
-    for (name, seconds) in &mut threads {
-        *seconds = (*seconds - threads0.get(name).copied().unwrap_or(0.0)).max(0.0);
-    }
     let traffic_frames = match sender {
         Some(s) => {
             let sent = s.sent();
@@ -1403,7 +1420,13 @@ impl ExportComparison {
             .collect();
         let mut by_thread: Vec<String> = names
             .into_iter()
-            .map(|n| (n, self.without.thread_percent(n), self.with.thread_percent(n)))
+            .map(|n| {
+                (
+                    n,
+                    self.without.thread_percent(n),
+                    self.with.thread_percent(n),
+                )
+            })
             .filter(|(_, a, b)| a.max(*b) >= 0.05)
             .map(|(n, a, b)| format!("{n} {a:.2}% -> {b:.2}%"))
             .collect();
@@ -1412,7 +1435,7 @@ impl ExportComparison {
         let [a, b] = [&self.without, &self.with].map(Outcome::ended_threads_percent);
         by_thread.push(format!("threads ended in the window {a:.2}% -> {b:.2}%"));
         println!(
-            "  by thread, without -> with the export: {}",
+            "  by thread (at least 0.05% in either), without -> with the export: {}",
             by_thread.join(", ")
         );
         let cost = self.cost();
@@ -1446,6 +1469,10 @@ impl ExportComparison {
             "cpu_percent_without": self.without.cpu_percent(),
             "cpu_percent_with": self.with.cpu_percent(),
             "cost_percent_of_core": self.cost(),
+            "ended_threads_percent_of_core": {
+                "without": self.without.ended_threads_percent(),
+                "with": self.with.ended_threads_percent(),
+            },
             "threads_percent_of_core": {
                 "without": self.without.threads.keys().map(|n| (n.clone(), self.without.thread_percent(n))).collect::<BTreeMap<_, _>>(),
                 "with": self.with.threads.keys().map(|n| (n.clone(), self.with.thread_percent(n))).collect::<BTreeMap<_, _>>(),
