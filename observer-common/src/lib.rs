@@ -102,6 +102,8 @@ pub mod programs {
     pub const OBSERVE_INGRESS: &str = "roce_observe_ingress";
     /// Mirror mode spread over CPUs: sends each frame to its hosts' CPU (a cpumap).
     pub const SPREAD: &str = "roce_spread";
+    /// `SPREAD` without the arrival stamp (kernels refusing XDP metadata to XDP programs).
+    pub const SPREAD_BARE: &str = "roce_spread_bare";
     /// `OBSERVE` and `OBSERVE_CONSUME` as cpumap programs, on the CPUs frames are spread to.
     pub const OBSERVE_CPUMAP: &str = "roce_observe_cpumap";
     pub const OBSERVE_CONSUME_CPUMAP: &str = "roce_observe_consume_cpumap";
@@ -124,6 +126,10 @@ pub const MAX_SPREAD_CPUS: u32 = 1024;
 /// The entry of the `SPREAD` array that holds the id of the `SPREAD_CPUS` cpumap, after the
 /// CPUs: the drop counter counts that map's drops only (0: none yet).
 pub const SPREAD_MAP_ID: u32 = MAX_SPREAD_CPUS + 1;
+/// The entry of the `SPREAD` array that says the spreading program attached stamps no arrival
+/// times (non-zero: `roce_spread_bare`): the CPUs it sends copies to take no latency sample,
+/// which would be timed after their queue.
+pub const SPREAD_UNTIMED: u32 = SPREAD_MAP_ID + 1;
 
 /// The spread hash of a packet's two IP addresses, the same whichever is the source: the CPU a
 /// spread mirror port sends its copy to (`SPREAD[1 + hash % n]`), so that both directions of a

@@ -126,6 +126,11 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
         None if config.nic_only() => Tap::Nothing,
         None => Tap::Kernel(Observer::attach(live)?),
     };
+    if let Tap::Kernel(o) = &tap {
+        for w in o.warnings() {
+            tracing::warn!("{w}");
+        }
+    }
     let records = match otlp {
         Some(otlp) => Some(records::Records::start(
             otlp,

@@ -242,6 +242,7 @@ impl Tap {
             Self::Kernel(o) => {
                 let mut s = Source::live(o.config().interfaces.clone(), config.xdp_mode.name());
                 s.mode = Some(o.config().vantage.name().to_string());
+                s.warnings = o.warnings();
                 s
             }
             Self::Capture(c) => Source {

@@ -36,8 +36,8 @@ mod kernel {
         FLOW_CACHE_SLOTS, FLOW_LOG_SLOTS, FlowKey, FlowSlot, FlowStats, HostPair,
         IFACE_COUNTER_SLOTS, IfaceCounters, LAT_CONNS, LAT_SCOPE_ENTRIES, LatHist, LatKey,
         LatLinkKey, LatPeers, LatScopeKey, LatState, MAX_PAUSE_SENDERS, MSG_FLOWS, Mirror, MsgKind,
-        MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SPREAD_MAP_ID, SeqClass,
-        SeqInput, SkipReason, WIRE_OVERHEAD, burst_index,
+        MsgStats, Pause, PauseKey, PauseStats, QP_CM, RocePacket, SPREAD_MAP_ID, SPREAD_UNTIMED,
+        SeqClass, SeqInput, SkipReason, WIRE_OVERHEAD, burst_index,
         cm::{CmConn, CmKey, CmMad, mad_at, read_cm},
         latency::lat_bucket_index,
         latency::role,
@@ -229,9 +229,10 @@ mod kernel {
     static SPREAD_CPUS: CpuMap = CpuMap::with_max_entries(1, 0);
 
     /// The CPUs frames are spread over: entry 0 holds their number n, entries 1 to n the CPUs;
-    /// entry `SPREAD_MAP_ID` the id of SPREAD_CPUS (whose drops `spread_drops` counts).
+    /// entry `SPREAD_MAP_ID` the id of SPREAD_CPUS (whose drops `spread_drops` counts), entry
+    /// `SPREAD_UNTIMED` whether the spreading program stamps no arrival times.
     #[map(name = "SPREAD")]
-    static SPREAD: Array<u32> = Array::with_max_entries(SPREAD_MAP_ID + 1, 0);
+    static SPREAD: Array<u32> = Array::with_max_entries(SPREAD_UNTIMED + 1, 0);
 
     #[map(name = "BASELINE")]
     static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -653,6 +654,9 @@ mod kernel {
         }
     }
 
+    /// An arrival time that says: take no latency sample (the packet's own time is not known).
+    const UNTIMED: u64 = u64::MAX;
+
     /// The updates that follow the accounting of a RoCE packet (`account_flow` marks it
     /// pending): the latency of a request or answer, the messages of a message boundary. Each
     /// is a function of its own whose inputs come from maps; clears the pending mark. `done`:
@@ -660,7 +664,8 @@ mod kernel {
     /// without the mark, a load and a test). Inlined into the programs, after the accounting
     /// returned: its map lookups' keys take a slot of the program's own small frame, not of
     /// the accounting's, which nearly fills the 512 bytes (a call of its own cost a RoCE packet
-    /// 6-7 ns).
+    /// 6-7 ns). `arrival_ns`: when the packet arrived (a spreading CPU's stamp), 0 for now,
+    /// or [`UNTIMED`].
     #[inline(always)]
     fn after_accounting(done: u32, arrival_ns: u64) {
         if done & ROCE == 0 {
@@ -684,7 +689,9 @@ mod kernel {
                 is_boundary(&*input),
             )
         };
-        if let Some(answer) = latency {
+        if let Some(answer) = latency
+            && arrival_ns != UNTIMED
+        {
             account_latency(answer, arrival_ns);
         }
         if message {
@@ -1171,6 +1178,21 @@ mod kernel {
     /// CPU; with no CPU to send to, a frame passes unaccounted (the loader never leaves it so).
     #[xdp]
     pub fn roce_spread(ctx: XdpContext) -> u32 {
+        spread(ctx, true)
+    }
+
+    /// `roce_spread` without the arrival stamp, for kernels that refuse XDP metadata to XDP
+    /// programs (`bpf_xdp_adjust_meta`): a copy passive latency times is timed where its CPU
+    /// accounts it, the wait in that CPU's queue included.
+    #[xdp]
+    pub fn roce_spread_bare(ctx: XdpContext) -> u32 {
+        spread(ctx, false)
+    }
+
+    /// `roce_spread`'s work; `stamping`: the frames passive latency may time carry their
+    /// arrival time.
+    #[inline(always)]
+    fn spread(ctx: XdpContext, stamping: bool) -> u32 {
         let pkt = Packet {
             start: ctx.data(),
             end: ctx.data_end(),
@@ -1186,8 +1208,8 @@ mod kernel {
         let Some(cpu) = SPREAD.get(1 + hash % n) else {
             return xdp_action::XDP_PASS;
         };
-        // Only a frame sent on: a cpumap program takes the stamp off again.
-        if stamp {
+        // Only a frame sent on: a cpumap program reads the stamp.
+        if stamping && stamp {
             stamp_arrival(&ctx);
         }
         match SPREAD_CPUS.redirect(*cpu, u64::from(xdp_action::XDP_PASS)) {
@@ -1274,10 +1296,18 @@ mod kernel {
         }
     }
 
-    /// In a cpumap program: the arrival time `roce_spread` stamped (0: none), the metadata
-    /// taken off again so that the frame goes on as it came.
+    /// In a cpumap program: the arrival time `roce_spread` stamped (0: none; [`UNTIMED`]: the
+    /// spreading program stamps none). The metadata is
+    /// left where it is, in front of the frame's bytes (which are as they came): some kernels
+    /// (6.18.44 among them) refuse `bpf_xdp_adjust_meta` to cpumap programs, and the stack
+    /// takes the frame from its data, not its metadata.
     #[inline(always)]
     fn take_arrival(ctx: &XdpContext) -> u64 {
+        // No stamps at all (`roce_spread_bare`): no sample, rather than one timed after the
+        // queue.
+        if SPREAD.get(SPREAD_UNTIMED).is_some_and(|u| *u != 0) {
+            return UNTIMED;
+        }
         let (meta, data) = (ctx.metadata(), ctx.data());
         // (A `>` test: the verifier learns the metadata's length from it, not from `!=`.)
         if meta + size_of::<Arrival>() > data {
@@ -1291,8 +1321,6 @@ mod kernel {
         if magic != ARRIVAL_MAGIC {
             return 0;
         }
-        // SAFETY: the helper on this program's context, giving the metadata's room back.
-        unsafe { bpf_xdp_adjust_meta(ctx.ctx, size_of::<Arrival>() as i32) };
         ns
     }
 

@@ -618,6 +618,7 @@ impl LiveSession {
         let o = &self.options;
         let mut source = Source::live(o.interfaces.clone(), o.xdp_mode.name());
         source.mode = Some(o.vantage.name().to_string());
+        source.warnings = self.observer.warnings();
         if !beside.is_empty() {
             source.warnings.push(format!(
                 "{} observed at TC ingress beside roce-observer's own XDP program (a sidecar running there): every frame it passes, VLAN tags as the kernel hands them to TC (taken out of the frame, so neither their priority nor their 4 bytes are counted)",

@@ -205,21 +205,17 @@ fn observer_counts(ebpf: &Ebpf) -> Result<(u64, u64), String> {
     ))
 }
 
-/// The object loaded as mirror mode with `--consume --cpus CPUS` loads it, `roce_spread`
-/// ready to run.
-fn load_spread(object: &[u8], cpus: &[usize]) -> Result<Ebpf, String> {
+/// The object loaded as mirror mode with `--consume --cpus CPUS` loads it, its spreading
+/// program ready to run (`roce_spread`, or `roce_spread_bare` on a kernel refusing XDP
+/// metadata), and that program's name.
+fn load_spread(object: &[u8], cpus: &[usize]) -> Result<(Ebpf, &'static str), String> {
     let mut ebpf = load(object)?;
     let cpus: Vec<u32> = cpus.iter().map(|&c| c as u32).collect();
     set_up_spread(&mut ebpf, Vantage::Mirror { consume: true }, &cpus)
         .map_err(|e| format!("spreading over CPUs {cpus:?}: {e}"))?;
-    let prog: &mut Xdp = ebpf
-        .program_mut(programs::SPREAD)
-        .ok_or_else(|| format!("no program {}", programs::SPREAD))?
-        .try_into()
-        .map_err(|e| format!("{}: {e}", programs::SPREAD))?;
-    prog.load()
+    let name = roce_observer::source::live::load_spread(&mut ebpf)
         .map_err(|e| format!("loading {}: {e}", programs::SPREAD))?;
-    Ok(ebpf)
+    Ok((ebpf, name))
 }
 
 /// Sends `frames` (copies of one mirror source) `count` times each through `roce_spread` on CPU
@@ -227,12 +223,11 @@ fn load_spread(object: &[u8], cpus: &[usize]) -> Result<Ebpf, String> {
 /// from the start until then, and the number dropped.
 /// The senders stand for the receive queue RSS puts every copy on.
 fn spread_rate(
-    ebpf: &Ebpf,
+    (ebpf, name): (&Ebpf, &'static str),
     frames: &[Vec<u8>],
     rx: usize,
     count: u32,
 ) -> Result<(f64, u64), String> {
-    let name = programs::SPREAD;
     let prog: &Xdp = ebpf
         .program(name)
         .ok_or_else(|| format!("no program {name}"))?
@@ -464,7 +459,7 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
             let per_copy = (args.frames / copies.len() as u32).max(1);
             let (mut obs, mut base, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..args.runs {
-                let ebpf = load_spread(&object, cpus)?;
+                let (ebpf, spreading) = load_spread(&object, cpus)?;
                 // Without the privilege or the kernel threads in sight, this case only: the
                 // rows measured stand.
                 if let Err(e) = set_threads(&ebpf, cpus, threads) {
@@ -472,7 +467,7 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
                     break 'case;
                 }
                 // A first copy each creates the flows.
-                spread_rate(&ebpf, &copies, rx, 1)?;
+                spread_rate((&ebpf, spreading), &copies, rx, 1)?;
                 base.push(rate(
                     &ebpf,
                     programs::BASELINE_DROP,
@@ -480,7 +475,7 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
                     &vec![rx; copies.len()],
                     per_copy,
                 )?);
-                let (pps, d) = spread_rate(&ebpf, &copies, rx, per_copy)?;
+                let (pps, d) = spread_rate((&ebpf, spreading), &copies, rx, per_copy)?;
                 obs.push(pps);
                 dropped.push(d);
             }

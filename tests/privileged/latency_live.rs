@@ -239,6 +239,21 @@ fn spread_ack_latency_is_timed_before_the_cpu_queue() {
     assert!(status.success(), "diagnose failed: {err}");
     let report: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let acks: Vec<&LatencyScope> = report.latency.iter().filter(|l| l.kind == "ack").collect();
+    // A kernel that refuses XDP metadata to XDP programs: no arrival stamps, as the report
+    // says, and no sample (timed after the held queue, each would be off by its wait).
+    if report
+        .source
+        .warnings
+        .iter()
+        .any(|w| w == roce_observer::source::live::SPREAD_UNSTAMPED)
+    {
+        eprintln!(
+            "NOTE: this kernel refuses bpf_xdp_adjust_meta to XDP programs: the report says so, \
+             and spread copies are not timed"
+        );
+        assert!(acks.is_empty(), "no ACK sample: {:?}", report.latency);
+        return;
+    }
     assert_eq!(acks.len(), 1, "one ACK histogram: {:?}", report.latency);
     let s = &acks[0].summary;
     assert_eq!(s.samples, n as u64, "every ACK timed: {s:?}");

@@ -118,6 +118,7 @@ pub(super) fn xdp_owner(iface: &str) -> XdpOwner {
         // The kernel keeps 15 bytes of a name (BPF_OBJ_NAME_LEN - 1).
         Some(n)
             if n == programs::SPREAD
+                || n == programs::SPREAD_BARE[..programs::SPREAD_BARE.len().min(15)]
                 || n == programs::OBSERVE_CONSUME[..programs::OBSERVE_CONSUME.len().min(15)] =>
         {
             XdpOwner::OurMirror(id, n)

@@ -248,6 +248,40 @@ pub struct Observer {
     oper: Vec<Option<bool>>,
     /// Mirror mode: the CPUs the copies are spread over (none: accounted where received).
     spread: Vec<u32>,
+    /// The XDP program attached to the interfaces.
+    xdp_program: &'static str,
+}
+
+/// The warning of a spreading observer whose copies carry no arrival time.
+pub const SPREAD_UNSTAMPED: &str = "this kernel refuses XDP metadata to XDP programs \
+     (bpf_xdp_adjust_meta): copies spread over CPUs cannot carry the time they arrived, so \
+     passive latency is not measured (timed after a CPU's queue, a sample would be off by its \
+     wait); copies accounted where they are received (--cpus off) are timed";
+
+/// Loads XDP program `name`.
+fn load_xdp(ebpf: &mut Ebpf, name: &'static str) -> Result<(), LiveError> {
+    let prog: &mut Xdp = ebpf
+        .program_mut(name)
+        .ok_or(LiveError::MissingProgram(name))?
+        .try_into()
+        .map_err(|e: ProgramError| load_error(&e))?;
+    prog.load().map_err(|e| load_error(&e))
+}
+
+/// Loads the spreading program: the one that stamps each copy with its arrival time, or, on a
+/// kernel that refuses it the helper, the one without (its error is the stamping one's when
+/// neither loads).
+pub fn load_spread(ebpf: &mut Ebpf) -> Result<&'static str, LiveError> {
+    match load_xdp(ebpf, programs::SPREAD) {
+        Ok(()) => Ok(programs::SPREAD),
+        Err(stamping) => match load_xdp(ebpf, programs::SPREAD_BARE) {
+            Ok(()) => {
+                spread::set_untimed(ebpf)?;
+                Ok(programs::SPREAD_BARE)
+            }
+            Err(_) => Err(stamping),
+        },
+    }
 }
 
 /// The kernel object `object` loaded, its programs not yet: the maps `sizes` (name, entries)
@@ -344,17 +378,13 @@ impl Observer {
         if !spread.is_empty() {
             spread::set_up(&mut ebpf, config.vantage, &spread)?;
         }
-        let name = if spread.is_empty() {
-            config.vantage.program()
+        let xdp_program = if spread.is_empty() {
+            let name = config.vantage.program();
+            load_xdp(&mut ebpf, name)?;
+            name
         } else {
-            programs::SPREAD
+            load_spread(&mut ebpf)?
         };
-        let prog: &mut Xdp = ebpf
-            .program_mut(name)
-            .ok_or(LiveError::MissingProgram(name))?
-            .try_into()
-            .map_err(|e: ProgramError| load_error(&e))?;
-        prog.load().map_err(|e| load_error(&e))?;
         if config.vantage == Vantage::Host {
             let tc: &mut SchedClassifier = ebpf
                 .program_mut(programs::OBSERVE_EGRESS)
@@ -378,7 +408,17 @@ impl Observer {
             ring_slots,
             oper: Vec::new(),
             spread,
+            xdp_program,
         })
+    }
+
+    /// What the observer could not do as it would on this kernel, for the report's source.
+    pub fn warnings(&self) -> Vec<String> {
+        if self.xdp_program == programs::SPREAD_BARE {
+            vec![SPREAD_UNSTAMPED.to_string()]
+        } else {
+            Vec::new()
+        }
     }
 
     /// Attaches to one more interface: its slot (rings and counters 2 slot, 2 slot + 1).
@@ -728,11 +768,7 @@ impl Observer {
 
     /// The XDP program attached to the interfaces.
     fn attached_program(&self) -> &'static str {
-        if self.spread.is_empty() {
-            self.config.vantage.program()
-        } else {
-            programs::SPREAD
-        }
+        self.xdp_program
     }
 
     /// The loaded object (maps to read).

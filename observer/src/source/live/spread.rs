@@ -9,7 +9,7 @@ use aya::{
     maps::{Array, CpuMap, Map, PerCpuArray},
     programs::{RawTracePoint, Xdp},
 };
-use observer_common::{Counters, MAX_SPREAD_CPUS, SPREAD_MAP_ID, maps, programs};
+use observer_common::{Counters, MAX_SPREAD_CPUS, SPREAD_MAP_ID, SPREAD_UNTIMED, maps, programs};
 
 use super::{LiveError, Vantage, error::load_error};
 
@@ -241,6 +241,19 @@ pub fn set_up(ebpf: &mut Ebpf, vantage: Vantage, cpus: &[u32]) -> Result<(), Liv
     // The number last: until then no frame is sent on.
     spread
         .set(0, cpus.len() as u32, 0)
+        .map_err(|e| fail(maps::SPREAD, &e))
+}
+
+/// Tells the CPUs copies are spread to that the spreading program stamps no arrival times
+/// (`roce_spread_bare`): they take no latency sample.
+pub(super) fn set_untimed(ebpf: &mut Ebpf) -> Result<(), LiveError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| LiveError::Spread(format!("{what}: {e}"));
+    let map = ebpf
+        .map_mut(maps::SPREAD)
+        .ok_or_else(|| LiveError::Spread(format!("no map {}", maps::SPREAD)))?;
+    let mut spread: Array<_, u32> = Array::try_from(map).map_err(|e| fail(maps::SPREAD, &e))?;
+    spread
+        .set(SPREAD_UNTIMED, 1, 0)
         .map_err(|e| fail(maps::SPREAD, &e))
 }
 
