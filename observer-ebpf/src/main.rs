@@ -1182,8 +1182,8 @@ mod kernel {
     }
 
     /// `roce_spread` without the arrival stamp, for kernels that refuse XDP metadata to XDP
-    /// programs (`bpf_xdp_adjust_meta`): a copy passive latency times is timed where its CPU
-    /// accounts it, the wait in that CPU's queue included.
+    /// programs (`bpf_xdp_adjust_meta`): the CPUs it sends copies to take no latency sample
+    /// (the loader sets `SPREAD[SPREAD_UNTIMED]`).
     #[xdp]
     pub fn roce_spread_bare(ctx: XdpContext) -> u32 {
         spread(ctx, false)

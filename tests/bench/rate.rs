@@ -460,6 +460,12 @@ fn run(args: &Args) -> Result<Vec<Row>, String> {
             let (mut obs, mut base, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..args.runs {
                 let (ebpf, spreading) = load_spread(&object, cpus)?;
+                if spreading != programs::SPREAD {
+                    eprintln!(
+                        "bench-rate: {case}: {spreading} (this kernel refuses {} the metadata helper): no arrival stamps, no latency samples",
+                        programs::SPREAD
+                    );
+                }
                 // Without the privilege or the kernel threads in sight, this case only: the
                 // rows measured stand.
                 if let Err(e) = set_threads(&ebpf, cpus, threads) {

@@ -269,18 +269,21 @@ fn load_xdp(ebpf: &mut Ebpf, name: &'static str) -> Result<(), LiveError> {
 }
 
 /// Loads the spreading program: the one that stamps each copy with its arrival time, or, on a
-/// kernel that refuses it the helper, the one without (its error is the stamping one's when
-/// neither loads).
+/// kernel whose verifier refuses it the metadata helper (and for no other reason), the one
+/// without.
 pub fn load_spread(ebpf: &mut Ebpf) -> Result<&'static str, LiveError> {
     match load_xdp(ebpf, programs::SPREAD) {
         Ok(()) => Ok(programs::SPREAD),
-        Err(stamping) => match load_xdp(ebpf, programs::SPREAD_BARE) {
-            Ok(()) => {
-                spread::set_untimed(ebpf)?;
-                Ok(programs::SPREAD_BARE)
-            }
-            Err(_) => Err(stamping),
-        },
+        Err(stamping)
+            if stamping
+                .to_string()
+                .contains("cannot use helper bpf_xdp_adjust_meta") =>
+        {
+            load_xdp(ebpf, programs::SPREAD_BARE)?;
+            spread::set_untimed(ebpf)?;
+            Ok(programs::SPREAD_BARE)
+        }
+        Err(other) => Err(other),
     }
 }
 
