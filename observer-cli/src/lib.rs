@@ -7,6 +7,7 @@ mod check;
 mod demo;
 mod diagnose;
 mod ecmp;
+mod fabric;
 mod generate;
 mod otlp_args;
 mod output;
@@ -49,6 +50,9 @@ enum Command {
     /// Model how a switch's ECMP hash spreads the observed flows (live or from captures) over
     /// its uplinks, against an ideal random hash; pair connections and check source ports.
     Ecmp(ecmp::EcmpArgs),
+    /// Which link, switch or host explains the loss and CE marks many hosts' JSON reports
+    /// show, over a topology file.
+    Fabric(fabric::FabricArgs),
     /// Run continuously as a sidecar: export per-interface and per-QP counters as OpenMetrics
     /// on /metrics (loopback by default), /healthz, optionally JSON lines; re-attach to
     /// interfaces that come back; SIGHUP reloads --config, SIGTERM/SIGINT detach and exit.
@@ -71,6 +75,7 @@ pub fn main() -> ExitCode {
         Command::Synth(a) => synth::synth(a),
         Command::Demo(a) => demo::demo(a),
         Command::Ecmp(a) => ecmp::ecmp(a),
+        Command::Fabric(a) => fabric::fabric(a),
         Command::Run(a) => run::run(a),
         Command::Check(a) => check::check(a),
         Command::Snapshot(a) => snapshot::snapshot_cmd(a),

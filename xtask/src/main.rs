@@ -84,6 +84,8 @@ enum Cmd {
     /// then the sustained rate through XDP live frames on one and two CPUs, in place and spread
     /// over CPUs as mirror mode does (bench-rate), then
     /// the replay throughput benchmark on whole and on 160-byte frames (bench-replay), then
+    /// the fleet records' cost (bench-export), then `fabric` on a generated k=16 fat-tree
+    /// (bench-fabric), then
     /// the spread of direct RoCE and mirror copies over CPUs under RPS (bench-rss), then the
     /// CPU, drain time and memory of `roce-observer run` at 10k, 100k and 1M flows beside the
     /// idle daemon (bench-daemon, about 3 minutes); only --json is passed on to those.
@@ -161,11 +163,12 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             let json: Vec<OsString> = args.iter().filter(|a| *a == "--json").cloned().collect();
             // The kernel benchmark, then the sustained rate through XDP live frames, then
             // offline replay throughput on whole frames and on a
-            // header-only (160-byte snaplen) capture as mirrors and sniffers take, then how
+            // header-only (160-byte snaplen) capture as mirrors and sniffers take, then the
+            // fleet records' encoding, then `fabric`'s localization at scale, then how
             // receive steering spreads direct RoCE and mirror copies over CPUs, then the
             // daemon's cost by tracked flows; of the extra arguments only --json applies to the
             // runs after the first.
-            let runs: [(&str, Vec<OsString>); 7] = [
+            let runs: [(&str, Vec<OsString>); 8] = [
                 ("bench", args),
                 ("bench-rate", json.clone()),
                 (
@@ -177,6 +180,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     [&["--snaplen".into(), "160".into()][..], &json].concat(),
                 ),
                 ("bench-export", json.clone()),
+                ("bench-fabric", json.clone()),
                 ("bench-rss", json.clone()),
                 ("bench-daemon", json),
             ];

@@ -3,6 +3,7 @@
 
 pub mod checklist;
 pub mod ecmp;
+pub mod fabric;
 pub mod findings;
 pub mod points;
 pub mod series;

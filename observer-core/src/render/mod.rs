@@ -2,6 +2,7 @@
 //! page, and the JSON.
 
 pub mod ecmp;
+pub mod fabric;
 pub mod findings;
 pub mod html;
 pub mod json;

@@ -1,0 +1,80 @@
+//! `roce-observer fabric`: which link, switch or host explains the loss and CE marks many
+//! hosts' reports show, over a topology file (docs/fabric.md).
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use roce_observer::{
+    analysis::fabric::{self, Options, Signal, Topology},
+    render,
+};
+
+use crate::output;
+
+#[derive(Args, Debug)]
+pub struct FabricArgs {
+    /// JSON reports (`replay --json`, `diagnose --json`) of the fabric's hosts, over the same
+    /// window; a QP several hosts saw counts once.
+    #[arg(value_name = "REPORT", required = true)]
+    pub reports: Vec<String>,
+    /// The topology file (TOML, docs/fabric.md).
+    #[arg(long, value_name = "FILE")]
+    pub topology: String,
+    /// The evidence weighed.
+    #[arg(long, value_enum, default_value = "both")]
+    pub signal: SignalArg,
+    /// A QP with fewer packets says nothing.
+    #[arg(long, default_value_t = Options::default().min_packets)]
+    pub min_packets: u64,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SignalArg {
+    /// Lost or resent request PSNs.
+    Loss,
+    /// CE-marked packets.
+    Ce,
+    /// Each, one after the other.
+    Both,
+}
+
+impl From<SignalArg> for Vec<Signal> {
+    fn from(s: SignalArg) -> Self {
+        match s {
+            SignalArg::Loss => vec![Signal::Loss],
+            SignalArg::Ce => vec![Signal::Ce],
+            SignalArg::Both => vec![Signal::Loss, Signal::Ce],
+        }
+    }
+}
+
+pub fn fabric(a: FabricArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.topology)
+        .with_context(|| format!("cannot read the topology file {}", a.topology))?;
+    let topo = Topology::parse(&text, &a.topology)?;
+    let mut evidence = Vec::new();
+    for path in &a.reports {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot read the report {path}"))?;
+        let report = fabric::read_report(file, path)?;
+        evidence.extend(fabric::evidence_of(&report));
+    }
+    let evidence = fabric::merge(evidence);
+    let opts = Options {
+        min_packets: a.min_packets,
+        ..Options::default()
+    };
+    let runs: Vec<_> = Vec::<Signal>::from(a.signal)
+        .into_iter()
+        .map(|s| fabric::localize(&topo, &evidence, s, &opts))
+        .collect();
+    output::stdout(|out| {
+        if a.json {
+            render::fabric::write_json(&runs, out)
+        } else {
+            write!(out, "{}", render::fabric::render(&runs))
+        }
+    })
+}

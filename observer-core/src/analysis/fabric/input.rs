@@ -1,0 +1,129 @@
+//! The evidence of many hosts' reports: each QP once (the sender's egress and the receiver's
+//! ingress both show a QP crossing the fabric), with the most packets, losses and marks any
+//! of them saw. A sprayed direction (seen on several UDP source ports at once) is left out:
+//! its ports' paths differ and its PSN holes are the other ports' packets.
+
+use std::collections::HashMap;
+
+use crate::model::Report;
+
+use super::{FabricError, localize::QpEvidence};
+
+/// A JSON report (`replay --json`, `diagnose --json`) read from `reader` (`origin` names it
+/// in errors).
+pub fn read_report(reader: impl std::io::Read, origin: &str) -> Result<Report, FabricError> {
+    serde_json::from_reader(std::io::BufReader::new(reader)).map_err(|source| FabricError::Report {
+        origin: origin.into(),
+        source,
+    })
+}
+
+/// The QP of a control message (the connection manager): not a QP's traffic.
+const QP_CM: u32 = 1;
+
+/// The QPs of one report: loss is the PSNs found missing or sent again (whichever is more:
+/// the receiver's side sees holes, the sender's the resends of the same PSNs), CE the
+/// packets that arrived marked.
+pub fn evidence_of(report: &Report) -> Vec<QpEvidence> {
+    report
+        .flows
+        .iter()
+        .filter(|f| f.dest_qp != QP_CM && f.psn.sprayed == 0)
+        .map(|f| QpEvidence {
+            src: f.src_ip,
+            dst: f.dst_ip,
+            src_port: f.udp_src_port,
+            dest_qp: f.dest_qp,
+            packets: f.packets,
+            lost: f.psn.missing.max(f.psn.retransmissions),
+            ce: f.ecn.ce,
+            path: None,
+        })
+        .collect()
+}
+
+/// One evidence per QP (addresses, UDP source port, destination QP): where several hosts saw
+/// it, the most packets, losses and marks any saw, and a traced path if any had one.
+pub fn merge(evidence: impl IntoIterator<Item = QpEvidence>) -> Vec<QpEvidence> {
+    let mut by_qp: HashMap<(std::net::IpAddr, std::net::IpAddr, u16, u32), QpEvidence> =
+        HashMap::new();
+    let mut order = Vec::new();
+    for e in evidence {
+        let key = (e.src, e.dst, e.src_port, e.dest_qp);
+        match by_qp.get_mut(&key) {
+            Some(m) => {
+                m.packets = m.packets.max(e.packets);
+                m.lost = m.lost.max(e.lost);
+                m.ce = m.ce.max(e.ce);
+                if m.path.is_none() {
+                    m.path = e.path;
+                }
+            }
+            None => {
+                order.push(key);
+                by_qp.insert(key, e);
+            }
+        }
+    }
+    order.into_iter().filter_map(|k| by_qp.remove(&k)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qp(port: u16, packets: u64, lost: u64, ce: u64) -> QpEvidence {
+        QpEvidence {
+            src: "198.18.0.1".parse().unwrap(),
+            dst: "198.18.0.2".parse().unwrap(),
+            src_port: port,
+            dest_qp: 0x11,
+            packets,
+            lost,
+            ce,
+            path: None,
+        }
+    }
+
+    #[test]
+    fn a_qp_seen_by_two_hosts_is_one() {
+        let mut traced = qp(1, 90, 0, 4);
+        traced.path = Some(vec!["h0".into(), "l0".into(), "h1".into()]);
+        let m = merge([qp(1, 100, 3, 0), qp(2, 5, 0, 0), traced]);
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].packets, m[0].lost, m[0].ce), (100, 3, 4));
+        assert!(m[0].path.is_some());
+        assert_eq!(m[1].src_port, 2);
+    }
+
+    #[test]
+    fn a_report_gives_its_flows_but_the_connection_manager() {
+        let mut r = crate::aggregate::Aggregate::new()
+            .report(crate::model::Source::pcap(Vec::new(), Vec::new()), 1.0);
+        let mut f = crate::model::Flow::empty(
+            "198.18.0.1".parse().unwrap(),
+            "198.18.0.2".parse().unwrap(),
+            50000,
+            0x42,
+        );
+        f.packets = 1000;
+        f.psn.missing = 2;
+        f.psn.retransmissions = 5;
+        f.ecn.ce = 7;
+        let mut cm = f.clone();
+        cm.dest_qp = QP_CM;
+        r.flows = vec![f, cm];
+        let e = evidence_of(&r);
+        assert_eq!(e.len(), 1);
+        assert_eq!(
+            (
+                e[0].src_port,
+                e[0].dest_qp,
+                e[0].packets,
+                e[0].lost,
+                e[0].ce
+            ),
+            (50000, 0x42, 1000, 5, 7)
+        );
+    }
+}

@@ -1,0 +1,915 @@
+//! Where in the fabric: from many QPs' evidence (loss or CE marks) and the paths they take,
+//! the links, switches and hosts that explain it, or an honest "not enough evidence".
+//!
+//! The method is 007's (NSDI) voting with vote adjustment, with a host screen first:
+//! 1. **Hosts.** An endpoint whose QPs degrade on nearly all of them, towards several peers
+//!    (so over several paths), is the host or its NIC (its own link included), not a switch:
+//!    it is named, and its QPs leave the vote.
+//! 2. **Links.** Every bad QP gives each link of its path 1/h of a vote (h its links; a path
+//!    of a QP whose path is not known splits its vote among the candidates by their
+//!    probability). The link with the most votes is named if enough bad QPs cross it and the
+//!    share of the QPs crossing it that are bad stands out from the fabric's; the bad QPs it
+//!    explains leave the vote and the votes are counted again, until no link stands out.
+//! 3. **Switches.** A switch most of whose loaded links were named is named instead of them.
+//!
+//! A QP's own host link is on every one of its paths: a fault there is named as its host.
+
+use std::{collections::HashMap, net::IpAddr};
+
+use crate::analysis::ecmp::hash::FlowFields;
+
+use super::{
+    paths::{PathSource, Paths, Router},
+    topology::{LinkId, NodeId, Role, Topology},
+};
+
+/// One QP's evidence over a window, as a host's records give it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QpEvidence {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub src_port: u16,
+    pub dest_qp: u32,
+    pub packets: u64,
+    /// Request PSNs lost (or resent).
+    pub lost: u64,
+    /// Packets that arrived CE-marked.
+    pub ce: u64,
+    /// The path a trace found, node by node from `src`'s host to `dst`'s; none when not traced.
+    pub path: Option<Vec<String>>,
+}
+
+/// Which evidence a localization weighs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    Loss,
+    Ce,
+}
+
+impl Signal {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Loss => "loss",
+            Self::Ce => "ce",
+        }
+    }
+
+    fn count(self, e: &QpEvidence) -> u64 {
+        match self {
+            Self::Loss => e.lost,
+            Self::Ce => e.ce,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// A QP with fewer packets says nothing.
+    pub min_packets: u64,
+    /// The bad QPs a suspect must explain at least (weighted by their probability of crossing
+    /// it).
+    pub min_qps: f64,
+    /// How many times the share of bad QPs among those not crossing a link the share among
+    /// those crossing it must be.
+    pub rate_ratio: f64,
+    /// The share of a host's QPs that must be bad for the host to be named.
+    pub host_share: f64,
+    /// How unlikely a link's bad QPs must be by chance, at the rate of those not crossing it,
+    /// over all the fabric's links together (each link's test at this over the links).
+    pub significance: f64,
+    /// The most suspects named.
+    pub max_suspects: usize,
+    /// A suspect is placed when the bad QPs it explains cross it with at least this
+    /// probability on average (paths known or hashed: 1); the verdict is `found` only when
+    /// every suspect is.
+    pub placed: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            min_packets: 100,
+            min_qps: 3.0,
+            rate_ratio: 4.0,
+            host_share: 0.8,
+            significance: 0.01,
+            max_suspects: 8,
+            placed: 0.9,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SuspectKind {
+    Link,
+    Switch,
+    Host,
+}
+
+impl SuspectKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Link => "link",
+            Self::Switch => "switch",
+            Self::Host => "host",
+        }
+    }
+}
+
+/// A link, switch or host named, with the evidence for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Suspect {
+    pub kind: SuspectKind,
+    /// A link "a:port - b:port", a switch's or a host's name.
+    pub name: String,
+    /// The link named, when it is a link or a host's own link.
+    pub link: Option<LinkId>,
+    pub node: Option<NodeId>,
+    /// Its votes when named.
+    pub votes: f64,
+    /// The bad QPs it explains (each weighted by its probability of crossing it), and those
+    /// crossing it in all.
+    pub bad_qps: f64,
+    pub qps: f64,
+    /// The bad QPs' bad packets (lost or CE-marked).
+    pub bad_packets: u64,
+    /// The share of the QPs crossing it that are bad, and of those that do not (a host's:
+    /// the fabric's).
+    pub rate: f64,
+    pub baseline: f64,
+    /// The mean probability that the bad QPs it explains cross it: 1 when their paths are
+    /// known or hashed.
+    pub placed: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// The suspects explain the evidence.
+    Found,
+    /// No QP degraded, or the bad ones are spread: nothing stands out.
+    Clean(String),
+    NotEnoughEvidence(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Localization {
+    pub signal: Signal,
+    /// QPs weighed (enough packets, both ends placed on the topology), and the bad ones.
+    pub qps: usize,
+    pub bad_qps: usize,
+    /// QPs left out: too few packets; an end on no host of the topology; a traced path that
+    /// is not the topology's (then routed as untraced).
+    pub too_small: usize,
+    pub unplaced: usize,
+    pub bad_traces: usize,
+    /// QPs weighed by where their path comes from: known, hashed, candidates.
+    pub by_source: [usize; 3],
+    pub suspects: Vec<Suspect>,
+    pub verdict: Verdict,
+}
+
+/// One QP placed on the topology.
+struct Placed {
+    src: NodeId,
+    dst: NodeId,
+    paths: Paths,
+    bad: u64,
+}
+
+/// Localizes `signal`'s evidence on `topo`.
+pub fn localize(
+    topo: &Topology,
+    evidence: &[QpEvidence],
+    signal: Signal,
+    opts: &Options,
+) -> Localization {
+    let mut router = Router::new(topo);
+    let mut placed = Vec::with_capacity(evidence.len());
+    let (mut too_small, mut unplaced, mut bad_traces) = (0, 0, 0);
+    let mut by_source = [0; 3];
+    for e in evidence {
+        if e.packets < opts.min_packets {
+            too_small += 1;
+            continue;
+        }
+        let (Some(src), Some(dst)) = (topo.host_of(&e.src), topo.host_of(&e.dst)) else {
+            unplaced += 1;
+            continue;
+        };
+        let traced = e.path.as_ref().and_then(|p| match router.known(p) {
+            Ok(paths)
+                if p.first().map(String::as_str) == Some(topo.name(src))
+                    && p.last().map(String::as_str) == Some(topo.name(dst)) =>
+            {
+                Some(paths)
+            }
+            _ => {
+                bad_traces += 1;
+                None
+            }
+        });
+        let fields = FlowFields {
+            src_ip: e.src,
+            dst_ip: e.dst,
+            src_port: e.src_port,
+            dst_port: 4791,
+            protocol: 17,
+            dest_qp: e.dest_qp,
+        };
+        let Some(paths) = traced.or_else(|| router.paths(src, dst, &fields)) else {
+            unplaced += 1;
+            continue;
+        };
+        by_source[paths.source as usize] += 1;
+        placed.push(Placed {
+            src,
+            dst,
+            paths,
+            bad: signal.count(e),
+        });
+    }
+    let mut out = Localization {
+        signal,
+        qps: placed.len(),
+        bad_qps: placed.iter().filter(|q| q.bad > 0).count(),
+        too_small,
+        unplaced,
+        bad_traces,
+        by_source,
+        suspects: Vec::new(),
+        verdict: Verdict::Found,
+    };
+    if (placed.len() as f64) < opts.min_qps {
+        out.verdict = Verdict::NotEnoughEvidence(format!(
+            "{} QPs of at least {} packets on the topology's hosts: too few to weigh",
+            placed.len(),
+            opts.min_packets
+        ));
+        return out;
+    }
+    let baseline = out.bad_qps as f64 / placed.len() as f64;
+    if out.bad_qps == 0 {
+        out.verdict = Verdict::Clean(format!(
+            "none of {} QPs shows {}",
+            placed.len(),
+            signal.name()
+        ));
+        return out;
+    }
+
+    let alpha = opts.significance / topo.links.len().max(1) as f64;
+    // Per host, its QPs and the bad ones (a QP counts for both its ends), its bad packets and
+    // the peers of its bad QPs.
+    let mut per_host: HashMap<NodeId, (f64, f64, u64, Vec<NodeId>)> = HashMap::new();
+    for q in &placed {
+        for (me, peer) in [(q.src, q.dst), (q.dst, q.src)] {
+            let h = per_host.entry(me).or_default();
+            h.0 += 1.0;
+            if q.bad > 0 {
+                h.1 += 1.0;
+                h.2 += q.bad;
+                if !h.3.contains(&peer) {
+                    h.3.push(peer);
+                }
+            }
+        }
+    }
+    // Whether host `h`'s QPs are bad far more often than its neighbours' on the switch its
+    // link `link` goes to (a host with none: than the fabric's), beyond chance. When the
+    // neighbours' are bad alike, the fault is upstream, on what they share.
+    let host_stands_out = |h: NodeId, link: LinkId| {
+        let l = &topo.links[link as usize];
+        let switch = if l.a.node == h { l.b.node } else { l.a.node };
+        let (n, b) = per_host.get(&h).map_or((0.0, 0.0), |e| (e.0, e.1));
+        let (mut sn, mut sb) = (0.0, 0.0);
+        for (v, _) in &topo.adjacent[switch as usize] {
+            if *v != h
+                && let Some(e) = per_host.get(v)
+            {
+                sn += e.0;
+                sb += e.1;
+            }
+        }
+        let beside = if sn >= 1.0 { sb / sn } else { baseline };
+        n >= 1.0 && b / n >= opts.rate_ratio * beside && poisson_tail(n * beside, b as u64) <= alpha
+    };
+
+    // 1. Hosts whose QPs degrade on nearly all of them, towards several peers, far more often
+    //    than their neighbours' do.
+    let mut hosts: Vec<(NodeId, f64, f64, u64)> = per_host
+        .iter()
+        .filter(|(h, (n, b, _, peers))| {
+            *n >= opts.min_qps
+                && *b >= opts.host_share * *n
+                && peers.len() >= 2
+                && topo.adjacent[**h as usize]
+                    .iter()
+                    .all(|(_, link)| host_stands_out(**h, *link))
+        })
+        .map(|(h, (n, b, packets, _))| (*h, *n, *b, *packets))
+        .collect();
+    hosts.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut blamed_hosts = Vec::new();
+    for (h, n, b, packets) in hosts.into_iter().take(opts.max_suspects) {
+        out.suspects.push(Suspect {
+            kind: SuspectKind::Host,
+            name: topo.name(h).to_string(),
+            link: None,
+            node: Some(h),
+            votes: b,
+            bad_qps: b,
+            qps: n,
+            bad_packets: packets,
+            rate: b / n,
+            baseline,
+            placed: 1.0,
+        });
+        blamed_hosts.push(h);
+    }
+
+    // 2. Links, by votes, each taking the bad QPs it explains out of the next count.
+    let rest: Vec<&Placed> = placed
+        .iter()
+        .filter(|q| !blamed_hosts.contains(&q.src) && !blamed_hosts.contains(&q.dst))
+        .collect();
+    // Per link, the QPs crossing it and the bad ones among them (each by its probability).
+    let mut through = vec![0.0f64; topo.links.len()];
+    let mut bad_through = vec![0.0f64; topo.links.len()];
+    for q in &rest {
+        for (l, w) in &q.paths.links {
+            through[*l as usize] += f64::from(*w);
+            if q.bad > 0 {
+                bad_through[*l as usize] += f64::from(*w);
+            }
+        }
+    }
+    // The QPs weighed, and the bad ones; a bad QP a named link explains leaves them (and
+    // `through`, `bad_through`): the next link is judged on what is left.
+    let (mut rest_qps, mut rest_bad) = (
+        rest.len() as f64,
+        rest.iter().filter(|q| q.bad > 0).count() as f64,
+    );
+    // The share of bad QPs among those not crossing link `l` (all of them, when nearly every
+    // QP crosses it).
+    let outside = |l: usize, through: &[f64], bad_through: &[f64], qps: f64, bad: f64| {
+        let n = qps - through[l];
+        if n >= 1.0 {
+            ((bad - bad_through[l]) / n).max(0.0)
+        } else {
+            bad / qps.max(1.0)
+        }
+    };
+    // The links QPs crossed before any was explained: those a switch's fault would show on.
+    let loaded_at_first: Vec<bool> = through.iter().map(|t| *t > 0.0).collect();
+    let mut active: Vec<&Placed> = rest.iter().copied().filter(|q| q.bad > 0).collect();
+    let mut named_links: Vec<usize> = Vec::new();
+    // Links named (the cap applies after the switches are folded: a switch's links may be
+    // more than it).
+    let most_links = opts
+        .max_suspects
+        .max(topo.links.len().min(4 * opts.max_suspects));
+    while named_links.len() < most_links && !active.is_empty() {
+        let mut votes = vec![0.0f64; topo.links.len()];
+        let mut bad_mass = vec![0.0f64; topo.links.len()];
+        for q in &active {
+            // Every path has `hops` links: a path's 1/h of a vote per link, summed over the
+            // paths, is the link's probability over h.
+            let h = f64::from(q.paths.hops.max(1));
+            for (l, w) in &q.paths.links {
+                votes[*l as usize] += f64::from(*w) / h;
+                bad_mass[*l as usize] += f64::from(*w);
+            }
+        }
+        let mut order: Vec<usize> = (0..votes.len()).filter(|l| votes[*l] > 0.0).collect();
+        order.sort_by(|a, b| votes[*b].total_cmp(&votes[*a]).then(a.cmp(b)));
+        // Named: it explains enough bad QPs not yet explained, and the QPs crossing it are
+        // bad far more often than those that do not, by more than chance would make them.
+        let Some(l) = order.into_iter().find(|&l| {
+            let elsewhere = outside(l, &through, &bad_through, rest_qps, rest_bad);
+            bad_mass[l] >= opts.min_qps
+                && through[l] > 0.0
+                && bad_through[l] / through[l] >= opts.rate_ratio * elsewhere
+                && poisson_tail(through[l] * elsewhere, bad_through[l].floor() as u64) <= alpha
+                && topo
+                    .host_end(l as LinkId)
+                    .is_none_or(|h| host_stands_out(h, l as LinkId))
+        }) else {
+            break;
+        };
+        let link = l as LinkId;
+        let explained: Vec<(f64, u64)> = active
+            .iter()
+            .map(|q| (q.paths.through(link), q.bad))
+            .filter(|(p, _)| *p > 0.0)
+            .collect();
+        let n = explained.len().max(1) as f64;
+        let host = topo.host_end(link);
+        out.suspects.push(Suspect {
+            kind: if host.is_some() {
+                SuspectKind::Host
+            } else {
+                SuspectKind::Link
+            },
+            name: match host {
+                Some(h) => format!("{} (its link {})", topo.name(h), topo.link_name(link)),
+                None => topo.link_name(link),
+            },
+            link: Some(link),
+            node: host,
+            votes: votes[l],
+            bad_qps: bad_mass[l],
+            qps: through[l],
+            bad_packets: explained.iter().map(|(_, b)| b).sum(),
+            rate: bad_through[l] / through[l],
+            baseline: outside(l, &through, &bad_through, rest_qps, rest_bad),
+            placed: explained.iter().map(|(p, _)| p).sum::<f64>() / n,
+        });
+        named_links.push(out.suspects.len() - 1);
+        active.retain(|q| {
+            if q.paths.through(link) == 0.0 {
+                return true;
+            }
+            for (m, w) in &q.paths.links {
+                through[*m as usize] -= f64::from(*w);
+                bad_through[*m as usize] -= f64::from(*w);
+            }
+            rest_qps -= 1.0;
+            rest_bad -= 1.0;
+            false
+        });
+    }
+
+    // 3. A switch most of whose loaded links were named (three at least).
+    for s in 0..topo.nodes.len() as NodeId {
+        if topo.nodes[s as usize].role == Role::Host {
+            continue;
+        }
+        // Its links to other switches that carried QPs (a leaf's host links are its hosts'
+        // to explain; one of them named counts for the leaf).
+        let loaded = topo.adjacent[s as usize]
+            .iter()
+            .filter(|(_, l)| loaded_at_first[*l as usize] && topo.host_end(*l).is_none())
+            .count();
+        let mine: Vec<usize> = named_links
+            .iter()
+            .copied()
+            .filter(|i| {
+                matches!(out.suspects[*i].kind, SuspectKind::Link | SuspectKind::Host)
+                    && out.suspects[*i]
+                        .link
+                        .is_some_and(|l| topo.adjacent[s as usize].iter().any(|(_, m)| *m == l))
+            })
+            .collect();
+        if mine.len() >= 3 && mine.len() * 2 > loaded {
+            let parts: Vec<Suspect> = mine.iter().map(|i| out.suspects[*i].clone()).collect();
+            let sum = |f: fn(&Suspect) -> f64| parts.iter().map(f).sum::<f64>();
+            let switch = Suspect {
+                kind: SuspectKind::Switch,
+                name: topo.name(s).to_string(),
+                link: None,
+                node: Some(s),
+                votes: sum(|p| p.votes),
+                bad_qps: sum(|p| p.bad_qps),
+                qps: sum(|p| p.qps),
+                bad_packets: parts.iter().map(|p| p.bad_packets).sum(),
+                rate: sum(|p| p.bad_qps) / sum(|p| p.qps).max(f64::MIN_POSITIVE),
+                baseline,
+                placed: sum(|p| p.placed) / parts.len() as f64,
+            };
+            let first = mine[0];
+            out.suspects[first] = switch;
+            for i in mine[1..].iter().rev() {
+                out.suspects[*i].kind = SuspectKind::Switch;
+                out.suspects[*i].name.clear();
+            }
+        }
+    }
+    out.suspects.retain(|s| !s.name.is_empty());
+    out.suspects.truncate(opts.max_suspects);
+
+    let unknown = out.by_source[PathSource::Candidates as usize];
+    out.verdict = match out.suspects.first() {
+        // Bad QPs that no link explains where the paths are not known: they may still be
+        // one link's.
+        None if unknown * 2 > out.qps && out.bad_qps as f64 >= opts.min_qps => {
+            Verdict::NotEnoughEvidence(format!(
+                "{} of {} QPs show {}, and no link stands out: the paths are not known ({} \
+                 QPs' paths split among their candidates); give the switches' hashes \
+                 in the topology file",
+                out.bad_qps,
+                out.qps,
+                signal.name(),
+                unknown
+            ))
+        }
+        None => Verdict::Clean(format!(
+            "{} of {} QPs show {}, spread: no link, switch or host stands out",
+            out.bad_qps,
+            out.qps,
+            signal.name()
+        )),
+        Some(_) if out.suspects.iter().any(|s| s.placed < opts.placed) => {
+            Verdict::NotEnoughEvidence(format!(
+                "the paths are not known ({unknown} of {} QPs' paths split among their \
+             candidates): the suspects are where the evidence could be, not where it is; give \
+             the switches' hashes in the topology file",
+                out.qps
+            ))
+        }
+        Some(_) => Verdict::Found,
+    };
+    out
+}
+
+/// P(X >= k) for X Poisson of mean `mean`: how likely `k` bad QPs or more are by chance.
+fn poisson_tail(mean: f64, k: u64) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    // 1 - P(X < k), the terms summed in order (each from the last); far beyond the mean
+    // the tail is below any threshold this is compared with.
+    if k as f64 > mean + 12.0 * mean.sqrt() + 40.0 {
+        return 0.0;
+    }
+    // Where the first term underflows (a mean above ~700), 1: no more than chance, as a test
+    // that cannot tell must say.
+    if mean > 700.0 {
+        return 1.0;
+    }
+    let (mut term, mut below) = ((-mean).exp(), 0.0);
+    for i in 0..k {
+        below += term;
+        term *= mean / (i + 1) as f64;
+    }
+    (1.0 - below).max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sim::{self, Fault, Workload};
+    use super::*;
+    use crate::analysis::ecmp::predict::SplitMix64;
+
+    /// The evidence as a localization gets it: with the true paths (traced), or without.
+    fn given(ev: &[(QpEvidence, Vec<String>)], traced: bool) -> Vec<QpEvidence> {
+        ev.iter()
+            .map(|(e, p)| QpEvidence {
+                path: traced.then(|| p.clone()),
+                ..e.clone()
+            })
+            .collect()
+    }
+
+    /// A link between two switches, at random.
+    fn fabric_link(t: &Topology, rng: &mut SplitMix64) -> LinkId {
+        loop {
+            let l = rng.below(t.links.len() as u32);
+            if t.host_end(l).is_none() {
+                return l;
+            }
+        }
+    }
+
+    fn work(seed: u64) -> Workload {
+        Workload {
+            qps: 3000,
+            packets: 2000,
+            background: 2e-6,
+            seed,
+        }
+    }
+
+    #[test]
+    fn one_faulty_link_is_named_first_with_known_and_hashed_paths() {
+        let truth = sim::fat_tree(4, Some(7));
+        let mut rng = SplitMix64::new(1);
+        let (mut known_hits, mut hashed_hits, runs) = (0, 0, 20);
+        for run in 0..runs {
+            let link = fabric_link(&truth, &mut rng);
+            let loss = [0.001, 0.01][run % 2];
+            let ev = sim::evidence(
+                &truth,
+                &work(run as u64 + 100),
+                &[Fault {
+                    link,
+                    loss,
+                    ce: 0.0,
+                }],
+            );
+            for (traced, hits) in [(true, &mut known_hits), (false, &mut hashed_hits)] {
+                let l = localize(
+                    &truth,
+                    &given(&ev, traced),
+                    Signal::Loss,
+                    &Options::default(),
+                );
+                assert_eq!(l.verdict, Verdict::Found, "run {run}: {l:?}");
+                if l.suspects[0].link == Some(link) {
+                    *hits += 1;
+                }
+            }
+        }
+        assert!(
+            known_hits * 10 >= runs * 9,
+            "traced paths: {known_hits} of {runs}"
+        );
+        assert!(
+            hashed_hits * 10 >= runs * 9,
+            "hashed paths: {hashed_hits} of {runs}"
+        );
+    }
+
+    #[test]
+    fn two_faulty_links_are_both_named() {
+        let truth = sim::leaf_spine(4, 6, 4, Some(9));
+        let mut rng = SplitMix64::new(2);
+        let (mut both, runs) = (0, 20);
+        for run in 0..runs {
+            let a = fabric_link(&truth, &mut rng);
+            let b = loop {
+                let b = fabric_link(&truth, &mut rng);
+                if b != a {
+                    break b;
+                }
+            };
+            let faults = [a, b].map(|link| Fault {
+                link,
+                loss: 0.005,
+                ce: 0.0,
+            });
+            let ev = sim::evidence(&truth, &work(run as u64 + 200), &faults);
+            let l = localize(
+                &truth,
+                &given(&ev, false),
+                Signal::Loss,
+                &Options::default(),
+            );
+            let named: Vec<Option<LinkId>> = l.suspects.iter().take(2).map(|s| s.link).collect();
+            if named.contains(&Some(a)) && named.contains(&Some(b)) {
+                both += 1;
+            }
+        }
+        assert!(
+            both * 10 >= runs * 8,
+            "both links named in {both} of {runs}"
+        );
+    }
+
+    #[test]
+    fn a_host_link_fault_names_the_host_and_a_clean_run_names_nothing() {
+        let truth = sim::leaf_spine(2, 4, 4, Some(3));
+        let h = truth.node("h5").unwrap();
+        let own = truth.adjacent[h as usize][0].1;
+        // Its own link losing a little: every one of its QPs crosses it.
+        let ev = sim::evidence(
+            &truth,
+            &work(300),
+            &[Fault {
+                link: own,
+                loss: 0.002,
+                ce: 0.0,
+            }],
+        );
+        let l = localize(
+            &truth,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert_eq!(l.suspects[0].kind, SuspectKind::Host, "{l:?}");
+        assert_eq!(l.suspects[0].node, Some(h));
+        assert_eq!(l.suspects.len(), 1, "{:?}", l.suspects);
+
+        let ev = sim::evidence(&truth, &work(301), &[]);
+        let l = localize(
+            &truth,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert!(l.bad_qps > 0, "the background gives some QPs a loss");
+        assert!(matches!(l.verdict, Verdict::Clean(_)), "{l:?}");
+        assert!(l.suspects.is_empty());
+    }
+
+    #[test]
+    fn ce_marks_are_localized_like_loss() {
+        let truth = sim::leaf_spine(2, 4, 4, Some(4));
+        let link = truth
+            .link_between(truth.node("l1").unwrap(), truth.node("s0").unwrap())
+            .unwrap();
+        let ev = sim::evidence(
+            &truth,
+            &work(400),
+            &[Fault {
+                link,
+                loss: 0.0,
+                ce: 0.01,
+            }],
+        );
+        let l = localize(&truth, &given(&ev, false), Signal::Ce, &Options::default());
+        assert_eq!(l.suspects[0].link, Some(link), "{l:?}");
+        assert_eq!(l.suspects[0].name, "l1:up0 - s0:down1");
+        // The loss is clean.
+        let l = localize(
+            &truth,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert!(matches!(l.verdict, Verdict::Clean(_)), "{l:?}");
+    }
+
+    #[test]
+    fn unknown_paths_say_so() {
+        let truth = sim::fat_tree(4, Some(5));
+        // Nobody knows the switches' hashes.
+        let blind = sim::fat_tree(4, None);
+        let link = truth
+            .link_between(truth.node("a1-0").unwrap(), truth.node("c0-1").unwrap())
+            .unwrap();
+        let ev = sim::evidence(
+            &truth,
+            &work(500),
+            &[Fault {
+                link,
+                loss: 0.01,
+                ce: 0.0,
+            }],
+        );
+        let l = localize(
+            &blind,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert_eq!(
+            l.by_source[PathSource::Candidates as usize] + l.by_source[PathSource::Hashed as usize],
+            l.qps
+        );
+        let Verdict::NotEnoughEvidence(why) = &l.verdict else {
+            panic!("{l:?}");
+        };
+        assert!(why.contains("paths are not known"), "{why}");
+    }
+
+    #[test]
+    fn two_way_ecmp_with_unknown_hashes_is_not_a_coin_flip() {
+        let truth = sim::leaf_spine(2, 8, 4, Some(8));
+        let blind = sim::leaf_spine(2, 8, 4, None);
+        let link = truth
+            .link_between(truth.node("l1").unwrap(), truth.node("s1").unwrap())
+            .unwrap();
+        let ev = sim::evidence(
+            &truth,
+            &work(510),
+            &[Fault {
+                link,
+                loss: 0.01,
+                ce: 0.0,
+            }],
+        );
+        let l = localize(
+            &blind,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert!(matches!(l.verdict, Verdict::NotEnoughEvidence(_)), "{l:?}");
+        // With the hashes, the link.
+        let l = localize(
+            &truth,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert_eq!(l.verdict, Verdict::Found, "{l:?}");
+        assert_eq!(l.suspects.len(), 1, "{:?}", l.suspects);
+        assert_eq!(l.suspects[0].link, Some(link));
+    }
+
+    #[test]
+    fn a_noisy_fabric_names_the_faulty_link_alone() {
+        // One packet in 100,000 lost anywhere: a sixth of the QPs lose one.
+        let truth = sim::fat_tree(4, Some(12));
+        let link = truth
+            .link_between(truth.node("a2-1").unwrap(), truth.node("c1-0").unwrap())
+            .unwrap();
+        let w = Workload {
+            background: 1e-5,
+            ..work(520)
+        };
+        let ev = sim::evidence(
+            &truth,
+            &w,
+            &[Fault {
+                link,
+                loss: 0.01,
+                ce: 0.0,
+            }],
+        );
+        let l = localize(
+            &truth,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert_eq!(l.verdict, Verdict::Found, "{l:?}");
+        assert_eq!(l.suspects.len(), 1, "{:?}", l.suspects);
+        assert_eq!(l.suspects[0].link, Some(link));
+    }
+
+    #[test]
+    fn a_leaf_losing_on_every_uplink_is_not_its_hosts() {
+        let truth = sim::leaf_spine(4, 6, 4, Some(13));
+        let leaf = truth.node("l2").unwrap();
+        let faults: Vec<Fault> = truth.adjacent[leaf as usize]
+            .iter()
+            .filter(|(_, link)| truth.host_end(*link).is_none())
+            .map(|(_, link)| Fault {
+                link: *link,
+                loss: 0.01,
+                ce: 0.0,
+            })
+            .collect();
+        let ev = sim::evidence(&truth, &work(530), &faults);
+        let l = localize(
+            &truth,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert!(
+            l.suspects.iter().all(|s| s.kind != SuspectKind::Host),
+            "{:?}",
+            l.suspects
+        );
+        assert_eq!(l.suspects[0].kind, SuspectKind::Switch, "{:?}", l.suspects);
+        assert_eq!(l.suspects[0].name, "l2");
+    }
+
+    #[test]
+    fn a_faulty_switch_is_named_as_one() {
+        let truth = sim::leaf_spine(4, 8, 3, Some(6));
+        let s = truth.node("s2").unwrap();
+        let faults: Vec<Fault> = truth.adjacent[s as usize]
+            .iter()
+            .map(|(_, link)| Fault {
+                link: *link,
+                loss: 0.005,
+                ce: 0.0,
+            })
+            .collect();
+        let ev = sim::evidence(&truth, &work(600), &faults);
+        let l = localize(
+            &truth,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert_eq!(l.suspects[0].kind, SuspectKind::Switch, "{:?}", l.suspects);
+        assert_eq!(l.suspects[0].name, "s2");
+    }
+
+    #[test]
+    fn poisson_tail_is_the_upper_tail() {
+        assert_eq!(poisson_tail(1.0, 0), 1.0);
+        assert!((poisson_tail(1.0, 1) - (1.0 - (-1.0f64).exp())).abs() < 1e-12);
+        // P(X >= 4) at mean 0.97, as Python's math gives it:
+        // 1 - sum(exp(-m) * m**i / factorial(i) for i in range(4)).
+        assert!((poisson_tail(0.97, 4) - 0.017_203_657).abs() < 1e-8);
+        assert_eq!(poisson_tail(0.0, 3), 0.0);
+        assert_eq!(poisson_tail(2.0, 500), 0.0);
+    }
+
+    #[test]
+    fn too_little_evidence_says_so() {
+        let truth = sim::leaf_spine(2, 2, 2, None);
+        let ev = sim::evidence(
+            &truth,
+            &Workload {
+                qps: 2,
+                packets: 2000,
+                background: 0.0,
+                seed: 1,
+            },
+            &[],
+        );
+        let l = localize(
+            &truth,
+            &given(&ev, false),
+            Signal::Loss,
+            &Options::default(),
+        );
+        assert!(matches!(l.verdict, Verdict::NotEnoughEvidence(_)), "{l:?}");
+        // A QP whose ends are on no host of the topology, or too small, is counted out.
+        let mut odd = given(&ev, false);
+        odd[0].src = "2001:db8::99".parse().unwrap();
+        odd[1].packets = 10;
+        let l = localize(&truth, &odd, Signal::Loss, &Options::default());
+        assert_eq!((l.unplaced, l.too_small, l.qps), (1, 1, 0));
+    }
+}

@@ -1,0 +1,28 @@
+//! Where in the fabric: many hosts' per-QP evidence, joined with the paths their QPs take
+//! over a topology, localized to the links, switches and hosts that explain it (docs/fabric.md).
+//! Needs no kernel: it runs wherever the records are.
+
+pub mod input;
+pub mod localize;
+pub mod paths;
+pub mod sim;
+pub mod topology;
+
+pub use input::{evidence_of, merge, read_report};
+pub use localize::{
+    Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,
+};
+pub use paths::{PathSource, Paths, Router};
+pub use topology::{Role, TOPOLOGY_SCHEMA, Topology};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    #[error("topology {origin}: {problem}")]
+    Topology { origin: String, problem: String },
+    #[error("{origin} is not a roce-observer JSON report: {source}")]
+    Report {
+        origin: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
