@@ -2,7 +2,10 @@
 //! one lossy link, and the topology file; the link the generator made lossy is named first.
 //! Bad input: one line, a non-zero exit.
 
-use std::{path::Path, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use integration_tests::{error_line, output};
 use roce_observer::{
@@ -102,41 +105,62 @@ fn write_reports(dir: &Path, reports: &[Report]) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-#[test]
-fn the_lossy_link_is_named_from_the_hosts_reports() {
-    let dir = scratch("lossy");
+/// A scratch directory `name` with a 2-spine, 3-leaf topology file and the hosts' reports of
+/// 400 QPs over it, with the faults `faults` picks on the topology: the directory, the file,
+/// the reports.
+fn lab(
+    name: &str,
+    seed: u64,
+    faults: impl Fn(&Topology) -> Vec<Fault>,
+) -> (PathBuf, PathBuf, Vec<PathBuf>) {
+    let dir = scratch(name);
     let text = topology_file(2, 3);
     let topo_path = dir.join("fabric.toml");
     std::fs::write(&topo_path, &text).unwrap();
     let truth = Topology::parse(&text, "fabric.toml").unwrap();
-    let lossy = truth
-        .link_between(truth.node("l1").unwrap(), truth.node("s0").unwrap())
-        .unwrap();
     let work = Workload {
         qps: 400,
         packets: 2000,
         background: 0.0,
-        seed: 11,
+        seed,
     };
-    let ev: Vec<_> = sim::evidence(
-        &truth,
-        &work,
-        &[Fault {
-            link: lossy,
+    let ev: Vec<_> = sim::evidence(&truth, &work, &faults(&truth))
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    let files = write_reports(&dir, &reports(&truth, &ev));
+    (dir, topo_path, files)
+}
+
+/// `roce-observer fabric ARGS --topology TOPO FILES...`: its exit status, stdout and stderr.
+fn fabric(
+    args: &[&str],
+    topo: &Path,
+    files: &[PathBuf],
+) -> (std::process::ExitStatus, String, String) {
+    output(
+        Command::new(CLI)
+            .arg("fabric")
+            .args(args)
+            .arg("--topology")
+            .arg(topo)
+            .args(files),
+    )
+}
+
+#[test]
+fn the_lossy_link_is_named_from_the_hosts_reports() {
+    let (dir, topo, files) = lab("lossy", 11, |t| {
+        let link = t
+            .link_between(t.node("l1").unwrap(), t.node("s0").unwrap())
+            .unwrap();
+        vec![Fault {
+            link,
             loss: 0.01,
             ce: 0.002,
-        }],
-    )
-    .into_iter()
-    .map(|(e, _)| e)
-    .collect();
-    let files = write_reports(&dir, &reports(&truth, &ev));
-    let (status, out, err) = output(
-        Command::new(CLI)
-            .args(["fabric", "--json", "--topology"])
-            .arg(&topo_path)
-            .args(&files),
-    );
+        }]
+    });
+    let (status, out, err) = fabric(&["--json"], &topo, &files);
     assert!(status.success(), "{err}");
     let json: serde_json::Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
@@ -152,41 +176,19 @@ fn the_lossy_link_is_named_from_the_hosts_reports() {
         assert_eq!(l["suspects"][0]["name"], "l1:up0 - s0:down1", "{l}");
     }
     // The table says the same.
-    let (status, out, err) = output(
-        Command::new(CLI)
-            .args(["fabric", "--signal", "loss", "--topology"])
-            .arg(&topo_path)
-            .args(&files),
-    );
+    let (status, out, err) = fabric(&["--signal", "loss"], &topo, &files);
     assert!(status.success(), "{err}");
-    assert!(out.contains("1. link l1:up0 - s0:down1:"), "{out}");
+    assert!(
+        out.contains("  found:\n  1. link l1:up0 - s0:down1:"),
+        "{out}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_clean_fabric_names_nothing() {
-    let dir = scratch("clean");
-    let text = topology_file(2, 3);
-    let topo_path = dir.join("fabric.toml");
-    std::fs::write(&topo_path, &text).unwrap();
-    let truth = Topology::parse(&text, "fabric.toml").unwrap();
-    let work = Workload {
-        qps: 400,
-        packets: 2000,
-        background: 0.0,
-        seed: 12,
-    };
-    let ev: Vec<_> = sim::evidence(&truth, &work, &[])
-        .into_iter()
-        .map(|(e, _)| e)
-        .collect();
-    let files = write_reports(&dir, &reports(&truth, &ev));
-    let (status, out, err) = output(
-        Command::new(CLI)
-            .args(["fabric", "--signal", "loss", "--topology"])
-            .arg(&topo_path)
-            .args(&files),
-    );
+    let (dir, topo, files) = lab("clean", 12, |_| Vec::new());
+    let (status, out, err) = fabric(&["--signal", "loss"], &topo, &files);
     assert!(status.success(), "{err}");
     assert!(out.contains("  clean: none of 400 QPs shows loss"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);

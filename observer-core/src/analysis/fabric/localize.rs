@@ -563,6 +563,20 @@ mod tests {
             .collect()
     }
 
+    /// A fault losing `loss` of the packets crossing `link`.
+    fn lossy(link: LinkId, loss: f64) -> Fault {
+        Fault {
+            link,
+            loss,
+            ce: 0.0,
+        }
+    }
+
+    /// The localization of untraced evidence with the default options.
+    fn loc(topo: &Topology, ev: &[(QpEvidence, Vec<String>)], signal: Signal) -> Localization {
+        localize(topo, &given(ev, false), signal, &Options::default())
+    }
+
     /// A link between two switches, at random.
     fn fabric_link(t: &Topology, rng: &mut SplitMix64) -> LinkId {
         loop {
@@ -635,18 +649,9 @@ mod tests {
                     break b;
                 }
             };
-            let faults = [a, b].map(|link| Fault {
-                link,
-                loss: 0.005,
-                ce: 0.0,
-            });
+            let faults = [a, b].map(|link| lossy(link, 0.005));
             let ev = sim::evidence(&truth, &work(run as u64 + 200), &faults);
-            let l = localize(
-                &truth,
-                &given(&ev, false),
-                Signal::Loss,
-                &Options::default(),
-            );
+            let l = loc(&truth, &ev, Signal::Loss);
             let named: Vec<Option<LinkId>> = l.suspects.iter().take(2).map(|s| s.link).collect();
             if named.contains(&Some(a)) && named.contains(&Some(b)) {
                 both += 1;
@@ -664,32 +669,14 @@ mod tests {
         let h = truth.node("h5").unwrap();
         let own = truth.adjacent[h as usize][0].1;
         // Its own link losing a little: every one of its QPs crosses it.
-        let ev = sim::evidence(
-            &truth,
-            &work(300),
-            &[Fault {
-                link: own,
-                loss: 0.002,
-                ce: 0.0,
-            }],
-        );
-        let l = localize(
-            &truth,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let ev = sim::evidence(&truth, &work(300), &[lossy(own, 0.002)]);
+        let l = loc(&truth, &ev, Signal::Loss);
         assert_eq!(l.suspects[0].kind, SuspectKind::Host, "{l:?}");
         assert_eq!(l.suspects[0].node, Some(h));
         assert_eq!(l.suspects.len(), 1, "{:?}", l.suspects);
 
         let ev = sim::evidence(&truth, &work(301), &[]);
-        let l = localize(
-            &truth,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let l = loc(&truth, &ev, Signal::Loss);
         assert!(l.bad_qps > 0, "the background gives some QPs a loss");
         assert!(matches!(l.verdict, Verdict::Clean(_)), "{l:?}");
         assert!(l.suspects.is_empty());
@@ -710,16 +697,11 @@ mod tests {
                 ce: 0.01,
             }],
         );
-        let l = localize(&truth, &given(&ev, false), Signal::Ce, &Options::default());
+        let l = loc(&truth, &ev, Signal::Ce);
         assert_eq!(l.suspects[0].link, Some(link), "{l:?}");
         assert_eq!(l.suspects[0].name, "l1:up0 - s0:down1");
         // The loss is clean.
-        let l = localize(
-            &truth,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let l = loc(&truth, &ev, Signal::Loss);
         assert!(matches!(l.verdict, Verdict::Clean(_)), "{l:?}");
     }
 
@@ -731,21 +713,8 @@ mod tests {
         let link = truth
             .link_between(truth.node("a1-0").unwrap(), truth.node("c0-1").unwrap())
             .unwrap();
-        let ev = sim::evidence(
-            &truth,
-            &work(500),
-            &[Fault {
-                link,
-                loss: 0.01,
-                ce: 0.0,
-            }],
-        );
-        let l = localize(
-            &blind,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let ev = sim::evidence(&truth, &work(500), &[lossy(link, 0.01)]);
+        let l = loc(&blind, &ev, Signal::Loss);
         assert_eq!(
             l.by_source[PathSource::Candidates as usize] + l.by_source[PathSource::Hashed as usize],
             l.qps
@@ -763,29 +732,11 @@ mod tests {
         let link = truth
             .link_between(truth.node("l1").unwrap(), truth.node("s1").unwrap())
             .unwrap();
-        let ev = sim::evidence(
-            &truth,
-            &work(510),
-            &[Fault {
-                link,
-                loss: 0.01,
-                ce: 0.0,
-            }],
-        );
-        let l = localize(
-            &blind,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let ev = sim::evidence(&truth, &work(510), &[lossy(link, 0.01)]);
+        let l = loc(&blind, &ev, Signal::Loss);
         assert!(matches!(l.verdict, Verdict::NotEnoughEvidence(_)), "{l:?}");
         // With the hashes, the link.
-        let l = localize(
-            &truth,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let l = loc(&truth, &ev, Signal::Loss);
         assert_eq!(l.verdict, Verdict::Found, "{l:?}");
         assert_eq!(l.suspects.len(), 1, "{:?}", l.suspects);
         assert_eq!(l.suspects[0].link, Some(link));
@@ -802,21 +753,8 @@ mod tests {
             background: 1e-5,
             ..work(520)
         };
-        let ev = sim::evidence(
-            &truth,
-            &w,
-            &[Fault {
-                link,
-                loss: 0.01,
-                ce: 0.0,
-            }],
-        );
-        let l = localize(
-            &truth,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let ev = sim::evidence(&truth, &w, &[lossy(link, 0.01)]);
+        let l = loc(&truth, &ev, Signal::Loss);
         assert_eq!(l.verdict, Verdict::Found, "{l:?}");
         assert_eq!(l.suspects.len(), 1, "{:?}", l.suspects);
         assert_eq!(l.suspects[0].link, Some(link));
@@ -829,19 +767,10 @@ mod tests {
         let faults: Vec<Fault> = truth.adjacent[leaf as usize]
             .iter()
             .filter(|(_, link)| truth.host_end(*link).is_none())
-            .map(|(_, link)| Fault {
-                link: *link,
-                loss: 0.01,
-                ce: 0.0,
-            })
+            .map(|(_, link)| lossy(*link, 0.01))
             .collect();
         let ev = sim::evidence(&truth, &work(530), &faults);
-        let l = localize(
-            &truth,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let l = loc(&truth, &ev, Signal::Loss);
         assert!(
             l.suspects.iter().all(|s| s.kind != SuspectKind::Host),
             "{:?}",
@@ -857,19 +786,10 @@ mod tests {
         let s = truth.node("s2").unwrap();
         let faults: Vec<Fault> = truth.adjacent[s as usize]
             .iter()
-            .map(|(_, link)| Fault {
-                link: *link,
-                loss: 0.005,
-                ce: 0.0,
-            })
+            .map(|(_, link)| lossy(*link, 0.005))
             .collect();
         let ev = sim::evidence(&truth, &work(600), &faults);
-        let l = localize(
-            &truth,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let l = loc(&truth, &ev, Signal::Loss);
         assert_eq!(l.suspects[0].kind, SuspectKind::Switch, "{:?}", l.suspects);
         assert_eq!(l.suspects[0].name, "s2");
     }
@@ -898,12 +818,7 @@ mod tests {
             },
             &[],
         );
-        let l = localize(
-            &truth,
-            &given(&ev, false),
-            Signal::Loss,
-            &Options::default(),
-        );
+        let l = loc(&truth, &ev, Signal::Loss);
         assert!(matches!(l.verdict, Verdict::NotEnoughEvidence(_)), "{l:?}");
         // A QP whose ends are on no host of the topology, or too small, is counted out.
         let mut odd = given(&ev, false);
