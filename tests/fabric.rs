@@ -10,7 +10,7 @@ use std::{
 use integration_tests::{error_line, output};
 use roce_observer::{
     analysis::fabric::{
-        Topology,
+        self, QpEvidence, Topology,
         sim::{self, Fault, Workload},
     },
     model::{Flow, Report, Source},
@@ -260,5 +260,50 @@ fn bad_inputs_are_one_line_errors() {
     // No report at all: a usage error.
     let (status, _, err) = output(Command::new(CLI).args(["fabric", "--topology"]).arg(&topo));
     assert_eq!(status.code(), Some(2), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A capture's fleet records (`replay --records`) give `fabric` the evidence its JSON report
+/// gives (the report's flows are the reference).
+#[test]
+fn records_give_the_evidence_their_report_gives() {
+    let dir = scratch("records");
+    let pcap = dir.join("demo.pcap");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["synth", "--scenario", "demo", "-o"])
+            .arg(&pcap),
+    );
+    assert!(status.success(), "{err}");
+    let (status, json, err) = output(Command::new(CLI).arg("replay").arg(&pcap).arg("--json"));
+    assert!(status.success(), "{err}");
+    let records = dir.join("records");
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .arg("replay")
+            .arg(&pcap)
+            .arg("--records")
+            .arg(&records),
+    );
+    assert!(status.success(), "{err}");
+    let report = fabric::read_report(json.as_bytes(), "report").unwrap();
+    let sort = |mut v: Vec<QpEvidence>| {
+        v.sort_by_key(|e| (e.src, e.dst, e.src_port, e.dest_qp));
+        v
+    };
+    let from_report = sort(fabric::merge(fabric::evidence_of(&report)));
+    let table = records.join("qp_intervals.jsonl");
+    let text = std::fs::read_to_string(&table).unwrap();
+    let from_records = sort(fabric::merge(
+        fabric::records_evidence(text.as_bytes(), "qp_intervals.jsonl").unwrap(),
+    ));
+    assert!(from_report.iter().any(|e| e.lost > 0) && from_report.iter().any(|e| e.ce > 0));
+    assert_eq!(from_records, from_report);
+    // A line that is not a row: named with its line.
+    let bad = fabric::records_evidence("{\"src_addr\": 1}\n".as_bytes(), "x.jsonl").unwrap_err();
+    assert_eq!(
+        bad.to_string(),
+        "x.jsonl line 1: no src_addr: not a qp_intervals row"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

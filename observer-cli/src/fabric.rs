@@ -12,8 +12,9 @@ use crate::output;
 
 #[derive(Args, Debug)]
 pub struct FabricArgs {
-    /// JSON reports (`replay --json`, `diagnose --json`) of the fabric's hosts, over the same
-    /// window; a QP several hosts saw counts once.
+    /// The hosts' evidence over one window: JSON reports (`replay --json`, `diagnose
+    /// --json`), or fleet records (a `--records` directory, or its `qp_intervals.jsonl`); a QP
+    /// several hosts saw counts once.
     #[arg(value_name = "REPORT", required = true)]
     pub reports: Vec<String>,
     /// The topology file (TOML, docs/fabric.md).
@@ -56,10 +57,24 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     let topo = Topology::parse(&text, &a.topology)?;
     let mut evidence = Vec::new();
     for path in &a.reports {
-        let file =
-            std::fs::File::open(path).with_context(|| format!("cannot read the report {path}"))?;
-        let report = fabric::read_report(file, path)?;
-        evidence.extend(fabric::evidence_of(&report));
+        // A records directory is read through its QP table.
+        let (file, is_records) = if std::path::Path::new(path).is_dir() {
+            let table = std::path::Path::new(path).join("qp_intervals.jsonl");
+            (table.display().to_string(), true)
+        } else {
+            (path.clone(), path.ends_with(".jsonl"))
+        };
+        let reader =
+            std::fs::File::open(&file).with_context(|| format!("cannot read the report {file}"))?;
+        if is_records {
+            evidence.extend(fabric::records_evidence(
+                std::io::BufReader::new(reader),
+                &file,
+            )?);
+        } else {
+            let report = fabric::read_report(reader, &file)?;
+            evidence.extend(fabric::evidence_of(&report));
+        }
     }
     let evidence = fabric::merge(evidence);
     let opts = Options {

@@ -42,6 +42,79 @@ pub fn evidence_of(report: &Report) -> Vec<QpEvidence> {
         .collect()
 }
 
+/// The QPs of fleet records: the `qp_intervals` table's JSONEachRow lines (`replay
+/// --records DIR`, `run`'s records as ClickHouse holds them) read from `reader`, each QP's
+/// intervals summed (its loss the larger of its PSNs missing and resent over them). A count
+/// left out of a row is 0, as the records mean it. `origin` names the file in errors.
+pub fn records_evidence(
+    reader: impl std::io::BufRead,
+    origin: &str,
+) -> Result<Vec<QpEvidence>, FabricError> {
+    type Key = (std::net::IpAddr, std::net::IpAddr, u16, u32);
+    let mut by_qp: HashMap<Key, (u64, u64, u64, u64)> = HashMap::new();
+    let mut order = Vec::new();
+    for (i, line) in reader.lines().enumerate() {
+        let bad = |problem: String| FabricError::Records {
+            origin: origin.into(),
+            line: i + 1,
+            problem,
+        };
+        let line = line.map_err(|e| bad(e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: serde_json::Value = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+        let text = |name: &str| {
+            row.get(name)
+                .and_then(serde_json::Value::as_str)
+                .ok_or_else(|| bad(format!("no {name}: not a qp_intervals row")))
+        };
+        let number = |name: &str| {
+            row.get(name)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        let addr = |name: &str| -> Result<std::net::IpAddr, FabricError> {
+            let t = text(name)?;
+            t.parse()
+                .map_err(|_| bad(format!("{name} {t:?} is not an IP address")))
+        };
+        let key: Key = (
+            addr("src_addr")?,
+            addr("dst_addr")?,
+            u16::try_from(number("src_port")).map_err(|_| bad("src_port out of range".into()))?,
+            u32::try_from(number("dest_qp")).map_err(|_| bad("dest_qp out of range".into()))?,
+        );
+        if key.3 == QP_CM {
+            continue;
+        }
+        let e = by_qp.entry(key).or_insert_with(|| {
+            order.push(key);
+            (0, 0, 0, 0)
+        });
+        e.0 += number("packets");
+        e.1 += number("psn_missing");
+        e.2 += number("psn_retransmissions");
+        e.3 += number("ce");
+    }
+    Ok(order
+        .into_iter()
+        .map(|k| {
+            let (packets, missing, resent, ce) = by_qp[&k];
+            QpEvidence {
+                src: k.0,
+                dst: k.1,
+                src_port: k.2,
+                dest_qp: k.3,
+                packets,
+                lost: missing.max(resent),
+                ce,
+                path: None,
+            }
+        })
+        .collect())
+}
+
 /// One evidence per QP (addresses, UDP source port, destination QP): where several hosts saw
 /// it, the most packets, losses and marks any saw, and a traced path if any had one.
 pub fn merge(evidence: impl IntoIterator<Item = QpEvidence>) -> Vec<QpEvidence> {
@@ -94,6 +167,47 @@ mod tests {
         assert_eq!((m[0].packets, m[0].lost, m[0].ce), (100, 3, 4));
         assert!(m[0].path.is_some());
         assert_eq!(m[1].src_port, 2);
+    }
+
+    #[test]
+    fn records_sum_a_qps_intervals() {
+        let row = |packets: u64, missing: u64, resent: u64, ce: Option<u64>| {
+            let mut r = serde_json::json!({
+                "src_addr": "198.18.0.1", "dst_addr": "2001:db8::2", "src_port": 50000,
+                "dest_qp": 66, "packets": packets, "psn_missing": missing,
+                "psn_retransmissions": resent,
+            });
+            if let Some(ce) = ce {
+                r["ce"] = ce.into();
+            }
+            r.to_string()
+        };
+        let text = [
+            row(100, 2, 0, Some(1)),
+            row(50, 0, 5, None),
+            String::new(),
+            row(7, 1, 0, Some(0)),
+        ]
+        .join("\n");
+        let e = records_evidence(text.as_bytes(), "t.jsonl").unwrap();
+        assert_eq!(e.len(), 1);
+        // Missing 3 against resent 5 over the intervals; a count left out is 0.
+        assert_eq!(
+            (e[0].packets, e[0].lost, e[0].ce, e[0].dest_qp),
+            (157, 5, 1, 66)
+        );
+        let bad = records_evidence(
+            "{\"src_addr\": \"x\", \"dst_addr\": \"198.18.0.1\"}".as_bytes(),
+            "t.jsonl",
+        );
+        assert_eq!(
+            bad.unwrap_err().to_string(),
+            "t.jsonl line 1: src_addr \"x\" is not an IP address"
+        );
+        let bad = records_evidence("{\n".as_bytes(), "t.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(bad.starts_with("t.jsonl line 1: "), "{bad}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub mod paths;
 pub mod sim;
 pub mod topology;
 
-pub use input::{evidence_of, merge, read_report};
+pub use input::{evidence_of, merge, read_report, records_evidence};
 pub use localize::{
     Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,
 };
@@ -19,6 +19,12 @@ pub use topology::{Role, TOPOLOGY_SCHEMA, Topology};
 pub enum FabricError {
     #[error("topology {origin}: {problem}")]
     Topology { origin: String, problem: String },
+    #[error("{origin} line {line}: {problem}")]
+    Records {
+        origin: String,
+        line: usize,
+        problem: String,
+    },
     #[error("{origin} is not a roce-observer JSON report: {source}")]
     Report {
         origin: String,
