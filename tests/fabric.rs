@@ -215,8 +215,17 @@ fn bad_inputs_are_one_line_errors() {
     )
     .unwrap();
     std::fs::write(&report, out).unwrap();
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
     let p = |p: &Path| p.display().to_string();
-    let cases: [(Vec<String>, String); 4] = [
+    let cases: [(Vec<String>, String); 5] = [
+        (
+            vec!["--topology".into(), p(&topo), p(&empty)],
+            format!(
+                "roce-observer: error: {} is a directory without qp_intervals.jsonl",
+                p(&empty)
+            ),
+        ),
         (
             vec!["--topology".into(), p(&dir.join("none.toml")), p(&report)],
             format!(

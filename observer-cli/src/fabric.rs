@@ -60,6 +60,11 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         // A records directory is read through its QP table.
         let (file, is_records) = if std::path::Path::new(path).is_dir() {
             let table = std::path::Path::new(path).join("qp_intervals.jsonl");
+            if !table.is_file() {
+                anyhow::bail!(
+                    "{path} is a directory without qp_intervals.jsonl: not a --records directory"
+                );
+            }
             (table.display().to_string(), true)
         } else {
             (path.clone(), path.ends_with(".jsonl"))

@@ -44,14 +44,17 @@ pub fn evidence_of(report: &Report) -> Vec<QpEvidence> {
 
 /// The QPs of fleet records: the `qp_intervals` table's JSONEachRow lines (`replay
 /// --records DIR`, `run`'s records as ClickHouse holds them) read from `reader`, each QP's
-/// intervals summed (its loss the larger of its PSNs missing and resent over them). A count
-/// left out of a row is 0, as the records mean it. `origin` names the file in errors.
+/// intervals summed per exporter, direction, vantage and mirror session (one host's view of
+/// it; [`merge`] then takes the most any view saw), its loss the larger of its PSNs missing
+/// and resent over them. A count may be a number or a quoted one (some ClickHouse versions
+/// quote 64-bit integers); a row without one is refused. `origin` names the file in errors.
 pub fn records_evidence(
     reader: impl std::io::BufRead,
     origin: &str,
 ) -> Result<Vec<QpEvidence>, FabricError> {
     type Key = (std::net::IpAddr, std::net::IpAddr, u16, u32);
-    let mut by_qp: HashMap<Key, (u64, u64, u64, u64)> = HashMap::new();
+    type View = [String; 4];
+    let mut by_view: HashMap<(View, Key), [u64; 4]> = HashMap::new();
     let mut order = Vec::new();
     for (i, line) in reader.lines().enumerate() {
         let bad = |problem: String| FabricError::Records {
@@ -69,10 +72,19 @@ pub fn records_evidence(
                 .and_then(serde_json::Value::as_str)
                 .ok_or_else(|| bad(format!("no {name}: not a qp_intervals row")))
         };
-        let number = |name: &str| {
+        let number = |name: &str| -> Result<u64, FabricError> {
+            match row.get(name) {
+                Some(serde_json::Value::Number(n)) => n.as_u64(),
+                Some(serde_json::Value::String(s)) => s.parse().ok(),
+                _ => None,
+            }
+            .ok_or_else(|| bad(format!("{name} is not a count: not a qp_intervals row")))
+        };
+        let label = |name: &str| {
             row.get(name)
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string()
         };
         let addr = |name: &str| -> Result<std::net::IpAddr, FabricError> {
             let t = text(name)?;
@@ -82,25 +94,41 @@ pub fn records_evidence(
         let key: Key = (
             addr("src_addr")?,
             addr("dst_addr")?,
-            u16::try_from(number("src_port")).map_err(|_| bad("src_port out of range".into()))?,
-            u32::try_from(number("dest_qp")).map_err(|_| bad("dest_qp out of range".into()))?,
+            u16::try_from(number("src_port")?).map_err(|_| bad("src_port out of range".into()))?,
+            u32::try_from(number("dest_qp")?).map_err(|_| bad("dest_qp out of range".into()))?,
         );
+        let counts = [
+            number("packets")?,
+            number("psn_missing")?,
+            number("psn_retransmissions")?,
+            number("ce")?,
+        ];
         if key.3 == QP_CM {
             continue;
         }
-        let e = by_qp.entry(key).or_insert_with(|| {
-            order.push(key);
-            (0, 0, 0, 0)
+        let exporter = match label("exporter") {
+            e if e.is_empty() => label("host"),
+            e => e,
+        };
+        let view: View = [
+            exporter,
+            label("direction"),
+            label("vantage"),
+            label("mirror_session"),
+        ];
+        let sum = by_view.entry((view.clone(), key)).or_insert_with(|| {
+            order.push((view, key));
+            [0; 4]
         });
-        e.0 += number("packets");
-        e.1 += number("psn_missing");
-        e.2 += number("psn_retransmissions");
-        e.3 += number("ce");
+        for (s, c) in sum.iter_mut().zip(counts) {
+            *s = s.saturating_add(c);
+        }
     }
     Ok(order
         .into_iter()
-        .map(|k| {
-            let (packets, missing, resent, ce) = by_qp[&k];
+        .map(|view_key| {
+            let [packets, missing, resent, ce] = by_view[&view_key];
+            let k = view_key.1;
             QpEvidence {
                 src: k.0,
                 dst: k.1,
@@ -170,31 +198,32 @@ mod tests {
     }
 
     #[test]
-    fn records_sum_a_qps_intervals() {
-        let row = |packets: u64, missing: u64, resent: u64, ce: Option<u64>| {
-            let mut r = serde_json::json!({
-                "src_addr": "198.18.0.1", "dst_addr": "2001:db8::2", "src_port": 50000,
-                "dest_qp": 66, "packets": packets, "psn_missing": missing,
-                "psn_retransmissions": resent,
-            });
-            if let Some(ce) = ce {
-                r["ce"] = ce.into();
-            }
-            r.to_string()
+    fn records_sum_a_qps_intervals_per_view() {
+        let row = |direction: &str, packets: u64, missing: u64, resent: u64, ce: u64| {
+            serde_json::json!({
+                "exporter": "h1/1/1", "direction": direction, "vantage": "host",
+                "mirror_session": "", "src_addr": "198.18.0.1", "dst_addr": "2001:db8::2",
+                "src_port": 50000, "dest_qp": 66,
+                // ClickHouse may quote 64-bit integers.
+                "packets": packets.to_string(), "psn_missing": missing,
+                "psn_retransmissions": resent, "ce": ce,
+            })
+            .to_string()
         };
         let text = [
-            row(100, 2, 0, Some(1)),
-            row(50, 0, 5, None),
+            row("receive", 100, 2, 0, 1),
+            row("receive", 50, 1, 0, 0),
             String::new(),
-            row(7, 1, 0, Some(0)),
+            row("transmit", 160, 0, 5, 0),
         ]
         .join("\n");
-        let e = records_evidence(text.as_bytes(), "t.jsonl").unwrap();
+        let e = merge(records_evidence(text.as_bytes(), "t.jsonl").unwrap());
         assert_eq!(e.len(), 1);
-        // Missing 3 against resent 5 over the intervals; a count left out is 0.
+        // The receiver's intervals summed (150 packets, 3 missing), the sender's (160, 5
+        // resent): the most either saw, not their sum.
         assert_eq!(
             (e[0].packets, e[0].lost, e[0].ce, e[0].dest_qp),
-            (157, 5, 1, 66)
+            (160, 5, 1, 66)
         );
         let bad = records_evidence(
             "{\"src_addr\": \"x\", \"dst_addr\": \"198.18.0.1\"}".as_bytes(),
@@ -203,6 +232,15 @@ mod tests {
         assert_eq!(
             bad.unwrap_err().to_string(),
             "t.jsonl line 1: src_addr \"x\" is not an IP address"
+        );
+        let mut no_ce: serde_json::Value =
+            serde_json::from_str(&row("receive", 1, 0, 0, 0)).unwrap();
+        no_ce.as_object_mut().unwrap().remove("ce");
+        let no_ce = no_ce.to_string();
+        let bad = records_evidence(no_ce.as_bytes(), "t.jsonl").unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "t.jsonl line 1: ce is not a count: not a qp_intervals row"
         );
         let bad = records_evidence("{\n".as_bytes(), "t.jsonl")
             .unwrap_err()

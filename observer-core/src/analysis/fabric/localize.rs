@@ -261,7 +261,16 @@ pub fn localize(
     // Per host, its QPs and the bad ones (a QP counts for both its ends), its bad packets and
     // the peers of its bad QPs.
     let mut per_host: HashMap<NodeId, (f64, f64, u64, Vec<NodeId>)> = HashMap::new();
+    // Per pair of hosts (the lower first), their QPs and the bad ones.
+    let mut per_pair: HashMap<(NodeId, NodeId), (f64, f64)> = HashMap::new();
     for q in &placed {
+        let pair = per_pair
+            .entry((q.src.min(q.dst), q.src.max(q.dst)))
+            .or_default();
+        pair.0 += 1.0;
+        if q.bad > 0 {
+            pair.1 += 1.0;
+        }
         for (me, peer) in [(q.src, q.dst), (q.dst, q.src)] {
             let h = per_host.entry(me).or_default();
             h.0 += 1.0;
@@ -275,8 +284,9 @@ pub fn localize(
         }
     }
     // Whether host `h`'s QPs are bad far more often than its neighbours' on the switch its
-    // link `link` goes to (a host with none: than the fabric's), beyond chance. When the
-    // neighbours' are bad alike, the fault is upstream, on what they share.
+    // link `link` goes to (their QPs with `h` left out: those are `h`'s; a host with no
+    // neighbour: than the fabric's), beyond chance. When the neighbours' are bad alike, the
+    // fault is upstream, on what they share.
     let host_stands_out = |h: NodeId, link: LinkId| {
         let l = &topo.links[link as usize];
         let switch = if l.a.node == h { l.b.node } else { l.a.node };
@@ -286,8 +296,12 @@ pub fn localize(
             if *v != h
                 && let Some(e) = per_host.get(v)
             {
-                sn += e.0;
-                sb += e.1;
+                let with_h = per_pair
+                    .get(&(h.min(*v), h.max(*v)))
+                    .copied()
+                    .unwrap_or_default();
+                sn += e.0 - with_h.0;
+                sb += e.1 - with_h.1;
             }
         }
         let beside = if sn >= 1.0 { sb / sn } else { baseline };
@@ -365,9 +379,11 @@ pub fn localize(
     let mut named_links: Vec<usize> = Vec::new();
     // Links named (the cap applies after the switches are folded: a switch's links may be
     // more than it).
+    let widest = topo.adjacent.iter().map(Vec::len).max().unwrap_or(0);
     let most_links = opts
         .max_suspects
-        .max(topo.links.len().min(4 * opts.max_suspects));
+        .saturating_add(widest.saturating_mul(2))
+        .min(topo.links.len());
     while named_links.len() < most_links && !active.is_empty() {
         let mut votes = vec![0.0f64; topo.links.len()];
         let mut bad_mass = vec![0.0f64; topo.links.len()];
@@ -386,10 +402,13 @@ pub fn localize(
         // bad far more often than those that do not, by more than chance would make them.
         let Some(l) = order.into_iter().find(|&l| {
             let elsewhere = outside(l, &through, &bad_through, rest_qps, rest_bad);
+            // Chance is judged at the larger of that share and the share among all the QPs
+            // left (with none bad elsewhere, a few background losses would pass anything).
+            let null = elsewhere.max(rest_bad / rest_qps.max(1.0));
             bad_mass[l] >= opts.min_qps
                 && through[l] > 0.0
                 && bad_through[l] / through[l] >= opts.rate_ratio * elsewhere
-                && poisson_tail(through[l] * elsewhere, bad_through[l].floor() as u64) <= alpha
+                && poisson_tail(through[l] * null, bad_through[l].floor() as u64) <= alpha
                 && topo
                     .host_end(l as LinkId)
                     .is_none_or(|h| host_stands_out(h, l as LinkId))
@@ -485,6 +504,7 @@ pub fn localize(
         }
     }
     out.suspects.retain(|s| !s.name.is_empty());
+    let all_placed = out.suspects.iter().all(|s| s.placed >= opts.placed);
     out.suspects.truncate(opts.max_suspects);
 
     let unknown = out.by_source[PathSource::Candidates as usize];
@@ -508,14 +528,12 @@ pub fn localize(
             out.qps,
             signal.name()
         )),
-        Some(_) if out.suspects.iter().any(|s| s.placed < opts.placed) => {
-            Verdict::NotEnoughEvidence(format!(
-                "the paths are not known ({unknown} of {} QPs' paths split among their \
+        Some(_) if !all_placed => Verdict::NotEnoughEvidence(format!(
+            "the paths are not known ({unknown} of {} QPs' paths split among their \
              candidates): the suspects are where the evidence could be, not where it is; give \
              the switches' hashes in the topology file",
-                out.qps
-            ))
-        }
+            out.qps
+        )),
         Some(_) => Verdict::Found,
     };
     out
@@ -680,6 +698,23 @@ mod tests {
         assert!(l.bad_qps > 0, "the background gives some QPs a loss");
         assert!(matches!(l.verdict, Verdict::Clean(_)), "{l:?}");
         assert!(l.suspects.is_empty());
+    }
+
+    #[test]
+    fn a_faulty_nic_on_a_small_leaf_is_named() {
+        // Four hosts: a faulty host's neighbour sees it in its own QPs, which are left out of
+        // the neighbour's share.
+        let truth = sim::leaf_spine(2, 2, 2, Some(14));
+        let h = truth.node("h1").unwrap();
+        let own = truth.adjacent[h as usize][0].1;
+        let ev = sim::evidence(&truth, &work(540), &[lossy(own, 0.01)]);
+        let l = loc(&truth, &ev, Signal::Loss);
+        assert_eq!(l.verdict, Verdict::Found, "{l:?}");
+        assert_eq!(l.suspects.len(), 1, "{:?}", l.suspects);
+        assert_eq!(
+            (l.suspects[0].kind, l.suspects[0].node),
+            (SuspectKind::Host, Some(h))
+        );
     }
 
     #[test]
