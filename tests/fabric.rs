@@ -7,7 +7,7 @@ use std::{
     process::Command,
 };
 
-use integration_tests::{error_line, output};
+use integration_tests::{Scratch, error_line, output};
 use roce_observer::{
     analysis::fabric::{
         self, QpEvidence, Topology,
@@ -85,18 +85,12 @@ fn reports(truth: &Topology, ev: &[roce_observer::analysis::fabric::QpEvidence])
         .collect()
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("roce-fabric-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn write_reports(dir: &Path, reports: &[Report]) -> Vec<std::path::PathBuf> {
+fn write_reports(dir: &Scratch, reports: &[Report]) -> Vec<std::path::PathBuf> {
     reports
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let path = dir.join(format!("host{i}.json"));
+            let path = dir.path(&format!("host{i}.json"));
             let mut out = Vec::new();
             render::json::write(r, &mut out).unwrap();
             std::fs::write(&path, out).unwrap();
@@ -112,11 +106,10 @@ fn lab(
     name: &str,
     seed: u64,
     faults: impl Fn(&Topology) -> Vec<Fault>,
-) -> (PathBuf, PathBuf, Vec<PathBuf>) {
-    let dir = scratch(name);
+) -> (Scratch, PathBuf, Vec<PathBuf>) {
+    let dir = Scratch::new(&format!("fabric-{name}"));
     let text = topology_file(2, 3);
-    let topo_path = dir.join("fabric.toml");
-    std::fs::write(&topo_path, &text).unwrap();
+    let topo_path = dir.file("fabric.toml", &text);
     let truth = Topology::parse(&text, "fabric.toml").unwrap();
     let work = Workload {
         qps: 400,
@@ -150,7 +143,7 @@ fn fabric(
 
 #[test]
 fn the_lossy_link_is_named_from_the_hosts_reports() {
-    let (dir, topo, files) = lab("lossy", 11, |t| {
+    let (_dir, topo, files) = lab("lossy", 11, |t| {
         let link = t
             .link_between(t.node("l1").unwrap(), t.node("s0").unwrap())
             .unwrap();
@@ -182,32 +175,26 @@ fn the_lossy_link_is_named_from_the_hosts_reports() {
         out.contains("  found:\n  1. link l1:up0 - s0:down1:"),
         "{out}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_clean_fabric_names_nothing() {
-    let (dir, topo, files) = lab("clean", 12, |_| Vec::new());
+    let (_dir, topo, files) = lab("clean", 12, |_| Vec::new());
     let (status, out, err) = fabric(&["--signal", "loss"], &topo, &files);
     assert!(status.success(), "{err}");
     assert!(out.contains("  clean: none of 400 QPs shows loss"), "{out}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bad_inputs_are_one_line_errors() {
-    let dir = scratch("bad");
-    let topo = dir.join("fabric.toml");
-    std::fs::write(&topo, topology_file(1, 1)).unwrap();
-    let bad_topo = dir.join("bad.toml");
-    std::fs::write(
-        &bad_topo,
+    let dir = Scratch::new("fabric-bad");
+    let topo = dir.file("fabric.toml", &topology_file(1, 1));
+    let bad_topo = dir.file(
+        "bad.toml",
         "schema = \"roce-observer.topology/1\"\n[[link]]\na = \"x\"\nb = \"y\"\n",
-    )
-    .unwrap();
-    let not_report = dir.join("not-a-report.json");
-    std::fs::write(&not_report, "{\"hello\": 1}").unwrap();
-    let report = dir.join("r.json");
+    );
+    let not_report = dir.file("not-a-report.json", "{\"hello\": 1}");
+    let report = dir.path("r.json");
     let mut out = Vec::new();
     render::json::write(
         &roce_observer::aggregate::Aggregate::new().report(Source::pcap(vec![], vec![]), 1.0),
@@ -215,7 +202,7 @@ fn bad_inputs_are_one_line_errors() {
     )
     .unwrap();
     std::fs::write(&report, out).unwrap();
-    let empty = dir.join("empty");
+    let empty = dir.path("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let p = |p: &Path| p.display().to_string();
     let cases: [(Vec<String>, String); 5] = [
@@ -227,10 +214,10 @@ fn bad_inputs_are_one_line_errors() {
             ),
         ),
         (
-            vec!["--topology".into(), p(&dir.join("none.toml")), p(&report)],
+            vec!["--topology".into(), p(&dir.path("none.toml")), p(&report)],
             format!(
                 "roce-observer: error: cannot read the topology file {}: ",
-                p(&dir.join("none.toml"))
+                p(&dir.path("none.toml"))
             ),
         ),
         (
@@ -248,10 +235,10 @@ fn bad_inputs_are_one_line_errors() {
             ),
         ),
         (
-            vec!["--topology".into(), p(&topo), p(&dir.join("gone.json"))],
+            vec!["--topology".into(), p(&topo), p(&dir.path("gone.json"))],
             format!(
                 "roce-observer: error: cannot read the report {}: ",
-                p(&dir.join("gone.json"))
+                p(&dir.path("gone.json"))
             ),
         ),
     ];
@@ -269,15 +256,14 @@ fn bad_inputs_are_one_line_errors() {
     // No report at all: a usage error.
     let (status, _, err) = output(Command::new(CLI).args(["fabric", "--topology"]).arg(&topo));
     assert_eq!(status.code(), Some(2), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A capture's fleet records (`replay --records`) give `fabric` the evidence its JSON report
 /// gives (the report's flows are the reference).
 #[test]
 fn records_give_the_evidence_their_report_gives() {
-    let dir = scratch("records");
-    let pcap = dir.join("demo.pcap");
+    let dir = Scratch::new("fabric-records");
+    let pcap = dir.path("demo.pcap");
     let (status, _, err) = output(
         Command::new(CLI)
             .args(["synth", "--scenario", "demo", "-o"])
@@ -286,7 +272,7 @@ fn records_give_the_evidence_their_report_gives() {
     assert!(status.success(), "{err}");
     let (status, json, err) = output(Command::new(CLI).arg("replay").arg(&pcap).arg("--json"));
     assert!(status.success(), "{err}");
-    let records = dir.join("records");
+    let records = dir.path("records");
     let (status, _, err) = output(
         Command::new(CLI)
             .arg("replay")
@@ -314,5 +300,4 @@ fn records_give_the_evidence_their_report_gives() {
         bad.to_string(),
         "x.jsonl line 1: no src_addr: not a qp_intervals row"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

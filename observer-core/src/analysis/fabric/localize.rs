@@ -385,15 +385,15 @@ pub fn localize(
         .saturating_add(widest.saturating_mul(2))
         .min(topo.links.len());
     while named_links.len() < most_links && !active.is_empty() {
+        // (The bad QPs not yet explained crossing each link are `bad_through`: explained
+        // ones leave it as they leave `active`.)
         let mut votes = vec![0.0f64; topo.links.len()];
-        let mut bad_mass = vec![0.0f64; topo.links.len()];
         for q in &active {
             // Every path has `hops` links: a path's 1/h of a vote per link, summed over the
             // paths, is the link's probability over h.
             let h = f64::from(q.paths.hops.max(1));
             for (l, w) in &q.paths.links {
                 votes[*l as usize] += f64::from(*w) / h;
-                bad_mass[*l as usize] += f64::from(*w);
             }
         }
         let mut order: Vec<usize> = (0..votes.len()).filter(|l| votes[*l] > 0.0).collect();
@@ -405,7 +405,7 @@ pub fn localize(
             // Chance is judged at the larger of that share and the share among all the QPs
             // left (with none bad elsewhere, a few background losses would pass anything).
             let null = elsewhere.max(rest_bad / rest_qps.max(1.0));
-            bad_mass[l] >= opts.min_qps
+            bad_through[l] >= opts.min_qps
                 && through[l] > 0.0
                 && bad_through[l] / through[l] >= opts.rate_ratio * elsewhere
                 && poisson_tail(through[l] * null, bad_through[l].floor() as u64) <= alpha
@@ -436,7 +436,7 @@ pub fn localize(
             link: Some(link),
             node: host,
             votes: votes[l],
-            bad_qps: bad_mass[l],
+            bad_qps: bad_through[l],
             qps: through[l],
             bad_packets: explained.iter().map(|(_, b)| b).sum(),
             rate: bad_through[l] / through[l],

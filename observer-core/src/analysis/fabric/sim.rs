@@ -42,6 +42,12 @@ fn node(name: String, role: Role, addresses: Vec<IpAddr>, seed: Option<u32>) -> 
     }
 }
 
+/// The switches' hash seeds, one per call, derived from `seed` (none without).
+fn seeds(seed: Option<u64>) -> impl FnMut() -> Option<u32> {
+    let mut rng = seed.map(SplitMix64::new);
+    move || rng.as_mut().map(|r| r.next_u64() as u32)
+}
+
 /// Host `n`'s address: 198.18.0.0/15, one per host.
 pub fn host_address(n: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 1)) + n))
@@ -55,8 +61,7 @@ pub fn host_address(n: u32) -> IpAddr {
 pub fn fat_tree(k: u32, seed: Option<u64>) -> Topology {
     assert!(k >= 2 && k.is_multiple_of(2), "a fat-tree's k is even");
     let half = k / 2;
-    let mut rng = seed.map(SplitMix64::new);
-    let mut next_seed = || rng.as_mut().map(|r| r.next_u64() as u32);
+    let mut next_seed = seeds(seed);
     let (mut nodes, mut links) = (Vec::new(), Vec::new());
     let link = |a: String, b: String| LinkSpec { a, b };
     for j in 0..half {
@@ -95,8 +100,7 @@ pub fn fat_tree(k: u32, seed: Option<u64>) -> Topology {
 /// A leaf-spine: `spines` spines `s{i}`, `leaves` leaves `l{j}` each linked to every spine,
 /// `hosts_per_leaf` hosts `h{n}` per leaf.
 pub fn leaf_spine(spines: u32, leaves: u32, hosts_per_leaf: u32, seed: Option<u64>) -> Topology {
-    let mut rng = seed.map(SplitMix64::new);
-    let mut next_seed = || rng.as_mut().map(|r| r.next_u64() as u32);
+    let mut next_seed = seeds(seed);
     let (mut nodes, mut links) = (Vec::new(), Vec::new());
     for i in 0..spines {
         nodes.push(node(format!("s{i}"), Role::Spine, vec![], next_seed()));
