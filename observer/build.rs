@@ -81,7 +81,8 @@ fn main() -> ExitCode {
     // Without the `live` feature (replay, synth, the NIC side: no nightly, no bpf-linker) the
     // kernel object is empty, and attaching says the build has no kernel programs.
     if env::var_os("CARGO_FEATURE_LIVE").is_none() {
-        return match std::fs::write(out_dir.join("observer"), []) {
+        let empty = ["observer", "lab"].map(|name| std::fs::write(out_dir.join(name), []));
+        return match empty.into_iter().collect::<Result<(), _>>() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: cannot write the empty kernel object: {e}");

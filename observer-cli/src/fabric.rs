@@ -13,10 +13,14 @@ use crate::output;
 #[derive(Args, Debug)]
 pub struct FabricArgs {
     /// The hosts' evidence over one window: JSON reports (`replay --json`, `diagnose
-    /// --json`), or fleet records (a `--records` directory, or its `qp_intervals.jsonl`); a QP
-    /// several hosts saw counts once.
+    /// --json`), fleet records (a `--records` directory, or its `qp_intervals.jsonl`), or
+    /// sidecars' JSON lines (`run --jsonl`); a QP several hosts saw counts once.
     #[arg(value_name = "REPORT", required = true)]
     pub reports: Vec<String>,
+    /// Paths traced by `roce-observer trace --json` (repeat for several files): a traced QP
+    /// direction is placed on its own path.
+    #[arg(long = "paths", value_name = "FILE")]
+    pub paths: Vec<String>,
     /// The topology file (TOML, docs/fabric.md).
     #[arg(long, value_name = "FILE")]
     pub topology: String,
@@ -71,7 +75,17 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         };
         let reader =
             std::fs::File::open(&file).with_context(|| format!("cannot read the report {file}"))?;
-        if is_records {
+        if is_records && is_sidecar(&file)? {
+            let s = fabric::sidecar_evidence(std::io::BufReader::new(reader), &file)?;
+            let [packets, lost, ce] = s.rest;
+            if lost > 0 || ce > 0 {
+                eprintln!(
+                    "roce-observer: warning: {file}: {packets} packets of QPs in the sidecar's \
+                     rest series ({lost} lost, {ce} CE) cannot be placed: raise its --max-series"
+                );
+            }
+            evidence.extend(s.evidence);
+        } else if is_records {
             evidence.extend(fabric::records_evidence(
                 std::io::BufReader::new(reader),
                 &file,
@@ -81,7 +95,19 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             evidence.extend(fabric::evidence_of(&report));
         }
     }
-    let evidence = fabric::merge(evidence);
+    let mut evidence = fabric::merge(evidence);
+    let mut traces = Vec::new();
+    for path in &a.paths {
+        let reader =
+            std::fs::File::open(path).with_context(|| format!("cannot read the paths {path}"))?;
+        traces.extend(fabric::read_traces(reader, path)?.traces);
+    }
+    let traced = fabric::traced_paths(&topo, &traces);
+    for e in &mut evidence {
+        if let Some(p) = traced.get(&(e.src, e.dst, e.src_port)) {
+            e.path = Some(p.clone());
+        }
+    }
     let opts = Options {
         min_packets: a.min_packets,
         ..Options::default()
@@ -97,4 +123,19 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             write!(out, "{}", render::fabric::render(&runs))
         }
     })
+}
+
+/// Whether a JSON-lines file is a sidecar's (`run --jsonl`), by its first line.
+fn is_sidecar(file: &str) -> Result<bool> {
+    use std::io::BufRead;
+    let reader = std::io::BufReader::new(
+        std::fs::File::open(file).with_context(|| format!("cannot read the report {file}"))?,
+    );
+    for line in reader.lines() {
+        let line = line.with_context(|| format!("cannot read the report {file}"))?;
+        if !line.trim().is_empty() {
+            return Ok(fabric::is_sidecar_line(&line));
+        }
+    }
+    Ok(false)
 }

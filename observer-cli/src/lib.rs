@@ -15,6 +15,7 @@ mod replay;
 mod run;
 mod snapshot;
 mod synth;
+mod trace;
 mod value_enums;
 
 use std::process::ExitCode;
@@ -53,6 +54,9 @@ enum Command {
     /// Which link, switch or host explains the loss and CE marks many hosts' JSON reports
     /// show, over a topology file.
     Fabric(fabric::FabricArgs),
+    /// Paris traceroute for RoCE: the path of each QP direction given (its addresses, UDP
+    /// source port and DSCP), router by router, from ICMP time-exceeded.
+    Trace(trace::TraceArgs),
     /// Run continuously as a sidecar: export per-interface and per-QP counters as OpenMetrics
     /// on /metrics (loopback by default), /healthz, optionally JSON lines; re-attach to
     /// interfaces that come back; SIGHUP reloads --config, SIGTERM/SIGINT detach and exit.
@@ -76,6 +80,7 @@ pub fn main() -> ExitCode {
         Command::Demo(a) => demo::demo(a),
         Command::Ecmp(a) => ecmp::ecmp(a),
         Command::Fabric(a) => fabric::fabric(a),
+        Command::Trace(a) => trace::trace(a),
         Command::Run(a) => run::run(a),
         Command::Check(a) => check::check(a),
         Command::Snapshot(a) => snapshot::snapshot_cmd(a),

@@ -6,6 +6,7 @@
 pub mod burst;
 pub mod cm;
 pub mod flow;
+pub mod lab;
 pub mod latency;
 pub mod loghist;
 pub mod message;
@@ -23,6 +24,7 @@ pub use flow::{
     FlowSlot, FlowStats, HostPair, MIRROR_UNION, MirrorOf, QP_CM, UNTAGGED, mirror_key,
     union_mirror,
 };
+pub use lab::{LabCounts, LabFault};
 pub use latency::{
     LAT_BUCKETS, LAT_PEER_SLOTS, LAT_SLOTS, LatHist, LatKey, LatKind, LatLinkKey, LatPeers,
     LatSample, LatScopeKey, LatSide, LatState, lat_bucket, lat_bucket_bounds,

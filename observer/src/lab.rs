@@ -192,3 +192,105 @@ pub fn pin_current_thread() -> Result<(), std::io::Error> {
         .ok_or_else(|| std::io::Error::other("no CPU allowed"))?;
     pin_current_thread_to(first)
 }
+
+/// The lab link program on one interface's egress in a namespace: the RoCEv2 frames that left
+/// there, and a fault (drop or CE-mark a share) set and cleared at will. Detached when dropped
+/// (and with its namespace).
+pub struct LinkTap {
+    ebpf: aya::Ebpf,
+    pub ns: String,
+    pub iface: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkTapError {
+    #[error("this build has no kernel programs (built without the `live` feature)")]
+    NoKernelPrograms,
+    #[error("the lab link program on {iface}: {what}: {detail}")]
+    Bpf {
+        iface: String,
+        what: &'static str,
+        detail: String,
+    },
+    #[error(transparent)]
+    Lab(#[from] LabError),
+}
+
+impl LinkTap {
+    /// Loads the program and attaches it to `iface`'s egress inside `ns`.
+    pub fn attach(ns: &Netns, iface: &str) -> Result<Self, LinkTapError> {
+        if crate::LAB_OBJECT.is_empty() {
+            return Err(LinkTapError::NoKernelPrograms);
+        }
+        let name = iface.to_string();
+        let ebpf = ns.run_in(move || {
+            let fail = |what, detail: String| LinkTapError::Bpf {
+                iface: name.clone(),
+                what,
+                detail,
+            };
+            let mut ebpf =
+                aya::Ebpf::load(crate::LAB_OBJECT).map_err(|e| fail("load", e.to_string()))?;
+            let prog: &mut aya::programs::SchedClassifier = ebpf
+                .program_mut("lab_link")
+                .ok_or_else(|| fail("find", "no lab_link program".into()))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| fail("find", e.to_string()))?;
+            prog.load().map_err(|e| fail("verify", e.to_string()))?;
+            // tcx where the kernel has it (from 6.6); a clsact qdisc before.
+            let _ = aya::programs::tc::qdisc_add_clsact(&name);
+            prog.attach(&name, aya::programs::TcAttachType::Egress)
+                .map_err(|e| fail("attach", e.to_string()))?;
+            Ok::<_, LinkTapError>(ebpf)
+        })??;
+        Ok(Self {
+            ebpf,
+            ns: ns.name().to_string(),
+            iface: iface.to_string(),
+        })
+    }
+
+    fn error(&self, what: &'static str, detail: impl ToString) -> LinkTapError {
+        LinkTapError::Bpf {
+            iface: self.iface.clone(),
+            what,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// Sets the fault (zero for none).
+    pub fn set_fault(&mut self, fault: observer_common::LabFault) -> Result<(), LinkTapError> {
+        let iface = self.iface.clone();
+        let fail = |detail: String| LinkTapError::Bpf {
+            iface: iface.clone(),
+            what: "set the fault",
+            detail,
+        };
+        let map = self
+            .ebpf
+            .map_mut(observer_common::lab::LAB_FAULT)
+            .ok_or_else(|| fail("no map".into()))?;
+        let mut a: aya::maps::Array<_, observer_common::LabFault> =
+            aya::maps::Array::try_from(map).map_err(|e| fail(e.to_string()))?;
+        a.set(0, fault, 0).map_err(|e| fail(e.to_string()))
+    }
+
+    /// The counts so far, summed over CPUs.
+    pub fn counts(&self) -> Result<observer_common::LabCounts, LinkTapError> {
+        let map = self
+            .ebpf
+            .map(observer_common::lab::LAB_COUNTS)
+            .ok_or_else(|| self.error("read the counts", "no map"))?;
+        let a: aya::maps::PerCpuArray<_, observer_common::LabCounts> =
+            aya::maps::PerCpuArray::try_from(map).map_err(|e| self.error("read the counts", e))?;
+        let per_cpu = a.get(&0, 0).map_err(|e| self.error("read the counts", e))?;
+        Ok(per_cpu
+            .iter()
+            .fold(observer_common::LabCounts::default(), |mut s, c| {
+                s.frames += c.frames;
+                s.dropped += c.dropped;
+                s.marked += c.marked;
+                s
+            }))
+    }
+}

@@ -21,6 +21,11 @@ pub mod lab;
 pub mod pipeline;
 pub mod records;
 pub mod source;
+pub mod trace;
 
 /// The kernel object built by build.rs (aya-build, bpfel-unknown-none).
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
+
+/// The test labs' link program (a netns fabric's counters and fault injection; never loaded
+/// by the observer), built beside it.
+pub static LAB_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lab"));

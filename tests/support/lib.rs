@@ -5,6 +5,7 @@ mod bench;
 mod bpf;
 mod child;
 mod cli;
+pub mod fabric;
 mod maps;
 mod metrics;
 mod mirror;

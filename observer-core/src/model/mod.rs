@@ -18,6 +18,7 @@ pub mod findings;
 pub mod nic;
 pub mod points;
 pub mod series;
+pub mod trace;
 
 pub use series::FlowRef;
 

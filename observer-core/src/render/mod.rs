@@ -8,3 +8,4 @@ pub mod html;
 pub mod json;
 pub mod nic;
 pub mod table;
+pub mod trace;

@@ -52,10 +52,7 @@ pub fn records_evidence(
     reader: impl std::io::BufRead,
     origin: &str,
 ) -> Result<Vec<QpEvidence>, FabricError> {
-    type Key = (std::net::IpAddr, std::net::IpAddr, u16, u32);
-    type View = [String; 4];
-    let mut by_view: HashMap<(View, Key), [u64; 4]> = HashMap::new();
-    let mut order = Vec::new();
+    let mut sums = ViewSums::default();
     for (i, line) in reader.lines().enumerate() {
         let bad = |problem: String| FabricError::Records {
             origin: origin.into(),
@@ -116,7 +113,26 @@ pub fn records_evidence(
             label("vantage"),
             label("mirror_session"),
         ];
-        let sum = by_view.entry((view.clone(), key)).or_insert_with(|| {
+        sums.add(view, key, counts);
+    }
+    Ok(sums.evidence())
+}
+
+type Key = (std::net::IpAddr, std::net::IpAddr, u16, u32);
+type View = [String; 4];
+
+/// Each QP's counts (packets, PSNs missing, PSNs resent, CE) summed per view, in the order
+/// first seen.
+#[derive(Default)]
+struct ViewSums {
+    by_view: HashMap<(View, Key), [u64; 4]>,
+    order: Vec<(View, Key)>,
+}
+
+impl ViewSums {
+    fn add(&mut self, view: View, key: Key, counts: [u64; 4]) {
+        let order = &mut self.order;
+        let sum = self.by_view.entry((view.clone(), key)).or_insert_with(|| {
             order.push((view, key));
             [0; 4]
         });
@@ -124,23 +140,170 @@ pub fn records_evidence(
             *s = s.saturating_add(c);
         }
     }
-    Ok(order
-        .into_iter()
-        .map(|view_key| {
-            let [packets, missing, resent, ce] = by_view[&view_key];
-            let k = view_key.1;
-            QpEvidence {
-                src: k.0,
-                dst: k.1,
-                src_port: k.2,
-                dest_qp: k.3,
-                packets,
-                lost: missing.max(resent),
-                ce,
-                path: None,
+
+    fn evidence(self) -> Vec<QpEvidence> {
+        let by_view = self.by_view;
+        self.order
+            .into_iter()
+            .map(|view_key| {
+                let [packets, missing, resent, ce] = by_view[&view_key];
+                let k = view_key.1;
+                QpEvidence {
+                    src: k.0,
+                    dst: k.1,
+                    src_port: k.2,
+                    dest_qp: k.3,
+                    packets,
+                    lost: missing.max(resent),
+                    ce,
+                    path: None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A sidecar's evidence (`run --jsonl`): its QP series summed over the file's intervals, and
+/// what its `rest` series holds (QPs beyond `--max-series`, which cannot be placed).
+#[derive(Debug, Default)]
+pub struct SidecarEvidence {
+    pub evidence: Vec<QpEvidence>,
+    /// The rest series' packets, PSNs lost (missing or resent, whichever more) and CE.
+    pub rest: [u64; 3],
+}
+
+/// Whether a JSON line is a sidecar's interval (`run --jsonl`) rather than a fleet record.
+pub fn is_sidecar_line(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line)
+        .is_ok_and(|v| v.get("qps").is_some_and(serde_json::Value::is_array))
+}
+
+/// The QPs of a sidecar's JSON lines (`run --jsonl FILE`: one object per interval, its QP
+/// series' deltas): each QP's intervals summed per direction and mirror session. `origin`
+/// names the file in errors.
+pub fn sidecar_evidence(
+    reader: impl std::io::BufRead,
+    origin: &str,
+) -> Result<SidecarEvidence, FabricError> {
+    let mut sums = ViewSums::default();
+    let mut rest = [0u64; 4];
+    for (i, line) in reader.lines().enumerate() {
+        let bad = |problem: String| FabricError::Records {
+            origin: origin.into(),
+            line: i + 1,
+            problem,
+        };
+        let line = line.map_err(|e| bad(e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+        let qps = v
+            .get("qps")
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| bad("no qps: not a line of run --jsonl".into()))?;
+        let counts = |o: &serde_json::Value, what: &str| -> Result<[u64; 4], FabricError> {
+            let mut c = [0u64; 4];
+            for (slot, name) in
+                c.iter_mut()
+                    .zip(["packets", "psn_missing", "retransmissions", "ce_packets"])
+            {
+                *slot = o
+                    .get(name)
+                    .and_then(serde_json::Value::as_u64)
+                    .ok_or_else(|| bad(format!("{what} has no count {name}")))?;
             }
+            Ok(c)
+        };
+        for q in qps {
+            let text = |name: &str| q.get(name).and_then(serde_json::Value::as_str);
+            let number = |name: &str| q.get(name).and_then(serde_json::Value::as_u64);
+            let addr = |name: &str| -> Result<std::net::IpAddr, FabricError> {
+                text(name)
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| bad(format!("a QP's {name} is not an IP address")))
+            };
+            let (Some(sport), Some(qp)) = (
+                number("sport").and_then(|p| u16::try_from(p).ok()),
+                number("qp").and_then(|p| u32::try_from(p).ok()),
+            ) else {
+                return Err(bad("a QP without its sport or qp".into()));
+            };
+            let key: Key = (addr("src")?, addr("dst")?, sport, qp);
+            let c = counts(q, "a QP")?;
+            if qp == QP_CM {
+                continue;
+            }
+            let view: View = [
+                origin.to_string(),
+                text("dir").unwrap_or_default().to_string(),
+                String::new(),
+                text("mirror").unwrap_or_default().to_string(),
+            ];
+            sums.add(view, key, c);
+        }
+        if let Some(r) = v.get("rest") {
+            for (s, c) in rest.iter_mut().zip(counts(r, "the rest")?) {
+                *s = s.saturating_add(c);
+            }
+        }
+    }
+    Ok(SidecarEvidence {
+        evidence: sums.evidence(),
+        rest: [rest[0], rest[1].max(rest[2]), rest[3]],
+    })
+}
+
+/// The paths traces found (`trace --json` files), host to host by node name, keyed by QP
+/// direction (source, destination, UDP source port). A router no node of the topology has,
+/// or an unanswered TTL before the last answer, is kept as what it is (its address, or `*`):
+/// the localization then counts the trace as not on the topology and places its QP as if
+/// untraced.
+pub fn traced_paths(
+    topo: &super::Topology,
+    traces: &[crate::model::trace::Trace],
+) -> HashMap<(std::net::IpAddr, std::net::IpAddr, u16), Vec<String>> {
+    let name = |a: &std::net::IpAddr| {
+        topo.node_of(a)
+            .map_or_else(|| a.to_string(), |n| topo.name(n).to_string())
+    };
+    traces
+        .iter()
+        .map(|t| {
+            let mut path = vec![name(&t.src)];
+            match t.routers() {
+                Some(routers) => path.extend(routers.iter().map(name)),
+                None => path.push("*".into()),
+            }
+            path.push(name(&t.dst));
+            ((t.src, t.dst, t.sport), path)
         })
-        .collect())
+        .collect()
+}
+
+/// A trace file (`trace --json`) read from `reader`.
+pub fn read_traces(
+    reader: impl std::io::Read,
+    origin: &str,
+) -> Result<crate::model::trace::TraceFile, FabricError> {
+    let file: crate::model::trace::TraceFile =
+        serde_json::from_reader(std::io::BufReader::new(reader)).map_err(|source| {
+            FabricError::Traces {
+                origin: origin.into(),
+                problem: source.to_string(),
+            }
+        })?;
+    if file.schema != crate::model::trace::TRACE_SCHEMA {
+        return Err(FabricError::Traces {
+            origin: origin.into(),
+            problem: format!(
+                "schema {:?}, not {}",
+                file.schema,
+                crate::model::trace::TRACE_SCHEMA
+            ),
+        });
+    }
+    Ok(file)
 }
 
 /// One evidence per QP (addresses, UDP source port, destination QP): where several hosts saw

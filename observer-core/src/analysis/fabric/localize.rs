@@ -168,6 +168,9 @@ pub struct Localization {
     pub verdict: Verdict,
 }
 
+/// The most voted links tried in pairs when none stands out alone.
+const PAIR_CANDIDATES: usize = 8;
+
 /// One QP placed on the topology.
 struct Placed {
     src: NodeId,
@@ -375,7 +378,9 @@ pub fn localize(
     };
     // The links QPs crossed before any was explained: those a switch's fault would show on.
     let loaded_at_first: Vec<bool> = through.iter().map(|t| *t > 0.0).collect();
-    let mut active: Vec<&Placed> = rest.iter().copied().filter(|q| q.bad > 0).collect();
+    // The bad QPs not explained yet (indices into `rest`), and those explained.
+    let mut active: Vec<usize> = (0..rest.len()).filter(|i| rest[*i].bad > 0).collect();
+    let mut gone = vec![false; rest.len()];
     let mut named_links: Vec<usize> = Vec::new();
     // Links named (the cap applies after the switches are folded: a switch's links may be
     // more than it).
@@ -384,11 +389,24 @@ pub fn localize(
         .max_suspects
         .saturating_add(widest.saturating_mul(2))
         .min(topo.links.len());
+    // Whether link `l` is named at the share `elsewhere` of bad QPs among those not crossing
+    // it, chance judged at `null`: it explains enough bad QPs not yet explained, and the QPs
+    // crossing it are bad far more often than those that do not, by more than chance would
+    // make them; a host's own link only when the host stands out among its neighbours.
+    let passes = |l: usize, through: &[f64], bad_through: &[f64], elsewhere: f64, null: f64| {
+        bad_through[l] >= opts.min_qps
+            && through[l] > 0.0
+            && bad_through[l] / through[l] >= opts.rate_ratio * elsewhere
+            && poisson_tail(through[l] * null, bad_through[l].floor() as u64) <= alpha
+            && topo
+                .host_end(l as LinkId)
+                .is_none_or(|h| host_stands_out(h, l as LinkId))
+    };
     while named_links.len() < most_links && !active.is_empty() {
         // (The bad QPs not yet explained crossing each link are `bad_through`: explained
         // ones leave it as they leave `active`.)
         let mut votes = vec![0.0f64; topo.links.len()];
-        for q in &active {
+        for q in active.iter().map(|i| rest[*i]) {
             // Every path has `hops` links: a path's 1/h of a vote per link, summed over the
             // paths, is the link's probability over h.
             let h = f64::from(q.paths.hops.max(1));
@@ -398,64 +416,123 @@ pub fn localize(
         }
         let mut order: Vec<usize> = (0..votes.len()).filter(|l| votes[*l] > 0.0).collect();
         order.sort_by(|a, b| votes[*b].total_cmp(&votes[*a]).then(a.cmp(b)));
-        // Named: it explains enough bad QPs not yet explained, and the QPs crossing it are
-        // bad far more often than those that do not, by more than chance would make them.
-        let Some(l) = order.into_iter().find(|&l| {
+        // Chance is judged at the larger of the share elsewhere and the share among all the
+        // QPs left (with none bad elsewhere, a few background losses would pass anything).
+        let single = order.iter().copied().find(|&l| {
             let elsewhere = outside(l, &through, &bad_through, rest_qps, rest_bad);
-            // Chance is judged at the larger of that share and the share among all the QPs
-            // left (with none bad elsewhere, a few background losses would pass anything).
             let null = elsewhere.max(rest_bad / rest_qps.max(1.0));
-            bad_through[l] >= opts.min_qps
-                && through[l] > 0.0
-                && bad_through[l] / through[l] >= opts.rate_ratio * elsewhere
-                && poisson_tail(through[l] * null, bad_through[l].floor() as u64) <= alpha
-                && topo
-                    .host_end(l as LinkId)
-                    .is_none_or(|h| host_stands_out(h, l as LinkId))
-        }) else {
-            break;
+            passes(l, &through, &bad_through, elsewhere, null)
+        });
+        // Two faulty links each raise the share of bad QPs outside the other: when no link
+        // stands out alone, a pair of the most voted links is named together when each would
+        // be named once the other's QPs were explained (judged against the QPs crossing
+        // neither, chance at the share among those not crossing the other).
+        let named: Vec<usize> = match single {
+            Some(l) => vec![l],
+            None => {
+                let candidates: Vec<usize> = order
+                    .iter()
+                    .copied()
+                    .filter(|&l| {
+                        bad_through[l] >= opts.min_qps
+                            && topo
+                                .host_end(l as LinkId)
+                                .is_none_or(|h| host_stands_out(h, l as LinkId))
+                    })
+                    .take(PAIR_CANDIDATES)
+                    .collect();
+                let mut pair = None;
+                'pairs: for (i, &a) in candidates.iter().enumerate() {
+                    for &b in &candidates[i + 1..] {
+                        // The QPs crossing neither link, and the bad ones among them.
+                        let (mut n, mut bad) = (0.0, 0.0);
+                        for (k, q) in rest.iter().enumerate() {
+                            if gone[k] {
+                                continue;
+                            }
+                            let w = (1.0 - q.paths.through(a as LinkId))
+                                * (1.0 - q.paths.through(b as LinkId));
+                            n += w;
+                            if q.bad > 0 {
+                                bad += w;
+                            }
+                        }
+                        let neither = if n >= 1.0 { bad / n } else { 1.0 };
+                        let left = |other: usize| {
+                            (rest_bad - bad_through[other]).max(0.0)
+                                / (rest_qps - through[other]).max(1.0)
+                        };
+                        if passes(a, &through, &bad_through, neither, neither.max(left(b)))
+                            && passes(b, &through, &bad_through, neither, neither.max(left(a)))
+                        {
+                            pair = Some([a, b]);
+                            break 'pairs;
+                        }
+                    }
+                }
+                match pair {
+                    Some(p) => p.to_vec(),
+                    None => break,
+                }
+            }
         };
-        let link = l as LinkId;
-        let explained: Vec<(f64, u64)> = active
+        // Each named with the figures it was judged on, then its bad QPs explained.
+        let judged: Vec<(usize, f64, f64, f64)> = named
             .iter()
-            .map(|q| (q.paths.through(link), q.bad))
-            .filter(|(p, _)| *p > 0.0)
+            .map(|&l| {
+                (
+                    l,
+                    bad_through[l],
+                    through[l],
+                    outside(l, &through, &bad_through, rest_qps, rest_bad),
+                )
+            })
             .collect();
-        let n = explained.len().max(1) as f64;
-        let host = topo.host_end(link);
-        out.suspects.push(Suspect {
-            kind: if host.is_some() {
-                SuspectKind::Host
-            } else {
-                SuspectKind::Link
-            },
-            name: match host {
-                Some(h) => format!("{} (its link {})", topo.name(h), topo.link_name(link)),
-                None => topo.link_name(link),
-            },
-            link: Some(link),
-            node: host,
-            votes: votes[l],
-            bad_qps: bad_through[l],
-            qps: through[l],
-            bad_packets: explained.iter().map(|(_, b)| b).sum(),
-            rate: bad_through[l] / through[l],
-            baseline: outside(l, &through, &bad_through, rest_qps, rest_bad),
-            placed: explained.iter().map(|(p, _)| p).sum::<f64>() / n,
-        });
-        named_links.push(out.suspects.len() - 1);
-        active.retain(|q| {
-            if q.paths.through(link) == 0.0 {
-                return true;
-            }
-            for (m, w) in &q.paths.links {
-                through[*m as usize] -= f64::from(*w);
-                bad_through[*m as usize] -= f64::from(*w);
-            }
-            rest_qps -= 1.0;
-            rest_bad -= 1.0;
-            false
-        });
+        for (l, bad_l, through_l, baseline) in judged {
+            let link = l as LinkId;
+            let explained: Vec<(f64, u64)> = active
+                .iter()
+                .map(|i| (rest[*i].paths.through(link), rest[*i].bad))
+                .filter(|(p, _)| *p > 0.0)
+                .collect();
+            let n = explained.len().max(1) as f64;
+            let host = topo.host_end(link);
+            out.suspects.push(Suspect {
+                kind: if host.is_some() {
+                    SuspectKind::Host
+                } else {
+                    SuspectKind::Link
+                },
+                name: match host {
+                    Some(h) => format!("{} (its link {})", topo.name(h), topo.link_name(link)),
+                    None => topo.link_name(link),
+                },
+                link: Some(link),
+                node: host,
+                votes: votes[l],
+                bad_qps: bad_l,
+                qps: through_l,
+                bad_packets: explained.iter().map(|(_, b)| b).sum(),
+                rate: bad_l / through_l,
+                baseline,
+                placed: explained.iter().map(|(p, _)| p).sum::<f64>() / n,
+            });
+            named_links.push(out.suspects.len() - 1);
+            active.retain(|&i| {
+                let q = rest[i];
+                if q.paths.through(link) == 0.0 {
+                    return true;
+                }
+                for (m, w) in &q.paths.links {
+                    through[*m as usize] -= f64::from(*w);
+                    bad_through[*m as usize] -= f64::from(*w);
+                }
+                rest_qps -= 1.0;
+                rest_bad -= 1.0;
+                gone[i] = true;
+                false
+            });
+        }
     }
 
     // 3. A switch most of whose loaded links were named (three at least).
@@ -679,6 +756,36 @@ mod tests {
             both * 10 >= runs * 8,
             "both links named in {both} of {runs}"
         );
+    }
+
+    #[test]
+    fn two_faulty_links_that_raise_each_others_share_elsewhere_are_named_together() {
+        // A small fabric (the netns lab's shape): every QP of a leaf's hosts crosses one of
+        // its two uplinks, so each faulty uplink makes the QPs outside the other look bad.
+        let truth = sim::leaf_spine(2, 4, 2, Some(5));
+        let link = |a: &str, b: &str| {
+            truth
+                .link_between(truth.node(a).unwrap(), truth.node(b).unwrap())
+                .unwrap()
+        };
+        let small = Workload {
+            qps: 170,
+            packets: 150,
+            background: 0.0,
+            seed: 7,
+        };
+        for (a, b) in [(("l0", "s0"), ("l0", "s1")), (("l0", "s0"), ("l2", "s0"))] {
+            let (a, b) = (link(a.0, a.1), link(b.0, b.1));
+            let ev = sim::evidence(&truth, &small, &[lossy(a, 0.03), lossy(b, 0.03)]);
+            let l = localize(&truth, &given(&ev, true), Signal::Loss, &Options::default());
+            let named: Vec<Option<LinkId>> = l.suspects.iter().map(|s| s.link).collect();
+            assert_eq!(l.verdict, Verdict::Found, "{l:?}");
+            assert_eq!(named.len(), 2, "{l:?}");
+            assert!(
+                named.contains(&Some(a)) && named.contains(&Some(b)),
+                "{l:?}"
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,10 @@ pub mod paths;
 pub mod sim;
 pub mod topology;
 
-pub use input::{evidence_of, merge, read_report, records_evidence};
+pub use input::{
+    SidecarEvidence, evidence_of, is_sidecar_line, merge, read_report, read_traces,
+    records_evidence, sidecar_evidence, traced_paths,
+};
 pub use localize::{
     Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,
 };
@@ -25,6 +28,8 @@ pub enum FabricError {
         line: usize,
         problem: String,
     },
+    #[error("{origin} is not a trace file (trace --json): {problem}")]
+    Traces { origin: String, problem: String },
     #[error("{origin} is not a roce-observer JSON report: {source}")]
     Report {
         origin: String,

@@ -65,7 +65,8 @@ pub type LinkId = u32;
 pub struct NodeSpec {
     pub name: String,
     pub role: Role,
-    /// A host's addresses (those its QPs are seen with).
+    /// A host's addresses (those its QPs are seen with); a switch's, those it answers traces
+    /// from (its interfaces', its loopback's).
     #[serde(default)]
     pub addresses: Vec<IpAddr>,
     /// A switch's ECMP hash, when known: which of its equal-cost next hops a flow takes.
@@ -186,12 +187,6 @@ impl Topology {
             if by_name.insert(n.name.clone(), id).is_some() {
                 return Err(format!("node {:?} is named twice", n.name));
             }
-            if n.role != Role::Host && !n.addresses.is_empty() {
-                return Err(format!(
-                    "node {:?}: only a host has addresses (its QPs' ends)",
-                    n.name
-                ));
-            }
             for a in &n.addresses {
                 match by_address.insert(*a, id) {
                     Some(other) if other == id => {
@@ -291,8 +286,14 @@ impl Topology {
         self.by_name.get(name).copied()
     }
 
-    /// The host an address is.
+    /// The host an address is (none for a switch's address).
     pub fn host_of(&self, address: &IpAddr) -> Option<NodeId> {
+        self.node_of(address)
+            .filter(|n| self.nodes[*n as usize].role == Role::Host)
+    }
+
+    /// The node, host or switch, an address is.
+    pub fn node_of(&self, address: &IpAddr) -> Option<NodeId> {
         self.by_address.get(address).copied()
     }
 
@@ -424,9 +425,9 @@ b = "spine1"
             (
                 SMALL.replace(
                     "name = \"spine1\"\nrole = \"spine\"",
-                    "name = \"spine1\"\nrole = \"spine\"\naddresses = [\"198.18.9.9\"]",
+                    "name = \"spine1\"\nrole = \"spine\"\naddresses = [\"198.18.1.2\"]",
                 ),
-                "only a host has addresses",
+                "address 198.18.1.2 is both",
             ),
             (
                 SMALL.replace("\"2001:db8::1\"", "\"198.18.1.2\""),
