@@ -301,3 +301,191 @@ fn records_give_the_evidence_their_report_gives() {
         "x.jsonl line 1: no src_addr: not a qp_intervals row"
     );
 }
+
+/// `topology_file` without the switches' hashes (paths unknown), each switch with the address
+/// it answers traces from: the text and each switch's address.
+fn untraced_topology(
+    spines: u32,
+    leaves: u32,
+) -> (String, std::collections::HashMap<String, String>) {
+    let mut addresses = std::collections::HashMap::new();
+    let mut out = String::new();
+    let mut name = String::new();
+    for line in topology_file(spines, leaves).lines() {
+        if line.starts_with("hash = ") {
+            continue;
+        }
+        out += line;
+        out += "\n";
+        if let Some(n) = line.strip_prefix("name = ") {
+            name = n.trim_matches('"').to_string();
+        }
+        if line == "role = \"spine\"" || line == "role = \"leaf\"" {
+            let a = format!("198.19.{}.1", addresses.len());
+            out += &format!("addresses = [\"{a}\"]\n");
+            addresses.insert(name.clone(), a);
+        }
+    }
+    (out, addresses)
+}
+
+/// Sidecars' JSON lines (`run --jsonl`), each QP at its receiver over two intervals, and the
+/// paths `trace` found: with the paths, the lossy link is named on switches whose hashes
+/// nobody gave; without them, the evidence cannot tell.
+#[test]
+fn sidecar_lines_and_traced_paths_are_read() {
+    let dir = Scratch::new("fabric-traced");
+    let (text, switch_addr) = untraced_topology(2, 3);
+    let topo_path = dir.file("fabric.toml", &text);
+    let truth = Topology::parse(&text, "fabric.toml").unwrap();
+    let lossy = truth
+        .link_between(truth.node("l1").unwrap(), truth.node("s0").unwrap())
+        .unwrap();
+    let work = Workload {
+        qps: 400,
+        packets: 2000,
+        background: 0.0,
+        seed: 21,
+    };
+    let ev = sim::evidence(
+        &truth,
+        &work,
+        &[Fault {
+            link: lossy,
+            loss: 0.01,
+            ce: 0.0,
+        }],
+    );
+    // Each receiver's lines: every QP's counts split over two intervals; a rest series
+    // holding a loss on the first host's.
+    let mut files = Vec::new();
+    let receivers: std::collections::BTreeSet<std::net::IpAddr> =
+        ev.iter().map(|(e, _)| e.dst).collect();
+    for (i, host) in receivers.iter().enumerate() {
+        let mut lines = String::new();
+        for half in 0..2u64 {
+            let qps: Vec<serde_json::Value> = ev
+                .iter()
+                .filter(|(e, _)| e.dst == *host)
+                .map(|(e, _)| {
+                    let part = |n: u64| if half == 0 { n / 2 } else { n - n / 2 };
+                    serde_json::json!({
+                        "src": e.src.to_string(), "dst": e.dst.to_string(), "qp": e.dest_qp,
+                        "sport": e.src_port, "dir": "rx", "mirror": "",
+                        "packets": part(e.packets), "bytes": 0, "ce_packets": part(e.ce),
+                        "cnp_packets": 0, "nak_packets": 0, "rnr_nak_packets": 0,
+                        "psn_gaps": part(e.lost), "psn_missing": part(e.lost),
+                        "retransmissions": 0,
+                    })
+                })
+                .collect();
+            let rest_lost = u64::from(i == 0 && half == 0) * 3;
+            let line = serde_json::json!({
+                "time": half, "qps": qps,
+                "rest": { "packets": 1000, "bytes": 0, "ce_packets": 0, "cnp_packets": 0,
+                          "nak_packets": 0, "rnr_nak_packets": 0, "psn_gaps": rest_lost,
+                          "psn_missing": rest_lost, "retransmissions": 0 },
+            });
+            lines += &format!("{line}\n");
+        }
+        files.push(dir.file(&format!("h{i}.jsonl"), &lines));
+    }
+    // The traces: each QP's routers, then the destination's answer.
+    let traces: Vec<serde_json::Value> = ev
+        .iter()
+        .map(|(e, path)| {
+            let mut hops: Vec<serde_json::Value> = path[1..path.len() - 1]
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    serde_json::json!({"ttl": i + 1, "address": switch_addr[node],
+                                       "rtt_us": 50, "answer": "time-exceeded"})
+                })
+                .collect();
+            hops.push(
+                serde_json::json!({"ttl": path.len() - 1, "address": e.dst.to_string(),
+                                         "rtt_us": 60, "answer": "reached"}),
+            );
+            serde_json::json!({"src": e.src.to_string(), "dst": e.dst.to_string(),
+                               "sport": e.src_port, "dscp": 26, "dest_qp": e.dest_qp,
+                               "hops": hops, "end": "reached"})
+        })
+        .collect();
+    let paths = dir.file(
+        "paths.json",
+        &serde_json::json!({"schema": "roce-observer.trace/1", "traces": traces}).to_string(),
+    );
+
+    let (status, out, err) = fabric(&["--signal", "loss", "--json"], &topo_path, &files);
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("packets of QPs in the sidecar's rest series (3 lost, 0 CE) cannot be placed"),
+        "{err}"
+    );
+    let l: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let l = &l["localizations"][0];
+    assert_eq!(l["qps"], 400, "{l}");
+    // The QPs within a leaf have one path; the others' split between the spines.
+    assert!(l["paths"]["candidates"].as_u64().unwrap() > 300, "{l}");
+    assert_eq!(l["verdict"], "not_enough_evidence", "{l}");
+
+    let mut args = vec!["--signal", "loss", "--json", "--paths"];
+    let paths_arg = paths.display().to_string();
+    args.push(&paths_arg);
+    let (status, out, err) = fabric(&args, &topo_path, &files);
+    assert!(status.success(), "{err}");
+    let l: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let l = &l["localizations"][0];
+    assert_eq!(l["paths"]["known"], 400, "{l}");
+    assert_eq!(l["left_out"]["traces_not_on_the_topology"], 0, "{l}");
+    assert_eq!(l["verdict"], "found", "{l}");
+    assert_eq!(l["suspects"][0]["name"], "l1:up0 - s0:down1", "{l}");
+
+    // A trace file that is not one: one line.
+    let (status, _, err) = fabric(
+        &["--paths", &files[0].display().to_string()],
+        &topo_path,
+        &files,
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        error_line(&err).contains("is not a trace file (trace --json)"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// `trace` probes only unicast addresses of other hosts, at a bounded rate: anything else is
+/// refused before a probe is sent (no root needed to see it).
+#[test]
+fn trace_refuses_what_it_may_not_probe() {
+    let cases: [(&[&str], i32, &str); 5] = [
+        (
+            &["--flow", "any,49152,224.0.0.1"],
+            1,
+            "trace to 224.0.0.1: refused: not a unicast address of another host",
+        ),
+        (
+            &["--flow", "any,49152,127.0.0.1"],
+            1,
+            "trace to 127.0.0.1: refused: not a unicast address of another host",
+        ),
+        (
+            &["--flow", "2001:db8::1,49152,198.18.0.1"],
+            1,
+            "refused: the source and destination are of different IP versions",
+        ),
+        (
+            &["--flow", "any,49152,198.18.0.1", "--rate", "5000"],
+            2,
+            "--rate 5000: between 1 and 1000 probes a second",
+        ),
+        (&["--flow", "198.18.0.1"], 2, "expected SRC,SPORT,DST"),
+    ];
+    for (args, code, want) in cases {
+        let (status, out, err) = output(Command::new(CLI).arg("trace").args(args));
+        assert_eq!(status.code(), Some(code), "{args:?}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert!(err.contains(want), "{args:?}: {err:?} should say {want:?}");
+    }
+}

@@ -59,6 +59,13 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.topology)
         .with_context(|| format!("cannot read the topology file {}", a.topology))?;
     let topo = Topology::parse(&text, &a.topology)?;
+    // The traced paths first: a bad file stops the run before anything is read.
+    let mut traces = Vec::new();
+    for path in &a.paths {
+        let reader =
+            std::fs::File::open(path).with_context(|| format!("cannot read the paths {path}"))?;
+        traces.extend(fabric::read_traces(reader, path)?.traces);
+    }
     let mut evidence = Vec::new();
     for path in &a.reports {
         // A records directory is read through its QP table.
@@ -96,12 +103,6 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         }
     }
     let mut evidence = fabric::merge(evidence);
-    let mut traces = Vec::new();
-    for path in &a.paths {
-        let reader =
-            std::fs::File::open(path).with_context(|| format!("cannot read the paths {path}"))?;
-        traces.extend(fabric::read_traces(reader, path)?.traces);
-    }
     let traced = fabric::traced_paths(&topo, &traces);
     for e in &mut evidence {
         if let Some(p) = traced.get(&(e.src, e.dst, e.src_port)) {

@@ -350,6 +350,78 @@ mod tests {
     }
 
     #[test]
+    fn a_sidecars_intervals_are_summed_per_qp_and_its_rest_kept_apart() {
+        let line = |port: u16, packets: u64, missing: u64, resent: u64, rest_lost: u64| {
+            format!(
+                r#"{{"qps":[{{"src":"198.18.0.1","dst":"198.18.0.2","qp":17,"sport":{port},"dir":"rx","mirror":"","packets":{packets},"ce_packets":1,"psn_missing":{missing},"retransmissions":{resent}}}],"rest":{{"packets":7,"ce_packets":0,"psn_missing":{rest_lost},"retransmissions":0}}}}"#
+            )
+        };
+        let text = [
+            line(1, 100, 2, 0, 1),
+            String::new(),
+            line(1, 50, 1, 0, 0),
+            line(2, 10, 0, 4, 0),
+            // The connection manager's QP is not traffic.
+            line(1, 5, 0, 0, 0).replace("\"qp\":17", "\"qp\":1"),
+        ]
+        .join("\n");
+        let s = sidecar_evidence(text.as_bytes(), "h0.jsonl").unwrap();
+        assert_eq!(s.evidence.len(), 2);
+        let e = &s.evidence[0];
+        assert_eq!((e.src_port, e.packets, e.lost, e.ce), (1, 150, 3, 2));
+        assert_eq!((s.evidence[1].packets, s.evidence[1].lost), (10, 4));
+        assert_eq!(s.rest, [28, 1, 0]);
+        assert!(is_sidecar_line(&line(1, 1, 0, 0, 0)));
+        assert!(!is_sidecar_line(r#"{"src_addr":"198.18.0.1"}"#));
+        let e = sidecar_evidence("{\"qps\":[{\"src\":\"x\"}]}".as_bytes(), "h0.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "h0.jsonl line 1: a QP without its sport or qp");
+    }
+
+    #[test]
+    fn a_traced_path_is_named_by_nodes_and_an_unknown_router_kept_as_its_address() {
+        use crate::model::trace::{Answer, End, Hop, Trace};
+        let topo = super::super::sim::leaf_spine(2, 2, 1, None);
+        let (h0, h1) = (
+            super::super::sim::host_address(0),
+            super::super::sim::host_address(1),
+        );
+        let hop = |ttl, a: Option<&str>, answer| Hop {
+            ttl,
+            address: a.map(|a| a.parse().unwrap()),
+            rtt_us: None,
+            answer,
+        };
+        let te = Some(Answer::TimeExceeded);
+        let trace = |sport, hops| Trace {
+            src: h0,
+            dst: h1,
+            sport,
+            dscp: 26,
+            dest_qp: 1,
+            hops,
+            end: End::Silent,
+        };
+        let traces = [
+            // A router on no node of the topology: its address stands in.
+            trace(1, vec![hop(1, Some("198.19.9.9"), te), hop(2, None, None)]),
+            // A hole before the last answer: not known in full.
+            trace(
+                2,
+                vec![
+                    hop(1, None, None),
+                    hop(2, Some("198.19.9.8"), te),
+                    hop(3, None, None),
+                ],
+            ),
+        ];
+        let p = traced_paths(&topo, &traces);
+        assert_eq!(p[&(h0, h1, 1)], ["h0", "198.19.9.9", "h1"]);
+        assert_eq!(p[&(h0, h1, 2)], ["h0", "*", "h1"]);
+    }
+
+    #[test]
     fn a_qp_seen_by_two_hosts_is_one() {
         let mut traced = qp(1, 90, 0, 4);
         traced.path = Some(vec!["h0".into(), "l0".into(), "h1".into()]);

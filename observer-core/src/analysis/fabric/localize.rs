@@ -476,19 +476,9 @@ pub fn localize(
                 }
             }
         };
-        // Each named with the figures it was judged on, then its bad QPs explained.
-        let judged: Vec<(usize, f64, f64, f64)> = named
-            .iter()
-            .map(|&l| {
-                (
-                    l,
-                    bad_through[l],
-                    through[l],
-                    outside(l, &through, &bad_through, rest_qps, rest_bad),
-                )
-            })
-            .collect();
-        for (l, bad_l, through_l, baseline) in judged {
+        // Each named with the figures it was judged on (a pair's both before either's QPs
+        // leave), then their bad QPs explained.
+        for &l in &named {
             let link = l as LinkId;
             let explained: Vec<(f64, u64)> = active
                 .iter()
@@ -510,29 +500,29 @@ pub fn localize(
                 link: Some(link),
                 node: host,
                 votes: votes[l],
-                bad_qps: bad_l,
-                qps: through_l,
+                bad_qps: bad_through[l],
+                qps: through[l],
                 bad_packets: explained.iter().map(|(_, b)| b).sum(),
-                rate: bad_l / through_l,
-                baseline,
+                rate: bad_through[l] / through[l],
+                baseline: outside(l, &through, &bad_through, rest_qps, rest_bad),
                 placed: explained.iter().map(|(p, _)| p).sum::<f64>() / n,
             });
             named_links.push(out.suspects.len() - 1);
-            active.retain(|&i| {
-                let q = rest[i];
-                if q.paths.through(link) == 0.0 {
-                    return true;
-                }
-                for (m, w) in &q.paths.links {
-                    through[*m as usize] -= f64::from(*w);
-                    bad_through[*m as usize] -= f64::from(*w);
-                }
-                rest_qps -= 1.0;
-                rest_bad -= 1.0;
-                gone[i] = true;
-                false
-            });
         }
+        active.retain(|&i| {
+            let q = rest[i];
+            if named.iter().all(|&l| q.paths.through(l as LinkId) == 0.0) {
+                return true;
+            }
+            for (m, w) in &q.paths.links {
+                through[*m as usize] -= f64::from(*w);
+                bad_through[*m as usize] -= f64::from(*w);
+            }
+            rest_qps -= 1.0;
+            rest_bad -= 1.0;
+            gone[i] = true;
+            false
+        });
     }
 
     // 3. A switch most of whose loaded links were named (three at least).

@@ -395,6 +395,18 @@ b = "spine1"
         assert_eq!(names, ["h1", "spine1"]);
         assert_eq!(t.host_end(0), Some(h1));
         assert_eq!(t.host_end(1), None);
+        // A switch's address (the one it answers traces from) is its node's, and no host's.
+        let t = Topology::parse(
+            &SMALL.replace(
+                "role = \"leaf\"\n",
+                "role = \"leaf\"\naddresses = [\"198.19.0.1\"]\n",
+            ),
+            "small.toml",
+        )
+        .unwrap();
+        let switch: IpAddr = "198.19.0.1".parse().unwrap();
+        assert_eq!(t.node_of(&switch), Some(leaf));
+        assert_eq!(t.host_of(&switch), None);
     }
 
     #[test]
