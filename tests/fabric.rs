@@ -167,12 +167,43 @@ fn the_lossy_link_is_named_from_the_hosts_reports() {
         assert_eq!(l["paths"]["hashed"], 400, "{l}");
         assert_eq!(l["suspects"][0]["kind"], "link", "{l}");
         assert_eq!(l["suspects"][0]["name"], "l1:up0 - s0:down1", "{l}");
+        // The QPs behind it, most bad packets first.
+        let named = l["suspects"][0]["qps_named"].as_array().unwrap();
+        assert!(!named.is_empty() && named.len() <= 20, "{l}");
+        assert!(named[0]["bad_packets"].as_u64() >= named[named.len() - 1]["bad_packets"].as_u64());
     }
+    // In the findings' usual format: the link, for each signal; the other rules passed.
+    let f = json["findings"].as_array().unwrap();
+    assert_eq!(f.len(), 2, "{json}");
+    assert!(
+        f.iter()
+            .all(|f| f["rule"] == "fabric-link" && f["evidence"]["suspect"] == "l1:up0 - s0:down1")
+    );
+    assert_eq!(f[0]["severity"], "critical");
+    assert_eq!(f[1]["severity"], "warning");
+    let checks: Vec<(&str, &str)> = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["rule"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("fabric-link", "fired"),
+            ("fabric-switch", "passed"),
+            ("fabric-host", "passed")
+        ]
+    );
     // The table says the same.
     let (status, out, err) = fabric(&["--signal", "loss"], &topo, &files);
     assert!(status.success(), "{err}");
     assert!(
         out.contains("  found:\n  1. link l1:up0 - s0:down1:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("link l1:up0 - s0:down1 loses packets [fabric-link]"),
         "{out}"
     );
 }

@@ -19,8 +19,8 @@ fn verdict(v: &Verdict) -> (&'static str, Option<&str>) {
 }
 
 /// The localizations (one per signal) as one JSON document.
-pub fn json(runs: &[Localization]) -> Value {
-    let runs: Vec<Value> = runs
+pub fn json(runs_in: &[Localization]) -> Value {
+    let runs: Vec<Value> = runs_in
         .iter()
         .map(|l| {
             let (v, why) = verdict(&l.verdict);
@@ -50,11 +50,21 @@ pub fn json(runs: &[Localization]) -> Value {
                     "rate": s.rate,
                     "rate_elsewhere": s.baseline,
                     "placed": s.placed,
+                    "qps_named": s.qps_named.iter().map(|(q, bad)| json!({
+                        "src": q.src_ip, "dst": q.dst_ip, "sport": q.udp_src_port,
+                        "qp": q.dest_qp, "bad_packets": bad,
+                    })).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
             })
         })
         .collect();
-    json!({ "schema": FABRIC_SCHEMA, "localizations": runs })
+    let (findings, checks) = crate::analysis::fabric::findings(runs_in);
+    json!({
+        "schema": FABRIC_SCHEMA,
+        "localizations": runs,
+        "findings": findings,
+        "checks": checks,
+    })
 }
 
 /// Writes [`json`]'s document, pretty, and a newline.
@@ -111,5 +121,8 @@ pub fn render(runs: &[Localization]) -> String {
             );
         }
     }
+    let (findings, checks) = crate::analysis::fabric::findings(runs);
+    out.push('\n');
+    out += &crate::render::findings::render(&findings, &checks, false);
     out
 }

@@ -137,6 +137,9 @@ pub struct Suspect {
     /// the fabric's).
     pub rate: f64,
     pub baseline: f64,
+    /// The bad QPs it explains with the most bad packets (at most [`QPS_NAMED`]), each with
+    /// its bad packets.
+    pub qps_named: Vec<(crate::model::FlowRef, u64)>,
     /// The mean probability that the bad QPs it explains cross it: 1 when their paths are
     /// known or hashed.
     pub placed: f64,
@@ -177,6 +180,31 @@ struct Placed {
     dst: NodeId,
     paths: Paths,
     bad: u64,
+    /// Its QP.
+    qp: crate::model::FlowRef,
+}
+
+/// The bad QPs a suspect names at most.
+pub const QPS_NAMED: usize = 20;
+
+/// The QPs among `qps` (with their bad packets) that bad packets name first, at most
+/// [`QPS_NAMED`].
+fn name_qps<'a>(qps: impl Iterator<Item = &'a Placed>) -> Vec<(crate::model::FlowRef, u64)> {
+    let mut v: Vec<(crate::model::FlowRef, u64)> = qps
+        .filter(|q| q.bad > 0)
+        .map(|q| (q.qp.clone(), q.bad))
+        .collect();
+    v.sort_by(|a, b| {
+        b.1.cmp(&a.1).then_with(|| {
+            (a.0.src_ip, a.0.dst_ip, a.0.udp_src_port).cmp(&(
+                b.0.src_ip,
+                b.0.dst_ip,
+                b.0.udp_src_port,
+            ))
+        })
+    });
+    v.truncate(QPS_NAMED);
+    v
 }
 
 /// Localizes `signal`'s evidence on `topo`.
@@ -229,6 +257,13 @@ pub fn localize(
             dst,
             paths,
             bad: signal.count(e),
+            qp: crate::model::FlowRef {
+                src_ip: e.src,
+                dst_ip: e.dst,
+                udp_src_port: e.src_port,
+                dest_qp: e.dest_qp,
+                direction: Default::default(),
+            },
         });
     }
     let mut out = Localization {
@@ -339,6 +374,7 @@ pub fn localize(
             bad_packets: packets,
             rate: b / n,
             baseline,
+            qps_named: name_qps(placed.iter().filter(|q| q.src == h || q.dst == h)),
             placed: 1.0,
         });
         blamed_hosts.push(h);
@@ -505,6 +541,12 @@ pub fn localize(
                 bad_packets: explained.iter().map(|(_, b)| b).sum(),
                 rate: bad_through[l] / through[l],
                 baseline: outside(l, &through, &bad_through, rest_qps, rest_bad),
+                qps_named: name_qps(
+                    active
+                        .iter()
+                        .map(|i| rest[*i])
+                        .filter(|q| q.paths.through(link) > 0.0),
+                ),
                 placed: explained.iter().map(|(p, _)| p).sum::<f64>() / n,
             });
             named_links.push(out.suspects.len() - 1);
@@ -560,6 +602,17 @@ pub fn localize(
                 bad_packets: parts.iter().map(|p| p.bad_packets).sum(),
                 rate: sum(|p| p.bad_qps) / sum(|p| p.qps).max(f64::MIN_POSITIVE),
                 baseline,
+                qps_named: {
+                    let mut v: Vec<(crate::model::FlowRef, u64)> = Vec::new();
+                    for q in parts.iter().flat_map(|p| p.qps_named.iter()) {
+                        if !v.iter().any(|(r, _)| *r == q.0) {
+                            v.push(q.clone());
+                        }
+                    }
+                    v.sort_by(|a, b| b.1.cmp(&a.1));
+                    v.truncate(QPS_NAMED);
+                    v
+                },
                 placed: sum(|p| p.placed) / parts.len() as f64,
             };
             let first = mine[0];

@@ -2,12 +2,14 @@
 //! over a topology, localized to the links, switches and hosts that explain it (docs/fabric.md).
 //! Needs no kernel: it runs wherever the records are.
 
+pub mod findings;
 pub mod input;
 pub mod localize;
 pub mod paths;
 pub mod sim;
 pub mod topology;
 
+pub use findings::{FABRIC_RULES, findings};
 pub use input::{
     SidecarEvidence, evidence_of, is_sidecar_line, merge, read_report, read_traces,
     records_evidence, sidecar_evidence, traced_paths,
