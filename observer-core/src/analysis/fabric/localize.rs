@@ -609,7 +609,7 @@ pub fn localize(
                             v.push(q.clone());
                         }
                     }
-                    v.sort_by(|a, b| b.1.cmp(&a.1));
+                    v.sort_by_key(|q| std::cmp::Reverse(q.1));
                     v.truncate(QPS_NAMED);
                     v
                 },
