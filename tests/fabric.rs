@@ -520,3 +520,70 @@ fn trace_refuses_what_it_may_not_probe() {
         assert!(err.contains(want), "{args:?}: {err:?} should say {want:?}");
     }
 }
+
+/// `roce-observer topology --lldp`: real lldpd output (recorded in a netns lab) gives the hosts'
+/// links to their leaves, merged into a file of the spines, the leaves' uplinks and the hosts'
+/// addresses; `fabric` reads the result. A contradiction is one line.
+#[test]
+fn lldp_neighbours_give_the_host_links() {
+    let dir = Scratch::new("fabric-lldp");
+    let fixtures = integration_tests::workspace_root().join("tests/fixtures/lldp");
+    let base = dir.file(
+        "base.toml",
+        "schema = \"roce-observer.topology/1\"\n\n\
+         [[node]]\nname = \"s0\"\nrole = \"spine\"\n\n\
+         [[node]]\nname = \"h1\"\nrole = \"host\"\naddresses = [\"198.18.1.2\"]\n\n\
+         [[link]]\na = \"leaf0:up0\"\nb = \"s0:down0\"\n\n\
+         [[link]]\na = \"leaf1:up0\"\nb = \"s0:down1\"\n",
+    );
+    let lldp = |host: &str, file: &str| format!("{host}={}", fixtures.join(file).display());
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .args(["topology", "--base"])
+            .arg(&base)
+            .args(["--lldp", &lldp("h0", "h0-one-nic.json")])
+            .args(["--lldp", &lldp("h1", "h1-two-nics.json")])
+            .args(["--lldp", &lldp("h3", "h3-no-neighbour.json")]),
+    );
+    assert!(status.success(), "{err}");
+    assert!(err.contains("warning: h3 has no LLDP neighbour"), "{err}");
+    assert!(
+        err.contains(
+            "hosts without addresses (their QPs cannot be placed until they have them): h0, h3"
+        ),
+        "{err}"
+    );
+    let t = Topology::parse(&out, "merged").unwrap();
+    let mut links: Vec<String> = (0..t.links.len() as u32).map(|l| t.link_name(l)).collect();
+    links.sort();
+    assert_eq!(
+        links,
+        [
+            "h0:eth0 - leaf0:swp3",
+            "h1:eth0 - leaf0:swp4",
+            "h1:eth1 - leaf1:swp4",
+            "leaf0:up0 - s0:down0",
+            "leaf1:up0 - s0:down1",
+        ]
+    );
+    // The base says otherwise about h1's eth1.
+    let contradicting = dir.file(
+        "contra.toml",
+        "schema = \"roce-observer.topology/1\"\n\n[[link]]\na = \"h1:eth1\"\nb = \"leaf0:swp9\"\n",
+    );
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .args(["topology", "--base"])
+            .arg(&contradicting)
+            .args(["--lldp", &lldp("h1", "h1-two-nics.json")]),
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(out.is_empty());
+    assert_eq!(
+        error_line(&err),
+        format!(
+            "roce-observer: error: the merged topology (into {}): LLDP says h1:eth1 goes to leaf1:swp4, the topology file h1:eth1 - leaf0:swp9",
+            contradicting.display()
+        )
+    );
+}

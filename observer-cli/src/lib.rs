@@ -15,6 +15,7 @@ mod replay;
 mod run;
 mod snapshot;
 mod synth;
+mod topology;
 mod trace;
 mod value_enums;
 
@@ -57,6 +58,9 @@ enum Command {
     /// Paris traceroute for RoCE: the path of each QP direction given (its addresses, UDP
     /// source port and DSCP), router by router, from ICMP time-exceeded.
     Trace(trace::TraceArgs),
+    /// A topology file for `fabric`: the hosts' links to their switches from each host's
+    /// LLDP neighbours (`lldpctl -f json`), merged into a file that has the rest.
+    Topology(topology::TopologyArgs),
     /// Run continuously as a sidecar: export per-interface and per-QP counters as OpenMetrics
     /// on /metrics (loopback by default), /healthz, optionally JSON lines; re-attach to
     /// interfaces that come back; SIGHUP reloads --config, SIGTERM/SIGINT detach and exit.
@@ -81,6 +85,7 @@ pub fn main() -> ExitCode {
         Command::Ecmp(a) => ecmp::ecmp(a),
         Command::Fabric(a) => fabric::fabric(a),
         Command::Trace(a) => trace::trace(a),
+        Command::Topology(a) => topology::topology(a),
         Command::Run(a) => run::run(a),
         Command::Check(a) => check::check(a),
         Command::Snapshot(a) => snapshot::snapshot_cmd(a),

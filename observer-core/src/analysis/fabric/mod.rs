@@ -4,6 +4,7 @@
 
 pub mod findings;
 pub mod input;
+pub mod lldp;
 pub mod localize;
 pub mod paths;
 pub mod sim;
@@ -18,7 +19,7 @@ pub use localize::{
     Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,
 };
 pub use paths::{PathSource, Paths, Router};
-pub use topology::{Role, TOPOLOGY_SCHEMA, Topology};
+pub use topology::{Role, TOPOLOGY_SCHEMA, Topology, TopologyFile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FabricError {
@@ -30,6 +31,8 @@ pub enum FabricError {
         line: usize,
         problem: String,
     },
+    #[error("{origin}: {problem}")]
+    Lldp { origin: String, problem: String },
     #[error("{origin} is not a trace file (trace --json): {problem}")]
     Traces { origin: String, problem: String },
     #[error("{origin} is not a roce-observer JSON report: {source}")]

@@ -22,7 +22,7 @@
 
 use std::{collections::HashMap, net::IpAddr};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::ecmp::hash::{Bucket, Fields, HashFn, HashModel};
 use crate::units::Named;
@@ -33,7 +33,7 @@ use super::FabricError;
 pub const TOPOLOGY_SCHEMA: &str = "roce-observer.topology/1";
 
 /// A node's place in the fabric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Host,
@@ -60,22 +60,22 @@ pub type NodeId = u32;
 pub type LinkId = u32;
 
 /// A node as the file gives it.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     pub name: String,
     pub role: Role,
     /// A host's addresses (those its QPs are seen with); a switch's, those it answers traces
     /// from (its interfaces', its loopback's).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<IpAddr>,
     /// A switch's ECMP hash, when known: which of its equal-cost next hops a flow takes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash: Option<HashSpec>,
 }
 
 /// A switch's ECMP hash settings (the names of `roce-observer ecmp`'s options).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HashSpec {
     #[serde(default = "default_fields")]
@@ -96,21 +96,44 @@ fn default_bucket() -> String {
 }
 
 /// A link as the file gives it: each end `node` or `node:port`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinkSpec {
     pub a: String,
     pub b: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// A topology file as written, before it is checked.
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct File {
-    schema: String,
+pub struct TopologyFile {
+    pub schema: String,
     #[serde(default, rename = "node")]
-    nodes: Vec<NodeSpec>,
+    pub nodes: Vec<NodeSpec>,
     #[serde(default, rename = "link")]
-    links: Vec<LinkSpec>,
+    pub links: Vec<LinkSpec>,
+}
+
+impl TopologyFile {
+    /// An empty file of this version.
+    pub fn new() -> Self {
+        Self {
+            schema: TOPOLOGY_SCHEMA.into(),
+            nodes: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+
+    /// The file as TOML text.
+    pub fn to_toml(&self) -> Result<String, String> {
+        toml::to_string(self).map_err(|e| e.to_string())
+    }
+}
+
+impl Default for TopologyFile {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// A node of a checked topology.
@@ -152,7 +175,16 @@ pub struct Topology {
 impl Topology {
     /// Reads a topology file's text (`origin` names it in errors).
     pub fn parse(text: &str, origin: &str) -> Result<Self, FabricError> {
-        let file: File = toml::from_str(text).map_err(|e| FabricError::Topology {
+        let file = Self::read_file(text, origin)?;
+        Self::new(file.nodes, file.links).map_err(|problem| FabricError::Topology {
+            origin: origin.into(),
+            problem,
+        })
+    }
+
+    /// A topology file's text read as written (its schema checked, not its nodes and links).
+    pub fn read_file(text: &str, origin: &str) -> Result<TopologyFile, FabricError> {
+        let file: TopologyFile = toml::from_str(text).map_err(|e| FabricError::Topology {
             origin: origin.into(),
             problem: e.message().to_string(),
         })?;
@@ -165,10 +197,7 @@ impl Topology {
                 ),
             });
         }
-        Self::new(file.nodes, file.links).map_err(|problem| FabricError::Topology {
-            origin: origin.into(),
-            problem,
-        })
+        Ok(file)
     }
 
     /// A topology of these nodes and links, checked.
