@@ -450,7 +450,7 @@ fn sidecar_lines_and_traced_paths_are_read() {
     let (status, out, err) = fabric(&["--signal", "loss", "--json"], &topo_path, &files);
     assert!(status.success(), "{err}");
     assert!(
-        err.contains("packets of QPs in the sidecar's rest series (3 lost, 0 CE) cannot be placed"),
+        err.contains("packets of QPs in the sidecars' rest series (3 lost, 0 CE) cannot be placed"),
         "{err}"
     );
     let l: serde_json::Value = serde_json::from_str(&out).unwrap();

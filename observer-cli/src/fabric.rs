@@ -15,8 +15,21 @@ pub struct FabricArgs {
     /// The hosts' evidence over one window: JSON reports (`replay --json`, `diagnose
     /// --json`), fleet records (a `--records` directory, or its `qp_intervals.jsonl`), or
     /// sidecars' JSON lines (`run --jsonl`); a QP several hosts saw counts once.
-    #[arg(value_name = "REPORT", required = true)]
+    #[arg(value_name = "REPORT", required_unless_present = "prometheus")]
     pub reports: Vec<String>,
+    /// Also take the evidence from the fleet's Prometheus server (`http://host:9090`): each
+    /// QP's counters' increase over `--window`, as the sidecars export them.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// With --prometheus: the window the increases are taken over.
+    #[arg(long, default_value = "5m", value_parser = roce_observer::units::parse_duration, requires = "prometheus")]
+    pub window: std::time::Duration,
+    /// With --prometheus: the window's end, in unix seconds (default: the server's now).
+    #[arg(long, value_name = "UNIX_SECONDS", requires = "prometheus")]
+    pub at: Option<f64>,
+    /// With --prometheus: label matchers narrowing the series, e.g. 'job="roce"'.
+    #[arg(long, value_name = "MATCHERS", requires = "prometheus")]
+    pub selector: Option<String>,
     /// Paths traced by `roce-observer trace --json` (repeat for several files): a traced QP
     /// direction is placed on its own path.
     #[arg(long = "paths", value_name = "FILE")]
@@ -67,6 +80,17 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         traces.extend(fabric::read_traces(reader, path)?.traces);
     }
     let mut evidence = Vec::new();
+    if let Some(url) = &a.prometheus {
+        let s = roce_observer::source::prometheus::evidence(
+            url,
+            a.window,
+            a.at,
+            a.selector.as_deref(),
+            std::time::Duration::from_secs(30),
+        )?;
+        warn_rest(url, s.rest);
+        evidence.extend(s.evidence);
+    }
     for path in &a.reports {
         // A records directory is read through its QP table.
         let (file, is_records) = if std::path::Path::new(path).is_dir() {
@@ -84,13 +108,7 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             std::fs::File::open(&file).with_context(|| format!("cannot read the report {file}"))?;
         if is_records && is_sidecar(&file)? {
             let s = fabric::sidecar_evidence(std::io::BufReader::new(reader), &file)?;
-            let [packets, lost, ce] = s.rest;
-            if lost > 0 || ce > 0 {
-                eprintln!(
-                    "roce-observer: warning: {file}: {packets} packets of QPs in the sidecar's \
-                     rest series ({lost} lost, {ce} CE) cannot be placed: raise its --max-series"
-                );
-            }
+            warn_rest(&file, s.rest);
             evidence.extend(s.evidence);
         } else if is_records {
             evidence.extend(fabric::records_evidence(
@@ -139,4 +157,14 @@ fn is_sidecar(file: &str) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+/// Says how much evidence a sidecar's rest series holds (QPs beyond its --max-series).
+fn warn_rest(origin: &str, [packets, lost, ce]: [u64; 3]) {
+    if lost > 0 || ce > 0 {
+        eprintln!(
+            "roce-observer: warning: {origin}: {packets} packets of QPs in the sidecars' rest \
+             series ({lost} lost, {ce} CE) cannot be placed: raise their --max-series"
+        );
+    }
 }

@@ -377,6 +377,57 @@ fn fleet_rules_in_a_real_prometheus_equal_the_generators_truth() {
             assert_eq!(got, want as f64, "{series} on {}", h.target);
         }
     }
+    // `fabric --prometheus`: each QP's evidence from the server's counters, over a window
+    // covering the run, on a fabric of one switch: every QP the generator sent weighed, and
+    // the CE-marked ones (the congested host's) bad.
+    let mut topo = String::from(
+        "schema = \"roce-observer.topology/1\"\n\n[[node]]\nname = \"sw\"\nrole = \"leaf\"\n",
+    );
+    for (n, a) in (0..HOSTS).flat_map(|i| [(format!("a{i}"), 1 + i), (format!("b{i}"), 101 + i)]) {
+        topo += &format!(
+            "\n[[node]]\nname = \"{n}\"\nrole = \"host\"\naddresses = [\"198.18.7.{a}\"]\n\n[[link]]\na = \"{n}\"\nb = \"sw:{n}\"\n"
+        );
+    }
+    let topo = scratch.file("star.toml", &topo);
+    let url = format!("http://127.0.0.1:{}", prometheus.port);
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .args(["fabric", "--json", "--min-packets", "1", "--window", "10m"])
+            .args([
+                "--prometheus",
+                &url,
+                "--selector",
+                "job=\"roce-observer\"",
+                "--topology",
+            ])
+            .arg(&topo),
+    );
+    assert!(status.success(), "{err}");
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let qps: usize = sent.iter().map(BTreeMap::len).sum();
+    let marked = sent
+        .iter()
+        .flat_map(|s| s.values())
+        .filter(|s| s.ecn[3] > 0)
+        .count();
+    assert!(marked > 0);
+    for l in json["localizations"].as_array().unwrap() {
+        assert_eq!(l["qps"], qps, "{l:#}");
+        let bad = if l["signal"] == "ce" { marked } else { 0 };
+        assert_eq!(l["bad_qps"], bad, "{l:#}");
+    }
+    // A server that is not there: one line.
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["fabric", "--prometheus", "http://127.0.0.1:1", "--topology"])
+            .arg(&topo),
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        integration_tests::error_line(&err)
+            .starts_with("roce-observer: error: Prometheus at http://127.0.0.1:1: increase(roce_qp_packets_total[300s]): "),
+        "{err}"
+    );
     for h in &hosts {
         assert!(
             !h.sidecar.text().contains("ERROR"),

@@ -5,5 +5,6 @@
 pub mod capture;
 pub mod live;
 pub mod nic;
+pub mod prometheus;
 pub mod replay;
 pub mod synth;

@@ -254,6 +254,103 @@ pub fn sidecar_evidence(
     })
 }
 
+/// The counters the fleet's Prometheus server holds for each QP (the sidecars' per-QP
+/// families), in the order [`prometheus_evidence`] takes their query results.
+pub const PROMETHEUS_COUNTERS: [&str; 4] = [
+    "roce_qp_packets_total",
+    "roce_qp_psn_missing_total",
+    "roce_qp_retransmissions_total",
+    "roce_qp_ce_packets_total",
+];
+
+/// The QPs of a Prometheus server's instant vectors: `results[i]` is the `data.result` array of
+/// a query of [`PROMETHEUS_COUNTERS`]`[i]`'s increase over the window. Series are summed per
+/// scrape target (`instance`), direction and mirror session, counts rounded (an increase is
+/// extrapolated to the window's edges); the `qp="rest"` series go to the rest. `origin` names
+/// the server in errors.
+pub fn prometheus_evidence(
+    results: [&serde_json::Value; 4],
+    origin: &str,
+) -> Result<SidecarEvidence, FabricError> {
+    let bad = |problem: String| FabricError::Prometheus {
+        origin: origin.into(),
+        problem,
+    };
+    let mut per_series: HashMap<(View, Key), [u64; 4]> = HashMap::new();
+    let mut order = Vec::new();
+    let mut rest = [0u64; 4];
+    for (i, result) in results.into_iter().enumerate() {
+        let series = result
+            .as_array()
+            .ok_or_else(|| bad(format!("{}: not an instant vector", PROMETHEUS_COUNTERS[i])))?;
+        for s in series {
+            let label = |name: &str| {
+                s.get("metric")
+                    .and_then(|m| m.get(name))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+            };
+            let value = s
+                .get("value")
+                .and_then(|v| v.get(1))
+                .and_then(serde_json::Value::as_str)
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{}: a sample that is not a count",
+                        PROMETHEUS_COUNTERS[i]
+                    ))
+                })?;
+            let count = value.round() as u64;
+            if label("qp") == "rest" {
+                rest[i] = rest[i].saturating_add(count);
+                continue;
+            }
+            let qp = label("qp");
+            let qp = qp
+                .strip_prefix("0x")
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .or_else(|| qp.parse().ok());
+            let (Ok(src), Ok(dst), Ok(sport), Some(qp)) = (
+                label("src").parse(),
+                label("dst").parse(),
+                label("sport").parse::<u16>(),
+                qp,
+            ) else {
+                return Err(bad(format!(
+                    "{}: a series without a QP's src, dst, sport and qp labels",
+                    PROMETHEUS_COUNTERS[i]
+                )));
+            };
+            if qp == QP_CM {
+                continue;
+            }
+            let view: View = [
+                label("instance").to_string(),
+                label("dir").to_string(),
+                String::new(),
+                label("mirror").to_string(),
+            ];
+            let key: Key = (src, dst, sport, qp);
+            let sums = per_series.entry((view.clone(), key)).or_insert_with(|| {
+                order.push((view, key));
+                [0; 4]
+            });
+            sums[i] = sums[i].saturating_add(count);
+        }
+    }
+    let mut sums = ViewSums::default();
+    for vk in order {
+        let c = per_series[&vk];
+        sums.add(vk.0, vk.1, c);
+    }
+    Ok(SidecarEvidence {
+        evidence: sums.evidence(),
+        rest: [rest[0], rest[1].max(rest[2]), rest[3]],
+    })
+}
+
 /// The paths traces found (`trace --json` files), host to host by node name, keyed by QP
 /// direction (source, destination, UDP source port). A router no node of the topology has,
 /// or an unanswered TTL before the last answer, is kept as what it is (its address, or `*`):
@@ -419,6 +516,43 @@ mod tests {
         let p = traced_paths(&topo, &traces);
         assert_eq!(p[&(h0, h1, 1)], ["h0", "198.19.9.9", "h1"]);
         assert_eq!(p[&(h0, h1, 2)], ["h0", "*", "h1"]);
+    }
+
+    #[test]
+    fn prometheus_vectors_are_summed_per_target_and_rounded() {
+        let series = |instance: &str, qp: &str, v: &str| {
+            serde_json::json!({"metric": {"instance": instance, "src": "198.18.0.1",
+                "dst": "198.18.0.2", "qp": qp, "sport": "49152", "dir": "rx", "mirror": ""},
+                "value": [1700000000.0, v]})
+        };
+        let packets = serde_json::json!([
+            series("h1:9477", "0x000011", "150.4"),
+            series("h2:9477", "0x000011", "149.6"),
+            {"metric": {"qp": "rest", "instance": "h1:9477"}, "value": [0, "40"]},
+        ]);
+        let missing = serde_json::json!([series("h1:9477", "0x000011", "2.2")]);
+        let empty = serde_json::json!([]);
+        let ce = serde_json::json!([{"metric": {"qp": "rest"}, "value": [0, "3"]}]);
+        let s = prometheus_evidence([&packets, &missing, &empty, &ce], "http://p:9090").unwrap();
+        assert_eq!(s.evidence.len(), 2);
+        assert_eq!(
+            (
+                s.evidence[0].dest_qp,
+                s.evidence[0].packets,
+                s.evidence[0].lost
+            ),
+            (0x11, 150, 2)
+        );
+        assert_eq!(merge(s.evidence).len(), 1);
+        assert_eq!(s.rest, [40, 0, 3]);
+        let bad = serde_json::json!([{"metric": {"qp": "0x11"}, "value": [0, "1"]}]);
+        let e = prometheus_evidence([&bad, &empty, &empty, &empty], "http://p:9090")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "Prometheus at http://p:9090: roce_qp_packets_total: a series without a QP's src, dst, sport and qp labels"
+        );
     }
 
     #[test]

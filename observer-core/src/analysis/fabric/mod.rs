@@ -12,8 +12,8 @@ pub mod topology;
 
 pub use findings::{FABRIC_RULES, findings};
 pub use input::{
-    SidecarEvidence, evidence_of, is_sidecar_line, merge, read_report, read_traces,
-    records_evidence, sidecar_evidence, traced_paths,
+    PROMETHEUS_COUNTERS, SidecarEvidence, evidence_of, is_sidecar_line, merge, prometheus_evidence,
+    read_report, read_traces, records_evidence, sidecar_evidence, traced_paths,
 };
 pub use localize::{
     Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,
@@ -33,6 +33,8 @@ pub enum FabricError {
     },
     #[error("{origin}: {problem}")]
     Lldp { origin: String, problem: String },
+    #[error("Prometheus at {origin}: {problem}")]
+    Prometheus { origin: String, problem: String },
     #[error("{origin} is not a trace file (trace --json): {problem}")]
     Traces { origin: String, problem: String },
     #[error("{origin} is not a roce-observer JSON report: {source}")]
