@@ -206,6 +206,17 @@ fn the_lossy_link_is_named_from_the_hosts_reports() {
         out.contains("link l1:up0 - s0:down1 loses packets [fabric-link]"),
         "{out}"
     );
+    // The page too; never over an input.
+    let page = _dir.path("fabric.html");
+    let page_arg = page.display().to_string();
+    let (status, _, err) = fabric(&["--html", &page_arg], &topo, &files);
+    assert!(status.success(), "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("class=\"link suspect\""), "{html}");
+    let topo_arg = topo.display().to_string();
+    let (status, _, err) = fabric(&["--html", &topo_arg], &topo, &files);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(error_line(&err).contains("is an input of this run"), "{err}");
 }
 
 #[test]

@@ -684,3 +684,67 @@ fn a_single_interval_still_charts() {
     // model.
     assert_rendered(&page, &dom, 6);
 }
+
+/// `fabric --html`'s page (`render::fabric_html`), opened in Chromium: one drawing per signal,
+/// every link and node drawn, the lossy link marked on the loss drawing alone, markup in a
+/// node's name shown as text.
+#[test]
+fn the_fabric_page_draws_the_topology_with_the_suspect_marked() {
+    use roce_observer::analysis::fabric::{self, Options, Signal, sim};
+    if !require_chromium("the_fabric_page_draws_the_topology_with_the_suspect_marked") {
+        return;
+    }
+    let dir = Scratch::new("html-fabric");
+    let truth = sim::leaf_spine(2, 3, 4, Some(8));
+    let link = truth
+        .link_between(truth.node("l1").unwrap(), truth.node("s0").unwrap())
+        .unwrap();
+    let work = sim::Workload {
+        qps: 600,
+        packets: 2000,
+        background: 0.0,
+        seed: 5,
+    };
+    let ev: Vec<_> = sim::evidence(
+        &truth,
+        &work,
+        &[sim::Fault {
+            link,
+            loss: 0.01,
+            ce: 0.0,
+        }],
+    )
+    .into_iter()
+    .map(|(e, _)| e)
+    .collect();
+    let runs: Vec<_> = [Signal::Loss, Signal::Ce]
+        .into_iter()
+        .map(|s| fabric::localize(&truth, &ev, s, &Options::default()))
+        .collect();
+    let mut named = truth.clone();
+    let last = named.nodes.len() - 1;
+    named.nodes[last].name = format!("{}{INJECTION}", named.nodes[last].name);
+    let page = roce_observer::render::fabric_html::html(&named, &runs);
+    let path = dir.path("fabric.html");
+    std::fs::write(&path, &page).unwrap();
+    let dom = chromium(&dir, &path, &["--dump-dom"]);
+    assert!(dom.contains("</html>"), "no DOM dumped: {dom}");
+    assert_eq!(dom.matches("<svg").count(), 2, "{dom}");
+    assert_eq!(with_class(&dom, "link"), 2 * truth.links.len());
+    assert_eq!(with_class(&dom, "node"), 2 * truth.nodes.len());
+    // The loss drawing marks the link; the CE drawing (clean) marks nothing.
+    let loss =
+        &dom[dom.find("data-signal=\"loss\"").unwrap()..dom.find("data-signal=\"ce\"").unwrap()];
+    assert_eq!(with_class(loss, "suspect"), 1, "{loss}");
+    assert!(
+        loss.contains(&format!("<title>{}:", truth.link_name(link))),
+        "{loss}"
+    );
+    assert_eq!(with_class(&dom, "suspect"), 1);
+    assert!(dom.contains("[fabric-link]"), "{dom}");
+    assert!(!dom.contains(INJECTION), "markup in a name must be escaped");
+    assert!(
+        dom.contains("onerror=alert(2)&gt;"),
+        "the name shown as text"
+    );
+}

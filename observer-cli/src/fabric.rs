@@ -46,6 +46,10 @@ pub struct FabricArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also write a self-contained HTML page to FILE: the topology drawn per signal, links
+    /// shaded by their share of bad QPs, the suspects marked.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -69,6 +73,17 @@ impl From<SignalArg> for Vec<Signal> {
 }
 
 pub fn fabric(a: FabricArgs) -> Result<()> {
+    if let Some(html) = &a.html {
+        let inputs: Vec<std::path::PathBuf> = a
+            .reports
+            .iter()
+            .chain(&a.paths)
+            .chain(std::iter::once(&a.topology))
+            .map(std::path::PathBuf::from)
+            .collect();
+        output::refuse_overwrite("--html", html, &inputs)?;
+        output::check_writable("--html", html)?;
+    }
     let text = std::fs::read_to_string(&a.topology)
         .with_context(|| format!("cannot read the topology file {}", a.topology))?;
     let topo = Topology::parse(&text, &a.topology)?;
@@ -135,6 +150,10 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         .into_iter()
         .map(|s| fabric::localize(&topo, &evidence, s, &opts))
         .collect();
+    if let Some(html) = &a.html {
+        std::fs::write(html, render::fabric_html::html(&topo, &runs))
+            .with_context(|| format!("cannot write the HTML page {}", html.display()))?;
+    }
     output::stdout(|out| {
         if a.json {
             render::fabric::write_json(&runs, out)

@@ -3,6 +3,7 @@
 
 pub mod ecmp;
 pub mod fabric;
+pub mod fabric_html;
 pub mod findings;
 pub mod html;
 pub mod json;

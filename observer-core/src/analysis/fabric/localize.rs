@@ -167,6 +167,9 @@ pub struct Localization {
     pub bad_traces: usize,
     /// QPs weighed by where their path comes from: known, hashed, candidates.
     pub by_source: [usize; 3],
+    /// Per link, the QPs crossing it and the bad ones (each by its probability), before any
+    /// suspect is named: what a drawing of the fabric shades.
+    pub link_load: Vec<(f64, f64)>,
     pub suspects: Vec<Suspect>,
     pub verdict: Verdict,
 }
@@ -276,6 +279,19 @@ pub fn localize(
         by_source,
         suspects: Vec::new(),
         verdict: Verdict::Found,
+        link_load: {
+            let mut load = vec![(0.0, 0.0); topo.links.len()];
+            for q in &placed {
+                for (l, w) in &q.paths.links {
+                    let e = &mut load[*l as usize];
+                    e.0 += f64::from(*w);
+                    if q.bad > 0 {
+                        e.1 += f64::from(*w);
+                    }
+                }
+            }
+            load
+        },
     };
     if (placed.len() as f64) < opts.min_qps {
         out.verdict = Verdict::NotEnoughEvidence(format!(
