@@ -216,7 +216,10 @@ fn the_lossy_link_is_named_from_the_hosts_reports() {
     let topo_arg = topo.display().to_string();
     let (status, _, err) = fabric(&["--html", &topo_arg], &topo, &files);
     assert_eq!(status.code(), Some(2), "{err}");
-    assert!(error_line(&err).contains("is an input of this run"), "{err}");
+    assert!(
+        error_line(&err).contains("is an input of this run"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -40,7 +40,7 @@ const CRATES: &[Crate] = &[
         src: "observer/src",
         layers: &[
             &["units", "model", "aggregate"],
-            &["source", "lab"],
+            &["source", "lab", "trace"],
             &["analysis", "render", "export"],
             &["pipeline", "records"],
         ],

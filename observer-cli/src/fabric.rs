@@ -96,13 +96,15 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     }
     let mut evidence = Vec::new();
     if let Some(url) = &a.prometheus {
-        let s = roce_observer::source::prometheus::evidence(
+        let r = roce_observer::source::prometheus::increases(
             url,
+            &fabric::PROMETHEUS_COUNTERS,
             a.window,
             a.at,
             a.selector.as_deref(),
             std::time::Duration::from_secs(30),
         )?;
+        let s = fabric::prometheus_evidence([&r[0], &r[1], &r[2], &r[3]], url)?;
         warn_rest(url, s.rest);
         evidence.extend(s.evidence);
     }

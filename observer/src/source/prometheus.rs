@@ -1,12 +1,8 @@
-//! Evidence from the fleet's Prometheus server (`fabric --prometheus`): each QP's packets,
-//! losses and CE marks over a window, as the sidecars' per-QP counters' increases, through the
-//! HTTP API's instant queries (`/api/v1/query`).
+//! The fleet's Prometheus server as a source (`fabric --prometheus`): counters' increases over
+//! a window, through the HTTP API's instant queries (`/api/v1/query`), as the API returns
+//! them (the analysis reads them: `analysis::fabric::prometheus_evidence`).
 
 use std::time::Duration;
-
-use crate::analysis::fabric::{
-    FabricError, PROMETHEUS_COUNTERS, SidecarEvidence, prometheus_evidence,
-};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrometheusError {
@@ -16,8 +12,6 @@ pub enum PrometheusError {
         query: String,
         detail: String,
     },
-    #[error(transparent)]
-    Evidence(#[from] FabricError),
 }
 
 /// PromQL's duration for `window` (whole seconds, at least one).
@@ -63,29 +57,28 @@ fn query(
         .ok_or_else(|| fail("no data.result".into()))
 }
 
-/// The QPs' evidence over `window` ending at `at` (unix seconds; the server's now when none),
-/// from the server at `url` (`http://host:9090`); `selector` narrows the series (PromQL label
-/// matchers without braces, e.g. `job="roce"`).
-pub fn evidence(
+/// Each of `families`' increase over `window` ending at `at` (unix seconds; the server's now
+/// when none), from the server at `url` (`http://host:9090`), as the `data.result` vectors;
+/// `selector` narrows the series (PromQL label matchers without braces, e.g. `job="roce"`).
+pub fn increases(
     url: &str,
+    families: &[&str],
     window: Duration,
     at: Option<f64>,
     selector: Option<&str>,
     timeout: Duration,
-) -> Result<SidecarEvidence, PrometheusError> {
+) -> Result<Vec<serde_json::Value>, PrometheusError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
         .build()
         .into();
     let matchers = selector.map_or(String::new(), |s| format!("{{{s}}}"));
-    let mut results = Vec::with_capacity(PROMETHEUS_COUNTERS.len());
-    for family in PROMETHEUS_COUNTERS {
-        let promql = format!("increase({family}{matchers}[{}])", promql_duration(window));
-        results.push(query(&agent, url, &promql, at)?);
-    }
-    Ok(prometheus_evidence(
-        [&results[0], &results[1], &results[2], &results[3]],
-        url,
-    )?)
+    families
+        .iter()
+        .map(|family| {
+            let promql = format!("increase({family}{matchers}[{}])", promql_duration(window));
+            query(&agent, url, &promql, at)
+        })
+        .collect()
 }
