@@ -601,3 +601,98 @@ fn lldp_neighbours_give_the_host_links() {
         )
     );
 }
+
+/// `fabric --windows`: sidecars' lines over seven one-minute windows, the link lossy in the
+/// first two and the fourth (one clean window between: the same incident), then again in the
+/// seventh (after two clean windows: a new one, still open).
+#[test]
+fn windows_follow_one_incident_across_a_clean_window() {
+    let dir = Scratch::new("fabric-windows");
+    let text = topology_file(2, 3);
+    let topo_path = dir.file("fabric.toml", &text);
+    let truth = Topology::parse(&text, "fabric.toml").unwrap();
+    let lossy = truth
+        .link_between(truth.node("l1").unwrap(), truth.node("s0").unwrap())
+        .unwrap();
+    const MINUTE: u64 = 60_000_000_000;
+    let t0 = 1_800_000_000 * 1_000_000_000u64;
+    let pattern = [true, true, false, true, false, false, true];
+    let mut per_host: std::collections::BTreeMap<std::net::IpAddr, String> = Default::default();
+    for (w, faulty) in pattern.iter().enumerate() {
+        let work = Workload {
+            qps: 400,
+            packets: 2000,
+            background: 0.0,
+            seed: 40 + w as u64,
+        };
+        let faults = if *faulty {
+            vec![Fault {
+                link: lossy,
+                loss: 0.01,
+                ce: 0.0,
+            }]
+        } else {
+            Vec::new()
+        };
+        let ev = sim::evidence(&truth, &work, &faults);
+        let receivers: std::collections::BTreeSet<std::net::IpAddr> =
+            ev.iter().map(|(e, _)| e.dst).collect();
+        for host in receivers {
+            let qps: Vec<serde_json::Value> = ev
+                .iter()
+                .filter(|(e, _)| e.dst == host)
+                .map(|(e, _)| {
+                    serde_json::json!({
+                        "src": e.src.to_string(), "dst": e.dst.to_string(), "qp": e.dest_qp,
+                        "sport": e.src_port, "dir": "rx", "mirror": "", "packets": e.packets,
+                        "ce_packets": e.ce, "psn_missing": e.lost, "retransmissions": 0,
+                    })
+                })
+                .collect();
+            let start = t0 + w as u64 * MINUTE + 5_000_000_000;
+            let line = serde_json::json!({
+                "start_unix_ns": start, "end_unix_ns": start + 10_000_000_000, "qps": qps,
+                "rest": {"packets": 0, "ce_packets": 0, "psn_missing": 0, "retransmissions": 0},
+            });
+            *per_host.entry(host).or_default() += &format!("{line}\n");
+        }
+    }
+    let files: Vec<PathBuf> = per_host
+        .values()
+        .enumerate()
+        .map(|(i, t)| dir.file(&format!("h{i}.jsonl"), t))
+        .collect();
+    let (status, out, err) = fabric(
+        &["--signal", "loss", "--windows", "1m", "--json"],
+        &topo_path,
+        &files,
+    );
+    assert!(status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema"], "roce-observer.fabric-incidents/1");
+    assert_eq!(v["windows"].as_array().unwrap().len(), 7, "{v:#}");
+    let inc = v["incidents"].as_array().unwrap();
+    assert_eq!(inc.len(), 2, "{v:#}");
+    assert_eq!(inc[0]["name"], "l1:up0 - s0:down1");
+    assert_eq!(inc[0]["windows"], 3);
+    assert_eq!(inc[0]["start_unix_ns"], t0);
+    assert_eq!(inc[0]["end_unix_ns"], t0 + 4 * MINUTE);
+    assert_eq!(inc[0]["open"], false);
+    assert_eq!(inc[1]["start_unix_ns"], t0 + 6 * MINUTE);
+    assert_eq!(inc[1]["open"], true);
+    // The table.
+    let (status, out, err) = fabric(&["--signal", "loss", "--windows", "1m"], &topo_path, &files);
+    assert!(status.success(), "{err}");
+    assert!(
+        out.contains("loss link l1:up0 - s0:down1: +0s .. +240s, named in 3 windows"),
+        "{out}"
+    );
+    // A JSON report is one window: a usage error.
+    let (_d, topo2, reports) = lab("windows-report", 3, |_| Vec::new());
+    let (status, _, err) = fabric(&["--windows", "1m"], &topo2, &reports[..1]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        error_line(&err).contains("--windows needs the evidence's times"),
+        "{err}"
+    );
+}

@@ -8,7 +8,7 @@ use roce_observer::{
     render,
 };
 
-use crate::output;
+use crate::output::{self, UsageError};
 
 #[derive(Args, Debug)]
 pub struct FabricArgs {
@@ -48,8 +48,15 @@ pub struct FabricArgs {
     pub json: bool,
     /// Also write a self-contained HTML page to FILE: the topology drawn per signal, links
     /// shaded by their share of bad QPs, the suspects marked.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "windows")]
     pub html: Option<std::path::PathBuf>,
+    /// Localize each window of this length on its own (sidecars' lines and records carry
+    /// their times), and follow each suspect across windows as one incident.
+    #[arg(long, value_name = "DURATION", value_parser = roce_observer::units::parse_duration, conflicts_with = "prometheus")]
+    pub windows: Option<std::time::Duration>,
+    /// With --windows: clean windows in a row that close an incident.
+    #[arg(long, default_value_t = 2, requires = "windows", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub quiet: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -94,6 +101,10 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             std::fs::File::open(path).with_context(|| format!("cannot read the paths {path}"))?;
         traces.extend(fabric::read_traces(reader, path)?.traces);
     }
+    let window_ns = a.windows.map(|w| (w.as_nanos() as u64).max(1));
+    // The evidence by window (one window, key 0, without --windows).
+    let mut by_window: std::collections::BTreeMap<u64, Vec<fabric::QpEvidence>> =
+        Default::default();
     let mut evidence = Vec::new();
     if let Some(url) = &a.prometheus {
         let r = roce_observer::source::prometheus::increases(
@@ -124,34 +135,82 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         let reader =
             std::fs::File::open(&file).with_context(|| format!("cannot read the report {file}"))?;
         if is_records && is_sidecar(&file)? {
-            let s = fabric::sidecar_evidence(std::io::BufReader::new(reader), &file)?;
-            warn_rest(&file, s.rest);
-            evidence.extend(s.evidence);
+            for (w, s) in
+                fabric::sidecar_windows(std::io::BufReader::new(reader), &file, window_ns)?
+            {
+                warn_rest(&file, s.rest);
+                by_window.entry(w).or_default().extend(s.evidence);
+            }
         } else if is_records {
-            evidence.extend(fabric::records_evidence(
-                std::io::BufReader::new(reader),
-                &file,
-            )?);
+            for (w, e) in
+                fabric::records_windows(std::io::BufReader::new(reader), &file, window_ns)?
+            {
+                by_window.entry(w).or_default().extend(e);
+            }
+        } else if window_ns.is_some() {
+            return Err(UsageError(format!(
+                "--windows needs the evidence's times: {file} is a JSON report, one window \
+                 (give sidecars' lines or records)"
+            ))
+            .into());
         } else {
             let report = fabric::read_report(reader, &file)?;
             evidence.extend(fabric::evidence_of(&report));
         }
     }
-    let mut evidence = fabric::merge(evidence);
     let traced = fabric::traced_paths(&topo, &traces);
-    for e in &mut evidence {
-        if let Some(p) = traced.get(&(e.src, e.dst, e.src_port)) {
-            e.path = Some(p.clone());
-        }
-    }
     let opts = Options {
         min_packets: a.min_packets,
         ..Options::default()
     };
-    let runs: Vec<_> = Vec::<Signal>::from(a.signal)
-        .into_iter()
-        .map(|s| fabric::localize(&topo, &evidence, s, &opts))
-        .collect();
+    let signals = Vec::<Signal>::from(a.signal);
+    let localize = |evidence: Vec<fabric::QpEvidence>| -> Vec<fabric::Localization> {
+        let mut evidence = fabric::merge(evidence);
+        for e in &mut evidence {
+            if let Some(p) = traced.get(&(e.src, e.dst, e.src_port)) {
+                e.path = Some(p.clone());
+            }
+        }
+        signals
+            .iter()
+            .map(|s| fabric::localize(&topo, &evidence, *s, &opts))
+            .collect()
+    };
+    if let Some(w) = window_ns {
+        // Every window from the first to the last, those without evidence too (they cannot
+        // tell, and neither keep nor close an incident).
+        let (Some(first), Some(last)) = (
+            by_window.keys().next().copied(),
+            by_window.keys().next_back().copied(),
+        ) else {
+            anyhow::bail!("no evidence in the files given: no window to weigh");
+        };
+        let windows: Vec<fabric::Window> = (0..=(last - first) / w)
+            .map(|k| {
+                let start = first + k * w;
+                fabric::Window {
+                    start_ns: start,
+                    end_ns: start + w,
+                    runs: localize(by_window.remove(&start).unwrap_or_default()),
+                }
+            })
+            .collect();
+        let quiet = a.quiet as usize;
+        let incidents = fabric::incidents(&windows, quiet);
+        return output::stdout(|out| {
+            if a.json {
+                render::fabric::write_incidents_json(&windows, &incidents, quiet, out)
+            } else {
+                write!(
+                    out,
+                    "{}",
+                    render::fabric::render_incidents(&windows, &incidents, quiet)
+                )
+            }
+        });
+    }
+    evidence.extend(by_window.into_values().flatten());
+    let runs = localize(evidence);
     if let Some(html) = &a.html {
         std::fs::write(html, render::fabric_html::html(&topo, &runs))
             .with_context(|| format!("cannot write the HTML page {}", html.display()))?;

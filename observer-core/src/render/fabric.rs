@@ -126,3 +126,116 @@ pub fn render(runs: &[Localization]) -> String {
     out += &crate::render::findings::render(&findings, &checks, false);
     out
 }
+
+/// The version of [`incidents_json`]'s document.
+pub const INCIDENTS_SCHEMA: &str = "roce-observer.fabric-incidents/1";
+
+/// `fabric --windows`: each window's localizations and the incidents over them, as JSON.
+pub fn incidents_json(
+    windows: &[crate::analysis::fabric::Window],
+    incidents: &[crate::analysis::fabric::Incident],
+    quiet: usize,
+) -> Value {
+    json!({
+        "schema": INCIDENTS_SCHEMA,
+        "quiet_windows": quiet,
+        "windows": windows.iter().map(|w| json!({
+            "start_unix_ns": w.start_ns,
+            "end_unix_ns": w.end_ns,
+            "localizations": json(&w.runs)["localizations"],
+        })).collect::<Vec<_>>(),
+        "incidents": incidents.iter().map(|i| json!({
+            "signal": i.signal.name(),
+            "kind": i.kind.name(),
+            "name": i.name,
+            "start_unix_ns": i.start_ns,
+            "end_unix_ns": i.end_ns,
+            "windows": i.windows,
+            "peak_rate": i.peak_rate,
+            "bad_packets": i.bad_packets,
+            "open": i.open,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `fabric --windows` as text: a line per window and signal, then the incidents; times in
+/// seconds from the first window's start.
+pub fn render_incidents(
+    windows: &[crate::analysis::fabric::Window],
+    incidents: &[crate::analysis::fabric::Incident],
+    quiet: usize,
+) -> String {
+    let mut out = String::new();
+    let t0 = windows.first().map_or(0, |w| w.start_ns);
+    let at = |ns: u64| ns.saturating_sub(t0) as f64 / 1e9;
+    let _ = writeln!(
+        out,
+        "{} from unix {:.0}:",
+        count(windows.len() as u64, "window"),
+        t0 as f64 / 1e9
+    );
+    for w in windows {
+        let said: Vec<String> = w
+            .runs
+            .iter()
+            .map(|l| {
+                let v = match &l.verdict {
+                    Verdict::Found => format!(
+                        "found {}",
+                        l.suspects
+                            .iter()
+                            .map(|s| format!("{} {}", s.kind.name(), s.name))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Verdict::Clean(_) => "clean".into(),
+                    Verdict::NotEnoughEvidence(_) => "not enough evidence".into(),
+                };
+                format!("{}: {v} ({}/{} QPs bad)", l.signal.name(), l.bad_qps, l.qps)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "  +{:>6.0}s .. +{:>6.0}s  {}",
+            at(w.start_ns),
+            at(w.end_ns),
+            said.join("; ")
+        );
+    }
+    if incidents.is_empty() {
+        let _ = writeln!(out, "incidents: none");
+    } else {
+        let _ = writeln!(
+            out,
+            "incidents (closed after {quiet} clean windows in a row):"
+        );
+    }
+    for i in incidents {
+        let _ = writeln!(
+            out,
+            "  {} {} {}: +{:.0}s .. +{:.0}s, named in {}, peak {:.1}% of its QPs bad, {} bad \
+             packets{}",
+            i.signal.name(),
+            i.kind.name(),
+            i.name,
+            at(i.start_ns),
+            at(i.end_ns),
+            count(i.windows as u64, "window"),
+            i.peak_rate * 100.0,
+            i.bad_packets,
+            if i.open { ", still open" } else { "" }
+        );
+    }
+    out
+}
+
+/// Writes [`incidents_json`]'s document, pretty, and a newline.
+pub fn write_incidents_json(
+    windows: &[crate::analysis::fabric::Window],
+    incidents: &[crate::analysis::fabric::Incident],
+    quiet: usize,
+    mut out: impl std::io::Write,
+) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut out, &incidents_json(windows, incidents, quiet))?;
+    writeln!(out)
+}

@@ -52,7 +52,21 @@ pub fn records_evidence(
     reader: impl std::io::BufRead,
     origin: &str,
 ) -> Result<Vec<QpEvidence>, FabricError> {
-    let mut sums = ViewSums::default();
+    Ok(records_windows(reader, origin, None)?
+        .into_values()
+        .next()
+        .unwrap_or_default())
+}
+
+/// [`records_evidence`] per window of `window` ns (by each row's `interval_start_ns`, the
+/// windows counted from the epoch), keyed by the window's start; one window (key 0) when
+/// `window` is none.
+pub fn records_windows(
+    reader: impl std::io::BufRead,
+    origin: &str,
+    window: Option<u64>,
+) -> Result<std::collections::BTreeMap<u64, Vec<QpEvidence>>, FabricError> {
+    let mut per_window: std::collections::BTreeMap<u64, ViewSums> = Default::default();
     for (i, line) in reader.lines().enumerate() {
         let bad = |problem: String| FabricError::Records {
             origin: origin.into(),
@@ -103,6 +117,10 @@ pub fn records_evidence(
         if key.3 == QP_CM {
             continue;
         }
+        let start = match window {
+            Some(w) => number("interval_start_ns")? / w.max(1) * w.max(1),
+            None => 0,
+        };
         let exporter = match label("exporter") {
             e if e.is_empty() => label("host"),
             e => e,
@@ -113,9 +131,12 @@ pub fn records_evidence(
             label("vantage"),
             label("mirror_session"),
         ];
-        sums.add(view, key, counts);
+        per_window.entry(start).or_default().add(view, key, counts);
     }
-    Ok(sums.evidence())
+    Ok(per_window
+        .into_iter()
+        .map(|(w, sums)| (w, sums.evidence()))
+        .collect())
 }
 
 type Key = (std::net::IpAddr, std::net::IpAddr, u16, u32);
@@ -185,8 +206,21 @@ pub fn sidecar_evidence(
     reader: impl std::io::BufRead,
     origin: &str,
 ) -> Result<SidecarEvidence, FabricError> {
-    let mut sums = ViewSums::default();
-    let mut rest = [0u64; 4];
+    Ok(sidecar_windows(reader, origin, None)?
+        .into_values()
+        .next()
+        .unwrap_or_default())
+}
+
+/// [`sidecar_evidence`] per window of `window` ns (by each line's `start_unix_ns`, the windows
+/// counted from the epoch), keyed by the window's start; one window (key 0) when `window` is
+/// none.
+pub fn sidecar_windows(
+    reader: impl std::io::BufRead,
+    origin: &str,
+    window: Option<u64>,
+) -> Result<std::collections::BTreeMap<u64, SidecarEvidence>, FabricError> {
+    let mut per_window: std::collections::BTreeMap<u64, (ViewSums, [u64; 4])> = Default::default();
     for (i, line) in reader.lines().enumerate() {
         let bad = |problem: String| FabricError::Records {
             origin: origin.into(),
@@ -202,6 +236,17 @@ pub fn sidecar_evidence(
             .get("qps")
             .and_then(serde_json::Value::as_array)
             .ok_or_else(|| bad("no qps: not a line of run --jsonl".into()))?;
+        let start = match window {
+            Some(w) => {
+                v.get("start_unix_ns")
+                    .and_then(serde_json::Value::as_u64)
+                    .ok_or_else(|| bad("no start_unix_ns: a line without its time".into()))?
+                    / w.max(1)
+                    * w.max(1)
+            }
+            None => 0,
+        };
+        let (sums, rest) = per_window.entry(start).or_default();
         let counts = |o: &serde_json::Value, what: &str| -> Result<[u64; 4], FabricError> {
             let mut c = [0u64; 4];
             for (slot, name) in
@@ -248,10 +293,18 @@ pub fn sidecar_evidence(
             }
         }
     }
-    Ok(SidecarEvidence {
-        evidence: sums.evidence(),
-        rest: [rest[0], rest[1].max(rest[2]), rest[3]],
-    })
+    Ok(per_window
+        .into_iter()
+        .map(|(w, (sums, rest))| {
+            (
+                w,
+                SidecarEvidence {
+                    evidence: sums.evidence(),
+                    rest: [rest[0], rest[1].max(rest[2]), rest[3]],
+                },
+            )
+        })
+        .collect())
 }
 
 /// The counters the fleet's Prometheus server holds for each QP (the sidecars' per-QP

@@ -3,6 +3,7 @@
 //! Needs no kernel: it runs wherever the records are.
 
 pub mod findings;
+pub mod incidents;
 pub mod input;
 pub mod lldp;
 pub mod localize;
@@ -11,9 +12,11 @@ pub mod sim;
 pub mod topology;
 
 pub use findings::{FABRIC_RULES, findings};
+pub use incidents::{Incident, Window, incidents};
 pub use input::{
     PROMETHEUS_COUNTERS, SidecarEvidence, evidence_of, is_sidecar_line, merge, prometheus_evidence,
-    read_report, read_traces, records_evidence, sidecar_evidence, traced_paths,
+    read_report, read_traces, records_evidence, records_windows, sidecar_evidence, sidecar_windows,
+    traced_paths,
 };
 pub use localize::{
     Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,
