@@ -687,6 +687,10 @@ fn windows_follow_one_incident_across_a_clean_window() {
         out.contains("loss link l1:up0 - s0:down1: +0s .. +240s, named in 3 windows"),
         "{out}"
     );
+    // Windows too short for the span: refused, not weighed by the billion.
+    let (status, _, err) = fabric(&["--windows", "1ms"], &topo_path, &files);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(error_line(&err).contains("more than 10000"), "{err}");
     // A JSON report is one window: a usage error.
     let (_d, topo2, reports) = lab("windows-report", 3, |_| Vec::new());
     let (status, _, err) = fabric(&["--windows", "1m"], &topo2, &reports[..1]);

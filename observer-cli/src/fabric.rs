@@ -185,12 +185,21 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         ) else {
             anyhow::bail!("no evidence in the files given: no window to weigh");
         };
-        let windows: Vec<fabric::Window> = (0..=(last - first) / w)
+        let count = (last - first) / w + 1;
+        if count > MAX_WINDOWS {
+            anyhow::bail!(
+                "--windows: the evidence spans {count} windows (from unix {:.0} s to {:.0} s), \
+                 more than {MAX_WINDOWS}: give longer windows or files of one span",
+                first as f64 / 1e9,
+                last as f64 / 1e9
+            );
+        }
+        let windows: Vec<fabric::Window> = (0..count)
             .map(|k| {
                 let start = first + k * w;
                 fabric::Window {
                     start_ns: start,
-                    end_ns: start + w,
+                    end_ns: start.saturating_add(w),
                     runs: localize(by_window.remove(&start).unwrap_or_default()),
                 }
             })
@@ -223,6 +232,9 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         }
     })
 }
+
+/// The most windows `--windows` weighs (each is a localization of its own).
+const MAX_WINDOWS: u64 = 10_000;
 
 /// Whether a JSON-lines file is a sidecar's (`run --jsonl`), by its first line.
 fn is_sidecar(file: &str) -> Result<bool> {

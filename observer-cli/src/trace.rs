@@ -27,8 +27,8 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 26, value_parser = clap::value_parser!(u8).range(0..=63))]
     pub dscp: u8,
     /// The destination QP the probes' BTH names: by default one no NIC hands out early. The
-    /// QP's own where switches hash on BTH fields (the far end's observer then counts the
-    /// probe in that QP).
+    /// QP's own where switches hash on BTH fields; the far end's observer then counts the
+    /// probe in that QP, a PSN jump: trace it outside the window you judge.
     #[arg(long, default_value_t = DEFAULT_DEST_QP, value_parser = parse_qp)]
     pub dest_qp: u32,
     /// The largest TTL tried.

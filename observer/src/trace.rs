@@ -70,6 +70,11 @@ impl Flow {
     /// Why a probe may not go to this flow's destination, if it may not.
     pub fn refusal(&self) -> Option<String> {
         let to = self.dst;
+        if let IpAddr::V6(a) = to
+            && a.to_ipv4_mapped().is_some()
+        {
+            return Some("an IPv4-mapped IPv6 address: give the IPv4 address".into());
+        }
         let bad = match to {
             IpAddr::V4(a) => {
                 (a.is_unspecified() || a.is_multicast() || a.is_broadcast() || a.is_loopback())
@@ -295,11 +300,14 @@ impl State {
             let Some((icmp_type, code, who, v6)) = answer else {
                 continue;
             };
-            // The probe answered: its PSN when the ICMP quoted it, else the outstanding one.
+            // The probe answered: its PSN when the ICMP quoted it, else the outstanding one (a
+            // router quoting only the UDP header): with none outstanding it cannot be placed.
             let (ttl, attempt) = if len >= 12 {
                 (data[10], data[11])
-            } else {
+            } else if self.sent.is_some() {
                 (self.ttl, self.attempt)
+            } else {
+                continue;
             };
             self.answered(ttl, attempt, icmp_type, code, who, v6, now);
         }
@@ -355,7 +363,21 @@ impl State {
             answer: Some(kind),
         };
         if ttl != self.ttl {
-            // A late answer to an earlier TTL: filled in, the current probe still waits.
+            // A late answer to an earlier TTL: filled in. The destination's, or an unreachable,
+            // ends the trace; a router's shortens the silent run to the TTLs after it.
+            match kind {
+                Answer::TimeExceeded => {
+                    self.silent_run = self.silent_run.min(self.ttl - 1 - ttl);
+                }
+                Answer::Reached => {
+                    self.sent = None;
+                    self.end = Some(End::Reached);
+                }
+                Answer::Unreachable { .. } => {
+                    self.sent = None;
+                    self.end = Some(End::Unreachable);
+                }
+            }
             return;
         }
         self.sent = None;
@@ -446,7 +468,7 @@ pub fn trace(flows: &[Flow], opts: &Options) -> Result<Vec<Trace>, TraceError> {
             {
                 states[i].send(now)?;
                 turn = i + 1;
-                next_send = (next_send + spacing).max(now - spacing);
+                next_send = next_send.max(now) + spacing;
             }
         }
         // Wait for answers until the next send or the next deadline.

@@ -11,9 +11,9 @@ pub fn render(traces: &[Trace]) -> String {
     for t in traces {
         let end = match t.end {
             End::Reached => "reached",
-            End::Silent => "ended in silence (a RoCE NIC drops the probe)",
-            End::Unreachable => "unreachable",
-            End::MaxTtl => "not reached within the largest TTL",
+            End::Silent => "silent (the last TTLs unanswered: a RoCE NIC drops the probe)",
+            End::Unreachable => "unreachable (a router said so)",
+            End::MaxTtl => "max-ttl (routers answered up to the largest TTL)",
         };
         let _ = writeln!(
             s,

@@ -58,12 +58,21 @@ pub fn neighbours(json: &str, origin: &str) -> Result<Vec<Neighbour>, FabricErro
             .get("chassis")
             .and_then(Value::as_object)
             .ok_or_else(|| bad(format!("{local_port}: no chassis")))?;
-        // Keyed by the system name; without one, the chassis itself (its ID).
-        let system = match chassis.iter().next() {
-            Some((k, inner)) if k != "id" && inner.is_object() => k.clone(),
-            _ => text(chassis.get("id").and_then(|i| i.get("value")))
-                .ok_or_else(|| bad(format!("{local_port}: a chassis without name or ID")))?,
-        };
+        // Keyed by the system name (one key, an object); without one, the chassis itself,
+        // named by its ID. A node name has no ':' (it separates the port): a MAC's become '-'.
+        let system = if chassis.contains_key("id") {
+            text(chassis.get("id").and_then(|i| i.get("value")))
+        } else if chassis.len() == 1 {
+            chassis
+                .iter()
+                .next()
+                .filter(|(_, inner)| inner.is_object())
+                .map(|(k, _)| k.clone())
+        } else {
+            None
+        }
+        .ok_or_else(|| bad(format!("{local_port}: a chassis without name or ID")))?
+        .replace(':', "-");
         let port = e
             .get("port")
             .ok_or_else(|| bad(format!("{local_port}: no port")))?;
@@ -159,6 +168,14 @@ mod tests {
             [n("eth0", "leaf0", "swp4"), n("eth1", "leaf1", "swp4")]
         );
         assert_eq!(neighbours(NONE, "h3").unwrap(), []);
+        // A chassis that sends no system name: named by its ID.
+        let unnamed = r#"{"lldp": {"interface": {"eth0": {"chassis": {"id": {"type": "mac",
+            "value": "4a:5c:6a:da:09:04"}, "capability": {"type": "Bridge", "enabled": true}},
+            "port": {"id": {"type": "ifname", "value": "Ethernet8"}}}}}}"#;
+        assert_eq!(
+            neighbours(unnamed, "h4").unwrap(),
+            [n("eth0", "4a-5c-6a-da-09-04", "Ethernet8")]
+        );
         let e = neighbours("{\"hello\": 1}", "x.json")
             .unwrap_err()
             .to_string();

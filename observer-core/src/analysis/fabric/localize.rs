@@ -445,11 +445,11 @@ pub fn localize(
     // it, chance judged at `null`: it explains enough bad QPs not yet explained, and the QPs
     // crossing it are bad far more often than those that do not, by more than chance would
     // make them; a host's own link only when the host stands out among its neighbours.
-    let passes = |l: usize, through: &[f64], bad_through: &[f64], elsewhere: f64, null: f64| {
-        bad_through[l] >= opts.min_qps
-            && through[l] > 0.0
-            && bad_through[l] / through[l] >= opts.rate_ratio * elsewhere
-            && poisson_tail(through[l] * null, bad_through[l].floor() as u64) <= alpha
+    let passes = |l: usize, bad: f64, crossing: f64, elsewhere: f64, null: f64, alpha: f64| {
+        bad >= opts.min_qps
+            && crossing > 0.0
+            && bad / crossing >= opts.rate_ratio * elsewhere
+            && poisson_tail(crossing * null, bad.floor() as u64) <= alpha
             && topo
                 .host_end(l as LinkId)
                 .is_none_or(|h| host_stands_out(h, l as LinkId))
@@ -473,14 +473,22 @@ pub fn localize(
         let single = order.iter().copied().find(|&l| {
             let elsewhere = outside(l, &through, &bad_through, rest_qps, rest_bad);
             let null = elsewhere.max(rest_bad / rest_qps.max(1.0));
-            passes(l, &through, &bad_through, elsewhere, null)
+            passes(l, bad_through[l], through[l], elsewhere, null, alpha)
         });
         // Two faulty links each raise the share of bad QPs outside the other: when no link
         // stands out alone, a pair of the most voted links is named together when each would
         // be named once the other's QPs were explained (judged against the QPs crossing
         // neither, chance at the share among those not crossing the other).
-        let named: Vec<usize> = match single {
-            Some(l) => vec![l],
+        // Each link named with the figures it was judged on: (link, bad QPs, QPs crossing
+        // it, the share of bad QPs elsewhere).
+        let named: Vec<(usize, f64, f64, f64)> = match single {
+            Some(l) => vec![(
+                l,
+                bad_through[l],
+                through[l],
+                outside(l, &through, &bad_through, rest_qps, rest_bad),
+            )],
+            None if named_links.len() + 2 > most_links => break,
             None => {
                 let candidates: Vec<usize> = order
                     .iter()
@@ -493,31 +501,71 @@ pub fn localize(
                     })
                     .take(PAIR_CANDIDATES)
                     .collect();
+                // Chance over every pair that may be tried, not one test.
+                let pairs = (PAIR_CANDIDATES * (PAIR_CANDIDATES - 1) / 2).max(1);
+                let alpha_pair = alpha / pairs as f64;
                 let mut pair = None;
                 'pairs: for (i, &a) in candidates.iter().enumerate() {
                     for &b in &candidates[i + 1..] {
-                        // The QPs crossing neither link, and the bad ones among them.
-                        let (mut n, mut bad) = (0.0, 0.0);
+                        // Each link's QPs that do not cross the other, the QPs crossing neither,
+                        // and the bad ones among each: [QPs, bad] for a alone, b alone, neither.
+                        // Exact only where the QPs' paths are (known or hashed): a path split
+                        // among candidates gives each link a probability, not their joint one.
+                        let mut sums = [[0.0f64; 2]; 3];
+                        let mut exact = true;
                         for (k, q) in rest.iter().enumerate() {
                             if gone[k] {
                                 continue;
                             }
-                            let w = (1.0 - q.paths.through(a as LinkId))
-                                * (1.0 - q.paths.through(b as LinkId));
-                            n += w;
-                            if q.bad > 0 {
-                                bad += w;
+                            let (pa, pb) =
+                                (q.paths.through(a as LinkId), q.paths.through(b as LinkId));
+                            if (pa > 0.0 && pa < 1.0) || (pb > 0.0 && pb < 1.0) {
+                                exact = false;
+                                break;
+                            }
+                            let bad = if q.bad > 0 { 1.0 } else { 0.0 };
+                            for (slot, w) in
+                                [pa * (1.0 - pb), pb * (1.0 - pa), (1.0 - pa) * (1.0 - pb)]
+                                    .into_iter()
+                                    .enumerate()
+                            {
+                                sums[slot][0] += w;
+                                sums[slot][1] += w * bad;
                             }
                         }
-                        let neither = if n >= 1.0 { bad / n } else { 1.0 };
+                        if !exact {
+                            continue;
+                        }
+                        let [only_a, only_b, neither] = sums;
+                        let neither = if neither[0] >= 1.0 {
+                            neither[1] / neither[0]
+                        } else {
+                            1.0
+                        };
+                        // Chance at the share among the QPs not crossing the other link.
                         let left = |other: usize| {
                             (rest_bad - bad_through[other]).max(0.0)
                                 / (rest_qps - through[other]).max(1.0)
                         };
-                        if passes(a, &through, &bad_through, neither, neither.max(left(b)))
-                            && passes(b, &through, &bad_through, neither, neither.max(left(a)))
-                        {
-                            pair = Some([a, b]);
+                        if passes(
+                            a,
+                            only_a[1],
+                            only_a[0],
+                            neither,
+                            neither.max(left(b)),
+                            alpha_pair,
+                        ) && passes(
+                            b,
+                            only_b[1],
+                            only_b[0],
+                            neither,
+                            neither.max(left(a)),
+                            alpha_pair,
+                        ) {
+                            pair = Some([
+                                (a, only_a[1], only_a[0], neither),
+                                (b, only_b[1], only_b[0], neither),
+                            ]);
                             break 'pairs;
                         }
                     }
@@ -530,7 +578,7 @@ pub fn localize(
         };
         // Each named with the figures it was judged on (a pair's both before either's QPs
         // leave), then their bad QPs explained.
-        for &l in &named {
+        for &(l, bad_l, through_l, baseline) in &named {
             let link = l as LinkId;
             let explained: Vec<(f64, u64)> = active
                 .iter()
@@ -552,11 +600,11 @@ pub fn localize(
                 link: Some(link),
                 node: host,
                 votes: votes[l],
-                bad_qps: bad_through[l],
-                qps: through[l],
+                bad_qps: bad_l,
+                qps: through_l,
                 bad_packets: explained.iter().map(|(_, b)| b).sum(),
-                rate: bad_through[l] / through[l],
-                baseline: outside(l, &through, &bad_through, rest_qps, rest_bad),
+                rate: bad_l / through_l,
+                baseline,
                 qps_named: name_qps(
                     active
                         .iter()
@@ -569,7 +617,7 @@ pub fn localize(
         }
         active.retain(|&i| {
             let q = rest[i];
-            if named.iter().all(|&l| q.paths.through(l as LinkId) == 0.0) {
+            if named.iter().all(|n| q.paths.through(n.0 as LinkId) == 0.0) {
                 return true;
             }
             for (m, w) in &q.paths.links {
