@@ -187,7 +187,7 @@ fn trace_finds_each_qps_path_and_fabric_names_the_faulty_link_switch_or_host() {
     }
     let scratch = Scratch::new("fabric-live");
     let mut lab = LeafSpine::create(2, 4, 2);
-    let qps = lab.qps(3);
+    let qps = lab.qps(6);
 
     // Every QP direction traced from its own host.
     let paths = trace_all(&lab, &qps, &scratch);
