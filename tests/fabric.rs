@@ -532,7 +532,19 @@ fn trace_refuses_what_it_may_not_probe() {
         assert_eq!(status.code(), Some(code), "{args:?}: {err}");
         assert!(out.is_empty(), "{out}");
         assert!(err.contains(want), "{args:?}: {err:?} should say {want:?}");
-    }
+    } // A report none of whose QP directions leaves from this host: nothing to trace.
+    let dir = Scratch::new("trace-report");
+    let lines = dir.file(
+        "h9.jsonl",
+        r#"{"qps":[{"src":"198.18.99.1","dst":"198.18.99.2","qp":17,"sport":49152,"dir":"rx","mirror":"","packets":10,"ce_packets":0,"psn_missing":0,"retransmissions":0}],"rest":{"packets":0,"ce_packets":0,"psn_missing":0,"retransmissions":0}}"#,
+    );
+    let (status, out, err) = output(Command::new(CLI).args(["trace", "--report"]).arg(&lines));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        error_line(&err).contains("no QP direction in it leaves from this host's addresses"),
+        "{err}"
+    );
 }
 
 /// `roce-observer topology --lldp`: real lldpd output (recorded in a netns lab) gives the hosts'

@@ -3,7 +3,7 @@
 
 use std::{net::IpAddr, time::Duration};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use roce_observer::{
     render,
@@ -21,8 +21,13 @@ const MAX_RATE: u32 = 1000;
 pub struct TraceArgs {
     /// A QP direction to trace: SRC,SPORT,DST (SRC: the local address it leaves from, or
     /// `any`); repeat for several. The probes go only to these destinations.
-    #[arg(long = "flow", value_name = "SRC,SPORT,DST", value_parser = parse_flow, required = true)]
+    #[arg(long = "flow", value_name = "SRC,SPORT,DST", value_parser = parse_flow, required_unless_present = "report")]
     pub flows: Vec<(Option<IpAddr>, u16, IpAddr)>,
+    /// Also trace every QP direction that leaves this host in a JSON report (`diagnose
+    /// --json`, `replay --json`) or a sidecar's JSON lines (`run --jsonl`), each with its own
+    /// DSCP where the report has it.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<String>,
     /// The DSCP the probes carry (the QP's traffic class; ECN is ECT(0), as RoCE's).
     #[arg(long, default_value_t = 26, value_parser = clap::value_parser!(u8).range(0..=63))]
     pub dscp: u8,
@@ -93,7 +98,7 @@ pub fn trace(a: TraceArgs) -> Result<()> {
         ))
         .into());
     }
-    let flows: Vec<Flow> = a
+    let mut flows: Vec<Flow> = a
         .flows
         .iter()
         .map(|&(src, sport, dst)| Flow {
@@ -104,6 +109,32 @@ pub fn trace(a: TraceArgs) -> Result<()> {
             dest_qp: a.dest_qp,
         })
         .collect();
+    if let Some(file) = &a.report {
+        let local = trace::local_addresses()?;
+        let mine: Vec<Flow> = report_directions(file, a.dscp)?
+            .into_iter()
+            .filter(|(src, ..)| local.contains(src))
+            .map(|(src, dst, sport, dscp)| Flow {
+                src: Some(src),
+                dst,
+                sport,
+                dscp,
+                dest_qp: a.dest_qp,
+            })
+            .filter(|f| !flows.contains(f))
+            .collect();
+        if mine.is_empty() {
+            anyhow::bail!(
+                "{file}: no QP direction in it leaves from this host's addresses ({})",
+                local
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        flows.extend(mine);
+    }
     for (i, f) in flows.iter().enumerate() {
         if flows[..i].contains(f) {
             return Err(UsageError(format!(
@@ -130,4 +161,37 @@ pub fn trace(a: TraceArgs) -> Result<()> {
             write!(out, "{}", render::trace::render(&traces))
         }
     })
+}
+
+/// The QP directions of a JSON report or a sidecar's JSON lines: source, destination, UDP
+/// source port and DSCP (the report's first, else `dscp`), each once.
+fn report_directions(file: &str, dscp: u8) -> Result<Vec<(IpAddr, IpAddr, u16, u8)>> {
+    use roce_observer::analysis::fabric;
+    let open =
+        || std::fs::File::open(file).with_context(|| format!("cannot read the report {file}"));
+    let mut first = String::new();
+    {
+        use std::io::BufRead;
+        let mut r = std::io::BufReader::new(open()?);
+        r.read_line(&mut first)
+            .with_context(|| format!("cannot read the report {file}"))?;
+    }
+    let mut out: Vec<(IpAddr, IpAddr, u16, u8)> = Vec::new();
+    if fabric::is_sidecar_line(&first) {
+        let s = fabric::sidecar_evidence(std::io::BufReader::new(open()?), file)?;
+        out.extend(s.evidence.iter().map(|e| (e.src, e.dst, e.src_port, dscp)));
+    } else {
+        let report = fabric::read_report(open()?, file)?;
+        out.extend(report.flows.iter().filter(|f| f.dest_qp != 1).map(|f| {
+            (
+                f.src_ip,
+                f.dst_ip,
+                f.udp_src_port,
+                f.dscp.first().copied().unwrap_or(dscp),
+            )
+        }));
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|d| seen.insert((d.0, d.1, d.2)));
+    Ok(out)
 }

@@ -418,6 +418,23 @@ impl State {
     }
 }
 
+/// The addresses of this host's interfaces (those a QP direction may leave from).
+pub fn local_addresses() -> Result<Vec<IpAddr>, TraceError> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| TraceError::Socket {
+        flow: "this host".into(),
+        what: "list its addresses",
+        source: io_err(e),
+    })?;
+    Ok(addrs
+        .filter_map(|a| {
+            let s = a.address?;
+            s.as_sockaddr_in()
+                .map(|v| IpAddr::from(v.ip()))
+                .or_else(|| s.as_sockaddr_in6().map(|v| IpAddr::from(v.ip())))
+        })
+        .collect())
+}
+
 /// Traces every flow (side by side, one probe outstanding per flow, at most `opts.rate` probes
 /// a second in all). Refuses the whole request, before sending anything, when one flow may not
 /// be probed.

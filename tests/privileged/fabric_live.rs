@@ -72,7 +72,10 @@ fn trace_all(
 
 /// Every traced direction's path as node names, host to host, by (src, dst, sport); the node
 /// of a router address from the topology.
-fn traced(lab: &LeafSpine, files: &[PathBuf]) -> BTreeMap<(String, String, u16), Vec<String>> {
+fn traced_paths(
+    lab: &LeafSpine,
+    files: &[PathBuf],
+) -> BTreeMap<(String, String, u16), Vec<String>> {
     let topo = roce_observer::analysis::fabric::Topology::parse(&lab.topology, "lab").unwrap();
     let mut traces = Vec::new();
     for f in files {
@@ -191,7 +194,7 @@ fn trace_finds_each_qps_path_and_fabric_names_the_faulty_link_switch_or_host() {
 
     // Every QP direction traced from its own host.
     let paths = trace_all(&lab, &qps, &scratch);
-    let traced = traced(&lab, &paths);
+    let traced = traced_paths(&lab, &paths);
     assert_eq!(traced.len(), 2 * qps.len(), "every direction traced");
     let host_names: BTreeMap<String, String> = lab
         .hosts
@@ -388,5 +391,26 @@ fn trace_finds_each_qps_path_and_fabric_names_the_faulty_link_switch_or_host() {
         assert_eq!(l["verdict"], "clean", "{signal}: {l:#}");
         assert_eq!(l["suspects"].as_array().unwrap().len(), 0, "{l:#}");
         assert!(l["qps"].as_u64().unwrap() >= qps.len() as u64, "{l:#}");
+    }
+
+    // `trace --report`: the directions a host's own sidecar saw leave it, traced again, give
+    // the paths the first traces gave.
+    let (status, out, err) = integration_tests::output(
+        lab.hosts[0]
+            .ns
+            .command(CLI)
+            .args([
+                "trace", "--json", "--rate", "1000", "--wait", "300ms", "--gaps", "1",
+            ])
+            .arg("--report")
+            .arg(scratch.path("clean-h0.jsonl")),
+    );
+    assert!(status.success(), "{err}");
+    let again = traced_paths(&lab, &[scratch.file("again-h0.json", &out)]);
+    let h0 = lab.hosts[0].addr.to_string();
+    let first: BTreeMap<_, _> = traced.iter().filter(|(k, _)| k.0 == h0).collect();
+    assert_eq!(again.len(), first.len(), "every direction leaving h0");
+    for (k, path) in &again {
+        assert_eq!(Some(&path), first.get(k), "{k:?}");
     }
 }
