@@ -111,18 +111,38 @@ pub fn trace(a: TraceArgs) -> Result<()> {
         .collect();
     if let Some(file) = &a.report {
         let local = trace::local_addresses()?;
-        let mine: Vec<Flow> = report_directions(file, a.dscp)?
-            .into_iter()
-            .filter(|(src, ..)| local.contains(src))
-            .map(|(src, dst, sport, dscp)| Flow {
+        let mut mine: Vec<Flow> = Vec::new();
+        for (src, dst, sport, dscp) in report_directions(file, a.dscp)? {
+            let f = Flow {
                 src: Some(src),
                 dst,
                 sport,
                 dscp,
                 dest_qp: a.dest_qp,
-            })
-            .filter(|f| !flows.contains(f))
-            .collect();
+            };
+            // A direction of the flags' already (one socket per source port and destination).
+            if !local.contains(&src)
+                || flows
+                    .iter()
+                    .any(|g| g.sport == sport && g.dst == dst && g.src.is_none_or(|s| s == src))
+            {
+                continue;
+            }
+            let link_local = match src {
+                IpAddr::V6(a) => a.is_unicast_link_local(),
+                IpAddr::V4(a) => a.is_link_local(),
+            };
+            if let Some(why) = f
+                .refusal()
+                .or_else(|| link_local.then(|| "a link-local source".to_string()))
+            {
+                eprintln!(
+                    "roce-observer: warning: {file}: {src}:{sport} -> {dst} not traced: {why}"
+                );
+                continue;
+            }
+            mine.push(f);
+        }
         if mine.is_empty() {
             anyhow::bail!(
                 "{file}: no QP direction in it leaves from this host's addresses ({})",
@@ -167,21 +187,20 @@ pub fn trace(a: TraceArgs) -> Result<()> {
 /// source port and DSCP (the report's first, else `dscp`), each once.
 fn report_directions(file: &str, dscp: u8) -> Result<Vec<(IpAddr, IpAddr, u16, u8)>> {
     use roce_observer::analysis::fabric;
-    let open =
-        || std::fs::File::open(file).with_context(|| format!("cannot read the report {file}"));
-    let mut first = String::new();
-    {
-        use std::io::BufRead;
-        let mut r = std::io::BufReader::new(open()?);
-        r.read_line(&mut first)
-            .with_context(|| format!("cannot read the report {file}"))?;
-    }
+    // Read once (a pipe cannot be opened twice); the first line that is not blank tells the
+    // format.
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read the report {file}"))?;
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
     let mut out: Vec<(IpAddr, IpAddr, u16, u8)> = Vec::new();
-    if fabric::is_sidecar_line(&first) {
-        let s = fabric::sidecar_evidence(std::io::BufReader::new(open()?), file)?;
+    if fabric::is_sidecar_line(first) {
+        let s = fabric::sidecar_evidence(text.as_bytes(), file)?;
         out.extend(s.evidence.iter().map(|e| (e.src, e.dst, e.src_port, dscp)));
     } else {
-        let report = fabric::read_report(open()?, file)?;
+        let report = fabric::read_report(text.as_bytes(), file)?;
         out.extend(report.flows.iter().filter(|f| f.dest_qp != 1).map(|f| {
             (
                 f.src_ip,

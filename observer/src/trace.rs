@@ -232,8 +232,9 @@ fn open(flow: &Flow) -> Result<(OwnedFd, IpAddr), TraceError> {
 
 impl State {
     fn send(&mut self, now: Instant) -> Result<(), TraceError> {
+        let name = self.flow.name();
         let fail = |what, e: nix::Error| TraceError::Socket {
-            flow: self.flow.name(),
+            flow: name.clone(),
             what,
             source: io_err(e),
         };
@@ -245,12 +246,22 @@ impl State {
                 .map_err(|e| fail("IPV6_UNICAST_HOPS", e))?;
         }
         let p = payload(self.flow.dest_qp, self.ttl, self.attempt);
-        match socket::send(self.fd.as_raw_fd(), &p, MsgFlags::empty()) {
-            Ok(_) => {}
-            // An ICMP error pending on the socket is reported by the next call; the error
-            // queue has it, and the probe is sent again when it has been read.
-            Err(nix::Error::EHOSTUNREACH | nix::Error::ENETUNREACH | nix::Error::ECONNREFUSED) => {}
-            Err(e) => return Err(fail("send a probe", e)),
+        // An ICMP answer that came in since the last read fails the next send (which sends
+        // nothing, and clears the error): read what is queued (no probe is outstanding, so a
+        // short quote is dropped), then send again.
+        for _ in 0..2 {
+            match socket::send(self.fd.as_raw_fd(), &p, MsgFlags::empty()) {
+                Ok(_) => break,
+                Err(
+                    nix::Error::EHOSTUNREACH | nix::Error::ENETUNREACH | nix::Error::ECONNREFUSED,
+                ) => {
+                    self.read(now);
+                    if self.end.is_some() {
+                        return Ok(());
+                    }
+                }
+                Err(e) => return Err(fail("send a probe", e)),
+            }
         }
         self.sent = Some(now);
         Ok(())
@@ -268,6 +279,9 @@ impl State {
                 Some(&mut cmsg),
                 MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
             ) else {
+                // The queue is empty; an error the kernel set after queueing its answer (read
+                // already) would keep poll reporting POLLERR: clear it.
+                let _ = socket::getsockopt(&self.fd, sockopt::SocketError);
                 return;
             };
             let len = msg.bytes;
@@ -372,6 +386,8 @@ impl State {
                 Answer::Reached => {
                     self.sent = None;
                     self.end = Some(End::Reached);
+                    // The TTLs after it that went unanswered were past the destination.
+                    self.hops.truncate(usize::from(ttl));
                 }
                 Answer::Unreachable { .. } => {
                     self.sent = None;
@@ -584,6 +600,82 @@ mod tests {
             .refusal()
             .is_some()
         );
+    }
+
+    /// The state machine alone (a real socket, to the loopback, that sends nothing here).
+    fn state(max_ttl: u8) -> State {
+        let f = Flow {
+            src: None,
+            dst: "127.0.0.1".parse().unwrap(),
+            sport: 0x7000 + max_ttl as u16,
+            dscp: 26,
+            dest_qp: DEFAULT_DEST_QP,
+        };
+        let (fd, src) = open(&f).unwrap();
+        State {
+            flow: f,
+            fd,
+            src,
+            ttl: 1,
+            attempt: 0,
+            sent: Some(Instant::now()),
+            silent_run: 0,
+            max_ttl,
+            hops: Vec::new(),
+            end: None,
+        }
+    }
+
+    #[test]
+    fn answers_late_and_on_time_and_silence() {
+        let now = Instant::now();
+        let router: Option<IpAddr> = Some("198.19.0.1".parse().unwrap());
+        let dst = Some("127.0.0.1".parse().unwrap());
+        let mut s = state(8);
+        // TTL 1 answered: on to 2.
+        s.answered(1, 0, 11, 0, router, false, now);
+        assert_eq!((s.ttl, s.silent_run, s.sent), (2, 0, None));
+        // TTL 2 unanswered twice (two attempts): a silent hop, on to 3.
+        s.sent = Some(now);
+        s.timed_out(2, 3);
+        assert_eq!((s.ttl, s.attempt), (2, 1));
+        s.sent = Some(now);
+        s.timed_out(2, 3);
+        assert_eq!((s.ttl, s.silent_run), (3, 1));
+        // TTL 2's answer, late: filled in, the silent run shortened, still at 3.
+        s.sent = Some(now);
+        s.answered(2, 1, 11, 0, router, false, now);
+        assert_eq!((s.ttl, s.silent_run), (3, 0));
+        assert_eq!(s.hops[1].address, router);
+        assert!(s.sent.is_some(), "the current probe still waits");
+        // An answer from a later TTL than any sent is nobody's.
+        s.answered(9, 0, 11, 0, router, false, now);
+        assert_eq!(s.ttl, 3);
+        // 3 and 4 unanswered, then the destination answers 3 late: reached, nothing after.
+        s.timed_out(1, 3);
+        s.sent = Some(now);
+        s.timed_out(1, 3);
+        assert_eq!(s.ttl, 5);
+        s.answered(3, 0, 3, 3, dst, false, now);
+        assert_eq!(s.end, Some(End::Reached));
+        assert_eq!(s.hops.len(), 3);
+        // Silence: gaps unanswered TTLs in a row end it.
+        let mut s = state(9);
+        s.timed_out(1, 2);
+        s.sent = Some(now);
+        s.timed_out(1, 2);
+        assert_eq!(s.end, Some(End::Silent));
+        // The largest TTL answered by a router.
+        let mut s = state(1);
+        s.answered(1, 0, 11, 0, router, false, now);
+        assert_eq!(s.end, Some(End::MaxTtl));
+        // IPv6: time exceeded is type 3, port unreachable 1/4.
+        let mut s = state(10);
+        s.answered(1, 0, 3, 0, router, true, now);
+        assert_eq!(s.ttl, 2);
+        s.sent = Some(now);
+        s.answered(2, 0, 1, 4, dst, true, now);
+        assert_eq!(s.end, Some(End::Reached));
     }
 
     #[test]

@@ -578,12 +578,20 @@ pub fn localize(
         };
         // Each named with the figures it was judged on (a pair's both before either's QPs
         // leave), then their bad QPs explained.
-        for &(l, bad_l, through_l, baseline) in &named {
+        for (k, &(l, bad_l, through_l, baseline)) in named.iter().enumerate() {
             let link = l as LinkId;
+            // A QP crossing both links of a pair is the first's to show (counted once).
+            let mine = |q: &Placed| {
+                q.paths.through(link) > 0.0
+                    && named[..k]
+                        .iter()
+                        .all(|o| q.paths.through(o.0 as LinkId) == 0.0)
+            };
             let explained: Vec<(f64, u64)> = active
                 .iter()
-                .map(|i| (rest[*i].paths.through(link), rest[*i].bad))
-                .filter(|(p, _)| *p > 0.0)
+                .map(|i| rest[*i])
+                .filter(|q| mine(q))
+                .map(|q| (q.paths.through(link), q.bad))
                 .collect();
             let n = explained.len().max(1) as f64;
             let host = topo.host_end(link);
@@ -605,12 +613,7 @@ pub fn localize(
                 bad_packets: explained.iter().map(|(_, b)| b).sum(),
                 rate: bad_l / through_l,
                 baseline,
-                qps_named: name_qps(
-                    active
-                        .iter()
-                        .map(|i| rest[*i])
-                        .filter(|q| q.paths.through(link) > 0.0),
-                ),
+                qps_named: name_qps(active.iter().map(|i| rest[*i]).filter(|q| mine(q))),
                 placed: explained.iter().map(|(p, _)| p).sum::<f64>() / n,
             });
             named_links.push(out.suspects.len() - 1);
