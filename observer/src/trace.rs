@@ -357,16 +357,7 @@ impl State {
         let rtt = current
             .then(|| self.sent.map(|s| now.duration_since(s).as_micros() as u64))
             .flatten();
-        let slot = usize::from(ttl - 1);
-        if self.hops.len() <= slot {
-            self.hops.resize_with(slot + 1, || Hop {
-                ttl: 0,
-                address: None,
-                rtt_us: None,
-                answer: None,
-            });
-        }
-        let hop = &mut self.hops[slot];
+        let hop = self.hop(ttl);
         if hop.answer.is_some() {
             return;
         }
@@ -407,14 +398,9 @@ impl State {
         }
     }
 
-    /// The outstanding probe went unanswered for `wait`.
-    fn timed_out(&mut self, attempts: u8, gaps: u8) {
-        self.sent = None;
-        self.attempt += 1;
-        if self.attempt < attempts {
-            return;
-        }
-        let slot = usize::from(self.ttl - 1);
+    /// TTL `ttl`'s hop (those before it made, unanswered, where missing).
+    fn hop(&mut self, ttl: u8) -> &mut Hop {
+        let slot = usize::from(ttl.max(1) - 1);
         if self.hops.len() <= slot {
             self.hops.resize_with(slot + 1, || Hop {
                 ttl: 0,
@@ -423,7 +409,18 @@ impl State {
                 answer: None,
             });
         }
-        self.hops[slot].ttl = self.ttl;
+        &mut self.hops[slot]
+    }
+
+    /// The outstanding probe went unanswered for `wait`.
+    fn timed_out(&mut self, attempts: u8, gaps: u8) {
+        self.sent = None;
+        self.attempt += 1;
+        if self.attempt < attempts {
+            return;
+        }
+        let ttl = self.ttl;
+        self.hop(ttl).ttl = ttl;
         self.attempt = 0;
         self.silent_run += 1;
         if self.silent_run >= gaps || self.ttl >= self.max_ttl {
