@@ -739,10 +739,26 @@ fn poisson_tail(mean: f64, k: u64) -> f64 {
     if k as f64 > mean + 12.0 * mean.sqrt() + 40.0 {
         return 0.0;
     }
-    // Where the first term underflows (a mean above ~700), 1: no more than chance, as a test
-    // that cannot tell must say.
+    // Where exp(-mean) underflows (a mean above ~700), the tail is summed upwards from k in
+    // log space (ln k! by Stirling's series, exact to ~1e-12 there). At or below the mean the
+    // tail is about one half or more: 1, no more than chance.
     if mean > 700.0 {
-        return 1.0;
+        if k as f64 <= mean {
+            return 1.0;
+        }
+        let kf = k as f64;
+        let ln_fact =
+            kf * kf.ln() - kf + 0.5 * (2.0 * std::f64::consts::PI * kf).ln() + 1.0 / (12.0 * kf)
+                - 1.0 / (360.0 * kf.powi(3));
+        let mut term = (-mean + kf * mean.ln() - ln_fact).exp();
+        let mut sum = 0.0;
+        let mut i = kf;
+        while term > sum * 1e-17 && term > 0.0 {
+            sum += term;
+            i += 1.0;
+            term *= mean / i;
+        }
+        return sum.min(1.0);
     }
     let (mut term, mut below) = ((-mean).exp(), 0.0);
     for i in 0..k {
@@ -1055,6 +1071,20 @@ mod tests {
         assert!((poisson_tail(0.97, 4) - 0.017_203_657).abs() < 1e-8);
         assert_eq!(poisson_tail(0.0, 3), 0.0);
         assert_eq!(poisson_tail(2.0, 500), 0.0);
+        // Large means (exp(-mean) underflows), against Python's
+        // sum(exp(-m + i*log(m) - lgamma(i+1)) for i in range(k, k + 5000)).
+        for (m, k, want) in [
+            (1000.0, 1100, 0.000_962_630_405_866_280_4),
+            (800.0, 900, 0.000_275_913_440_907_361_97),
+            (5000.0, 5300, 1.354_518_182_882_969e-5),
+        ] {
+            let got = poisson_tail(m, k);
+            assert!(
+                (got / want - 1.0).abs() < 1e-8,
+                "P(X >= {k} | {m}) = {got}, not {want}"
+            );
+        }
+        assert_eq!(poisson_tail(1000.0, 990), 1.0);
     }
 
     #[test]
