@@ -67,17 +67,7 @@ pub fn records_windows(
     window: Option<u64>,
 ) -> Result<std::collections::BTreeMap<u64, Vec<QpEvidence>>, FabricError> {
     let mut per_window: std::collections::BTreeMap<u64, ViewSums> = Default::default();
-    for (i, line) in reader.lines().enumerate() {
-        let bad = |problem: String| FabricError::Records {
-            origin: origin.into(),
-            line: i + 1,
-            problem,
-        };
-        let line = line.map_err(|e| bad(e.to_string()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row: serde_json::Value = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+    for_each_json_line(reader, origin, |row, bad| {
         let text = |name: &str| {
             row.get(name)
                 .and_then(serde_json::Value::as_str)
@@ -115,7 +105,7 @@ pub fn records_windows(
             number("ce")?,
         ];
         if key.3 == QP_CM {
-            continue;
+            return Ok(());
         }
         let start = match window {
             Some(w) => number("interval_start_ns")? / w.max(1) * w.max(1),
@@ -132,11 +122,37 @@ pub fn records_windows(
             label("mirror_session"),
         ];
         per_window.entry(start).or_default().add(view, key, counts);
-    }
+        Ok(())
+    })?;
     Ok(per_window
         .into_iter()
         .map(|(w, sums)| (w, sums.evidence()))
         .collect())
+}
+
+/// Calls `each` with every JSON line of `reader` (blank lines skipped) and the error maker for
+/// that line (`origin` and its number); a line that cannot be read or is not JSON is an error
+/// of that line.
+fn for_each_json_line(
+    reader: impl std::io::BufRead,
+    origin: &str,
+    mut each: impl FnMut(&serde_json::Value, &dyn Fn(String) -> FabricError) -> Result<(), FabricError>,
+) -> Result<(), FabricError> {
+    for (i, line) in reader.lines().enumerate() {
+        let bad = |problem: String| FabricError::Records {
+            origin: origin.into(),
+            line: i + 1,
+            problem,
+        };
+        let line = line.map_err(|e| bad(e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+        each(&value, &bad)?;
+    }
+    Ok(())
 }
 
 type Key = (std::net::IpAddr, std::net::IpAddr, u16, u32);
@@ -221,17 +237,7 @@ pub fn sidecar_windows(
     window: Option<u64>,
 ) -> Result<std::collections::BTreeMap<u64, SidecarEvidence>, FabricError> {
     let mut per_window: std::collections::BTreeMap<u64, (ViewSums, [u64; 4])> = Default::default();
-    for (i, line) in reader.lines().enumerate() {
-        let bad = |problem: String| FabricError::Records {
-            origin: origin.into(),
-            line: i + 1,
-            problem,
-        };
-        let line = line.map_err(|e| bad(e.to_string()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+    for_each_json_line(reader, origin, |v, bad| {
         let qps = v
             .get("qps")
             .and_then(serde_json::Value::as_array)
@@ -292,7 +298,8 @@ pub fn sidecar_windows(
                 *s = s.saturating_add(c);
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(per_window
         .into_iter()
         .map(|(w, (sums, rest))| {
