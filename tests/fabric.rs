@@ -334,10 +334,22 @@ fn records_give_the_evidence_their_report_gives() {
     let from_report = sort(fabric::merge(fabric::evidence_of(&report)));
     let table = records.join("qp_intervals.jsonl");
     let text = std::fs::read_to_string(&table).unwrap();
+    let sides = std::fs::read_to_string(records.join("connection_sides.jsonl")).unwrap();
     let from_records = sort(fabric::merge(
-        fabric::records_evidence(text.as_bytes(), "qp_intervals.jsonl").unwrap(),
+        fabric::records_evidence(text.as_bytes(), "qp_intervals.jsonl")
+            .unwrap()
+            .into_iter()
+            .chain(
+                fabric::sides_windows(sides.as_bytes(), "connection_sides.jsonl", None)
+                    .unwrap()
+                    .into_values()
+                    .flatten(),
+            ),
     ));
+    // (The congested QP's CNPs go to the direction they answer, from the sides' table as
+    // from the report's connections.)
     assert!(from_report.iter().any(|e| e.lost > 0) && from_report.iter().any(|e| e.ce > 0));
+    assert!(from_report.iter().any(|e| e.cnp > 0));
     assert_eq!(from_records, from_report);
     // A line that is not a row: named with its line.
     let bad = fabric::records_evidence("{\"src_addr\": 1}\n".as_bytes(), "x.jsonl").unwrap_err();
@@ -711,4 +723,112 @@ fn windows_follow_one_incident_across_a_clean_window() {
         error_line(&err).contains("--windows needs the evidence's times"),
         "{err}"
     );
+}
+
+/// `fabric --windows` over fleet records with their connection sides: the QPs' ACK latency
+/// rises in two of eight one-minute windows on the QPs whose round trip (either way: answers
+/// come back from ports of their own half the time) crosses one delaying link; latency names
+/// that link as one incident, loss and CE nothing.
+#[test]
+fn records_ack_latency_names_the_delaying_link() {
+    let dir = Scratch::new("fabric-latency");
+    let text = topology_file(2, 3);
+    let topo_path = dir.file("fabric.toml", &text);
+    let truth = Topology::parse(&text, "fabric.toml").unwrap();
+    let slow = truth
+        .link_between(truth.node("l2").unwrap(), truth.node("s1").unwrap())
+        .unwrap();
+    const MINUTE: u64 = 60_000_000_000;
+    let t0 = 1_800_000_000 * 1_000_000_000u64;
+    let records = dir.path("records");
+    std::fs::create_dir_all(&records).unwrap();
+    let (mut qp_rows, mut side_rows) = (String::new(), String::new());
+    for w in 0..8u64 {
+        // The same QPs every window (one seed): only the delay changes.
+        let work = Workload {
+            qps: 400,
+            packets: 2000,
+            background: 0.0,
+            seed: 77,
+        };
+        let delays = if (5..7).contains(&w) {
+            vec![sim::Delay {
+                link: slow,
+                ns: 60_000,
+            }]
+        } else {
+            Vec::new()
+        };
+        let start = t0 + w * MINUTE + 1_000_000_000;
+        for (e, _) in sim::evidence_delayed(&truth, &work, &[], &delays) {
+            let ack = e.ack.unwrap();
+            let (back_port, back_qp) = ack.reverse.unwrap();
+            let exporter = format!("{}/mlx5_0/1", e.src);
+            qp_rows += &format!(
+                "{}\n",
+                serde_json::json!({
+                    "exporter": exporter, "interval_start_ns": start, "direction": "transmit",
+                    "vantage": "host", "mirror_session": "", "src_addr": e.src.to_string(),
+                    "dst_addr": e.dst.to_string(), "src_port": e.src_port,
+                    "dest_qp": e.dest_qp, "packets": e.packets, "psn_missing": 0,
+                    "psn_retransmissions": 0, "ce": 0,
+                })
+            );
+            for (addr, qp, peer, peer_qp, port, samples, p50) in [
+                (
+                    e.src,
+                    back_qp,
+                    e.dst,
+                    e.dest_qp,
+                    e.src_port,
+                    ack.samples,
+                    ack.p50_ns,
+                ),
+                (e.dst, e.dest_qp, e.src, back_qp, back_port, 0, 0),
+            ] {
+                side_rows += &format!(
+                    "{}\n",
+                    serde_json::json!({
+                        "exporter": exporter, "interval_start_ns": start.to_string(),
+                        "addr": addr.to_string(), "qp": qp, "peer_addr": peer.to_string(),
+                        "peer_qp": peer_qp, "ports": [port], "packets": e.packets,
+                        "ops_cnp": 0, "ack_samples": samples, "ack_p50_ns": p50.to_string(),
+                    })
+                );
+            }
+        }
+    }
+    std::fs::write(records.join("qp_intervals.jsonl"), qp_rows).unwrap();
+    std::fs::write(records.join("connection_sides.jsonl"), side_rows).unwrap();
+    let (status, out, err) = fabric(
+        &["--windows", "1m", "--json"],
+        &topo_path,
+        std::slice::from_ref(&records),
+    );
+    assert!(status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let inc = v["incidents"].as_array().unwrap();
+    assert_eq!(inc.len(), 1, "{v:#}");
+    assert_eq!(inc[0]["signal"], "latency");
+    assert_eq!(inc[0]["name"], "l2:up1 - s1:down2");
+    assert_eq!(inc[0]["windows"], 2);
+    assert_eq!(inc[0]["start_unix_ns"], t0 + 5 * MINUTE);
+    // Without windows there is no baseline: `latency` alone is refused, `all` leaves it out.
+    let (status, _, err) = fabric(
+        &["--signal", "latency"],
+        &topo_path,
+        std::slice::from_ref(&records),
+    );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(error_line(&err).contains("needs --windows"), "{err}");
+    let (status, out, err) = fabric(&["--json"], &topo_path, std::slice::from_ref(&records));
+    assert!(status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let signals: Vec<&str> = v["localizations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["signal"].as_str().unwrap())
+        .collect();
+    assert_eq!(signals, ["loss", "ce"]);
 }

@@ -38,7 +38,7 @@ pub struct FabricArgs {
     #[arg(long, value_name = "FILE")]
     pub topology: String,
     /// The evidence weighed.
-    #[arg(long, value_enum, default_value = "both")]
+    #[arg(long, value_enum, default_value = "all")]
     pub signal: SignalArg,
     /// A QP with fewer packets says nothing.
     #[arg(long, default_value_t = Options::default().min_packets)]
@@ -63,10 +63,15 @@ pub struct FabricArgs {
 pub enum SignalArg {
     /// Lost or resent request PSNs.
     Loss,
-    /// CE-marked packets.
+    /// CE-marked packets, or the CNPs that tell of them.
     Ce,
-    /// Each, one after the other.
+    /// ACK latency risen above each QP's own baseline (records' connection sides, with
+    /// --windows: the baseline is the QP's own windows').
+    Latency,
+    /// Loss, then CE.
     Both,
+    /// Loss, CE, and latency where the evidence has a baseline.
+    All,
 }
 
 impl From<SignalArg> for Vec<Signal> {
@@ -74,7 +79,9 @@ impl From<SignalArg> for Vec<Signal> {
         match s {
             SignalArg::Loss => vec![Signal::Loss],
             SignalArg::Ce => vec![Signal::Ce],
+            SignalArg::Latency => vec![Signal::Latency],
             SignalArg::Both => vec![Signal::Loss, Signal::Ce],
+            SignalArg::All => vec![Signal::Loss, Signal::Ce, Signal::Latency],
         }
     }
 }
@@ -101,6 +108,14 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             std::fs::File::open(path).with_context(|| format!("cannot read the paths {path}"))?;
         traces.extend(fabric::read_traces(reader, path)?.traces);
     }
+    if a.signal == SignalArg::Latency && a.windows.is_none() {
+        return Err(UsageError(
+            "--signal latency needs --windows: a QP's ACK latency is weighed against its own \
+             baseline, its other windows'"
+                .into(),
+        )
+        .into());
+    }
     let window_ns = a.windows.map(|w| (w.as_nanos() as u64).max(1));
     // The evidence by window (one window, key 0, without --windows).
     let mut by_window: std::collections::BTreeMap<u64, Vec<fabric::QpEvidence>> =
@@ -120,7 +135,8 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         evidence.extend(s.evidence);
     }
     for path in &a.reports {
-        // A records directory is read through its QP table.
+        // A records directory is read through its QP table and its connection sides (ACK
+        // latency, CNPs) when it has them.
         let (file, is_records) = if std::path::Path::new(path).is_dir() {
             let table = std::path::Path::new(path).join("qp_intervals.jsonl");
             if !table.is_file() {
@@ -128,7 +144,14 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
                     "{path} is a directory without qp_intervals.jsonl: not a --records directory"
                 );
             }
+            let sides = std::path::Path::new(path).join("connection_sides.jsonl");
+            if sides.is_file() {
+                read_sides(&sides.display().to_string(), window_ns, &mut by_window)?;
+            }
             (table.display().to_string(), true)
+        } else if path.ends_with("connection_sides.jsonl") {
+            read_sides(path, window_ns, &mut by_window)?;
+            continue;
         } else {
             (path.clone(), path.ends_with(".jsonl"))
         };
@@ -163,12 +186,27 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         min_packets: a.min_packets,
         ..Options::default()
     };
-    let signals = Vec::<Signal>::from(a.signal);
+    let mut signals = Vec::<Signal>::from(a.signal);
+    // `all` weighs latency only where some QP has a baseline to weigh it against.
+    if a.signal == SignalArg::All
+        && !by_window
+            .values()
+            .chain(std::iter::once(&evidence))
+            .flatten()
+            .any(|e| e.ack.is_some())
+    {
+        signals.retain(|s| *s != Signal::Latency);
+    }
     let localize = |evidence: Vec<fabric::QpEvidence>| -> Vec<fabric::Localization> {
         let mut evidence = fabric::merge(evidence);
         for e in &mut evidence {
             if let Some(p) = traced.get(&(e.src, e.dst, e.src_port)) {
                 e.path = Some(p.clone());
+            }
+            if let Some(ack) = &mut e.ack
+                && let Some((port, _)) = ack.reverse
+            {
+                ack.reverse_path = traced.get(&(e.dst, e.src, port)).cloned();
             }
         }
         signals
@@ -231,6 +269,20 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             write!(out, "{}", render::fabric::render(&runs))
         }
     })
+}
+
+/// Reads a records' `connection_sides` table into `by_window`.
+fn read_sides(
+    file: &str,
+    window_ns: Option<u64>,
+    by_window: &mut std::collections::BTreeMap<u64, Vec<fabric::QpEvidence>>,
+) -> Result<()> {
+    let reader =
+        std::fs::File::open(file).with_context(|| format!("cannot read the records {file}"))?;
+    for (w, e) in fabric::sides_windows(std::io::BufReader::new(reader), file, window_ns)? {
+        by_window.entry(w).or_default().extend(e);
+    }
+    Ok(())
 }
 
 /// The most windows `--windows` weighs (each is a localization of its own).

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::analysis::fabric::{Localization, PathSource, Verdict};
+use crate::analysis::fabric::{Localization, PathSource, Signal, Verdict};
 use crate::units::count;
 
 /// The version of [`json`]'s document.
@@ -90,7 +90,11 @@ pub fn render(runs: &[Localization]) -> String {
             match (l.too_small, l.unplaced, l.bad_traces) {
                 (0, 0, 0) => String::new(),
                 (s, u, t) => format!(
-                    "; left out: {s} with too few packets, {u} with an end on no host of the topology (or none reachable), {t} traces not on it"
+                    "; left out: {s} with {}, {u} with an end on no host of the topology (or none reachable), {t} traces not on it",
+                    match l.signal {
+                        Signal::Latency => "too few ACK samples or no baseline",
+                        Signal::Loss | Signal::Ce => "too few packets",
+                    }
                 ),
             }
         );
@@ -108,7 +112,7 @@ pub fn render(runs: &[Localization]) -> String {
         for (i, s) in l.suspects.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  {}. {} {}: {:.0} of {:.0} QPs crossing it bad ({:.1}%, {:.2}% elsewhere), {} bad packets, placed {:.0}%",
+                "  {}. {} {}: {:.0} of {:.0} QPs crossing it bad ({:.1}%, {:.2}% elsewhere), {} {}, placed {:.0}%",
                 i + 1,
                 s.kind.name(),
                 s.name,
@@ -117,6 +121,10 @@ pub fn render(runs: &[Localization]) -> String {
                 s.rate * 100.0,
                 s.baseline * 100.0,
                 s.bad_packets,
+                match l.signal {
+                    Signal::Latency => "slow ACK samples",
+                    Signal::Loss | Signal::Ce => "bad packets",
+                },
                 s.placed * 100.0
             );
         }

@@ -29,6 +29,7 @@ fn finding(signal: Signal, s: &Suspect) -> Finding {
     let (what, severity) = match signal {
         Signal::Loss => ("loses packets", Severity::Critical),
         Signal::Ce => ("marks packets CE", Severity::Warning),
+        Signal::Latency => ("delays packets", Severity::Warning),
     };
     let kind = s.kind.name();
     let hint = match (s.kind, signal) {
@@ -39,6 +40,11 @@ fn finding(signal: Signal, s: &Suspect) -> Finding {
         (SuspectKind::Link, Signal::Ce) => {
             "a congested port: the link's utilisation and the ECN thresholds of its queue; \
              ECMP spreading unevenly onto it (`roce-observer ecmp`)"
+        }
+        (SuspectKind::Link, Signal::Latency) => {
+            "a queue building on the link without loss or marks: its utilisation, PFC pauses \
+             on its ports (a paused port delays everything behind it), ECN thresholds set too \
+             high for the queue"
         }
         (SuspectKind::Switch, _) => {
             "the switch itself: its counters on every port, its buffers and ECN profile, its \
@@ -63,7 +69,7 @@ fn finding(signal: Signal, s: &Suspect) -> Finding {
         severity,
         title: format!("{kind} {} {what}", s.name),
         summary: format!(
-            "{:.0} of {:.0} QPs crossing it show {} ({:.1}%, {:.2}% elsewhere), {} {} packets",
+            "{:.0} of {:.0} QPs crossing it show {} ({:.1}%, {:.2}% elsewhere), {} {}",
             s.bad_qps,
             s.qps,
             signal.name(),
@@ -71,8 +77,9 @@ fn finding(signal: Signal, s: &Suspect) -> Finding {
             s.baseline * 100.0,
             s.bad_packets,
             match signal {
-                Signal::Loss => "lost",
-                Signal::Ce => "CE-marked",
+                Signal::Loss => "packets lost",
+                Signal::Ce => "packets CE-marked (or CNPs)",
+                Signal::Latency => "ACK samples above their QP's baseline",
             }
         ),
         evidence,

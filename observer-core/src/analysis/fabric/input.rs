@@ -7,7 +7,10 @@ use std::collections::HashMap;
 
 use crate::model::Report;
 
-use super::{FabricError, localize::QpEvidence};
+use super::{
+    FabricError,
+    localize::{AckShift, QpEvidence},
+};
 
 /// A JSON report (`replay --json`, `diagnose --json`) read from `reader` (`origin` names it
 /// in errors).
@@ -23,23 +26,35 @@ const QP_CM: u32 = 1;
 
 /// The QPs of one report: loss is the PSNs found missing or sent again (whichever is more:
 /// the receiver's side sees holes, the sender's the resends of the same PSNs), CE the
-/// packets that arrived marked.
+/// packets that arrived marked, and the CNPs a connection's side sent go to the direction
+/// they answer (its peer's towards it; its busiest port's when it used several).
 pub fn evidence_of(report: &Report) -> Vec<QpEvidence> {
-    report
+    let mut out: Vec<QpEvidence> = report
         .flows
         .iter()
         .filter(|f| f.dest_qp != QP_CM && f.psn.sprayed == 0)
         .map(|f| QpEvidence {
-            src: f.src_ip,
-            dst: f.dst_ip,
-            src_port: f.udp_src_port,
-            dest_qp: f.dest_qp,
             packets: f.packets,
             lost: f.psn.missing.max(f.psn.retransmissions),
             ce: f.ecn.ce,
-            path: None,
+            ..QpEvidence::new(f.src_ip, f.dst_ip, f.udp_src_port, f.dest_qp)
         })
-        .collect()
+        .collect();
+    for c in &report.connections {
+        for (me, peer) in [(&c.a, &c.b), (&c.b, &c.a)] {
+            let Some(qp) = me.qp.filter(|_| me.ops.cnp > 0) else {
+                continue;
+            };
+            let answered = out
+                .iter_mut()
+                .filter(|e| e.src == peer.ip && e.dst == me.ip && e.dest_qp == qp)
+                .max_by_key(|e| (peer.ports.first() == Some(&e.src_port), e.packets));
+            if let Some(e) = answered {
+                e.cnp += me.ops.cnp;
+            }
+        }
+    }
+    out
 }
 
 /// The QPs of fleet records: the `qp_intervals` table's JSONEachRow lines (`replay
@@ -74,12 +89,8 @@ pub fn records_windows(
                 .ok_or_else(|| bad(format!("no {name}: not a qp_intervals row")))
         };
         let number = |name: &str| -> Result<u64, FabricError> {
-            match row.get(name) {
-                Some(serde_json::Value::Number(n)) => n.as_u64(),
-                Some(serde_json::Value::String(s)) => s.parse().ok(),
-                _ => None,
-            }
-            .ok_or_else(|| bad(format!("{name} is not a count: not a qp_intervals row")))
+            json_count(row.get(name))
+                .ok_or_else(|| bad(format!("{name} is not a count: not a qp_intervals row")))
         };
         let label = |name: &str| {
             row.get(name)
@@ -128,6 +139,180 @@ pub fn records_windows(
         .into_iter()
         .map(|(w, sums)| (w, sums.evidence()))
         .collect())
+}
+
+/// ACK latency samples a window needs for its median to count towards a QP's baseline.
+const BASELINE_ACKS: u64 = 8;
+/// Windows of [`BASELINE_ACKS`] a QP needs for a baseline.
+const BASELINE_WINDOWS: usize = 4;
+
+/// A connection side: its address and QP, its peer's.
+type SideKey = (std::net::IpAddr, u32, std::net::IpAddr, u32);
+
+/// One side over one window: the CNPs it sent, its busiest UDP source port, and its
+/// intervals' ACK latency (samples, median).
+#[derive(Default)]
+struct SideSums {
+    cnp: u64,
+    port: Option<u16>,
+    acks: Vec<(u64, u64)>,
+}
+
+impl SideSums {
+    /// The window's ACK samples and their median: the sample-weighted median of its
+    /// intervals' medians (the table keeps each interval's summary, not its samples).
+    fn ack(&self) -> (u64, u64) {
+        let samples: u64 = self.acks.iter().map(|a| a.0).sum();
+        let mut by_p50 = self.acks.clone();
+        by_p50.sort_unstable_by_key(|a| a.1);
+        let mut seen = 0;
+        for (n, p50) in by_p50 {
+            seen += n;
+            if seen * 2 >= samples {
+                return (samples, p50);
+            }
+        }
+        (samples, 0)
+    }
+}
+
+/// The evidence of fleet records' `connection_sides` table (its JSONEachRow lines, read from
+/// `reader`; `origin` names it in errors) per window of `window` ns (one window, key 0, when
+/// none), per exporter: a side's requests direction with its ACK latency against its own
+/// baseline (the lower quartile of its windows' medians, over at least four windows of eight
+/// samples or more: none otherwise), and the answers' way back (its peer's busiest port);
+/// and the CNPs a side sent, given to its peer's direction towards it. A side whose QP or
+/// peer's QP is not known (0) tells neither.
+pub fn sides_windows(
+    reader: impl std::io::BufRead,
+    origin: &str,
+    window: Option<u64>,
+) -> Result<std::collections::BTreeMap<u64, Vec<QpEvidence>>, FabricError> {
+    let mut sides: HashMap<(String, SideKey), std::collections::BTreeMap<u64, SideSums>> =
+        HashMap::new();
+    let mut order = Vec::new();
+    for_each_json_line(reader, origin, |row, bad| {
+        let number = |name: &str| -> Result<u64, FabricError> {
+            json_count(row.get(name))
+                .ok_or_else(|| bad(format!("{name} is not a count: not a connection_sides row")))
+        };
+        let addr = |name: &str| -> Result<std::net::IpAddr, FabricError> {
+            let t = row
+                .get(name)
+                .and_then(serde_json::Value::as_str)
+                .ok_or_else(|| bad(format!("no {name}: not a connection_sides row")))?;
+            t.parse()
+                .map_err(|_| bad(format!("{name} {t:?} is not an IP address")))
+        };
+        let qp = |name: &str| -> Result<u32, FabricError> {
+            u32::try_from(number(name)?).map_err(|_| bad(format!("{name} out of range")))
+        };
+        let key: SideKey = (addr("addr")?, qp("qp")?, addr("peer_addr")?, qp("peer_qp")?);
+        let ports = row
+            .get("ports")
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| bad("no ports: not a connection_sides row".into()))?;
+        let port = match ports.first() {
+            Some(p) => Some(
+                json_count(Some(p))
+                    .and_then(|p| u16::try_from(p).ok())
+                    .ok_or_else(|| bad("a port out of range".into()))?,
+            ),
+            None => None,
+        };
+        let (cnp, samples, p50) = (
+            number("ops_cnp")?,
+            number("ack_samples")?,
+            number("ack_p50_ns")?,
+        );
+        if key.1 == 0 || key.3 == 0 || key.1 == QP_CM || key.3 == QP_CM {
+            return Ok(());
+        }
+        let start = match window {
+            Some(w) => number("interval_start_ns")? / w.max(1) * w.max(1),
+            None => 0,
+        };
+        let exporter = ["exporter", "host"]
+            .iter()
+            .find_map(|n| {
+                row.get(*n)
+                    .and_then(serde_json::Value::as_str)
+                    .filter(|e| !e.is_empty())
+            })
+            .unwrap_or_default()
+            .to_string();
+        let side = sides.entry((exporter, key)).or_insert_with_key(|k| {
+            order.push(k.clone());
+            Default::default()
+        });
+        let w = side.entry(start).or_default();
+        w.cnp = w.cnp.saturating_add(cnp);
+        w.port = w.port.or(port);
+        if samples > 0 {
+            w.acks.push((samples, p50));
+        }
+        Ok(())
+    })?;
+    // A side's busiest port over all its windows, for the way back of its peer's requests.
+    let any_port =
+        |k: &(String, SideKey)| sides.get(k).and_then(|ws| ws.values().find_map(|w| w.port));
+    let mut out: std::collections::BTreeMap<u64, Vec<QpEvidence>> = Default::default();
+    for k in &order {
+        let (exporter, (addr, qp, peer, peer_qp)) = k;
+        let windows = &sides[k];
+        let peer_key = (exporter.clone(), (*peer, *peer_qp, *addr, *qp));
+        let mut medians: Vec<u64> = windows
+            .values()
+            .map(SideSums::ack)
+            .filter(|a| a.0 >= BASELINE_ACKS)
+            .map(|a| a.1)
+            .collect();
+        medians.sort_unstable();
+        let baseline = (medians.len() >= BASELINE_WINDOWS).then(|| medians[medians.len() / 4]);
+        for (start, w) in windows {
+            let at = out.entry(*start).or_default();
+            let peer_port = sides
+                .get(&peer_key)
+                .and_then(|ws| ws.get(start))
+                .and_then(|p| p.port)
+                .or_else(|| any_port(&peer_key));
+            if let Some(port) = w.port.or_else(|| any_port(k)) {
+                let (samples, p50_ns) = w.ack();
+                // (Its packets are the QP table's: a side's are every port's together.)
+                at.push(QpEvidence {
+                    ack: baseline
+                        .filter(|_| samples > 0)
+                        .map(|baseline_ns| AckShift {
+                            samples,
+                            p50_ns,
+                            baseline_ns,
+                            reverse: peer_port.map(|p| (p, *qp)),
+                            reverse_path: None,
+                        }),
+                    ..QpEvidence::new(*addr, *peer, port, *peer_qp)
+                });
+            }
+            if w.cnp > 0
+                && let Some(port) = peer_port
+            {
+                at.push(QpEvidence {
+                    cnp: w.cnp,
+                    ..QpEvidence::new(*peer, *addr, port, *qp)
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A count of a JSON row: a number, or a quoted one (some ClickHouse versions quote 64-bit
+/// integers).
+fn json_count(v: Option<&serde_json::Value>) -> Option<u64> {
+    match v {
+        Some(serde_json::Value::Number(n)) => n.as_u64(),
+        Some(serde_json::Value::String(s)) => s.parse().ok(),
+        _ => None,
+    }
 }
 
 /// Calls `each` with every JSON line of `reader` (blank lines skipped) and the error maker for
@@ -186,14 +371,10 @@ impl ViewSums {
                 let [packets, missing, resent, ce] = by_view[&view_key];
                 let k = view_key.1;
                 QpEvidence {
-                    src: k.0,
-                    dst: k.1,
-                    src_port: k.2,
-                    dest_qp: k.3,
                     packets,
                     lost: missing.max(resent),
                     ce,
-                    path: None,
+                    ..QpEvidence::new(k.0, k.1, k.2, k.3)
                 }
             })
             .collect()
@@ -476,6 +657,18 @@ pub fn merge(evidence: impl IntoIterator<Item = QpEvidence>) -> Vec<QpEvidence> 
                 m.packets = m.packets.max(e.packets);
                 m.lost = m.lost.max(e.lost);
                 m.ce = m.ce.max(e.ce);
+                m.cnp = m.cnp.max(e.cnp);
+                // The view with more samples; a way back or a trace any view has.
+                let reverse = m.ack.as_ref().and_then(|a| a.reverse);
+                if e.ack.as_ref().map_or(0, |a| a.samples) > m.ack.as_ref().map_or(0, |a| a.samples)
+                {
+                    m.ack = e.ack;
+                }
+                if let Some(a) = &mut m.ack
+                    && a.reverse.is_none()
+                {
+                    a.reverse = reverse;
+                }
                 if m.path.is_none() {
                     m.path = e.path;
                 }
@@ -495,14 +688,15 @@ mod tests {
 
     fn qp(port: u16, packets: u64, lost: u64, ce: u64) -> QpEvidence {
         QpEvidence {
-            src: "198.18.0.1".parse().unwrap(),
-            dst: "198.18.0.2".parse().unwrap(),
-            src_port: port,
-            dest_qp: 0x11,
             packets,
             lost,
             ce,
-            path: None,
+            ..QpEvidence::new(
+                "198.18.0.1".parse().unwrap(),
+                "198.18.0.2".parse().unwrap(),
+                port,
+                0x11,
+            )
         }
     }
 
@@ -675,6 +869,123 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.starts_with("t.jsonl line 1: "), "{bad}");
+    }
+
+    #[test]
+    fn connection_sides_give_ack_shifts_against_a_baseline_and_cnps_to_the_marked_way() {
+        // Side a (198.18.0.1, QP 0x11) sends requests to b (2001:db8::2, QP 0x22) from port
+        // 50000; b answers from 50001 (another port: NICs differ) and sends CNPs. Two
+        // intervals per one-minute window; the fifth window's ACKs are slow.
+        let minute = 60_000_000_000u64;
+        let row = |side: &str, start: u64, samples: u64, p50: u64, cnp: u64| {
+            let (addr, qp, peer, peer_qp, port) = if side == "a" {
+                ("198.18.0.1", 0x11, "2001:db8::2", 0x22, 50000)
+            } else {
+                ("2001:db8::2", 0x22, "198.18.0.1", 0x11, 50001)
+            };
+            serde_json::json!({
+                "exporter": "h1/1/1", "interval_start_ns": start.to_string(), "side": side,
+                "addr": addr, "qp": qp, "peer_addr": peer, "peer_qp": peer_qp,
+                "ports": [port], "ops_cnp": cnp,
+                "ack_samples": samples, "ack_p50_ns": p50.to_string(),
+            })
+            .to_string()
+        };
+        let mut lines = Vec::new();
+        for w in 0..6u64 {
+            let slow = if w == 4 { 6 } else { 1 };
+            lines.push(row("a", w * minute, 10, 10_000 * slow, 0));
+            lines.push(row("a", w * minute + minute / 2, 30, 12_000 * slow, 0));
+            lines.push(row("b", w * minute, 0, 0, u64::from(w == 4) * 7));
+        }
+        let text = lines.join("\n");
+        let by_window = sides_windows(text.as_bytes(), "cs.jsonl", Some(minute)).unwrap();
+        assert_eq!(by_window.len(), 6);
+        let a = |w: u64| {
+            by_window[&(w * minute)]
+                .iter()
+                .find(|e| e.src_port == 50000)
+                .unwrap()
+                .clone()
+        };
+        // The window's median is the sample-weighted median of its intervals' (30 of 40
+        // samples at 12 µs); the baseline the lower quartile of the six windows' medians.
+        let slow = a(4).ack.unwrap();
+        assert_eq!(
+            (slow.samples, slow.p50_ns, slow.baseline_ns, slow.reverse),
+            (40, 72_000, 12_000, Some((50001, 0x11)))
+        );
+        assert_eq!(a(0).ack.unwrap().p50_ns, 12_000);
+        assert_eq!(a(0).dest_qp, 0x22);
+        // b's CNPs tell of a's packets towards it marked: a's direction, on a's port.
+        let marked: Vec<&QpEvidence> = by_window[&(4 * minute)]
+            .iter()
+            .filter(|e| e.cnp > 0)
+            .collect();
+        assert_eq!(marked.len(), 1);
+        assert_eq!(
+            (
+                marked[0].src,
+                marked[0].src_port,
+                marked[0].dest_qp,
+                marked[0].cnp
+            ),
+            ("198.18.0.1".parse().unwrap(), 50000, 0x22, 7)
+        );
+        // Merged with the QP table's row of that direction: one QP, its CNPs and shift kept.
+        let m = merge(by_window[&(4 * minute)].iter().cloned());
+        let a_dir: Vec<&QpEvidence> = m.iter().filter(|e| e.src_port == 50000).collect();
+        assert_eq!(a_dir.len(), 1);
+        assert_eq!((a_dir[0].cnp, a_dir[0].ack.is_some()), (7, true));
+        // One window: no baseline.
+        let one = sides_windows(text.as_bytes(), "cs.jsonl", None).unwrap();
+        assert!(one[&0].iter().all(|e| e.ack.is_none()));
+        let bad = sides_windows(
+            r#"{"addr":"198.18.0.1","qp":1,"peer_addr":"198.18.0.2","peer_qp":2}"#.as_bytes(),
+            "cs.jsonl",
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(bad, "cs.jsonl line 1: no ports: not a connection_sides row");
+    }
+
+    #[test]
+    fn a_reports_cnps_go_to_the_direction_they_answer() {
+        let mut r = crate::aggregate::Aggregate::new()
+            .report(crate::model::Source::pcap(Vec::new(), Vec::new()), 1.0);
+        let (a, b) = ("198.18.0.1", "198.18.0.2");
+        let flow = |src: &str, dst: &str, port: u16, qp: u32, packets: u64| {
+            let mut f =
+                crate::model::Flow::empty(src.parse().unwrap(), dst.parse().unwrap(), port, qp);
+            f.packets = packets;
+            f
+        };
+        // a writes to b's QP 0x22 from two ports (the busiest 50000); b's CNPs to a's 0x11.
+        r.flows = vec![
+            flow(a, b, 50001, 0x22, 10),
+            flow(a, b, 50000, 0x22, 900),
+            flow(b, a, 50002, 0x11, 40),
+        ];
+        let ops = serde_json::to_value(crate::model::Ops::default()).unwrap();
+        let side = |ip: &str, qp: u32, port: u16, cnp: u64| {
+            let mut ops = ops.clone();
+            ops["cnp"] = cnp.into();
+            serde_json::json!({"ip": ip, "qp": qp, "ports": [port], "packets": 1, "bytes": 1,
+                "ops": ops, "ce": 0, "psn": crate::model::connections::PsnSummary::default(),
+                "latency": {}})
+        };
+        r.connections = vec![
+            serde_json::from_value(serde_json::json!({
+                "transport": "RC", "udp_src_port": 50000, "packets": 2, "bytes": 2,
+                "first_seen_ns": 0, "last_seen_ns": 1,
+                "a": side(a, 0x11, 50000, 0), "b": side(b, 0x22, 50002, 6),
+            }))
+            .unwrap(),
+        ];
+        let e = evidence_of(&r);
+        let cnp: Vec<(u16, u64)> = e.iter().map(|e| (e.src_port, e.cnp)).collect();
+        assert_eq!(cnp, [(50001, 0), (50000, 6), (50002, 0)]);
     }
 
     #[test]

@@ -35,15 +35,58 @@ pub struct QpEvidence {
     pub lost: u64,
     /// Packets that arrived CE-marked.
     pub ce: u64,
+    /// CNPs the receiver sent about this direction (it received packets marked CE): the CE
+    /// marks told where they themselves were not seen (a sender's host sees the CNPs only).
+    pub cnp: u64,
+    /// The ACK latency of this direction's requests in the window against the QP's own
+    /// baseline; none when there is no baseline (one window, or too few samples).
+    pub ack: Option<AckShift>,
     /// The path a trace found, node by node from `src`'s host to `dst`'s; none when not traced.
     pub path: Option<Vec<String>>,
+}
+
+impl QpEvidence {
+    /// A QP direction with nothing counted yet.
+    pub fn new(src: IpAddr, dst: IpAddr, src_port: u16, dest_qp: u32) -> Self {
+        Self {
+            src,
+            dst,
+            src_port,
+            dest_qp,
+            packets: 0,
+            lost: 0,
+            ce: 0,
+            cnp: 0,
+            ack: None,
+            path: None,
+        }
+    }
+}
+
+/// A QP's ACK latency in one window against its own baseline. An ACK's latency is a round
+/// trip: the requests' path and the answers' way back (which a NIC may send from another UDP
+/// source port, so over another path), both weighed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AckShift {
+    /// ACK latency samples in the window, and their median (ns).
+    pub samples: u64,
+    pub p50_ns: u64,
+    /// The QP's own baseline (ns): the lower quartile of its windows' medians.
+    pub baseline_ns: u64,
+    /// The answers' direction (the peer's UDP source port and this side's QP), when seen.
+    pub reverse: Option<(u16, u32)>,
+    /// The answers' traced path, node by node from `dst`'s host to `src`'s.
+    pub reverse_path: Option<Vec<String>>,
 }
 
 /// Which evidence a localization weighs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Signal {
     Loss,
+    /// CE marks, or the CNPs that tell of them.
     Ce,
+    /// A shift of ACK latency above each QP's own baseline.
+    Latency,
 }
 
 impl Signal {
@@ -51,13 +94,34 @@ impl Signal {
         match self {
             Self::Loss => "loss",
             Self::Ce => "ce",
+            Self::Latency => "latency",
         }
     }
 
-    fn count(self, e: &QpEvidence) -> u64 {
+    /// Whether `e` says anything of this signal: enough packets (for latency, enough ACK
+    /// samples in the window, and a baseline).
+    fn weighs(self, e: &QpEvidence, opts: &Options) -> bool {
+        match self {
+            Self::Loss | Self::Ce => e.packets >= opts.min_packets,
+            Self::Latency => e.ack.as_ref().is_some_and(|a| a.samples >= opts.min_acks),
+        }
+    }
+
+    /// `e`'s bad packets: lost, CE-marked (or CNPs where fewer marks were seen), or its ACK
+    /// samples when their median rose far enough above its baseline.
+    fn count(self, e: &QpEvidence, opts: &Options) -> u64 {
         match self {
             Self::Loss => e.lost,
-            Self::Ce => e.ce,
+            Self::Ce => e.ce.max(e.cnp),
+            Self::Latency => match &e.ack {
+                Some(a)
+                    if a.p50_ns as f64 >= opts.latency_ratio * a.baseline_ns as f64
+                        && a.p50_ns >= a.baseline_ns.saturating_add(opts.latency_shift_ns) =>
+                {
+                    a.samples
+                }
+                _ => 0,
+            },
         }
     }
 }
@@ -66,6 +130,12 @@ impl Signal {
 pub struct Options {
     /// A QP with fewer packets says nothing.
     pub min_packets: u64,
+    /// For latency: a QP with fewer ACK samples in the window says nothing.
+    pub min_acks: u64,
+    /// For latency: a QP is bad when its window's median ACK latency is at least this many
+    /// times its baseline, and at least `latency_shift_ns` above it.
+    pub latency_ratio: f64,
+    pub latency_shift_ns: u64,
     /// The bad QPs a suspect must explain at least (weighted by their probability of crossing
     /// it).
     pub min_qps: f64,
@@ -89,6 +159,9 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             min_packets: 100,
+            min_acks: 8,
+            latency_ratio: 2.0,
+            latency_shift_ns: 5_000,
             min_qps: 3.0,
             rate_ratio: 4.0,
             host_share: 0.8,
@@ -222,7 +295,7 @@ pub fn localize(
     let (mut too_small, mut unplaced, mut bad_traces) = (0, 0, 0);
     let mut by_source = [0; 3];
     for e in evidence {
-        if e.packets < opts.min_packets {
+        if !signal.weighs(e, opts) {
             too_small += 1;
             continue;
         }
@@ -250,16 +323,42 @@ pub fn localize(
             protocol: 17,
             dest_qp: e.dest_qp,
         };
-        let Some(paths) = traced.or_else(|| router.paths(src, dst, &fields)) else {
+        let Some(mut paths) = traced.or_else(|| router.paths(src, dst, Some(&fields))) else {
             unplaced += 1;
             continue;
         };
+        // Latency is a round trip's: the answers' path too (every candidate when the port
+        // they come from is not known).
+        if signal == Signal::Latency
+            && let Some(ack) = &e.ack
+        {
+            let back_traced = ack.reverse_path.as_ref().and_then(|p| {
+                router.known(p).ok().filter(|_| {
+                    p.first().map(String::as_str) == Some(topo.name(dst))
+                        && p.last().map(String::as_str) == Some(topo.name(src))
+                })
+            });
+            let back_fields = ack.reverse.map(|(port, qp)| FlowFields {
+                src_ip: e.dst,
+                dst_ip: e.src,
+                src_port: port,
+                dst_port: 4791,
+                protocol: 17,
+                dest_qp: qp,
+            });
+            let Some(back) = back_traced.or_else(|| router.paths(dst, src, back_fields.as_ref()))
+            else {
+                unplaced += 1;
+                continue;
+            };
+            paths = paths.round_trip(&back);
+        }
         by_source[paths.source as usize] += 1;
         placed.push(Placed {
             src,
             dst,
             paths,
-            bad: signal.count(e),
+            bad: signal.count(e, opts),
             qp: crate::model::FlowRef {
                 src_ip: e.src,
                 dst_ip: e.dst,
@@ -1060,6 +1159,139 @@ mod tests {
         let l = loc(&truth, &ev, Signal::Loss);
         assert_eq!(l.suspects[0].kind, SuspectKind::Switch, "{:?}", l.suspects);
         assert_eq!(l.suspects[0].name, "s2");
+    }
+
+    #[test]
+    fn a_delaying_link_is_named_from_ack_latency_on_either_way() {
+        let truth = sim::fat_tree(4, Some(7));
+        let mut rng = SplitMix64::new(41);
+        let (mut hits, mut back_only, runs) = (0, 0, 20);
+        for run in 0..runs {
+            let link = fabric_link(&truth, &mut rng);
+            let delays = [sim::Delay { link, ns: 40_000 }];
+            let ev = sim::evidence_delayed(&truth, &work(run as u64 + 700), &[], &delays);
+            // Some QPs cross it only on their answers' way back: the round trip counts them.
+            let mut router = Router::new(&truth);
+            back_only += ev
+                .iter()
+                .filter(|(e, _)| {
+                    let ack = e.ack.as_ref().unwrap();
+                    let mut out = |s, d, port, qp| {
+                        let f = FlowFields {
+                            src_ip: s,
+                            dst_ip: d,
+                            src_port: port,
+                            dst_port: 4791,
+                            protocol: 17,
+                            dest_qp: qp,
+                        };
+                        router
+                            .paths(
+                                truth.host_of(&s).unwrap(),
+                                truth.host_of(&d).unwrap(),
+                                Some(&f),
+                            )
+                            .unwrap()
+                            .through(link)
+                    };
+                    let (port, qp) = ack.reverse.unwrap();
+                    ack.p50_ns >= ack.baseline_ns * 2
+                        && out(e.src, e.dst, e.src_port, e.dest_qp) == 0.0
+                        && out(e.dst, e.src, port, qp) == 1.0
+                })
+                .count();
+            let l = loc(&truth, &ev, Signal::Latency);
+            assert_eq!(l.verdict, Verdict::Found, "run {run}: {l:?}");
+            if l.suspects[0].link == Some(link) {
+                hits += 1;
+            }
+            // Latency says nothing of loss.
+            assert!(matches!(
+                loc(&truth, &ev, Signal::Loss).verdict,
+                Verdict::Clean(_)
+            ));
+        }
+        assert!(hits * 10 >= runs * 9, "{hits} of {runs}");
+        assert!(
+            back_only > 100,
+            "{back_only} QPs slowed on their way back only"
+        );
+        // Undelayed, nothing: a window's wander is no shift.
+        let ev = sim::evidence_delayed(&truth, &work(790), &[], &[]);
+        let l = loc(&truth, &ev, Signal::Latency);
+        assert!(matches!(l.verdict, Verdict::Clean(_)), "{l:?}");
+    }
+
+    #[test]
+    fn latency_without_a_baseline_or_the_way_back_says_what_it_lacks() {
+        let truth = sim::leaf_spine(2, 4, 4, Some(3));
+        let link = truth
+            .link_between(truth.node("l1").unwrap(), truth.node("s0").unwrap())
+            .unwrap();
+        let delays = [sim::Delay { link, ns: 40_000 }];
+        let ev = sim::evidence_delayed(&truth, &work(800), &[], &delays);
+        // No baseline (one window): not weighed.
+        let none: Vec<QpEvidence> = ev
+            .iter()
+            .map(|(e, _)| QpEvidence {
+                ack: None,
+                ..e.clone()
+            })
+            .collect();
+        let l = localize(&truth, &none, Signal::Latency, &Options::default());
+        assert_eq!((l.qps, l.too_small), (0, ev.len()));
+        assert!(matches!(l.verdict, Verdict::NotEnoughEvidence(_)), "{l:?}");
+        // The answers' port not known: their path is every candidate, and a suspect is
+        // where the evidence could be.
+        let blind_back: Vec<QpEvidence> = ev
+            .iter()
+            .map(|(e, _)| {
+                let mut e = e.clone();
+                e.ack.as_mut().unwrap().reverse = None;
+                e
+            })
+            .collect();
+        let l = localize(&truth, &blind_back, Signal::Latency, &Options::default());
+        // (Every QP but those between two hosts of one leaf, which have one path.)
+        assert!(
+            l.by_source[PathSource::Candidates as usize] * 4 > l.qps * 3,
+            "{l:?}"
+        );
+        assert_ne!(l.verdict, Verdict::Found, "{l:?}");
+    }
+
+    #[test]
+    fn cnps_stand_for_the_marks_not_seen() {
+        let truth = sim::leaf_spine(4, 6, 4, Some(9));
+        let link = truth
+            .link_between(truth.node("l3").unwrap(), truth.node("s1").unwrap())
+            .unwrap();
+        let ev = sim::evidence(
+            &truth,
+            &work(810),
+            &[Fault {
+                link,
+                loss: 0.0,
+                ce: 0.005,
+            }],
+        );
+        // The senders' hosts saw no marks, only the receivers' CNPs (fewer: one per burst).
+        let cnps: Vec<(QpEvidence, Vec<String>)> = ev
+            .into_iter()
+            .map(|(e, p)| {
+                (
+                    QpEvidence {
+                        ce: 0,
+                        cnp: e.ce.div_ceil(3),
+                        ..e
+                    },
+                    p,
+                )
+            })
+            .collect();
+        let l = loc(&truth, &cnps, Signal::Ce);
+        assert_eq!(l.verdict, Verdict::Found, "{l:?}");
+        assert_eq!(l.suspects[0].link, Some(link));
     }
 
     #[test]

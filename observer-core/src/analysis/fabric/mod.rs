@@ -16,10 +16,10 @@ pub use incidents::{Incident, Window, incidents};
 pub use input::{
     PROMETHEUS_COUNTERS, SidecarEvidence, evidence_of, is_sidecar_line, merge, prometheus_evidence,
     read_report, read_traces, records_evidence, records_windows, sidecar_evidence, sidecar_windows,
-    traced_paths,
+    sides_windows, traced_paths,
 };
 pub use localize::{
-    Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,
+    AckShift, Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,
 };
 pub use paths::{PathSource, Paths, Router};
 pub use topology::{Role, TOPOLOGY_SCHEMA, Topology, TopologyFile};

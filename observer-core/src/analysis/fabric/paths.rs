@@ -28,6 +28,39 @@ impl Paths {
             .binary_search_by_key(&link, |(l, _)| *l)
             .map_or(0.0, |i| f64::from(self.links[i].1))
     }
+
+    /// A round trip: this path out and `back` (each link crossed either way, or both, with
+    /// the probability that it is crossed at all, the two ways' choices taken as
+    /// independent), of both ways' hops, known only as well as the lesser known of the two.
+    pub fn round_trip(&self, back: &Paths) -> Paths {
+        let mut links: Vec<(LinkId, f32)> = Vec::with_capacity(self.links.len() + back.links.len());
+        let (mut i, mut j) = (0, 0);
+        while i < self.links.len() || j < back.links.len() {
+            let a = self.links.get(i).copied();
+            let b = back.links.get(j).copied();
+            match (a, b) {
+                (Some(a), Some(b)) if a.0 == b.0 => {
+                    links.push((a.0, 1.0 - (1.0 - a.1) * (1.0 - b.1)));
+                    i += 1;
+                    j += 1;
+                }
+                (Some(a), b) if b.is_none_or(|b| a.0 < b.0) => {
+                    links.push(a);
+                    i += 1;
+                }
+                (_, Some(b)) => {
+                    links.push(b);
+                    j += 1;
+                }
+                (_, None) => unreachable!("one of the two has a link left"),
+            }
+        }
+        Paths {
+            source: self.source.max(back.source),
+            links,
+            hops: self.hops + back.hops,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -111,8 +144,9 @@ impl<'t> Router<'t> {
     /// The links from host `src` to host `dst` a QP with these fields may cross: at each node
     /// with several equal-cost next hops (ordered by name), its hash model's choice, or each
     /// of them equally. The probabilities flow hop by hop, not path by path (a k=16 fat-tree
-    /// has 64 paths between pods, over 146 links). None when `dst` cannot be reached.
-    pub fn paths(&mut self, src: NodeId, dst: NodeId, flow: &FlowFields) -> Option<Paths> {
+    /// has 64 paths between pods, over 146 links). Without the QP's fields, every node's next
+    /// hops are its candidates. None when `dst` cannot be reached.
+    pub fn paths(&mut self, src: NodeId, dst: NodeId, flow: Option<&FlowFields>) -> Option<Paths> {
         let topo = self.topo;
         let hops = Self::hops(&mut self.hops_to, topo, dst);
         let h = hops[src as usize];
@@ -127,18 +161,20 @@ impl<'t> Router<'t> {
             after.clear();
             for &(u, w) in &frontier {
                 Self::next_hops(topo, hops, dst, u, &mut self.next);
-                let chosen: &[(NodeId, LinkId)] =
-                    match (&topo.nodes[u as usize].hash, self.next.len()) {
-                        (_, 0 | 1) => &self.next,
-                        (Some(model), n) => {
-                            let i = model.member(flow, n as u32) as usize;
-                            &self.next[i..=i]
-                        }
-                        (None, _) => {
-                            split = true;
-                            &self.next
-                        }
-                    };
+                let chosen: &[(NodeId, LinkId)] = match (
+                    topo.nodes[u as usize].hash.as_ref().zip(flow),
+                    self.next.len(),
+                ) {
+                    (_, 0 | 1) => &self.next,
+                    (Some((model, flow)), n) => {
+                        let i = model.member(flow, n as u32) as usize;
+                        &self.next[i..=i]
+                    }
+                    (None, _) => {
+                        split = true;
+                        &self.next
+                    }
+                };
                 let share = w / chosen.len().max(1) as f64;
                 for &(v, l) in chosen {
                     links.push((l, share as f32));
@@ -259,7 +295,7 @@ mod tests {
         let t = sim::fat_tree(4, None);
         let mut r = Router::new(&t);
         let (a, b) = (t.node("h0").unwrap(), t.node("h15").unwrap());
-        let p = r.paths(a, b, &flow(1000)).unwrap();
+        let p = r.paths(a, b, Some(&flow(1000))).unwrap();
         // k=4, between pods: 6 hops over 2 aggregation switches and 4 cores each way: the
         // host links always, each side's 2 edge-aggregation links half the time, the 4
         // aggregation-core links of each side a quarter.
@@ -294,13 +330,13 @@ mod tests {
         }
         // Within an edge switch: one path of two links.
         let c = t.node("h1").unwrap();
-        assert_eq!(r.paths(a, c, &flow(1)).unwrap().links.len(), 2);
+        assert_eq!(r.paths(a, c, Some(&flow(1))).unwrap().links.len(), 2);
 
         let hashed = sim::fat_tree(4, Some(42));
         let mut r = Router::new(&hashed);
         let mut seen = std::collections::HashSet::new();
         for port in 0..64 {
-            let p = r.paths(a, b, &flow(port)).unwrap();
+            let p = r.paths(a, b, Some(&flow(port))).unwrap();
             assert_eq!(p.source, PathSource::Hashed);
             assert!(p.links.len() == 6 && p.links.iter().all(|(_, w)| *w == 1.0));
             // The walk takes the hashes' path.

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use crate::analysis::ecmp::{hash::FlowFields, predict::SplitMix64};
 
 use super::{
-    localize::QpEvidence,
+    localize::{AckShift, QpEvidence},
     paths::Router,
     topology::{HashSpec, LinkId, LinkSpec, NodeSpec, Role, Topology},
 };
@@ -170,6 +170,13 @@ fn poisson(rng: &mut SplitMix64, mean: f64) -> u64 {
     }
 }
 
+/// A link that delays the packets crossing it (a queue building without loss or marks).
+#[derive(Clone, Copy, Debug)]
+pub struct Delay {
+    pub link: LinkId,
+    pub ns: u64,
+}
+
 /// The evidence of `work` on `truth` (whose switches' hash models route the QPs) with
 /// `faults`: each QP's packets, losses and CE marks, and its true path (node names), which
 /// the caller may hand on or leave out.
@@ -178,6 +185,21 @@ pub fn evidence(
     work: &Workload,
     faults: &[Fault],
 ) -> Vec<(QpEvidence, Vec<String>)> {
+    evidence_delayed(truth, work, faults, &[])
+}
+
+/// [`evidence`] with ACK latency too: each QP's answers come back from a UDP source port of
+/// their own half the time (NICs differ), over the path the switches' hashes give it; a
+/// QP's baseline is 8 to 12 µs, and its window's median that plus every `delays` link its
+/// round trip crosses (once per crossing). Drawn apart from the rest: the same seed gives
+/// the same packets, losses and marks with or without delays.
+pub fn evidence_delayed(
+    truth: &Topology,
+    work: &Workload,
+    faults: &[Fault],
+    delays: &[Delay],
+) -> Vec<(QpEvidence, Vec<String>)> {
+    let mut rtt_rng = SplitMix64::new(work.seed ^ 0x5eed_ac4b);
     let hosts: Vec<u32> = (0..truth.nodes.len() as u32)
         .filter(|n| truth.nodes[*n as usize].role == Role::Host)
         .collect();
@@ -228,16 +250,50 @@ pub fn evidence(
             };
             nodes.push(truth.name(at).to_string());
         }
+        let back_port = if rtt_rng.below(2) == 0 {
+            src_port
+        } else {
+            49152 + rtt_rng.below(16384) as u16
+        };
+        let back_qp = 0x100 + rtt_rng.below(0xFFFF);
+        let back = FlowFields {
+            src_ip: dst,
+            dst_ip: src,
+            src_port: back_port,
+            dst_port: 4791,
+            protocol: 17,
+            dest_qp: back_qp,
+        };
+        let baseline_ns = 8_000 + u64::from(rtt_rng.below(4_000));
+        let ack = router
+            .walk(b, a, &back, |n| rtt_rng.below(n))
+            .map(|back_links| {
+                let delayed: u64 = delays
+                    .iter()
+                    .map(|d| {
+                        d.ns * (links
+                            .iter()
+                            .chain(&back_links)
+                            .filter(|l| **l == d.link)
+                            .count() as u64)
+                    })
+                    .sum();
+                AckShift {
+                    samples: (work.packets / 16).max(1),
+                    // A window's median wanders up to a fifth above the baseline.
+                    p50_ns: baseline_ns + rtt_rng.below(baseline_ns as u32 / 5) as u64 + delayed,
+                    baseline_ns,
+                    reverse: Some((back_port, back_qp)),
+                    reverse_path: None,
+                }
+            });
         out.push((
             QpEvidence {
-                src,
-                dst,
-                src_port,
-                dest_qp,
                 packets: work.packets,
                 lost,
                 ce,
-                path: None,
+                ack,
+                ..QpEvidence::new(src, dst, src_port, dest_qp)
             },
             nodes,
         ));
