@@ -774,17 +774,17 @@ fn records_ack_latency_names_the_delaying_link() {
                     "psn_retransmissions": 0, "ce": 0,
                 })
             );
-            for (addr, qp, peer, peer_qp, port, samples, p50) in [
-                (
-                    e.src,
-                    back_qp,
-                    e.dst,
-                    e.dest_qp,
-                    e.src_port,
-                    ack.samples,
-                    ack.p50_ns,
-                ),
-                (e.dst, e.dest_qp, e.src, back_qp, back_port, 0, 0),
+            // The requester's host sees the whole round trip; the responder's host sees the
+            // same requests answered after its own 2 µs only (no fabric in it), with as many
+            // samples: the requester's view is the one weighed.
+            let responder = format!("{}/mlx5_0/1", e.dst);
+            let requests = (e.src, back_qp, e.dst, e.dest_qp, e.src_port);
+            let answers = (e.dst, e.dest_qp, e.src, back_qp, back_port);
+            for (exporter, (addr, qp, peer, peer_qp, port), samples, p50) in [
+                (&exporter, requests, ack.samples, ack.p50_ns),
+                (&exporter, answers, 0, 0),
+                (&responder, requests, ack.samples, 2_000),
+                (&responder, answers, 0, 0),
             ] {
                 side_rows += &format!(
                     "{}\n",

@@ -209,8 +209,11 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
                 ack.reverse_path = traced.get(&(e.dst, e.src, port)).cloned();
             }
         }
+        // (`all`: latency in a window only where a QP of it has a baseline.)
+        let any_ack = evidence.iter().any(|e| e.ack.is_some());
         signals
             .iter()
+            .filter(|s| **s != Signal::Latency || any_ack || a.signal == SignalArg::Latency)
             .map(|s| fabric::localize(&topo, &evidence, *s, &opts))
             .collect()
     };

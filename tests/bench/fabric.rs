@@ -2,11 +2,13 @@
 //! generated on a k-ary fat-tree (k=16 by default: 1,024 hosts, 320 switches, 3,072 links):
 //! `--qps` QPs (100,000) between random hosts, taking the paths their switches' hashes give
 //! them; each trial 1 to 3 links (between switches, chosen at random) losing or CE-marking
-//! 0.1% to 1% of the packets that cross them. Each trial's evidence is localized three ways:
+//! 0.1% to 1% of the packets that cross them, or delaying them by 10 to 100 µs (weighed on
+//! the QPs' ACK latency against their baselines, trials taking loss, CE and delay in turn). Each trial's evidence is localized three ways:
 //! with every QP's path known (traced), hashed (the switches' hashes given), and unknown (the
 //! topology without hashes: candidates).
 //!
-//! Printed per way: accuracy (the faulty links are the first suspects, all of them), precision
+//! Printed per way: accuracy (the faulty links are the first suspects, all of them; also per
+//! signal), precision
 //! (the suspects that are a faulty link), the verdicts, and the median time to localize the
 //! trial's QPs on one core, against the target of under 1 s for 100k QPs.
 
@@ -49,6 +51,8 @@ struct Args {
 struct Way {
     name: &'static str,
     hits: u32,
+    /// Per signal (loss, CE, latency): trials, and those hit.
+    by_signal: [(u32, u32); 3],
     named: usize,
     named_right: usize,
     found: u32,
@@ -93,18 +97,24 @@ fn main() -> ExitCode {
                 faulty.push(l);
             }
         }
-        let signal = if trial % 2 == 0 {
-            Signal::Loss
-        } else {
-            Signal::Ce
-        };
+        let kind = (trial % 3) as usize;
+        let signal = [Signal::Loss, Signal::Ce, Signal::Latency][kind];
         let rate = 0.001 + f64::from(rng.below(10)) * 0.001;
         let faults: Vec<Fault> = faulty
             .iter()
+            .filter(|_| signal != Signal::Latency)
             .map(|&link| Fault {
                 link,
                 loss: if signal == Signal::Loss { rate } else { 0.0 },
                 ce: if signal == Signal::Ce { rate } else { 0.0 },
+            })
+            .collect();
+        let delays: Vec<sim::Delay> = faulty
+            .iter()
+            .filter(|_| signal == Signal::Latency)
+            .map(|&link| sim::Delay {
+                link,
+                ns: (rate * 1e7) as u64,
             })
             .collect();
         let work = Workload {
@@ -113,7 +123,7 @@ fn main() -> ExitCode {
             background: 1e-7,
             seed: 1000 + u64::from(trial),
         };
-        let ev = sim::evidence(&truth, &work, &faults);
+        let ev = sim::evidence_delayed(&truth, &work, &faults, &delays);
         let traced: Vec<QpEvidence> = ev
             .iter()
             .map(|(e, p)| QpEvidence {
@@ -134,10 +144,12 @@ fn main() -> ExitCode {
                 Verdict::Clean(_) => way.clean += 1,
             }
             let first: Vec<Option<LinkId>> = l.suspects.iter().take(n).map(|s| s.link).collect();
+            way.by_signal[kind].0 += 1;
             if matches!(l.verdict, Verdict::Found)
                 && faulty.iter().all(|f| first.contains(&Some(*f)))
             {
                 way.hits += 1;
+                way.by_signal[kind].1 += 1;
             }
             way.named += l.suspects.len();
             way.named_right += l
@@ -148,6 +160,7 @@ fn main() -> ExitCode {
         }
     }
     let per_100k = |w: &Way| median(&w.seconds) * 100_000.0 / args.qps as f64;
+    let share = |(n, hits): (u32, u32)| f64::from(hits) / f64::from(n.max(1));
     if args.json {
         let ways: Vec<serde_json::Value> = ways
             .iter()
@@ -155,6 +168,11 @@ fn main() -> ExitCode {
                 serde_json::json!({
                     "paths": w.name,
                     "accuracy": f64::from(w.hits) / f64::from(args.trials),
+                    "accuracy_by_signal": {
+                        "loss": share(w.by_signal[0]),
+                        "ce": share(w.by_signal[1]),
+                        "latency": share(w.by_signal[2]),
+                    },
                     "precision": w.named_right as f64 / w.named.max(1) as f64,
                     "found": w.found,
                     "not_enough_evidence": w.not_enough,
@@ -180,7 +198,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "bench-fabric: k={} fat-tree ({} hosts, {} links), {} QPs of {} packets, {} trials of 1-3 faulty links at 0.1-1% loss or CE",
+        "bench-fabric: k={} fat-tree ({} hosts, {} links), {} QPs of {} packets, {} trials of 1-3 faulty links at 0.1-1% loss or CE, or 10-100 us of delay",
         args.k,
         truth
             .nodes
@@ -195,9 +213,12 @@ fn main() -> ExitCode {
     for w in &ways {
         let t = per_100k(w);
         println!(
-            "  paths {:<8} accuracy {:>3.0}% (every faulty link first), precision {:>3.0}%; found {}, not enough evidence {}, clean {}; localized in {:.3} s median, {:.3} s per 100k QPs (target under {TARGET_SECONDS_PER_100K} s: {})",
+            "  paths {:<8} accuracy {:>3.0}% (every faulty link first; loss {:.0}%, CE {:.0}%, latency {:.0}%), precision {:>3.0}%; found {}, not enough evidence {}, clean {}; localized in {:.3} s median, {:.3} s per 100k QPs (target under {TARGET_SECONDS_PER_100K} s: {})",
             w.name,
             f64::from(w.hits) * 100.0 / f64::from(args.trials),
+            share(w.by_signal[0]) * 100.0,
+            share(w.by_signal[1]) * 100.0,
+            share(w.by_signal[2]) * 100.0,
             w.named_right as f64 * 100.0 / w.named.max(1) as f64,
             w.found,
             w.not_enough,

@@ -149,12 +149,15 @@ const BASELINE_WINDOWS: usize = 4;
 /// A connection side: its address and QP, its peer's.
 type SideKey = (std::net::IpAddr, u32, std::net::IpAddr, u32);
 
-/// One side over one window: the CNPs it sent, its busiest UDP source port, and its
-/// intervals' ACK latency (samples, median).
+/// One side over one window: the packets and CNPs it sent, its busiest UDP source port (of
+/// its busiest interval), and its intervals' ACK latency (samples, median).
 #[derive(Default)]
 struct SideSums {
+    packets: u64,
     cnp: u64,
+    /// The port and the packets of the interval it came from.
     port: Option<u16>,
+    port_packets: u64,
     acks: Vec<(u64, u64)>,
 }
 
@@ -220,7 +223,8 @@ pub fn sides_windows(
             ),
             None => None,
         };
-        let (cnp, samples, p50) = (
+        let (packets, cnp, samples, p50) = (
+            number("packets")?,
             number("ops_cnp")?,
             number("ack_samples")?,
             number("ack_p50_ns")?,
@@ -246,21 +250,41 @@ pub fn sides_windows(
             Default::default()
         });
         let w = side.entry(start).or_default();
+        w.packets = w.packets.saturating_add(packets);
         w.cnp = w.cnp.saturating_add(cnp);
-        w.port = w.port.or(port);
+        if port.is_some() && (w.port.is_none() || packets > w.port_packets) {
+            (w.port, w.port_packets) = (port, packets);
+        }
         if samples > 0 {
             w.acks.push((samples, p50));
         }
         Ok(())
     })?;
-    // A side's busiest port over all its windows, for the way back of its peer's requests.
-    let any_port =
-        |k: &(String, SideKey)| sides.get(k).and_then(|ws| ws.values().find_map(|w| w.port));
+    // A side's port in a window, else in any window, as its exporter saw it, else as any
+    // exporter did (a host that saw only one direction of the connection): its packets too.
+    let mut by_side: HashMap<SideKey, Vec<&str>> = HashMap::new();
+    for (e, k) in &order {
+        by_side.entry(*k).or_default().push(e);
+    }
+    let port_of = |exporter: &str, k: &SideKey, start: u64| -> Option<(u16, u64)> {
+        let at = |e: &str| sides.get(&(e.to_string(), *k));
+        let in_window = |e: &str| {
+            at(e)
+                .and_then(|ws| ws.get(&start))
+                .and_then(|w| w.port.map(|p| (p, w.packets)))
+        };
+        let any = |e: &str| at(e).and_then(|ws| ws.values().find_map(|w| w.port.map(|p| (p, 0))));
+        let others = by_side.get(k).map(Vec::as_slice).unwrap_or_default();
+        in_window(exporter)
+            .or_else(|| others.iter().find_map(|e| in_window(e)))
+            .or_else(|| any(exporter))
+            .or_else(|| others.iter().find_map(|e| any(e)))
+    };
     let mut out: std::collections::BTreeMap<u64, Vec<QpEvidence>> = Default::default();
     for k in &order {
         let (exporter, (addr, qp, peer, peer_qp)) = k;
         let windows = &sides[k];
-        let peer_key = (exporter.clone(), (*peer, *peer_qp, *addr, *qp));
+        let peer_key: SideKey = (*peer, *peer_qp, *addr, *qp);
         let mut medians: Vec<u64> = windows
             .values()
             .map(SideSums::ack)
@@ -268,34 +292,33 @@ pub fn sides_windows(
             .map(|a| a.1)
             .collect();
         medians.sort_unstable();
-        let baseline = (medians.len() >= BASELINE_WINDOWS).then(|| medians[medians.len() / 4]);
+        // The lower quartile (the lowest of four).
+        let baseline =
+            (medians.len() >= BASELINE_WINDOWS).then(|| medians[(medians.len() - 1) / 4]);
         for (start, w) in windows {
             let at = out.entry(*start).or_default();
-            let peer_port = sides
-                .get(&peer_key)
-                .and_then(|ws| ws.get(start))
-                .and_then(|p| p.port)
-                .or_else(|| any_port(&peer_key));
-            if let Some(port) = w.port.or_else(|| any_port(k)) {
+            let peer_port = port_of(exporter, &peer_key, *start);
+            if let Some((port, _)) = port_of(exporter, &k.1, *start) {
                 let (samples, p50_ns) = w.ack();
-                // (Its packets are the QP table's: a side's are every port's together.)
                 at.push(QpEvidence {
+                    packets: w.packets,
                     ack: baseline
                         .filter(|_| samples > 0)
                         .map(|baseline_ns| AckShift {
                             samples,
                             p50_ns,
                             baseline_ns,
-                            reverse: peer_port.map(|p| (p, *qp)),
+                            reverse: peer_port.map(|p| (p.0, *qp)),
                             reverse_path: None,
                         }),
                     ..QpEvidence::new(*addr, *peer, port, *peer_qp)
                 });
             }
             if w.cnp > 0
-                && let Some(port) = peer_port
+                && let Some((port, packets)) = peer_port
             {
                 at.push(QpEvidence {
+                    packets,
                     cnp: w.cnp,
                     ..QpEvidence::new(*peer, *addr, port, *qp)
                 });
@@ -658,10 +681,12 @@ pub fn merge(evidence: impl IntoIterator<Item = QpEvidence>) -> Vec<QpEvidence> 
                 m.lost = m.lost.max(e.lost);
                 m.ce = m.ce.max(e.ce);
                 m.cnp = m.cnp.max(e.cnp);
-                // The view with more samples; a way back or a trace any view has.
+                // The view of the longest round trip: the requester's host sees the whole of
+                // it, the responder's only its own answering time, a mirror what lies between
+                // it and the responder. A way back any view has.
                 let reverse = m.ack.as_ref().and_then(|a| a.reverse);
-                if e.ack.as_ref().map_or(0, |a| a.samples) > m.ack.as_ref().map_or(0, |a| a.samples)
-                {
+                let trip = |a: &Option<AckShift>| a.as_ref().map(|a| (a.baseline_ns, a.samples));
+                if trip(&e.ack) > trip(&m.ack) {
                     m.ack = e.ack;
                 }
                 if let Some(a) = &mut m.ack
@@ -886,7 +911,7 @@ mod tests {
             serde_json::json!({
                 "exporter": "h1/1/1", "interval_start_ns": start.to_string(), "side": side,
                 "addr": addr, "qp": qp, "peer_addr": peer, "peer_qp": peer_qp,
-                "ports": [port], "ops_cnp": cnp,
+                "ports": [port], "packets": 1000, "ops_cnp": cnp,
                 "ack_samples": samples, "ack_p50_ns": p50.to_string(),
             })
             .to_string()
@@ -916,7 +941,7 @@ mod tests {
             (40, 72_000, 12_000, Some((50001, 0x11)))
         );
         assert_eq!(a(0).ack.unwrap().p50_ns, 12_000);
-        assert_eq!(a(0).dest_qp, 0x22);
+        assert_eq!((a(0).dest_qp, a(0).packets), (0x22, 2000));
         // b's CNPs tell of a's packets towards it marked: a's direction, on a's port.
         let marked: Vec<&QpEvidence> = by_window[&(4 * minute)]
             .iter()
@@ -961,10 +986,12 @@ mod tests {
             f.packets = packets;
             f
         };
-        // a writes to b's QP 0x22 from two ports (the busiest 50000); b's CNPs to a's 0x11.
+        // a writes to b's QP 0x22 from two ports (the connection's a.ports names 50000 its
+        // busiest; the flows' counts say 50001: the connection's word goes); b's CNPs to a's
+        // 0x11.
         r.flows = vec![
-            flow(a, b, 50001, 0x22, 10),
-            flow(a, b, 50000, 0x22, 900),
+            flow(a, b, 50001, 0x22, 900),
+            flow(a, b, 50000, 0x22, 10),
             flow(b, a, 50002, 0x11, 40),
         ];
         let ops = serde_json::to_value(crate::model::Ops::default()).unwrap();
@@ -986,6 +1013,11 @@ mod tests {
         let e = evidence_of(&r);
         let cnp: Vec<(u16, u64)> = e.iter().map(|e| (e.src_port, e.cnp)).collect();
         assert_eq!(cnp, [(50001, 0), (50000, 6), (50002, 0)]);
+        // Without that port among the flows, the busiest flow.
+        r.flows.remove(1);
+        let e = evidence_of(&r);
+        let cnp: Vec<(u16, u64)> = e.iter().map(|e| (e.src_port, e.cnp)).collect();
+        assert_eq!(cnp, [(50001, 6), (50002, 0)]);
     }
 
     #[test]

@@ -333,10 +333,14 @@ pub fn localize(
             && let Some(ack) = &e.ack
         {
             let back_traced = ack.reverse_path.as_ref().and_then(|p| {
-                router.known(p).ok().filter(|_| {
+                let ok = router.known(p).ok().filter(|_| {
                     p.first().map(String::as_str) == Some(topo.name(dst))
                         && p.last().map(String::as_str) == Some(topo.name(src))
-                })
+                });
+                if ok.is_none() {
+                    bad_traces += 1;
+                }
+                ok
             });
             let back_fields = ack.reverse.map(|(port, qp)| FlowFields {
                 src_ip: e.dst,
@@ -394,9 +398,15 @@ pub fn localize(
     };
     if (placed.len() as f64) < opts.min_qps {
         out.verdict = Verdict::NotEnoughEvidence(format!(
-            "{} QPs of at least {} packets on the topology's hosts: too few to weigh",
+            "{} QPs of {} on the topology's hosts: too few to weigh",
             placed.len(),
-            opts.min_packets
+            match signal {
+                Signal::Latency => format!(
+                    "{} ACK samples or more in the window and a baseline (their other windows')",
+                    opts.min_acks
+                ),
+                Signal::Loss | Signal::Ce => format!("at least {} packets", opts.min_packets),
+            }
         ));
         return out;
     }
@@ -801,11 +811,12 @@ pub fn localize(
             Verdict::NotEnoughEvidence(format!(
                 "{} of {} QPs show {}, and no link stands out: the paths are not known ({} \
                  QPs' paths split among their candidates); give the switches' hashes \
-                 in the topology file",
+                 in the topology file{}",
                 out.bad_qps,
                 out.qps,
                 signal.name(),
-                unknown
+                unknown,
+                latency_hint(signal)
             ))
         }
         None => Verdict::Clean(format!(
@@ -817,12 +828,24 @@ pub fn localize(
         Some(_) if !all_placed => Verdict::NotEnoughEvidence(format!(
             "the paths are not known ({unknown} of {} QPs' paths split among their \
              candidates): the suspects are where the evidence could be, not where it is; give \
-             the switches' hashes in the topology file",
-            out.qps
+             the switches' hashes in the topology file{}",
+            out.qps,
+            latency_hint(signal)
         )),
         Some(_) => Verdict::Found,
     };
     out
+}
+
+/// What latency's paths also need: the answers' ports.
+fn latency_hint(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Latency => {
+            " (and, for latency, the records of the answering side: the port its answers come \
+             from)"
+        }
+        Signal::Loss | Signal::Ce => "",
+    }
 }
 
 /// P(X >= k) for X Poisson of mean `mean`: how likely `k` bad QPs or more are by chance.
@@ -1204,6 +1227,35 @@ mod tests {
             assert_eq!(l.verdict, Verdict::Found, "run {run}: {l:?}");
             if l.suspects[0].link == Some(link) {
                 hits += 1;
+                // The QPs it explains are more than those crossing it on the way out: the
+                // ways back count.
+                let out_bad = given(&ev, false)
+                    .iter()
+                    .filter(|e| {
+                        Signal::Latency.count(e, &Options::default()) > 0
+                            && router
+                                .paths(
+                                    truth.host_of(&e.src).unwrap(),
+                                    truth.host_of(&e.dst).unwrap(),
+                                    Some(&FlowFields {
+                                        src_ip: e.src,
+                                        dst_ip: e.dst,
+                                        src_port: e.src_port,
+                                        dst_port: 4791,
+                                        protocol: 17,
+                                        dest_qp: e.dest_qp,
+                                    }),
+                                )
+                                .unwrap()
+                                .through(link)
+                                > 0.0
+                    })
+                    .count();
+                assert!(
+                    l.suspects[0].bad_qps > out_bad as f64 + 5.0,
+                    "run {run}: {} bad QPs named, {out_bad} crossing it out",
+                    l.suspects[0].bad_qps
+                );
             }
             // Latency says nothing of loss.
             assert!(matches!(
@@ -1257,7 +1309,10 @@ mod tests {
             l.by_source[PathSource::Candidates as usize] * 4 > l.qps * 3,
             "{l:?}"
         );
-        assert_ne!(l.verdict, Verdict::Found, "{l:?}");
+        let Verdict::NotEnoughEvidence(why) = &l.verdict else {
+            panic!("{l:?}");
+        };
+        assert!(why.contains("the port its answers come from"), "{why}");
     }
 
     #[test]

@@ -31,7 +31,9 @@ impl Paths {
 
     /// A round trip: this path out and `back` (each link crossed either way, or both, with
     /// the probability that it is crossed at all, the two ways' choices taken as
-    /// independent), of both ways' hops, known only as well as the lesser known of the two.
+    /// independent), its hops the links it crosses (expected: the probabilities' sum, so
+    /// that its 1/h votes sum to one as a path's do), known only as well as the lesser known
+    /// of the two.
     pub fn round_trip(&self, back: &Paths) -> Paths {
         let mut links: Vec<(LinkId, f32)> = Vec::with_capacity(self.links.len() + back.links.len());
         let (mut i, mut j) = (0, 0);
@@ -55,10 +57,16 @@ impl Paths {
                 (_, None) => unreachable!("one of the two has a link left"),
             }
         }
+        let hops = links
+            .iter()
+            .map(|(_, w)| f64::from(*w))
+            .sum::<f64>()
+            .round()
+            .max(1.0) as u32;
         Paths {
             source: self.source.max(back.source),
             links,
-            hops: self.hops + back.hops,
+            hops,
         }
     }
 }
