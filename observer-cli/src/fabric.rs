@@ -21,7 +21,8 @@ pub struct FabricArgs {
     /// QP's counters' increase over `--window`, as the sidecars export them.
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
-    /// With --prometheus: the window the increases are taken over.
+    /// With --prometheus: the window the increases are taken over (with --windows: the span
+    /// cut into windows, each its own query).
     #[arg(long, default_value = "5m", value_parser = roce_observer::units::parse_duration, requires = "prometheus")]
     pub window: std::time::Duration,
     /// With --prometheus: the window's end, in unix seconds (default: the server's now).
@@ -51,8 +52,9 @@ pub struct FabricArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "windows")]
     pub html: Option<std::path::PathBuf>,
     /// Localize each window of this length on its own (sidecars' lines and records carry
-    /// their times), and follow each suspect across windows as one incident.
-    #[arg(long, value_name = "DURATION", value_parser = roce_observer::units::parse_duration, conflicts_with = "prometheus")]
+    /// their times; a Prometheus server is asked once per window of --window), and follow
+    /// each suspect across windows as one incident.
+    #[arg(long, value_name = "DURATION", value_parser = roce_observer::units::parse_duration)]
     pub windows: Option<std::time::Duration>,
     /// With --windows: clean windows in a row that close an incident.
     #[arg(long, default_value_t = 2, requires = "windows", value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -122,17 +124,62 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         Default::default();
     let mut evidence = Vec::new();
     if let Some(url) = &a.prometheus {
-        let r = roce_observer::source::prometheus::increases(
-            url,
-            &fabric::PROMETHEUS_COUNTERS,
-            a.window,
-            a.at,
-            a.selector.as_deref(),
-            std::time::Duration::from_secs(30),
-        )?;
-        let s = fabric::prometheus_evidence([&r[0], &r[1], &r[2], &r[3]], url)?;
-        warn_rest(url, s.rest);
-        evidence.extend(s.evidence);
+        // One query per window, the windows ending at --at (the local clock's now by
+        // default: the windows need one end to share), back over --window.
+        let (windows, end_ns) = match window_ns {
+            Some(w) => {
+                let span = a.window.as_nanos() as u64;
+                let n = span.div_ceil(w).max(1);
+                if n > MAX_PROMETHEUS_WINDOWS {
+                    return Err(UsageError(format!(
+                        "--windows: --window {:.0}s holds {n} windows, more than \
+                         {MAX_PROMETHEUS_WINDOWS} queries: give longer windows or a shorter \
+                         --window",
+                        a.window.as_secs_f64()
+                    ))
+                    .into());
+                }
+                let end = match a.at {
+                    Some(t) => (t * 1e9) as u64,
+                    None => std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64),
+                };
+                (n, end)
+            }
+            None => (1, 0),
+        };
+        let mut rest = [0u64; 3];
+        for k in 0..windows {
+            let (length, at, start) = match window_ns {
+                Some(w) => {
+                    let start = end_ns.saturating_sub((windows - k) * w);
+                    (
+                        std::time::Duration::from_nanos(w),
+                        Some((start + w) as f64 / 1e9),
+                        Some(start),
+                    )
+                }
+                None => (a.window, a.at, None),
+            };
+            let r = roce_observer::source::prometheus::increases(
+                url,
+                &fabric::PROMETHEUS_COUNTERS,
+                length,
+                at,
+                a.selector.as_deref(),
+                std::time::Duration::from_secs(30),
+            )?;
+            let s = fabric::prometheus_evidence([&r[0], &r[1], &r[2], &r[3]], url)?;
+            for (sum, r) in rest.iter_mut().zip(s.rest) {
+                *sum = sum.saturating_add(r);
+            }
+            match start {
+                Some(start) => by_window.entry(start).or_default().extend(s.evidence),
+                None => evidence.extend(s.evidence),
+            }
+        }
+        warn_rest(url, rest);
     }
     for path in &a.reports {
         // A records directory is read through its QP table and its connection sides (ACK
@@ -287,6 +334,9 @@ fn read_sides(
     }
     Ok(())
 }
+
+/// The most windows `--windows` asks a Prometheus server for (four queries each).
+const MAX_PROMETHEUS_WINDOWS: u64 = 1_000;
 
 /// The most windows `--windows` weighs (each is a localization of its own).
 const MAX_WINDOWS: u64 = 10_000;

@@ -306,6 +306,13 @@ fn fleet_rules_in_a_real_prometheus_equal_the_generators_truth() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let quiet_from = unix_now();
     let quiet_until = Instant::now() + Duration::from_secs(6);
     while Instant::now() < quiet_until {
         round(false, &mut traffic);
@@ -319,6 +326,7 @@ fn fleet_rules_in_a_real_prometheus_equal_the_generators_truth() {
         prometheus.firing()
     );
     // Congested until the alert fires (its for: 3 s after the fleet share passes 5%).
+    let congested_from = unix_now();
     let deadline = Instant::now() + Duration::from_secs(40);
     let fired = loop {
         round(true, &mut traffic);
@@ -416,6 +424,66 @@ fn fleet_rules_in_a_real_prometheus_equal_the_generators_truth() {
         let bad = if l["signal"] == "ce" { marked } else { 0 };
         assert_eq!(l["bad_qps"], bad, "{l:#}");
     }
+    // `fabric --prometheus --windows`: one query per 3-second window (three scrapes) over the
+    // run: no window that ended before the congestion began has a CE-marked QP, a window
+    // during it has, and no window has loss.
+    let end = unix_now();
+    let span = (end - quiet_from).ceil() as u64 + 1;
+    let (status, out, err) = output(
+        Command::new(CLI)
+            .args(["fabric", "--json", "--min-packets", "1", "--windows", "3s"])
+            .args([
+                "--window",
+                &format!("{span}s"),
+                "--at",
+                &format!("{end:.3}"),
+            ])
+            .args([
+                "--prometheus",
+                &url,
+                "--selector",
+                "job=\"roce-observer\"",
+                "--topology",
+            ])
+            .arg(&topo),
+    );
+    assert!(status.success(), "{err}");
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let windows = json["windows"].as_array().unwrap();
+    assert_eq!(windows.len() as u64, span.div_ceil(3), "{json:#}");
+    let bad = |w: &Value, signal: &str| {
+        w["localizations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["signal"] == signal)
+            .map_or(0, |l| l["bad_qps"].as_u64().unwrap())
+    };
+    let mut before = 0;
+    for w in windows {
+        assert_eq!(bad(w, "loss"), 0, "{w:#}");
+        if (w["end_unix_ns"].as_u64().unwrap() as f64) / 1e9 <= congested_from {
+            before += 1;
+            assert_eq!(bad(w, "ce"), 0, "before the congestion: {w:#}");
+        }
+    }
+    assert!(before >= 1, "no window before the congestion: {json:#}");
+    assert!(
+        windows.iter().any(|w| bad(w, "ce") > 0),
+        "no window with CE: {json:#}"
+    );
+    // Too many windows for one span: refused before any query.
+    let (status, _, err) = output(
+        Command::new(CLI)
+            .args(["fabric", "--windows", "1s", "--window", "2h"])
+            .args(["--prometheus", &url, "--topology"])
+            .arg(&topo),
+    );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        integration_tests::error_line(&err).contains("more than 1000 queries"),
+        "{err}"
+    );
     // A server that is not there: one line.
     let (status, _, err) = output(
         Command::new(CLI)
