@@ -832,3 +832,106 @@ fn records_ack_latency_names_the_delaying_link() {
         .collect();
     assert_eq!(signals, ["loss", "ce"]);
 }
+
+/// Fleet records with their `pauses` table: the hosts that sent through one link direction
+/// congested (spine s1 down to leaf l2) received pauses, as PFC's backpressure gives them;
+/// `fabric` names that link direction from the hosts' pauses alone.
+#[test]
+fn records_pauses_name_the_congested_link_direction() {
+    let dir = Scratch::new("fabric-pauses");
+    let text = topology_file(4, 12);
+    let topo_path = dir.file("fabric.toml", &text);
+    let truth = Topology::parse(&text, "fabric.toml").unwrap();
+    let (s1, l2) = (truth.node("s1").unwrap(), truth.node("l2").unwrap());
+    let link = truth.link_between(l2, s1).unwrap();
+    let mut ev = sim::evidence(
+        &truth,
+        &Workload {
+            qps: 500,
+            packets: 2000,
+            background: 0.0,
+            seed: 88,
+        },
+        &[],
+    );
+    sim::pause(&truth, &mut ev, &[(link, Some(s1))]);
+    let records = dir.path("records");
+    std::fs::create_dir_all(&records).unwrap();
+    let (mut qp_rows, mut pause_rows) = (String::new(), String::new());
+    let mut paused = std::collections::BTreeMap::new();
+    for (e, _) in &ev {
+        let host = truth.name(truth.host_of(&e.src).unwrap()).to_string();
+        qp_rows += &format!(
+            "{}\n",
+            serde_json::json!({
+                "exporter": format!("{host}/mlx5_0/1"), "host": host,
+                "interval_start_ns": 0, "direction": "transmit", "vantage": "host",
+                "mirror_session": "", "src_addr": e.src.to_string(),
+                "dst_addr": e.dst.to_string(), "src_port": e.src_port, "dest_qp": e.dest_qp,
+                "packets": e.packets, "psn_missing": 0, "psn_retransmissions": 0, "ce": 0,
+            })
+        );
+        if e.paused > 0 {
+            paused.insert(host, e.paused);
+        }
+    }
+    assert!(paused.len() >= 3, "{paused:?}");
+    for (host, frames) in &paused {
+        for (direction, vantage) in [
+            ("receive", "host"),
+            ("transmit", "host"),
+            ("receive", "mirror"),
+        ] {
+            pause_rows += &format!(
+                "{}\n",
+                serde_json::json!({
+                    "exporter": format!("{host}/mlx5_0/1"), "host": host,
+                    "interval_start_ns": "0", "src_mac": "02:00:00:00:00:01",
+                    "direction": direction, "vantage": vantage, "priority": 3,
+                    "frames": frames, "xon": 0, "quanta": 0, "pause_ns": 0,
+                })
+            );
+        }
+    }
+    // A host the topology does not have: told, left out.
+    pause_rows += &format!(
+        "{}\n",
+        serde_json::json!({
+            "exporter": "elsewhere/mlx5_0/1", "host": "", "interval_start_ns": 0,
+            "src_mac": "02:00:00:00:00:02", "direction": "receive", "vantage": "host",
+            "priority": 3, "frames": 5, "xon": 0, "quanta": 0, "pause_ns": 0,
+        })
+    );
+    std::fs::write(records.join("qp_intervals.jsonl"), qp_rows).unwrap();
+    let (status, _, err) = fabric(
+        &["--signal", "pfc"],
+        &topo_path,
+        std::slice::from_ref(&records),
+    );
+    assert_eq!(status.code(), Some(2), "no pauses table: {err}");
+    assert!(error_line(&err).contains("needs pause counts"), "{err}");
+    std::fs::write(records.join("pauses.jsonl"), pause_rows).unwrap();
+    let (status, out, err) = fabric(&["--json"], &topo_path, std::slice::from_ref(&records));
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("pauses of hosts the topology does not name, left out: elsewhere"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let pfc = v["localizations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["signal"] == "pfc")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(pfc["verdict"], "found", "{pfc:#}");
+    assert_eq!(
+        pfc["suspects"][0]["name"], "l2:up1 - s1:down2 (s1 to l2)",
+        "{pfc:#}"
+    );
+    assert_eq!(
+        pfc["suspects"][0]["bad_qps"],
+        paused.len() as f64,
+        "{pfc:#}"
+    );
+}

@@ -70,9 +70,12 @@ pub enum SignalArg {
     /// ACK latency risen above each QP's own baseline (records' connection sides, with
     /// --windows: the baseline is the QP's own windows').
     Latency,
+    /// PFC pauses the QPs' source hosts received (records' pauses, or the NICs' counters on
+    /// --prometheus).
+    Pfc,
     /// Loss, then CE.
     Both,
-    /// Loss, CE, and latency where the evidence has a baseline.
+    /// Loss, CE, latency where the evidence has a baseline, PFC where it has pause counts.
     All,
 }
 
@@ -82,8 +85,9 @@ impl From<SignalArg> for Vec<Signal> {
             SignalArg::Loss => vec![Signal::Loss],
             SignalArg::Ce => vec![Signal::Ce],
             SignalArg::Latency => vec![Signal::Latency],
+            SignalArg::Pfc => vec![Signal::Pfc],
             SignalArg::Both => vec![Signal::Loss, Signal::Ce],
-            SignalArg::All => vec![Signal::Loss, Signal::Ce, Signal::Latency],
+            SignalArg::All => vec![Signal::Loss, Signal::Ce, Signal::Latency, Signal::Pfc],
         }
     }
 }
@@ -123,6 +127,11 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     let mut by_window: std::collections::BTreeMap<u64, Vec<fabric::QpEvidence>> =
         Default::default();
     let mut evidence = Vec::new();
+    // The pause frames each host received, by window (key 0 without --windows), and whether
+    // any input could tell pauses at all.
+    let mut pauses: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, u64>> =
+        Default::default();
+    let mut pause_counts = false;
     if let Some(url) = &a.prometheus {
         // One query per window, the windows ending at --at (the local clock's now by
         // default: the windows need one end to share), back over --window.
@@ -174,6 +183,20 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             for (sum, r) in rest.iter_mut().zip(s.rest) {
                 *sum = sum.saturating_add(r);
             }
+            let p = roce_observer::source::prometheus::increases(
+                url,
+                &[fabric::PROMETHEUS_PAUSES],
+                length,
+                at,
+                a.selector.as_deref(),
+                std::time::Duration::from_secs(30),
+            )?;
+            // NICs' counters there, paused or not.
+            pause_counts |= p[0].as_array().is_some_and(|v| !v.is_empty());
+            let into = pauses.entry(start.unwrap_or(0)).or_default();
+            for (host, frames) in fabric::prometheus_pauses(&p[0], url)? {
+                *into.entry(host).or_default() += frames;
+            }
             match start {
                 Some(start) => by_window.entry(start).or_default().extend(s.evidence),
                 None => evidence.extend(s.evidence),
@@ -192,10 +215,19 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
                 );
             }
             let sides = std::path::Path::new(path).join("connection_sides.jsonl");
+            let pause_table = std::path::Path::new(path).join("pauses.jsonl");
+            if pause_table.is_file() {
+                read_pauses(&pause_table.display().to_string(), window_ns, &mut pauses)?;
+                pause_counts = true;
+            }
             if sides.is_file() {
                 read_sides(&sides.display().to_string(), window_ns, &mut by_window)?;
             }
             (table.display().to_string(), true)
+        } else if path.ends_with("pauses.jsonl") {
+            read_pauses(path, window_ns, &mut pauses)?;
+            pause_counts = true;
+            continue;
         } else if path.ends_with("connection_sides.jsonl") {
             read_sides(path, window_ns, &mut by_window)?;
             continue;
@@ -233,7 +265,50 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         min_packets: a.min_packets,
         ..Options::default()
     };
+    if a.signal == SignalArg::Pfc && !pause_counts {
+        return Err(UsageError(
+            "--signal pfc needs pause counts: records with their pauses.jsonl, or --prometheus \
+             (the NICs' counters)"
+                .into(),
+        )
+        .into());
+    }
+    // Each host's pauses, by window, on the topology's nodes (a name, or an address); the
+    // hosts the topology does not have, told once.
+    let mut unknown_hosts = std::collections::BTreeSet::new();
+    let mut node_pauses: std::collections::BTreeMap<
+        u64,
+        std::collections::HashMap<fabric::topology::NodeId, u64>,
+    > = Default::default();
+    for (w, hosts) in pauses {
+        // Without windows, every window's pauses are the one window's.
+        let into = node_pauses
+            .entry(if window_ns.is_some() { w } else { 0 })
+            .or_default();
+        for (host, frames) in hosts {
+            let node = topo.node(&host).or_else(|| {
+                host.parse::<std::net::IpAddr>()
+                    .ok()
+                    .and_then(|ip| topo.host_of(&ip))
+            });
+            match node {
+                Some(n) => *into.entry(n).or_default() += frames,
+                None => {
+                    unknown_hosts.insert(host);
+                }
+            }
+        }
+    }
+    if !unknown_hosts.is_empty() {
+        eprintln!(
+            "roce-observer: warning: pauses of hosts the topology does not name, left out: {}",
+            unknown_hosts.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
     let mut signals = Vec::<Signal>::from(a.signal);
+    if a.signal == SignalArg::All && !pause_counts {
+        signals.retain(|s| *s != Signal::Pfc);
+    }
     // `all` weighs latency only where some QP has a baseline to weigh it against.
     if a.signal == SignalArg::All
         && !by_window
@@ -244,9 +319,16 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     {
         signals.retain(|s| *s != Signal::Latency);
     }
-    let localize = |evidence: Vec<fabric::QpEvidence>| -> Vec<fabric::Localization> {
+    let no_pauses = Default::default();
+    let localize = |evidence: Vec<fabric::QpEvidence>, w: u64| -> Vec<fabric::Localization> {
         let mut evidence = fabric::merge(evidence);
+        let paused = node_pauses.get(&w).unwrap_or(&no_pauses);
         for e in &mut evidence {
+            e.paused = topo
+                .host_of(&e.src)
+                .and_then(|n| paused.get(&n))
+                .copied()
+                .unwrap_or(0);
             if let Some(p) = traced.get(&(e.src, e.dst, e.src_port)) {
                 e.path = Some(p.clone());
             }
@@ -288,7 +370,7 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
                 fabric::Window {
                     start_ns: start,
                     end_ns: start.saturating_add(w),
-                    runs: localize(by_window.remove(&start).unwrap_or_default()),
+                    runs: localize(by_window.remove(&start).unwrap_or_default(), start),
                 }
             })
             .collect();
@@ -307,7 +389,7 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         });
     }
     evidence.extend(by_window.into_values().flatten());
-    let runs = localize(evidence);
+    let runs = localize(evidence, 0);
     if let Some(html) = &a.html {
         std::fs::write(html, render::fabric_html::html(&topo, &runs))
             .with_context(|| format!("cannot write the HTML page {}", html.display()))?;
@@ -319,6 +401,23 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             write!(out, "{}", render::fabric::render(&runs))
         }
     })
+}
+
+/// Reads a records' `pauses` table into `pauses`.
+fn read_pauses(
+    file: &str,
+    window_ns: Option<u64>,
+    pauses: &mut std::collections::BTreeMap<u64, std::collections::BTreeMap<String, u64>>,
+) -> Result<()> {
+    let reader =
+        std::fs::File::open(file).with_context(|| format!("cannot read the records {file}"))?;
+    for (w, hosts) in fabric::pauses_windows(std::io::BufReader::new(reader), file, window_ns)? {
+        let into = pauses.entry(w).or_default();
+        for (host, frames) in hosts {
+            *into.entry(host).or_default() += frames;
+        }
+    }
+    Ok(())
 }
 
 /// Reads a records' `connection_sides` table into `by_window`.

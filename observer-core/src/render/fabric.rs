@@ -93,7 +93,7 @@ pub fn render(runs: &[Localization]) -> String {
                     "; left out: {s} with {}, {u} with an end on no host of the topology (or none reachable), {t} traces not on it",
                     match l.signal {
                         Signal::Latency => "too few ACK samples or no baseline",
-                        Signal::Loss | Signal::Ce => "too few packets",
+                        Signal::Loss | Signal::Ce | Signal::Pfc => "too few packets",
                     }
                 ),
             }
@@ -123,6 +123,7 @@ pub fn render(runs: &[Localization]) -> String {
                 s.bad_packets,
                 match l.signal {
                     Signal::Latency => "slow ACK samples",
+                    Signal::Pfc => "pause frames at their sources",
                     Signal::Loss | Signal::Ce => "bad packets",
                 },
                 s.placed * 100.0

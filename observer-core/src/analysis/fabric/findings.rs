@@ -30,6 +30,7 @@ fn finding(signal: Signal, s: &Suspect) -> Finding {
         Signal::Loss => ("loses packets", Severity::Critical),
         Signal::Ce => ("marks packets CE", Severity::Warning),
         Signal::Latency => ("delays packets", Severity::Warning),
+        Signal::Pfc => ("holds traffic back (PFC)", Severity::Warning),
     };
     let kind = s.kind.name();
     let hint = match (s.kind, signal) {
@@ -45,6 +46,11 @@ fn finding(signal: Signal, s: &Suspect) -> Finding {
             "a queue building on the link without loss or marks: its utilisation, PFC pauses \
              on its ports (a paused port delays everything behind it), ECN thresholds set too \
              high for the queue"
+        }
+        (SuspectKind::Link, Signal::Pfc) => {
+            "the root of the pause tree: the link's egress queue for the lossless priority, its \
+             PFC thresholds (xoff, headroom), a slow receiver behind it (`check` on the hosts \
+             past it: their NICs sending pauses)"
         }
         (SuspectKind::Switch, _) => {
             "the switch itself: its counters on every port, its buffers and ECN profile, its \
@@ -80,6 +86,7 @@ fn finding(signal: Signal, s: &Suspect) -> Finding {
                 Signal::Loss => "packets lost",
                 Signal::Ce => "packets CE-marked (or CNPs)",
                 Signal::Latency => "ACK samples above their QP's baseline",
+                Signal::Pfc => "pause frames their sources received",
             }
         ),
         evidence,

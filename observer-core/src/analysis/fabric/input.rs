@@ -328,6 +328,105 @@ pub fn sides_windows(
     Ok(out)
 }
 
+/// The PFC pause frames each host received, per window of `window` ns (one window, key 0,
+/// when none), from fleet records' `pauses` table (its JSONEachRow lines, read from `reader`;
+/// `origin` names it in errors): the rows a host's own observer saw arrive (`receive`,
+/// vantage `host`), every priority together, keyed by the row's `host` (or its exporter's
+/// first part). A mirror's rows name no receiving host and are left out.
+pub fn pauses_windows(
+    reader: impl std::io::BufRead,
+    origin: &str,
+    window: Option<u64>,
+) -> Result<std::collections::BTreeMap<u64, std::collections::BTreeMap<String, u64>>, FabricError> {
+    let mut out: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, u64>> =
+        Default::default();
+    for_each_json_line(reader, origin, |row, bad| {
+        let text = |name: &str| {
+            row.get(name)
+                .and_then(serde_json::Value::as_str)
+                .ok_or_else(|| bad(format!("no {name}: not a pauses row")))
+        };
+        let number = |name: &str| -> Result<u64, FabricError> {
+            json_count(row.get(name))
+                .ok_or_else(|| bad(format!("{name} is not a count: not a pauses row")))
+        };
+        let frames = number("frames")?;
+        if text("direction")? != "receive" || text("vantage")? != "host" || frames == 0 {
+            return Ok(());
+        }
+        let host = match row.get("host").and_then(serde_json::Value::as_str) {
+            Some(h) if !h.is_empty() => h.to_string(),
+            _ => text("exporter")?
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        };
+        let start = match window {
+            Some(w) => number("interval_start_ns")? / w.max(1) * w.max(1),
+            None => 0,
+        };
+        let sum = out.entry(start).or_default().entry(host).or_default();
+        *sum = sum.saturating_add(frames);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The NIC counter of PFC pause frames received, as the sidecars export it: a Prometheus
+/// query of its increase per scrape target is [`prometheus_pauses`]' input.
+pub const PROMETHEUS_PAUSES: &str = "roce_nic_pfc_pause_frames_total";
+
+/// The pause frames each scrape target's NIC received: `result` is the `data.result` of a
+/// query of [`PROMETHEUS_PAUSES`]' increase (`dir="rx"`), summed per target (`instance`, its
+/// host part: the name or address before the port), rounded.
+pub fn prometheus_pauses(
+    result: &serde_json::Value,
+    origin: &str,
+) -> Result<std::collections::BTreeMap<String, u64>, FabricError> {
+    let bad = |problem: String| FabricError::Prometheus {
+        origin: origin.into(),
+        problem,
+    };
+    let series = result
+        .as_array()
+        .ok_or_else(|| bad(format!("{PROMETHEUS_PAUSES}: not an instant vector")))?;
+    let mut out = std::collections::BTreeMap::new();
+    for s in series {
+        let instance = s
+            .get("metric")
+            .and_then(|m| m.get("instance"))
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| {
+                bad(format!(
+                    "{PROMETHEUS_PAUSES}: a series without its instance"
+                ))
+            })?;
+        if s.get("metric")
+            .and_then(|m| m.get("dir"))
+            .and_then(serde_json::Value::as_str)
+            != Some("rx")
+        {
+            continue;
+        }
+        let value = s
+            .get("value")
+            .and_then(|v| v.get(1))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| bad(format!("{PROMETHEUS_PAUSES}: a sample that is not a count")))?;
+        // "host:port", "[v6]:port", or a bare name.
+        let host = match instance.rsplit_once(':') {
+            Some((h, port)) if port.parse::<u16>().is_ok() => h.trim_matches(['[', ']']),
+            _ => instance,
+        };
+        let sum: &mut u64 = out.entry(host.to_string()).or_default();
+        *sum = sum.saturating_add(value.round() as u64);
+    }
+    Ok(out)
+}
+
 /// A count of a JSON row: a number, or a quoted one (some ClickHouse versions quote 64-bit
 /// integers).
 fn json_count(v: Option<&serde_json::Value>) -> Option<u64> {
@@ -973,6 +1072,54 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert_eq!(bad, "cs.jsonl line 1: no ports: not a connection_sides row");
+    }
+
+    #[test]
+    fn pauses_are_the_frames_each_host_received() {
+        let row = |host: &str, start: u64, direction: &str, vantage: &str, frames: u64| {
+            serde_json::json!({
+                "exporter": "x9/mlx5_0/1", "host": host, "interval_start_ns": start.to_string(),
+                "direction": direction, "vantage": vantage, "priority": 3,
+                "frames": frames.to_string(),
+            })
+            .to_string()
+        };
+        let text = [
+            row("h1", 0, "receive", "host", 5),
+            row("h1", 10, "receive", "host", 2),
+            row("h1", 70, "receive", "host", 1),
+            // Sent, or seen on a mirror: not a host's received pauses.
+            row("h1", 0, "transmit", "host", 9),
+            row("h2", 0, "receive", "mirror", 9),
+            // No host name: the exporter's first part.
+            row("", 0, "receive", "host", 4),
+        ]
+        .join("\n");
+        let w = pauses_windows(text.as_bytes(), "p.jsonl", Some(60)).unwrap();
+        assert_eq!(w[&0]["h1"], 7);
+        assert_eq!(w[&0]["x9"], 4);
+        assert_eq!(w[&60]["h1"], 1);
+        assert!(!w[&0].contains_key("h2"));
+        let bad = pauses_windows("{\"frames\": 1}".as_bytes(), "p.jsonl", None)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(bad, "p.jsonl line 1: no direction: not a pauses row");
+        // Prometheus: received only, per target's host part.
+        let series = |instance: &str, dir: &str, v: &str| {
+            serde_json::json!({"metric": {"instance": instance, "dir": dir, "prio": "3"},
+                "value": [0, v]})
+        };
+        let r = serde_json::json!([
+            series("h1:9477", "rx", "6.6"),
+            series("h1:9477", "tx", "50"),
+            series("[2001:db8::5]:9477", "rx", "2"),
+            series("h3", "rx", "1"),
+        ]);
+        let p = prometheus_pauses(&r, "http://p:9090").unwrap();
+        assert_eq!(p["h1"], 7);
+        assert_eq!(p["2001:db8::5"], 2);
+        assert_eq!(p["h3"], 1);
+        assert_eq!(p.len(), 3);
     }
 
     #[test]

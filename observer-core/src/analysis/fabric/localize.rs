@@ -38,6 +38,9 @@ pub struct QpEvidence {
     /// CNPs the receiver sent about this direction (it received packets marked CE): the CE
     /// marks told where they themselves were not seen (a sender's host sees the CNPs only).
     pub cnp: u64,
+    /// PFC pause frames its source host received in the window (its leaf held all of the
+    /// host's traffic of the priority, this QP's with it).
+    pub paused: u64,
     /// The ACK latency of this direction's requests in the window against the QP's own
     /// baseline; none when there is no baseline (one window, or too few samples).
     pub ack: Option<AckShift>,
@@ -57,6 +60,7 @@ impl QpEvidence {
             lost: 0,
             ce: 0,
             cnp: 0,
+            paused: 0,
             ack: None,
             path: None,
         }
@@ -87,6 +91,8 @@ pub enum Signal {
     Ce,
     /// A shift of ACK latency above each QP's own baseline.
     Latency,
+    /// PFC pauses its source host received.
+    Pfc,
 }
 
 impl Signal {
@@ -95,6 +101,7 @@ impl Signal {
             Self::Loss => "loss",
             Self::Ce => "ce",
             Self::Latency => "latency",
+            Self::Pfc => "pfc",
         }
     }
 
@@ -102,7 +109,7 @@ impl Signal {
     /// samples in the window, and a baseline).
     fn weighs(self, e: &QpEvidence, opts: &Options) -> bool {
         match self {
-            Self::Loss | Self::Ce => e.packets >= opts.min_packets,
+            Self::Loss | Self::Ce | Self::Pfc => e.packets >= opts.min_packets,
             Self::Latency => e.ack.as_ref().is_some_and(|a| a.samples >= opts.min_acks),
         }
     }
@@ -113,6 +120,7 @@ impl Signal {
         match self {
             Self::Loss => e.lost,
             Self::Ce => e.ce.max(e.cnp),
+            Self::Pfc => e.paused,
             Self::Latency => match &e.ack {
                 Some(a)
                     if a.p50_ns as f64 >= opts.latency_ratio * a.baseline_ns as f64
@@ -144,6 +152,9 @@ pub struct Options {
     pub rate_ratio: f64,
     /// The share of a host's QPs that must be bad for the host to be named.
     pub host_share: f64,
+    /// For PFC: the share of the hosts sending through a link direction that must have been
+    /// paused for it to be named (sustained congestion pauses every source feeding it).
+    pub pause_share: f64,
     /// How unlikely a link's bad QPs must be by chance, at the rate of those not crossing it,
     /// over all the fabric's links together (each link's test at this over the links).
     pub significance: f64,
@@ -165,6 +176,7 @@ impl Default for Options {
             min_qps: 3.0,
             rate_ratio: 4.0,
             host_share: 0.8,
+            pause_share: 0.9,
             significance: 0.01,
             max_suspects: 8,
             placed: 0.9,
@@ -405,7 +417,9 @@ pub fn localize(
                     "{} ACK samples or more in the window and a baseline (their other windows')",
                     opts.min_acks
                 ),
-                Signal::Loss | Signal::Ce => format!("at least {} packets", opts.min_packets),
+                Signal::Loss | Signal::Ce | Signal::Pfc => {
+                    format!("at least {} packets", opts.min_packets)
+                }
             }
         ));
         return out;
@@ -421,6 +435,10 @@ pub fn localize(
     }
 
     let alpha = opts.significance / topo.links.len().max(1) as f64;
+    if signal == Signal::Pfc {
+        localize_pauses(topo, &mut router, &placed, opts, alpha / 3.0, &mut out);
+        return out;
+    }
     // Per host, its QPs and the bad ones (a QP counts for both its ends), its bad packets and
     // the peers of its bad QPs.
     let mut per_host: HashMap<NodeId, (f64, f64, u64, Vec<NodeId>)> = HashMap::new();
@@ -434,7 +452,15 @@ pub fn localize(
         if q.bad > 0 {
             pair.1 += 1.0;
         }
-        for (me, peer) in [(q.src, q.dst), (q.dst, q.src)] {
+        // (A paused source is the pause's victim, not its cause: for PFC a host is judged by
+        // the QPs towards it only.)
+        let ends = [(q.dst, q.src), (q.src, q.dst)];
+        let ends = if signal == Signal::Pfc {
+            &ends[..1]
+        } else {
+            &ends[..]
+        };
+        for &(me, peer) in ends {
             let h = per_host.entry(me).or_default();
             h.0 += 1.0;
             if q.bad > 0 {
@@ -837,6 +863,162 @@ pub fn localize(
     out
 }
 
+/// PFC: a host's pauses hold all of its traffic of the priority, so the units of evidence are
+/// the hosts, not their QPs. A link direction whose egress congests pauses every host sending
+/// through it that way (sustained congestion backs up hop by hop to every source); a host
+/// that was not paused sent through no congested link direction. So, like 007's votes with
+/// hosts for flows, over link directions (each QP crosses a link of its shortest path from
+/// the end farther from its destination): the direction crossed by the most paused hosts not
+/// yet explained is named when nearly all the hosts crossing it were paused (`pause_share`),
+/// far more than those not crossing it (`rate_ratio`), beyond chance; the paused hosts it
+/// explains leave the count. Where every host crosses every candidate (dense traffic),
+/// nothing stands out, and the verdict says so.
+fn localize_pauses(
+    topo: &Topology,
+    router: &mut Router,
+    placed: &[Placed],
+    opts: &Options,
+    alpha: f64,
+    out: &mut Localization,
+) {
+    // A link direction: the link's index twice, plus one when crossed from its `b` end; after
+    // them, the links whole (either way: congested both ways, each way's paused hosts count
+    // against the other's).
+    let arcs = topo.links.len() * 2;
+    let units = arcs + topo.links.len();
+    // Per source host: its pause frames, and per link direction the most likely any of its
+    // QPs crosses it.
+    let mut hosts: HashMap<NodeId, (u64, HashMap<usize, f64>)> = HashMap::new();
+    for q in placed {
+        let h = hosts.entry(q.src).or_default();
+        h.0 = h.0.max(q.bad);
+        for (l, w) in &q.paths.links {
+            let from_b = router.from_end(q.dst, *l) == topo.links[*l as usize].b.node;
+            for unit in [*l as usize * 2 + usize::from(from_b), arcs + *l as usize] {
+                let e = h.1.entry(unit).or_default();
+                *e = e.max(f64::from(*w));
+            }
+        }
+    }
+    let mut order: Vec<NodeId> = hosts.keys().copied().collect();
+    order.sort_unstable();
+    let total = order.len() as f64;
+    let paused_total = order.iter().filter(|h| hosts[h].0 > 0).count() as f64;
+    out.bad_qps = placed.iter().filter(|q| q.bad > 0).count();
+    if paused_total == 0.0 {
+        out.verdict = Verdict::Clean(format!(
+            "none of {} sending hosts received pauses",
+            order.len()
+        ));
+        return;
+    }
+    let mut explained: Vec<NodeId> = Vec::new();
+    let baseline = paused_total / total;
+    while out.suspects.len() < opts.max_suspects {
+        // Per link direction: the hosts crossing it, the paused ones, those not yet explained.
+        let mut crossing = vec![0.0f64; units];
+        let mut paused = vec![0.0f64; units];
+        let mut open = vec![0.0f64; units];
+        for h in &order {
+            let (frames, links) = &hosts[h];
+            for (l, w) in links {
+                crossing[*l] += w;
+                if *frames > 0 {
+                    paused[*l] += w;
+                    if !explained.contains(h) {
+                        open[*l] += w;
+                    }
+                }
+            }
+        }
+        let mut links: Vec<usize> = (0..units).filter(|l| open[*l] > 0.0).collect();
+        links.sort_by(|a, b| open[*b].total_cmp(&open[*a]).then(a.cmp(b)));
+        let stands_out = |l: usize| {
+            let rest = total - crossing[l];
+            // The share paused among the hosts not crossing it; chance judged at least at one
+            // such host in the count (none paused among few says little).
+            let elsewhere = if rest >= 1.0 {
+                (paused_total - paused[l]).max(0.0) / rest
+            } else {
+                1.0
+            };
+            let null = elsewhere.max(1.0 / (rest + 1.0));
+            open[l] >= 2.0
+                && paused[l] >= opts.pause_share * crossing[l]
+                && paused[l] / crossing[l] >= opts.rate_ratio * elsewhere
+                && poisson_tail(crossing[l] * null, paused[l].floor() as u64) <= alpha
+        };
+        let Some(l) = links.into_iter().find(|l| stands_out(*l)) else {
+            break;
+        };
+        let link = if l < arcs { l / 2 } else { l - arcs } as LinkId;
+        let mine: Vec<NodeId> = order
+            .iter()
+            .copied()
+            .filter(|h| hosts[h].0 > 0 && !explained.contains(h) && hosts[h].1.contains_key(&l))
+            .collect();
+        let rest = total - crossing[l];
+        let host = topo.host_end(link);
+        let ends = &topo.links[link as usize];
+        let (from, to) = if l % 2 == 1 {
+            (ends.b.node, ends.a.node)
+        } else {
+            (ends.a.node, ends.b.node)
+        };
+        let way = if l < arcs {
+            format!(", {} to {}", topo.name(from), topo.name(to))
+        } else {
+            String::new()
+        };
+        out.suspects.push(Suspect {
+            kind: if host.is_some() {
+                SuspectKind::Host
+            } else {
+                SuspectKind::Link
+            },
+            name: match host {
+                Some(h) => format!("{} (its link {}{way})", topo.name(h), topo.link_name(link)),
+                None if l < arcs => format!("{} ({})", topo.link_name(link), &way[2..]),
+                None => topo.link_name(link),
+            },
+            link: Some(link),
+            node: host,
+            votes: open[l],
+            bad_qps: paused[l],
+            qps: crossing[l],
+            bad_packets: mine.iter().map(|h| hosts[h].0).sum(),
+            rate: paused[l] / crossing[l],
+            baseline: if rest >= 1.0 {
+                (paused_total - paused[l]).max(0.0) / rest
+            } else {
+                baseline
+            },
+            qps_named: name_qps(
+                placed
+                    .iter()
+                    .filter(|q| mine.contains(&q.src) && q.paths.through(link) > 0.0),
+            ),
+            placed: mine.iter().map(|h| hosts[h].1[&l]).sum::<f64>() / mine.len().max(1) as f64,
+        });
+        explained.extend(mine);
+    }
+    let unexplained = paused_total as usize - explained.len();
+    out.verdict = if out.suspects.is_empty() {
+        Verdict::NotEnoughEvidence(format!(
+            "{paused_total:.0} of {total:.0} sending hosts received pauses, and no link \
+             direction stands out: too few paused hosts cross any one to be beyond chance, or \
+             their traffic shares too many links to tell where the backpressure starts"
+        ))
+    } else if out.suspects.iter().any(|s| s.placed < opts.placed) {
+        Verdict::NotEnoughEvidence(format!(
+            "the paths are not known: the suspects are where the pauses could start, not \
+             where they do ({unexplained} paused hosts left unexplained)"
+        ))
+    } else {
+        Verdict::Found
+    };
+}
+
 /// What latency's paths also need: the answers' ports.
 fn latency_hint(signal: Signal) -> &'static str {
     match signal {
@@ -844,7 +1026,7 @@ fn latency_hint(signal: Signal) -> &'static str {
             " (and, for latency, the records of the answering side: the port its answers come \
              from)"
         }
-        Signal::Loss | Signal::Ce => "",
+        Signal::Loss | Signal::Ce | Signal::Pfc => "",
     }
 }
 
@@ -1313,6 +1495,75 @@ mod tests {
             panic!("{l:?}");
         };
         assert!(why.contains("the port its answers come from"), "{why}");
+    }
+
+    #[test]
+    fn pfc_pauses_name_the_congested_link_direction_where_traffic_is_sparse() {
+        let truth = sim::leaf_spine(4, 6, 4, Some(9));
+        let blind = sim::leaf_spine(4, 6, 4, None);
+        let mut rng = SplitMix64::new(61);
+        let sparse = |seed| Workload {
+            qps: 250,
+            ..work(seed)
+        };
+        let (mut both_ways, mut one_way, runs) = (0, 0, 20);
+        for run in 0..runs {
+            let link = fabric_link(&truth, &mut rng);
+            let ev = sim::evidence(&truth, &sparse(run as u64 + 900), &[]);
+            // Congested both ways, and one way only (from the spine down, say): the hosts
+            // crossing it the other way were not paused, and count against it.
+            let down = truth.links[link as usize].b.node;
+            for (way, hits) in [(None, &mut both_ways), (Some(down), &mut one_way)] {
+                let mut ev = ev.clone();
+                sim::pause(&truth, &mut ev, &[(link, way)]);
+                let l = loc(&truth, &ev, Signal::Pfc);
+                match &l.verdict {
+                    Verdict::Found => {
+                        assert_eq!(l.suspects[0].link, Some(link), "run {run}: {l:?}");
+                        *hits += 1;
+                    }
+                    Verdict::NotEnoughEvidence(_) => {}
+                    Verdict::Clean(_) => panic!("run {run}: pauses called clean: {l:?}"),
+                }
+                // Unknown paths: never placed.
+                let l = loc(&blind, &ev, Signal::Pfc);
+                assert_ne!(l.verdict, Verdict::Found, "run {run}: {l:?}");
+            }
+        }
+        assert!(both_ways * 10 >= runs * 9, "{both_ways} of {runs}");
+        assert!(one_way * 10 >= runs * 9, "one way: {one_way} of {runs}");
+        // Dense traffic: every host crosses every uplink, every host paused: cannot tell.
+        let link = fabric_link(&truth, &mut rng);
+        let mut ev = sim::evidence(&truth, &work(950), &[]);
+        sim::pause(&truth, &mut ev, &[(link, None)]);
+        let l = loc(&truth, &ev, Signal::Pfc);
+        let Verdict::NotEnoughEvidence(why) = &l.verdict else {
+            panic!("{l:?}");
+        };
+        assert!(why.contains("shares too many links"), "{why}");
+        // No pauses: clean.
+        let ev = sim::evidence(&truth, &sparse(951), &[]);
+        assert!(matches!(
+            loc(&truth, &ev, Signal::Pfc).verdict,
+            Verdict::Clean(_)
+        ));
+        // A slow receiver (its NIC pausing its leaf): every host sending to it paused, and the
+        // receiver named by its own link.
+        let receiver = truth.node("h9").unwrap();
+        let own = truth.adjacent[receiver as usize][0].1;
+        let mut ev = sim::evidence(&truth, &sparse(952), &[]);
+        sim::pause(
+            &truth,
+            &mut ev,
+            &[(own, Some(truth.links[own as usize].b.node))],
+        );
+        let l = loc(&truth, &ev, Signal::Pfc);
+        assert_eq!(l.verdict, Verdict::Found, "{l:?}");
+        assert_eq!(
+            (l.suspects[0].kind, l.suspects[0].node),
+            (SuspectKind::Host, Some(receiver)),
+            "{l:?}"
+        );
     }
 
     #[test]

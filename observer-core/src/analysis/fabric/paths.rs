@@ -132,6 +132,19 @@ impl<'t> Router<'t> {
         })
     }
 
+    /// The end of `link` a shortest path to `dst` crosses it from: the one farther from `dst`
+    /// (the `a` end when neither is).
+    pub fn from_end(&mut self, dst: NodeId, link: LinkId) -> NodeId {
+        let hops = Self::hops(&mut self.hops_to, self.topo, dst);
+        let l = &self.topo.links[link as usize];
+        if hops[l.b.node as usize] > hops[l.a.node as usize] && hops[l.b.node as usize] != u32::MAX
+        {
+            l.b.node
+        } else {
+            l.a.node
+        }
+    }
+
     /// Node `u`'s next hops towards the destination whose hop counts are `hops` (in its
     /// neighbours' order), into `out`.
     fn next_hops(

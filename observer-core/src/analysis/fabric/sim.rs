@@ -170,6 +170,36 @@ fn poisson(rng: &mut SplitMix64, mean: f64) -> u64 {
     }
 }
 
+/// PFC's backpressure from `congested` link directions (from one node's end towards the
+/// other's; `None`: either way) over `ev` (evidence with its true paths): a host one of whose
+/// QPs crosses a congested link that way is paused by its leaf, 100 frames per such QP, and
+/// every QP it sends carries its pauses (the leaf holds all of the host's traffic of the
+/// priority, not only the QPs that cross the link).
+pub fn pause(
+    truth: &Topology,
+    ev: &mut [(QpEvidence, Vec<String>)],
+    congested: &[(LinkId, Option<u32>)],
+) {
+    let mut frames: std::collections::HashMap<IpAddr, u64> = Default::default();
+    for (e, nodes) in ev.iter() {
+        let crosses = nodes.windows(2).any(|w| {
+            let from = truth.node(&w[0]).expect("a node of the truth");
+            let to = truth.node(&w[1]).expect("a node of the truth");
+            truth.link_between(from, to).is_some_and(|l| {
+                congested
+                    .iter()
+                    .any(|(c, way)| *c == l && way.is_none_or(|f| f == from))
+            })
+        });
+        if crosses {
+            *frames.entry(e.src).or_default() += 100;
+        }
+    }
+    for (e, _) in ev.iter_mut() {
+        e.paused = frames.get(&e.src).copied().unwrap_or(0);
+    }
+}
+
 /// A link that delays the packets crossing it (a queue building without loss or marks).
 #[derive(Clone, Copy, Debug)]
 pub struct Delay {
