@@ -893,7 +893,30 @@ fn records_pauses_name_the_congested_link_direction() {
             );
         }
     }
-    // A host the topology does not have: told, left out.
+    // Hosts not paused: the pauses they sent, and those a mirror saw arrive, are not pauses
+    // they received.
+    for h in ["h0", "h23"].iter().filter(|h| !paused.contains_key(**h)) {
+        for (direction, vantage) in [("transmit", "host"), ("receive", "mirror")] {
+            pause_rows += &format!(
+                "{}\n",
+                serde_json::json!({
+                    "exporter": format!("{h}/mlx5_0/1"), "host": h, "interval_start_ns": 0,
+                    "src_mac": "02:00:00:00:00:03", "direction": direction,
+                    "vantage": vantage, "priority": 3, "frames": 400, "xon": 0,
+                    "quanta": 0, "pause_ns": 0,
+                })
+            );
+        }
+    }
+    // A switch's name is no host's; nor is a host the topology does not have: told, left out.
+    pause_rows += &format!(
+        "{}\n",
+        serde_json::json!({
+            "exporter": "s1/x/1", "host": "s1", "interval_start_ns": 0,
+            "src_mac": "02:00:00:00:00:04", "direction": "receive", "vantage": "host",
+            "priority": 3, "frames": 5, "xon": 0, "quanta": 0, "pause_ns": 0,
+        })
+    );
     pause_rows += &format!(
         "{}\n",
         serde_json::json!({
@@ -914,7 +937,9 @@ fn records_pauses_name_the_congested_link_direction() {
     let (status, out, err) = fabric(&["--json"], &topo_path, std::slice::from_ref(&records));
     assert!(status.success(), "{err}");
     assert!(
-        err.contains("pauses of hosts the topology does not name, left out: elsewhere"),
+        err.contains(
+            "pauses of hosts the topology does not name as hosts, left out: elsewhere, s1"
+        ),
         "{err}"
     );
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -25,7 +25,9 @@ pub struct FabricArgs {
     /// cut into windows, each its own query).
     #[arg(long, default_value = "5m", value_parser = roce_observer::units::parse_duration, requires = "prometheus")]
     pub window: std::time::Duration,
-    /// With --prometheus: the window's end, in unix seconds (default: the server's now).
+    /// With --prometheus: the window's end, in unix seconds (default: the server's now; with
+    /// --windows, the local clock's, the last window ending at the multiple of its length at
+    /// or before it).
     #[arg(long, value_name = "UNIX_SECONDS", requires = "prometheus")]
     pub at: Option<f64>,
     /// With --prometheus: label matchers narrowing the series, e.g. 'job="roce"'.
@@ -134,7 +136,8 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     let mut pause_counts = false;
     if let Some(url) = &a.prometheus {
         // One query per window, the windows ending at --at (the local clock's now by
-        // default: the windows need one end to share), back over --window.
+        // default: the windows need one end to share) floored to a multiple of their length,
+        // as records' and sidecars' windows are counted from the epoch, back over --window.
         let (windows, end_ns) = match window_ns {
             Some(w) => {
                 let span = a.window.as_nanos() as u64;
@@ -154,7 +157,7 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_nanos() as u64),
                 };
-                (n, end)
+                (n, end / w * w)
             }
             None => (1, 0),
         };
@@ -276,6 +279,9 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     // Each host's pauses, by window, on the topology's nodes (a name, or an address); the
     // hosts the topology does not have, told once.
     let mut unknown_hosts = std::collections::BTreeSet::new();
+    // The topology's hosts the pause counts name, and whether any of them was paused.
+    let mut counted_hosts = std::collections::BTreeSet::new();
+    let mut paused_any = false;
     let mut node_pauses: std::collections::BTreeMap<
         u64,
         std::collections::HashMap<fabric::topology::NodeId, u64>,
@@ -286,13 +292,20 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             .entry(if window_ns.is_some() { w } else { 0 })
             .or_default();
         for (host, frames) in hosts {
-            let node = topo.node(&host).or_else(|| {
-                host.parse::<std::net::IpAddr>()
-                    .ok()
-                    .and_then(|ip| topo.host_of(&ip))
-            });
+            let node = topo
+                .node(&host)
+                .filter(|n| topo.nodes[*n as usize].role == fabric::Role::Host)
+                .or_else(|| {
+                    host.parse::<std::net::IpAddr>()
+                        .ok()
+                        .and_then(|ip| topo.host_of(&ip))
+                });
             match node {
-                Some(n) => *into.entry(n).or_default() += frames,
+                Some(n) => {
+                    *into.entry(n).or_default() += frames;
+                    counted_hosts.insert(n);
+                    paused_any |= frames > 0;
+                }
                 None => {
                     unknown_hosts.insert(host);
                 }
@@ -301,12 +314,21 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     }
     if !unknown_hosts.is_empty() {
         eprintln!(
-            "roce-observer: warning: pauses of hosts the topology does not name, left out: {}",
+            "roce-observer: warning: pauses of hosts the topology does not name as hosts, left out: {}",
             unknown_hosts.into_iter().collect::<Vec<_>>().join(", ")
         );
     }
+    if a.signal == SignalArg::Pfc && counted_hosts.is_empty() {
+        anyhow::bail!(
+            "--signal pfc: the pause counts name none of the topology's hosts (records by their \
+             host column, Prometheus by its scrape targets' names or addresses)"
+        );
+    }
     let mut signals = Vec::<Signal>::from(a.signal);
-    if a.signal == SignalArg::All && !pause_counts {
+    // `all` weighs PFC only where some host of the topology was paused: a host observer
+    // rarely sees pause frames (RDMA NICs take them in hardware), so no pauses there is not
+    // "none".
+    if a.signal == SignalArg::All && !paused_any {
         signals.retain(|s| *s != Signal::Pfc);
     }
     // `all` weighs latency only where some QP has a baseline to weigh it against.
@@ -434,7 +456,7 @@ fn read_sides(
     Ok(())
 }
 
-/// The most windows `--windows` asks a Prometheus server for (four queries each).
+/// The most windows `--windows` asks a Prometheus server for (five queries each).
 const MAX_PROMETHEUS_WINDOWS: u64 = 1_000;
 
 /// The most windows `--windows` weighs (each is a localization of its own).

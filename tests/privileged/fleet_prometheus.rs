@@ -461,6 +461,12 @@ fn fleet_rules_in_a_real_prometheus_equal_the_generators_truth() {
     };
     let mut before = 0;
     for w in windows {
+        // Counted from the epoch, as records' windows are.
+        assert_eq!(
+            w["start_unix_ns"].as_u64().unwrap() % 3_000_000_000,
+            0,
+            "{w:#}"
+        );
         assert_eq!(bad(w, "loss"), 0, "{w:#}");
         if (w["end_unix_ns"].as_u64().unwrap() as f64) / 1e9 <= congested_from {
             before += 1;

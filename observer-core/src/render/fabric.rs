@@ -112,12 +112,13 @@ pub fn render(runs: &[Localization]) -> String {
         for (i, s) in l.suspects.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  {}. {} {}: {:.0} of {:.0} QPs crossing it bad ({:.1}%, {:.2}% elsewhere), {} {}, placed {:.0}%",
+                "  {}. {} {}: {:.0} of {:.0} {} crossing it bad ({:.1}%, {:.2}% elsewhere), {} {}, placed {:.0}%",
                 i + 1,
                 s.kind.name(),
                 s.name,
                 s.bad_qps,
                 s.qps,
+                l.signal.units(),
                 s.rate * 100.0,
                 s.baseline * 100.0,
                 s.bad_packets,

@@ -14,9 +14,14 @@ pub enum PrometheusError {
     },
 }
 
-/// PromQL's duration for `window` (whole seconds, at least one).
+/// PromQL's duration for `window`: whole seconds, or milliseconds when it is not (at least
+/// one).
 fn promql_duration(window: Duration) -> String {
-    format!("{}s", window.as_secs().max(1))
+    if window.subsec_millis() == 0 {
+        format!("{}s", window.as_secs().max(1))
+    } else {
+        format!("{}ms", window.as_millis())
+    }
 }
 
 /// One instant query's `data.result`.

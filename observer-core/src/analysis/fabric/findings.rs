@@ -75,9 +75,10 @@ fn finding(signal: Signal, s: &Suspect) -> Finding {
         severity,
         title: format!("{kind} {} {what}", s.name),
         summary: format!(
-            "{:.0} of {:.0} QPs crossing it show {} ({:.1}%, {:.2}% elsewhere), {} {}",
+            "{:.0} of {:.0} {} crossing it show {} ({:.1}%, {:.2}% elsewhere), {} {}",
             s.bad_qps,
             s.qps,
+            signal.units(),
             signal.name(),
             s.rate * 100.0,
             s.baseline * 100.0,

@@ -350,8 +350,10 @@ pub fn pauses_windows(
             json_count(row.get(name))
                 .ok_or_else(|| bad(format!("{name} is not a count: not a pauses row")))
         };
-        let frames = number("frames")?;
-        if text("direction")? != "receive" || text("vantage")? != "host" || frames == 0 {
+        let (direction, vantage) = (text("direction")?, text("vantage")?);
+        // (XON frames resume, they do not pause.)
+        let frames = number("frames")?.saturating_sub(number("xon")?);
+        if direction != "receive" || vantage != "host" || frames == 0 {
             return Ok(());
         }
         let host = match row.get("host").and_then(serde_json::Value::as_str) {
@@ -416,8 +418,9 @@ pub fn prometheus_pauses(
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v >= 0.0)
             .ok_or_else(|| bad(format!("{PROMETHEUS_PAUSES}: a sample that is not a count")))?;
-        // "host:port", "[v6]:port", or a bare name.
+        // "host:port", "[v6]:port", or a bare name or address.
         let host = match instance.rsplit_once(':') {
+            _ if instance.parse::<std::net::IpAddr>().is_ok() => instance,
             Some((h, port)) if port.parse::<u16>().is_ok() => h.trim_matches(['[', ']']),
             _ => instance,
         };
@@ -1080,12 +1083,12 @@ mod tests {
             serde_json::json!({
                 "exporter": "x9/mlx5_0/1", "host": host, "interval_start_ns": start.to_string(),
                 "direction": direction, "vantage": vantage, "priority": 3,
-                "frames": frames.to_string(),
+                "frames": frames.to_string(), "xon": u64::from(frames == 6),
             })
             .to_string()
         };
         let text = [
-            row("h1", 0, "receive", "host", 5),
+            row("h1", 0, "receive", "host", 6),
             row("h1", 10, "receive", "host", 2),
             row("h1", 70, "receive", "host", 1),
             // Sent, or seen on a mirror: not a host's received pauses.
@@ -1114,12 +1117,14 @@ mod tests {
             series("h1:9477", "tx", "50"),
             series("[2001:db8::5]:9477", "rx", "2"),
             series("h3", "rx", "1"),
+            series("2001:db8::7", "rx", "3"),
         ]);
         let p = prometheus_pauses(&r, "http://p:9090").unwrap();
         assert_eq!(p["h1"], 7);
         assert_eq!(p["2001:db8::5"], 2);
         assert_eq!(p["h3"], 1);
-        assert_eq!(p.len(), 3);
+        assert_eq!(p["2001:db8::7"], 3);
+        assert_eq!(p.len(), 4);
     }
 
     #[test]

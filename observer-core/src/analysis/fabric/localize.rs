@@ -96,6 +96,14 @@ pub enum Signal {
 }
 
 impl Signal {
+    /// What a suspect's `bad_qps` and `qps` count: QPs, or for PFC the sending hosts.
+    pub const fn units(self) -> &'static str {
+        match self {
+            Self::Pfc => "sending hosts",
+            Self::Loss | Self::Ce | Self::Latency => "QPs",
+        }
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             Self::Loss => "loss",
@@ -889,11 +897,37 @@ fn localize_pauses(
     // Per source host: its pause frames, and per link direction the most likely any of its
     // QPs crosses it.
     let mut hosts: HashMap<NodeId, (u64, HashMap<usize, f64>)> = HashMap::new();
+    // The QPs whose paths are not known: a host's every link is what it weighs.
+    let mut inexact = 0;
     for q in placed {
         let h = hosts.entry(q.src).or_default();
         h.0 = h.0.max(q.bad);
+        if q.paths.source == PathSource::Candidates {
+            inexact += 1;
+        }
+        // A traced path's links walked in its order (it need not be a shortest one), each
+        // crossed from the node the walk is at; another path's from its end farther from the
+        // destination.
+        let mut walked: HashMap<LinkId, NodeId> = HashMap::new();
+        if q.paths.source == PathSource::Known {
+            let mut at = q.src;
+            let mut left: Vec<LinkId> = q.paths.links.iter().map(|(l, _)| *l).collect();
+            while let Some(i) = left.iter().position(|l| {
+                let e = &topo.links[*l as usize];
+                e.a.node == at || e.b.node == at
+            }) {
+                let l = left.swap_remove(i);
+                let e = &topo.links[l as usize];
+                walked.insert(l, at);
+                at = if e.a.node == at { e.b.node } else { e.a.node };
+            }
+        }
         for (l, w) in &q.paths.links {
-            let from_b = router.from_end(q.dst, *l) == topo.links[*l as usize].b.node;
+            let from = match walked.get(l) {
+                Some(n) => *n,
+                None => router.from_end(q.dst, *l),
+            };
+            let from_b = from == topo.links[*l as usize].b.node;
             for unit in [*l as usize * 2 + usize::from(from_b), arcs + *l as usize] {
                 let e = h.1.entry(unit).or_default();
                 *e = e.max(f64::from(*w));
@@ -1009,10 +1043,14 @@ fn localize_pauses(
              direction stands out: too few paused hosts cross any one to be beyond chance, or \
              their traffic shares too many links to tell where the backpressure starts"
         ))
-    } else if out.suspects.iter().any(|s| s.placed < opts.placed) {
+    } else if inexact > 0 || out.suspects.iter().any(|s| s.placed < opts.placed) {
+        // A host with one QP on unknown paths may have sent over any of its candidates: the
+        // hosts that were not paused clear nothing for sure.
         Verdict::NotEnoughEvidence(format!(
-            "the paths are not known: the suspects are where the pauses could start, not \
-             where they do ({unexplained} paused hosts left unexplained)"
+            "the paths of {inexact} of {} QPs are not known: the suspects are where the pauses \
+             could start, not where they do ({unexplained} paused hosts left unexplained); \
+             give the switches' hashes in the topology file",
+            placed.len()
         ))
     } else {
         Verdict::Found
@@ -1525,6 +1563,11 @@ mod tests {
                     Verdict::NotEnoughEvidence(_) => {}
                     Verdict::Clean(_) => panic!("run {run}: pauses called clean: {l:?}"),
                 }
+                // Traced paths: the same (each crossed in the trace's order).
+                let l = localize(&truth, &given(&ev, true), Signal::Pfc, &Options::default());
+                if l.verdict == Verdict::Found {
+                    assert_eq!(l.suspects[0].link, Some(link), "run {run}: {l:?}");
+                }
                 // Unknown paths: never placed.
                 let l = loc(&blind, &ev, Signal::Pfc);
                 assert_ne!(l.verdict, Verdict::Found, "run {run}: {l:?}");
@@ -1564,6 +1607,10 @@ mod tests {
             (SuspectKind::Host, Some(receiver)),
             "{l:?}"
         );
+        // Its own link is on every candidate path too: with the paths unknown, still not
+        // placed.
+        let l = loc(&blind, &ev, Signal::Pfc);
+        assert!(matches!(l.verdict, Verdict::NotEnoughEvidence(_)), "{l:?}");
     }
 
     #[test]
