@@ -517,3 +517,100 @@ fn tls_with_the_named_ca_and_refused_without_it() {
         assert!(err.contains("not delivered"), "{transport}: {err}");
     }
 }
+
+/// `fabric` on records that went over OTLP: the receiver (the official protobufs) writes what
+/// it accepted as OTLP/JSON lines, as a collector's file exporter does; read back into their
+/// tables, they give the evidence the same replay's records directory gives (QPs, CNPs), and
+/// `fabric` the same localizations.
+#[test]
+fn fabric_reads_records_sent_over_otlp_as_their_directory() {
+    use roce_observer::analysis::fabric;
+    let scratch = Scratch::new("otlp-fabric");
+    let pcap = synth_pcap(CLI, &scratch, "demo");
+    let otlp_json = scratch.path("collector.json");
+    let receiver = Receiver::start(
+        &scratch,
+        "fabric",
+        &["--otlp-json", otlp_json.to_str().unwrap()],
+    );
+    let records = scratch.path("records");
+    let (code, report, err) = replay(
+        &pcap,
+        &[
+            "--otlp-endpoint",
+            &receiver.url("http"),
+            "--otlp-protocol",
+            "http-protobuf",
+            "--records",
+            records.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let report = report.unwrap();
+    let text = std::fs::read_to_string(&otlp_json).unwrap();
+    let tables =
+        roce_observer::export::otlp_json::tables_of(text.as_bytes(), "collector.json").unwrap();
+    let sort = |mut v: Vec<fabric::QpEvidence>| {
+        v.sort_by_key(|e| (e.src, e.dst, e.src_port, e.dest_qp));
+        v
+    };
+    let evidence = |qp: &[u8], sides: &[u8]| {
+        sort(fabric::merge(
+            fabric::records_evidence(qp, "qp")
+                .unwrap()
+                .into_iter()
+                .chain(
+                    fabric::sides_windows(sides, "sides", None)
+                        .unwrap()
+                        .into_values()
+                        .flatten(),
+                ),
+        ))
+    };
+    let read = |t: &str| std::fs::read(records.join(format!("{t}.jsonl"))).unwrap();
+    let from_dir = evidence(&read("qp_intervals"), &read("connection_sides"));
+    let from_otlp = evidence(&tables["qp_intervals"], &tables["connection_sides"]);
+    assert!(from_dir.iter().any(|e| e.cnp > 0) && from_dir.iter().any(|e| e.lost > 0));
+    assert_eq!(from_otlp, from_dir);
+    // The command, on a star of the capture's hosts: the same localizations either way.
+    let mut hosts: Vec<std::net::IpAddr> = report
+        .flows
+        .iter()
+        .flat_map(|f| [f.src_ip, f.dst_ip])
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    let mut topo = String::from(
+        "schema = \"roce-observer.topology/1\"\n\n[[node]]\nname = \"sw\"\nrole = \"leaf\"\n",
+    );
+    for (i, a) in hosts.iter().enumerate() {
+        topo += &format!(
+            "\n[[node]]\nname = \"h{i}\"\nrole = \"host\"\naddresses = [\"{a}\"]\n\n[[link]]\na = \"h{i}\"\nb = \"sw:p{i}\"\n"
+        );
+    }
+    let topo = scratch.file("star.toml", &topo);
+    let fabric_json = |input: &Path| {
+        let (status, out, err) = output(
+            Command::new(CLI)
+                .args(["fabric", "--json", "--min-packets", "1", "--topology"])
+                .arg(&topo)
+                .arg(input),
+        );
+        assert!(status.success(), "{}: {err}", input.display());
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let (a, b) = (fabric_json(&otlp_json), fabric_json(&records));
+    assert!(
+        a["localizations"].as_array().is_some_and(|l| !l.is_empty()),
+        "{a:#}"
+    );
+    assert_eq!(a, b);
+    // A line that is not a request: named with its line.
+    let bad =
+        roce_observer::export::otlp_json::tables_of("{\"resourceLogs\": 1}\n".as_bytes(), "c.json")
+            .unwrap_err();
+    assert_eq!(
+        bad.to_string(),
+        "c.json line 1: no resourceLogs: not an OTLP/JSON logs request"
+    );
+}

@@ -208,6 +208,38 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
         warn_rest(url, rest);
     }
     for path in &a.reports {
+        // Records sent over OTLP (OTLP/JSON lines, as a collector's file exporter writes
+        // them): their tables, read as a records directory's.
+        if std::path::Path::new(path).is_file()
+            && first_line_is(path, roce_observer::export::otlp_json::is_request_line)?
+        {
+            let reader = std::fs::File::open(path)
+                .with_context(|| format!("cannot read the report {path}"))?;
+            let tables =
+                roce_observer::export::otlp_json::tables_of(std::io::BufReader::new(reader), path)?;
+            let table = |name: &str| tables.get(name).map_or(&[][..], Vec::as_slice);
+            let origin = |name: &str| format!("{path} ({name} records)");
+            for (w, e) in
+                fabric::records_windows(table("qp_intervals"), &origin("qp_intervals"), window_ns)?
+            {
+                by_window.entry(w).or_default().extend(e);
+            }
+            for (w, e) in fabric::sides_windows(
+                table("connection_sides"),
+                &origin("connection_sides"),
+                window_ns,
+            )? {
+                by_window.entry(w).or_default().extend(e);
+            }
+            if tables.contains_key("pauses") {
+                pause_counts = true;
+                add_pauses(
+                    &mut pauses,
+                    fabric::pauses_windows(table("pauses"), &origin("pauses"), window_ns)?,
+                );
+            }
+            continue;
+        }
         // A records directory is read through its QP table and its connection sides (ACK
         // latency, CNPs) when it has them.
         let (file, is_records) = if std::path::Path::new(path).is_dir() {
@@ -433,13 +465,24 @@ fn read_pauses(
 ) -> Result<()> {
     let reader =
         std::fs::File::open(file).with_context(|| format!("cannot read the records {file}"))?;
-    for (w, hosts) in fabric::pauses_windows(std::io::BufReader::new(reader), file, window_ns)? {
+    add_pauses(
+        pauses,
+        fabric::pauses_windows(std::io::BufReader::new(reader), file, window_ns)?,
+    );
+    Ok(())
+}
+
+/// Adds one input's pauses (per window, per host) to `pauses`.
+fn add_pauses(
+    pauses: &mut std::collections::BTreeMap<u64, std::collections::BTreeMap<String, u64>>,
+    more: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, u64>>,
+) {
+    for (w, hosts) in more {
         let into = pauses.entry(w).or_default();
         for (host, frames) in hosts {
             *into.entry(host).or_default() += frames;
         }
     }
-    Ok(())
 }
 
 /// Reads a records' `connection_sides` table into `by_window`.
@@ -464,6 +507,11 @@ const MAX_WINDOWS: u64 = 10_000;
 
 /// Whether a JSON-lines file is a sidecar's (`run --jsonl`), by its first line.
 fn is_sidecar(file: &str) -> Result<bool> {
+    first_line_is(file, fabric::is_sidecar_line)
+}
+
+/// Whether a file's first non-blank line passes `test` (none: no).
+fn first_line_is(file: &str, test: fn(&str) -> bool) -> Result<bool> {
     use std::io::BufRead;
     let reader = std::io::BufReader::new(
         std::fs::File::open(file).with_context(|| format!("cannot read the report {file}"))?,
@@ -471,7 +519,7 @@ fn is_sidecar(file: &str) -> Result<bool> {
     for line in reader.lines() {
         let line = line.with_context(|| format!("cannot read the report {file}"))?;
         if !line.trim().is_empty() {
-            return Ok(fabric::is_sidecar_line(&line));
+            return Ok(test(&line));
         }
     }
     Ok(false)

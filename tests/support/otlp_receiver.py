@@ -6,6 +6,10 @@ every request refused with INVALID_ARGUMENT / 400 (not retryable); or to answer 
 
     python otlp_receiver.py OUT [--fail-first N] [--fail-always] [--refuse] [--delay S]
                                 [--tls CERT KEY] [--grpc-port P] [--http-port P]
+                                [--otlp-json FILE]
+
+--otlp-json also writes every logs request it accepts to FILE as one line of OTLP/JSON (the
+protobuf JSON mapping, as an OpenTelemetry Collector's file exporter writes it).
 
 --delay holds every request S seconds before answering it. The ports default to free ones; a
 receiver started again on the same ports is the same receiver back.
@@ -27,6 +31,7 @@ from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
+from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import (
     metrics_service_pb2,
@@ -42,6 +47,7 @@ args.add_argument("--fail-always", action="store_true")
 args.add_argument("--delay", type=float, default=0.0)
 args.add_argument("--grpc-port", type=int, default=0)
 args.add_argument("--http-port", type=int, default=0)
+args.add_argument("--otlp-json")
 opts = args.parse_args()
 
 lock = threading.Lock()
@@ -92,6 +98,11 @@ def write(lines):
 
 
 def logs(req, transport, headers):
+    if opts.otlp_json:
+        line = json.dumps(json_format.MessageToDict(req, use_integers_for_enums=True)) + "\n"
+        with lock:
+            with open(opts.otlp_json, "a") as f:
+                f.write(line)
     lines = []
     for rl in req.resource_logs:
         resource = attributes(rl.resource.attributes)

@@ -8,6 +8,7 @@
 //! (`deploy/clickhouse/schema.sql`), the OTLP encoder and the field tables of docs/export.md
 //! all read the table definitions in [`tables`]; nothing else spells a column.
 
+pub mod otlp_json;
 mod schema;
 pub mod tables;
 
