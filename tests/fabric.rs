@@ -933,6 +933,16 @@ fn records_pauses_name_the_congested_link_direction() {
     );
     assert_eq!(status.code(), Some(2), "no pauses table: {err}");
     assert!(error_line(&err).contains("needs pause counts"), "{err}");
+    // A pauses table without a row: no host was paused, clean.
+    std::fs::write(records.join("pauses.jsonl"), "").unwrap();
+    let (status, out, err) = fabric(
+        &["--signal", "pfc", "--json"],
+        &topo_path,
+        std::slice::from_ref(&records),
+    );
+    assert!(status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["localizations"][0]["verdict"], "clean", "{v:#}");
     std::fs::write(records.join("pauses.jsonl"), pause_rows).unwrap();
     let (status, out, err) = fabric(&["--json"], &topo_path, std::slice::from_ref(&records));
     assert!(status.success(), "{err}");

@@ -231,8 +231,9 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             )? {
                 by_window.entry(w).or_default().extend(e);
             }
+            // (Its pauses are one of its tables: none is none seen.)
+            pause_counts = true;
             if tables.contains_key("pauses") {
-                pause_counts = true;
                 add_pauses(
                     &mut pauses,
                     fabric::pauses_windows(table("pauses"), &origin("pauses"), window_ns)?,
@@ -344,13 +345,16 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             }
         }
     }
-    if !unknown_hosts.is_empty() {
+    let unknown_hosts_any = !unknown_hosts.is_empty();
+    if unknown_hosts_any {
         eprintln!(
             "roce-observer: warning: pauses of hosts the topology does not name as hosts, left out: {}",
             unknown_hosts.into_iter().collect::<Vec<_>>().join(", ")
         );
     }
-    if a.signal == SignalArg::Pfc && counted_hosts.is_empty() {
+    // (Counts that name hosts, none of them the topology's; records without pause rows
+    // name none, and say no host was paused.)
+    if a.signal == SignalArg::Pfc && counted_hosts.is_empty() && unknown_hosts_any {
         anyhow::bail!(
             "--signal pfc: the pause counts name none of the topology's hosts (records by their \
              host column, Prometheus by its scrape targets' names or addresses)"

@@ -36,6 +36,7 @@ pub fn tables_of(
         })
         .collect();
     let mut out: std::collections::BTreeMap<&'static str, Vec<u8>> = Default::default();
+    let mut seen = std::collections::HashSet::new();
     for (i, line) in reader.lines().enumerate() {
         let bad = |problem: String| OtlpJsonError {
             origin: origin.into(),
@@ -48,6 +49,10 @@ pub fn tables_of(
         }
         let request: serde_json::Value =
             serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+        // A collector's file exporter in several pipelines writes their requests alike.
+        if OTHER_SIGNALS.iter().any(|k| request.get(*k).is_some()) {
+            continue;
+        }
         let resource_logs = request
             .get("resourceLogs")
             .and_then(serde_json::Value::as_array)
@@ -71,7 +76,12 @@ pub fn tables_of(
                     .and_then(|b| b.get("stringValue"))
                     .and_then(serde_json::Value::as_str)
                     .unwrap_or_default();
-                let Some(table) = tables.iter().find(|t| t.name == name) else {
+                // (The observer's records name their table in the body and, as the event,
+                // `roce.<table>`: another application's log is no row.)
+                let event = record.get("eventName").and_then(serde_json::Value::as_str);
+                let Some(table) = tables.iter().find(|t| {
+                    t.name == name && event.is_none_or(|e| e.strip_prefix("roce.") == Some(t.name))
+                }) else {
                     continue;
                 };
                 let by_attribute = &columns[table.name];
@@ -85,14 +95,27 @@ pub fn tables_of(
                         row.insert((*column).to_string(), value.clone());
                     }
                 }
+                // What the encoder leaves out (zero counts, empty strings and lists) is back;
+                // a key, a bound or a number it always writes stays missing, for the reader to
+                // refuse.
                 for c in &table.columns {
                     use super::ChType as T;
-                    row.entry(c.name).or_insert_with(|| match c.ty {
+                    let default = match c.ty {
                         T::String | T::Label => "".into(),
                         T::Strings | T::UInt64s => serde_json::Value::Array(Vec::new()),
-                        T::Float64 => 0.0.into(),
-                        T::UInt8 | T::UInt16 | T::UInt32 | T::UInt64 | T::Count => 0.into(),
-                    });
+                        T::Count => 0.into(),
+                        _ => continue,
+                    };
+                    row.entry(c.name).or_insert(default);
+                }
+                // Sent again (the exporter retries what it was not told arrived): once.
+                let seq = (
+                    table.name,
+                    row.get("exporter").cloned(),
+                    row.get("seq").cloned(),
+                );
+                if seq.2.is_some() && !seen.insert(format!("{seq:?}")) {
+                    continue;
                 }
                 let rows = out.entry(table.name).or_default();
                 serde_json::to_writer(&mut *rows, &row).map_err(|e| bad(e.to_string()))?;
@@ -106,10 +129,14 @@ pub fn tables_of(
 /// Whether a JSON line is an OTLP/JSON logs request rather than a record or a sidecar's line.
 pub fn is_request_line(line: &str) -> bool {
     serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| {
-        v.get("resourceLogs")
-            .is_some_and(serde_json::Value::is_array)
+        std::iter::once("resourceLogs")
+            .chain(OTHER_SIGNALS)
+            .any(|k| v.get(k).is_some_and(serde_json::Value::is_array))
     })
 }
+
+/// The other signals' requests a collector's file exporter may write beside the logs.
+const OTHER_SIGNALS: [&str; 3] = ["resourceMetrics", "resourceSpans", "resourceProfiles"];
 
 /// OTLP/JSON key-values as (key, value) pairs: strings, integers (64-bit ones are quoted in
 /// the JSON mapping), doubles, booleans and arrays of them.
@@ -121,8 +148,11 @@ fn attributes(
         let (kind, inner) = v.as_object()?.iter().next()?;
         Some(match kind.as_str() {
             "stringValue" | "boolValue" | "doubleValue" => inner.clone(),
+            // (Not a number: kept as the text, for the reader to refuse.)
             "intValue" => match inner {
-                serde_json::Value::String(s) => s.parse::<i64>().ok()?.into(),
+                serde_json::Value::String(s) => {
+                    s.parse::<i64>().map_or_else(|_| inner.clone(), Into::into)
+                }
                 n => n.clone(),
             },
             "arrayValue" => serde_json::Value::Array(
@@ -148,4 +178,80 @@ fn attributes(
         })
         .filter_map(Result::transpose)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(records: &[serde_json::Value]) -> String {
+        serde_json::json!({"resourceLogs": [{
+            "resource": {"attributes": [
+                {"key": "roce.exporter.id", "value": {"stringValue": "h1/1/1"}},
+                {"key": "host.name", "value": {"stringValue": "h1"}},
+            ]},
+            "scopeLogs": [{"logRecords": records}],
+        }]})
+        .to_string()
+    }
+
+    fn pause(seq: u64, event: &str) -> serde_json::Value {
+        serde_json::json!({
+            "eventName": event,
+            "body": {"stringValue": "pauses"},
+            "attributes": [
+                {"key": "roce.record.seq", "value": {"intValue": seq.to_string()}},
+                {"key": "roce.interval.start", "value": {"intValue": "60"}},
+                {"key": "roce.pause.priority", "value": {"intValue": "3"}},
+                {"key": "roce.pause.frames", "value": {"intValue": "7"}},
+                {"key": "network.io.direction", "value": {"stringValue": "receive"}},
+                {"key": "roce.vantage", "value": {}},
+            ],
+        })
+    }
+
+    #[test]
+    fn records_come_back_as_their_rows_once() {
+        let text = [
+            request(&[pause(0, "roce.pauses"), pause(1, "roce.pauses")]),
+            // Sent again: once.
+            request(&[pause(1, "roce.pauses")]),
+            // Another application's, and another signal's.
+            request(&[pause(2, "app.pauses")]),
+            r#"{"resourceMetrics": []}"#.to_string(),
+        ]
+        .join("\n");
+        let tables = tables_of(text.as_bytes(), "c.json").unwrap();
+        let rows: Vec<serde_json::Value> = std::str::from_utf8(&tables["pauses"])
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let r = &rows[1];
+        assert_eq!(
+            (&r["exporter"], &r["host"], &r["seq"], &r["frames"]),
+            (&"h1/1/1".into(), &"h1".into(), &1.into(), &7.into())
+        );
+        // Left out by the encoder: back as such (an empty value, zero xon, no MAC).
+        assert_eq!(
+            (&r["vantage"], &r["xon"], &r["src_mac"]),
+            (&"".into(), &0.into(), &"".into())
+        );
+        assert_eq!(r["interval_start_ns"], 60);
+        assert!(!tables.contains_key("qp_intervals"));
+        assert!(is_request_line(r#"{"resourceMetrics": []}"#));
+        assert!(!is_request_line("{"));
+    }
+
+    #[test]
+    fn a_key_the_encoder_always_writes_stays_missing() {
+        let mut p = pause(0, "roce.pauses");
+        p["attributes"].as_array_mut().unwrap().remove(1);
+        let tables = tables_of(request(&[p]).as_bytes(), "c.json").unwrap();
+        let row: serde_json::Value =
+            serde_json::from_slice(tables["pauses"].split(|b| *b == b'\n').next().unwrap())
+                .unwrap();
+        assert!(row.get("interval_start_ns").is_none(), "{row}");
+    }
 }

@@ -17,10 +17,10 @@ pub enum PrometheusError {
 /// PromQL's duration for `window`: whole seconds, or milliseconds when it is not (at least
 /// one).
 fn promql_duration(window: Duration) -> String {
-    if window.subsec_millis() == 0 {
+    if window.subsec_nanos() == 0 {
         format!("{}s", window.as_secs().max(1))
     } else {
-        format!("{}ms", window.as_millis())
+        format!("{}ms", window.as_millis().max(1))
     }
 }
 

@@ -418,9 +418,10 @@ pub fn prometheus_pauses(
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v >= 0.0)
             .ok_or_else(|| bad(format!("{PROMETHEUS_PAUSES}: a sample that is not a count")))?;
-        // "host:port", "[v6]:port", or a bare name or address.
+        // "host:port", "[v6]:port", or a bare name or address (bracketed or not).
+        let bare = instance.trim_matches(['[', ']']);
         let host = match instance.rsplit_once(':') {
-            _ if instance.parse::<std::net::IpAddr>().is_ok() => instance,
+            _ if bare.parse::<std::net::IpAddr>().is_ok() => bare,
             Some((h, port)) if port.parse::<u16>().is_ok() => h.trim_matches(['[', ']']),
             _ => instance,
         };
@@ -1118,13 +1119,15 @@ mod tests {
             series("[2001:db8::5]:9477", "rx", "2"),
             series("h3", "rx", "1"),
             series("2001:db8::7", "rx", "3"),
+            series("[2001:db8::8]", "rx", "4"),
         ]);
         let p = prometheus_pauses(&r, "http://p:9090").unwrap();
         assert_eq!(p["h1"], 7);
         assert_eq!(p["2001:db8::5"], 2);
         assert_eq!(p["h3"], 1);
         assert_eq!(p["2001:db8::7"], 3);
-        assert_eq!(p.len(), 4);
+        assert_eq!(p["2001:db8::8"], 4);
+        assert_eq!(p.len(), 5);
     }
 
     #[test]
