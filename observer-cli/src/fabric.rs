@@ -196,10 +196,10 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             )?;
             // NICs' counters there, paused or not.
             pause_counts |= p[0].as_array().is_some_and(|v| !v.is_empty());
-            let into = pauses.entry(start.unwrap_or(0)).or_default();
-            for (host, frames) in fabric::prometheus_pauses(&p[0], url)? {
-                *into.entry(host).or_default() += frames;
-            }
+            add_pauses(
+                &mut pauses,
+                [(start.unwrap_or(0), fabric::prometheus_pauses(&p[0], url)?)].into(),
+            );
             match start {
                 Some(start) => by_window.entry(start).or_default().extend(s.evidence),
                 None => evidence.extend(s.evidence),
@@ -219,18 +219,18 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
                 roce_observer::export::otlp_json::tables_of(std::io::BufReader::new(reader), path)?;
             let table = |name: &str| tables.get(name).map_or(&[][..], Vec::as_slice);
             let origin = |name: &str| format!("{path} ({name} records)");
-            for (w, e) in
-                fabric::records_windows(table("qp_intervals"), &origin("qp_intervals"), window_ns)?
-            {
-                by_window.entry(w).or_default().extend(e);
-            }
-            for (w, e) in fabric::sides_windows(
-                table("connection_sides"),
-                &origin("connection_sides"),
-                window_ns,
-            )? {
-                by_window.entry(w).or_default().extend(e);
-            }
+            add_evidence(
+                &mut by_window,
+                fabric::records_windows(table("qp_intervals"), &origin("qp_intervals"), window_ns)?,
+            );
+            add_evidence(
+                &mut by_window,
+                fabric::sides_windows(
+                    table("connection_sides"),
+                    &origin("connection_sides"),
+                    window_ns,
+                )?,
+            );
             // (Its pauses are one of its tables: none is none seen.)
             pause_counts = true;
             if tables.contains_key("pauses") {
@@ -280,11 +280,10 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
                 by_window.entry(w).or_default().extend(s.evidence);
             }
         } else if is_records {
-            for (w, e) in
-                fabric::records_windows(std::io::BufReader::new(reader), &file, window_ns)?
-            {
-                by_window.entry(w).or_default().extend(e);
-            }
+            add_evidence(
+                &mut by_window,
+                fabric::records_windows(std::io::BufReader::new(reader), &file, window_ns)?,
+            );
         } else if window_ns.is_some() {
             return Err(UsageError(format!(
                 "--windows needs the evidence's times: {file} is a JSON report, one window \
@@ -497,10 +496,21 @@ fn read_sides(
 ) -> Result<()> {
     let reader =
         std::fs::File::open(file).with_context(|| format!("cannot read the records {file}"))?;
-    for (w, e) in fabric::sides_windows(std::io::BufReader::new(reader), file, window_ns)? {
+    add_evidence(
+        by_window,
+        fabric::sides_windows(std::io::BufReader::new(reader), file, window_ns)?,
+    );
+    Ok(())
+}
+
+/// Adds one input's evidence (per window) to `by_window`.
+fn add_evidence(
+    by_window: &mut std::collections::BTreeMap<u64, Vec<fabric::QpEvidence>>,
+    more: std::collections::BTreeMap<u64, Vec<fabric::QpEvidence>>,
+) {
+    for (w, e) in more {
         by_window.entry(w).or_default().extend(e);
     }
-    Ok(())
 }
 
 /// The most windows `--windows` asks a Prometheus server for (five queries each).

@@ -83,14 +83,10 @@ pub fn records_windows(
 ) -> Result<std::collections::BTreeMap<u64, Vec<QpEvidence>>, FabricError> {
     let mut per_window: std::collections::BTreeMap<u64, ViewSums> = Default::default();
     for_each_json_line(reader, origin, |row, bad| {
-        let text = |name: &str| {
-            row.get(name)
-                .and_then(serde_json::Value::as_str)
-                .ok_or_else(|| bad(format!("no {name}: not a qp_intervals row")))
-        };
-        let number = |name: &str| -> Result<u64, FabricError> {
-            json_count(row.get(name))
-                .ok_or_else(|| bad(format!("{name} is not a count: not a qp_intervals row")))
+        let r = TableRow {
+            row,
+            bad,
+            table: "qp_intervals",
         };
         let label = |name: &str| {
             row.get(name)
@@ -98,28 +94,23 @@ pub fn records_windows(
                 .unwrap_or_default()
                 .to_string()
         };
-        let addr = |name: &str| -> Result<std::net::IpAddr, FabricError> {
-            let t = text(name)?;
-            t.parse()
-                .map_err(|_| bad(format!("{name} {t:?} is not an IP address")))
-        };
         let key: Key = (
-            addr("src_addr")?,
-            addr("dst_addr")?,
-            u16::try_from(number("src_port")?).map_err(|_| bad("src_port out of range".into()))?,
-            u32::try_from(number("dest_qp")?).map_err(|_| bad("dest_qp out of range".into()))?,
+            r.addr("src_addr")?,
+            r.addr("dst_addr")?,
+            u16::try_from(r.count("src_port")?).map_err(|_| bad("src_port out of range".into()))?,
+            u32::try_from(r.count("dest_qp")?).map_err(|_| bad("dest_qp out of range".into()))?,
         );
         let counts = [
-            number("packets")?,
-            number("psn_missing")?,
-            number("psn_retransmissions")?,
-            number("ce")?,
+            r.count("packets")?,
+            r.count("psn_missing")?,
+            r.count("psn_retransmissions")?,
+            r.count("ce")?,
         ];
         if key.3 == QP_CM {
             return Ok(());
         }
         let start = match window {
-            Some(w) => number("interval_start_ns")? / w.max(1) * w.max(1),
+            Some(w) => r.count("interval_start_ns")? / w.max(1) * w.max(1),
             None => 0,
         };
         let exporter = match label("exporter") {
@@ -195,22 +186,20 @@ pub fn sides_windows(
         HashMap::new();
     let mut order = Vec::new();
     for_each_json_line(reader, origin, |row, bad| {
-        let number = |name: &str| -> Result<u64, FabricError> {
-            json_count(row.get(name))
-                .ok_or_else(|| bad(format!("{name} is not a count: not a connection_sides row")))
-        };
-        let addr = |name: &str| -> Result<std::net::IpAddr, FabricError> {
-            let t = row
-                .get(name)
-                .and_then(serde_json::Value::as_str)
-                .ok_or_else(|| bad(format!("no {name}: not a connection_sides row")))?;
-            t.parse()
-                .map_err(|_| bad(format!("{name} {t:?} is not an IP address")))
+        let r = TableRow {
+            row,
+            bad,
+            table: "connection_sides",
         };
         let qp = |name: &str| -> Result<u32, FabricError> {
-            u32::try_from(number(name)?).map_err(|_| bad(format!("{name} out of range")))
+            u32::try_from(r.count(name)?).map_err(|_| bad(format!("{name} out of range")))
         };
-        let key: SideKey = (addr("addr")?, qp("qp")?, addr("peer_addr")?, qp("peer_qp")?);
+        let key: SideKey = (
+            r.addr("addr")?,
+            qp("qp")?,
+            r.addr("peer_addr")?,
+            qp("peer_qp")?,
+        );
         let ports = row
             .get("ports")
             .and_then(serde_json::Value::as_array)
@@ -224,16 +213,16 @@ pub fn sides_windows(
             None => None,
         };
         let (packets, cnp, samples, p50) = (
-            number("packets")?,
-            number("ops_cnp")?,
-            number("ack_samples")?,
-            number("ack_p50_ns")?,
+            r.count("packets")?,
+            r.count("ops_cnp")?,
+            r.count("ack_samples")?,
+            r.count("ack_p50_ns")?,
         );
         if key.1 == 0 || key.3 == 0 || key.1 == QP_CM || key.3 == QP_CM {
             return Ok(());
         }
         let start = match window {
-            Some(w) => number("interval_start_ns")? / w.max(1) * w.max(1),
+            Some(w) => r.count("interval_start_ns")? / w.max(1) * w.max(1),
             None => 0,
         };
         let exporter = ["exporter", "host"]
@@ -341,31 +330,28 @@ pub fn pauses_windows(
     let mut out: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, u64>> =
         Default::default();
     for_each_json_line(reader, origin, |row, bad| {
-        let text = |name: &str| {
-            row.get(name)
-                .and_then(serde_json::Value::as_str)
-                .ok_or_else(|| bad(format!("no {name}: not a pauses row")))
+        let r = TableRow {
+            row,
+            bad,
+            table: "pauses",
         };
-        let number = |name: &str| -> Result<u64, FabricError> {
-            json_count(row.get(name))
-                .ok_or_else(|| bad(format!("{name} is not a count: not a pauses row")))
-        };
-        let (direction, vantage) = (text("direction")?, text("vantage")?);
+        let (direction, vantage) = (r.text("direction")?, r.text("vantage")?);
         // (XON frames resume, they do not pause.)
-        let frames = number("frames")?.saturating_sub(number("xon")?);
+        let frames = r.count("frames")?.saturating_sub(r.count("xon")?);
         if direction != "receive" || vantage != "host" || frames == 0 {
             return Ok(());
         }
         let host = match row.get("host").and_then(serde_json::Value::as_str) {
             Some(h) if !h.is_empty() => h.to_string(),
-            _ => text("exporter")?
+            _ => r
+                .text("exporter")?
                 .split('/')
                 .next()
                 .unwrap_or_default()
                 .to_string(),
         };
         let start = match window {
-            Some(w) => number("interval_start_ns")? / w.max(1) * w.max(1),
+            Some(w) => r.count("interval_start_ns")? / w.max(1) * w.max(1),
             None => 0,
         };
         let sum = out.entry(start).or_default().entry(host).or_default();
@@ -429,6 +415,34 @@ pub fn prometheus_pauses(
         *sum = sum.saturating_add(value.round() as u64);
     }
     Ok(out)
+}
+
+/// A records table's row, read column by column; what is missing or not of its type is an
+/// error of the row's line that names the column and the table.
+struct TableRow<'r> {
+    row: &'r serde_json::Value,
+    bad: &'r dyn Fn(String) -> FabricError,
+    table: &'static str,
+}
+
+impl<'r> TableRow<'r> {
+    fn text(&self, name: &str) -> Result<&'r str, FabricError> {
+        self.row
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| (self.bad)(format!("no {name}: not a {} row", self.table)))
+    }
+
+    fn count(&self, name: &str) -> Result<u64, FabricError> {
+        json_count(self.row.get(name))
+            .ok_or_else(|| (self.bad)(format!("{name} is not a count: not a {} row", self.table)))
+    }
+
+    fn addr(&self, name: &str) -> Result<std::net::IpAddr, FabricError> {
+        let t = self.text(name)?;
+        t.parse()
+            .map_err(|_| (self.bad)(format!("{name} {t:?} is not an IP address")))
+    }
 }
 
 /// A count of a JSON row: a number, or a quoted one (some ClickHouse versions quote 64-bit
