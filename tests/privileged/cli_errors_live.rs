@@ -85,7 +85,9 @@ fn foreign_xdp_program_is_never_replaced() {
         // Still the same foreign program.
         assert_eq!(integration_tests::link_details(&lab.ns, "rx0"), before);
         drop(foreign);
-        assert!(!has_xdp(&lab.ns, "rx0"));
+        assert!(integration_tests::detached_soon(|| !has_xdp(
+            &lab.ns, "rx0"
+        )));
     }
     // roce-observer's own mirror-mode program (a sidecar consuming copies): recognized, and
     // neither replaced nor observed beside (TC would see none of the copies).

@@ -27,6 +27,22 @@ pub fn link_details(ns: &Netns, dev: &str) -> String {
     out
 }
 
+/// Whether `detached` holds within two seconds, polled every 10 ms: after the test drops the last
+/// handle of a BPF link, a child that a concurrent test forked in the same process may still hold
+/// a copy of the link's descriptor until its exec closes it, and the kernel detaches only then.
+pub fn detached_soon(mut detached: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        if detached() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Whether an XDP program is attached to DEV (iproute2 prints "prog/xdp" for it).
 pub fn has_xdp(ns: &Netns, dev: &str) -> bool {
     link_details(ns, dev).contains("prog/xdp")
