@@ -61,6 +61,52 @@ fn replay(file: &Path, scratch: &Scratch) -> Replayed {
     Replayed { name, dir, report }
 }
 
+/// The tables `fabric --clickhouse` reads.
+const FABRIC_TABLES: [&str; 3] = ["qp_intervals", "connection_sides", "pauses"];
+
+/// `fabric`'s readers give the same evidence from ClickHouse's answers to `fabric --clickhouse`'s
+/// queries as from the records files: every row comes back once, in ClickHouse's JSON
+/// (64-bit integers quoted, its own columns beside the records').
+fn fabric_reads_what_the_files_hold(r: &Replayed, got: &Value) {
+    use roce_observer::analysis::fabric;
+    let name = &r.name;
+    let lines = |table: &str| -> String {
+        let answer = got["answers"][format!("fabric-{table}")]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no answer for {table}"));
+        assert_eq!(
+            answer.len(),
+            rows(&r.dir, table).len(),
+            "{name}: {table}: every row once"
+        );
+        answer.iter().map(|row| format!("{row}\n")).collect()
+    };
+    let file = |table: &str| std::fs::read_to_string(r.dir.join(format!("{table}.jsonl"))).unwrap();
+    let evidence = |qps: &str, sides: &str| {
+        fabric::merge(
+            fabric::records_windows(qps.as_bytes(), "qp_intervals", None)
+                .unwrap()
+                .into_values()
+                .chain(
+                    fabric::sides_windows(sides.as_bytes(), "connection_sides", None)
+                        .unwrap()
+                        .into_values(),
+                )
+                .flatten(),
+        )
+    };
+    assert_eq!(
+        evidence(&lines("qp_intervals"), &lines("connection_sides")),
+        evidence(&file("qp_intervals"), &file("connection_sides")),
+        "{name}: fabric's evidence"
+    );
+    assert_eq!(
+        fabric::pauses_windows(lines("pauses").as_bytes(), "pauses", None).unwrap(),
+        fabric::pauses_windows(file("pauses").as_bytes(), "pauses", None).unwrap(),
+        "{name}: fabric's pauses"
+    );
+}
+
 /// The rows of one table file, as JSON objects.
 fn rows(dir: &Path, table: &str) -> Vec<serde_json::Map<String, Value>> {
     std::fs::read_to_string(dir.join(format!("{table}.jsonl")))
@@ -214,6 +260,14 @@ fn records_load_into_clickhouse_as_the_report_says() {
             "top-qps-by-ce"
         ]
     );
+    // And the queries `fabric --clickhouse` reads the records with, over all time.
+    let mut queries = queries;
+    for table in FABRIC_TABLES {
+        queries.insert(
+            format!("fabric-{table}"),
+            roce_observer::source::clickhouse::records_query("roce", table, 0, u64::MAX),
+        );
+    }
     let answers = clickhouse(&replays, &queries);
     let (mut with_buckets, mut with_pauses, mut with_findings) = (0, 0, 0);
     for r in &replays {
@@ -259,6 +313,7 @@ fn records_load_into_clickhouse_as_the_report_says() {
             r.report.flows.len() as u64,
             "{name}: a row per flow"
         );
+        fabric_reads_what_the_files_hold(r, got);
         assert_eq!(
             num(&got["counts"]["connection_sides"]),
             sides,

@@ -725,24 +725,36 @@ fn windows_follow_one_incident_across_a_clean_window() {
     );
 }
 
-/// `fabric --windows` over fleet records with their connection sides: the QPs' ACK latency
-/// rises in two of eight one-minute windows on the QPs whose round trip (either way: answers
-/// come back from ports of their own half the time) crosses one delaying link; latency names
-/// that link as one incident, loss and CE nothing.
-#[test]
-fn records_ack_latency_names_the_delaying_link() {
-    let dir = Scratch::new("fabric-latency");
+const MINUTE: u64 = 60_000_000_000;
+
+/// Each exporter's next row number in one table (as an exporter numbers its rows).
+#[derive(Default)]
+struct Seq(std::collections::HashMap<String, u64>);
+
+impl Seq {
+    fn next(&mut self, exporter: &str) -> u64 {
+        let n = self.0.entry(exporter.to_string()).or_default();
+        *n += 1;
+        *n - 1
+    }
+}
+
+/// Fleet records (`qp_intervals`, `connection_sides`) of 400 QPs over a 2-spine, 3-leaf
+/// topology in eight one-minute windows from `t0` (unix ns): the QPs' ACK latency rises in
+/// windows 5 and 6 on the QPs whose round trip (either way: answers come back from ports of
+/// their own half the time) crosses the link l2 - s1. The topology file and the records
+/// directory.
+fn latency_records(dir: &Scratch, t0: u64) -> (PathBuf, PathBuf) {
     let text = topology_file(2, 3);
     let topo_path = dir.file("fabric.toml", &text);
     let truth = Topology::parse(&text, "fabric.toml").unwrap();
     let slow = truth
         .link_between(truth.node("l2").unwrap(), truth.node("s1").unwrap())
         .unwrap();
-    const MINUTE: u64 = 60_000_000_000;
-    let t0 = 1_800_000_000 * 1_000_000_000u64;
     let records = dir.path("records");
     std::fs::create_dir_all(&records).unwrap();
     let (mut qp_rows, mut side_rows) = (String::new(), String::new());
+    let (mut qp_seq, mut side_seq) = (Seq::default(), Seq::default());
     for w in 0..8u64 {
         // The same QPs every window (one seed): only the delay changes.
         let work = Workload {
@@ -767,7 +779,8 @@ fn records_ack_latency_names_the_delaying_link() {
             qp_rows += &format!(
                 "{}\n",
                 serde_json::json!({
-                    "exporter": exporter, "interval_start_ns": start, "direction": "transmit",
+                    "exporter": exporter, "seq": qp_seq.next(&exporter),
+                    "interval_start_ns": start, "direction": "transmit",
                     "vantage": "host", "mirror_session": "", "src_addr": e.src.to_string(),
                     "dst_addr": e.dst.to_string(), "src_port": e.src_port,
                     "dest_qp": e.dest_qp, "packets": e.packets, "psn_missing": 0,
@@ -789,8 +802,8 @@ fn records_ack_latency_names_the_delaying_link() {
                 side_rows += &format!(
                     "{}\n",
                     serde_json::json!({
-                        "exporter": exporter, "interval_start_ns": start.to_string(),
-                        "addr": addr.to_string(), "qp": qp, "peer_addr": peer.to_string(),
+                        "exporter": exporter, "seq": side_seq.next(exporter),
+                        "interval_start_ns": start.to_string(), "addr": addr.to_string(), "qp": qp, "peer_addr": peer.to_string(),
                         "peer_qp": peer_qp, "ports": [port], "packets": e.packets,
                         "ops_cnp": 0, "ack_samples": samples, "ack_p50_ns": p50.to_string(),
                     })
@@ -800,6 +813,17 @@ fn records_ack_latency_names_the_delaying_link() {
     }
     std::fs::write(records.join("qp_intervals.jsonl"), qp_rows).unwrap();
     std::fs::write(records.join("connection_sides.jsonl"), side_rows).unwrap();
+    (topo_path, records)
+}
+
+/// `fabric --windows` over fleet records with their connection sides: the QPs' ACK latency
+/// rises in two of eight one-minute windows on the QPs whose round trip crosses one delaying
+/// link; latency names that link as one incident, loss and CE nothing.
+#[test]
+fn records_ack_latency_names_the_delaying_link() {
+    let dir = Scratch::new("fabric-latency");
+    let t0 = 1_800_000_000 * 1_000_000_000u64;
+    let (topo_path, records) = latency_records(&dir, t0);
     let (status, out, err) = fabric(
         &["--windows", "1m", "--json"],
         &topo_path,
@@ -833,12 +857,20 @@ fn records_ack_latency_names_the_delaying_link() {
     assert_eq!(signals, ["loss", "ce"]);
 }
 
-/// Fleet records with their `pauses` table: the hosts that sent through one link direction
-/// congested (spine s1 down to leaf l2) received pauses, as PFC's backpressure gives them;
-/// `fabric` names that link direction from the hosts' pauses alone.
-#[test]
-fn records_pauses_name_the_congested_link_direction() {
-    let dir = Scratch::new("fabric-pauses");
+/// Fleet records' rows over a 4-spine, 12-leaf topology, all at unix time 0: 500 QPs'
+/// `qp_intervals`, and the `pauses` the hosts that sent through one congested link direction
+/// (spine s1 down to leaf l2) received, as PFC's backpressure gives them (with pauses that are
+/// not received pauses, and pauses of hosts the topology does not have).
+struct PauseRecords {
+    topo_path: PathBuf,
+    records: PathBuf,
+    qp_rows: String,
+    pause_rows: String,
+    /// The frames each paused host received.
+    paused: std::collections::BTreeMap<String, u64>,
+}
+
+fn pause_records(dir: &Scratch) -> PauseRecords {
     let text = topology_file(4, 12);
     let topo_path = dir.file("fabric.toml", &text);
     let truth = Topology::parse(&text, "fabric.toml").unwrap();
@@ -858,13 +890,15 @@ fn records_pauses_name_the_congested_link_direction() {
     let records = dir.path("records");
     std::fs::create_dir_all(&records).unwrap();
     let (mut qp_rows, mut pause_rows) = (String::new(), String::new());
+    let (mut qp_seq, mut pause_seq) = (Seq::default(), Seq::default());
     let mut paused = std::collections::BTreeMap::new();
     for (e, _) in &ev {
         let host = truth.name(truth.host_of(&e.src).unwrap()).to_string();
+        let exporter = format!("{host}/mlx5_0/1");
         qp_rows += &format!(
             "{}\n",
             serde_json::json!({
-                "exporter": format!("{host}/mlx5_0/1"), "host": host,
+                "seq": qp_seq.next(&exporter), "exporter": exporter, "host": host,
                 "interval_start_ns": 0, "direction": "transmit", "vantage": "host",
                 "mirror_session": "", "src_addr": e.src.to_string(),
                 "dst_addr": e.dst.to_string(), "src_port": e.src_port, "dest_qp": e.dest_qp,
@@ -882,10 +916,11 @@ fn records_pauses_name_the_congested_link_direction() {
             ("transmit", "host"),
             ("receive", "mirror"),
         ] {
+            let exporter = format!("{host}/mlx5_0/1");
             pause_rows += &format!(
                 "{}\n",
                 serde_json::json!({
-                    "exporter": format!("{host}/mlx5_0/1"), "host": host,
+                    "seq": pause_seq.next(&exporter), "exporter": exporter, "host": host,
                     "interval_start_ns": "0", "src_mac": "02:00:00:00:00:01",
                     "direction": direction, "vantage": vantage, "priority": 3,
                     "frames": frames, "xon": 0, "quanta": 0, "pause_ns": 0,
@@ -897,10 +932,12 @@ fn records_pauses_name_the_congested_link_direction() {
     // they received.
     for h in ["h0", "h23"].iter().filter(|h| !paused.contains_key(**h)) {
         for (direction, vantage) in [("transmit", "host"), ("receive", "mirror")] {
+            let exporter = format!("{h}/mlx5_0/1");
             pause_rows += &format!(
                 "{}\n",
                 serde_json::json!({
-                    "exporter": format!("{h}/mlx5_0/1"), "host": h, "interval_start_ns": 0,
+                    "seq": pause_seq.next(&exporter), "exporter": exporter, "host": h,
+                    "interval_start_ns": 0,
                     "src_mac": "02:00:00:00:00:03", "direction": direction,
                     "vantage": vantage, "priority": 3, "frames": 400, "xon": 0,
                     "quanta": 0, "pause_ns": 0,
@@ -925,6 +962,27 @@ fn records_pauses_name_the_congested_link_direction() {
             "priority": 3, "frames": 5, "xon": 0, "quanta": 0, "pause_ns": 0,
         })
     );
+    PauseRecords {
+        topo_path,
+        records,
+        qp_rows,
+        pause_rows,
+        paused,
+    }
+}
+
+/// Fleet records with their `pauses` table (see `pause_records`): `fabric` names the congested
+/// link direction from the hosts' pauses alone.
+#[test]
+fn records_pauses_name_the_congested_link_direction() {
+    let dir = Scratch::new("fabric-pauses");
+    let PauseRecords {
+        topo_path,
+        records,
+        qp_rows,
+        pause_rows,
+        paused,
+    } = pause_records(&dir);
     std::fs::write(records.join("qp_intervals.jsonl"), qp_rows).unwrap();
     let (status, _, err) = fabric(
         &["--signal", "pfc"],
@@ -968,5 +1026,229 @@ fn records_pauses_name_the_congested_link_direction() {
         pfc["suspects"][0]["bad_qps"],
         paused.len() as f64,
         "{pfc:#}"
+    );
+}
+
+/// `fabric --clickhouse`: the records loaded into a real ClickHouse server (as docs/export.md
+/// loads them, each file twice: a retried load) give the answer their files give, over the
+/// span asked, each row once; the user and password go as the server takes them and never into
+/// an error; a server's refusal is one line with its own words.
+#[test]
+fn records_in_clickhouse_give_the_files_answer() {
+    let test = "records_in_clickhouse_give_the_files_answer";
+    let Some(ch) = integration_tests::ClickHouseServer::start(test) else {
+        return;
+    };
+    let version = &ch.version;
+    // ACK latency over eight windows from 2027 on (connection sides), and pauses at time 0.
+    let dir = Scratch::new("fabric-clickhouse");
+    let t0 = 1_800_000_000 * 1_000_000_000u64;
+    let (latency_topo, latency) = latency_records(&dir, t0);
+    let pause_dir = Scratch::new("fabric-clickhouse-pauses");
+    let p = pause_records(&pause_dir);
+    std::fs::write(p.records.join("qp_intervals.jsonl"), &p.qp_rows).unwrap();
+    std::fs::write(p.records.join("pauses.jsonl"), &p.pause_rows).unwrap();
+    for _ in 0..2 {
+        ch.load(&latency);
+        ch.load(&p.records);
+    }
+    let rows = std::fs::read_to_string(latency.join("qp_intervals.jsonl"))
+        .unwrap()
+        .lines()
+        .count()
+        + p.qp_rows.lines().count();
+    assert_eq!(
+        ch.query("SELECT count() FROM roce.qp_intervals").trim(),
+        (2 * rows).to_string(),
+        "every row in twice"
+    );
+    let run = |topo: &Path, args: &[&str], env: &[(&str, &str)]| {
+        output(
+            Command::new(CLI)
+                .arg("fabric")
+                .args(args)
+                .arg("--topology")
+                .arg(topo)
+                .env_remove("CLICKHOUSE_USER")
+                .env_remove("CLICKHOUSE_PASSWORD")
+                .envs(env.iter().copied()),
+        )
+    };
+    let with_password = ch.url.replace(
+        "http://",
+        "http://fabric:s3cret%20pass@", // FABRIC_PASSWORD, percent-encoded
+    );
+    assert_eq!(integration_tests::FABRIC_PASSWORD, "s3cret pass");
+
+    // The latency windows: the files' answer, the user and password in the address or in the
+    // environment. (The rows at time 0 are outside the span.)
+    let latency_path = latency.display().to_string();
+    let (status, files, err) = run(
+        &latency_topo,
+        &["--windows", "1m", "--json", &latency_path],
+        &[],
+    );
+    assert!(status.success(), "{err}");
+    let at = ((t0 + 8 * MINUTE) / 1_000_000_000).to_string();
+    let span = ["--at", &at, "--window", "8m", "--windows", "1m", "--json"];
+    let (status, out, err) = run(
+        &latency_topo,
+        &[&["--clickhouse", &with_password][..], &span].concat(),
+        &[],
+    );
+    assert!(status.success(), "ClickHouse {version}: {err}");
+    assert_eq!(err, "");
+    assert_eq!(out, files, "ClickHouse {version}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["incidents"][0]["name"], "l2:up1 - s1:down2", "{v:#}");
+    assert_eq!(v["incidents"][0]["windows"], 2);
+    let (status, out, err) = run(
+        &latency_topo,
+        &[&["--clickhouse", &ch.url][..], &span].concat(),
+        &[
+            ("CLICKHOUSE_USER", "fabric"),
+            ("CLICKHOUSE_PASSWORD", integration_tests::FABRIC_PASSWORD),
+        ],
+    );
+    assert!(status.success(), "{err}");
+    assert_eq!(out, files);
+    // (The environment's password is the one sent: a wrong one is refused.)
+    let (status, _, err) = run(
+        &latency_topo,
+        &[&["--clickhouse", &ch.url][..], &span].concat(),
+        &[
+            ("CLICKHOUSE_USER", "fabric"),
+            ("CLICKHOUSE_PASSWORD", "hunter2-bad"),
+        ],
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(!err.contains("hunter2-bad"), "{err}");
+    // A span wider than the rows: its windows without rows are weighed too (they cannot
+    // tell), the incident the same.
+    // (`fabric --clickhouse --windows 1m --json` over the span of WINDOW ending at AT.)
+    let windows_json = |topo: &Path, at: &str, window: &str| -> serde_json::Value {
+        let args = ["--clickhouse", &ch.url, "--at", at, "--window", window];
+        let (status, out, err) = run(
+            topo,
+            &[&args[..], &["--windows", "1m", "--json"]].concat(),
+            &[],
+        );
+        assert!(status.success(), "{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let later = ((t0 + 10 * MINUTE) / 1_000_000_000).to_string();
+    let v = windows_json(&latency_topo, &later, "12m");
+    let windows = v["windows"].as_array().unwrap();
+    assert_eq!(windows.len(), 12, "{v:#}");
+    assert_eq!(windows[0]["start_unix_ns"], t0 - 2 * MINUTE);
+    assert_eq!(v["incidents"].as_array().unwrap().len(), 1, "{v:#}");
+    assert_eq!(v["incidents"][0]["name"], "l2:up1 - s1:down2");
+    assert_eq!(v["incidents"][0]["start_unix_ns"], t0 + 5 * MINUTE);
+
+    // The pauses, one window at time 0: the files' answer, with the same warning.
+    let pause_path = p.records.display().to_string();
+    let (status, files, files_err) = run(&p.topo_path, &["--json", &pause_path], &[]);
+    assert!(status.success(), "{files_err}");
+    let (status, out, err) = run(
+        &p.topo_path,
+        &[
+            "--clickhouse",
+            &ch.url,
+            "--at",
+            "60",
+            "--window",
+            "1m",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(status.success(), "{err}");
+    assert_eq!(out, files);
+    assert_eq!(err, files_err);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let pfc = v["localizations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["signal"] == "pfc")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(pfc["suspects"][0]["name"], "l2:up1 - s1:down2 (s1 to l2)");
+    assert_eq!(pfc["suspects"][0]["bad_qps"], p.paused.len() as f64);
+
+    // A span without rows: told, and nothing found (with --windows: every window clean or
+    // unable to tell).
+    let (status, out, err) = run(
+        &p.topo_path,
+        &[
+            "--clickhouse",
+            &ch.url,
+            "--at",
+            "1000",
+            "--window",
+            "1m",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("no QP rows began between unix 940.000 s and 1000.000 s"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["localizations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["verdict"] != "found"),
+        "{v:#}"
+    );
+    let v = windows_json(&p.topo_path, "1000", "3m");
+    assert_eq!(v["windows"].as_array().unwrap().len(), 3, "{v:#}");
+    assert_eq!(v["incidents"].as_array().unwrap().len(), 0, "{v:#}");
+
+    // Refusals: one line each, with the server's words, never the password.
+    let wrong = ch.url.replace("http://", "http://fabric:hunter2-bad@");
+    for (args, want) in [
+        (
+            vec!["--clickhouse", wrong.as_str()],
+            format!("ClickHouse at {}: roce.qp_intervals: HTTP ", ch.url),
+        ),
+        (
+            vec!["--clickhouse", ch.url.as_str(), "--database", "nope"],
+            "nope".to_string(),
+        ),
+        (
+            vec!["--clickhouse", ch.url.as_str(), "--database", "roce;drop"],
+            "is not a plain name".to_string(),
+        ),
+        (
+            vec!["--clickhouse", "ftp://fabric:hunter2-bad@127.0.0.1"],
+            "is not http:// or https://".to_string(),
+        ),
+        (
+            vec!["--clickhouse", "http://fabric:hunter2-bad/x@127.0.0.1"],
+            "percent-encode".to_string(),
+        ),
+    ] {
+        let (status, _, err) = run(&p.topo_path, &args, &[]);
+        assert_eq!(status.code(), Some(1), "{args:?}: {err}");
+        let line = error_line(&err);
+        assert!(line.contains(&want), "{args:?}: {line}");
+        assert!(!line.contains("hunter2-bad"), "{line}");
+    }
+    // Nobody listening: the address named.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nobody = format!("http://127.0.0.1:{port}");
+    let (status, _, err) = run(&p.topo_path, &["--clickhouse", &nobody], &[]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        error_line(&err).contains(&format!("ClickHouse at {nobody}: roce.qp_intervals")),
+        "{err}"
     );
 }

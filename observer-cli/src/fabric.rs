@@ -11,24 +11,33 @@ use roce_observer::{
 use crate::output::{self, UsageError};
 
 #[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("server").args(["prometheus", "clickhouse"]).multiple(true))]
 pub struct FabricArgs {
     /// The hosts' evidence over one window: JSON reports (`replay --json`, `diagnose
     /// --json`), fleet records (a `--records` directory, or its `qp_intervals.jsonl`), or
     /// sidecars' JSON lines (`run --jsonl`); a QP several hosts saw counts once.
-    #[arg(value_name = "REPORT", required_unless_present = "prometheus")]
+    #[arg(value_name = "REPORT", required_unless_present = "server")]
     pub reports: Vec<String>,
     /// Also take the evidence from the fleet's Prometheus server (`http://host:9090`): each
     /// QP's counters' increase over `--window`, as the sidecars export them.
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
-    /// With --prometheus: the window the increases are taken over (with --windows: the span
-    /// cut into windows, each its own query).
-    #[arg(long, default_value = "5m", value_parser = roce_observer::units::parse_duration, requires = "prometheus")]
+    /// Also take the evidence from the fleet records in a ClickHouse server
+    /// (`http://[user[:password]@]host:8123`, or CLICKHOUSE_USER and CLICKHOUSE_PASSWORD):
+    /// the rows of the records' tables whose interval began in `--window`.
+    #[arg(long, value_name = "URL")]
+    pub clickhouse: Option<String>,
+    /// With --clickhouse: the database holding the records' tables.
+    #[arg(long, default_value = "roce", requires = "clickhouse")]
+    pub database: String,
+    /// With --prometheus: the window the increases are taken over; with --clickhouse: the
+    /// span whose rows are read (with --windows: the span cut into windows).
+    #[arg(long, default_value = "5m", value_parser = roce_observer::units::parse_duration, requires = "server")]
     pub window: std::time::Duration,
-    /// With --prometheus: the window's end, in unix seconds (default: the server's now; with
-    /// --windows, the local clock's, the last window ending at the multiple of its length at
-    /// or before it).
-    #[arg(long, value_name = "UNIX_SECONDS", requires = "prometheus")]
+    /// With --prometheus or --clickhouse: the window's end, in unix seconds (default: the
+    /// Prometheus server's now, the local clock's for ClickHouse; with --windows, the last
+    /// window ending at the multiple of its length at or before it).
+    #[arg(long, value_name = "UNIX_SECONDS", requires = "server")]
     pub at: Option<f64>,
     /// With --prometheus: label matchers narrowing the series, e.g. 'job="roce"'.
     #[arg(long, value_name = "MATCHERS", requires = "prometheus")]
@@ -134,32 +143,94 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
     let mut pauses: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, u64>> =
         Default::default();
     let mut pause_counts = false;
-    if let Some(url) = &a.prometheus {
-        // One query per window, the windows ending at --at (the local clock's now by
-        // default: the windows need one end to share) floored to a multiple of their length,
-        // as records' and sidecars' windows are counted from the epoch, back over --window.
-        let (windows, end_ns) = match window_ns {
-            Some(w) => {
-                let span = a.window.as_nanos() as u64;
-                let n = span.div_ceil(w).max(1);
-                if n > MAX_PROMETHEUS_WINDOWS {
-                    return Err(UsageError(format!(
-                        "--windows: --window {:.0}s holds {n} windows, more than \
-                         {MAX_PROMETHEUS_WINDOWS} queries: give longer windows or a shorter \
-                         --window",
-                        a.window.as_secs_f64()
-                    ))
-                    .into());
-                }
-                let end = match a.at {
-                    Some(t) => (t * 1e9) as u64,
-                    None => std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_nanos() as u64),
-                };
-                (n, end / w * w)
+    // The windows --window holds, ending at --at (the local clock's now by default: the
+    // windows need one end to share) floored to a multiple of their length, as records' and
+    // sidecars' windows are counted from the epoch: (how many, their end); without --windows,
+    // one window ending at --at or now.
+    let now_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    };
+    let end_ns = a.at.map_or_else(now_ns, |t| (t * 1e9) as u64);
+    let span = match window_ns {
+        // (Only a server is asked for windows; files carry their own.)
+        Some(_) if a.prometheus.is_none() && a.clickhouse.is_none() => (1, 0, 0),
+        Some(w) => {
+            let n = (a.window.as_nanos() as u64).div_ceil(w).max(1);
+            // A Prometheus server is asked once per window; ClickHouse once, but each window
+            // is weighed.
+            let (most, what) = match a.prometheus {
+                Some(_) => (MAX_PROMETHEUS_WINDOWS, "queries"),
+                None => (MAX_WINDOWS, "windows to weigh"),
+            };
+            if n > most {
+                return Err(UsageError(format!(
+                    "--windows: --window {:.0}s holds {n} windows, more than {most} {what}: \
+                     give longer windows or a shorter --window",
+                    a.window.as_secs_f64()
+                ))
+                .into());
             }
-            None => (1, 0),
+            let end = end_ns / w * w;
+            (n, end.saturating_sub(n * w), end)
+        }
+        None => (1, end_ns.saturating_sub(a.window.as_nanos() as u64), end_ns),
+    };
+    if let Some(url) = &a.clickhouse {
+        // The records' rows of the whole span, each table in one query, streamed through the
+        // files' readers.
+        let ch = roce_observer::source::clickhouse::ClickHouse::new(
+            url,
+            &a.database,
+            std::time::Duration::from_secs(300),
+        )?;
+        let (windows, start, end) = span;
+        // Every window of the span, those without rows too (as a Prometheus server's).
+        if let Some(w) = window_ns {
+            for k in 0..windows {
+                by_window.entry(start + k * w).or_default();
+            }
+        }
+        let origin = |table: &str| format!("{} ({}.{table})", ch.url(), a.database);
+        let qps = fabric::records_windows(
+            ch.records("qp_intervals", start, end)?,
+            &origin("qp_intervals"),
+            window_ns,
+        )?;
+        if qps.is_empty() {
+            eprintln!(
+                "roce-observer: warning: {}: no QP rows began between unix {:.3} s and {:.3} s",
+                origin("qp_intervals"),
+                start as f64 / 1e9,
+                end as f64 / 1e9
+            );
+        }
+        add_evidence(&mut by_window, qps);
+        add_evidence(
+            &mut by_window,
+            fabric::sides_windows(
+                ch.records("connection_sides", start, end)?,
+                &origin("connection_sides"),
+                window_ns,
+            )?,
+        );
+        // (The schema's pauses table: no row is no host paused.)
+        pause_counts = true;
+        add_pauses(
+            &mut pauses,
+            fabric::pauses_windows(
+                ch.records("pauses", start, end)?,
+                &origin("pauses"),
+                window_ns,
+            )?,
+        );
+    }
+    if let Some(url) = &a.prometheus {
+        // One query per window (see `span`).
+        let (windows, _, end_ns) = match window_ns {
+            Some(_) => span,
+            None => (1, 0, 0),
         };
         let mut rest = [0u64; 3];
         for k in 0..windows {
@@ -410,7 +481,7 @@ pub fn fabric(a: FabricArgs) -> Result<()> {
             by_window.keys().next().copied(),
             by_window.keys().next_back().copied(),
         ) else {
-            anyhow::bail!("no evidence in the files given: no window to weigh");
+            anyhow::bail!("no evidence in the inputs given: no window to weigh");
         };
         let count = (last - first) / w + 1;
         if count > MAX_WINDOWS {

@@ -39,6 +39,10 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
     // tests/privileged/deploy_live.rs builds deploy/Containerfile's image (or, without a
     // registry, its runtime stage's equivalent) and runs the sidecar in it.
     ("podman", "podman"),
+    // tests/fabric.rs: `fabric --clickhouse` against a real ClickHouse server, loaded by its
+    // client as docs/export.md loads the records (Debian's packages start no service here).
+    ("clickhouse-server", "clickhouse-server"),
+    ("clickhouse-client", "clickhouse-client"),
 ];
 
 /// Python packages of the tools virtualenv (`target/tools/venv`), each with the module the

@@ -3,6 +3,7 @@
 //! RDMA-offload NIC can tell of its NIC ([`nic`]).
 
 pub mod capture;
+pub mod clickhouse;
 pub mod live;
 pub mod nic;
 pub mod prometheus;

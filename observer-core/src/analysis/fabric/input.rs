@@ -241,7 +241,12 @@ pub fn sides_windows(
         let w = side.entry(start).or_default();
         w.packets = w.packets.saturating_add(packets);
         w.cnp = w.cnp.saturating_add(cnp);
-        if port.is_some() && (w.port.is_none() || packets > w.port_packets) {
+        // (The busiest port; on a tie the lowest, so the rows' order never decides.)
+        if port.is_some()
+            && (w.port.is_none()
+                || packets > w.port_packets
+                || (packets == w.port_packets && port < w.port))
+        {
             (w.port, w.port_packets) = (port, packets);
         }
         if samples > 0 {
@@ -249,6 +254,8 @@ pub fn sides_windows(
         }
         Ok(())
     })?;
+    // The sides by exporter and key, not as the rows came (a database's come in any order).
+    order.sort_unstable();
     // A side's port in a window, else in any window, as its exporter saw it, else as any
     // exporter did (a host that saw only one direction of the connection): its packets too.
     let mut by_side: HashMap<SideKey, Vec<&str>> = HashMap::new();
@@ -785,11 +792,12 @@ pub fn read_traces(
 }
 
 /// One evidence per QP (addresses, UDP source port, destination QP): where several hosts saw
-/// it, the most packets, losses and marks any saw, and a traced path if any had one.
+/// it, the most packets, losses and marks any saw, and a traced path if any had one. In the
+/// QPs' order, whatever the inputs' (rows from a database come in any order, and the votes'
+/// sums must not change with it).
 pub fn merge(evidence: impl IntoIterator<Item = QpEvidence>) -> Vec<QpEvidence> {
     let mut by_qp: HashMap<(std::net::IpAddr, std::net::IpAddr, u16, u32), QpEvidence> =
         HashMap::new();
-    let mut order = Vec::new();
     for e in evidence {
         let key = (e.src, e.dst, e.src_port, e.dest_qp);
         match by_qp.get_mut(&key) {
@@ -802,7 +810,9 @@ pub fn merge(evidence: impl IntoIterator<Item = QpEvidence>) -> Vec<QpEvidence> 
                 // it, the responder's only its own answering time, a mirror what lies between
                 // it and the responder. A way back any view has.
                 let reverse = m.ack.as_ref().and_then(|a| a.reverse);
-                let trip = |a: &Option<AckShift>| a.as_ref().map(|a| (a.baseline_ns, a.samples));
+                // (Ties broken by the median, so the inputs' order never decides.)
+                let trip =
+                    |a: &Option<AckShift>| a.as_ref().map(|a| (a.baseline_ns, a.samples, a.p50_ns));
                 if trip(&e.ack) > trip(&m.ack) {
                     m.ack = e.ack;
                 }
@@ -816,12 +826,13 @@ pub fn merge(evidence: impl IntoIterator<Item = QpEvidence>) -> Vec<QpEvidence> 
                 }
             }
             None => {
-                order.push(key);
                 by_qp.insert(key, e);
             }
         }
     }
-    order.into_iter().filter_map(|k| by_qp.remove(&k)).collect()
+    let mut merged: Vec<QpEvidence> = by_qp.into_values().collect();
+    merged.sort_unstable_by_key(|e| (e.src, e.dst, e.src_port, e.dest_qp));
+    merged
 }
 
 #[cfg(test)]
