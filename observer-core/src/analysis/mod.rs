@@ -5,5 +5,6 @@ pub mod checklist;
 pub mod ecmp;
 pub mod fabric;
 pub mod findings;
+pub mod jobs;
 pub mod points;
 pub mod series;

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 pub mod connections;
 pub mod ecmp;
 pub mod findings;
+pub mod jobs;
 pub mod nic;
 pub mod points;
 pub mod series;

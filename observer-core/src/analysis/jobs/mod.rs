@@ -1,0 +1,334 @@
+//! Training jobs from the wire: the hosts that talk RC to each other are a job; its traffic on
+//! a fine grid of bins comes in communication phases between compute gaps, and the phases'
+//! starts repeat at the iteration period.
+//!
+//! * **Jobs.** Hosts joined by connected (RC, XRC) QPs with traffic: the connected components.
+//! * **Phases.** The job's busy bins, split at idle runs. Which idle runs end a phase is told by
+//!   the runs themselves: their lengths fall in clusters (pauses inside a collective, compute
+//!   gaps, a stall), and the compute gaps are the longest cluster whose phases start at a
+//!   regular period. A ring's steps are regular too, but shorter: the longest regular level is
+//!   the iteration, never a step.
+//! * **Period.** The mean of the iteration times within a quarter of their median (a stall or a
+//!   slow iteration is not the period), with its standard error; fewer than three iterations,
+//!   or most of them off the median, give no period and say why.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use crate::analysis::series::Delta;
+use crate::model::{
+    FlowRef,
+    jobs::{HostPhase, Job, Jobs, Period, Phase},
+};
+
+/// One QP direction's traffic on the grid: what each busy bin added.
+#[derive(Clone, Debug)]
+pub struct QpBins {
+    pub flow: FlowRef,
+    /// Traffic of a connection (RC, XRC): what joins hosts into a job.
+    pub connected: bool,
+    /// (bin, what it added), bins increasing.
+    pub bins: Vec<(u32, Delta)>,
+}
+
+/// What the analysis weighs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// A QP direction with fewer bytes joins no hosts (a handshake, a probe).
+    pub min_bytes: u64,
+    /// Idle runs shorter than this many bins never end a phase (a bin boundary inside a busy
+    /// stretch).
+    pub min_gap_bins: u32,
+    /// Iteration times needed for a period.
+    pub min_iterations: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            min_bytes: 64 * 1024,
+            min_gap_bins: 2,
+            min_iterations: 3,
+        }
+    }
+}
+
+/// Idle runs whose lengths differ by more than this ratio are of different kinds.
+const CLUSTER_RATIO: f64 = 1.5;
+/// An iteration time within this share of the median counts towards the period.
+const NEAR_MEDIAN: f64 = 0.25;
+/// The share of iteration times that must be near the median for a period.
+const REGULAR_SHARE: f64 = 2.0 / 3.0;
+
+/// The jobs of `qps`, on bins of `bin_ns` from `start_ns` (unix ns).
+pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs {
+    let bin_ns = bin_ns.max(1);
+    let bytes = |q: &QpBins| q.bins.iter().map(|(_, d)| d.bytes).sum::<u64>();
+    // Hosts joined by connected QPs with traffic (union-find over the hosts' indices).
+    let mut index: BTreeMap<IpAddr, usize> = BTreeMap::new();
+    let joining: Vec<&QpBins> = qps
+        .iter()
+        .filter(|q| q.connected && bytes(q) >= opts.min_bytes && !q.bins.is_empty())
+        .collect();
+    for q in &joining {
+        for ip in [q.flow.src_ip, q.flow.dst_ip] {
+            let n = index.len();
+            index.entry(ip).or_insert(n);
+        }
+    }
+    let mut parent: Vec<usize> = (0..index.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    for q in &joining {
+        let (a, b) = (index[&q.flow.src_ip], index[&q.flow.dst_ip]);
+        let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+        parent[ra.max(rb)] = ra.min(rb);
+    }
+    let mut groups: BTreeMap<usize, Vec<&QpBins>> = BTreeMap::new();
+    for q in &joining {
+        let r = root(&mut parent, index[&q.flow.src_ip]);
+        groups.entry(r).or_default().push(q);
+    }
+    // Every QP between a job's hosts is the job's (CNPs, small ones), whatever its size.
+    let host_root: HashMap<IpAddr, usize> = index
+        .iter()
+        .map(|(ip, i)| (*ip, root(&mut parent, *i)))
+        .collect();
+    for q in qps {
+        if joining.iter().any(|j| std::ptr::eq(*j, q)) || q.bins.is_empty() {
+            continue;
+        }
+        if let (Some(a), Some(b)) = (host_root.get(&q.flow.src_ip), host_root.get(&q.flow.dst_ip))
+            && a == b
+        {
+            groups.entry(*a).or_default().push(q);
+        }
+    }
+    let mut jobs: Vec<Job> = groups
+        .into_values()
+        .map(|members| job(bin_ns, start_ns, &members, opts))
+        .collect();
+    jobs.sort_by_key(|j| (j.first_ns, j.hosts.clone()));
+    for (i, j) in jobs.iter_mut().enumerate() {
+        j.id = format!("job-{}", i + 1);
+    }
+    Jobs {
+        bin_ns,
+        start_ns,
+        jobs,
+    }
+}
+
+/// One job from its QPs.
+fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
+    let at = |bin: u32| start_ns.saturating_add(u64::from(bin).saturating_mul(bin_ns));
+    // The job's bytes per busy bin.
+    let mut total: BTreeMap<u32, u64> = BTreeMap::new();
+    for q in members {
+        for (b, d) in &q.bins {
+            if d.bytes > 0 {
+                *total.entry(*b).or_default() += d.bytes;
+            }
+        }
+    }
+    let busy: Vec<u32> = total.keys().copied().collect();
+    let (spans, period, no_period, iteration_times) = phases_of(&busy, bin_ns, opts);
+    let hosts: BTreeSet<IpAddr> = members
+        .iter()
+        .flat_map(|q| [q.flow.src_ip, q.flow.dst_ip])
+        .collect();
+    let phases = spans
+        .iter()
+        .map(|&(first, last)| {
+            let mut per_host: BTreeMap<IpAddr, HostPhase> = BTreeMap::new();
+            for q in members {
+                let inside = q.bins.iter().filter(|(b, _)| (first..=last).contains(b));
+                for (b, d) in inside {
+                    // What the network showed counts for both ends; the bytes for the sender.
+                    for (ip, sender) in [(q.flow.src_ip, true), (q.flow.dst_ip, false)] {
+                        let h = per_host.entry(ip).or_insert_with(|| HostPhase {
+                            host: ip,
+                            start_ns: u64::MAX,
+                            end_ns: 0,
+                            bytes: 0,
+                            ce: 0,
+                            cnp: 0,
+                            naks: 0,
+                            retransmissions: 0,
+                        });
+                        h.ce += d.ce;
+                        h.cnp += d.cnp;
+                        h.naks += d.naks;
+                        h.retransmissions += d.retransmissions;
+                        if sender && d.bytes > 0 {
+                            h.bytes += d.bytes;
+                            h.start_ns = h.start_ns.min(at(*b));
+                            h.end_ns = h.end_ns.max(at(*b + 1));
+                        }
+                    }
+                }
+            }
+            Phase {
+                start_ns: at(first),
+                end_ns: at(last + 1),
+                bytes: total.range(first..=last).map(|(_, b)| b).sum(),
+                // A host that only received in the phase has no sending of its own there.
+                hosts: per_host.into_values().filter(|h| h.bytes > 0).collect(),
+            }
+        })
+        .collect();
+    let mut qps: Vec<FlowRef> = members.iter().map(|q| q.flow.clone()).collect();
+    qps.sort();
+    let mut sorted = iteration_times;
+    sorted.sort_unstable();
+    let quantile = |q: f64| -> Option<u64> {
+        (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * q).round() as usize])
+    };
+    Job {
+        id: String::new(),
+        hosts: hosts.into_iter().collect(),
+        qps,
+        bytes: total.values().sum(),
+        first_ns: busy.first().map_or(start_ns, |b| at(*b)),
+        last_ns: busy.last().map_or(start_ns, |b| at(*b + 1)),
+        period,
+        no_period,
+        iteration_p50_ns: quantile(0.5),
+        iteration_p99_ns: quantile(0.99),
+        phases,
+    }
+}
+
+/// The idle runs between busy bins: (length in bins, the busy bin before it).
+fn gaps(busy: &[u32]) -> Vec<(u32, u32)> {
+    busy.windows(2)
+        .map(|w| (w[1] - w[0] - 1, w[0]))
+        .filter(|(len, _)| *len > 0)
+        .collect()
+}
+
+/// The busy bins split at idle runs of at least `threshold` bins: each phase's first and last
+/// bin.
+fn split(busy: &[u32], threshold: u32) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for &b in busy {
+        match out.last_mut() {
+            Some((_, last)) if b - *last - 1 < threshold => *last = b,
+            _ => out.push((b, b)),
+        }
+    }
+    out
+}
+
+/// Iteration times (ns) of phases: one's start to the next's.
+fn iteration_times(spans: &[(u32, u32)], bin_ns: u64) -> Vec<u64> {
+    spans
+        .windows(2)
+        .map(|w| u64::from(w[1].0 - w[0].0) * bin_ns)
+        .collect()
+}
+
+/// The median of `v` (sorted here; empty: 0).
+fn median(v: &[u64]) -> u64 {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    s.get(s.len() / 2).copied().unwrap_or(0)
+}
+
+/// The period of iteration times `times`, when regular enough: those within a quarter of the
+/// median, at least `REGULAR_SHARE` of them and at least `min` in all.
+fn period_of(times: &[u64], min: usize) -> Result<Period, String> {
+    if times.len() < min {
+        return Err(format!(
+            "{} phases: a period needs {} iterations at least",
+            times.len() + 1,
+            min
+        ));
+    }
+    let m = median(times) as f64;
+    let near: Vec<f64> = times
+        .iter()
+        .map(|t| *t as f64)
+        .filter(|t| (t - m).abs() <= NEAR_MEDIAN * m)
+        .collect();
+    if (near.len() as f64) < REGULAR_SHARE * times.len() as f64 || near.len() < min {
+        return Err(format!(
+            "irregular: {} of {} iteration times within {:.0}% of their median",
+            near.len(),
+            times.len(),
+            NEAR_MEDIAN * 100.0
+        ));
+    }
+    let n = near.len() as f64;
+    let mean = near.iter().sum::<f64>() / n;
+    let var = near.iter().map(|t| (t - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    let sd = var.sqrt();
+    Ok(Period {
+        ns: mean.round() as u64,
+        iterations: near.len() as u32,
+        cv: if mean > 0.0 { sd / mean } else { 0.0 },
+        stderr_ns: (sd / n.sqrt()).round() as u64,
+    })
+}
+
+/// The phases of the busy bins `busy`, the period they keep (or why none), and the iteration
+/// times.
+#[allow(clippy::type_complexity)]
+fn phases_of(
+    busy: &[u32],
+    bin_ns: u64,
+    opts: &Options,
+) -> (Vec<(u32, u32)>, Option<Period>, Option<String>, Vec<u64>) {
+    // The idle runs' lengths, in clusters (sorted lengths apart by more than CLUSTER_RATIO
+    // start a new one): each cluster's shortest length is a candidate threshold.
+    let mut lengths: Vec<u32> = gaps(busy)
+        .into_iter()
+        .map(|(l, _)| l)
+        .filter(|l| *l >= opts.min_gap_bins)
+        .collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    let mut edges: Vec<u32> = Vec::new();
+    for (i, &l) in lengths.iter().enumerate() {
+        if i == 0 || f64::from(l) > CLUSTER_RATIO * f64::from(lengths[i - 1]) {
+            edges.push(l);
+        }
+    }
+    // The longest kind of idle run whose phases keep a period: the compute gaps.
+    let mut first_reason = None;
+    for &t in edges.iter().rev() {
+        let spans = split(busy, t);
+        let times = iteration_times(&spans, bin_ns);
+        match period_of(&times, opts.min_iterations) {
+            Ok(p) => return (spans, Some(p), None, times),
+            Err(why) => {
+                first_reason.get_or_insert(why);
+            }
+        }
+    }
+    // None: the phases at the widest separation between kinds of idle run (the largest jump
+    // between clusters), or one phase.
+    let t = edges
+        .windows(2)
+        .max_by(|a, b| {
+            (f64::from(a[1]) / f64::from(a[0])).total_cmp(&(f64::from(b[1]) / f64::from(b[0])))
+        })
+        .map(|w| w[1])
+        .or(edges.first().copied())
+        .unwrap_or(u32::MAX);
+    let spans = split(busy, t);
+    let times = iteration_times(&spans, bin_ns);
+    let why = period_of(&times, opts.min_iterations)
+        .err()
+        .or(first_reason)
+        .unwrap_or_else(|| "no idle runs between its traffic".into());
+    (spans, None, Some(why), times)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,372 @@
+//! The jobs analysis on ring all-reduces simulated step by step (each host's step waits for its
+//! own previous step and for its predecessor's), binned as the pipeline bins them; the truth is
+//! the simulation's own iteration starts.
+
+use super::*;
+use crate::model::Direction;
+
+/// A ring all-reduce among `hosts`, `iterations` times.
+#[derive(Clone)]
+struct Ring {
+    /// Host addresses 198.18.<net>.1..
+    net: u8,
+    hosts: usize,
+    iterations: usize,
+    compute_ns: u64,
+    /// Each host's compute time varies by up to this share, uniformly.
+    jitter: f64,
+    step_ns: u64,
+    /// Idle time after each step (a collective's own pauses).
+    step_pause_ns: u64,
+    bytes_per_step: u64,
+    /// A host computing longer by this share.
+    slow_host: Option<(usize, f64)>,
+    /// An iteration whose compute takes this many times longer (every host).
+    slow_iteration: Option<(usize, f64)>,
+    seed: u64,
+}
+
+impl Default for Ring {
+    fn default() -> Self {
+        Ring {
+            net: 0,
+            hosts: 8,
+            iterations: 30,
+            compute_ns: 60_000_000,
+            jitter: 0.05,
+            step_ns: 2_500_000,
+            step_pause_ns: 0,
+            bytes_per_step: 4 << 20,
+            slow_host: None,
+            slow_iteration: None,
+            seed: 1,
+        }
+    }
+}
+
+const BIN: u64 = 1_000_000;
+
+fn ip(net: u8, h: usize) -> IpAddr {
+    IpAddr::V4(std::net::Ipv4Addr::new(198, 18, net, h as u8 + 1))
+}
+
+/// A small deterministic generator (xorshift64*), uniform in [0, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The ring's QPs on 1 ms bins, and each iteration's start (its first send, ns).
+fn simulate(r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
+    let mut rng = Rng(r.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let n = r.hosts;
+    let steps = 2 * (n - 1);
+    let mut sends: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
+    let mut onsets = Vec::new();
+    let compute = |rng: &mut Rng, h: usize, i: usize| {
+        let mut c = r.compute_ns as f64 * (1.0 + r.jitter * (2.0 * rng.next() - 1.0));
+        if let Some((s, extra)) = r.slow_host
+            && s == h
+        {
+            c *= 1.0 + extra;
+        }
+        if let Some((s, times)) = r.slow_iteration
+            && s == i
+        {
+            c *= times;
+        }
+        c as u64
+    };
+    let mut ready: Vec<u64> = (0..n)
+        .map(|h| 1_000_000 + compute(&mut rng, h, 0))
+        .collect();
+    for i in 0..r.iterations {
+        let mut end = vec![vec![0u64; steps]; n];
+        let mut start0 = u64::MAX;
+        for s in 0..steps {
+            for h in 0..n {
+                let pred = (h + n - 1) % n;
+                let start = if s == 0 {
+                    ready[h]
+                } else {
+                    (end[h][s - 1] + r.step_pause_ns).max(end[pred][s - 1])
+                };
+                end[h][s] = start + r.step_ns;
+                sends[h].push((start, end[h][s]));
+                if s == 0 {
+                    start0 = start0.min(start);
+                }
+            }
+        }
+        onsets.push(start0);
+        for h in 0..n {
+            let pred = (h + n - 1) % n;
+            let done = end[h][steps - 1].max(end[pred][steps - 1]);
+            ready[h] = done + compute(&mut rng, h, i + 1);
+        }
+    }
+    let qps = (0..n)
+        .map(|h| {
+            let mut bins: BTreeMap<u32, Delta> = BTreeMap::new();
+            for &(a, b) in &sends[h] {
+                let (first, last) = (a / BIN, (b - 1) / BIN);
+                let per = r.bytes_per_step / (last - first + 1);
+                for bin in first..=last {
+                    let d = bins.entry(bin as u32).or_default();
+                    d.bytes += per;
+                    d.packets += per / 1024;
+                }
+            }
+            QpBins {
+                flow: FlowRef {
+                    src_ip: ip(r.net, h),
+                    dst_ip: ip(r.net, (h + 1) % n),
+                    udp_src_port: 49152 + h as u16,
+                    dest_qp: 0x100 + h as u32,
+                    direction: Direction::Ingress,
+                },
+                connected: true,
+                bins: bins.into_iter().collect(),
+            }
+        })
+        .collect();
+    (qps, onsets)
+}
+
+/// The mean iteration time of the simulation's own starts (ns), over the regular ones (within a
+/// quarter of the median, as the period is defined).
+fn true_period(onsets: &[u64]) -> f64 {
+    let times: Vec<u64> = onsets.windows(2).map(|w| w[1] - w[0]).collect();
+    let m = median(&times) as f64;
+    let near: Vec<f64> = times
+        .iter()
+        .map(|t| *t as f64)
+        .filter(|t| (t - m).abs() <= 0.25 * m)
+        .collect();
+    near.iter().sum::<f64>() / near.len() as f64
+}
+
+/// An estimator independent of the analysis: the highest peak of the binned bytes'
+/// autocorrelation past its first fall below a tenth (the first period: later ones overlap
+/// less), placed at the centroid of its lobe above half its height (ns).
+fn autocorrelation_period(qps: &[QpBins]) -> f64 {
+    let len = qps
+        .iter()
+        .flat_map(|q| q.bins.last())
+        .map(|(b, _)| *b as usize + 1)
+        .max()
+        .unwrap();
+    let mut x = vec![0.0f64; len];
+    for q in qps {
+        for (b, d) in &q.bins {
+            x[*b as usize] += d.bytes as f64;
+        }
+    }
+    let mean = x.iter().sum::<f64>() / len as f64;
+    for v in &mut x {
+        *v -= mean;
+    }
+    let r = |lag: usize| -> f64 { (0..len - lag).map(|i| x[i] * x[i + lag]).sum::<f64>() };
+    let r0 = r(0);
+    let max_lag = len / 3;
+    let below = (1..max_lag).find(|&l| r(l) < 0.1 * r0).unwrap();
+    let rs: Vec<f64> = (0..=max_lag).map(r).collect();
+    let peak = (below..max_lag)
+        .max_by(|a, b| rs[*a].total_cmp(&rs[*b]))
+        .unwrap();
+    // The lobe around the peak (down to half its height each way): its centroid.
+    let half = 0.5 * rs[peak];
+    let lo = (below..=peak)
+        .rev()
+        .take_while(|&l| rs[l] > half)
+        .last()
+        .unwrap();
+    let hi = (peak..max_lag)
+        .take_while(|&l| rs[l] > half)
+        .last()
+        .unwrap();
+    let (mut sum, mut weight) = (0.0, 0.0);
+    for (l, r) in rs.iter().enumerate().take(hi + 1).skip(lo) {
+        sum += l as f64 * (r - half);
+        weight += r - half;
+    }
+    sum / weight * BIN as f64
+}
+
+fn analyse(qps: &[QpBins]) -> Jobs {
+    jobs(BIN, 0, qps, &Options::default())
+}
+
+#[test]
+fn a_ring_all_reduce_is_one_job_whose_period_is_the_iteration() {
+    // Ten iterations are enough for the period within 1%.
+    for (seed, iterations) in (1..=10).flat_map(|s| [(s, 11), (s, 30)]) {
+        let ring = Ring {
+            seed,
+            iterations,
+            ..Ring::default()
+        };
+        let (qps, onsets) = simulate(&ring);
+        let j = analyse(&qps);
+        assert_eq!(j.jobs.len(), 1);
+        let job = &j.jobs[0];
+        assert_eq!(job.hosts.len(), 8);
+        assert_eq!(job.phases.len(), ring.iterations, "seed {seed}");
+        let p = job.period.as_ref().unwrap_or_else(|| panic!("{job:?}"));
+        let truth = true_period(&onsets);
+        let acf = autocorrelation_period(&qps);
+        let err = |x: f64| (p.ns as f64 - x).abs() / x;
+        assert!(err(truth) < 0.01, "seed {seed}: {} vs truth {truth}", p.ns);
+        assert!(
+            err(acf) < 0.01,
+            "seed {seed}: {} vs autocorrelation {acf}",
+            p.ns
+        );
+        assert_eq!(p.iterations as usize, ring.iterations - 1);
+        assert!(p.cv < 0.1, "{p:?}");
+        // Every host sends in every phase, starting in its bins.
+        for (ph, onset) in job.phases.iter().zip(&onsets) {
+            assert_eq!(ph.hosts.len(), 8);
+            assert_eq!(ph.start_ns, onset / BIN * BIN);
+        }
+    }
+}
+
+#[test]
+fn the_period_is_the_iteration_never_a_step_of_the_ring() {
+    // Steps with pauses of their own between them: a regular level below the iteration's.
+    let ring = Ring {
+        step_pause_ns: 3_000_000,
+        ..Ring::default()
+    };
+    let (qps, onsets) = simulate(&ring);
+    let job = &analyse(&qps).jobs[0];
+    assert_eq!(job.phases.len(), ring.iterations);
+    let p = job.period.as_ref().unwrap();
+    assert!(
+        (p.ns as f64 / true_period(&onsets) - 1.0).abs() < 0.01,
+        "{p:?}"
+    );
+}
+
+#[test]
+fn a_slow_iteration_is_not_the_period_but_shows_in_the_tail() {
+    let ring = Ring {
+        slow_iteration: Some((12, 3.0)),
+        ..Ring::default()
+    };
+    let (qps, onsets) = simulate(&ring);
+    let job = &analyse(&qps).jobs[0];
+    let p = job.period.as_ref().unwrap();
+    let truth = true_period(&onsets);
+    assert!((p.ns as f64 / truth - 1.0).abs() < 0.01, "{p:?} vs {truth}");
+    assert_eq!(p.iterations as usize, ring.iterations - 2);
+    assert!(job.iteration_p99_ns.unwrap() as f64 > 2.0 * truth);
+    assert!((job.iteration_p50_ns.unwrap() as f64 / truth - 1.0).abs() < 0.05);
+}
+
+#[test]
+fn too_few_iterations_give_no_period_and_say_why() {
+    let ring = Ring {
+        iterations: 3,
+        ..Ring::default()
+    };
+    let (qps, _) = simulate(&ring);
+    let job = &analyse(&qps).jobs[0];
+    assert!(job.period.is_none());
+    assert_eq!(job.phases.len(), 3);
+    assert_eq!(
+        job.no_period.as_deref(),
+        Some("3 phases: a period needs 3 iterations at least")
+    );
+    // One burst: one phase, no idle run to tell iterations by.
+    let one = Ring {
+        iterations: 1,
+        ..Ring::default()
+    };
+    let job = &analyse(&simulate(&one).0).jobs[0];
+    assert_eq!(job.phases.len(), 1);
+    assert!(
+        job.no_period.as_deref().unwrap().contains("1 phases"),
+        "{job:?}"
+    );
+}
+
+#[test]
+fn rings_of_other_hosts_are_other_jobs_and_small_qps_join_nothing() {
+    let (mut qps, _) = simulate(&Ring::default());
+    let (other, _) = simulate(&Ring {
+        net: 1,
+        hosts: 4,
+        compute_ns: 90_000_000,
+        seed: 7,
+        ..Ring::default()
+    });
+    qps.extend(other);
+    // A probe between the two rings' hosts: too small to join them.
+    qps.push(QpBins {
+        flow: FlowRef {
+            src_ip: ip(0, 0),
+            dst_ip: ip(1, 0),
+            udp_src_port: 4000,
+            dest_qp: 0x999,
+            direction: Direction::Ingress,
+        },
+        connected: true,
+        bins: vec![(
+            5,
+            Delta {
+                bytes: 1000,
+                packets: 1,
+                ..Delta::default()
+            },
+        )],
+    });
+    let j = analyse(&qps);
+    assert_eq!(
+        j.jobs.len(),
+        2,
+        "{:?}",
+        j.jobs.iter().map(|j| &j.hosts).collect::<Vec<_>>()
+    );
+    let sizes: Vec<usize> = j.jobs.iter().map(|j| j.hosts.len()).collect();
+    assert!(sizes.contains(&8) && sizes.contains(&4), "{sizes:?}");
+    for job in &j.jobs {
+        let p = job.period.as_ref().unwrap();
+        let want = if job.hosts.len() == 4 { 90.0 } else { 60.0 };
+        // Compute plus the collective (2(n-1) steps of 2.5 ms).
+        let steps = 2.0 * (job.hosts.len() as f64 - 1.0) * 2.5;
+        assert!(
+            ((p.ns as f64 / 1e6) / (want + steps) - 1.0).abs() < 0.05,
+            "{}: {p:?}",
+            job.id
+        );
+    }
+}
+
+#[test]
+fn a_slow_host_starts_its_phases_late() {
+    let ring = Ring {
+        slow_host: Some((3, 0.2)),
+        ..Ring::default()
+    };
+    let (qps, _) = simulate(&ring);
+    let job = &analyse(&qps).jobs[0];
+    let slow = ip(0, 3);
+    let mut last_to_start = 0;
+    for ph in &job.phases[1..] {
+        let latest = ph
+            .hosts
+            .iter()
+            .max_by_key(|h| (h.start_ns, h.host))
+            .unwrap();
+        last_to_start += usize::from(latest.host == slow);
+    }
+    assert!(last_to_start >= job.phases.len() - 2, "{last_to_start}");
+}

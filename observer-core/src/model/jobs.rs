@@ -1,0 +1,84 @@
+//! Training jobs as the wire shows them: the hosts that talk RC to each other, their
+//! communication phases, the iteration period those phases repeat at, and each host's part of
+//! each phase (`analysis::jobs` builds them).
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::FlowRef;
+
+/// The jobs of a report, on one grid of bins.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Jobs {
+    /// The bins the phases are measured on (ns), and the first bin's start (unix ns).
+    pub bin_ns: u64,
+    pub start_ns: u64,
+    pub jobs: Vec<Job>,
+}
+
+/// One job: hosts connected by RC traffic, and what their traffic shows of its iterations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// `job-1`, `job-2`... by first traffic.
+    pub id: String,
+    pub hosts: Vec<IpAddr>,
+    /// The QP directions that carry its traffic.
+    pub qps: Vec<FlowRef>,
+    pub bytes: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// The iteration period, when its phases repeat regularly enough to tell one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Period>,
+    /// Why no period is given (too few phases, too irregular).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_period: Option<String>,
+    /// Iteration times (one phase's start to the next's): median and 99th percentile (ns), over
+    /// the iterations counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iteration_p50_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iteration_p99_ns: Option<u64>,
+    /// Its communication phases, in time order.
+    pub phases: Vec<Phase>,
+}
+
+/// The iteration period and how well the phases keep it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Period {
+    pub ns: u64,
+    /// Iterations it was measured over (phase starts to the next, within a quarter of the
+    /// median).
+    pub iterations: u32,
+    /// The iteration times' coefficient of variation (standard deviation over mean).
+    pub cv: f64,
+    /// The period's own uncertainty (ns): the standard error of the mean iteration time.
+    pub stderr_ns: u64,
+}
+
+/// One communication phase: a burst of the job's traffic between compute gaps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    /// Unix ns, on the bins (a phase starts at its first busy bin's start and ends at its last
+    /// busy bin's end).
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub bytes: u64,
+    /// Each host's part: when it sent in this phase, and what the network showed its QPs.
+    pub hosts: Vec<HostPhase>,
+}
+
+/// A host's sending in one phase.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostPhase {
+    pub host: IpAddr,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub bytes: u64,
+    /// CE-marked packets, CNPs, NAKs and resent PSNs on its QPs (both ways) in the phase.
+    pub ce: u64,
+    pub cnp: u64,
+    pub naks: u64,
+    pub retransmissions: u64,
+}
