@@ -109,6 +109,7 @@ impl AnalysisArgs {
             ecmp,
             nic: None,
             local_hosts: Vec::new(),
+            jobs_bin_ns: None,
         })
     }
 

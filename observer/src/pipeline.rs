@@ -70,6 +70,8 @@ pub struct AnalysisOptions {
     /// its own requests' round trips from its answers to others' requests; empty: inferred
     /// from the capture where it can be.
     pub local_hosts: Vec<std::net::IpAddr>,
+    /// Replay: the jobs analysis on bins of this width (`--jobs`); none: not done.
+    pub jobs_bin_ns: Option<u64>,
 }
 
 /// The NIC side of a report: its first reading, taken when the observation starts, and where
@@ -144,6 +146,7 @@ impl AnalysisOptions {
             link_speed_bps,
             threshold_percent: self.thresholds.microburst.share_percent,
             series_flows: SERIES_FLOWS,
+            jobs_bin_ns: 0,
         }
     }
 
@@ -153,6 +156,7 @@ impl AnalysisOptions {
         TimelineConfig {
             link_speed_bps,
             threshold_percent: self.thresholds.microburst.share_percent,
+            jobs_bin_ns: self.jobs_bin_ns.unwrap_or(0),
             ..TimelineConfig::replay(self.interval_ns, slot_ns)
         }
     }
@@ -160,6 +164,15 @@ impl AnalysisOptions {
 
 /// Puts what a timeline ended with into the report: the series, microbursts and flows' peaks.
 fn apply_timeline(report: &mut Report, end: TimelineEnd) {
+    if let Some(bins) = end.jobs {
+        if bins.overflow {
+            report.source.warnings.push(format!(
+                "the capture spans more than {MAX_INTERVALS} job bins: the jobs analysis stops there (give longer --jobs-bin)"
+            ));
+        }
+        let jobs = crate::analysis::jobs::of_report(report, bins, &Default::default());
+        report.jobs = Some(jobs);
+    }
     if end.series.is_some() {
         report.set_flow_peaks(&end.flow_peaks);
     }

@@ -873,6 +873,7 @@ impl Aggregate {
             ecmp: None,
             series: None,
             microbursts: None,
+            jobs: None,
             findings: Vec::new(),
             checks: Vec::new(),
             nic: None,

@@ -66,6 +66,10 @@ pub struct Report {
     /// Per-interface microburst slots (diagnose, replay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub microbursts: Option<series::Microbursts>,
+    /// Training jobs: the hosts talking RC, their communication phases and iteration period
+    /// (replay with `--jobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<jobs::Jobs>,
     /// What the rules found, most severe first (diagnose, replay).
     #[serde(default)]
     pub findings: Vec<findings::Finding>,

@@ -250,6 +250,7 @@ pub fn render_table(report: &Report, top: usize) -> String {
     render_connections(&mut out, report, top);
     render_latency(&mut out, report);
     render_points(&mut out, report);
+    render_jobs(&mut out, report, top);
     if let Some(pfc) = &report.pfc {
         render_pfc(&mut out, pfc, top);
     }
@@ -585,6 +586,90 @@ fn render_latency(out: &mut String, report: &Report) {
             duration(s.max_ns),
         );
     }
+}
+
+/// The jobs: each one's hosts, period (or why none), iteration times, and its hosts' mean
+/// start and end within the phases (a late starter computes longer; a late finisher sends
+/// slower or waits).
+fn render_jobs(out: &mut String, report: &Report, top: usize) {
+    use Align::{Left, Right};
+    let Some(j) = &report.jobs else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\njobs (hosts talking RC; phases on {} bins): {}",
+        duration(j.bin_ns),
+        j.jobs.len()
+    );
+    for job in j.jobs.iter().take(top) {
+        let period = match (&job.period, &job.no_period) {
+            (Some(p), _) => format!(
+                "period {} ± {} over {} (spread {:.1}%)",
+                duration(p.ns),
+                duration(p.stderr_ns),
+                count(u64::from(p.iterations), "iteration"),
+                p.cv * 100.0
+            ),
+            (None, Some(why)) => format!("no period: {why}"),
+            (None, None) => "no period".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  {}: {}, {} in {}; {period}",
+            job.id,
+            count(job.hosts.len() as u64, "host"),
+            human_bytes(job.bytes),
+            count(job.phases.len() as u64, "phase"),
+        );
+        if let (Some(p50), Some(p99)) = (job.iteration_p50_ns, job.iteration_p99_ns) {
+            let _ = writeln!(
+                out,
+                "    iteration time p50 {}, p99 {}",
+                duration(p50),
+                duration(p99)
+            );
+        }
+        // Each host's mean start and end from its phases' starts, over the phases it sent in.
+        let mut rows = Vec::new();
+        for host in &job.hosts {
+            let mine: Vec<(u64, u64, u64)> = job
+                .phases
+                .iter()
+                .filter_map(|ph| {
+                    ph.hosts
+                        .iter()
+                        .find(|h| h.host == *host)
+                        .map(|h| (h.start_ns - ph.start_ns, h.end_ns - ph.start_ns, h.bytes))
+                })
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let n = mine.len() as u64;
+            rows.push(vec![
+                host.to_string(),
+                n.to_string(),
+                duration(mine.iter().map(|m| m.0).sum::<u64>() / n),
+                duration(mine.iter().map(|m| m.1).sum::<u64>() / n),
+                human_bytes(mine.iter().map(|m| m.2).sum::<u64>()),
+            ]);
+        }
+        let table = columns(
+            &[
+                ("HOST", Left),
+                ("PHASES", Right),
+                ("MEAN START", Right),
+                ("MEAN END", Right),
+                ("SENT", Right),
+            ],
+            rows,
+        );
+        for line in table.lines() {
+            let _ = writeln!(out, "    {line}");
+        }
+    }
+    more(out, j.jobs.len(), top, "job");
 }
 
 /// Several observation points of one traffic: how many saw each packet, the time from one to

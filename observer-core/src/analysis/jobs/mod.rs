@@ -46,7 +46,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            min_bytes: 64 * 1024,
+            min_bytes: 4096,
             min_gap_bins: 2,
             min_iterations: 3,
         }
@@ -59,6 +59,37 @@ const CLUSTER_RATIO: f64 = 1.5;
 const NEAR_MEDIAN: f64 = 0.25;
 /// The share of iteration times that must be near the median for a period.
 const REGULAR_SHARE: f64 = 2.0 / 3.0;
+
+/// The jobs of a report's flows, from their fixed bins (`bins`): a flow is a connection's when
+/// its opcodes are RC or XRC.
+pub fn of_report(
+    report: &crate::model::Report,
+    bins: crate::analysis::series::FlowBins,
+    opts: &Options,
+) -> Jobs {
+    let connected: BTreeMap<FlowRef, bool> = report
+        .flows
+        .iter()
+        .map(|f| {
+            let rc = f.transports.iter().any(|t| t == "RC" || t == "XRC");
+            (FlowRef::of_flow(f), rc)
+        })
+        .collect();
+    let mut qps: Vec<QpBins> = bins
+        .flows
+        .into_iter()
+        .map(|(key, bins)| {
+            let flow = FlowRef::of_key(&key);
+            QpBins {
+                connected: connected.get(&flow).copied().unwrap_or(false),
+                flow,
+                bins,
+            }
+        })
+        .collect();
+    qps.sort_by(|a, b| a.flow.cmp(&b.flow));
+    jobs(bins.bin_ns, bins.start_ns, &qps, opts)
+}
 
 /// The jobs of `qps`, on bins of `bin_ns` from `start_ns` (unix ns).
 pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs {

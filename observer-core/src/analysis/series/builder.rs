@@ -192,6 +192,16 @@ impl SeriesBuilder {
         merge_latency(&mut self.latency, |i| i);
     }
 
+    /// Every flow's bins as recorded (the jobs analysis's fixed grid).
+    pub fn into_bins(self) -> FlowBins {
+        FlowBins {
+            bin_ns: self.interval_ns,
+            start_ns: self.start_ns,
+            flows: self.flows,
+            overflow: self.overflow,
+        }
+    }
+
     /// The series on `grid` (whose bins are this builder's intervals), with `interfaces` and
     /// the `top` largest flows; and every flow's busiest interval as a rate (bits/s).
     pub fn finish(

@@ -219,7 +219,7 @@ mod timeline;
 
 pub use builder::SeriesBuilder;
 pub use bursts::{BurstTracker, microbursts};
-pub use timeline::{SeriesShard, Timeline, TimelineConfig, TimelineEnd};
+pub use timeline::{FlowBins, SeriesShard, Timeline, TimelineConfig, TimelineEnd};
 
 #[cfg(test)]
 mod tests {

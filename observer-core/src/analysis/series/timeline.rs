@@ -18,6 +18,9 @@ pub struct TimelineConfig {
     pub threshold_percent: f64,
     /// Flows given their own series.
     pub series_flows: usize,
+    /// Replay: every flow's bins of this width as well, fixed however long the capture (the
+    /// jobs analysis); 0: none.
+    pub jobs_bin_ns: u64,
 }
 
 impl TimelineConfig {
@@ -42,6 +45,7 @@ impl Default for TimelineConfig {
             link_speed_bps: None,
             threshold_percent: 90.0,
             series_flows: SERIES_FLOWS,
+            jobs_bin_ns: 0,
         }
     }
 }
@@ -53,6 +57,19 @@ pub struct TimelineEnd {
     pub series: Option<Series>,
     pub microbursts: Option<Microbursts>,
     pub flow_peaks: HashMap<FlowKey, f64>,
+    /// With `jobs_bin_ns`: every flow's bins of that width.
+    pub jobs: Option<FlowBins>,
+}
+
+/// Every flow's traffic on a fixed grid: what each bin with traffic added.
+#[derive(Debug, Default)]
+pub struct FlowBins {
+    pub bin_ns: u64,
+    /// The first bin's start (unix ns).
+    pub start_ns: u64,
+    pub flows: HashMap<FlowKey, Vec<(u32, Delta)>, rustc_hash::FxBuildHasher>,
+    /// A time fell beyond [`MAX_INTERVALS`] bins: the bins stop there.
+    pub overflow: bool,
 }
 
 /// The series and the microburst trackers of one run: replay feeds it frame by frame (a
@@ -77,6 +94,10 @@ pub struct Timeline {
     sources: Vec<(String, Option<usize>)>,
     /// Fitted: how many times the bins have grown tenfold.
     coarsened: u32,
+    /// With `jobs_bin_ns`: the fixed bins open, and (replay on several threads) those the
+    /// shards' joined.
+    jobs: Option<SeriesBuilder>,
+    jobs_done: Option<SeriesBuilder>,
 }
 
 impl Timeline {
@@ -99,6 +120,8 @@ impl Timeline {
             trackers: Vec::new(),
             sources: Vec::new(),
             coarsened: 0,
+            jobs: None,
+            jobs_done: None,
         }
     }
 
@@ -189,6 +212,9 @@ impl Timeline {
         self.cur
             .get_or_insert_with(|| SeriesBuilder::new(bin, start, flows))
             .advance(ts_ns, flows);
+        if self.config.jobs_bin_ns > 0 {
+            self.jobs_frame(ts_ns, start, flows);
+        }
         if self.config.slot_ns == 0 {
             return;
         }
@@ -197,6 +223,15 @@ impl Timeline {
             _ => self.source_tracker(source),
         };
         self.trackers[i].frame(ts_ns, len);
+    }
+
+    /// The fixed bins move on to `ts_ns`.
+    #[inline]
+    fn jobs_frame(&mut self, ts_ns: u64, start: u64, flows: &Aggregate) {
+        let bin = self.config.jobs_bin_ns;
+        self.jobs
+            .get_or_insert_with(|| SeriesBuilder::new(bin, start, flows))
+            .advance(ts_ns, flows);
     }
 
     /// Live: whether `now_ns` lies in a later interval than the open one (time to sample).
@@ -294,10 +329,20 @@ impl Timeline {
             self.config.link_speed_bps,
             self.config.threshold_percent,
         );
+        let jobs = match (self.jobs_done, self.jobs) {
+            (Some(done), _) => Some(done),
+            (None, Some(mut open)) => {
+                open.close_flows(flows);
+                Some(open)
+            }
+            (None, None) => None,
+        }
+        .map(SeriesBuilder::into_bins);
         TimelineEnd {
             series,
             microbursts,
             flow_peaks,
+            jobs,
         }
     }
 }
@@ -306,13 +351,15 @@ impl Timeline {
 /// clock, intervals and microburst slots), with no flow table; in each shard a [`SeriesShard`]
 /// closes the same intervals at the same frames on the shard's flow table.
 impl Sharded for Timeline {
-    /// How many times the bins grew tenfold, and the open interval.
-    type Mark = (u32, usize);
+    /// How many times the bins grew tenfold, the open interval, and the open fixed bin.
+    type Mark = (u32, usize, usize);
     type Part = SeriesShard;
 
     fn part(&self) -> SeriesShard {
         SeriesShard {
             builder: SeriesBuilder::new(self.bin_ns, 0, &Aggregate::default()),
+            jobs: (self.config.jobs_bin_ns > 0)
+                .then(|| SeriesBuilder::new(self.config.jobs_bin_ns, 0, &Aggregate::default())),
             coarsened: 0,
             closes: 0,
             counted: 0,
@@ -321,8 +368,12 @@ impl Sharded for Timeline {
     }
 
     #[inline(always)]
-    fn mark(&self) -> (u32, usize) {
-        (self.coarsened, self.cur.as_ref().map_or(0, |b| b.open))
+    fn mark(&self) -> (u32, usize, usize) {
+        (
+            self.coarsened,
+            self.cur.as_ref().map_or(0, |b| b.open),
+            self.jobs.as_ref().map_or(0, |b| b.open),
+        )
     }
 
     /// The shards' intervals join this timeline's (which closed them on no flow table): each
@@ -334,10 +385,15 @@ impl Sharded for Timeline {
             return;
         };
         let mut marks = Vec::new();
+        let mut jobs = self.jobs.take();
         for (shard, p) in parts.into_iter().enumerate() {
             cur.absorb(p.builder);
+            if let (Some(j), Some(pj)) = (&mut jobs, p.jobs) {
+                j.absorb(pj);
+            }
             marks.extend(p.latency.into_iter().map(|m| (m, shard)));
         }
+        self.jobs_done = jobs;
         marks.sort_by_key(|(m, shard)| (m.close, *shard));
         let shards = marks.iter().map(|(_, s)| s + 1).max().unwrap_or(0);
         let mut totals = vec![[LatHist::default(); 2]; shards];
@@ -371,6 +427,8 @@ impl Sharded for Timeline {
 #[derive(Debug)]
 pub struct SeriesShard {
     builder: SeriesBuilder,
+    /// The fixed bins, when the timeline has them.
+    jobs: Option<SeriesBuilder>,
     coarsened: u32,
     /// Intervals closed so far.
     closes: u64,
@@ -408,10 +466,10 @@ impl SeriesShard {
 }
 
 impl ShardPart for SeriesShard {
-    type Mark = (u32, usize);
+    type Mark = (u32, usize, usize);
 
     /// As [`Timeline::frame`] moved on: the bins grow first, then the open interval closes.
-    fn mark(&mut self, (coarsened, open): (u32, usize), agg: &Aggregate) {
+    fn mark(&mut self, (coarsened, open, jobs_open): (u32, usize, usize), agg: &Aggregate) {
         while self.coarsened < coarsened {
             self.builder.coarsen(10);
             self.coarsened += 1;
@@ -420,11 +478,20 @@ impl ShardPart for SeriesShard {
             self.close(agg);
             self.builder.open = open;
         }
+        if let Some(j) = &mut self.jobs
+            && jobs_open != j.open
+        {
+            j.close_flows(agg);
+            j.open = jobs_open;
+        }
     }
 
     /// As [`Timeline::finish`] closes the interval open at the end.
     fn end(&mut self, agg: &Aggregate) {
         self.close(agg);
+        if let Some(j) = &mut self.jobs {
+            j.close_flows(agg);
+        }
     }
 }
 

@@ -1,0 +1,158 @@
+//! `replay --jobs`: training jobs from the wire. The real NCCL captures (three nodes of one
+//! all-reduce) give one job of their three hosts, its phases where tshark puts the RoCE
+//! frames, and no period (two bursts: the evidence cannot tell one); the jobs are the same on
+//! any number of threads; bad flags are one line.
+
+use std::process::Command;
+
+use integration_tests::{Scratch, output, shared_capture_files, synth_pcap};
+use roce_observer::model::Report;
+
+const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
+
+fn replay(args: &[&str]) -> Report {
+    let (status, out, err) = output(Command::new(CLI).arg("replay").args(args).arg("--json"));
+    assert!(status.success(), "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The NCCL captures of one node set: `nccl_{set}_node{0,1,2}.pcap`.
+fn node_files(test: &str, set: &str) -> Option<Vec<String>> {
+    let files: Vec<String> = shared_capture_files(test, "real")?
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .filter(|p| p.contains(&format!("nccl_{set}_node")))
+        .collect();
+    assert_eq!(files.len(), 3, "{files:?}");
+    Some(files)
+}
+
+/// The RoCEv2 frames' times in `file` (unix ns), as tshark reads them.
+fn tshark_times(file: &str) -> Vec<u64> {
+    let out = Command::new("tshark")
+        .args(["-r", file, "-Y", "udp.dstport == 4791", "-T", "fields"])
+        .args(["-e", "frame.time_epoch"])
+        .output()
+        .expect("run tshark");
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (s, frac) = l.trim().split_once('.').unwrap();
+            let frac = format!("{frac:0<9}");
+            s.parse::<u64>().unwrap() * 1_000_000_000 + frac[..9].parse::<u64>().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn the_nccl_captures_are_one_job_of_three_hosts_in_two_phases() {
+    let test = "the_nccl_captures_are_one_job_of_three_hosts_in_two_phases";
+    let Some(files) = node_files(test, "nccl") else {
+        return;
+    };
+    let args: Vec<&str> = files.iter().map(String::as_str).chain(["--jobs"]).collect();
+    let r = replay(&args);
+    let jobs = r.jobs.as_ref().expect("a jobs section");
+    assert_eq!(jobs.bin_ns, 1_000_000);
+    assert_eq!(jobs.jobs.len(), 1, "{jobs:#?}");
+    let job = &jobs.jobs[0];
+    let hosts: Vec<String> = job.hosts.iter().map(ToString::to_string).collect();
+    assert_eq!(hosts, ["172.30.0.11", "172.30.0.12", "172.30.0.25"]);
+    // Its bytes are every flow's among its hosts, each packet once (seen at two points).
+    let flows: u64 = r.flows.iter().map(|f| f.bytes).sum();
+    assert_eq!(job.bytes, flows);
+    assert_eq!(job.phases.iter().map(|p| p.bytes).sum::<u64>(), job.bytes);
+    // The set-up and the all-reduce, ten seconds apart: no period from two phases.
+    assert_eq!(job.phases.len(), 2, "{job:#?}");
+    assert!(job.period.is_none());
+    assert_eq!(
+        job.no_period.as_deref(),
+        Some("2 phases: a period needs 3 iterations at least")
+    );
+    // In the all-reduce, every host sends its share (a ring: the same bytes each).
+    let reduce = &job.phases[1];
+    assert_eq!(reduce.hosts.len(), 3);
+    assert!(
+        reduce
+            .hosts
+            .iter()
+            .all(|h| h.bytes == reduce.hosts[0].bytes)
+    );
+    assert!(reduce.hosts.iter().all(|h| h.ce + h.retransmissions == 0));
+
+    // One node's capture: each phase holds RoCE frames as tshark times them, its bounds
+    // within a bin of its first and last; and every frame is in a phase.
+    let r = replay(&[files[0].as_str(), "--jobs"]);
+    let job = &r.jobs.as_ref().unwrap().jobs[0];
+    let times = tshark_times(&files[0]);
+    assert!(!times.is_empty());
+    let bin = 1_000_000;
+    for t in &times {
+        assert!(
+            job.phases.iter().any(|p| p.start_ns <= *t && *t < p.end_ns),
+            "a frame at {t} in no phase: {job:#?}"
+        );
+    }
+    for p in &job.phases {
+        let inside: Vec<u64> = times
+            .iter()
+            .copied()
+            .filter(|t| p.start_ns <= *t && *t < p.end_ns)
+            .collect();
+        let (first, last) = (inside[0], *inside.last().unwrap());
+        assert!(first - p.start_ns < bin, "{p:?} first {first}");
+        assert!(p.end_ns - last <= bin, "{p:?} last {last}");
+    }
+}
+
+#[test]
+fn jobs_are_the_same_on_any_number_of_threads() {
+    let scratch = Scratch::new("jobs-threads");
+    for scenario in ["demo", "latency"] {
+        let pcap = synth_pcap(CLI, &scratch, scenario);
+        let pcap = pcap.to_str().unwrap();
+        let one = replay(&[pcap, "--jobs", "--threads", "1"]).jobs.unwrap();
+        assert!(!one.jobs.is_empty(), "{scenario}");
+        for threads in ["2", "3"] {
+            let many = replay(&[pcap, "--jobs", "--threads", threads])
+                .jobs
+                .unwrap();
+            assert_eq!(many, one, "{scenario}, {threads} threads");
+        }
+        // Without --jobs, no section (and no cost).
+        assert!(replay(&[pcap]).jobs.is_none());
+    }
+}
+
+#[test]
+fn bad_jobs_flags_are_one_line() {
+    for (args, want) in [
+        (
+            vec!["--jobs", "--jobs-bin", "5us"],
+            "5us is not between 10us and 1s",
+        ),
+        (
+            vec!["--jobs", "--jobs-bin", "2s"],
+            "2s is not between 10us and 1s",
+        ),
+        (
+            vec!["--jobs-bin", "1ms"],
+            "the following required arguments were not provided",
+        ),
+    ] {
+        let (status, _, err) = output(Command::new(CLI).args(["replay", "x.pcap"]).args(&args));
+        // (clap's usage errors: the error, then where to read more.)
+        assert_eq!(status.code(), Some(2), "{args:?}: {err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("error: ") && first.contains(want),
+            "{args:?}: {err}"
+        );
+    }
+}
