@@ -83,7 +83,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     output::refuse_twice(&a.files)?;
     let mut options = a.analysis.options()?;
     options.local_hosts = a.local_ips.clone();
-    options.jobs_bin_ns = a.jobs.then(|| a.jobs_bin.as_nanos() as u64);
+    options.jobs_bin_ns = a.jobs.then_some(a.jobs_bin.as_nanos() as u64);
     // Trees: directories or tar.gz, two of them or one snapshot of two readings, open until
     // the report is made.
     let (_opened, roots) = output::open_trees("--nic-root", &a.nic_root)?;
