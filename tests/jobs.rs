@@ -111,10 +111,49 @@ fn the_nccl_captures_are_one_job_of_three_hosts_in_two_phases() {
     }
 }
 
+/// The generator's ring all-reduce (`training`): one job of its 8 hosts, a phase per
+/// iteration starting in the bin the generator started it, the period within 1% of the
+/// generator's own after its 11 iterations.
+#[test]
+fn the_generated_ring_gives_its_iterations_and_period() {
+    let scratch = Scratch::new("jobs-training");
+    let truth = roce_observer::source::synth::scenario("training")
+        .unwrap()
+        .truth
+        .jobs;
+    assert_eq!(truth.len(), 1);
+    let truth = &truth[0];
+    let pcap = synth_pcap(CLI, &scratch, "training");
+    let r = replay(&[pcap.to_str().unwrap(), "--jobs"]);
+    let jobs = r.jobs.unwrap();
+    assert_eq!(jobs.jobs.len(), 1, "{jobs:#?}");
+    let job = &jobs.jobs[0];
+    assert_eq!(job.hosts, truth.hosts);
+    let starts = &truth.iteration_starts_ns;
+    assert_eq!(job.phases.len(), starts.len());
+    for (phase, start) in job.phases.iter().zip(starts) {
+        assert!(
+            phase.start_ns <= *start && *start < phase.start_ns + jobs.bin_ns,
+            "{phase:?} vs {start}"
+        );
+        assert_eq!(phase.hosts.len(), 8);
+    }
+    let times: Vec<f64> = starts.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+    let want = times.iter().sum::<f64>() / times.len() as f64;
+    let p = job.period.as_ref().expect("a period");
+    assert_eq!(p.iterations, 11);
+    let err = (p.ns as f64 - want).abs() / want;
+    assert!(
+        err < 0.01,
+        "period {} vs the generator's {want}: {err}",
+        p.ns
+    );
+}
+
 #[test]
 fn jobs_are_the_same_on_any_number_of_threads() {
     let scratch = Scratch::new("jobs-threads");
-    for scenario in ["demo", "latency"] {
+    for scenario in ["demo", "latency", "training"] {
         let pcap = synth_pcap(CLI, &scratch, scenario);
         let pcap = pcap.to_str().unwrap();
         let one = replay(&[pcap, "--jobs", "--threads", "1"]).jobs.unwrap();

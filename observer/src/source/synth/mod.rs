@@ -58,7 +58,7 @@ pub use scenarios::{
 pub use scenarios::{NIC_DEVICE, NIC_NETDEV};
 pub use script::{ConnId, ReqId, Script};
 pub use workload::NicReadings;
-pub use workload::{ConnTruth, Frame, PsnEvent, Truth, Workload, played_again};
+pub use workload::{ConnTruth, Frame, JobTruth, PsnEvent, Truth, Workload, played_again};
 
 // The drivers' source-port rule lives with the ECMP analysis; the generator uses it.
 pub use observer_common::wire::{flow_label_to_udp_sport, rdma_udp_sport};

@@ -84,6 +84,16 @@ pub struct Truth {
     pub connections: BTreeMap<ConnTruth, [bool; 2]>,
     /// The connection manager's exchanges the workload holds: what its REQ and REP said.
     pub cm: BTreeMap<observer_common::cm::CmKey, observer_common::cm::CmConn>,
+    /// The training jobs the workload runs.
+    pub jobs: Vec<JobTruth>,
+}
+
+/// A training job as the generator ran it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobTruth {
+    pub hosts: Vec<std::net::IpAddr>,
+    /// Each iteration's start: the first packet of its communication phase (unix ns).
+    pub iteration_starts_ns: Vec<u64>,
 }
 
 /// One connection as the generator made it: both ends' addresses (IPv4 v4-mapped) and QPNs.

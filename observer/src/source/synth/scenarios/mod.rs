@@ -27,6 +27,7 @@ mod pairing;
 mod pfc;
 mod rules;
 mod traffic;
+mod training;
 
 pub use pfc::PFC_SENDERS;
 pub use rules::RULE_FRAME_GAP_NS;
@@ -53,6 +54,7 @@ use rules::{
     rule_rnr, rule_stall, rules_clean,
 };
 use traffic::{clean, incast, ipv6_vlan, loss, mixed_dscp};
+use training::training;
 
 /// The scenarios meant to be written to capture files: plain, complete frames only (no
 /// deliberately broken ones), so any dissector must agree with the truth on every frame.
@@ -109,6 +111,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "latency",
         "3 RC QPs (IPv4, IPv6) whose responders answer after 5 us to 12 ms: one ACK per request, coalesced ACKs, more than 4 requests in flight, go-back-N after a NAK, an RNR NAK, a timeout resend, pipelined READs, a WRITE never answered",
+    ),
+    (
+        "training",
+        "a training job: a ring all-reduce among 8 hosts, 12 iterations of 40 ms compute (up to 5% apart per host) then 14 ring steps of 4 WRITEs and an ACK each; a host's step waits for its predecessor's",
     ),
     (
         "rules-clean",
@@ -284,6 +290,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "ipv6-vlan" => ipv6_vlan(&mut w),
         "pfc" => pfc_scenario(&mut w),
         "latency" => latency(&mut w),
+        "training" => training(&mut w),
         "rules-clean" => rules_clean(&mut w),
         "rule-ce-without-cnp" => rule_ce_without_cnp(&mut w),
         "rule-not-ect" => rule_not_ect(&mut w),
@@ -488,6 +495,7 @@ mod tests {
             messages: c.messages.into_iter().collect(),
             connections: Default::default(),
             cm: c.cm_conns,
+            jobs: Vec::new(),
         }
     }
 
