@@ -12,7 +12,9 @@
 //! - the ratio of replay to `tshark -n -r FILE` (`-q` with no tap skips dissection: it only
 //!   reads the records), a figure;
 //! - the page-cache read floor: the file read through in 1 MiB chunks, nothing else. The
-//!   target: replay of whole frames at least half of it.
+//!   target: replay of whole frames at least half of it;
+//! - `replay --jobs` (every flow on 1 ms bins, the jobs analysis) on as many threads: its time
+//!   as a multiple of the plain replay's, a figure.
 //!
 //! The traffic: 64 RC QPs (IPv4, DSCP 26) doing RDMA WRITE middle with 256..1024-byte payloads
 //! and in-sequence PSNs, an ACK from the responder every 16 requests of a QP, 1% of requests CE
@@ -281,6 +283,23 @@ fn measure(path: &str, threads: usize, written: &Written) -> Result<(f64, Report
     Ok((secs, report))
 }
 
+/// One replay of `path` with the jobs analysis (`replay --jobs`, 1 ms bins) on `threads`
+/// threads: its seconds (the report must have its jobs).
+fn measure_jobs(path: &str, threads: usize) -> Result<f64, String> {
+    let options = AnalysisOptions {
+        jobs_bin_ns: Some(1_000_000),
+        ..AnalysisOptions::default()
+    };
+    let start = Instant::now();
+    let report = replay_report(&[path.to_string()], false, None, Some(&options), threads)
+        .map_err(|e| format!("replay --jobs failed: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    match report.jobs {
+        Some(j) if !j.jobs.is_empty() => Ok(secs),
+        _ => Err("replay --jobs found no job".into()),
+    }
+}
+
 /// Wall seconds of `tshark -n -r FILE [extra]`, output to /dev/null.
 fn tshark(file: &Path, extra: &[&str]) -> Result<f64, String> {
     let start = Instant::now();
@@ -359,7 +378,7 @@ fn main() -> ExitCode {
         .threads
         .map_or_else(|| default_replay_threads().max(2), |n| n as usize);
     // One thread and several in turn, so that the machine's other load falls on both alike.
-    let (mut one_secs, mut many_secs) = (Vec::new(), Vec::new());
+    let (mut one_secs, mut many_secs, mut jobs_secs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.runs {
         let runs = measure(&path, 1, &written).and_then(|(s1, r1)| {
             let (sn, rn) = measure(&path, threads, &written)?;
@@ -369,12 +388,13 @@ fn main() -> ExitCode {
                     "wrong replay result: the report on {threads} threads differs from the one on 1"
                 ));
             }
-            Ok((s1, sn))
+            Ok((s1, sn, measure_jobs(&path, threads)?))
         });
         match runs {
-            Ok((s1, sn)) => {
+            Ok((s1, sn, sj)) => {
                 one_secs.push(s1);
                 many_secs.push(sn);
+                jobs_secs.push(sj);
             }
             Err(e) => {
                 eprintln!("bench-replay: {e}");
@@ -384,6 +404,8 @@ fn main() -> ExitCode {
     }
     let one = median(&one_secs);
     let replay_secs = median(&many_secs);
+    let jobs_secs_median = median(&jobs_secs);
+    let jobs_cost = jobs_secs_median / replay_secs;
     let fps = written.frames as f64 / replay_secs;
     let mbps = written.bytes as f64 / replay_secs / 1e6;
     let scaling = one / replay_secs;
@@ -478,6 +500,8 @@ fn main() -> ExitCode {
             },
             "replay_one_thread": figures(&one_secs, one, ratio_one),
             "replay_threads": figures(&many_secs, replay_secs, ratio),
+            "replay_jobs": figures(&jobs_secs, jobs_secs_median, None),
+            "jobs_cost": jobs_cost,
             "scaling": scaling,
             "tshark": {
                 "seconds": ts_full,
@@ -528,6 +552,11 @@ fn main() -> ExitCode {
         };
         row("replay, 1 thread", one, ratio_one);
         row(&format!("replay, {threads} threads"), replay_secs, ratio);
+        row(
+            &format!("replay --jobs, {threads} threads"),
+            jobs_secs_median,
+            None,
+        );
         if let Some(s) = ts_full {
             row("tshark -n -r FILE", s, None);
         }
@@ -546,6 +575,9 @@ fn main() -> ExitCode {
             println!("(tshark -q -Y infiniband dissects without printing: {r:.1}x, not a target)");
         }
         println!("scaling: 1 -> {threads} threads: {scaling:.2}x the throughput");
+        println!(
+            "--jobs (1 ms bins): {jobs_cost:.2}x the plain replay's time (a figure, no target)"
+        );
         println!("{verdict}");
     }
     ExitCode::SUCCESS
