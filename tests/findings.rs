@@ -25,7 +25,7 @@ use serde_json::Value;
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
 
 /// The flags every rule scenario is built for.
-const FLAGS: [&str; 4] = ["--link-speed", "10G", "--uplinks", "4"];
+const FLAGS: [&str; 5] = ["--link-speed", "10G", "--uplinks", "4", "--jobs"];
 
 /// The scenario `name` (built by the library) and the pcap written from it.
 fn capture(dir: &Scratch, name: &str) -> (Workload, PathBuf) {
@@ -173,8 +173,8 @@ fn rule_scenario(name: &str, expected: &[&str]) -> (Workload, Report) {
         );
         assert!(!c.note.is_empty(), "{name}: check {c:?} says nothing");
     }
-    // Both flags were given: nothing that depends on them may be skipped.
-    for rule in ["microburst", "ecmp-imbalance"] {
+    // The flags were given: nothing that depends on them may be skipped.
+    for rule in ["microburst", "ecmp-imbalance", "job-straggler"] {
         assert_ne!(
             check(&r, rule).status,
             CheckStatus::Skipped,
@@ -604,6 +604,27 @@ fn ecmp_imbalance_fires_when_every_qp_shares_one_5_tuple() {
         "{}",
         e.verdict
     );
+}
+
+/// The generator's ring with one host computing 25% longer: that host, its cause the host
+/// (its QPs quiet), in most iterations; the same ring without it fires nothing.
+#[test]
+fn job_straggler_names_the_host_that_computes_longer() {
+    let (w, r) = rule_scenario("rule-job-straggler", &["job-straggler"]);
+    let f = finding(&r, "job-straggler");
+    let truth = &w.truth.jobs[0];
+    let slow = truth.slow_host.unwrap();
+    assert_eq!(evidence_str(f, "host"), slow.to_string());
+    assert_eq!(evidence_str(f, "cause"), "host");
+    assert_eq!(evidence_str(f, "late_in"), "compute");
+    let (late, samples) = (evidence_u64(f, "late_samples"), evidence_u64(f, "samples"));
+    assert_eq!(samples, truth.iteration_starts_ns.len() as u64 - 1);
+    assert!(late * 100 >= samples * 95, "{late} of {samples}");
+    // Its QPs, both ways.
+    assert!(!f.flows.is_empty());
+    assert!(f.flows.iter().all(|q| q.src_ip == slow || q.dst_ip == slow));
+    let (_, clean) = rule_scenario("training", &[]);
+    assert_eq!(check(&clean, "job-straggler").status, CheckStatus::Passed);
 }
 
 #[test]
@@ -1088,10 +1109,18 @@ fn the_terminal_report_leads_with_the_findings_without_colour_on_a_pipe() {
     let (_, clean) = capture(&dir, "rules-clean");
     let (status, out, err) = run_replay(&[clean], &FLAGS);
     assert!(status.success(), "{err}");
-    // Every wire rule passed; the NIC rules, without a NIC side, say so on one line.
+    // Every wire rule passed but job-straggler (its traffic holds no training job to judge,
+    // and says so); the NIC rules, without a NIC side, say so on one line.
     let wire_rules = RULES.iter().filter(|(r, _)| !r.starts_with("nic-")).count();
     assert!(
-        out.starts_with(&format!("findings: none ({wire_rules} checks passed)")),
+        out.starts_with(&format!(
+            "findings: none ({} checks passed)",
+            wire_rules - 1
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("too little to judge: job-straggler: "),
         "{out}"
     );
     assert_eq!(

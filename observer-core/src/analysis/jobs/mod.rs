@@ -27,6 +27,10 @@ pub struct QpBins {
     pub flow: FlowRef,
     /// Traffic of a connection (RC, XRC): what joins hosts into a job.
     pub connected: bool,
+    /// It carries data (requests, READ responses), not only ACKs, NAKs or CNPs: a host's part
+    /// of a phase is its data (its NIC answers on its own, whatever the host is doing), and so
+    /// are the phases; what the network showed counts from every direction.
+    pub data: bool,
     /// (bin, what it added), bins increasing.
     pub bins: Vec<(u32, Delta)>,
 }
@@ -67,27 +71,37 @@ pub fn of_report(
     bins: crate::analysis::series::FlowBins,
     opts: &Options,
 ) -> Jobs {
-    let connected: BTreeMap<FlowRef, bool> = report
+    let kinds: BTreeMap<FlowRef, (bool, bool)> = report
         .flows
         .iter()
         .map(|f| {
             let rc = f.transports.iter().any(|t| t == "RC" || t == "XRC");
-            (FlowRef::of_flow(f), rc)
+            let o = &f.ops;
+            let data = o.send + o.write + o.read_request + o.read_response + o.atomic > 0;
+            (FlowRef::of_flow(f), (rc, data))
         })
         .collect();
-    let mut qps: Vec<QpBins> = bins
-        .flows
-        .into_iter()
-        .map(|(key, bins)| {
-            let flow = FlowRef::of_key(&key);
-            QpBins {
-                connected: connected.get(&flow).copied().unwrap_or(false),
-                flow,
-                bins,
+    // A QP direction seen in several mirror sessions is the same packets each time: the
+    // session with the most bytes stands for it.
+    let mut by_flow: BTreeMap<FlowRef, QpBins> = BTreeMap::new();
+    for (key, bins) in bins.flows {
+        let flow = FlowRef::of_key(&key);
+        let (connected, data) = kinds.get(&flow).copied().unwrap_or((false, true));
+        let q = QpBins {
+            connected,
+            data,
+            flow: flow.clone(),
+            bins,
+        };
+        let total = |q: &QpBins| q.bins.iter().map(|(_, d)| d.bytes).sum::<u64>();
+        match by_flow.get(&flow) {
+            Some(had) if total(had) >= total(&q) => {}
+            _ => {
+                by_flow.insert(flow, q);
             }
-        })
-        .collect();
-    qps.sort_by(|a, b| a.flow.cmp(&b.flow));
+        }
+    }
+    let qps: Vec<QpBins> = by_flow.into_values().collect();
     jobs(bins.bin_ns, bins.start_ns, &qps, opts)
 }
 
@@ -97,9 +111,15 @@ pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs 
     let bytes = |q: &QpBins| q.bins.iter().map(|(_, d)| d.bytes).sum::<u64>();
     // Hosts joined by connected QPs with traffic (union-find over the hosts' indices).
     let mut index: BTreeMap<IpAddr, usize> = BTreeMap::new();
+    let joins: Vec<bool> = qps
+        .iter()
+        .map(|q| q.connected && bytes(q) >= opts.min_bytes && !q.bins.is_empty())
+        .collect();
     let joining: Vec<&QpBins> = qps
         .iter()
-        .filter(|q| q.connected && bytes(q) >= opts.min_bytes && !q.bins.is_empty())
+        .zip(&joins)
+        .filter(|(_, j)| **j)
+        .map(|(q, _)| q)
         .collect();
     for q in &joining {
         for ip in [q.flow.src_ip, q.flow.dst_ip] {
@@ -130,8 +150,8 @@ pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs 
         .iter()
         .map(|(ip, i)| (*ip, root(&mut parent, *i)))
         .collect();
-    for q in qps {
-        if joining.iter().any(|j| std::ptr::eq(*j, q)) || q.bins.is_empty() {
+    for (q, _) in qps.iter().zip(&joins).filter(|(_, j)| !**j) {
+        if q.bins.is_empty() {
             continue;
         }
         if let (Some(a), Some(b)) = (host_root.get(&q.flow.src_ip), host_root.get(&q.flow.dst_ip))
@@ -158,9 +178,9 @@ pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs 
 /// One job from its QPs.
 fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
     let at = |bin: u32| start_ns.saturating_add(u64::from(bin).saturating_mul(bin_ns));
-    // The job's bytes per busy bin.
+    // The job's data bytes per busy bin.
     let mut total: BTreeMap<u32, u64> = BTreeMap::new();
-    for q in members {
+    for q in members.iter().filter(|q| q.data) {
         for (b, d) in &q.bins {
             if d.bytes > 0 {
                 *total.entry(*b).or_default() += d.bytes;
@@ -196,7 +216,7 @@ fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
                         h.cnp += d.cnp;
                         h.naks += d.naks;
                         h.retransmissions += d.retransmissions;
-                        if sender && d.bytes > 0 {
+                        if sender && q.data && d.bytes > 0 {
                             h.bytes += d.bytes;
                             h.start_ns = h.start_ns.min(at(*b));
                             h.end_ns = h.end_ns.max(at(*b + 1));
@@ -276,9 +296,9 @@ fn median(v: &[u64]) -> u64 {
 fn period_of(times: &[u64], min: usize) -> Result<Period, String> {
     if times.len() < min {
         return Err(format!(
-            "{} phases: a period needs {} iterations at least",
-            times.len() + 1,
-            min
+            "{}: a period needs {} at least",
+            crate::units::count(times.len() as u64 + 1, "phase"),
+            crate::units::count(min as u64, "iteration")
         ));
     }
     let m = median(times) as f64;
@@ -330,13 +350,23 @@ fn phases_of(
             edges.push(l);
         }
     }
-    // The longest kind of idle run whose phases keep a period: the compute gaps.
+    // The longest kind of idle run whose phases keep a period: the compute gaps. A kind that
+    // splits the traffic twice or more but into too few phases for a period is the
+    // iteration's all the same (a short capture): the shorter kinds below it are steps, never
+    // iterations. Only a single long gap (a stall) or an irregular kind is passed over.
     let mut first_reason = None;
-    for &t in edges.iter().rev() {
+    let all_gaps: Vec<u32> = gaps(busy).into_iter().map(|(l, _)| l).collect();
+    for (k, &t) in edges.iter().enumerate().rev() {
         let spans = split(busy, t);
         let times = iteration_times(&spans, bin_ns);
+        // The idle runs of this kind (not of the longer kinds above it).
+        let above = edges.get(k + 1).copied().unwrap_or(u32::MAX);
+        let own = all_gaps.iter().filter(|l| (t..above).contains(*l)).count();
         match period_of(&times, opts.min_iterations) {
             Ok(p) => return (spans, Some(p), None, times),
+            Err(why) if own >= 2 && times.len() < opts.min_iterations => {
+                return (spans, None, Some(why), times);
+            }
             Err(why) => {
                 first_reason.get_or_insert(why);
             }
@@ -354,10 +384,17 @@ fn phases_of(
         .unwrap_or(u32::MAX);
     let spans = split(busy, t);
     let times = iteration_times(&spans, bin_ns);
-    let why = period_of(&times, opts.min_iterations)
-        .err()
-        .or(first_reason)
-        .unwrap_or_else(|| "no idle runs between its traffic".into());
+    let why = if spans.len() < 2 {
+        format!(
+            "one phase: no idle run of {} or more between its traffic",
+            crate::units::count(u64::from(opts.min_gap_bins), "bin")
+        )
+    } else {
+        period_of(&times, opts.min_iterations)
+            .err()
+            .or(first_reason)
+            .unwrap_or_default()
+    };
     (spans, None, Some(why), times)
 }
 

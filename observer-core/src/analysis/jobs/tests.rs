@@ -132,6 +132,7 @@ fn simulate(r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
                     direction: Direction::Ingress,
                 },
                 connected: true,
+                data: true,
                 bins: bins.into_iter().collect(),
             }
         })
@@ -292,10 +293,20 @@ fn too_few_iterations_give_no_period_and_say_why() {
     };
     let job = &analyse(&simulate(&one).0).jobs[0];
     assert_eq!(job.phases.len(), 1);
-    assert!(
-        job.no_period.as_deref().unwrap().contains("1 phases"),
-        "{job:?}"
+    assert_eq!(
+        job.no_period.as_deref(),
+        Some("one phase: no idle run of 2 bins or more between its traffic")
     );
+    // Three iterations of a ring whose steps pause: three phases and no period, never the
+    // steps' (the steps are regular, but shorter than the compute gaps that split the phases).
+    let short = Ring {
+        iterations: 3,
+        step_pause_ns: 3_000_000,
+        ..Ring::default()
+    };
+    let job = &analyse(&simulate(&short).0).jobs[0];
+    assert_eq!(job.phases.len(), 3, "{:?}", job.no_period);
+    assert!(job.period.is_none());
 }
 
 #[test]
@@ -319,6 +330,7 @@ fn rings_of_other_hosts_are_other_jobs_and_small_qps_join_nothing() {
             direction: Direction::Ingress,
         },
         connected: true,
+        data: true,
         bins: vec![(
             5,
             Delta {

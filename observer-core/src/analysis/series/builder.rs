@@ -27,6 +27,8 @@ pub struct SeriesBuilder {
     latency: Vec<(u32, [LatHist; 2])>,
     /// Set when a time fell beyond [`MAX_INTERVALS`]: the series stops there.
     pub overflow: bool,
+    /// Closed for good (the jobs' fixed bins past [`MAX_INTERVALS`]): nothing after counts.
+    pub(super) frozen: bool,
 }
 
 /// Merges latency points renumbered by `to` (monotonic) that land together.
@@ -61,6 +63,7 @@ impl SeriesBuilder {
             prev_latency: latency_totals(prev),
             latency: Vec::new(),
             overflow: false,
+            frozen: false,
         }
     }
 
@@ -104,6 +107,9 @@ impl SeriesBuilder {
 
     /// The flows' part of [`SeriesBuilder::close`]: what each flow, and all of them, added.
     pub(super) fn close_flows(&mut self, agg: &Aggregate) {
+        if self.frozen {
+            return;
+        }
         let index = self.open;
         if self.total.len() <= index {
             self.total.resize(index + 1, Delta::default());
@@ -190,6 +196,14 @@ impl SeriesBuilder {
         self.latency.extend(other.latency);
         self.latency.sort_by_key(|(i, _)| *i);
         merge_latency(&mut self.latency, |i| i);
+    }
+
+    /// Closes the open interval with `flows` and counts nothing more: a time fell beyond
+    /// [`MAX_INTERVALS`], and what comes after it is not lumped into the last interval.
+    pub(super) fn freeze(&mut self, flows: &Aggregate) {
+        self.close_flows(flows);
+        self.frozen = true;
+        self.overflow = true;
     }
 
     /// Every flow's bins as recorded (the jobs analysis's fixed grid).

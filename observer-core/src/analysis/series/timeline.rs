@@ -225,13 +225,22 @@ impl Timeline {
         self.trackers[i].frame(ts_ns, len);
     }
 
-    /// The fixed bins move on to `ts_ns`.
+    /// The fixed bins move on to `ts_ns`; past [`MAX_INTERVALS`] of them they stop (what
+    /// came before is kept, nothing after counts).
     #[inline]
     fn jobs_frame(&mut self, ts_ns: u64, start: u64, flows: &Aggregate) {
         let bin = self.config.jobs_bin_ns;
-        self.jobs
-            .get_or_insert_with(|| SeriesBuilder::new(bin, start, flows))
-            .advance(ts_ns, flows);
+        let b = self
+            .jobs
+            .get_or_insert_with(|| SeriesBuilder::new(bin, start, flows));
+        if b.frozen {
+            return;
+        }
+        if b.index_of(ts_ns) >= MAX_INTERVALS as usize {
+            b.freeze(flows);
+            return;
+        }
+        b.advance(ts_ns, flows);
     }
 
     /// Live: whether `now_ns` lies in a later interval than the open one (time to sample).
@@ -372,7 +381,10 @@ impl Sharded for Timeline {
         (
             self.coarsened,
             self.cur.as_ref().map_or(0, |b| b.open),
-            self.jobs.as_ref().map_or(0, |b| b.open),
+            // (Frozen: a mark past every bin, at which the shards freeze too.)
+            self.jobs
+                .as_ref()
+                .map_or(0, |b| if b.frozen { usize::MAX } else { b.open }),
         )
     }
 
@@ -393,7 +405,13 @@ impl Sharded for Timeline {
             }
             marks.extend(p.latency.into_iter().map(|m| (m, shard)));
         }
-        self.jobs_done = jobs;
+        self.jobs_done = match (self.jobs_done.take(), jobs) {
+            (Some(mut done), Some(j)) => {
+                done.absorb(j);
+                Some(done)
+            }
+            (done, j) => done.or(j),
+        };
         marks.sort_by_key(|(m, shard)| (m.close, *shard));
         let shards = marks.iter().map(|(_, s)| s + 1).max().unwrap_or(0);
         let mut totals = vec![[LatHist::default(); 2]; shards];
@@ -480,9 +498,14 @@ impl ShardPart for SeriesShard {
         }
         if let Some(j) = &mut self.jobs
             && jobs_open != j.open
+            && !j.frozen
         {
-            j.close_flows(agg);
-            j.open = jobs_open;
+            if jobs_open == usize::MAX {
+                j.freeze(agg);
+            } else {
+                j.close_flows(agg);
+                j.open = jobs_open;
+            }
         }
     }
 

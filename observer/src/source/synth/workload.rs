@@ -94,6 +94,8 @@ pub struct JobTruth {
     pub hosts: Vec<std::net::IpAddr>,
     /// Each iteration's start: the first packet of its communication phase (unix ns).
     pub iteration_starts_ns: Vec<u64>,
+    /// The host made to compute longer than its peers (a host straggler), if any.
+    pub slow_host: Option<std::net::IpAddr>,
 }
 
 /// One connection as the generator made it: both ends' addresses (IPv4 v4-mapped) and QPNs.

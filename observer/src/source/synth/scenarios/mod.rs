@@ -54,7 +54,7 @@ use rules::{
     rule_rnr, rule_stall, rules_clean,
 };
 use traffic::{clean, incast, ipv6_vlan, loss, mixed_dscp};
-use training::training;
+use training::{rule_job_straggler, training};
 
 /// The scenarios meant to be written to capture files: plain, complete frames only (no
 /// deliberately broken ones), so any dissector must agree with the truth on every frame.
@@ -189,6 +189,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "4 KiB WRITEs back to back at ~96% of 10 Gb/s for ~500 us (rule microburst, with --link-speed 10G)",
     ),
     (
+        "rule-job-straggler",
+        "the training ring (8 hosts) with its fourth host computing 25% longer every iteration: it starts its part of each phase late, the network quiet (rule job-straggler, with --jobs)",
+    ),
+    (
         "rule-ecmp-imbalance",
         "16 QPs between two hosts on one UDP source port: one uplink of 4 takes them all (rule ecmp-imbalance, with --uplinks 4)",
     ),
@@ -309,6 +313,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "rule-incast" => rule_incast(&mut w),
         "rule-microburst" => rule_microburst(&mut w),
         "rule-ecmp-imbalance" => rule_ecmp_imbalance(&mut w),
+        "rule-job-straggler" => rule_job_straggler(&mut w),
         "rule-psn-violation-split" => rule_psn_violation_split(&mut w),
         "latency-ports" => latency_ports(&mut w),
         "pairing-local-port" => pairing_local_port(&mut w),

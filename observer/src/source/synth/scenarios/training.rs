@@ -24,6 +24,8 @@ pub(super) struct Ring {
     pub packets_per_step: usize,
     pub packet_len: usize,
     pub seed: u64,
+    /// A host computing longer by this share (a host straggler).
+    pub slow_host: Option<(usize, f64)>,
 }
 
 pub(super) const TRAINING: Ring = Ring {
@@ -36,10 +38,24 @@ pub(super) const TRAINING: Ring = Ring {
     packets_per_step: 4,
     packet_len: 512,
     seed: 37,
+    slow_host: None,
 };
 
 pub(super) fn training(w: &mut Workload) {
     ring(w, &TRAINING);
+}
+
+/// `rule-job-straggler`: the same ring, its fourth host (198.18.81.4) computing 25% longer
+/// every iteration: it starts its part of each phase late, with nothing on the network.
+pub(super) fn rule_job_straggler(w: &mut Workload) {
+    ring(
+        w,
+        &Ring {
+            net: 81,
+            slow_host: Some((3, 0.25)),
+            ..TRAINING
+        },
+    );
 }
 
 /// What a host does at a time: WRITE one packet to its successor, or (as the successor) ACK
@@ -66,12 +82,20 @@ pub(super) fn ring(w: &mut Workload, r: &Ring) {
     let n = r.hosts;
     let steps = 2 * (n - 1);
     let mut rng = Rng(r.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let compute =
-        |rng: &mut Rng| (r.compute_ns as f64 * (1.0 + r.jitter * (2.0 * rng.next() - 1.0))) as u64;
+    let compute = |rng: &mut Rng, h: usize| {
+        let slow = match r.slow_host {
+            Some((s, share)) if s == h => 1.0 + share,
+            _ => 1.0,
+        };
+        // Whole microseconds: every step starts on one, so the hosts' few-ns offsets keep
+        // every frame's time its own.
+        let ns = (r.compute_ns as f64 * slow * (1.0 + r.jitter * (2.0 * rng.next() - 1.0))) as u64;
+        ns / 1_000 * 1_000
+    };
     // The ring step by step, in time: each host's sends and its successor's ACKs.
     let mut events: Vec<(u64, Event)> = Vec::new();
     let mut starts = Vec::new();
-    let mut ready: Vec<u64> = (0..n).map(|_| BASE_TS_NS + compute(&mut rng)).collect();
+    let mut ready: Vec<u64> = (0..n).map(|h| BASE_TS_NS + compute(&mut rng, h)).collect();
     for _ in 0..r.iterations {
         let mut end = vec![vec![0u64; steps]; n];
         let mut first = u64::MAX;
@@ -97,7 +121,7 @@ pub(super) fn ring(w: &mut Workload, r: &Ring) {
         starts.push(first);
         for h in 0..n {
             let pred = (h + n - 1) % n;
-            ready[h] = end[h][steps - 1].max(end[pred][steps - 1]) + compute(&mut rng);
+            ready[h] = end[h][steps - 1].max(end[pred][steps - 1]) + compute(&mut rng, h);
         }
     }
     events.sort_unstable();
@@ -129,5 +153,8 @@ pub(super) fn ring(w: &mut Workload, r: &Ring) {
             .map(|h| std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, r.net, h as u8 + 1)))
             .collect(),
         iteration_starts_ns: starts,
+        slow_host: r.slow_host.map(|(h, _)| {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, r.net, h as u8 + 1))
+        }),
     });
 }

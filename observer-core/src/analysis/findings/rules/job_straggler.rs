@@ -1,0 +1,405 @@
+//! A training job's straggler: one host late to start its communication phases (it computes
+//! longer) or last to finish them, in most phases, by a margin; the cause as its QPs show it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::{count, duration};
+use crate::{
+    analysis::findings::{Outcome, Severity, finding},
+    model::{
+        FlowRef, Report,
+        jobs::{Job, Phase},
+    },
+};
+
+rule! {
+    /// The rule ([`ABOUT`]): `job_straggler` below, with its [`JobStraggler`] table.
+    JobStragglerRule {
+        name: "job-straggler",
+        summary: "a training job's host late to start or last to finish its communication phases, in most of them (with the cause: host or network)",
+        scenario: Some("rule-job-straggler"),
+        evaluate: |r, t, _ctx| {
+            job_straggler(r, &t.job_straggler)
+        },
+    }
+}
+
+/// The `[job_straggler]` table of the rules file, every key optional.
+/// The defaults are its `Default` below; `rules.example.toml` spells them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobStraggler {
+    /// Phases a job needs before a host can be judged late in most of them.
+    pub min_phases: usize,
+    /// Hosts sending in a phase for it to count (one host late needs peers to be late to).
+    pub min_hosts: usize,
+    /// The share of the phases in which the same host must be the late one.
+    pub min_share_percent: f64,
+    /// How much later than the phase's median host it must be, in bins of the jobs' grid.
+    pub min_margin_bins: u64,
+}
+
+impl Default for JobStraggler {
+    fn default() -> Self {
+        Self {
+            min_phases: 4,
+            min_hosts: 3,
+            min_share_percent: 66.0,
+            min_margin_bins: 2,
+        }
+    }
+}
+
+/// What a host is late in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Its compute: the time from its last send in one phase to its first in the next.
+    Compute,
+    /// Its first send in a phase.
+    Start,
+    /// Its last send in a phase.
+    Finish,
+}
+
+type Host = std::net::IpAddr;
+
+/// Each host's measure of `end`, per sample: a phase's (start, finish), or two consecutive
+/// phases' (compute, for the hosts that sent in both).
+fn samples(phases: &[&Phase], end: End) -> Vec<Vec<(Host, u64)>> {
+    match end {
+        End::Start => phases
+            .iter()
+            .map(|p| p.hosts.iter().map(|h| (h.host, h.start_ns)).collect())
+            .collect(),
+        End::Finish => phases
+            .iter()
+            .map(|p| p.hosts.iter().map(|h| (h.host, h.end_ns)).collect())
+            .collect(),
+        End::Compute => phases
+            .windows(2)
+            .map(|w| {
+                w[0].hosts
+                    .iter()
+                    .filter_map(|a| {
+                        let b = w[1].hosts.iter().find(|b| b.host == a.host)?;
+                        Some((a.host, b.start_ns.saturating_sub(a.end_ns)))
+                    })
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// The hosts last in `sample` (several when tied on the bins), when that is at least `margin`
+/// ns after its median host: by how much, and who.
+fn late(sample: &[(Host, u64)], margin: u64) -> Option<(u64, Vec<Host>)> {
+    let mut times: Vec<u64> = sample.iter().map(|s| s.1).collect();
+    times.sort_unstable();
+    let (last, median) = (*times.last()?, times[times.len() / 2]);
+    (last - median >= margin).then(|| {
+        let hosts = sample
+            .iter()
+            .filter(|s| s.1 == last)
+            .map(|s| s.0)
+            .collect();
+        (last - median, hosts)
+    })
+}
+
+/// A job's straggler: the host, what it is late in, in how many of how many samples (phases,
+/// or iterations for compute), its mean lateness over the median host (ns), and its network
+/// evidence beside its peers'.
+struct Straggler {
+    host: Host,
+    end: End,
+    late: usize,
+    samples: usize,
+    mean_margin_ns: u64,
+    /// CE marks, CNPs, NAKs and resends per phase on its QPs, and on its peers' (mean per
+    /// host).
+    evidence: f64,
+    peers_evidence: f64,
+}
+
+fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
+    let judged: Vec<&Phase> = job
+        .phases
+        .iter()
+        .filter(|p| p.hosts.len() >= c.min_hosts)
+        .collect();
+    if judged.len() < c.min_phases {
+        return None;
+    }
+    let margin = c.min_margin_bins.max(1) * bin_ns;
+    for end in [End::Compute, End::Start, End::Finish] {
+        let samples: Vec<Vec<(Host, u64)>> = samples(&judged, end)
+            .into_iter()
+            .filter(|s| s.len() >= c.min_hosts)
+            .collect();
+        let lates: Vec<Option<(u64, Vec<Host>)>> =
+            samples.iter().map(|s| late(s, margin)).collect();
+        let mut by_host: std::collections::BTreeMap<Host, usize> = Default::default();
+        for (_, hosts) in lates.iter().flatten() {
+            for h in hosts {
+                *by_host.entry(*h).or_default() += 1;
+            }
+        }
+        let Some((&host, &n)) = by_host
+            .iter()
+            .max_by_key(|(h, n)| (**n, std::cmp::Reverse(**h)))
+        else {
+            continue;
+        };
+        if samples.is_empty() || (n as f64) < c.min_share_percent / 100.0 * samples.len() as f64
+        {
+            continue;
+        }
+        let margin_sum: u64 = lates
+            .iter()
+            .flatten()
+            .filter(|(_, hosts)| hosts.contains(&host))
+            .map(|(by, _)| by)
+            .sum();
+        let (mut mine, mut peers, mut peer_count) = (0u64, 0u64, 0u64);
+        for p in &judged {
+            for h in &p.hosts {
+                let e = h.ce + h.cnp + h.naks + h.retransmissions;
+                if h.host == host {
+                    mine += e;
+                } else {
+                    peers += e;
+                    peer_count += 1;
+                }
+            }
+        }
+        return Some(Straggler {
+            host,
+            end,
+            late: n,
+            samples: samples.len(),
+            mean_margin_ns: margin_sum / n as u64,
+            evidence: mine as f64 / judged.len() as f64,
+            peers_evidence: peers as f64 / peer_count.max(1) as f64,
+        });
+    }
+    None
+}
+
+fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
+    let Some(jobs) = &r.jobs else {
+        return Outcome::Skipped("no jobs analysis: give --jobs (replay)".into());
+    };
+    let judged: Vec<&Job> = jobs
+        .jobs
+        .iter()
+        .filter(|j| {
+            j.phases.iter().filter(|p| p.hosts.len() >= c.min_hosts).count() >= c.min_phases
+        })
+        .collect();
+    if judged.is_empty() {
+        return Outcome::InsufficientData(format!(
+            "{}, none with {} of {} sending hosts or more",
+            count(jobs.jobs.len() as u64, "job"),
+            count(c.min_phases as u64, "phase"),
+            c.min_hosts
+        ));
+    }
+    let found: Vec<(&Job, Straggler)> = judged
+        .iter()
+        .filter_map(|j| straggler(j, jobs.bin_ns, c).map(|s| (*j, s)))
+        .collect();
+    let Some((job, s)) = found.first() else {
+        let phases: usize = judged.iter().map(|j| j.phases.len()).sum();
+        return Outcome::Passed(format!(
+            "no host late in most phases: {} in {}",
+            count(phases as u64, "phase"),
+            count(judged.len() as u64, "job")
+        ));
+    };
+    // The cause as the evidence shows it: its QPs troubled where its peers' are not is the
+    // network; a late start with its QPs quiet is the host (it computes longer); a late finish
+    // with its QPs quiet cannot tell.
+    let network = s.evidence > 0.0 && s.evidence >= 2.0 * s.peers_evidence;
+    let cause = match (network, s.end) {
+        (true, _) => "network",
+        (false, End::Compute | End::Start) => "host",
+        (false, End::Finish) => "unknown",
+    };
+    let (what, unit) = match s.end {
+        End::Compute => (
+            "computes longest between its communication phases (its last send to its next first)",
+            "iterations",
+        ),
+        End::Start => ("starts its communication phase last", "phases"),
+        End::Finish => ("finishes its communication phase last", "phases"),
+    };
+    let late_at = match s.end {
+        End::Compute => "compute",
+        End::Start => "start",
+        End::Finish => "finish",
+    };
+    let flows: Vec<FlowRef> = job
+        .qps
+        .iter()
+        .filter(|q| q.src_ip == s.host || q.dst_ip == s.host)
+        .cloned()
+        .collect();
+    finding(
+        ABOUT.name,
+        Severity::Warning,
+        &format!("A straggler in {}: {} (cause: {cause})", job.id, s.host),
+        format!(
+            "{} {what} in {} of {} {unit} of {} ({} hosts), {} beyond the median host on average; {:.1} CE marks, CNPs, NAKs and resends per phase on its QPs, {:.1} on each peer's",
+            s.host,
+            s.late,
+            s.samples,
+            job.id,
+            job.hosts.len(),
+            duration(s.mean_margin_ns),
+            s.evidence,
+            s.peers_evidence
+        ),
+        vec![
+            ("job", job.id.clone().into()),
+            ("host", s.host.to_string().into()),
+            ("cause", cause.into()),
+            ("late_in", late_at.into()),
+            ("late_samples", (s.late as u64).into()),
+            ("samples", (s.samples as u64).into()),
+            ("mean_margin_ns", s.mean_margin_ns.into()),
+            ("network_events_per_phase", s.evidence.into()),
+            ("peers_network_events_per_phase", s.peers_evidence.into()),
+        ],
+        flows,
+        match cause {
+            "host" => "The host starts its part of each collective late while the network is quiet on its QPs: it computes longer than its peers (a slower GPU, thermal throttling, a noisy neighbour, an input pipeline stall, a different batch). The whole job waits for it every iteration.",
+            "network" => "The host's QPs carry CE marks, CNPs, NAKs or resends its peers' do not: its link or path is congested or lossy. Check its NIC port, its leaf link, and `fabric` for the link its QPs share.",
+            _ => "The host finishes last with its QPs quiet: it may wait on a peer or its receive side. Look at its peers' phases and its NIC's counters.",
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::findings::Thresholds;
+    use crate::analysis::findings::testing::{fired, report, run};
+    use crate::model::jobs::{HostPhase, Jobs};
+
+    fn ip(n: u8) -> std::net::IpAddr {
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, n))
+    }
+
+    /// A job of `hosts` hosts over `phases` phases of 20 ms, 100 ms apart: each host starts at
+    /// `start(phase, host)` ms into it, with `ce(phase, host)` CE marks.
+    fn job(
+        phases: usize,
+        hosts: u8,
+        start: impl Fn(usize, u8) -> u64,
+        ce: impl Fn(usize, u8) -> u64,
+    ) -> Report {
+        let ms = 1_000_000;
+        let mut r = report();
+        let phases = (0..phases)
+            .map(|p| {
+                let t0 = p as u64 * 100 * ms;
+                Phase {
+                    start_ns: t0,
+                    end_ns: t0 + 30 * ms,
+                    bytes: 1000,
+                    hosts: (1..=hosts)
+                        .map(|h| HostPhase {
+                            host: ip(h),
+                            start_ns: t0 + start(p, h) * ms,
+                            end_ns: t0 + 20 * ms + start(p, h) * ms,
+                            bytes: 100,
+                            ce: ce(p, h),
+                            cnp: 0,
+                            naks: 0,
+                            retransmissions: 0,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        r.jobs = Some(Jobs {
+            bin_ns: ms,
+            start_ns: 0,
+            jobs: vec![Job {
+                id: "job-1".into(),
+                hosts: (1..=hosts).map(ip).collect(),
+                qps: Vec::new(),
+                bytes: 1000,
+                first_ns: 0,
+                last_ns: 0,
+                period: None,
+                no_period: None,
+                iteration_p50_ns: None,
+                iteration_p99_ns: None,
+                phases,
+            }],
+        });
+        r
+    }
+
+    #[test]
+    fn a_host_late_to_start_with_its_qps_quiet_is_the_host() {
+        let r = job(10, 8, |p, h| if h == 3 && p != 4 { 8 } else { u64::from(h % 3) }, |_, _| 0);
+        let f = fired(run(&JobStragglerRule, &r, &Thresholds::default()));
+        assert_eq!(f.evidence["host"], "198.18.0.3");
+        assert_eq!(f.evidence["cause"], "host");
+        assert_eq!(f.evidence["late_in"], "start");
+        assert_eq!(f.evidence["late_samples"], 9);
+        assert_eq!(f.evidence["samples"], 10);
+        assert_eq!(f.evidence["mean_margin_ns"], 6_000_000);
+    }
+
+    #[test]
+    fn a_host_computing_longest_between_its_phases_is_the_host() {
+        // As in a ring: the slow host finishes its part early (its peers wait for its data),
+        // starts with them: its own gap from its last send to its next first is the longest.
+        let mut r = job(8, 6, |_, h| u64::from(h % 2), |_, _| 0);
+        for p in &mut r.jobs.as_mut().unwrap().jobs[0].phases {
+            p.hosts[4].end_ns -= 9_000_000;
+        }
+        let f = fired(run(&JobStragglerRule, &r, &Thresholds::default()));
+        assert_eq!(f.evidence["host"], "198.18.0.5");
+        assert_eq!(f.evidence["late_in"], "compute");
+        assert_eq!(f.evidence["cause"], "host");
+        assert_eq!(f.evidence["samples"], 7);
+    }
+
+    #[test]
+    fn a_host_late_with_its_qps_marked_is_the_network() {
+        let r = job(
+            6,
+            4,
+            |_, h| if h == 2 { 5 } else { 0 },
+            |_, h| if h == 2 { 40 } else { 1 },
+        );
+        let f = fired(run(&JobStragglerRule, &r, &Thresholds::default()));
+        assert_eq!(f.evidence["cause"], "network");
+    }
+
+    #[test]
+    fn lateness_that_moves_from_host_to_host_is_no_straggler() {
+        let r = job(12, 8, |p, h| if usize::from(h) == p % 8 + 1 { 5 } else { 0 }, |_, _| 0);
+        assert!(matches!(
+            run(&JobStragglerRule, &r, &Thresholds::default()),
+            Outcome::Passed(n) if n == "no host late in most phases: 12 phases in 1 job"
+        ));
+    }
+
+    #[test]
+    fn too_few_phases_or_no_jobs_analysis_say_so() {
+        let r = job(3, 8, |_, h| u64::from(h == 3) * 8, |_, _| 0);
+        assert!(matches!(
+            run(&JobStragglerRule, &r, &Thresholds::default()),
+            Outcome::InsufficientData(n) if n.contains("none with 4 phases")
+        ));
+        assert!(matches!(
+            run(&JobStragglerRule, &report(), &Thresholds::default()),
+            Outcome::Skipped(n) if n.contains("--jobs")
+        ));
+    }
+}
