@@ -81,27 +81,31 @@ pub fn of_report(
             (FlowRef::of_flow(f), (rc, data))
         })
         .collect();
-    // A QP direction seen in several mirror sessions is the same packets each time: the
-    // session with the most bytes stands for it.
-    let mut by_flow: BTreeMap<FlowRef, QpBins> = BTreeMap::new();
+    // A QP direction seen in several mirror sessions: per bin, the session that saw the most
+    // of it (two taps see the same packets, which count once; a direction sprayed over
+    // mirrored links is undercounted, never double counted).
+    let mut by_flow: BTreeMap<FlowRef, BTreeMap<u32, Delta>> = BTreeMap::new();
     for (key, bins) in bins.flows {
-        let flow = FlowRef::of_key(&key);
-        let (connected, data) = kinds.get(&flow).copied().unwrap_or((false, true));
-        let q = QpBins {
-            connected,
-            data,
-            flow: flow.clone(),
-            bins,
-        };
-        let total = |q: &QpBins| q.bins.iter().map(|(_, d)| d.bytes).sum::<u64>();
-        match by_flow.get(&flow) {
-            Some(had) if total(had) >= total(&q) => {}
-            _ => {
-                by_flow.insert(flow, q);
+        let into = by_flow.entry(FlowRef::of_key(&key)).or_default();
+        for (b, d) in bins {
+            let had = into.entry(b).or_default();
+            if (d.bytes, d.packets) > (had.bytes, had.packets) {
+                *had = d;
             }
         }
     }
-    let qps: Vec<QpBins> = by_flow.into_values().collect();
+    let qps: Vec<QpBins> = by_flow
+        .into_iter()
+        .map(|(flow, bins)| {
+            let (connected, data) = kinds.get(&flow).copied().unwrap_or((false, true));
+            QpBins {
+                connected,
+                data,
+                flow,
+                bins: bins.into_iter().collect(),
+            }
+        })
+        .collect();
     jobs(bins.bin_ns, bins.start_ns, &qps, opts)
 }
 
@@ -276,6 +280,28 @@ fn split(busy: &[u32], threshold: u32) -> Vec<(u32, u32)> {
     out
 }
 
+/// Phases' lengths in bins.
+fn span_lengths(spans: &[(u32, u32)]) -> Vec<u64> {
+    spans.iter().map(|(a, b)| u64::from(b - a + 1)).collect()
+}
+
+/// The idle runs from `t` up to (not including) `above` bins.
+fn own_gaps(all: &[u32], t: u32, above: u32) -> Vec<u64> {
+    all.iter()
+        .filter(|l| (t..above).contains(*l))
+        .map(|l| u64::from(*l))
+        .collect()
+}
+
+/// Whether each of `phases` holds the same number (two or more) of `pieces`.
+fn evenly_cut(phases: &[(u32, u32)], pieces: &[(u32, u32)]) -> bool {
+    let counts: Vec<usize> = phases
+        .iter()
+        .map(|(a, b)| pieces.iter().filter(|(s, _)| a <= s && s <= b).count())
+        .collect();
+    counts.first().is_some_and(|c| *c >= 2) && counts.iter().all(|c| *c == counts[0])
+}
+
 /// Iteration times (ns) of phases: one's start to the next's.
 fn iteration_times(spans: &[(u32, u32)], bin_ns: u64) -> Vec<u64> {
     spans
@@ -364,7 +390,16 @@ fn phases_of(
         let own = all_gaps.iter().filter(|l| (t..above).contains(*l)).count();
         match period_of(&times, opts.min_iterations) {
             Ok(p) => return (spans, Some(p), None, times),
-            Err(why) if own >= 2 && times.len() < opts.min_iterations => {
+            // (A kind of two or more gaps, longer than the phases between them, whose phases
+            // the next shorter kind cuts into as many pieces each, as steps cut iterations:
+            // stalls and checkpoints come after long stretches of iterations.)
+            Err(why)
+                if own >= 2
+                    && times.len() < opts.min_iterations
+                    && k > 0
+                    && median(&span_lengths(&spans)) < median(&own_gaps(&all_gaps, t, above))
+                    && evenly_cut(&spans, &split(busy, edges[k - 1])) =>
+            {
                 return (spans, None, Some(why), times);
             }
             Err(why) => {

@@ -382,3 +382,54 @@ fn a_slow_host_starts_its_phases_late() {
     }
     assert!(last_to_start >= job.phases.len() - 2, "{last_to_start}");
 }
+
+/// Busy runs of `busy` bins every `period` bins, `count` of them, with a stall of `stall` bins
+/// after each iteration in `stalls`: one QP between two hosts.
+fn pattern(period: u32, busy: u32, count: u32, stalls: &[u32], stall: u32) -> Vec<QpBins> {
+    let mut bins = Vec::new();
+    let mut at = 0;
+    for i in 0..count {
+        for b in 0..busy {
+            bins.push((
+                at + b,
+                Delta {
+                    bytes: 10_000,
+                    packets: 10,
+                    ..Delta::default()
+                },
+            ));
+        }
+        at += period;
+        if stalls.contains(&i) {
+            at += stall;
+        }
+    }
+    let flow = FlowRef {
+        src_ip: ip(9, 0),
+        dst_ip: ip(9, 1),
+        udp_src_port: 5000,
+        dest_qp: 0x77,
+        direction: Direction::Ingress,
+    };
+    vec![QpBins {
+        flow,
+        connected: true,
+        data: true,
+        bins,
+    }]
+}
+
+#[test]
+fn stalls_and_checkpoints_are_passed_over_for_the_iterations() {
+    // Two stalls, unevenly placed, and two evenly placed (checkpoints every 10 iterations,
+    // shorter than the 10 iterations between them).
+    for stalls in [&[7u32, 19][..], &[9, 19]] {
+        let job = &analyse(&pattern(40, 12, 30, stalls, 200)).jobs[0];
+        let p = job
+            .period
+            .as_ref()
+            .unwrap_or_else(|| panic!("{stalls:?}: {job:?}"));
+        assert_eq!(p.ns, 40 * BIN, "{stalls:?}");
+        assert_eq!(job.phases.len(), 30);
+    }
+}

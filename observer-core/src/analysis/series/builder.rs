@@ -92,6 +92,20 @@ impl SeriesBuilder {
         self.next_ns = self.next_start();
     }
 
+    /// As [`SeriesBuilder::advance`], but a time beyond [`MAX_INTERVALS`] freezes the bins
+    /// ([`SeriesBuilder::freeze`]) instead of lumping what follows into the last one.
+    #[inline]
+    pub(super) fn advance_or_freeze(&mut self, ts_ns: u64, flows: &Aggregate) {
+        if ts_ns < self.next_ns {
+            return;
+        }
+        if self.index_of(ts_ns) >= MAX_INTERVALS as usize {
+            self.freeze(flows);
+            return;
+        }
+        self.advance(ts_ns, flows);
+    }
+
     /// Where the interval after the open one begins.
     fn next_start(&self) -> u64 {
         self.start_ns

@@ -236,11 +236,7 @@ impl Timeline {
         if b.frozen {
             return;
         }
-        if b.index_of(ts_ns) >= MAX_INTERVALS as usize {
-            b.freeze(flows);
-            return;
-        }
-        b.advance(ts_ns, flows);
+        b.advance_or_freeze(ts_ns, flows);
     }
 
     /// Live: whether `now_ns` lies in a later interval than the open one (time to sample).

@@ -35,8 +35,14 @@ pub struct JobStraggler {
     pub min_hosts: usize,
     /// The share of the phases in which the same host must be the late one.
     pub min_share_percent: f64,
-    /// How much later than the phase's median host it must be, in bins of the jobs' grid.
+    /// How much later than the sample's median host it must be, in bins of the jobs' grid...
     pub min_margin_bins: u64,
+    /// ...and as a share of the sample's scale (the median host's compute time, or the
+    /// phase's length): jitter of a few percent is no straggler.
+    pub min_margin_percent: f64,
+    /// The chance that the late host's count came by chance (each of the sample's hosts as
+    /// likely to be the late one) must be below this.
+    pub max_chance: f64,
 }
 
 impl Default for JobStraggler {
@@ -46,6 +52,8 @@ impl Default for JobStraggler {
             min_hosts: 3,
             min_share_percent: 66.0,
             min_margin_bins: 2,
+            min_margin_percent: 10.0,
+            max_chance: 0.001,
         }
     }
 }
@@ -63,31 +71,60 @@ enum End {
 
 type Host = std::net::IpAddr;
 
-/// Each host's measure of `end`, per sample: a phase's (start, finish), or two consecutive
-/// phases' (compute, for the hosts that sent in both).
-fn samples(phases: &[&Phase], end: End) -> Vec<Vec<(Host, u64)>> {
+/// One sample of a measure: each host's value, and the scale a share of which is the margin
+/// (the phase's length, or the median host's compute time).
+struct Sample {
+    values: Vec<(Host, u64)>,
+    scale: u64,
+}
+
+/// Each host's measure of `end`, per sample: a phase's start or finish (from the phase's
+/// start), or the compute between two consecutive phases (for the hosts that sent in both).
+fn samples(phases: &[Phase], end: End) -> Vec<Sample> {
+    let phase = |p: &Phase, f: fn(&crate::model::jobs::HostPhase) -> u64| Sample {
+        values: p
+            .hosts
+            .iter()
+            .map(|h| (h.host, f(h).saturating_sub(p.start_ns)))
+            .collect(),
+        scale: p.end_ns.saturating_sub(p.start_ns),
+    };
     match end {
-        End::Start => phases
-            .iter()
-            .map(|p| p.hosts.iter().map(|h| (h.host, h.start_ns)).collect())
-            .collect(),
-        End::Finish => phases
-            .iter()
-            .map(|p| p.hosts.iter().map(|h| (h.host, h.end_ns)).collect())
-            .collect(),
+        End::Start => phases.iter().map(|p| phase(p, |h| h.start_ns)).collect(),
+        End::Finish => phases.iter().map(|p| phase(p, |h| h.end_ns)).collect(),
         End::Compute => phases
             .windows(2)
             .map(|w| {
-                w[0].hosts
+                let values: Vec<(Host, u64)> = w[0]
+                    .hosts
                     .iter()
                     .filter_map(|a| {
                         let b = w[1].hosts.iter().find(|b| b.host == a.host)?;
                         Some((a.host, b.start_ns.saturating_sub(a.end_ns)))
                     })
-                    .collect()
+                    .collect();
+                let mut v: Vec<u64> = values.iter().map(|x| x.1).collect();
+                v.sort_unstable();
+                let scale = v.get(v.len() / 2).copied().unwrap_or(0);
+                Sample { values, scale }
             })
             .collect(),
     }
+}
+
+/// The chance of `n` or more of `samples` trials with probability `p` each (binomial tail).
+fn chance_at_least(n: usize, samples: usize, p: f64) -> f64 {
+    let ln_choose = |n: usize, k: usize| -> f64 {
+        (1..=k)
+            .map(|i| ((n - k + i) as f64).ln() - (i as f64).ln())
+            .sum()
+    };
+    (n..=samples)
+        .map(|k| {
+            (ln_choose(samples, k) + k as f64 * p.ln() + (samples - k) as f64 * (1.0 - p).ln())
+                .exp()
+        })
+        .sum()
 }
 
 /// The hosts last in `sample` (several when tied on the bins), when that is at least `margin`
@@ -130,14 +167,23 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
     if judged.len() < c.min_phases {
         return None;
     }
-    let margin = c.min_margin_bins.max(1) * bin_ns;
+    let floor = c.min_margin_bins.max(1).saturating_mul(bin_ns);
     for end in [End::Compute, End::Start, End::Finish] {
-        let samples: Vec<Vec<(Host, u64)>> = samples(&judged, end)
+        // (Consecutive phases first, then the samples with hosts enough.)
+        let samples: Vec<Sample> = samples(&job.phases, end)
             .into_iter()
-            .filter(|s| s.len() >= c.min_hosts)
+            .filter(|s| s.values.len() >= c.min_hosts)
             .collect();
-        let lates: Vec<Option<(u64, Vec<Host>)>> =
-            samples.iter().map(|s| late(s, margin)).collect();
+        if samples.len() < c.min_phases {
+            continue;
+        }
+        let lates: Vec<Option<(u64, Vec<Host>)>> = samples
+            .iter()
+            .map(|s| {
+                let relative = (s.scale as f64 * c.min_margin_percent / 100.0) as u64;
+                late(&s.values, floor.max(relative))
+            })
+            .collect();
         let mut by_host: std::collections::BTreeMap<Host, usize> = Default::default();
         for (_, hosts) in lates.iter().flatten() {
             for h in hosts {
@@ -150,7 +196,11 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
         else {
             continue;
         };
-        if samples.is_empty() || (n as f64) < c.min_share_percent / 100.0 * samples.len() as f64
+        // Most samples, and not by chance: each host as likely as any to be the late one.
+        let hosts = samples.iter().map(|s| s.values.len()).sum::<usize>() as f64
+            / samples.len() as f64;
+        if (n as f64) < c.min_share_percent / 100.0 * samples.len() as f64
+            || chance_at_least(n, samples.len(), 1.0 / hosts) >= c.max_chance
         {
             continue;
         }
@@ -160,12 +210,14 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
             .filter(|(_, hosts)| hosts.contains(&host))
             .map(|(by, _)| by)
             .sum();
-        let (mut mine, mut peers, mut peer_count) = (0u64, 0u64, 0u64);
+        // Per host and phase it sent in: its own, and its peers' on average.
+        let (mut mine, mut mine_count, mut peers, mut peer_count) = (0u64, 0u64, 0u64, 0u64);
         for p in &judged {
             for h in &p.hosts {
                 let e = h.ce + h.cnp + h.naks + h.retransmissions;
                 if h.host == host {
                     mine += e;
+                    mine_count += 1;
                 } else {
                     peers += e;
                     peer_count += 1;
@@ -178,7 +230,7 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
             late: n,
             samples: samples.len(),
             mean_margin_ns: margin_sum / n as u64,
-            evidence: mine as f64 / judged.len() as f64,
+            evidence: mine as f64 / mine_count.max(1) as f64,
             peers_evidence: peers as f64 / peer_count.max(1) as f64,
         });
     }
@@ -388,6 +440,23 @@ mod tests {
             run(&JobStragglerRule, &r, &Thresholds::default()),
             Outcome::Passed(n) if n == "no host late in most phases: 12 phases in 1 job"
         ));
+    }
+
+    #[test]
+    fn jitter_and_a_few_late_samples_are_no_straggler() {
+        // Late by 2 ms in phases of 30: under a tenth of the phase.
+        let r = job(10, 8, |_, h| u64::from(h == 3) * 2, |_, _| 0);
+        assert!(matches!(
+            run(&JobStragglerRule, &r, &Thresholds::default()),
+            Outcome::Passed(_)
+        ));
+        // Late in 4 of 5 phases of 8 hosts: 80%, but as likely as 1 in 900 by chance.
+        let r = job(5, 8, |p, h| if h == 3 && p != 2 { 8 } else { 0 }, |_, _| 0);
+        assert!(matches!(
+            run(&JobStragglerRule, &r, &Thresholds::default()),
+            Outcome::Passed(_)
+        ));
+        assert!((chance_at_least(4, 5, 0.125) - 0.001_098_6).abs() < 1e-6);
     }
 
     #[test]
