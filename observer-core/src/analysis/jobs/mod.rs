@@ -433,5 +433,7 @@ fn phases_of(
     (spans, None, Some(why), times)
 }
 
+pub mod sim;
+
 #[cfg(test)]
 mod tests;

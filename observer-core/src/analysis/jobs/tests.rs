@@ -3,120 +3,27 @@
 //! the simulation's own iteration starts.
 
 use super::*;
+use super::sim::{self, Ring};
 use crate::model::Direction;
 
-/// A ring all-reduce among `hosts`, `iterations` times.
-#[derive(Clone)]
-struct Ring {
-    /// Host addresses 198.18.<net>.1..
-    net: u8,
-    hosts: usize,
-    iterations: usize,
-    compute_ns: u64,
-    /// Each host's compute time varies by up to this share, uniformly.
-    jitter: f64,
-    step_ns: u64,
-    /// Idle time after each step (a collective's own pauses).
-    step_pause_ns: u64,
-    bytes_per_step: u64,
-    /// A host computing longer by this share.
-    slow_host: Option<(usize, f64)>,
-    /// An iteration whose compute takes this many times longer (every host).
-    slow_iteration: Option<(usize, f64)>,
-    seed: u64,
-}
-
-impl Default for Ring {
-    fn default() -> Self {
-        Ring {
-            net: 0,
-            hosts: 8,
-            iterations: 30,
-            compute_ns: 60_000_000,
-            jitter: 0.05,
-            step_ns: 2_500_000,
-            step_pause_ns: 0,
-            bytes_per_step: 4 << 20,
-            slow_host: None,
-            slow_iteration: None,
-            seed: 1,
-        }
-    }
-}
-
 const BIN: u64 = 1_000_000;
+/// Bytes a host sends in a step.
+const BYTES_PER_STEP: u64 = 4 << 20;
 
 fn ip(net: u8, h: usize) -> IpAddr {
     IpAddr::V4(std::net::Ipv4Addr::new(198, 18, net, h as u8 + 1))
 }
 
-/// A small deterministic generator (xorshift64*), uniform in [0, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// The ring's QPs on 1 ms bins, and each iteration's start (its first send, ns).
-fn simulate(r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
-    let mut rng = Rng(r.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let n = r.hosts;
-    let steps = 2 * (n - 1);
-    let mut sends: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
-    let mut onsets = Vec::new();
-    let compute = |rng: &mut Rng, h: usize, i: usize| {
-        let mut c = r.compute_ns as f64 * (1.0 + r.jitter * (2.0 * rng.next() - 1.0));
-        if let Some((s, extra)) = r.slow_host
-            && s == h
-        {
-            c *= 1.0 + extra;
-        }
-        if let Some((s, times)) = r.slow_iteration
-            && s == i
-        {
-            c *= times;
-        }
-        c as u64
-    };
-    let mut ready: Vec<u64> = (0..n)
-        .map(|h| 1_000_000 + compute(&mut rng, h, 0))
-        .collect();
-    for i in 0..r.iterations {
-        let mut end = vec![vec![0u64; steps]; n];
-        let mut start0 = u64::MAX;
-        for s in 0..steps {
-            for h in 0..n {
-                let pred = (h + n - 1) % n;
-                let start = if s == 0 {
-                    ready[h]
-                } else {
-                    (end[h][s - 1] + r.step_pause_ns).max(end[pred][s - 1])
-                };
-                end[h][s] = start + r.step_ns;
-                sends[h].push((start, end[h][s]));
-                if s == 0 {
-                    start0 = start0.min(start);
-                }
-            }
-        }
-        onsets.push(start0);
-        for h in 0..n {
-            let pred = (h + n - 1) % n;
-            let done = end[h][steps - 1].max(end[pred][steps - 1]);
-            ready[h] = done + compute(&mut rng, h, i + 1);
-        }
-    }
-    let qps = (0..n)
+/// The ring's QPs (hosts 198.18.<net>.1..) on 1 ms bins, and each iteration's start (its first
+/// send, ns).
+fn simulate_on(net: u8, r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
+    let s = sim::ring(r, 1_000_000);
+    let qps = (0..r.hosts)
         .map(|h| {
             let mut bins: BTreeMap<u32, Delta> = BTreeMap::new();
-            for &(a, b) in &sends[h] {
-                let (first, last) = (a / BIN, (b - 1) / BIN);
-                let per = r.bytes_per_step / (last - first + 1);
+            for st in s.steps.iter().filter(|st| st.host == h) {
+                let (first, last) = (st.start_ns / BIN, (st.end_ns - 1) / BIN);
+                let per = BYTES_PER_STEP / (last - first + 1);
                 for bin in first..=last {
                     let d = bins.entry(bin as u32).or_default();
                     d.bytes += per;
@@ -125,8 +32,8 @@ fn simulate(r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
             }
             QpBins {
                 flow: FlowRef {
-                    src_ip: ip(r.net, h),
-                    dst_ip: ip(r.net, (h + 1) % n),
+                    src_ip: ip(net, h),
+                    dst_ip: ip(net, (h + 1) % r.hosts),
                     udp_src_port: 49152 + h as u16,
                     dest_qp: 0x100 + h as u32,
                     direction: Direction::Ingress,
@@ -137,7 +44,11 @@ fn simulate(r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
             }
         })
         .collect();
-    (qps, onsets)
+    (qps, s.onsets)
+}
+
+fn simulate(r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
+    simulate_on(0, r)
 }
 
 /// The mean iteration time of the simulation's own starts (ns), over the regular ones (within a
@@ -312,8 +223,7 @@ fn too_few_iterations_give_no_period_and_say_why() {
 #[test]
 fn rings_of_other_hosts_are_other_jobs_and_small_qps_join_nothing() {
     let (mut qps, _) = simulate(&Ring::default());
-    let (other, _) = simulate(&Ring {
-        net: 1,
+    let (other, _) = simulate_on(1, &Ring {
         hosts: 4,
         compute_ns: 90_000_000,
         seed: 7,

@@ -96,6 +96,10 @@ pub struct JobTruth {
     pub iteration_starts_ns: Vec<u64>,
     /// The host made to compute longer than its peers (a host straggler), if any.
     pub slow_host: Option<std::net::IpAddr>,
+    /// The host whose link was made slow, marked and lossy (a network straggler), if any.
+    pub slow_link: Option<std::net::IpAddr>,
+    /// When the iteration that hung began (its first packet, unix ns), if one hung.
+    pub hang_ns: Option<u64>,
 }
 
 /// One connection as the generator made it: both ends' addresses (IPv4 v4-mapped) and QPNs.

@@ -6,141 +6,139 @@
 //! forwards), so one late host delays the ring, as in NCCL. The truth holds each iteration's
 //! start: the first WRITE of its first step.
 
+use observer_common::wire::TRANSPORT_RC;
+use observer_core::analysis::jobs::sim::{self, Ring};
+
 use super::qp_v4;
-use crate::source::synth::BASE_TS_NS;
 use crate::source::synth::workload::{JobTruth, Workload};
+use crate::source::synth::{BASE_TS_NS, SYNDROME_NAK_SEQ};
 
 const MS: u64 = 1_000_000;
 
-/// The ring's shape and pace.
-pub(super) struct Ring {
+/// The ring and its frames.
+pub(super) struct Training {
+    /// Hosts 198.18.<net>.1..
     pub net: u8,
-    pub hosts: usize,
-    pub iterations: usize,
-    pub compute_ns: u64,
-    /// Each host's compute time varies by up to this share, uniformly.
-    pub jitter: f64,
-    pub step_ns: u64,
+    pub ring: Ring,
     pub packets_per_step: usize,
     pub packet_len: usize,
-    pub seed: u64,
-    /// A host computing longer by this share (a host straggler).
-    pub slow_host: Option<(usize, f64)>,
 }
 
-pub(super) const TRAINING: Ring = Ring {
-    net: 80,
-    hosts: 8,
-    iterations: 12,
-    compute_ns: 40 * MS,
-    jitter: 0.05,
-    step_ns: MS,
-    packets_per_step: 4,
-    packet_len: 512,
-    seed: 37,
-    slow_host: None,
-};
+pub(super) fn training_ring() -> Training {
+    Training {
+        net: 80,
+        ring: Ring {
+            hosts: 8,
+            iterations: 12,
+            compute_ns: 40 * MS,
+            jitter: 0.05,
+            step_ns: MS,
+            seed: 37,
+            ..Ring::default()
+        },
+        packets_per_step: 4,
+        packet_len: 512,
+    }
+}
 
 pub(super) fn training(w: &mut Workload) {
-    ring(w, &TRAINING);
+    ring(w, &training_ring());
 }
 
 /// `rule-job-straggler`: the same ring, its fourth host (198.18.81.4) computing 25% longer
 /// every iteration: it starts its part of each phase late, with nothing on the network.
 pub(super) fn rule_job_straggler(w: &mut Workload) {
-    ring(
-        w,
-        &Ring {
-            net: 81,
-            slow_host: Some((3, 0.25)),
-            ..TRAINING
-        },
-    );
+    let mut t = training_ring();
+    t.net = 81;
+    t.ring.slow_host = Some((3, 0.25));
+    ring(w, &t);
 }
 
-/// What a host does at a time: WRITE one packet to its successor, or (as the successor) ACK
-/// the host's last packet.
+/// What a host does at a time: WRITE one packet to its successor (or lose it on the way), or
+/// (as the successor) ACK the host's last packet; on a slow link also NAK the lost packet,
+/// notify congestion, and (the host) resend from the lost packet.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Write(usize),
+    Lose(usize),
+    Nak(usize),
+    Cnp(usize),
+    Resend(usize),
     Ack(usize),
 }
 
-/// A deterministic generator (xorshift64*), uniform in [0, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-pub(super) fn ring(w: &mut Workload, r: &Ring) {
+/// The ring `t` as frames: each host's QP to its successor carries its steps. A slow link's
+/// host (a network straggler) has every other packet CE-marked, loses the third of each step's
+/// packets (the fourth arrives out of order: a NAK, a resend from the lost one), and its
+/// successor sends a CNP per step.
+pub(super) fn ring(w: &mut Workload, t: &Training) {
+    let r = &t.ring;
     let n = r.hosts;
-    let steps = 2 * (n - 1);
-    let mut rng = Rng(r.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let compute = |rng: &mut Rng, h: usize| {
-        let slow = match r.slow_host {
-            Some((s, share)) if s == h => 1.0 + share,
-            _ => 1.0,
-        };
-        // Whole microseconds: every step starts on one, so the hosts' few-ns offsets keep
-        // every frame's time its own.
-        let ns = (r.compute_ns as f64 * slow * (1.0 + r.jitter * (2.0 * rng.next() - 1.0))) as u64;
-        ns / 1_000 * 1_000
-    };
-    // The ring step by step, in time: each host's sends and its successor's ACKs.
+    let schedule = sim::ring(r, BASE_TS_NS);
+    let slow_link = r.slow_link.map(|(h, _)| h);
+    // The retransmission bursts follow their first frame at this gap, inside their µs.
+    w.set_frame_gap(100);
     let mut events: Vec<(u64, Event)> = Vec::new();
-    let mut starts = Vec::new();
-    let mut ready: Vec<u64> = (0..n).map(|h| BASE_TS_NS + compute(&mut rng, h)).collect();
-    for _ in 0..r.iterations {
-        let mut end = vec![vec![0u64; steps]; n];
-        let mut first = u64::MAX;
-        for s in 0..steps {
-            for h in 0..n {
-                let pred = (h + n - 1) % n;
-                let start = if s == 0 {
-                    ready[h]
-                } else {
-                    end[h][s - 1].max(end[pred][s - 1])
-                };
-                end[h][s] = start + r.step_ns;
-                // The packets spread over the step (a host's own few ns apart from the
-                // others', so no two frames share a time), the ACK at its end.
-                let spacing = r.step_ns / r.packets_per_step as u64;
-                for k in 0..r.packets_per_step as u64 {
-                    events.push((start + k * spacing + 7 * h as u64, Event::Write(h)));
-                }
-                events.push((end[h][s] - 1_000 + 7 * h as u64, Event::Ack(h)));
-                first = first.min(start + 7 * h as u64);
-            }
+    for st in &schedule.steps {
+        let h = st.host;
+        // Every step starts and ends on a whole µs: the hosts' frames a few ns apart keep
+        // every frame's time its own.
+        let off = 7 * h as u64;
+        let spacing = (st.end_ns - st.start_ns) / t.packets_per_step as u64;
+        let lossy = slow_link == Some(h);
+        for k in 0..t.packets_per_step {
+            let at = st.start_ns + k as u64 * spacing + off;
+            let lost = lossy && k + 2 == t.packets_per_step;
+            events.push((at, if lost { Event::Lose(h) } else { Event::Write(h) }));
         }
-        starts.push(first);
-        for h in 0..n {
-            let pred = (h + n - 1) % n;
-            ready[h] = end[h][steps - 1].max(end[pred][steps - 1]) + compute(&mut rng, h);
+        if lossy {
+            events.push((st.end_ns - 1_000 + off, Event::Nak(h)));
+            events.push((st.end_ns - 850 + off, Event::Cnp(h)));
+            events.push((st.end_ns - 700 + off, Event::Resend(h)));
+            events.push((st.end_ns - 400 + off, Event::Ack(h)));
+        } else {
+            events.push((st.end_ns - 1_000 + off, Event::Ack(h)));
         }
     }
     events.sort_unstable();
     let mut qps: Vec<_> = (0..n)
         .map(|h| {
-            qp_v4(
-                observer_common::wire::TRANSPORT_RC,
-                r.net,
+            let mut q = qp_v4(
+                TRANSPORT_RC,
+                t.net,
                 [h as u8 + 1, ((h + 1) % n) as u8 + 1],
                 [0x2000 + h as u32, 0x3000 + ((h + 1) % n) as u32],
                 (h as u32) << 16,
-            )
+            );
+            if slow_link == Some(h) {
+                q.ce_every = 2;
+            }
+            q
         })
         .collect();
+    // Per host, the PSN its slow link lost in the current step.
+    let mut lost: Vec<Option<u32>> = vec![None; n];
     for (ts, e) in events {
         w.at(ts);
         match e {
             Event::Write(h) => {
-                qps[h].write(w, r.packet_len);
+                qps[h].write(w, t.packet_len);
+            }
+            Event::Lose(h) => {
+                lost[h] = Some(qps[h].next_psn());
+                qps[h].lose_next(1);
+                qps[h].write(w, t.packet_len);
+            }
+            Event::Nak(h) => {
+                let psn = lost[h].expect("a lost packet before its NAK");
+                qps[h].nak(w, psn, SYNDROME_NAK_SEQ);
+            }
+            Event::Cnp(h) => {
+                qps[h].cnp_if_marked(w);
+            }
+            Event::Resend(h) => {
+                let psn = lost[h].take().expect("a lost packet before its resend");
+                qps[h].retransmit_from(w, psn);
             }
             Event::Ack(h) => {
                 let psn = qps[h].last_psn();
@@ -148,13 +146,19 @@ pub(super) fn ring(w: &mut Workload, r: &Ring) {
             }
         }
     }
+    let ip = |h: usize| std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, t.net, h as u8 + 1));
+    // Each iteration's first WRITE.
+    let starts: Vec<u64> = (0..schedule.onsets.len())
+        .filter_map(|i| {
+            let steps = schedule.steps.iter().filter(|s| s.iteration == i);
+            steps.map(|s| s.start_ns + 7 * s.host as u64).min()
+        })
+        .collect();
     w.truth.jobs.push(JobTruth {
-        hosts: (0..n)
-            .map(|h| std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, r.net, h as u8 + 1)))
-            .collect(),
+        hosts: (0..n).map(ip).collect(),
+        hang_ns: schedule.hang_ns.and(starts.last().copied()),
         iteration_starts_ns: starts,
-        slow_host: r.slow_host.map(|(h, _)| {
-            std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, r.net, h as u8 + 1))
-        }),
+        slow_host: r.slow_host.map(|(h, _)| ip(h)),
+        slow_link: slow_link.map(ip),
     });
 }

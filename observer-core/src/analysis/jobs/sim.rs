@@ -1,0 +1,202 @@
+//! A ring all-reduce simulated step by step, as NCCL runs one: each host computes, then the
+//! ring runs 2(n-1) steps, and a host's step waits for its own previous step and for its
+//! predecessor's (whose data it forwards), so one late host delays the ring. The analysis's
+//! tests bin its schedule; the generator's training scenarios turn it into frames: both check
+//! the analysis against the same ground truth, the schedule's own iteration starts.
+
+/// The ring's shape, its pace, and what goes wrong in it.
+#[derive(Clone, Debug)]
+pub struct Ring {
+    pub hosts: usize,
+    pub iterations: usize,
+    pub compute_ns: u64,
+    /// Each host's compute time varies by up to this share, uniformly (drawn per host and
+    /// iteration from `seed`).
+    pub jitter: f64,
+    pub step_ns: u64,
+    /// Idle time after each of a host's steps (a collective's own pauses).
+    pub step_pause_ns: u64,
+    /// A host computing longer by this share (a host straggler).
+    pub slow_host: Option<(usize, f64)>,
+    /// A host whose sends take longer by this share (its link or path is slow: a network
+    /// straggler).
+    pub slow_link: Option<(usize, f64)>,
+    /// An iteration whose compute takes this many times longer on every host.
+    pub slow_iteration: Option<(usize, f64)>,
+    /// (iteration, host): the host never finishes computing for that iteration; its peers
+    /// send what they can without it and wait (a hang).
+    pub hang: Option<(usize, usize)>,
+    pub seed: u64,
+}
+
+impl Default for Ring {
+    fn default() -> Self {
+        Ring {
+            hosts: 8,
+            iterations: 30,
+            compute_ns: 60_000_000,
+            jitter: 0.05,
+            step_ns: 2_500_000,
+            step_pause_ns: 0,
+            slow_host: None,
+            slow_link: None,
+            slow_iteration: None,
+            hang: None,
+            seed: 1,
+        }
+    }
+}
+
+/// One host's step: it sends to its successor from `start_ns` to `end_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub host: usize,
+    pub iteration: usize,
+    pub step: usize,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// What the ring did.
+#[derive(Clone, Debug, Default)]
+pub struct Schedule {
+    /// Every step sent, by iteration, step and host.
+    pub steps: Vec<Step>,
+    /// Each iteration's start: its first send (ns), for every iteration that began.
+    pub onsets: Vec<u64>,
+    /// When the hung iteration began (its first send), if one hung.
+    pub hang_ns: Option<u64>,
+}
+
+/// A deterministic generator (xorshift64*), uniform in [0, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The ring `r` from `t0_ns`: every step, in time order of iterations and steps. Compute times
+/// are whole microseconds (so offsets of a few ns keep hosts' frames apart).
+pub fn ring(r: &Ring, t0_ns: u64) -> Schedule {
+    let n = r.hosts.max(2);
+    let steps = 2 * (n - 1);
+    let mut rng = Rng(r.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let compute = |rng: &mut Rng, h: usize, i: usize| -> Option<u64> {
+        let mut c = r.compute_ns as f64 * (1.0 + r.jitter * (2.0 * rng.next() - 1.0));
+        if let Some((s, share)) = r.slow_host
+            && s == h
+        {
+            c *= 1.0 + share;
+        }
+        if let Some((s, times)) = r.slow_iteration
+            && s == i
+        {
+            c *= times;
+        }
+        let hung = r.hang.is_some_and(|(at, host)| at == i && host == h);
+        (!hung).then_some(c as u64 / 1_000 * 1_000)
+    };
+    let step_of = |h: usize| match r.slow_link {
+        Some((s, share)) if s == h => (r.step_ns as f64 * (1.0 + share)) as u64,
+        _ => r.step_ns,
+    };
+    let mut out = Schedule::default();
+    // When each host is ready to start the next iteration (None: never).
+    let mut ready: Vec<Option<u64>> = (0..n)
+        .map(|h| compute(&mut rng, h, 0).map(|c| t0_ns + c))
+        .collect();
+    for i in 0..r.iterations {
+        let mut end: Vec<Vec<Option<u64>>> = vec![vec![None; steps]; n];
+        let mut first = None::<u64>;
+        for s in 0..steps {
+            for h in 0..n {
+                let pred = (h + n - 1) % n;
+                let start = if s == 0 {
+                    ready[h]
+                } else {
+                    match (end[h][s - 1], end[pred][s - 1]) {
+                        (Some(own), Some(p)) => Some((own + r.step_pause_ns).max(p)),
+                        _ => None,
+                    }
+                };
+                let Some(start) = start else { continue };
+                let stop = start + step_of(h);
+                end[h][s] = Some(stop);
+                out.steps.push(Step {
+                    host: h,
+                    iteration: i,
+                    step: s,
+                    start_ns: start,
+                    end_ns: stop,
+                });
+                first = Some(first.map_or(start, |f| f.min(start)));
+            }
+        }
+        let Some(first) = first else { break };
+        out.onsets.push(first);
+        if end.iter().any(|e| e[steps - 1].is_none()) {
+            out.hang_ns = Some(first);
+            break;
+        }
+        for h in 0..n {
+            let pred = (h + n - 1) % n;
+            let done = end[h][steps - 1].max(end[pred][steps - 1]);
+            ready[h] = done.zip(compute(&mut rng, h, i + 1)).map(|(d, c)| d + c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hung_host_stops_the_ring_after_its_peers_first_steps() {
+        let s = ring(
+            &Ring {
+                hosts: 4,
+                iterations: 10,
+                hang: Some((5, 2)),
+                ..Ring::default()
+            },
+            0,
+        );
+        assert_eq!(s.onsets.len(), 6);
+        assert_eq!(s.hang_ns, Some(s.onsets[5]));
+        let last: Vec<&Step> = s.steps.iter().filter(|x| x.iteration == 5).collect();
+        // Host 2 sends nothing; host 3 waits for it at its second step, host 0 at its third,
+        // host 1 at its fourth.
+        let sent = |h| last.iter().filter(|x| x.host == h).count();
+        assert_eq!([sent(0), sent(1), sent(2), sent(3)], [2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn a_slow_link_makes_its_host_finish_last() {
+        let s = ring(
+            &Ring {
+                slow_link: Some((3, 0.5)),
+                jitter: 0.0,
+                iterations: 3,
+                ..Ring::default()
+            },
+            0,
+        );
+        for i in 0..3 {
+            let ends = |h| {
+                s.steps
+                    .iter()
+                    .filter(|x| x.iteration == i && x.host == h)
+                    .map(|x| x.end_ns)
+                    .max()
+                    .unwrap()
+            };
+            assert!((0..8).filter(|h| *h != 3).all(|h| ends(h) < ends(3)));
+        }
+    }
+}
