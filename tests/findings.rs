@@ -174,7 +174,13 @@ fn rule_scenario(name: &str, expected: &[&str]) -> (Workload, Report) {
         assert!(!c.note.is_empty(), "{name}: check {c:?} says nothing");
     }
     // The flags were given: nothing that depends on them may be skipped.
-    for rule in ["microburst", "ecmp-imbalance", "job-straggler"] {
+    for rule in [
+        "microburst",
+        "ecmp-imbalance",
+        "job-straggler",
+        "job-irregular-iteration",
+        "job-hang",
+    ] {
         assert_ne!(
             check(&r, rule).status,
             CheckStatus::Skipped,
@@ -625,6 +631,78 @@ fn job_straggler_names_the_host_that_computes_longer() {
     assert!(f.flows.iter().all(|q| q.src_ip == slow || q.dst_ip == slow));
     let (_, clean) = rule_scenario("training", &[]);
     assert_eq!(check(&clean, "job-straggler").status, CheckStatus::Passed);
+}
+
+/// The ring with one host's link slow (marked, lossy): that host, finishing last, its cause
+/// the network; its loss and slow answers are the loss and latency rules'.
+#[test]
+fn job_straggler_names_a_slow_link_as_the_network() {
+    let (w, r) = rule_scenario(
+        "training-network-straggler",
+        &["job-straggler", "loss", "latency"],
+    );
+    let f = finding(&r, "job-straggler");
+    let truth = &w.truth.jobs[0];
+    assert_eq!(
+        evidence_str(f, "host"),
+        truth.slow_link.unwrap().to_string()
+    );
+    assert_eq!(evidence_str(f, "cause"), "network");
+    assert_eq!(evidence_str(f, "late_in"), "finish");
+    let (late, samples) = (evidence_u64(f, "late_samples"), evidence_u64(f, "samples"));
+    assert_eq!(samples, truth.iteration_starts_ns.len() as u64);
+    assert!(late * 100 >= samples * 95, "{late} of {samples}");
+}
+
+/// The ring's seventh collective four times as slow, marked and lossy: that iteration, its
+/// time in the phase, the network its cause.
+#[test]
+fn job_irregular_iteration_names_the_slow_iteration_and_the_network() {
+    let (w, r) = rule_scenario(
+        "rule-job-irregular-iteration",
+        &["job-irregular-iteration", "loss", "latency"],
+    );
+    let f = finding(&r, "job-irregular-iteration");
+    let starts = &w.truth.jobs[0].iteration_starts_ns;
+    // On the jobs' 1 ms bins.
+    let bin = 1_000_000;
+    let start = evidence_u64(f, "iteration_start_ns");
+    assert!(
+        start <= starts[6] && starts[6] - start < bin,
+        "{start} {}",
+        starts[6]
+    );
+    let time = evidence_u64(f, "iteration_ns");
+    assert!(time.abs_diff(starts[7] - starts[6]) < bin, "{time}");
+    assert_eq!(evidence_str(f, "cause"), "network");
+    assert_eq!(evidence_u64(f, "irregular_iterations"), 1);
+    assert!(evidence_u64(f, "network_events") > 100);
+    assert_eq!(evidence_u64(f, "usual_network_events"), 0);
+}
+
+/// The ring whose fourth host never comes back from its ninth compute, the wire watched 250 ms
+/// more: the job hung, that host missing from its last phase, its peers' first steps there.
+#[test]
+fn job_hang_names_the_host_missing_from_the_last_phase() {
+    let (w, r) = rule_scenario("rule-job-hang", &["job-hang"]);
+    let f = finding(&r, "job-hang");
+    let truth = &w.truth.jobs[0];
+    let hung = truth.hang_ns.unwrap();
+    assert_eq!(evidence_str(f, "missing_hosts"), "198.18.85.4");
+    let start = evidence_u64(f, "last_phase_start_ns");
+    assert!(start <= hung && hung - start < 1_000_000, "{start} {hung}");
+    assert_eq!(evidence_u64(f, "last_phase_hosts"), 7);
+    assert!(evidence_u64(f, "last_phase_bytes") < evidence_u64(f, "median_phase_bytes") / 2);
+    assert!(f.flows.iter().all(|q| q.src_ip.to_string() == "198.18.85.4"
+        || q.dst_ip.to_string() == "198.18.85.4"));
+    assert!(!f.flows.is_empty());
+    // The clean ring ends with the capture: active to the end, no hang.
+    let (_, clean) = rule_scenario("training", &[]);
+    assert_eq!(check(&clean, "job-hang").status, CheckStatus::Passed);
+    assert_eq!(
+        check(&clean, "job-irregular-iteration").status,
+        CheckStatus::Passed
+    );
 }
 
 #[test]
@@ -1109,20 +1187,22 @@ fn the_terminal_report_leads_with_the_findings_without_colour_on_a_pipe() {
     let (_, clean) = capture(&dir, "rules-clean");
     let (status, out, err) = run_replay(&[clean], &FLAGS);
     assert!(status.success(), "{err}");
-    // Every wire rule passed but job-straggler (its traffic holds no training job to judge,
-    // and says so); the NIC rules, without a NIC side, say so on one line.
+    // Every wire rule passed but the job rules (its traffic holds no training job to judge,
+    // and they say so); the NIC rules, without a NIC side, say so on one line.
     let wire_rules = RULES.iter().filter(|(r, _)| !r.starts_with("nic-")).count();
     assert!(
         out.starts_with(&format!(
             "findings: none ({} checks passed)",
-            wire_rules - 1
+            wire_rules - 3
         )),
         "{out}"
     );
-    assert!(
-        out.contains("too little to judge: job-straggler: "),
-        "{out}"
-    );
+    for rule in ["job-straggler", "job-irregular-iteration", "job-hang"] {
+        assert!(
+            out.contains(&format!("too little to judge: {rule}: ")),
+            "{out}"
+        );
+    }
     assert_eq!(
         out.lines().filter(|l| l.contains("no NIC side")).count(),
         1,

@@ -14,6 +14,10 @@ pub struct Jobs {
     /// The bins the phases are measured on (ns), and the first bin's start (unix ns).
     pub bin_ns: u64,
     pub start_ns: u64,
+    /// The end of the last bin with any RoCE packet observed (unix ns): how long the wire was
+    /// seen, whatever the jobs did.
+    #[serde(default)]
+    pub end_ns: u64,
     pub jobs: Vec<Job>,
 }
 
@@ -28,6 +32,9 @@ pub struct Job {
     pub bytes: u64,
     pub first_ns: u64,
     pub last_ns: u64,
+    /// The end of the last bin any of its QPs carried a packet in (data, ACK, NAK, CNP).
+    #[serde(default)]
+    pub last_packet_ns: u64,
     /// The iteration period, when its phases repeat regularly enough to tell one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period: Option<Period>,

@@ -175,6 +175,8 @@ registry! {
     latency::{LatencyRule, Latency},
     ecmp_imbalance::{EcmpImbalanceRule, EcmpImbalance},
     job_straggler::{JobStragglerRule, JobStraggler},
+    job_irregular_iteration::{JobIrregularIterationRule, JobIrregularIteration},
+    job_hang::{JobHangRule, JobHang},
     flow_table_full::{FlowTableFullRule, FlowTableFull},
     observer_drops::{ObserverDropsRule, ObserverDrops},
     nic_pfc_priorities::{NicPfcPrioritiesRule, NicPfcPriorities},
@@ -396,9 +398,9 @@ fn finding(
     })
 }
 
-/// Reports and flows to judge, for the rules' unit tests.
+/// Reports and flows to judge, for the rules' unit tests (and the analyses' that feed them).
 #[cfg(test)]
-mod testing {
+pub(crate) mod testing {
     use crate::model::{Flow, PauseCounts, PausePriority, PauseSource, PfcReport, Report, Source};
 
     /// A report with no traffic (no flows, no PFC, no microbursts, no ECMP model).
@@ -534,6 +536,8 @@ mod tests {
                 "latency",
                 "ecmp-imbalance",
                 "job-straggler",
+                "job-irregular-iteration",
+                "job-hang",
                 "flow-table-full",
                 "observer-drops",
                 "nic-pfc-priorities",

@@ -172,9 +172,16 @@ pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs 
     for (i, j) in jobs.iter_mut().enumerate() {
         j.id = format!("job-{}", i + 1);
     }
+    let last_bin = qps
+        .iter()
+        .filter_map(|q| q.bins.last().map(|(b, _)| *b))
+        .max();
     Jobs {
         bin_ns,
         start_ns,
+        end_ns: last_bin.map_or(start_ns, |b| {
+            start_ns.saturating_add(u64::from(b + 1).saturating_mul(bin_ns))
+        }),
         jobs,
     }
 }
@@ -251,6 +258,11 @@ fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
         bytes: total.values().sum(),
         first_ns: busy.first().map_or(start_ns, |b| at(*b)),
         last_ns: busy.last().map_or(start_ns, |b| at(*b + 1)),
+        last_packet_ns: members
+            .iter()
+            .filter_map(|q| q.bins.last().map(|(b, _)| at(*b + 1)))
+            .max()
+            .unwrap_or(start_ns),
         period,
         no_period,
         iteration_p50_ns: quantile(0.5),

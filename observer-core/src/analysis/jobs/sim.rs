@@ -23,6 +23,9 @@ pub struct Ring {
     pub slow_link: Option<(usize, f64)>,
     /// An iteration whose compute takes this many times longer on every host.
     pub slow_iteration: Option<(usize, f64)>,
+    /// An iteration whose steps take this many times longer on every host (the fabric
+    /// congested: a slow collective).
+    pub congested_iteration: Option<(usize, f64)>,
     /// (iteration, host): the host never finishes computing for that iteration; its peers
     /// send what they can without it and wait (a hang).
     pub hang: Option<(usize, usize)>,
@@ -41,6 +44,7 @@ impl Default for Ring {
             slow_host: None,
             slow_link: None,
             slow_iteration: None,
+            congested_iteration: None,
             hang: None,
             seed: 1,
         }
@@ -55,6 +59,8 @@ pub struct Step {
     pub step: usize,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// Its link or the fabric made it slower (its packets marked, lost and resent).
+    pub slowed: bool,
 }
 
 /// What the ring did.
@@ -101,9 +107,20 @@ pub fn ring(r: &Ring, t0_ns: u64) -> Schedule {
         let hung = r.hang.is_some_and(|(at, host)| at == i && host == h);
         (!hung).then_some(c as u64 / 1_000 * 1_000)
     };
-    let step_of = |h: usize| match r.slow_link {
-        Some((s, share)) if s == h => (r.step_ns as f64 * (1.0 + share)) as u64,
-        _ => r.step_ns,
+    // A step's length, and whether it was slowed.
+    let step_of = |h: usize, i: usize| {
+        let mut times = 1.0;
+        if let Some((s, share)) = r.slow_link
+            && s == h
+        {
+            times *= 1.0 + share;
+        }
+        if let Some((s, t)) = r.congested_iteration
+            && s == i
+        {
+            times *= t;
+        }
+        ((r.step_ns as f64 * times) as u64, times != 1.0)
     };
     let mut out = Schedule::default();
     // When each host is ready to start the next iteration (None: never).
@@ -125,7 +142,8 @@ pub fn ring(r: &Ring, t0_ns: u64) -> Schedule {
                     }
                 };
                 let Some(start) = start else { continue };
-                let stop = start + step_of(h);
+                let (len, slowed) = step_of(h, i);
+                let stop = start + len;
                 end[h][s] = Some(stop);
                 out.steps.push(Step {
                     host: h,
@@ -133,6 +151,7 @@ pub fn ring(r: &Ring, t0_ns: u64) -> Schedule {
                     step: s,
                     start_ns: start,
                     end_ns: stop,
+                    slowed,
                 });
                 first = Some(first.map_or(start, |f| f.min(start)));
             }

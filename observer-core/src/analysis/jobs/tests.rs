@@ -2,8 +2,8 @@
 //! own previous step and for its predecessor's), binned as the pipeline bins them; the truth is
 //! the simulation's own iteration starts.
 
-use super::*;
 use super::sim::{self, Ring};
+use super::*;
 use crate::model::Direction;
 
 const BIN: u64 = 1_000_000;
@@ -28,6 +28,11 @@ fn simulate_on(net: u8, r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
                     let d = bins.entry(bin as u32).or_default();
                     d.bytes += per;
                     d.packets += per / 1024;
+                    // A slowed step: a tenth of its packets CE-marked, one resent per bin.
+                    if st.slowed {
+                        d.ce += per / 10_240;
+                        d.retransmissions += 1;
+                    }
                 }
             }
             QpBins {
@@ -223,12 +228,15 @@ fn too_few_iterations_give_no_period_and_say_why() {
 #[test]
 fn rings_of_other_hosts_are_other_jobs_and_small_qps_join_nothing() {
     let (mut qps, _) = simulate(&Ring::default());
-    let (other, _) = simulate_on(1, &Ring {
-        hosts: 4,
-        compute_ns: 90_000_000,
-        seed: 7,
-        ..Ring::default()
-    });
+    let (other, _) = simulate_on(
+        1,
+        &Ring {
+            hosts: 4,
+            compute_ns: 90_000_000,
+            seed: 7,
+            ..Ring::default()
+        },
+    );
     qps.extend(other);
     // A probe between the two rings' hosts: too small to join them.
     qps.push(QpBins {
@@ -342,4 +350,143 @@ fn stalls_and_checkpoints_are_passed_over_for_the_iterations() {
         assert_eq!(p.ns, 40 * BIN, "{stalls:?}");
         assert_eq!(job.phases.len(), 30);
     }
+}
+
+/// The straggler's goals, over 20 seeds of 30 iterations each: a host computing 10% longer
+/// (each host's compute jittered by up to 5%) named in at least 95% of the iterations, a host
+/// whose link is twice as slow (its packets marked and resent) likewise, the cause right in at
+/// least 90% of the runs; the clean ring never names one.
+#[test]
+fn stragglers_are_named_in_most_iterations_with_their_cause() {
+    use crate::analysis::findings::{Outcome, Thresholds, rules, testing};
+    let rule = *rules()
+        .iter()
+        .find(|r| r.name() == "job-straggler")
+        .unwrap();
+    let straggler = |ring: &Ring| {
+        let mut r = testing::report();
+        r.jobs = Some(analyse(&simulate(ring).0));
+        match testing::run(rule, &r, &Thresholds::default()) {
+            Outcome::Fired(f) => (Some(f), false),
+            o => (None, matches!(o, Outcome::Passed(_))),
+        }
+    };
+    let (mut kinds, mut right, mut runs) = (Vec::new(), 0, 0);
+    let mut figures = Vec::new();
+    for (kind, cause) in [("host", "host"), ("link", "network")] {
+        let (mut k_named, mut k_samples, mut k_right) = (0u64, 0u64, 0);
+        for seed in 1..=20 {
+            let slow = (seed as usize * 3) % 8;
+            let ring = match kind {
+                "host" => Ring {
+                    seed,
+                    slow_host: Some((slow, 0.10)),
+                    ..Ring::default()
+                },
+                _ => Ring {
+                    seed,
+                    slow_link: Some((slow, 1.0)),
+                    ..Ring::default()
+                },
+            };
+            runs += 1;
+            // Compute samples are iterations (29), phase samples phases (30).
+            let (f, _) = straggler(&ring);
+            let Some(f) = f else {
+                k_samples += 29;
+                continue;
+            };
+            let n = |k: &str| f.evidence[k].as_u64().unwrap();
+            k_samples += n("samples");
+            if f.evidence["host"] == ip(0, slow).to_string() {
+                k_named += n("late_samples");
+                if f.evidence["cause"] == cause {
+                    k_right += 1;
+                }
+            }
+        }
+        figures.push(format!(
+            "{kind} straggler: named in {:.1}% of samples, cause right in {k_right} of 20 runs",
+            100.0 * k_named as f64 / k_samples as f64
+        ));
+        kinds.push((k_named, k_samples));
+        right += k_right;
+    }
+    let mut clean = 0;
+    for seed in 1..=20 {
+        let (f, passed) = straggler(&Ring {
+            seed,
+            ..Ring::default()
+        });
+        assert!(f.is_none(), "seed {seed}: {f:?}");
+        clean += usize::from(passed);
+    }
+    figures.push(format!("clean ring: no straggler in {clean} of 20 runs"));
+    eprintln!("{}", figures.join("\n"));
+    for (named, samples) in kinds {
+        assert!(named * 100 >= samples * 95, "{figures:?}");
+    }
+    assert!(right * 10 >= runs * 9, "{figures:?}");
+    assert_eq!(clean, 20);
+}
+
+/// A hang is flagged once the wire has been watched for three periods past the hung phase's
+/// start (the period and two more: `job_hang.min_silent_periods`), never before.
+#[test]
+fn a_hang_is_flagged_within_three_periods() {
+    use crate::analysis::findings::{Outcome, Thresholds, rules, testing};
+    let rule = *rules().iter().find(|r| r.name() == "job-hang").unwrap();
+    let ring = Ring {
+        iterations: 20,
+        hang: Some((12, 5)),
+        ..Ring::default()
+    };
+    let (qps, onsets) = simulate(&ring);
+    let period = true_period(&onsets[..onsets.len() - 1]);
+    let hung = *onsets.last().unwrap();
+    // Another QP seen until `periods` periods after the hang began.
+    let watched = |periods: f64| {
+        let mut all = qps.clone();
+        let until = ((hung as f64 + periods * period) / BIN as f64) as u32;
+        all.push(QpBins {
+            flow: FlowRef {
+                src_ip: ip(7, 0),
+                dst_ip: ip(7, 1),
+                udp_src_port: 7000,
+                dest_qp: 0x55,
+                direction: Direction::Ingress,
+            },
+            connected: true,
+            data: true,
+            bins: (0..until)
+                .step_by(5)
+                .map(|b| {
+                    (
+                        b,
+                        Delta {
+                            bytes: 4096,
+                            packets: 4,
+                            ..Delta::default()
+                        },
+                    )
+                })
+                .chain([(
+                    until,
+                    Delta {
+                        bytes: 4096,
+                        packets: 4,
+                        ..Delta::default()
+                    },
+                )])
+                .collect(),
+        });
+        let mut r = testing::report();
+        r.jobs = Some(analyse(&all));
+        testing::run(rule, &r, &Thresholds::default())
+    };
+    assert!(matches!(watched(2.9), Outcome::Passed(_)));
+    let Outcome::Fired(f) = watched(3.05) else {
+        panic!("no hang after 3 periods")
+    };
+    assert_eq!(f.evidence["missing_hosts"], ip(0, 5).to_string());
 }

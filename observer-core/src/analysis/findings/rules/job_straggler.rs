@@ -52,7 +52,7 @@ impl Default for JobStraggler {
             min_hosts: 3,
             min_share_percent: 66.0,
             min_margin_bins: 2,
-            min_margin_percent: 10.0,
+            min_margin_percent: 3.0,
             max_chance: 0.001,
         }
     }
@@ -377,6 +377,7 @@ mod tests {
         r.jobs = Some(Jobs {
             bin_ns: ms,
             start_ns: 0,
+            end_ns: 0,
             jobs: vec![Job {
                 id: "job-1".into(),
                 hosts: (1..=hosts).map(ip).collect(),
@@ -384,6 +385,7 @@ mod tests {
                 bytes: 1000,
                 first_ns: 0,
                 last_ns: 0,
+                last_packet_ns: 0,
                 period: None,
                 no_period: None,
                 iteration_p50_ns: None,
@@ -444,8 +446,8 @@ mod tests {
 
     #[test]
     fn jitter_and_a_few_late_samples_are_no_straggler() {
-        // Late by 2 ms in phases of 30: under a tenth of the phase.
-        let r = job(10, 8, |_, h| u64::from(h == 3) * 2, |_, _| 0);
+        // Late by 1 ms in phases of 30 (on 1 ms bins): under the two bins of the margin.
+        let r = job(10, 8, |_, h| u64::from(h == 3), |_, _| 0);
         assert!(matches!(
             run(&JobStragglerRule, &r, &Thresholds::default()),
             Outcome::Passed(_)

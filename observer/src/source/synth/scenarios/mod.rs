@@ -54,7 +54,10 @@ use rules::{
     rule_rnr, rule_stall, rules_clean,
 };
 use traffic::{clean, incast, ipv6_vlan, loss, mixed_dscp};
-use training::{rule_job_straggler, training};
+use training::{
+    rule_job_hang, rule_job_irregular_iteration, rule_job_straggler, training,
+    training_network_straggler,
+};
 
 /// The scenarios meant to be written to capture files: plain, complete frames only (no
 /// deliberately broken ones), so any dissector must agree with the truth on every frame.
@@ -115,6 +118,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "training",
         "a training job: a ring all-reduce among 8 hosts, 12 iterations of 40 ms compute (up to 5% apart per host) then 14 ring steps of 4 WRITEs and an ACK each; a host's step waits for its predecessor's",
+    ),
+    (
+        "training-network-straggler",
+        "the training ring with its sixth host's link slow: its steps take twice as long, every other packet CE-marked, one lost and resent per step (a NAK, a CNP): it finishes its phases last (job-straggler, cause network, with --jobs)",
     ),
     (
         "rules-clean",
@@ -191,6 +198,14 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "rule-job-straggler",
         "the training ring (8 hosts) with its fourth host computing 25% longer every iteration: it starts its part of each phase late, the network quiet (rule job-straggler, with --jobs)",
+    ),
+    (
+        "rule-job-irregular-iteration",
+        "the training ring with its seventh iteration's collective four times as slow, its packets CE-marked, lost and resent (rule job-irregular-iteration, cause network, with --jobs)",
+    ),
+    (
+        "rule-job-hang",
+        "the training ring whose fourth host never finishes computing for its ninth iteration (its peers send what they can and wait), another pair of hosts writing for 250 ms more (rule job-hang, with --jobs)",
     ),
     (
         "rule-ecmp-imbalance",
@@ -295,6 +310,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "pfc" => pfc_scenario(&mut w),
         "latency" => latency(&mut w),
         "training" => training(&mut w),
+        "training-network-straggler" => training_network_straggler(&mut w),
         "rules-clean" => rules_clean(&mut w),
         "rule-ce-without-cnp" => rule_ce_without_cnp(&mut w),
         "rule-not-ect" => rule_not_ect(&mut w),
@@ -314,6 +330,8 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "rule-microburst" => rule_microburst(&mut w),
         "rule-ecmp-imbalance" => rule_ecmp_imbalance(&mut w),
         "rule-job-straggler" => rule_job_straggler(&mut w),
+        "rule-job-irregular-iteration" => rule_job_irregular_iteration(&mut w),
+        "rule-job-hang" => rule_job_hang(&mut w),
         "rule-psn-violation-split" => rule_psn_violation_split(&mut w),
         "latency-ports" => latency_ports(&mut w),
         "pairing-local-port" => pairing_local_port(&mut w),

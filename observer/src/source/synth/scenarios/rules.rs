@@ -439,7 +439,7 @@ mod tests {
             .collect();
         // One per rule but flow-table-full, the two clean ones, and psn-violation's second
         // (ports per direction).
-        assert_eq!(rules.len(), 28, "{rules:?}");
+        assert_eq!(rules.len(), 30, "{rules:?}");
         for (name, w) in all_scenarios() {
             if rules.contains(&name) {
                 assert_deterministic(name, &w);

@@ -22,6 +22,9 @@ pub(super) struct Training {
     pub ring: Ring,
     pub packets_per_step: usize,
     pub packet_len: usize,
+    /// When not 0, another pair of hosts (198.18.<net>.20 to .21) WRITEs 2 KiB every 5 ms from
+    /// the start until this long after the ring's last frame (other traffic on the wire).
+    pub bystander_ns: u64,
 }
 
 pub(super) fn training_ring() -> Training {
@@ -38,6 +41,7 @@ pub(super) fn training_ring() -> Training {
         },
         packets_per_step: 4,
         packet_len: 512,
+        bystander_ns: 0,
     }
 }
 
@@ -54,30 +58,63 @@ pub(super) fn rule_job_straggler(w: &mut Workload) {
     ring(w, &t);
 }
 
-/// What a host does at a time: WRITE one packet to its successor (or lose it on the way), or
-/// (as the successor) ACK the host's last packet; on a slow link also NAK the lost packet,
-/// notify congestion, and (the host) resend from the lost packet.
+/// `training-network-straggler`: the ring with its sixth host's link slow (198.18.83.6): its
+/// steps take twice as long, their packets CE-marked, lost and resent; it finishes its part of
+/// each phase last while its peers wait on it.
+pub(super) fn training_network_straggler(w: &mut Workload) {
+    let mut t = training_ring();
+    t.net = 83;
+    t.ring.slow_link = Some((5, 1.0));
+    ring(w, &t);
+}
+
+/// `rule-job-irregular-iteration`: the ring with its seventh iteration's collective four times
+/// as slow, every host's packets CE-marked, lost and resent (the fabric congested then).
+pub(super) fn rule_job_irregular_iteration(w: &mut Workload) {
+    let mut t = training_ring();
+    t.net = 84;
+    t.ring.congested_iteration = Some((6, 4.0));
+    ring(w, &t);
+}
+
+/// `rule-job-hang`: the ring's fourth host (198.18.85.4) never finishes computing for its ninth
+/// iteration: its peers send what they can without it and wait. Another pair of hosts goes on
+/// writing for 250 ms more: the wire was watched.
+pub(super) fn rule_job_hang(w: &mut Workload) {
+    let mut t = training_ring();
+    t.net = 85;
+    t.ring.hang = Some((8, 3));
+    t.bystander_ns = 250 * MS;
+    ring(w, &t);
+}
+
+/// What a host does at a time: WRITE one packet to its successor (or lose it before the
+/// observation point), or (as the successor) ACK the host's last packet; in a slowed step also
+/// NAK the lost packet, notify congestion, and (the host) go back to the lost packet.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Write(usize),
+    /// (host, CE-marked)
+    Write(usize, bool),
     Lose(usize),
     Nak(usize),
     Cnp(usize),
     Resend(usize),
     Ack(usize),
+    /// The other pair's WRITE and its ACK.
+    Bystander,
 }
 
-/// The ring `t` as frames: each host's QP to its successor carries its steps. A slow link's
-/// host (a network straggler) has every other packet CE-marked, loses the third of each step's
-/// packets (the fourth arrives out of order: a NAK, a resend from the lost one), and its
-/// successor sends a CNP per step.
+/// The ring `t` as frames: each host's QP to its successor carries its steps. A slowed step (a
+/// slow link's, or a congested iteration's) has every other packet CE-marked and its third
+/// packet lost before the observation point (the fourth arrives out of order): the successor
+/// NAKs it and sends a CNP, the host goes back to it (a resend of both).
 pub(super) fn ring(w: &mut Workload, t: &Training) {
     let r = &t.ring;
     let n = r.hosts;
     let schedule = sim::ring(r, BASE_TS_NS);
     let slow_link = r.slow_link.map(|(h, _)| h);
-    // The retransmission bursts follow their first frame at this gap, inside their µs.
-    w.set_frame_gap(100);
+    // A resend's frames follow its first 1 ns apart: inside the few ns its host has.
+    w.set_frame_gap(1);
     let mut events: Vec<(u64, Event)> = Vec::new();
     for st in &schedule.steps {
         let h = st.host;
@@ -85,11 +122,16 @@ pub(super) fn ring(w: &mut Workload, t: &Training) {
         // every frame's time its own.
         let off = 7 * h as u64;
         let spacing = (st.end_ns - st.start_ns) / t.packets_per_step as u64;
-        let lossy = slow_link == Some(h);
+        let lossy = st.slowed;
         for k in 0..t.packets_per_step {
             let at = st.start_ns + k as u64 * spacing + off;
-            let lost = lossy && k + 2 == t.packets_per_step;
-            events.push((at, if lost { Event::Lose(h) } else { Event::Write(h) }));
+            // Every other packet of a slowed step CE-marked, its next to last lost.
+            let e = if lossy && k + 2 == t.packets_per_step {
+                Event::Lose(h)
+            } else {
+                Event::Write(h, lossy && k % 2 == 0)
+            };
+            events.push((at, e));
         }
         if lossy {
             events.push((st.end_ns - 1_000 + off, Event::Nak(h)));
@@ -100,31 +142,41 @@ pub(super) fn ring(w: &mut Workload, t: &Training) {
             events.push((st.end_ns - 1_000 + off, Event::Ack(h)));
         }
     }
+    if t.bystander_ns > 0 {
+        let end = events.iter().map(|e| e.0).max().unwrap_or(BASE_TS_NS) + t.bystander_ns;
+        // 460 ns past a µs: a time none of the ring's frames has (theirs are 0-49, 150-199,
+        // 300-349 and 600-649 ns past one).
+        let mut at = BASE_TS_NS + 460;
+        while at < end {
+            events.push((at, Event::Bystander));
+            at += 5 * MS;
+        }
+    }
     events.sort_unstable();
+    let mut bystander = qp_v4(TRANSPORT_RC, t.net, [20, 21], [0x4000, 0x4001], 0);
+    // Per host, the PSN lost in its current step.
+    let mut lost: Vec<Option<u32>> = vec![None; n];
     let mut qps: Vec<_> = (0..n)
         .map(|h| {
-            let mut q = qp_v4(
+            qp_v4(
                 TRANSPORT_RC,
                 t.net,
                 [h as u8 + 1, ((h + 1) % n) as u8 + 1],
                 [0x2000 + h as u32, 0x3000 + ((h + 1) % n) as u32],
                 (h as u32) << 16,
-            );
-            if slow_link == Some(h) {
-                q.ce_every = 2;
-            }
-            q
+            )
         })
         .collect();
-    // Per host, the PSN its slow link lost in the current step.
-    let mut lost: Vec<Option<u32>> = vec![None; n];
     for (ts, e) in events {
         w.at(ts);
         match e {
-            Event::Write(h) => {
+            Event::Write(h, marked) => {
+                // (Every request is the `ce_every`-th with it at 1.)
+                qps[h].ce_every = u32::from(marked);
                 qps[h].write(w, t.packet_len);
             }
             Event::Lose(h) => {
+                qps[h].ce_every = 0;
                 lost[h] = Some(qps[h].next_psn());
                 qps[h].lose_next(1);
                 qps[h].write(w, t.packet_len);
@@ -143,6 +195,10 @@ pub(super) fn ring(w: &mut Workload, t: &Training) {
             Event::Ack(h) => {
                 let psn = qps[h].last_psn();
                 qps[h].ack(w, psn);
+            }
+            Event::Bystander => {
+                let psn = bystander.write(w, 2048);
+                bystander.ack(w, psn);
             }
         }
     }
