@@ -748,3 +748,58 @@ fn the_fabric_page_draws_the_topology_with_the_suspect_marked() {
         "the name shown as text"
     );
 }
+
+/// `replay --jobs --html` on the generated ring whose fourth host hangs: the jobs section draws
+/// a bar per phase and per host's part of each, the hung host's row marked missing; a ring
+/// whose host computes longer has that host's row marked the straggler.
+#[test]
+fn the_jobs_section_draws_each_hosts_phases_with_the_straggler_and_the_hung_host_marked() {
+    let test =
+        "the_jobs_section_draws_each_hosts_phases_with_the_straggler_and_the_hung_host_marked";
+    if !require_chromium(test) {
+        return;
+    }
+    let dir = Scratch::new("html-jobs");
+    for (scenario, mark) in [
+        ("rule-job-hang", "198.18.85.4 (missing)"),
+        ("rule-job-straggler", "198.18.81.4 (straggler)"),
+    ] {
+        let w = synth::scenario(scenario).unwrap();
+        let pcap = dir.path(&format!("{scenario}.pcap"));
+        synth::write_pcap(std::fs::File::create(&pcap).unwrap(), &w.frames).unwrap();
+        let html = dir.path(&format!("{scenario}.html"));
+        let json = std::process::Command::new(env!("CARGO_BIN_EXE_roce-observer-under-test"))
+            .arg("replay")
+            .arg(&pcap)
+            .args(["--jobs", "--json", "--html"])
+            .arg(&html)
+            .output()
+            .unwrap();
+        assert!(
+            json.status.success(),
+            "{}",
+            String::from_utf8_lossy(&json.stderr)
+        );
+        let report: Report = serde_json::from_slice(&json.stdout).unwrap();
+        let jobs = report.jobs.as_ref().unwrap();
+        let bars: usize = jobs
+            .jobs
+            .iter()
+            .map(|j| j.phases.len() + j.phases.iter().map(|p| p.hosts.len()).sum::<usize>())
+            .sum();
+        let page = std::fs::read_to_string(&html).unwrap();
+        let dom = chromium(&dir, &html, &["--dump-dom"]);
+        let body = body_tag(&dom);
+        assert!(
+            body.contains("data-rendered=\"1\"") && !body.contains("data-errors"),
+            "{body}"
+        );
+        assert!(
+            body.contains(&format!("data-job-bars=\"{bars}\"")),
+            "{bars}: {body}"
+        );
+        assert!(dom.contains("id=\"jobs\""));
+        assert!(dom.contains(mark), "{scenario}: {mark}");
+        assert!(page.contains("default-src 'none'"));
+    }
+}

@@ -243,4 +243,15 @@ fn bad_jobs_flags_are_one_line() {
             "{args:?}: {err}"
         );
     }
+    // The XDP observer has no frame times: diagnose --jobs needs a capture, before anything
+    // is attached (no root needed to be told).
+    let (status, out, err) =
+        output(Command::new(CLI).args(["diagnose", "--iface", "lo", "--jobs"]));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(out.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--jobs needs every frame's time: give --capture DEV"),
+        "{err}"
+    );
 }

@@ -54,6 +54,23 @@ pub struct AnalysisArgs {
     /// No colours in the terminal report (also when NO_COLOR is set or stdout is no terminal).
     #[arg(long)]
     pub no_color: bool,
+    /// Training jobs: the hosts talking RC grouped into jobs, their communication phases and
+    /// iteration period, each host's part of each phase (docs/jobs.md).
+    #[arg(long)]
+    pub jobs: bool,
+    /// With --jobs: the bins the phases are measured on (10us to 1s; at most 100,000 of them
+    /// over the observation).
+    #[arg(long, default_value = "1ms", value_parser = parse_jobs_bin, value_name = "DURATION", requires = "jobs")]
+    pub jobs_bin: Duration,
+}
+
+/// `--jobs-bin`: a duration from 10us to 1s.
+fn parse_jobs_bin(s: &str) -> Result<Duration, String> {
+    let d = roce_observer::units::parse_duration(s)?;
+    if d < Duration::from_micros(10) || d > Duration::from_secs(1) {
+        return Err(format!("{s} is not between 10us and 1s"));
+    }
+    Ok(d)
 }
 
 impl AnalysisArgs {
@@ -109,7 +126,7 @@ impl AnalysisArgs {
             ecmp,
             nic: None,
             local_hosts: Vec::new(),
-            jobs_bin_ns: None,
+            jobs_bin_ns: self.jobs.then_some(self.jobs_bin.as_nanos() as u64),
         })
     }
 

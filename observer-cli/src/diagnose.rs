@@ -162,6 +162,13 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
     }
     a.analysis
         .validate(Duration::from_nanos(MIN_LIVE_INTERVAL_NS), "live capture")?;
+    if a.analysis.jobs && a.capture.is_none() {
+        // The kernel program counts per flow, not per frame: the jobs' fine bins need each
+        // frame's time, which a capture has.
+        bail!(
+            "--jobs needs every frame's time: give --capture DEV (an interface, or an RDMA device's sniffer such as mlx5_0); the XDP observer counts per flow, not per frame"
+        );
+    }
     let inputs: Vec<_> = a.analysis.rules.iter().map(Into::into).collect();
     a.analysis.files().check(&inputs)?;
     let observed = a

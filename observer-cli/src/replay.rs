@@ -45,25 +45,8 @@ pub struct ReplayArgs {
     /// it the host is the one address every flow has at one end, when there is one.
     #[arg(long = "local-ip", value_name = "IP")]
     pub local_ips: Vec<std::net::IpAddr>,
-    /// Training jobs: the hosts talking RC grouped into jobs, their communication phases and
-    /// iteration period, each host's part of each phase (docs/jobs.md).
-    #[arg(long)]
-    pub jobs: bool,
-    /// With --jobs: the bins the phases are measured on (10us to 1s; at most 100,000 of them
-    /// over the capture).
-    #[arg(long, default_value = "1ms", value_parser = parse_jobs_bin, value_name = "DURATION", requires = "jobs")]
-    pub jobs_bin: Duration,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
-}
-
-/// `--jobs-bin`: a duration from 10us to 1s.
-fn parse_jobs_bin(s: &str) -> Result<Duration, String> {
-    let d = roce_observer::units::parse_duration(s)?;
-    if d < Duration::from_micros(10) || d > Duration::from_secs(1) {
-        return Err(format!("{s} is not between 10us and 1s"));
-    }
-    Ok(d)
 }
 
 pub fn replay(a: ReplayArgs) -> Result<()> {
@@ -83,7 +66,6 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     output::refuse_twice(&a.files)?;
     let mut options = a.analysis.options()?;
     options.local_hosts = a.local_ips.clone();
-    options.jobs_bin_ns = a.jobs.then_some(a.jobs_bin.as_nanos() as u64);
     // Trees: directories or tar.gz, two of them or one snapshot of two readings, open until
     // the report is made.
     let (_opened, roots) = output::open_trees("--nic-root", &a.nic_root)?;

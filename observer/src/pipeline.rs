@@ -70,7 +70,7 @@ pub struct AnalysisOptions {
     /// its own requests' round trips from its answers to others' requests; empty: inferred
     /// from the capture where it can be.
     pub local_hosts: Vec<std::net::IpAddr>,
-    /// Replay: the jobs analysis on bins of this width (`--jobs`); none: not done.
+    /// The jobs analysis on bins of this width (`--jobs`); none: not done.
     pub jobs_bin_ns: Option<u64>,
 }
 
@@ -146,7 +146,7 @@ impl AnalysisOptions {
             link_speed_bps,
             threshold_percent: self.thresholds.microburst.share_percent,
             series_flows: SERIES_FLOWS,
-            jobs_bin_ns: 0,
+            jobs_bin_ns: self.jobs_bin_ns.unwrap_or(0),
         }
     }
 
@@ -167,7 +167,7 @@ fn apply_timeline(report: &mut Report, end: TimelineEnd) {
     if let Some(bins) = end.jobs {
         if bins.overflow {
             report.source.warnings.push(format!(
-                "the capture spans more than {MAX_INTERVALS} job bins: the jobs analysis stops there (give longer --jobs-bin)"
+                "the observation spans more than {MAX_INTERVALS} job bins: the jobs analysis stops there (give longer --jobs-bin)"
             ));
         }
         let jobs = crate::analysis::jobs::of_report(report, bins, &Default::default());

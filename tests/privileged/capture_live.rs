@@ -607,3 +607,68 @@ fn the_sidecar_captures_an_interface_again_when_it_comes_back() {
     let (clean, log) = d.stop();
     assert!(clean, "{log}");
 }
+
+/// `diagnose --capture --jobs` on the generator's training ring sent over a veth pair: one job
+/// of its 8 hosts, a phase per iteration, and its period as the sender paced it. The sender
+/// waits out the gaps of 1 ms or more between frames and sends the rest back to back (with a
+/// pause per batch), so the truth is its own clock: when it sent each iteration's first frame.
+#[test]
+fn diagnose_finds_the_training_job_in_a_live_capture() {
+    if !require_root("diagnose_finds_the_training_job_in_a_live_capture") {
+        return;
+    }
+    let w = synth::scenario("training").unwrap();
+    let truth = &w.truth.jobs[0];
+    let lab = Lab::create("ro-capjobs").unwrap();
+    let d = Diagnose::start(
+        &lab.ns,
+        CLI.as_ref(),
+        &["--capture", "rx0", "--duration", "10m", "--jobs", "--json"],
+    );
+    let frames = w.frames.clone();
+    let sent = lab
+        .ns
+        .run_in(move || {
+            roce_observer::lab::pin_current_thread().unwrap();
+            synth::send_timed("tx0", &frames)
+        })
+        .unwrap()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    unsafe { libc::kill(d.child.id() as i32, libc::SIGINT) };
+    let r = report(d, "diagnose --capture --jobs");
+    assert_eq!(r.totals.roce_packets, w.frames.len() as u64);
+    // Each iteration's first frame, as sent.
+    let starts: Vec<u64> = truth
+        .iteration_starts_ns
+        .iter()
+        .map(|t| sent[w.frames.iter().position(|f| f.ts_ns == *t).unwrap()])
+        .collect();
+    let sent_mean = (starts[starts.len() - 1] - starts[0]) as f64 / (starts.len() - 1) as f64;
+    let jobs = r.jobs.as_ref().expect("a jobs section");
+    assert_eq!(jobs.jobs.len(), 1, "{jobs:#?}");
+    let job = &jobs.jobs[0];
+    assert_eq!(job.hosts, truth.hosts);
+    assert_eq!(
+        job.phases.len(),
+        truth.iteration_starts_ns.len(),
+        "{job:#?}"
+    );
+    let p = job.period.as_ref().expect("a period");
+    assert_eq!(p.iterations as usize, starts.len() - 1, "{p:?}");
+    // Phases start on 1 ms bins: their mean spacing within 2% of the sender's.
+    assert!(
+        (p.ns as f64 / sent_mean - 1.0).abs() < 0.02,
+        "period {} vs sent {sent_mean}",
+        p.ns
+    );
+    let check = |rule: &str| r.checks.iter().find(|c| c.rule == rule).unwrap().status;
+    for rule in ["job-straggler", "job-hang", "job-irregular-iteration"] {
+        assert_eq!(
+            check(rule),
+            roce_observer::model::findings::CheckStatus::Passed,
+            "{rule}: {:?}",
+            r.checks
+        );
+    }
+}

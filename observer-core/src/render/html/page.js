@@ -722,6 +722,101 @@
       { h: "XON", num: true }, { h: "Quanta", num: true }, { h: "Pause asked", num: true }, { h: "% of window", num: true }], rows));
   });
 
+  // ---------- training jobs: each host's sending in each phase, as a timeline
+  var jobBars = 0;
+  if (R.jobs) section("jobs", "Training jobs", function (s) {
+    var J = R.jobs;
+    var jobs = arr(J.jobs);
+    if (!jobs.length) { s.append(el("p", "note", "No training job: no hosts joined by RC traffic.")); return; }
+    s.append(el("p", "muted", "On bins of " + dur(J.bin_ns) + ". Each host's bar spans its first to its last data sent in a phase (not its NIC's ACKs); the top row is the job's phases."));
+    // What the job rules named, per job.
+    var named = {};
+    arr(R.findings).forEach(function (f) {
+      var e = f.evidence || {};
+      if (!e.job) return;
+      var n = named[e.job] || (named[e.job] = {});
+      if (f.rule === "job-straggler" && e.host) n.straggler = { host: e.host, cause: e.cause };
+      if (f.rule === "job-hang") n.missing = String(e.missing_hosts || "").split(",").filter(Boolean);
+      if (f.rule === "job-irregular-iteration") n.irregular = e.iteration_start_ns;
+    });
+    // Bars drawn at most, over all jobs (a long capture's thousands of phases).
+    var MAX_BARS = 6000;
+    jobs.forEach(function (j) {
+      var phases = arr(j.phases), hosts = arr(j.hosts), n = named[j.id] || {};
+      s.append(el("h3", null, j.id + ": " + hosts.length + " hosts, " + int(phases.length) + " phases"));
+      var p = j.period;
+      var pairs = [
+        ["hosts", hosts.join(", ")],
+        ["data", bytes(j.bytes)],
+        ["period", p ? dur(p.ns) + " \u00b1 " + dur(p.stderr_ns) + " over " + int(p.iterations) + " iterations (spread " + pct(p.cv * 100, 1) + ")" : "none: " + (j.no_period || "-")],
+        ["iteration time p50 / p99", isNum(j.iteration_p50_ns) ? dur(j.iteration_p50_ns) + " / " + dur(j.iteration_p99_ns) : "-"],
+      ];
+      if (n.straggler) pairs.push(["straggler", n.straggler.host + " (cause: " + n.straggler.cause + ")", "bad"]);
+      if (n.missing && n.missing.length) pairs.push(["missing from its last phase (hung)", n.missing.join(", "), "bad"]);
+      s.append(kv(pairs));
+      if (!phases.length) return;
+      var t0 = phases[0].start_ns, span = Math.max(1, phases[phases.length - 1].end_ns - t0);
+      var drawn = phases.length;
+      var per = hosts.length + 1;
+      if (jobBars + drawn * per > MAX_BARS) drawn = Math.max(0, Math.floor((MAX_BARS - jobBars) / per));
+      if (drawn < phases.length) {
+        s.append(el("p", "note", "The timeline draws the first " + int(drawn) + " of " + int(phases.length) + " phases (the JSON has them all)."));
+        if (drawn > 0) span = Math.max(1, phases[drawn - 1].end_ns - t0);
+      }
+      function bar(track, a, b, cls, tip) {
+        var d = el("div", cls);
+        d.style.left = (100 * (a - t0) / span) + "%";
+        d.style.width = Math.max(0.15, 100 * (b - a) / span) + "%";
+        d.title = tip;
+        track.append(d);
+        jobBars++;
+      }
+      var tl = el("div", "timeline");
+      function row(label, cls) {
+        var track = el("div", "track");
+        tl.append(el("div", "tl-row" + (cls ? " " + cls : ""), el("span", "tl-label mono", label), track));
+        return track;
+      }
+      var top = row("phases");
+      phases.slice(0, drawn).forEach(function (ph, i) {
+        var slow = n.irregular === ph.start_ns;
+        bar(top, ph.start_ns, ph.end_ns, slow ? "bar phase slow" : "bar phase",
+          "phase " + (i + 1) + ": " + dur(ph.end_ns - ph.start_ns) + ", " + bytes(ph.bytes) + (slow ? " (irregular iteration)" : ""));
+      });
+      hosts.forEach(function (h) {
+        var mark = n.straggler && n.straggler.host === h ? "straggler" : n.missing && n.missing.indexOf(h) >= 0 ? "missing" : "";
+        var track = row(h + (mark ? " (" + mark + ")" : ""), mark);
+        phases.slice(0, drawn).forEach(function (ph, i) {
+          arr(ph.hosts).forEach(function (x) {
+            if (x.host !== h) return;
+            var ev = (x.ce || 0) + (x.cnp || 0) + (x.naks || 0) + (x.retransmissions || 0);
+            bar(track, x.start_ns, x.end_ns, ev > 0 ? "bar troubled" : "bar",
+              h + " in phase " + (i + 1) + ": " + dur(x.end_ns - x.start_ns) + ", " + bytes(x.bytes) +
+              (ev > 0 ? ", " + int(ev) + " CE marks, CNPs, NAKs and resends on its QPs" : ""));
+          });
+        });
+      });
+      tl.append(el("div", "tl-axis muted", el("span", null, "0"), el("span", null, dur(span))));
+      s.append(el("div", "scroll", tl));
+      // The iterations, as a table (the first 200).
+      var rows = phases.slice(0, 200).map(function (ph, i) {
+        var next = phases[i + 1];
+        var last = arr(ph.hosts).slice().sort(function (a, b) { return b.end_ns - a.end_ns; })[0];
+        var ev = sum(arr(ph.hosts).map(function (x) { return (x.ce || 0) + (x.cnp || 0) + (x.naks || 0) + (x.retransmissions || 0); }));
+        var it = next ? next.start_ns - ph.start_ns : null;
+        var long = p && it !== null && it > 1.5 * p.ns;
+        return [i + 1, { v: dur(ph.start_ns - t0), sort: ph.start_ns - t0 },
+          { v: it === null ? "-" : dur(it), sort: it === null ? -1 : it, cls: long ? "warn" : "" },
+          { v: dur(ph.end_ns - ph.start_ns), sort: ph.end_ns - ph.start_ns }, { v: bytes(ph.bytes), sort: ph.bytes },
+          int(arr(ph.hosts).length), { v: last ? last.host : "-", cls: "mono" }, { v: int(ev), cls: ev > 0 ? "bad" : "" }];
+      });
+      var d = el("details", null, el("summary", null, "Iterations: " + int(phases.length) + " phases" + (phases.length > 200 ? " (the first 200)" : "")));
+      d.append(table([{ h: "#", num: true }, { h: "Start", num: true }, { h: "Iteration", num: true }, { h: "Phase", num: true },
+        { h: "Bytes", num: true }, { h: "Hosts", num: true }, { h: "Last to finish" }, { h: "CE, CNP, NAK, resends", num: true }], rows));
+      s.append(d);
+    });
+  });
+
   // ---------- ECMP
   if (R.ecmp) section("ecmp", "ECMP hashing model", function (s) {
     var E = R.ecmp, m = E.model || {};
@@ -808,5 +903,6 @@
   window.addEventListener("afterprint", function () { resizeAll(chartWidth()); });
 
   document.body.dataset.charts = String(plots.length);
+  document.body.dataset.jobBars = String(jobBars);
   document.body.dataset.rendered = "1";
 })();

@@ -43,11 +43,13 @@ impl Default for JobHang {
     }
 }
 
-/// A hung job: how long it has been silent since its last phase began, and who was missing.
+/// A hung job: how long it has gone without a phase and without a packet, and who was missing.
 struct Hang<'a> {
     job: &'a Job,
     period_ns: u64,
     /// From its last phase's start to the observation's end.
+    since_phase_ns: u64,
+    /// From its last packet (or its last phase's end) to the observation's end.
     silent_ns: u64,
     /// Hosts that send in most of its phases but not in the last one.
     missing: Vec<std::net::IpAddr>,
@@ -60,7 +62,12 @@ fn hang<'a>(job: &'a Job, jobs: &Jobs, c: &JobHang) -> Result<Option<Hang<'a>>, 
     let (Some(period), Some(last)) = (&job.period, job.phases.last()) else {
         return Err(());
     };
-    let silent_ns = jobs.end_ns.saturating_sub(last.start_ns);
+    let since_phase_ns = jobs.end_ns.saturating_sub(last.start_ns);
+    // Quiet since its last packet for a period at least: a long last phase running to the end
+    // of the observation is no silence.
+    let silent_ns = jobs
+        .end_ns
+        .saturating_sub(job.last_packet_ns.max(last.end_ns));
     let longest = job
         .phases
         .windows(2)
@@ -68,7 +75,7 @@ fn hang<'a>(job: &'a Job, jobs: &Jobs, c: &JobHang) -> Result<Option<Hang<'a>>, 
         .max()
         .unwrap_or(0);
     let due = period.ns as f64 * (1.0 + c.min_silent_periods);
-    if (silent_ns as f64) < due || silent_ns <= longest {
+    if (since_phase_ns as f64) < due || since_phase_ns <= longest || silent_ns < period.ns {
         return Ok(None);
     }
     let phases = job.phases.len();
@@ -90,6 +97,7 @@ fn hang<'a>(job: &'a Job, jobs: &Jobs, c: &JobHang) -> Result<Option<Hang<'a>>, 
     Ok(Some(Hang {
         job,
         period_ns: period.ns,
+        since_phase_ns,
         silent_ns,
         missing,
         last_bytes: last.bytes,
@@ -99,7 +107,7 @@ fn hang<'a>(job: &'a Job, jobs: &Jobs, c: &JobHang) -> Result<Option<Hang<'a>>, 
 
 fn job_hang(r: &Report, c: &JobHang) -> Outcome {
     let Some(jobs) = &r.jobs else {
-        return Outcome::Skipped("no jobs analysis: give --jobs (replay)".into());
+        return Outcome::Skipped("no jobs analysis: give --jobs (replay, or diagnose --capture)".into());
     };
     let mut periodic = 0;
     let mut hung = Vec::new();
@@ -115,23 +123,31 @@ fn job_hang(r: &Report, c: &JobHang) -> Outcome {
             count(jobs.jobs.len() as u64, "job")
         ));
     }
+    // Ranks missing from a begun collective first, then the longest silence.
+    hung.sort_by_key(|h| (h.missing.is_empty(), std::cmp::Reverse(h.since_phase_ns)));
     let Some(h) = hung.first() else {
         return Outcome::Passed(format!(
-            "{} with a period, each active within {:.0} periods of the observation's end",
+            "{} with a period, each with a phase within {:.0} periods of the observation's end or silent no longer than an iteration it had",
             count(periodic as u64, "job"),
             1.0 + c.min_silent_periods
         ));
     };
-    let periods = h.silent_ns as f64 / h.period_ns.max(1) as f64;
+    let periods = h.since_phase_ns as f64 / h.period_ns.max(1) as f64;
     let last = h.job.phases.last().expect("a job with a period has phases");
     let others = match hung.len() {
         1 => String::new(),
         n => format!(" ({} more hung)", n - 1),
     };
     let missing: Vec<String> = h.missing.iter().map(ToString::to_string).collect();
+    // Ranks missing from a begun collective are a hang; a whole last phase may be the end.
+    let severity = if missing.is_empty() {
+        Severity::Warning
+    } else {
+        Severity::Critical
+    };
     let (title, how, hint) = if missing.is_empty() {
         (
-            format!("{} silent for {periods:.1} periods", h.job.id),
+            format!("{} without a phase for {periods:.1} periods", h.job.id),
             format!(
                 "its last phase whole ({} of {} bytes of its median phase, every host): it hung between iterations, or ended (the wire shows no teardown)",
                 h.last_bytes, h.median_bytes
@@ -169,18 +185,20 @@ fn job_hang(r: &Report, c: &JobHang) -> Outcome {
         .collect();
     finding(
         ABOUT.name,
-        Severity::Critical,
+        severity,
         &title,
         format!(
-            "{} ({} hosts, period {}) silent for {} since its last phase began ({periods:.1} periods, longer than any iteration it had) while the wire was watched; {how}{others}",
+            "{} ({} hosts, period {}) without a phase for {} since its last began ({periods:.1} periods, longer than any iteration it had), silent for {} since its last packet, while the wire was watched; {how}{others}",
             h.job.id,
             h.job.hosts.len(),
             duration(h.period_ns),
+            duration(h.since_phase_ns),
             duration(h.silent_ns),
         ),
         vec![
             ("job", h.job.id.clone().into()),
             ("period_ns", h.period_ns.into()),
+            ("since_last_phase_ns", h.since_phase_ns.into()),
             ("silent_ns", h.silent_ns.into()),
             ("silent_periods", periods.into()),
             ("last_phase_start_ns", last.start_ns.into()),
@@ -274,20 +292,30 @@ mod tests {
         let r = job(6, &[1, 2, 4], 800);
         let f = fired(run(&JobHangRule, &r, &Thresholds::default()));
         assert_eq!(f.evidence["missing_hosts"], "198.18.0.3");
-        assert_eq!(f.evidence["silent_ns"], 300 * MS);
+        assert_eq!(f.evidence["since_last_phase_ns"], 300 * MS);
+        assert_eq!(f.evidence["silent_ns"], 280 * MS);
         assert_eq!(f.severity, Severity::Critical);
         assert!(f.title.contains("198.18.0.3 missing"), "{}", f.title);
         // A whole last phase: hung or ended, the wire cannot tell which.
         let f = fired(run(&JobHangRule, &job(6, &[1, 2, 3, 4], 900), &Thresholds::default()));
         assert_eq!(f.evidence["missing_hosts"], "");
         assert!(f.summary.contains("or ended"), "{}", f.summary);
+        assert_eq!(f.severity, Severity::Warning);
     }
 
     #[test]
     fn a_job_active_near_the_end_or_with_no_period_is_no_hang() {
         assert!(matches!(
             run(&JobHangRule, &job(6, &[1, 2, 4], 790), &Thresholds::default()),
-            Outcome::Passed(n) if n == "1 job with a period, each active within 3 periods of the observation's end"
+            Outcome::Passed(n) if n.starts_with("1 job with a period, each with a phase within 3 periods")
+        ));
+        // A last phase that runs to the observation's end (its packets until then) is no
+        // silence, however long ago it began.
+        let mut r = job(6, &[1, 2, 4], 900);
+        r.jobs.as_mut().unwrap().jobs[0].last_packet_ns = 850 * MS;
+        assert!(matches!(
+            run(&JobHangRule, &r, &Thresholds::default()),
+            Outcome::Passed(_)
         ));
         let mut r = job(6, &[1, 2, 4], 900);
         r.jobs.as_mut().unwrap().jobs[0].period = None;
@@ -317,6 +345,6 @@ mod tests {
         ));
         r.jobs.as_mut().unwrap().end_ns = 1350 * MS;
         let f = fired(run(&JobHangRule, &r, &Thresholds::default()));
-        assert_eq!(f.evidence["silent_ns"], 500 * MS);
+        assert_eq!(f.evidence["since_last_phase_ns"], 500 * MS);
     }
 }

@@ -31,15 +31,18 @@ rule! {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct JobIrregularIteration {
-    /// Iterations a job with a period needs before one can be irregular.
+    /// Iterations a job with a period needs (at least) before one can be irregular.
     pub min_iterations: usize,
     /// How much longer than the period an iteration must be, in percent of it...
     pub min_excess_percent: f64,
     /// ...and in bins of the jobs' grid.
     pub min_excess_bins: u64,
     /// The network's events (CE marks, CNPs, NAKs, resends) in its phase, as a multiple of a
-    /// usual phase's, for the network to be the cause.
+    /// usual phase's, for the network to be the cause...
     pub min_network_ratio: f64,
+    /// ...and at least this many (counted at both ends of each QP): a mark or two is not a
+    /// cause.
+    pub min_network_events: u64,
 }
 
 impl Default for JobIrregularIteration {
@@ -49,6 +52,7 @@ impl Default for JobIrregularIteration {
             min_excess_percent: 50.0,
             min_excess_bins: 2,
             min_network_ratio: 2.0,
+            min_network_events: 10,
         }
     }
 }
@@ -69,7 +73,7 @@ fn median(mut v: Vec<u64>) -> u64 {
 /// One job's irregular iterations (by their first phase's index), the longest first.
 fn irregular(job: &Job, bin_ns: u64, c: &JobIrregularIteration) -> Option<Vec<usize>> {
     let period = job.period.as_ref()?;
-    if job.phases.len() <= c.min_iterations {
+    if job.phases.len().saturating_sub(1) < c.min_iterations.max(1) {
         return None;
     }
     let over = (period.ns as f64 * c.min_excess_percent / 100.0)
@@ -87,7 +91,7 @@ fn irregular(job: &Job, bin_ns: u64, c: &JobIrregularIteration) -> Option<Vec<us
 
 fn job_irregular_iteration(r: &Report, c: &JobIrregularIteration) -> Outcome {
     let Some(jobs) = &r.jobs else {
-        return Outcome::Skipped("no jobs analysis: give --jobs (replay)".into());
+        return Outcome::Skipped("no jobs analysis: give --jobs (replay, or diagnose --capture)".into());
     };
     let judged: Vec<(&Job, Vec<usize>)> = jobs
         .jobs
@@ -96,7 +100,7 @@ fn job_irregular_iteration(r: &Report, c: &JobIrregularIteration) -> Outcome {
         .collect();
     if judged.is_empty() {
         return Outcome::InsufficientData(format!(
-            "{}, none with a period over {} iterations",
+            "{}, none with a period and {} iterations",
             count(jobs.jobs.len() as u64, "job"),
             c.min_iterations
         ));
@@ -130,7 +134,8 @@ fn job_irregular_iteration(r: &Report, c: &JobIrregularIteration) -> Outcome {
         events(this),
         median(job.phases.iter().map(events).collect()),
     );
-    let network = seen > 0 && seen as f64 >= c.min_network_ratio * usual as f64;
+    let network =
+        seen >= c.min_network_events.max(1) && seen as f64 >= c.min_network_ratio * usual as f64;
     let cause = match (in_phase, network) {
         (true, true) => "network",
         (true, false) => "unknown",
@@ -172,7 +177,7 @@ fn job_irregular_iteration(r: &Report, c: &JobIrregularIteration) -> Outcome {
             duration(period)
         ),
         format!(
-            "{}'s iteration {} ({} after its first phase) took {} ({:.1}x its period){more}: its communication phase {} (usually {}), the compute after it {} (usually {}); {seen} CE marks, CNPs, NAKs and resends on its QPs in the phase, {usual} in a usual one",
+            "{}'s iteration {} ({} after its first phase) took {} ({:.1}x its period){more}: its communication phase {} (usually {}), the compute after it {} (usually {}); {seen} CE marks, CNPs, NAKs and resends on its QPs in the phase (counted at both ends), {usual} in a usual one",
             job.id,
             i + 1,
             duration(this.start_ns.saturating_sub(job.first_ns)),
@@ -302,7 +307,7 @@ mod tests {
         r.jobs.as_mut().unwrap().jobs[0].phases.truncate(5);
         assert!(matches!(
             run(&JobIrregularIterationRule, &r, &Thresholds::default()),
-            Outcome::InsufficientData(n) if n.contains("none with a period over 5 iterations")
+            Outcome::InsufficientData(n) if n.contains("none with a period and 5 iterations")
         ));
         assert!(matches!(
             run(&JobIrregularIterationRule, &report(), &Thresholds::default()),

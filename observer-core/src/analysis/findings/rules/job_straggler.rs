@@ -38,7 +38,7 @@ pub struct JobStraggler {
     /// How much later than the sample's median host it must be, in bins of the jobs' grid...
     pub min_margin_bins: u64,
     /// ...and as a share of the sample's scale (the median host's compute time, or the
-    /// phase's length): jitter of a few percent is no straggler.
+    /// phase's length). Jitter is answered by the share and the chance test.
     pub min_margin_percent: f64,
     /// The chance that the late host's count came by chance (each of the sample's hosts as
     /// likely to be the late one) must be below this.
@@ -239,7 +239,7 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
 
 fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
     let Some(jobs) = &r.jobs else {
-        return Outcome::Skipped("no jobs analysis: give --jobs (replay)".into());
+        return Outcome::Skipped("no jobs analysis: give --jobs (replay, or diagnose --capture)".into());
     };
     let judged: Vec<&Job> = jobs
         .jobs

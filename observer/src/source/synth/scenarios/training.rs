@@ -145,7 +145,7 @@ pub(super) fn ring(w: &mut Workload, t: &Training) {
     if t.bystander_ns > 0 {
         let end = events.iter().map(|e| e.0).max().unwrap_or(BASE_TS_NS) + t.bystander_ns;
         // 460 ns past a µs: a time none of the ring's frames has (theirs are 0-49, 150-199,
-        // 300-349 and 600-649 ns past one).
+        // 300-350 and 600-649 ns past one).
         let mut at = BASE_TS_NS + 460;
         while at < end {
             events.push((at, Event::Bystander));
