@@ -156,10 +156,46 @@ fn the_generated_ring_gives_its_iterations_and_period() {
     );
 }
 
+/// Two generated rings on the same 8 hosts at once, on their own QPs (`training-two-jobs`):
+/// two jobs, each with its own QPs, a phase per iteration of its ring, and its ring's period
+/// within 1%.
+#[test]
+fn two_jobs_on_the_same_hosts_are_kept_apart() {
+    let scratch = Scratch::new("jobs-two");
+    let w = roce_observer::source::synth::scenario("training-two-jobs").unwrap();
+    let pcap = synth_pcap(CLI, &scratch, "training-two-jobs");
+    let r = replay(&[pcap.to_str().unwrap(), "--jobs"]);
+    let jobs = r.jobs.unwrap();
+    assert_eq!(jobs.jobs.len(), 2, "{jobs:#?}");
+    for truth in &w.truth.jobs {
+        let starts = &truth.iteration_starts_ns;
+        // Its job: the one whose first phase holds its first start.
+        let job = jobs
+            .jobs
+            .iter()
+            .find(|j| j.phases.len() == starts.len())
+            .unwrap_or_else(|| panic!("no job of {} phases: {jobs:#?}", starts.len()));
+        assert_eq!(job.hosts, truth.hosts);
+        for (phase, start) in job.phases.iter().zip(starts) {
+            assert!(
+                phase.start_ns <= *start && *start < phase.start_ns + jobs.bin_ns,
+                "{phase:?} vs {start}"
+            );
+        }
+        let want = (starts[starts.len() - 1] - starts[0]) as f64 / (starts.len() - 1) as f64;
+        let p = job.period.as_ref().expect("a period");
+        assert!((p.ns as f64 / want - 1.0).abs() < 0.01, "{p:?} vs {want}");
+    }
+    let qps = |j: &roce_observer::model::jobs::Job| -> std::collections::BTreeSet<u32> {
+        j.qps.iter().map(|q| q.dest_qp).collect()
+    };
+    assert!(qps(&jobs.jobs[0]).is_disjoint(&qps(&jobs.jobs[1])));
+}
+
 #[test]
 fn jobs_are_the_same_on_any_number_of_threads() {
     let scratch = Scratch::new("jobs-threads");
-    for scenario in ["demo", "latency", "training"] {
+    for scenario in ["demo", "latency", "training", "training-two-jobs"] {
         let pcap = synth_pcap(CLI, &scratch, scenario);
         let pcap = pcap.to_str().unwrap();
         let one = replay(&[pcap, "--jobs", "--threads", "1"]).jobs.unwrap();

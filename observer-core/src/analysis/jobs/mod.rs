@@ -2,7 +2,9 @@
 //! a fine grid of bins comes in communication phases between compute gaps, and the phases'
 //! starts repeat at the iteration period.
 //!
-//! * **Jobs.** Hosts joined by connected (RC, XRC) QPs with traffic: the connected components.
+//! * **Jobs.** Hosts joined by connected (RC, XRC) QPs with traffic: the connected components;
+//!   within one, jobs whose QPs send in different bursts are kept apart when each keeps a
+//!   period of its own (two trainings on the same hosts, or one after another on new QPs).
 //! * **Phases.** The job's busy bins, split at idle runs. Which idle runs end a phase is told by
 //!   the runs themselves: their lengths fall in clusters (pauses inside a collective, compute
 //!   gaps, a stall), and the compute gaps are the longest cluster whose phases start at a
@@ -166,7 +168,7 @@ pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs 
     }
     let mut jobs: Vec<Job> = groups
         .into_values()
-        .map(|members| job(bin_ns, start_ns, &members, opts))
+        .flat_map(|members| apart(bin_ns, start_ns, &members, opts))
         .collect();
     jobs.sort_by_key(|j| (j.first_ns, j.hosts.clone()));
     for (i, j) in jobs.iter_mut().enumerate() {
@@ -183,6 +185,201 @@ pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs 
             start_ns.saturating_add(u64::from(b + 1).saturating_mul(bin_ns))
         }),
         jobs,
+    }
+}
+
+/// Distinct activity patterns weighed for keeping jobs apart, at most (pairs are compared).
+const MAX_PATTERNS: usize = 128;
+/// QPs busy in this share of the bins either is busy in, or more, are of one job.
+const SAME_JOB: f64 = 0.5;
+
+/// A QP's busy bins (data or not) from `first`, each widened by a bin after it (a step across
+/// a bin boundary), as a bitset.
+fn activity(q: &QpBins, first: u32, words: usize) -> Vec<u64> {
+    let mut bits = vec![0u64; words];
+    for (b, d) in &q.bins {
+        if d.bytes == 0 && d.packets == 0 {
+            continue;
+        }
+        for x in [*b, b.saturating_add(1)] {
+            let i = (x.saturating_sub(first)) as usize;
+            if let Some(w) = bits.get_mut(i / 64) {
+                *w |= 1 << (i % 64);
+            }
+        }
+    }
+    bits
+}
+
+/// Shared bits over bits in either.
+fn jaccard(a: &[u64], b: &[u64]) -> f64 {
+    let (mut both, mut either) = (0u32, 0u32);
+    for (x, y) in a.iter().zip(b) {
+        both += (x & y).count_ones();
+        either += (x | y).count_ones();
+    }
+    if either == 0 {
+        0.0
+    } else {
+        f64::from(both) / f64::from(either)
+    }
+}
+
+/// Whether two jobs keep the same pace in step: periods within a tenth, and most of one's
+/// phases overlapping one of the other's (then the wire cannot tell them apart).
+fn in_step(a: &Job, b: &Job) -> bool {
+    let (Some(pa), Some(pb)) = (&a.period, &b.period) else {
+        return true;
+    };
+    if (pa.ns as f64 - pb.ns as f64).abs() > 0.1 * pa.ns.max(pb.ns) as f64 {
+        return false;
+    }
+    let overlapping = a
+        .phases
+        .iter()
+        .filter(|p| {
+            b.phases
+                .iter()
+                .any(|q| p.start_ns < q.end_ns && q.start_ns < p.end_ns)
+        })
+        .count();
+    3 * overlapping >= 2 * a.phases.len()
+}
+
+/// The jobs among hosts joined by `members`: one, or several kept apart when their QPs'
+/// activity tells them apart. Two jobs on the same hosts (two trainings sharing the hosts'
+/// NICs, or one job after another on new QPs) share hosts but not their busy bins: QPs busy in
+/// mostly the same bins are one job's. The split stands only when every part keeps a period of
+/// its own and no two parts keep the same one in step (a job whose QPs take turns within its
+/// phases is one job); otherwise the evidence cannot tell them apart and they stay one job.
+/// ACK-only and small QPs go with the part whose bins they share most.
+fn apart(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Vec<Job> {
+    let one = || vec![job(bin_ns, start_ns, members, opts)];
+    let total = |q: &QpBins| q.bins.iter().map(|(_, d)| d.bytes).sum::<u64>();
+    let data: Vec<usize> = (0..members.len())
+        .filter(|&i| members[i].data && members[i].connected && total(members[i]) >= opts.min_bytes)
+        .collect();
+    if data.len() < 2 {
+        return one();
+    }
+    let first = members
+        .iter()
+        .filter_map(|q| q.bins.first().map(|(b, _)| *b))
+        .min()
+        .unwrap_or(0);
+    let last = members
+        .iter()
+        .filter_map(|q| q.bins.last().map(|(b, _)| *b))
+        .max()
+        .unwrap_or(0);
+    let words = (last - first) as usize / 64 + 2;
+    // Distinct patterns (a job's QPs often share theirs exactly), joined pairwise.
+    let mut patterns: Vec<Vec<u64>> = Vec::new();
+    let mut of_qp: Vec<usize> = Vec::with_capacity(data.len());
+    for &i in &data {
+        let m = activity(members[i], first, words);
+        let k = match patterns.iter().position(|p| *p == m) {
+            Some(k) => k,
+            None => {
+                patterns.push(m);
+                patterns.len() - 1
+            }
+        };
+        of_qp.push(k);
+        if patterns.len() > MAX_PATTERNS {
+            return one();
+        }
+    }
+    let mut parent: Vec<usize> = (0..patterns.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    for a in 0..patterns.len() {
+        for b in a + 1..patterns.len() {
+            if jaccard(&patterns[a], &patterns[b]) >= SAME_JOB {
+                let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+                parent[ra.max(rb)] = ra.min(rb);
+            }
+        }
+    }
+    let mut parts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (n, &i) in data.iter().enumerate() {
+        let r = root(&mut parent, of_qp[n]);
+        parts.entry(r).or_default().push(i);
+    }
+    if parts.len() < 2 {
+        return one();
+    }
+    // Parts that keep the same pace in step are one job.
+    let mut parts: Vec<Vec<usize>> = parts.into_values().collect();
+    loop {
+        let jobs: Vec<Job> = parts
+            .iter()
+            .map(|p| {
+                let qps: Vec<&QpBins> = p.iter().map(|&i| members[i]).collect();
+                job(bin_ns, start_ns, &qps, opts)
+            })
+            .collect();
+        let pair = (0..jobs.len())
+            .flat_map(|a| (a + 1..jobs.len()).map(move |b| (a, b)))
+            .find(|&(a, b)| in_step(&jobs[a], &jobs[b]) || in_step(&jobs[b], &jobs[a]));
+        match pair {
+            Some((a, b)) => {
+                let moved = parts.remove(b);
+                parts[a].extend(moved);
+                if parts.len() < 2 {
+                    return one();
+                }
+            }
+            None => break,
+        }
+    }
+    // The other QPs: with the part whose bins they share most.
+    let marks: Vec<Vec<u64>> = parts
+        .iter()
+        .map(|p| {
+            let mut bits = vec![0u64; words];
+            for &i in p {
+                for (w, x) in bits.iter_mut().zip(activity(members[i], first, words)) {
+                    *w |= x;
+                }
+            }
+            bits
+        })
+        .collect();
+    let mut groups: Vec<Vec<&QpBins>> = parts
+        .iter()
+        .map(|p| p.iter().map(|&i| members[i]).collect())
+        .collect();
+    let mut is_data = vec![false; members.len()];
+    for &i in &data {
+        is_data[i] = true;
+    }
+    for (i, q) in members.iter().enumerate() {
+        if is_data[i] {
+            continue;
+        }
+        let m = activity(q, first, words);
+        let shared = |bits: &Vec<u64>| -> u32 {
+            bits.iter().zip(&m).map(|(a, b)| (a & b).count_ones()).sum()
+        };
+        let best = (0..marks.len())
+            .max_by_key(|&k| (shared(&marks[k]), std::cmp::Reverse(k)))
+            .unwrap_or(0);
+        groups[best].push(q);
+    }
+    let jobs: Vec<Job> = groups
+        .iter()
+        .map(|qps| job(bin_ns, start_ns, qps, opts))
+        .collect();
+    if jobs.iter().all(|j| j.period.is_some()) {
+        jobs
+    } else {
+        one()
     }
 }
 

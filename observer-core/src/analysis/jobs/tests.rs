@@ -490,3 +490,79 @@ fn a_hang_is_flagged_within_three_periods() {
     };
     assert_eq!(f.evidence["missing_hosts"], ip(0, 5).to_string());
 }
+
+/// Two rings on the same 8 hosts at once (their own QPs, periods of 75 and 62 ms): two jobs,
+/// each with its own period; one ring after another on new QPs: two jobs; one ring on the same
+/// QPs throughout, or a ring with a straggler, stays one.
+#[test]
+fn two_jobs_on_the_same_hosts_are_kept_apart_by_their_bursts() {
+    let (a, a_onsets) = simulate(&Ring {
+        seed: 3,
+        ..Ring::default()
+    });
+    let (mut b, b_onsets) = simulate(&Ring {
+        seed: 4,
+        compute_ns: 37_000_000,
+        iterations: 36,
+        ..Ring::default()
+    });
+    for q in &mut b {
+        q.flow.dest_qp += 0x1000;
+        q.flow.udp_src_port += 1000;
+    }
+    let mut both = a.clone();
+    both.extend(b.iter().cloned());
+    let j = analyse(&both);
+    assert_eq!(
+        j.jobs.len(),
+        2,
+        "{:?}",
+        j.jobs
+            .iter()
+            .map(|j| (&j.hosts, &j.period))
+            .collect::<Vec<_>>()
+    );
+    let mut periods: Vec<f64> = j
+        .jobs
+        .iter()
+        .map(|j| j.period.as_ref().unwrap().ns as f64)
+        .collect();
+    periods.sort_by(f64::total_cmp);
+    let mut truths = [true_period(&a_onsets), true_period(&b_onsets)];
+    truths.sort_by(f64::total_cmp);
+    for (p, t) in periods.iter().zip(truths) {
+        assert!((p / t - 1.0).abs() < 0.01, "{p} vs {t}");
+    }
+    for job in &j.jobs {
+        assert_eq!(job.hosts.len(), 8);
+        assert_eq!(job.qps.len(), 8);
+    }
+    // One after another: the second ring starts after the first ends, on new QPs.
+    let end = a
+        .iter()
+        .flat_map(|q| q.bins.last())
+        .map(|(b, _)| *b)
+        .max()
+        .unwrap();
+    let mut later = b.clone();
+    for q in &mut later {
+        for (bin, _) in &mut q.bins {
+            *bin += end + 500;
+        }
+    }
+    let mut seq = a.clone();
+    seq.extend(later);
+    assert_eq!(analyse(&seq).jobs.len(), 2);
+    // The same QPs throughout (a gap and on again), and a straggler: one job.
+    let mut again = a.clone();
+    for (q, l) in again.iter_mut().zip(&b) {
+        q.bins
+            .extend(l.bins.iter().map(|(bin, d)| (bin + end + 500, *d)));
+    }
+    assert_eq!(analyse(&again).jobs.len(), 1);
+    let (slow, _) = simulate(&Ring {
+        slow_host: Some((2, 0.25)),
+        ..Ring::default()
+    });
+    assert_eq!(analyse(&slow).jobs.len(), 1);
+}

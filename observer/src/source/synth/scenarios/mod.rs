@@ -56,7 +56,7 @@ use rules::{
 use traffic::{clean, incast, ipv6_vlan, loss, mixed_dscp};
 use training::{
     rule_job_hang, rule_job_irregular_iteration, rule_job_straggler, training,
-    training_network_straggler,
+    training_network_straggler, training_two_jobs,
 };
 
 /// The scenarios meant to be written to capture files: plain, complete frames only (no
@@ -118,6 +118,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "training",
         "a training job: a ring all-reduce among 8 hosts, 12 iterations of 40 ms compute (up to 5% apart per host) then 14 ring steps of 4 WRITEs and an ACK each; a host's step waits for its predecessor's",
+    ),
+    (
+        "training-two-jobs",
+        "two training rings on the same 8 hosts at once, each on its own QPs (the training ring's pace, and one computing 25 ms per iteration for 18 iterations): two jobs with --jobs",
     ),
     (
         "training-network-straggler",
@@ -311,6 +315,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "latency" => latency(&mut w),
         "training" => training(&mut w),
         "training-network-straggler" => training_network_straggler(&mut w),
+        "training-two-jobs" => training_two_jobs(&mut w),
         "rules-clean" => rules_clean(&mut w),
         "rule-ce-without-cnp" => rule_ce_without_cnp(&mut w),
         "rule-not-ect" => rule_not_ect(&mut w),

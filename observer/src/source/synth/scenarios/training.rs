@@ -77,6 +77,20 @@ pub(super) fn rule_job_irregular_iteration(w: &mut Workload) {
     ring(w, &t);
 }
 
+/// `training-two-jobs`: two rings on the same 8 hosts (198.18.86.1 to .8) at once, each on
+/// its own QPs: the training ring's pace, and one computing 25 ms per iteration for 18
+/// iterations.
+pub(super) fn training_two_jobs(w: &mut Workload) {
+    let mut a = training_ring();
+    a.net = 86;
+    let mut b = training_ring();
+    b.net = 86;
+    b.ring.compute_ns = 25 * MS;
+    b.ring.iterations = 18;
+    b.ring.seed = 38;
+    rings(w, &[a, b]);
+}
+
 /// `rule-job-hang`: the ring's fourth host (198.18.85.4) never finishes computing for its ninth
 /// iteration: its peers send what they can without it and wait. Another pair of hosts goes on
 /// writing for 250 ms more: the wire was watched.
@@ -104,48 +118,72 @@ enum Event {
     Bystander,
 }
 
-/// The ring `t` as frames: each host's QP to its successor carries its steps. A slowed step (a
+/// The ring `t` as frames (see [`rings`]).
+pub(super) fn ring(w: &mut Workload, t: &Training) {
+    rings(w, std::slice::from_ref(t));
+}
+
+/// Rings as frames, at once: each host's QP to its successor carries its steps (ring `k`'s QPs
+/// numbered from 0x2000 + 0x100 k, its frames 3k ns after the first ring's). A slowed step (a
 /// slow link's, or a congested iteration's) has every other packet CE-marked and its third
 /// packet lost before the observation point (the fourth arrives out of order): the successor
 /// NAKs it and sends a CNP, the host goes back to it (a resend of both).
-pub(super) fn ring(w: &mut Workload, t: &Training) {
-    let r = &t.ring;
-    let n = r.hosts;
-    let schedule = sim::ring(r, BASE_TS_NS);
-    let slow_link = r.slow_link.map(|(h, _)| h);
+pub(super) fn rings(w: &mut Workload, ts: &[Training]) {
     // A resend's frames follow its first 1 ns apart: inside the few ns its host has.
     w.set_frame_gap(1);
     let mut events: Vec<(u64, Event)> = Vec::new();
-    for st in &schedule.steps {
-        let h = st.host;
-        // Every step starts and ends on a whole µs: the hosts' frames a few ns apart keep
-        // every frame's time its own.
-        let off = 7 * h as u64;
-        let spacing = (st.end_ns - st.start_ns) / t.packets_per_step as u64;
-        let lossy = st.slowed;
-        for k in 0..t.packets_per_step {
-            let at = st.start_ns + k as u64 * spacing + off;
-            // Every other packet of a slowed step CE-marked, its next to last lost.
-            let e = if lossy && k + 2 == t.packets_per_step {
-                Event::Lose(h)
+    // Every ring's QPs, one after another: (ring, host) is `base[ring] + host`.
+    let mut qps = Vec::new();
+    let mut base = Vec::new();
+    let mut schedules = Vec::new();
+    for (k, t) in ts.iter().enumerate() {
+        let r = &t.ring;
+        let n = r.hosts;
+        let schedule = sim::ring(r, BASE_TS_NS);
+        base.push(qps.len());
+        for h in 0..n {
+            let qpn = 0x2000 + 0x100 * k as u32;
+            qps.push(qp_v4(
+                TRANSPORT_RC,
+                t.net,
+                [h as u8 + 1, ((h + 1) % n) as u8 + 1],
+                [qpn + h as u32, qpn + 0x1000 + ((h + 1) % n) as u32],
+                (h as u32) << 16,
+            ));
+        }
+        for st in &schedule.steps {
+            let g = base[k] + st.host;
+            // Every step starts and ends on a whole µs: the hosts' frames a few ns apart keep
+            // every frame's time its own.
+            let off = 7 * st.host as u64 + 3 * k as u64;
+            let spacing = (st.end_ns - st.start_ns) / t.packets_per_step as u64;
+            let lossy = st.slowed;
+            for p in 0..t.packets_per_step {
+                let at = st.start_ns + p as u64 * spacing + off;
+                // Every other packet of a slowed step CE-marked, its next to last lost.
+                let e = if lossy && p + 2 == t.packets_per_step {
+                    Event::Lose(g)
+                } else {
+                    Event::Write(g, lossy && p % 2 == 0)
+                };
+                events.push((at, e));
+            }
+            if lossy {
+                events.push((st.end_ns - 1_000 + off, Event::Nak(g)));
+                events.push((st.end_ns - 850 + off, Event::Cnp(g)));
+                events.push((st.end_ns - 700 + off, Event::Resend(g)));
+                events.push((st.end_ns - 400 + off, Event::Ack(g)));
             } else {
-                Event::Write(h, lossy && k % 2 == 0)
-            };
-            events.push((at, e));
+                events.push((st.end_ns - 1_000 + off, Event::Ack(g)));
+            }
         }
-        if lossy {
-            events.push((st.end_ns - 1_000 + off, Event::Nak(h)));
-            events.push((st.end_ns - 850 + off, Event::Cnp(h)));
-            events.push((st.end_ns - 700 + off, Event::Resend(h)));
-            events.push((st.end_ns - 400 + off, Event::Ack(h)));
-        } else {
-            events.push((st.end_ns - 1_000 + off, Event::Ack(h)));
-        }
+        schedules.push(schedule);
     }
-    if t.bystander_ns > 0 {
-        let end = events.iter().map(|e| e.0).max().unwrap_or(BASE_TS_NS) + t.bystander_ns;
-        // 460 ns past a µs: a time none of the ring's frames has (theirs are 0-49, 150-199,
-        // 300-350 and 600-649 ns past one).
+    let first = &ts[0];
+    if first.bystander_ns > 0 {
+        let end = events.iter().map(|e| e.0).max().unwrap_or(BASE_TS_NS) + first.bystander_ns;
+        // 460 ns past a µs: a time none of the rings' frames has (theirs are 0-52, 150-202,
+        // 300-353 and 600-652 ns past one).
         let mut at = BASE_TS_NS + 460;
         while at < end {
             events.push((at, Event::Bystander));
@@ -153,33 +191,22 @@ pub(super) fn ring(w: &mut Workload, t: &Training) {
         }
     }
     events.sort_unstable();
-    let mut bystander = qp_v4(TRANSPORT_RC, t.net, [20, 21], [0x4000, 0x4001], 0);
-    // Per host, the PSN lost in its current step.
-    let mut lost: Vec<Option<u32>> = vec![None; n];
-    let mut qps: Vec<_> = (0..n)
-        .map(|h| {
-            qp_v4(
-                TRANSPORT_RC,
-                t.net,
-                [h as u8 + 1, ((h + 1) % n) as u8 + 1],
-                [0x2000 + h as u32, 0x3000 + ((h + 1) % n) as u32],
-                (h as u32) << 16,
-            )
-        })
-        .collect();
+    let mut bystander = qp_v4(TRANSPORT_RC, first.net, [20, 21], [0x4000, 0x4001], 0);
+    // Per QP, the PSN lost in its current step.
+    let mut lost: Vec<Option<u32>> = vec![None; qps.len()];
     for (ts, e) in events {
         w.at(ts);
         match e {
             Event::Write(h, marked) => {
                 // (Every request is the `ce_every`-th with it at 1.)
                 qps[h].ce_every = u32::from(marked);
-                qps[h].write(w, t.packet_len);
+                qps[h].write(w, first.packet_len);
             }
             Event::Lose(h) => {
                 qps[h].ce_every = 0;
                 lost[h] = Some(qps[h].next_psn());
                 qps[h].lose_next(1);
-                qps[h].write(w, t.packet_len);
+                qps[h].write(w, first.packet_len);
             }
             Event::Nak(h) => {
                 let psn = lost[h].expect("a lost packet before its NAK");
@@ -202,19 +229,25 @@ pub(super) fn ring(w: &mut Workload, t: &Training) {
             }
         }
     }
-    let ip = |h: usize| std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, t.net, h as u8 + 1));
-    // Each iteration's first WRITE.
-    let starts: Vec<u64> = (0..schedule.onsets.len())
-        .filter_map(|i| {
-            let steps = schedule.steps.iter().filter(|s| s.iteration == i);
-            steps.map(|s| s.start_ns + 7 * s.host as u64).min()
-        })
-        .collect();
-    w.truth.jobs.push(JobTruth {
-        hosts: (0..n).map(ip).collect(),
-        hang_ns: schedule.hang_ns.and(starts.last().copied()),
-        iteration_starts_ns: starts,
-        slow_host: r.slow_host.map(|(h, _)| ip(h)),
-        slow_link: slow_link.map(ip),
-    });
+    for (k, (t, schedule)) in ts.iter().zip(&schedules).enumerate() {
+        let r = &t.ring;
+        let ip =
+            |h: usize| std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, t.net, h as u8 + 1));
+        // Each iteration's first WRITE.
+        let starts: Vec<u64> = (0..schedule.onsets.len())
+            .filter_map(|i| {
+                let steps = schedule.steps.iter().filter(|s| s.iteration == i);
+                steps
+                    .map(|s| s.start_ns + 7 * s.host as u64 + 3 * k as u64)
+                    .min()
+            })
+            .collect();
+        w.truth.jobs.push(JobTruth {
+            hosts: (0..r.hosts).map(ip).collect(),
+            hang_ns: schedule.hang_ns.and(starts.last().copied()),
+            iteration_starts_ns: starts,
+            slow_host: r.slow_host.map(|(h, _)| ip(h)),
+            slow_link: r.slow_link.map(|(h, _)| ip(h)),
+        });
+    }
 }
