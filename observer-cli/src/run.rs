@@ -105,6 +105,17 @@ pub struct RunArgs {
     pub netdevs: Vec<String>,
     #[command(flatten)]
     pub otlp: crate::otlp_args::RunOtlpArgs,
+    /// With a capture: training jobs per window, exported as metrics (an iteration-time
+    /// histogram, the period, a straggler and a hang per job; docs/jobs.md).
+    #[arg(long)]
+    pub jobs: bool,
+    /// The jobs' bins, 10us to 1s [default: 1ms]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub jobs_bin: Option<Duration>,
+    /// The span each jobs analysis covers: at least 1s and the interval, at most 100,000 bins
+    /// [default: 60s]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub jobs_window: Option<Duration>,
 }
 
 impl From<RunArgs> for RunOverrides {
@@ -131,6 +142,9 @@ impl From<RunArgs> for RunOverrides {
             netdevs: a.netdevs,
             all_rdma_devices: a.all_rdma_devs,
             otlp: a.otlp.into(),
+            jobs: a.jobs,
+            jobs_bin: a.jobs_bin,
+            jobs_window: a.jobs_window,
         }
     }
 }

@@ -144,6 +144,10 @@ pub(super) struct Collector {
     nic: NicSide,
     /// PAUSE / PFC frames on the wire.
     pauses: PauseBook,
+    /// Training jobs (with a capture and `jobs`): when the open window began, and what the
+    /// windows found.
+    jobs_window_start: Instant,
+    jobs: Option<crate::jobs::JobsView>,
 }
 
 impl Collector {
@@ -189,6 +193,8 @@ impl Collector {
             attach_errors: std::collections::HashMap::new(),
             nic,
             pauses: PauseBook::default(),
+            jobs_window_start: attached.0,
+            jobs: None,
         };
         c.sync_ifaces();
         c
@@ -493,8 +499,10 @@ impl Collector {
             tc_hook: keep.tc_hook,
             ifaces: if same_source { new.ifaces } else { keep.ifaces },
             capture: keep.capture,
-            // The export is set up at start only (said above when it changed).
+            // The export and the jobs' windows are set up at start only (said above when
+            // they changed).
             otlp: keep.otlp,
+            jobs: keep.jobs,
             ..new
         };
         self.nic.configure(&self.config);
@@ -616,6 +624,21 @@ impl Collector {
                 if_dropped: s.if_dropped,
             }
         });
+        // A jobs window that has ended: its jobs.
+        if let (Some(settings), Some(cap)) = (self.config.jobs, self.tap.capture())
+            && started.duration_since(self.jobs_window_start) >= settings.window
+        {
+            self.jobs_window_start = started;
+            if let Some((end, agg)) = cap.roll_jobs() {
+                let device = cap.config().device.clone();
+                self.jobs.get_or_insert_with(Default::default).window(
+                    end,
+                    &agg,
+                    end_unix_ns,
+                    &device,
+                );
+            }
+        }
         let snapshot = MetricsView {
             mode: self.tap.mode(),
             egress: self.tap.egress(),
@@ -646,6 +669,10 @@ impl Collector {
             nic: self.nic.metrics(),
             pfc: self.pauses.rows(),
             export: self.records.as_mut().and_then(Records::row),
+            jobs: self
+                .config
+                .jobs
+                .map(|_| self.jobs.clone().unwrap_or_default()),
         };
         self.last_drain = started;
         self.last_drain_unix_ns = end_unix_ns;

@@ -94,6 +94,13 @@ pub struct RunOverrides {
     pub all_rdma_devices: bool,
     /// The fleet records' OTLP export.
     pub otlp: OtlpOverrides,
+    /// With `capture`: training jobs per window, exported as metrics (docs/jobs.md).
+    pub jobs: bool,
+    /// The jobs' bins (default 1ms, 10us to 1s).
+    pub jobs_bin: Option<Duration>,
+    /// The span each jobs analysis covers (default 60s; at least 1s and the interval, at most
+    /// 100,000 bins).
+    pub jobs_window: Option<Duration>,
 }
 
 /// The command line's OTLP settings; each set one overrides the config file's `[otlp]` key.
@@ -198,6 +205,9 @@ struct FileConfig {
     /// this host. No flag: not for production.
     nic_root: Option<PathBuf>,
     otlp: Option<FileOtlp>,
+    jobs: Option<bool>,
+    jobs_bin: Option<String>,
+    jobs_window: Option<String>,
 }
 
 /// Validated settings.
@@ -232,7 +242,19 @@ pub struct RunConfig {
     pub nic_root: Option<PathBuf>,
     /// The fleet records' OTLP export, if on.
     pub otlp: Option<OtlpSettings>,
+    /// Training jobs per window (with a capture), if on.
+    pub jobs: Option<JobsSettings>,
 }
+
+/// The sidecar's jobs analysis: bins of `bin`, over windows of `window` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobsSettings {
+    pub bin: Duration,
+    pub window: Duration,
+}
+
+pub const DEFAULT_JOBS_BIN: Duration = Duration::from_millis(1);
+pub const DEFAULT_JOBS_WINDOW: Duration = Duration::from_secs(60);
 
 fn invalid(what: impl Into<String>, detail: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -492,6 +514,47 @@ impl RunConfig {
             )));
         }
         let otlp = Self::otlp(&args.otlp, f.otlp, &path)?;
+        let jobs = if args.jobs || f.jobs.unwrap_or(false) {
+            if capture.is_none() {
+                return Err(invalid(
+                    "jobs",
+                    "needs capture (a libpcap capture times every frame; the XDP observer counts per flow, not per frame)",
+                ));
+            }
+            let bin = match args.jobs_bin {
+                Some(d) => d,
+                None => duration("jobs_bin", &f.jobs_bin)?.unwrap_or(DEFAULT_JOBS_BIN),
+            };
+            if bin < Duration::from_micros(10) || bin > Duration::from_secs(1) {
+                return Err(invalid(
+                    "jobs bin",
+                    format!("{bin:?} is not between 10us and 1s"),
+                ));
+            }
+            let window = match args.jobs_window {
+                Some(d) => d,
+                None => duration("jobs_window", &f.jobs_window)?.unwrap_or(DEFAULT_JOBS_WINDOW),
+            };
+            let bins = window.as_nanos() / bin.as_nanos();
+            if window < Duration::from_secs(1).max(interval) || bins > 100_000 {
+                return Err(invalid(
+                    "jobs window",
+                    format!(
+                        "{window:?} is not between 1s (and the interval, {interval:?}) and 100,000 bins of {bin:?}"
+                    ),
+                ));
+            }
+            Some(JobsSettings { bin, window })
+        } else {
+            if args.jobs_bin.is_some()
+                || args.jobs_window.is_some()
+                || f.jobs_bin.is_some()
+                || f.jobs_window.is_some()
+            {
+                return Err(invalid("jobs_bin and jobs_window", "only with jobs"));
+            }
+            None
+        };
         let jsonl = args.jsonl.clone().or(f.jsonl);
         if let (Some(j), Some(config)) = (&jsonl, &args.config)
             && roce_observer::units::same_file(j, config)
@@ -520,6 +583,7 @@ impl RunConfig {
             all_rdma_devices,
             nic_root,
             otlp,
+            jobs,
         })
     }
 
@@ -659,6 +723,9 @@ impl RunConfig {
         }
         if self.otlp != new.otlp {
             v.push("otlp");
+        }
+        if self.jobs != new.jobs {
+            v.push("jobs");
         }
         v
     }
@@ -947,6 +1014,64 @@ mod tests {
             (
                 "iface = [\"a\"]\nnic_root = \"/nonexistent/tree\"",
                 "not a directory",
+            ),
+        ] {
+            let e = merge(&none, text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn jobs_need_a_capture_and_a_window_of_bins_enough() {
+        let merge = |args: &RunOverrides, text: &str| {
+            RunConfig::merge(args, Some((Path::new("c.toml"), file(text))))
+        };
+        let none = RunOverrides::default();
+        let c = merge(&none, "capture = \"eth1\"\njobs = true").unwrap();
+        assert_eq!(
+            c.jobs,
+            Some(JobsSettings {
+                bin: DEFAULT_JOBS_BIN,
+                window: DEFAULT_JOBS_WINDOW
+            })
+        );
+        let flag = RunOverrides {
+            jobs: true,
+            jobs_bin: Some(Duration::from_micros(500)),
+            jobs_window: Some(Duration::from_secs(30)),
+            ..RunOverrides::default()
+        };
+        let c = merge(&flag, "capture = \"eth1\"").unwrap();
+        assert_eq!(
+            c.jobs,
+            Some(JobsSettings {
+                bin: Duration::from_micros(500),
+                window: Duration::from_secs(30)
+            })
+        );
+        assert_eq!(merge(&none, "capture = \"eth1\"").unwrap().jobs, None);
+        for (text, want) in [
+            ("iface = [\"eth0\"]\njobs = true", "jobs: needs capture"),
+            (
+                "capture = \"eth1\"\njobs = true\njobs_bin = \"5us\"",
+                "not between 10us and 1s",
+            ),
+            (
+                "capture = \"eth1\"\njobs = true\njobs_window = \"500ms\"",
+                "jobs window",
+            ),
+            (
+                "capture = \"eth1\"\njobs = true\njobs_window = \"200s\"",
+                "100,000 bins",
+            ),
+            (
+                "capture = \"eth1\"\njobs = true\ninterval = \"30s\"\njobs_window = \"10s\"",
+                "and the interval",
+            ),
+            (
+                "capture = \"eth1\"\njobs_window = \"10s\"",
+                "only with jobs",
             ),
         ] {
             let e = merge(&none, text).unwrap_err().to_string();

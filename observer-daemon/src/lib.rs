@@ -14,6 +14,7 @@ mod collector;
 pub mod config;
 pub mod flowbook;
 mod http;
+pub mod jobs;
 mod logging;
 pub mod metrics;
 mod netlink;
@@ -122,7 +123,7 @@ pub fn run(args: RunOverrides) -> Result<(), DaemonError> {
     // Counting starts with the attach: the first interval runs from here.
     let attached = (std::time::Instant::now(), live::unix_ns());
     let tap = match &config.capture {
-        Some(c) => Tap::Capture(CaptureTap::open(c.clone())?),
+        Some(c) => Tap::Capture(CaptureTap::open(c.clone(), config.jobs)?),
         None if config.nic_only() => Tap::Nothing,
         None => Tap::Kernel(Observer::attach(live)?),
     };

@@ -322,6 +322,8 @@ pub struct MetricsView {
     pub pfc: Vec<PfcRow>,
     /// The fleet records' export, when on.
     pub export: Option<crate::records::ExportRow>,
+    /// Training jobs, when on (`run --capture DEV --jobs`).
+    pub jobs: Option<crate::jobs::JobsView>,
 }
 
 /// Labels of a flow's series: `qp` in the table's hex notation, as tshark prints it
@@ -658,8 +660,87 @@ impl Collector for ViewCollector {
         if wire {
             encode_pfc(&mut enc, &s.pfc)?;
         }
+        if let Some(j) = &s.jobs {
+            encode_jobs(&mut enc, j)?;
+        }
         Ok(())
     }
+}
+
+/// The training jobs' families.
+fn encode_jobs(
+    enc: &mut DescriptorEncoder,
+    j: &crate::jobs::JobsView,
+) -> Result<(), std::fmt::Error> {
+    use crate::metrics::jobs as m;
+    gauge(enc, &m::JOBS, j.jobs as i64)?;
+    gauge(enc, &m::UNEXPORTED, j.unexported as i64)?;
+    counter(enc, &m::WINDOWS, j.windows)?;
+    let current = || j.rows.iter().filter(|r| r.current);
+    {
+        let mut f = enc.describe(&m::HOSTS)?;
+        for r in current() {
+            ConstGauge::new(r.hosts as i64)
+                .encode(f.encode_family(&[("job", r.label.clone())])?)?;
+        }
+    }
+    {
+        let mut f = enc.describe(&m::PERIOD)?;
+        for r in current() {
+            if let Some(p) = r.period_seconds {
+                ConstGauge::new(p).encode(f.encode_family(&[("job", r.label.clone())])?)?;
+            }
+        }
+    }
+    {
+        let bounds = crate::jobs::iteration_buckets();
+        let mut f = enc.describe(&m::ITERATION)?;
+        for r in &j.rows {
+            let buckets: Vec<(f64, u64)> = bounds
+                .iter()
+                .copied()
+                .chain([f64::INFINITY])
+                .zip(r.buckets.iter().copied())
+                .collect();
+            f.encode_family(&[("job", r.label.clone())])?
+                .encode_histogram::<NoLabelSet>(r.sum_seconds, r.count, &buckets, None)?;
+        }
+    }
+    {
+        let mut f = enc.describe(&m::STRAGGLER)?;
+        for r in current() {
+            if let Some((host, cause)) = &r.straggler {
+                ConstGauge::new(1i64).encode(f.encode_family(&[
+                    ("job", r.label.clone()),
+                    ("host", host.clone()),
+                    ("cause", cause.clone()),
+                ])?)?;
+            }
+        }
+    }
+    {
+        let mut f = enc.describe(&m::HUNG)?;
+        for r in current() {
+            ConstGauge::new(i64::from(r.hung))
+                .encode(f.encode_family(&[("job", r.label.clone())])?)?;
+        }
+    }
+    {
+        let mut f = enc.describe(&m::SILENT)?;
+        for r in current() {
+            if let Some(p) = r.silent_periods {
+                ConstGauge::new(p).encode(f.encode_family(&[("job", r.label.clone())])?)?;
+            }
+        }
+    }
+    {
+        let mut f = enc.describe(&m::IRREGULAR)?;
+        for r in current() {
+            ConstGauge::new(r.irregular as i64)
+                .encode(f.encode_family(&[("job", r.label.clone())])?)?;
+        }
+    }
+    Ok(())
 }
 
 /// Per-priority labels of a netdev's statistic: iface, dir, priority.

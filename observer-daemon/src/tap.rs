@@ -18,6 +18,7 @@ use tracing::warn;
 
 use roce_observer::{
     aggregate::Aggregate,
+    analysis::series::TimelineEnd,
     source::{
         capture::{Capture, CaptureConfig, CaptureError, CaptureStats, Captured, Running},
         live::{self, IfaceEvent, LiveError, Observer, OneLine},
@@ -26,7 +27,9 @@ use roce_observer::{
 
 use super::{
     DaemonError, RunConfig,
+    config::JobsSettings,
     flowbook::{FlowBook, Reading},
+    jobs::JobsTap,
     records::Messages,
 };
 
@@ -88,9 +91,9 @@ pub(super) enum Tap {
 /// A device captured through libpcap, opened again when it comes back after going away.
 pub(super) struct CaptureTap {
     config: CaptureConfig,
-    shared: Arc<Mutex<Captured>>,
+    shared: Arc<Mutex<Captured<JobsTap>>>,
     /// None while the device is gone (or failed).
-    running: Option<Running>,
+    running: Option<Running<JobsTap>>,
     /// The device's operational state (a network interface's; an RDMA device has none).
     up: Option<bool>,
 }
@@ -99,8 +102,14 @@ impl CaptureTap {
     /// Opens the device and starts reading it. A device libpcap cannot open now (an interface
     /// that is down) is opened at a later check; one that does not exist, a filter that does
     /// not compile, missing privileges and a link type without RoCE are errors.
-    pub(super) fn open(config: CaptureConfig) -> Result<Self, CaptureError> {
-        let shared = Arc::new(Mutex::new(Captured::observed(&config.device, ())));
+    pub(super) fn open(
+        config: CaptureConfig,
+        jobs: Option<JobsSettings>,
+    ) -> Result<Self, CaptureError> {
+        let shared = Arc::new(Mutex::new(Captured::observed(
+            &config.device,
+            JobsTap::new(jobs),
+        )));
         let running = match Capture::open(&config) {
             Ok(c) => Some(Running::start(c, shared.clone())?),
             Err(e @ CaptureError::Open { .. }) => {
@@ -131,8 +140,19 @@ impl CaptureTap {
         }
     }
 
-    fn counts(&self) -> MutexGuard<'_, Captured> {
+    fn counts(&self) -> MutexGuard<'_, Captured<JobsTap>> {
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// With jobs: the window's timeline ended on the flow table as it is now, and the table
+    /// (a new window starts with the next frame).
+    pub(super) fn roll_jobs(&self) -> Option<(TimelineEnd, Aggregate)> {
+        let (timeline, agg) = {
+            let mut c = self.counts();
+            let timeline = c.observer.roll()?;
+            (timeline, c.agg.clone())
+        };
+        Some((timeline.finish(&agg), agg))
     }
 
     fn reading(&self) -> bool {

@@ -672,3 +672,130 @@ fn diagnose_finds_the_training_job_in_a_live_capture() {
         );
     }
 }
+
+/// Value of the one sample of `name` with labels `with` (None: no such sample).
+fn sample(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> Option<f64> {
+    let found: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            with.iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(v))
+        })
+        .map(|s| s.value)
+        .collect();
+    assert!(found.len() <= 1, "{name} {with:?}: {found:?}");
+    found.first().copied()
+}
+
+/// `run --capture --jobs` (3 s windows): the generator's training ring sent in the first
+/// window is one job of its 8 hosts, its 11 iterations in the histogram at the pace the sender
+/// kept (its own clock), not hung; the ring whose fourth host never comes back, sent in the
+/// second window, is hung, and the first job, silent since, is no longer in the gauges. The
+/// scrape is parsed by prometheus_client's strict OpenMetrics parser.
+#[test]
+fn the_sidecar_exports_the_training_jobs_of_a_capture() {
+    if !require_root("the_sidecar_exports_the_training_jobs_of_a_capture") {
+        return;
+    }
+    let lab = Lab::create("ro-capjobrun").unwrap();
+    let ok = lab
+        .ns
+        .command("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let args = [
+        "--capture",
+        "rx0",
+        "--listen",
+        "127.0.0.1:9479",
+        "--interval",
+        "200ms",
+        "--jobs",
+        "--jobs-window",
+        "3s",
+    ];
+    let daemon = Daemon::start(&lab.ns, &args, "capturing; serving");
+    let started = Instant::now();
+    let w = synth::scenario("training").unwrap();
+    let frames = w.frames.clone();
+    let sent = lab
+        .ns
+        .run_in(move || {
+            roce_observer::lab::pin_current_thread().unwrap();
+            synth::send_timed("tx0", &frames)
+        })
+        .unwrap()
+        .unwrap();
+    let truth = &w.truth.jobs[0];
+    let starts: Vec<u64> = truth
+        .iteration_starts_ns
+        .iter()
+        .map(|t| sent[w.frames.iter().position(|f| f.ts_ns == *t).unwrap()])
+        .collect();
+    let sent_mean = (starts[starts.len() - 1] - starts[0]) as f64 / (starts.len() - 1) as f64;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "sent too late for the first window"
+    );
+    // The first window's end.
+    let wait_windows = |n: f64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = scrape(&lab.ns, 9479);
+            if sample(&s, "roce_job_windows_total", &[]).unwrap_or(0.0) >= n {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no jobs window {n}: {}",
+                daemon.text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let s = wait_windows(1.0);
+    let job = [("job", "198.18.80.1+7")];
+    assert_eq!(sample(&s, "roce_jobs", &[]), Some(1.0));
+    assert_eq!(sample(&s, "roce_job_hosts", &job), Some(8.0));
+    assert_eq!(
+        sample(&s, "roce_job_iteration_seconds_count", &job),
+        Some(11.0)
+    );
+    let mean = sample(&s, "roce_job_iteration_seconds_sum", &job).unwrap() / 11.0;
+    // Phases start on 1 ms bins.
+    assert!(
+        (mean * 1e9 / sent_mean - 1.0).abs() < 0.02,
+        "{mean} s vs sent {sent_mean} ns"
+    );
+    let period = sample(&s, "roce_job_period_seconds", &job).unwrap();
+    assert!(
+        (period * 1e9 / sent_mean - 1.0).abs() < 0.02,
+        "{period} s vs sent {sent_mean} ns"
+    );
+    assert_eq!(sample(&s, "roce_job_hung", &job), Some(0.0));
+    assert!(sample(&s, "roce_job_silent_periods", &job).unwrap() > 3.0);
+    assert_eq!(sample(&s, "roce_job_irregular_iterations", &job), Some(0.0));
+    assert!(
+        s.iter().all(|x| x.name != "roce_job_straggler"),
+        "no straggler"
+    );
+
+    // The second window: a ring that hangs.
+    let hang = synth::scenario("rule-job-hang").unwrap();
+    assert_eq!(send(&lab, "tx0", &hang), hang.frames.len());
+    let s = wait_windows(2.0);
+    let hung = [("job", "198.18.85.1+7")];
+    assert_eq!(sample(&s, "roce_job_hung", &hung), Some(1.0), "{s:?}");
+    assert_eq!(sample(&s, "roce_job_hosts", &hung), Some(8.0));
+    // The first job: no traffic in this window, so no gauges; its histogram stays.
+    assert_eq!(sample(&s, "roce_job_hosts", &job), None);
+    assert_eq!(
+        sample(&s, "roce_job_iteration_seconds_count", &job),
+        Some(11.0)
+    );
+    let (clean, log) = daemon.stop();
+    assert!(clean, "{log}");
+}

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 
 pub mod export;
 pub mod interfaces;
+pub mod jobs;
 pub mod latency;
 pub mod nic;
 pub mod observer;
@@ -140,6 +141,7 @@ pub fn all() -> Vec<(&'static str, Vec<Family>)> {
         ("the NIC side", nic::all()),
         ("the observer", observer::all()),
         ("the fleet records' export", export::all()),
+        ("training jobs", jobs::all()),
     ]
 }
 
