@@ -49,7 +49,7 @@ const CRATES: &[Crate] = &[
         src: "observer-daemon/src",
         layers: &[
             &[
-                "config", "logging", "procfs", "netlink", "signals", "flowbook", "records",
+                "config", "logging", "procfs", "netlink", "signals", "flowbook", "records", "jobs",
             ],
             // The metric registry: below the encoder and everything that fills it.
             &["metrics"],

@@ -629,13 +629,11 @@ impl Collector {
             && started.duration_since(self.jobs_window_start) >= settings.window
         {
             self.jobs_window_start = started;
-            if let Some((end, agg)) = cap.roll_jobs() {
-                let device = cap.config().device.clone();
+            if let Some((end, kinds, began)) = cap.roll_jobs() {
                 self.jobs.get_or_insert_with(Default::default).window(
                     end,
-                    &agg,
-                    end_unix_ns,
-                    &device,
+                    &kinds,
+                    (began, end_unix_ns),
                 );
             }
         }

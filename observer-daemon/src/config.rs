@@ -535,12 +535,13 @@ impl RunConfig {
                 Some(d) => d,
                 None => duration("jobs_window", &f.jobs_window)?.unwrap_or(DEFAULT_JOBS_WINDOW),
             };
-            let bins = window.as_nanos() / bin.as_nanos();
+            // A window ends at the first drain after it: up to an interval more.
+            let bins = (window + interval).as_nanos() / bin.as_nanos();
             if window < Duration::from_secs(1).max(interval) || bins > 100_000 {
                 return Err(invalid(
                     "jobs window",
                     format!(
-                        "{window:?} is not between 1s (and the interval, {interval:?}) and 100,000 bins of {bin:?}"
+                        "{window:?} is not between 1s (and the interval, {interval:?}) and 100,000 bins of {bin:?} less an interval"
                     ),
                 ));
             }

@@ -2,23 +2,25 @@
 //! timeline with the jobs' fixed bins, as replay's do; at the first drain after each window
 //! (`jobs_window`), the window's bins become jobs (`analysis::jobs`, the same analysis), the
 //! job rules judge each job on its own, and the metrics take what they found. A job's series
-//! are labelled by its hosts (`<lowest host>+<others>`, `#2`... for a second job on the same
-//! hosts), which stays the same from window to window while its hosts do; at most
-//! [`MAX_JOB_SERIES`] jobs are exported.
+//! are labelled by its hosts (`<lowest host>+<others>/<hash of the hosts>`, `#2`... for a
+//! second job on the same hosts), matched from window to window by its hosts and QPs; at most
+//! [`MAX_JOB_SERIES`] jobs are exported, and a job unseen for [`KEEP_WINDOWS`] windows goes.
 //!
 //! The window ends where the sidecar stopped looking, not at the last packet: a job silent
 //! since is silent in the window (`job-hang` weighs it).
 
-use std::collections::BTreeMap;
-
 use roce_observer::{
     aggregate::{Aggregate, FrameObserver},
     analysis::{
-        findings::{Outcome, Thresholds, rules},
+        findings::{Context, Outcome, Thresholds, rules},
         jobs,
         series::{Timeline, TimelineConfig, TimelineEnd},
     },
-    model::{Report, Source},
+    model::{
+        Report, Source,
+        findings::Finding,
+        jobs::{Job, Jobs},
+    },
 };
 
 use crate::config::JobsSettings;
@@ -31,11 +33,19 @@ pub fn iteration_buckets() -> Vec<f64> {
     (0..17).map(|k| 0.001 * f64::from(1u32 << k)).collect()
 }
 
-/// What the capture thread feeds: the open window's timeline (none: jobs off).
+/// What the capture thread feeds: the open window's timeline (none: jobs off), and when it
+/// began (Unix ns).
 #[derive(Debug, Default)]
 pub struct JobsTap {
     pub timeline: Option<Timeline>,
     config: Option<TimelineConfig>,
+    began_ns: u64,
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl JobsTap {
@@ -53,13 +63,15 @@ impl JobsTap {
         Self {
             timeline: config.clone().map(Timeline::new),
             config,
+            began_ns: unix_ns(),
         }
     }
 
-    /// The open window's timeline, and a new one in its place.
-    pub fn roll(&mut self) -> Option<Timeline> {
+    /// The open window's timeline and when it began, and a new one in its place.
+    pub fn roll(&mut self) -> Option<(Timeline, u64)> {
         let fresh = self.config.clone().map(Timeline::new);
-        std::mem::replace(&mut self.timeline, fresh)
+        let began = std::mem::replace(&mut self.began_ns, unix_ns());
+        std::mem::replace(&mut self.timeline, fresh).map(|t| (t, began))
     }
 }
 
@@ -77,86 +89,157 @@ impl FrameObserver for JobsTap {
     }
 }
 
+/// Windows a job's series stay after its last sighting (then they go, histogram too).
+pub const KEEP_WINDOWS: u64 = 10;
+
 /// One job's series.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct JobRow {
     pub label: String,
-    /// In the last window: its hosts, its period (s) when it kept one, the straggler named
-    /// (host, cause), whether it hung, its irregular iterations.
+    /// As of its last sighting: its hosts, its period (s) when it kept one; in the last
+    /// window: the straggler named (host, cause) and its irregular iterations.
     pub hosts: usize,
     pub period_seconds: Option<f64>,
     pub straggler: Option<(String, String)>,
-    /// job-hang fired with hosts missing from its last phase (a collective begun and waited
-    /// on), and its periods without a phase by the window's end.
+    /// job-hang fired by the last window's end with hosts missing from its last phase (a
+    /// collective begun and waited on), and its periods without a phase by then.
     pub hung: bool,
     pub silent_periods: Option<f64>,
     pub irregular: u64,
-    /// Seen in the last window.
+    /// Exported: seen within the last [`KEEP_WINDOWS`] windows.
     pub current: bool,
     /// Iteration times over every window (cumulative): per bucket of [`iteration_buckets`]
     /// and +Inf, their sum (s) and count.
     pub buckets: Vec<u64>,
     pub sum_seconds: f64,
     pub count: u64,
+    /// What matches a window's job to this row: its hosts and its QPs (destination, QPN).
+    host_set: Vec<std::net::IpAddr>,
+    qps: std::collections::BTreeSet<(std::net::IpAddr, u32)>,
+    /// The job as last seen, judged again at each window's end while it is not seen.
+    last_job: Option<Job>,
+    last_window: u64,
 }
 
 /// The jobs' metrics, kept from window to window.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct JobsView {
     pub rows: Vec<JobRow>,
-    /// Jobs in the last window, and those beyond [`MAX_JOB_SERIES`].
+    /// Jobs in the last window, and those it could not export (beyond [`MAX_JOB_SERIES`]).
     pub jobs: usize,
     pub unexported: usize,
     pub windows: u64,
 }
 
-/// The series label of each job: `<lowest host>+<others>`, with `#2`... for a second job on
-/// the same hosts (jobs in order of first traffic).
-fn labels(jobs: &[roce_observer::model::jobs::Job]) -> Vec<String> {
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    jobs.iter()
-        .map(|j| {
-            let base = match j.hosts.first() {
-                Some(h) => format!("{h}+{}", j.hosts.len().saturating_sub(1)),
-                None => "none".to_string(),
-            };
-            let n = seen.entry(base.clone()).or_default();
-            *n += 1;
-            if *n == 1 { base } else { format!("{base}#{n}") }
-        })
-        .collect()
+/// A job's series label: `<lowest host>+<others>/<hash of its hosts>` (FNV-1a, 16 bits): the
+/// same hosts give the same label in every window and on every sidecar.
+fn base_label(hosts: &[std::net::IpAddr]) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for ip in hosts {
+        for b in ip.to_string().bytes().chain([b',']) {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+    }
+    match hosts.first() {
+        Some(first) => format!(
+            "{first}+{}/{:04x}",
+            hosts.len().saturating_sub(1),
+            (h ^ (h >> 16)) & 0xffff
+        ),
+        None => "none".to_string(),
+    }
+}
+
+/// Runs the job rule `name` on `job` alone, against a window of `jobs`' bins.
+fn judge(name: &str, job: &Job, jobs: &Jobs) -> Option<Finding> {
+    let rule = rules().iter().find(|r| r.name() == name)?;
+    let mut one: Report = Aggregate::default().report(Source::live(Vec::new(), "capture"), 0.0);
+    one.jobs = Some(Jobs {
+        jobs: vec![job.clone()],
+        ..jobs.clone()
+    });
+    match rule.evaluate(&one, &Thresholds::default(), &Context::of(&one)) {
+        Outcome::Fired(f) => Some(f),
+        _ => None,
+    }
+}
+
+fn evidence(f: &Finding, k: &str) -> String {
+    f.evidence
+        .get(k)
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Periods from `job`'s last phase's start to `end_ns`.
+fn silent_periods(job: &Job, end_ns: u64) -> Option<f64> {
+    let (p, last) = (job.period.as_ref()?, job.phases.last()?);
+    Some(end_ns.saturating_sub(last.start_ns) as f64 / p.ns.max(1) as f64)
 }
 
 impl JobsView {
-    /// A window ended at `end_ns` (Unix ns): `end` is its timeline's, `agg` the flow table
-    /// then. Its jobs are judged each on its own (so each job's straggler is named).
-    pub fn window(&mut self, end: TimelineEnd, agg: &Aggregate, end_ns: u64, device: &str) {
+    /// A window that began at `began_ns` ended at `end_ns` (Unix ns): `end` is its
+    /// timeline's, `kinds` the flows' (connected, carrying data). Its jobs are matched to their rows (same hosts, most QPs
+    /// in common) and judged each on its own; the rows not seen are judged again at this
+    /// window's end (a hang goes on), and go after [`KEEP_WINDOWS`] windows unseen.
+    pub fn window(
+        &mut self,
+        end: TimelineEnd,
+        kinds: &jobs::Kinds,
+        (began_ns, end_ns): (u64, u64),
+    ) {
         self.windows += 1;
-        for r in &mut self.rows {
-            r.current = false;
-        }
+        let window = self.windows;
         let Some(bins) = end.jobs else {
             self.jobs = 0;
             self.unexported = 0;
             return;
         };
-        let report = agg.report(Source::live(vec![device.to_string()], "capture"), 0.0);
-        let mut found = jobs::of_report(&report, bins, &Default::default());
+        if bins.overflow {
+            tracing::warn!(
+                "a jobs window spans more than 100,000 bins: its jobs stop there (give a longer jobs_bin or a shorter jobs_window)"
+            );
+        }
+        let mut found = jobs::of_kinds(kinds, bins, &Default::default());
         // The sidecar watched until now, traffic or not.
         found.end_ns = found.end_ns.max(end_ns);
-        let names = labels(&found.jobs);
         self.jobs = found.jobs.len();
         self.unexported = 0;
-        let t = Thresholds::default();
-        for (job, label) in found.jobs.iter().zip(names) {
-            let at = match self.rows.iter().position(|r| r.label == label) {
+        let mut seen = vec![false; self.rows.len()];
+        for job in &found.jobs {
+            let qps: std::collections::BTreeSet<(std::net::IpAddr, u32)> =
+                job.qps.iter().map(|q| (q.dst_ip, q.dest_qp)).collect();
+            // Its row: the same hosts, the most QPs in common, not taken in this window.
+            let matched = (0..self.rows.len())
+                .filter(|&i| !seen[i] && self.rows[i].host_set == job.hosts)
+                .max_by_key(|&i| {
+                    (
+                        self.rows[i].qps.intersection(&qps).count(),
+                        std::cmp::Reverse(i),
+                    )
+                });
+            let at = match matched {
                 Some(i) => i,
                 None if self.rows.len() < MAX_JOB_SERIES => {
+                    let base = base_label(&job.hosts);
+                    let n = self
+                        .rows
+                        .iter()
+                        .filter(|r| r.label == base || r.label.starts_with(&format!("{base}#")))
+                        .count();
+                    let label = if n == 0 {
+                        base
+                    } else {
+                        format!("{base}#{}", n + 1)
+                    };
                     self.rows.push(JobRow {
-                        label: label.clone(),
+                        label,
                         buckets: vec![0; iteration_buckets().len() + 1],
+                        host_set: job.hosts.clone(),
                         ..JobRow::default()
                     });
+                    seen.push(false);
                     self.rows.len() - 1
                 }
                 None => {
@@ -164,59 +247,58 @@ impl JobsView {
                     continue;
                 }
             };
-            let one = Report {
-                jobs: Some(roce_observer::model::jobs::Jobs {
-                    jobs: vec![job.clone()],
-                    ..found.clone()
-                }),
-                ..report.clone()
-            };
-            let fired = |name: &str| -> Option<roce_observer::model::findings::Finding> {
-                let rule = rules().iter().find(|r| r.name() == name)?;
-                match rule.evaluate(
-                    &one,
-                    &t,
-                    &roce_observer::analysis::findings::Context::of(&one),
-                ) {
-                    Outcome::Fired(f) => Some(f),
-                    _ => None,
-                }
-            };
-            let evidence = |f: &roce_observer::model::findings::Finding, k: &str| {
-                f.evidence
-                    .get(k)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or_default()
-                    .to_string()
-            };
+            seen[at] = true;
             let row = &mut self.rows[at];
-            row.current = true;
+            row.qps = qps;
+            row.last_window = window;
             row.hosts = job.hosts.len();
             row.period_seconds = job.period.as_ref().map(|p| p.ns as f64 / 1e9);
-            row.straggler =
-                fired("job-straggler").map(|f| (evidence(&f, "host"), evidence(&f, "cause")));
-            row.hung = fired("job-hang").is_some_and(|f| !evidence(&f, "missing_hosts").is_empty());
-            row.silent_periods = match (&job.period, job.phases.last()) {
-                (Some(p), Some(last)) => {
-                    Some(found.end_ns.saturating_sub(last.start_ns) as f64 / p.ns.max(1) as f64)
-                }
-                _ => None,
-            };
-            row.irregular = fired("job-irregular-iteration")
+            row.straggler = judge("job-straggler", job, &found)
+                .map(|f| (evidence(&f, "host"), evidence(&f, "cause")));
+            row.hung = judge("job-hang", job, &found)
+                .is_some_and(|f| !evidence(&f, "missing_hosts").is_empty());
+            row.silent_periods = silent_periods(job, found.end_ns);
+            row.irregular = judge("job-irregular-iteration", job, &found)
                 .and_then(|f| {
                     f.evidence
                         .get("irregular_iterations")
                         .and_then(|v| v.as_u64())
                 })
                 .unwrap_or(0);
+            // Iterations from a phase the window's start may have cut (traffic within 2 bins
+            // of it) are left out.
             let bounds = iteration_buckets();
+            let cut = began_ns.saturating_add(2 * found.bin_ns);
             for w in job.phases.windows(2) {
+                if w[0].start_ns < cut {
+                    continue;
+                }
                 let s = (w[1].start_ns - w[0].start_ns) as f64 / 1e9;
                 let i = bounds.iter().position(|b| s <= *b).unwrap_or(bounds.len());
                 row.buckets[i] += 1;
                 row.sum_seconds += s;
                 row.count += 1;
             }
+            row.last_job = Some(job.clone());
+        }
+        // The rows not seen: judged again at this window's end, or gone.
+        self.rows
+            .retain(|r| window.saturating_sub(r.last_window) < KEEP_WINDOWS);
+        for r in self.rows.iter_mut().filter(|r| r.last_window != window) {
+            r.straggler = None;
+            r.irregular = 0;
+            if let Some(job) = &r.last_job {
+                let jobs = Jobs {
+                    end_ns: found.end_ns,
+                    ..found.clone()
+                };
+                r.hung = judge("job-hang", job, &jobs)
+                    .is_some_and(|f| !evidence(&f, "missing_hosts").is_empty());
+                r.silent_periods = silent_periods(job, found.end_ns);
+            }
+        }
+        for r in &mut self.rows {
+            r.current = true;
         }
     }
 }

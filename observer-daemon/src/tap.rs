@@ -18,7 +18,7 @@ use tracing::warn;
 
 use roce_observer::{
     aggregate::Aggregate,
-    analysis::series::TimelineEnd,
+    analysis::{jobs, series::TimelineEnd},
     source::{
         capture::{Capture, CaptureConfig, CaptureError, CaptureStats, Captured, Running},
         live::{self, IfaceEvent, LiveError, Observer, OneLine},
@@ -144,15 +144,17 @@ impl CaptureTap {
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// With jobs: the window's timeline ended on the flow table as it is now, and the table
-    /// (a new window starts with the next frame).
-    pub(super) fn roll_jobs(&self) -> Option<(TimelineEnd, Aggregate)> {
-        let (timeline, agg) = {
-            let mut c = self.counts();
-            let timeline = c.observer.roll()?;
-            (timeline, c.agg.clone())
-        };
-        Some((timeline.finish(&agg), agg))
+    /// With jobs: the window's timeline ended on the flow table as it is now, the flows'
+    /// kinds, and when the window began (a new window starts with the next frame). Under the capture's lock: a walk of
+    /// the flow table, no copy of it.
+    pub(super) fn roll_jobs(&self) -> Option<(TimelineEnd, jobs::Kinds, u64)> {
+        let mut c = self.counts();
+        let (timeline, began) = c.observer.roll()?;
+        Some((
+            timeline.finish(&c.agg),
+            jobs::kinds_of_aggregate(&c.agg),
+            began,
+        ))
     }
 
     fn reading(&self) -> bool {

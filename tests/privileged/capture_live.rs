@@ -608,6 +608,21 @@ fn the_sidecar_captures_an_interface_again_when_it_comes_back() {
     assert!(clean, "{log}");
 }
 
+/// The period of iteration starts `starts` as the analysis defines it (the mean of the
+/// iteration times within a quarter of their median), and how many were near.
+fn sent_period(starts: &[u64]) -> (f64, usize) {
+    let times: Vec<u64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    let mut sorted = times.clone();
+    sorted.sort_unstable();
+    let m = sorted[sorted.len() / 2] as f64;
+    let near: Vec<f64> = times
+        .iter()
+        .map(|t| *t as f64)
+        .filter(|t| (t - m).abs() <= 0.25 * m)
+        .collect();
+    (near.iter().sum::<f64>() / near.len() as f64, near.len())
+}
+
 /// `diagnose --capture --jobs` on the generator's training ring sent over a veth pair: one job
 /// of its 8 hosts, a phase per iteration, and its period as the sender paced it. The sender
 /// waits out the gaps of 1 ms or more between frames and sends the rest back to back (with a
@@ -644,7 +659,7 @@ fn diagnose_finds_the_training_job_in_a_live_capture() {
         .iter()
         .map(|t| sent[w.frames.iter().position(|f| f.ts_ns == *t).unwrap()])
         .collect();
-    let sent_mean = (starts[starts.len() - 1] - starts[0]) as f64 / (starts.len() - 1) as f64;
+    let (sent_period, near) = sent_period(&starts);
     let jobs = r.jobs.as_ref().expect("a jobs section");
     assert_eq!(jobs.jobs.len(), 1, "{jobs:#?}");
     let job = &jobs.jobs[0];
@@ -655,11 +670,15 @@ fn diagnose_finds_the_training_job_in_a_live_capture() {
         "{job:#?}"
     );
     let p = job.period.as_ref().expect("a period");
-    assert_eq!(p.iterations as usize, starts.len() - 1, "{p:?}");
-    // Phases start on 1 ms bins: their mean spacing within 2% of the sender's.
+    // (A sleep the machine's load stretched can put an iteration off the median, as sent.)
     assert!(
-        (p.ns as f64 / sent_mean - 1.0).abs() < 0.02,
-        "period {} vs sent {sent_mean}",
+        p.iterations as usize >= near.saturating_sub(1),
+        "{p:?}, {near} sent near"
+    );
+    // Phases start on 1 ms bins: the period within 2% of the sender's.
+    assert!(
+        (p.ns as f64 / sent_period - 1.0).abs() < 0.02,
+        "period {} vs sent {sent_period}",
         p.ns
     );
     let check = |rule: &str| r.checks.iter().find(|c| c.rule == rule).unwrap().status;
@@ -688,11 +707,24 @@ fn sample(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> Option<f64> 
     found.first().copied()
 }
 
-/// `run --capture --jobs` (3 s windows): the generator's training ring sent in the first
-/// window is one job of its 8 hosts, its 11 iterations in the histogram at the pace the sender
+/// The label of the one job whose label starts with `prefix` (its hosts; the rest a hash).
+fn job_label(samples: &[Sample], prefix: &str) -> String {
+    let labels: std::collections::BTreeSet<&String> = samples
+        .iter()
+        .filter(|s| s.name == "roce_job_hosts")
+        .filter_map(|s| s.labels.get("job"))
+        .filter(|l| l.starts_with(prefix))
+        .collect();
+    assert_eq!(labels.len(), 1, "{prefix}: {labels:?}");
+    labels.into_iter().next().unwrap().clone()
+}
+
+/// `run --capture --jobs` (5 s windows): the generator's training ring sent in the first
+/// window is one job of its 8 hosts, its iterations in the histogram at the pace the sender
 /// kept (its own clock), not hung; the ring whose fourth host never comes back, sent in the
-/// second window, is hung, and the first job, silent since, is no longer in the gauges. The
-/// scrape is parsed by prometheus_client's strict OpenMetrics parser.
+/// second window, is hung, and the first job, silent since, keeps its series, not hung, its
+/// silent periods grown. The scrape is parsed by prometheus_client's strict OpenMetrics
+/// parser.
 #[test]
 fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     if !require_root("the_sidecar_exports_the_training_jobs_of_a_capture") {
@@ -715,7 +747,7 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
         "200ms",
         "--jobs",
         "--jobs-window",
-        "3s",
+        "5s",
     ];
     let daemon = Daemon::start(&lab.ns, &args, "capturing; serving");
     let started = Instant::now();
@@ -736,8 +768,9 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
         .map(|t| sent[w.frames.iter().position(|f| f.ts_ns == *t).unwrap()])
         .collect();
     let sent_mean = (starts[starts.len() - 1] - starts[0]) as f64 / (starts.len() - 1) as f64;
+    let (sent_period, _) = sent_period(&starts);
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(4),
         "sent too late for the first window"
     );
     // The first window's end.
@@ -757,7 +790,8 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
         }
     };
     let s = wait_windows(1.0);
-    let job = [("job", "198.18.80.1+7")];
+    let label = job_label(&s, "198.18.80.1+7/");
+    let job = [("job", label.as_str())];
     assert_eq!(sample(&s, "roce_jobs", &[]), Some(1.0));
     assert_eq!(sample(&s, "roce_job_hosts", &job), Some(8.0));
     assert_eq!(
@@ -772,11 +806,12 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     );
     let period = sample(&s, "roce_job_period_seconds", &job).unwrap();
     assert!(
-        (period * 1e9 / sent_mean - 1.0).abs() < 0.02,
-        "{period} s vs sent {sent_mean} ns"
+        (period * 1e9 / sent_period - 1.0).abs() < 0.02,
+        "{period} s vs sent {sent_period} ns"
     );
     assert_eq!(sample(&s, "roce_job_hung", &job), Some(0.0));
-    assert!(sample(&s, "roce_job_silent_periods", &job).unwrap() > 3.0);
+    let silent = sample(&s, "roce_job_silent_periods", &job).unwrap();
+    assert!(silent > 3.0, "{silent}");
     assert_eq!(sample(&s, "roce_job_irregular_iterations", &job), Some(0.0));
     assert!(
         s.iter().all(|x| x.name != "roce_job_straggler"),
@@ -787,11 +822,17 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     let hang = synth::scenario("rule-job-hang").unwrap();
     assert_eq!(send(&lab, "tx0", &hang), hang.frames.len());
     let s = wait_windows(2.0);
-    let hung = [("job", "198.18.85.1+7")];
+    let hung_label = job_label(&s, "198.18.85.1+7/");
+    let hung = [("job", hung_label.as_str())];
     assert_eq!(sample(&s, "roce_job_hung", &hung), Some(1.0), "{s:?}");
     assert_eq!(sample(&s, "roce_job_hosts", &hung), Some(8.0));
-    // The first job: no traffic in this window, so no gauges; its histogram stays.
-    assert_eq!(sample(&s, "roce_job_hosts", &job), None);
+    // The ring and the pair writing beside it.
+    assert_eq!(sample(&s, "roce_jobs", &[]), Some(2.0));
+    // The first job, silent since: its series stay, judged again at this window's end.
+    assert_eq!(sample(&s, "roce_job_hosts", &job), Some(8.0));
+    assert_eq!(sample(&s, "roce_job_hung", &job), Some(0.0));
+    let later = sample(&s, "roce_job_silent_periods", &job).unwrap();
+    assert!(later > silent + 50.0, "{later} vs {silent}");
     assert_eq!(
         sample(&s, "roce_job_iteration_seconds_count", &job),
         Some(11.0)

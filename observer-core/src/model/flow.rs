@@ -367,7 +367,7 @@ impl Ops {
         self.other += o.other;
     }
 
-    fn from_counts(c: &[u64; OpClass::COUNT]) -> Self {
+    pub fn from_counts(c: &[u64; OpClass::COUNT]) -> Self {
         let at = |o: OpClass| c[o as usize];
         Self {
             send: at(OpClass::Send),

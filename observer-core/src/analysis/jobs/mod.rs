@@ -66,23 +66,54 @@ const NEAR_MEDIAN: f64 = 0.25;
 /// The share of iteration times that must be near the median for a period.
 const REGULAR_SHARE: f64 = 2.0 / 3.0;
 
-/// The jobs of a report's flows, from their fixed bins (`bins`): a flow is a connection's when
-/// its opcodes are RC or XRC.
+/// Per flow direction: whether it is a connection's (its opcodes RC or XRC) and whether it
+/// carries data (requests, READ responses).
+pub type Kinds = BTreeMap<FlowRef, (bool, bool)>;
+
+/// Whether ops `o` carry data.
+fn carries_data(o: &crate::model::Ops) -> bool {
+    o.send + o.write + o.read_request + o.read_response + o.atomic > 0
+}
+
+/// The kinds of a report's flows.
+pub fn kinds_of_report(report: &crate::model::Report) -> Kinds {
+    report
+        .flows
+        .iter()
+        .map(|f| {
+            let rc = f.transports.iter().any(|t| t == "RC" || t == "XRC");
+            (FlowRef::of_flow(f), (rc, carries_data(&f.ops)))
+        })
+        .collect()
+}
+
+/// The kinds of a flow table's flows (as [`kinds_of_report`] has them, without the report).
+pub fn kinds_of_aggregate(agg: &crate::aggregate::Aggregate) -> Kinds {
+    // Bits of `transport_mask` by the opcode's top three bits: RC is 0, XRC 5.
+    const CONNECTED: u32 = 1 | 1 << 5;
+    agg.flows
+        .iter()
+        .map(|(k, s)| {
+            let ops = crate::model::Ops::from_counts(&s.ops);
+            (
+                FlowRef::of_key(k),
+                (s.transport_mask & CONNECTED != 0, carries_data(&ops)),
+            )
+        })
+        .collect()
+}
+
+/// The jobs of a report's flows, from their fixed bins (`bins`).
 pub fn of_report(
     report: &crate::model::Report,
     bins: crate::analysis::series::FlowBins,
     opts: &Options,
 ) -> Jobs {
-    let kinds: BTreeMap<FlowRef, (bool, bool)> = report
-        .flows
-        .iter()
-        .map(|f| {
-            let rc = f.transports.iter().any(|t| t == "RC" || t == "XRC");
-            let o = &f.ops;
-            let data = o.send + o.write + o.read_request + o.read_response + o.atomic > 0;
-            (FlowRef::of_flow(f), (rc, data))
-        })
-        .collect();
+    of_kinds(&kinds_of_report(report), bins, opts)
+}
+
+/// The jobs of flows of `kinds`, from their fixed bins (`bins`).
+pub fn of_kinds(kinds: &Kinds, bins: crate::analysis::series::FlowBins, opts: &Options) -> Jobs {
     // A QP direction seen in several mirror sessions: per bin, the session that saw the most
     // of it (two taps see the same packets, which count once; a direction sprayed over
     // mirrored links is undercounted, never double counted).
@@ -225,34 +256,50 @@ fn jaccard(a: &[u64], b: &[u64]) -> f64 {
     }
 }
 
-/// Whether two jobs keep the same pace in step: periods within a tenth, and most of one's
-/// phases overlapping one of the other's (then the wire cannot tell them apart).
-fn in_step(a: &Job, b: &Job) -> bool {
+/// Whether two jobs keep the same pace in step, so the wire cannot tell them apart: periods
+/// within a tenth, and each phase of one at a steady offset after the last phase of the other
+/// before it (two thirds of the offsets within a tenth of the period, or 2 bins, of their
+/// median). Traffic whose parts take turns inside each iteration (a tree's reduce then
+/// broadcast, pairwise rounds, pipeline stages beside an all-reduce) keeps one offset; two
+/// jobs at the same period on their own clocks drift apart.
+fn in_step(a: &Job, b: &Job, bin_ns: u64) -> bool {
     let (Some(pa), Some(pb)) = (&a.period, &b.period) else {
-        return true;
+        return false;
     };
-    if (pa.ns as f64 - pb.ns as f64).abs() > 0.1 * pa.ns.max(pb.ns) as f64 {
+    let period = pa.ns.max(pb.ns);
+    if pa.ns.abs_diff(pb.ns) as f64 > 0.1 * period as f64 {
         return false;
     }
-    let overlapping = a
-        .phases
-        .iter()
-        .filter(|p| {
-            b.phases
-                .iter()
-                .any(|q| p.start_ns < q.end_ns && q.start_ns < p.end_ns)
-        })
-        .count();
-    3 * overlapping >= 2 * a.phases.len()
+    // Each phase of `a` after `b`'s last phase start before it (both in time order).
+    let mut offsets = Vec::with_capacity(a.phases.len());
+    let mut j = 0;
+    for p in &a.phases {
+        while j + 1 < b.phases.len() && b.phases[j + 1].start_ns <= p.start_ns {
+            j += 1;
+        }
+        if let Some(q) = b.phases.get(j)
+            && q.start_ns <= p.start_ns
+        {
+            offsets.push(p.start_ns - q.start_ns);
+        }
+    }
+    if offsets.len() < 3 {
+        return false;
+    }
+    let m = median(&offsets);
+    let slack = (period / 10).max(2 * bin_ns);
+    let near = offsets.iter().filter(|o| o.abs_diff(m) <= slack).count();
+    3 * near >= 2 * offsets.len()
 }
 
 /// The jobs among hosts joined by `members`: one, or several kept apart when their QPs'
 /// activity tells them apart. Two jobs on the same hosts (two trainings sharing the hosts'
 /// NICs, or one job after another on new QPs) share hosts but not their busy bins: QPs busy in
-/// mostly the same bins are one job's. The split stands only when every part keeps a period of
-/// its own and no two parts keep the same one in step (a job whose QPs take turns within its
-/// phases is one job); otherwise the evidence cannot tell them apart and they stay one job.
-/// ACK-only and small QPs go with the part whose bins they share most.
+/// mostly the same bins are one job's. Parts that keep no period of their own go with the part
+/// they share most bins with, and parts that keep the same period in step are one job (a job
+/// whose QPs take turns within its iterations); the split stands only when two or more parts
+/// remain, each keeping a period. Otherwise the evidence cannot tell them apart and they stay
+/// one job. ACK-only and small QPs go with the part whose bins they share most.
 fn apart(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Vec<Job> {
     let one = || vec![job(bin_ns, start_ns, members, opts)];
     let total = |q: &QpBins| q.bins.iter().map(|(_, d)| d.bytes).sum::<u64>();
@@ -275,16 +322,14 @@ fn apart(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Vec
     let words = (last - first) as usize / 64 + 2;
     // Distinct patterns (a job's QPs often share theirs exactly), joined pairwise.
     let mut patterns: Vec<Vec<u64>> = Vec::new();
+    let mut index: HashMap<Vec<u64>, usize> = HashMap::new();
     let mut of_qp: Vec<usize> = Vec::with_capacity(data.len());
     for &i in &data {
         let m = activity(members[i], first, words);
-        let k = match patterns.iter().position(|p| *p == m) {
-            Some(k) => k,
-            None => {
-                patterns.push(m);
-                patterns.len() - 1
-            }
-        };
+        let k = *index.entry(m.clone()).or_insert_with(|| {
+            patterns.push(m);
+            patterns.len() - 1
+        });
         of_qp.push(k);
         if patterns.len() > MAX_PATTERNS {
             return one();
@@ -306,51 +351,65 @@ fn apart(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Vec
             }
         }
     }
-    let mut parts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut by_root: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (n, &i) in data.iter().enumerate() {
         let r = root(&mut parent, of_qp[n]);
-        parts.entry(r).or_default().push(i);
+        by_root.entry(r).or_default().push(i);
+    }
+    if by_root.len() < 2 {
+        return one();
+    }
+    let build = |p: &[usize]| {
+        let qps: Vec<&QpBins> = p.iter().map(|&i| members[i]).collect();
+        job(bin_ns, start_ns, &qps, opts)
+    };
+    let bits_of = |p: &[usize]| {
+        let mut bits = vec![0u64; words];
+        for &i in p {
+            for (w, x) in bits.iter_mut().zip(activity(members[i], first, words)) {
+                *w |= x;
+            }
+        }
+        bits
+    };
+    let shared =
+        |a: &[u64], b: &[u64]| -> u32 { a.iter().zip(b).map(|(x, y)| (x & y).count_ones()).sum() };
+    // The parts that keep a period of their own, and the others.
+    let (mut parts, mut jobs, mut loose) = (Vec::new(), Vec::new(), Vec::new());
+    for p in by_root.into_values() {
+        let j = build(&p);
+        if j.period.is_some() {
+            parts.push(p);
+            jobs.push(j);
+        } else {
+            loose.push(p);
+        }
+    }
+    // Parts in step are one job.
+    while let Some((a, b)) = (0..jobs.len())
+        .flat_map(|a| (a + 1..jobs.len()).map(move |b| (a, b)))
+        .find(|&(a, b)| in_step(&jobs[a], &jobs[b], bin_ns) || in_step(&jobs[b], &jobs[a], bin_ns))
+    {
+        let moved = parts.remove(b);
+        jobs.remove(b);
+        parts[a].extend(moved);
+        jobs[a] = build(&parts[a]);
     }
     if parts.len() < 2 {
         return one();
     }
-    // Parts that keep the same pace in step are one job.
-    let mut parts: Vec<Vec<usize>> = parts.into_values().collect();
-    loop {
-        let jobs: Vec<Job> = parts
-            .iter()
-            .map(|p| {
-                let qps: Vec<&QpBins> = p.iter().map(|&i| members[i]).collect();
-                job(bin_ns, start_ns, &qps, opts)
-            })
-            .collect();
-        let pair = (0..jobs.len())
-            .flat_map(|a| (a + 1..jobs.len()).map(move |b| (a, b)))
-            .find(|&(a, b)| in_step(&jobs[a], &jobs[b]) || in_step(&jobs[b], &jobs[a]));
-        match pair {
-            Some((a, b)) => {
-                let moved = parts.remove(b);
-                parts[a].extend(moved);
-                if parts.len() < 2 {
-                    return one();
-                }
-            }
-            None => break,
+    let mut marks: Vec<Vec<u64>> = parts.iter().map(|p| bits_of(p)).collect();
+    for l in loose {
+        let m = bits_of(&l);
+        let best = (0..parts.len())
+            .max_by_key(|&k| (shared(&marks[k], &m), std::cmp::Reverse(k)))
+            .unwrap_or(0);
+        for (w, x) in marks[best].iter_mut().zip(&m) {
+            *w |= x;
         }
+        parts[best].extend(l);
     }
     // The other QPs: with the part whose bins they share most.
-    let marks: Vec<Vec<u64>> = parts
-        .iter()
-        .map(|p| {
-            let mut bits = vec![0u64; words];
-            for &i in p {
-                for (w, x) in bits.iter_mut().zip(activity(members[i], first, words)) {
-                    *w |= x;
-                }
-            }
-            bits
-        })
-        .collect();
     let mut groups: Vec<Vec<&QpBins>> = parts
         .iter()
         .map(|p| p.iter().map(|&i| members[i]).collect())
@@ -364,11 +423,8 @@ fn apart(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Vec
             continue;
         }
         let m = activity(q, first, words);
-        let shared = |bits: &Vec<u64>| -> u32 {
-            bits.iter().zip(&m).map(|(a, b)| (a & b).count_ones()).sum()
-        };
         let best = (0..marks.len())
-            .max_by_key(|&k| (shared(&marks[k]), std::cmp::Reverse(k)))
+            .max_by_key(|&k| (shared(&marks[k], &m), std::cmp::Reverse(k)))
             .unwrap_or(0);
         groups[best].push(q);
     }

@@ -566,3 +566,54 @@ fn two_jobs_on_the_same_hosts_are_kept_apart_by_their_bursts() {
     });
     assert_eq!(analyse(&slow).jobs.len(), 1);
 }
+
+/// QPs between the same hosts busy every `period` bins from `offset`, for `busy` bins each,
+/// `count` times (QP numbers from `qp`).
+fn turns(qp: u32, period: u32, offset: u32, busy: u32, count: u32) -> Vec<QpBins> {
+    (0..4)
+        .map(|h| QpBins {
+            flow: FlowRef {
+                src_ip: ip(5, h),
+                dst_ip: ip(5, (h + 1) % 4),
+                udp_src_port: 6000 + qp as u16 + h as u16,
+                dest_qp: qp + h as u32,
+                direction: Direction::Ingress,
+            },
+            connected: true,
+            data: true,
+            bins: (0..count)
+                .flat_map(|i| (0..busy).map(move |b| offset + i * period + b))
+                .map(|b| {
+                    (
+                        b,
+                        Delta {
+                            bytes: 10_000,
+                            packets: 10,
+                            ..Delta::default()
+                        },
+                    )
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// QPs that take turns within each iteration (a reduce, then a broadcast 40 bins later: no
+/// bin in common) are one job; the same shapes on their own clocks (periods 3% apart, drifting)
+/// are two.
+#[test]
+fn qps_taking_turns_in_step_are_one_job_and_drifting_ones_two() {
+    let mut qps = turns(0x100, 100, 0, 10, 30);
+    qps.extend(turns(0x200, 100, 40, 10, 30));
+    let j = analyse(&qps);
+    assert_eq!(
+        j.jobs.len(),
+        1,
+        "{:?}",
+        j.jobs.iter().map(|j| &j.period).collect::<Vec<_>>()
+    );
+    assert_eq!(j.jobs[0].qps.len(), 8);
+    let mut qps = turns(0x100, 100, 0, 10, 30);
+    qps.extend(turns(0x200, 103, 40, 10, 30));
+    assert_eq!(analyse(&qps).jobs.len(), 2);
+}

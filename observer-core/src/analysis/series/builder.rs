@@ -129,12 +129,15 @@ impl SeriesBuilder {
             self.total.resize(index + 1, Delta::default());
         }
         let mut sum = Delta::default();
+        // The last table is kept by updating what changed, not by copying the table: a bin
+        // of a busy capture changes a few flows of many.
         for (key, now) in &agg.flows {
             let before = self.prev.get(key);
             if before.is_some_and(|b| b.packets == now.packets && b.bytes == now.bytes) {
                 continue;
             }
             let d = Delta::between(now, before);
+            self.prev.insert(*key, *now);
             if d.is_zero() {
                 continue;
             }
@@ -145,13 +148,17 @@ impl SeriesBuilder {
                 _ => points.push((index as u32, d)),
             }
         }
+        // Flows gone from the table (evicted, or aged out) are gone from the last one too:
+        // one coming back counts from nothing.
+        if self.prev.len() > agg.flows.len() {
+            self.prev.retain(|k, _| agg.flows.contains_key(k));
+        }
         for (key, now) in &agg.unions {
             let d = Delta::between(now, self.prev_unions.get(key));
             sum.gaps += d.gaps;
             sum.retransmissions += d.retransmissions;
         }
         self.total[index].add(&sum);
-        self.prev.clone_from(&agg.flows);
         self.prev_unions.clone_from(&agg.unions);
     }
 

@@ -129,11 +129,20 @@ pub(super) fn ring(w: &mut Workload, t: &Training) {
 /// packet lost before the observation point (the fourth arrives out of order): the successor
 /// NAKs it and sends a CNP, the host goes back to it (a resend of both).
 pub(super) fn rings(w: &mut Workload, ts: &[Training]) {
+    // Frames 7h + 3k ns past a step's µs stay apart for up to 4 rings of up to 8 hosts (and a
+    // resend's second frame 1 ns after its first), and ring k's QPNs (0x100 k on) apart for
+    // up to 16 rings.
+    assert!(
+        (1..=4).contains(&ts.len()) && ts.iter().all(|t| t.ring.hosts <= 8),
+        "1 to 4 rings of up to 8 hosts"
+    );
     // A resend's frames follow its first 1 ns apart: inside the few ns its host has.
     w.set_frame_gap(1);
     let mut events: Vec<(u64, Event)> = Vec::new();
     // Every ring's QPs, one after another: (ring, host) is `base[ring] + host`.
     let mut qps = Vec::new();
+    // Each QP's packet length (its ring's).
+    let mut lens = Vec::new();
     let mut base = Vec::new();
     let mut schedules = Vec::new();
     for (k, t) in ts.iter().enumerate() {
@@ -150,6 +159,7 @@ pub(super) fn rings(w: &mut Workload, ts: &[Training]) {
                 [qpn + h as u32, qpn + 0x1000 + ((h + 1) % n) as u32],
                 (h as u32) << 16,
             ));
+            lens.push(t.packet_len);
         }
         for st in &schedule.steps {
             let g = base[k] + st.host;
@@ -200,13 +210,13 @@ pub(super) fn rings(w: &mut Workload, ts: &[Training]) {
             Event::Write(h, marked) => {
                 // (Every request is the `ce_every`-th with it at 1.)
                 qps[h].ce_every = u32::from(marked);
-                qps[h].write(w, first.packet_len);
+                qps[h].write(w, lens[h]);
             }
             Event::Lose(h) => {
                 qps[h].ce_every = 0;
                 lost[h] = Some(qps[h].next_psn());
                 qps[h].lose_next(1);
-                qps[h].write(w, first.packet_len);
+                qps[h].write(w, lens[h]);
             }
             Event::Nak(h) => {
                 let psn = lost[h].expect("a lost packet before its NAK");
