@@ -180,9 +180,10 @@ fn silent_periods(job: &Job, end_ns: u64) -> Option<f64> {
 
 impl JobsView {
     /// A window that began at `began_ns` ended at `end_ns` (Unix ns): `end` is its
-    /// timeline's, `kinds` the flows' (connected, carrying data). Its jobs are matched to their rows (same hosts, most QPs
-    /// in common) and judged each on its own; the rows not seen are judged again at this
-    /// window's end (a hang goes on), and go after [`KEEP_WINDOWS`] windows unseen.
+    /// timeline's, `kinds` the flows' (connected, carrying data). Its jobs are matched to
+    /// their rows (the same hosts, most QPs in common first) and judged each on its own; the
+    /// rows not seen are judged again at this window's end (a hang goes on), and go after
+    /// [`KEEP_WINDOWS`] windows unseen (first when the rows are full).
     pub fn window(
         &mut self,
         end: TimelineEnd,
@@ -191,65 +192,103 @@ impl JobsView {
     ) {
         self.windows += 1;
         let window = self.windows;
-        let Some(bins) = end.jobs else {
-            self.jobs = 0;
-            self.unexported = 0;
-            return;
+        // A window without a frame has no bins, and no jobs: the rows are judged all the same.
+        let mut found = match end.jobs {
+            Some(bins) => {
+                if bins.overflow {
+                    tracing::warn!(
+                        "a jobs window spans more than 100,000 bins: its jobs stop there (give a longer jobs_bin or a shorter jobs_window)"
+                    );
+                }
+                jobs::of_kinds(kinds, bins, &Default::default())
+            }
+            None => Jobs {
+                bin_ns: 0,
+                start_ns: began_ns,
+                end_ns,
+                jobs: Vec::new(),
+            },
         };
-        if bins.overflow {
-            tracing::warn!(
-                "a jobs window spans more than 100,000 bins: its jobs stop there (give a longer jobs_bin or a shorter jobs_window)"
-            );
-        }
-        let mut found = jobs::of_kinds(kinds, bins, &Default::default());
         // The sidecar watched until now, traffic or not.
         found.end_ns = found.end_ns.max(end_ns);
         self.jobs = found.jobs.len();
         self.unexported = 0;
-        let mut seen = vec![false; self.rows.len()];
-        for job in &found.jobs {
-            let qps: std::collections::BTreeSet<(std::net::IpAddr, u32)> =
-                job.qps.iter().map(|q| (q.dst_ip, q.dest_qp)).collect();
-            // Its row: the same hosts, the most QPs in common, not taken in this window.
-            let matched = (0..self.rows.len())
-                .filter(|&i| !seen[i] && self.rows[i].host_set == job.hosts)
-                .max_by_key(|&i| {
-                    (
-                        self.rows[i].qps.intersection(&qps).count(),
-                        std::cmp::Reverse(i),
-                    )
-                });
-            let at = match matched {
+        self.rows
+            .retain(|r| window.saturating_sub(r.last_window) < KEEP_WINDOWS);
+        let qps_of = |job: &Job| -> std::collections::BTreeSet<(std::net::IpAddr, u32)> {
+            job.qps.iter().map(|q| (q.dst_ip, q.dest_qp)).collect()
+        };
+        // Rows for the jobs: first the pairs with QPs in common (most first), then any row of
+        // the same hosts, then new rows.
+        let mut row_of: Vec<Option<usize>> = vec![None; found.jobs.len()];
+        let mut taken = vec![false; self.rows.len()];
+        let mut pairs: Vec<(usize, usize, usize)> = Vec::new();
+        for (j, job) in found.jobs.iter().enumerate() {
+            let qps = qps_of(job);
+            for (i, r) in self.rows.iter().enumerate() {
+                if r.host_set == job.hosts {
+                    pairs.push((r.qps.intersection(&qps).count(), j, i));
+                }
+            }
+        }
+        pairs.sort_by_key(|&(n, j, i)| (std::cmp::Reverse(n), j, i));
+        for pass in [true, false] {
+            for &(n, j, i) in &pairs {
+                if (n > 0) == pass && row_of[j].is_none() && !taken[i] {
+                    row_of[j] = Some(i);
+                    taken[i] = true;
+                }
+            }
+        }
+        for (j, job) in found.jobs.iter().enumerate() {
+            let at = match row_of[j] {
                 Some(i) => i,
-                None if self.rows.len() < MAX_JOB_SERIES => {
+                None => {
+                    if self.rows.len() >= MAX_JOB_SERIES {
+                        // The row unseen longest gives way, if one is unseen.
+                        let oldest = (0..self.rows.len())
+                            .filter(|&i| !taken[i] && self.rows[i].last_window < window)
+                            .min_by_key(|&i| self.rows[i].last_window);
+                        match oldest {
+                            Some(i) => {
+                                self.rows.remove(i);
+                                taken.remove(i);
+                                for r in row_of.iter_mut().flatten() {
+                                    if *r > i {
+                                        *r -= 1;
+                                    }
+                                }
+                            }
+                            None => {
+                                self.unexported += 1;
+                                continue;
+                            }
+                        }
+                    }
+                    // The first free label of these hosts: `base`, `base#2`...
                     let base = base_label(&job.hosts);
-                    let n = self
-                        .rows
-                        .iter()
-                        .filter(|r| r.label == base || r.label.starts_with(&format!("{base}#")))
-                        .count();
-                    let label = if n == 0 {
-                        base
-                    } else {
-                        format!("{base}#{}", n + 1)
-                    };
+                    let label = (1..)
+                        .map(|k| {
+                            if k == 1 {
+                                base.clone()
+                            } else {
+                                format!("{base}#{k}")
+                            }
+                        })
+                        .find(|l| self.rows.iter().all(|r| r.label != *l))
+                        .expect("a free label");
                     self.rows.push(JobRow {
                         label,
                         buckets: vec![0; iteration_buckets().len() + 1],
                         host_set: job.hosts.clone(),
                         ..JobRow::default()
                     });
-                    seen.push(false);
+                    taken.push(true);
                     self.rows.len() - 1
                 }
-                None => {
-                    self.unexported += 1;
-                    continue;
-                }
             };
-            seen[at] = true;
             let row = &mut self.rows[at];
-            row.qps = qps;
+            row.qps = qps_of(job);
             row.last_window = window;
             row.hosts = job.hosts.len();
             row.period_seconds = job.period.as_ref().map(|p| p.ns as f64 / 1e9);
@@ -281,18 +320,12 @@ impl JobsView {
             }
             row.last_job = Some(job.clone());
         }
-        // The rows not seen: judged again at this window's end, or gone.
-        self.rows
-            .retain(|r| window.saturating_sub(r.last_window) < KEEP_WINDOWS);
+        // The rows not seen: judged again at this window's end.
         for r in self.rows.iter_mut().filter(|r| r.last_window != window) {
             r.straggler = None;
             r.irregular = 0;
             if let Some(job) = &r.last_job {
-                let jobs = Jobs {
-                    end_ns: found.end_ns,
-                    ..found.clone()
-                };
-                r.hung = judge("job-hang", job, &jobs)
+                r.hung = judge("job-hang", job, &found)
                     .is_some_and(|f| !evidence(&f, "missing_hosts").is_empty());
                 r.silent_periods = silent_periods(job, found.end_ns);
             }
@@ -300,5 +333,93 @@ impl JobsView {
         for r in &mut self.rows {
             r.current = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roce_observer::source::synth;
+
+    /// The frames of `scenarios` (the later ones shifted by `gap_ns` after the earlier end)
+    /// through a jobs tap as the capture thread feeds it, then a window rolled at the end.
+    fn window(view: &mut JobsView, scenarios: &[&str]) {
+        let mut agg = Aggregate::default();
+        let mut tap = JobsTap::new(Some(JobsSettings {
+            bin: std::time::Duration::from_millis(1),
+            window: std::time::Duration::from_secs(60),
+        }));
+        let began = tap.began_ns;
+        // Frames in the past of `began` would be cut: start the scenarios after it.
+        let mut at = began + 10_000_000;
+        for name in scenarios {
+            let w = synth::scenario(name).unwrap();
+            let first = w.frames[0].ts_ns;
+            for f in &w.frames {
+                let ts = at + (f.ts_ns - first);
+                tap.frame(0, ts, f.bytes.len() as u64, &agg);
+                let _ = agg.push(&f.bytes, ts);
+            }
+            at += w.frames.last().unwrap().ts_ns - first + 10_000_000;
+        }
+        let (timeline, began) = tap.roll().unwrap();
+        let end = timeline.finish(&agg);
+        view.window(
+            end,
+            &jobs::kinds_of_aggregate(&agg),
+            (began, at + 3_000_000_000),
+        );
+    }
+
+    #[test]
+    fn jobs_keep_their_series_and_labels_from_window_to_window() {
+        let mut view = JobsView::default();
+        window(&mut view, &["training-two-jobs"]);
+        assert_eq!(view.jobs, 2);
+        let labels: Vec<&str> = view.rows.iter().map(|r| r.label.as_str()).collect();
+        // The same hosts: a label with a hash of them, and `#2`.
+        assert!(labels[0].starts_with("198.18.86.1+7/"), "{labels:?}");
+        assert_eq!(labels[1], format!("{}#2", labels[0]));
+        let counts: Vec<u64> = view.rows.iter().map(|r| r.count).collect();
+        // 17 and 11 iterations of the two rings.
+        let mut sorted = counts.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [11, 17]);
+        // The same two jobs again: the same rows (their QPs), their histograms growing.
+        window(&mut view, &["training-two-jobs"]);
+        assert_eq!(view.rows.len(), 2);
+        let again: Vec<u64> = view.rows.iter().map(|r| r.count).collect();
+        assert_eq!(again, counts.iter().map(|c| 2 * c).collect::<Vec<_>>());
+        // A ring that hangs, then windows without a frame: judged at each window's end.
+        window(&mut view, &["rule-job-hang"]);
+        let hung = view
+            .rows
+            .iter()
+            .find(|r| r.label.starts_with("198.18.85.1+7/"))
+            .unwrap();
+        assert!(hung.hung);
+        let silent = hung.silent_periods.unwrap();
+        view.window(
+            TimelineEnd::default(),
+            &Default::default(),
+            (0, crate::jobs::unix_ns() + 60_000_000_000),
+        );
+        let hung = view
+            .rows
+            .iter()
+            .find(|r| r.label.starts_with("198.18.85.1+7/"))
+            .unwrap();
+        assert!(
+            hung.hung && hung.silent_periods.unwrap() > silent,
+            "{hung:?}"
+        );
+        // Unseen for 10 windows, they go.
+        for _ in 0..10 {
+            view.window(TimelineEnd::default(), &Default::default(), (0, 0));
+        }
+        assert!(view.rows.is_empty(), "{:?}", view.rows);
+        // Labels from the first free one again.
+        window(&mut view, &["training-two-jobs"]);
+        assert_eq!(view.rows[1].label, format!("{}#2", view.rows[0].label));
     }
 }

@@ -270,25 +270,39 @@ fn in_step(a: &Job, b: &Job, bin_ns: u64) -> bool {
     if pa.ns.abs_diff(pb.ns) as f64 > 0.1 * period as f64 {
         return false;
     }
-    // Each phase of `a` after `b`'s last phase start before it (both in time order).
+    // Each phase of `a` while `b` runs, after `b`'s last phase start before it (both in time
+    // order): most of `a`'s phases must be there (one job after another is not in step).
+    let (Some(b_first), Some(b_last)) = (b.phases.first(), b.phases.last()) else {
+        return false;
+    };
+    let b_end = b_last.end_ns.saturating_add(period);
     let mut offsets = Vec::with_capacity(a.phases.len());
     let mut j = 0;
     for p in &a.phases {
+        if p.start_ns < b_first.start_ns || p.start_ns > b_end {
+            continue;
+        }
         while j + 1 < b.phases.len() && b.phases[j + 1].start_ns <= p.start_ns {
             j += 1;
         }
-        if let Some(q) = b.phases.get(j)
-            && q.start_ns <= p.start_ns
-        {
-            offsets.push(p.start_ns - q.start_ns);
-        }
+        offsets.push(p.start_ns - b.phases[j].start_ns);
     }
-    if offsets.len() < 3 {
+    if offsets.len() < 3 || 3 * offsets.len() < 2 * a.phases.len() {
         return false;
     }
+    // Offsets on the circle of the period: parts starting together give offsets near 0 and
+    // near a period, which are close.
+    let p = pb.ns.max(1);
+    let offsets: Vec<u64> = offsets.iter().map(|o| o % p).collect();
     let m = median(&offsets);
     let slack = (period / 10).max(2 * bin_ns);
-    let near = offsets.iter().filter(|o| o.abs_diff(m) <= slack).count();
+    let near = offsets
+        .iter()
+        .filter(|o| {
+            let d = o.abs_diff(m);
+            d.min(p - d) <= slack
+        })
+        .count();
     3 * near >= 2 * offsets.len()
 }
 

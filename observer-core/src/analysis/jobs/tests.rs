@@ -616,4 +616,8 @@ fn qps_taking_turns_in_step_are_one_job_and_drifting_ones_two() {
     let mut qps = turns(0x100, 100, 0, 10, 30);
     qps.extend(turns(0x200, 103, 40, 10, 30));
     assert_eq!(analyse(&qps).jobs.len(), 2);
+    // The same shape again after the first ends, on new QPs: two jobs.
+    let mut qps = turns(0x100, 100, 0, 10, 30);
+    qps.extend(turns(0x200, 100, 3500, 10, 30));
+    assert_eq!(analyse(&qps).jobs.len(), 2);
 }
