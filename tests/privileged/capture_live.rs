@@ -14,7 +14,7 @@ use std::{
 };
 
 use integration_tests::{
-    Diagnose, Sample, has_xdp, parse_exposition, require_root, sample_sum, timeless,
+    Diagnose, Sample, Scratch, has_xdp, parse_exposition, require_root, sample_sum, timeless,
     truth_aggregate,
 };
 use roce_observer::{
@@ -608,9 +608,76 @@ fn the_sidecar_captures_an_interface_again_when_it_comes_back() {
     assert!(clean, "{log}");
 }
 
+/// Sends `w` on tx0 while dumpcap captures rx0 (RoCEv2 only, into `dir`): when each
+/// iteration of its (first) job began, as the kernel stamped its first frame on receipt (the
+/// capture read by tshark; the frames arrive in the order sent).
+fn send_job(lab: &Lab, w: &synth::Workload, dir: &Scratch) -> Vec<u64> {
+    let pcap = dir.path("truth.pcapng");
+    let mut dumpcap = lab
+        .ns
+        .command("dumpcap")
+        .args([
+            "-q",
+            "-B",
+            "64",
+            "-i",
+            "rx0",
+            "-f",
+            "udp dst port 4791",
+            "-w",
+        ])
+        .arg(&pcap)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dumpcap");
+    // dumpcap says when it captures.
+    let mut err = BufReader::new(dumpcap.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("Capturing on") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "dumpcap ended: {line}"
+        );
+    }
+    // (It says so as it opens the device; the filter and buffer follow.)
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(send(lab, "tx0", w), w.frames.len());
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(dumpcap.id() as i32, libc::SIGINT) };
+    assert!(dumpcap.wait().unwrap().success());
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&pcap)
+        .args(["-T", "fields", "-e", "frame.time_epoch"])
+        .output()
+        .expect("run tshark");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let times: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (sec, frac) = l.trim().split_once('.').unwrap();
+            let frac = format!("{frac:0<9}");
+            sec.parse::<u64>().unwrap() * 1_000_000_000 + frac[..9].parse::<u64>().unwrap()
+        })
+        .collect();
+    assert_eq!(times.len(), w.frames.len(), "dumpcap saw every frame");
+    w.truth.jobs[0]
+        .iteration_starts_ns
+        .iter()
+        .map(|t| times[w.frames.iter().position(|f| f.ts_ns == *t).unwrap()])
+        .collect()
+}
+
 /// The period of iteration starts `starts` as the analysis defines it (the mean of the
 /// iteration times within a quarter of their median), and how many were near.
-fn sent_period(starts: &[u64]) -> (f64, usize) {
+fn period_of_starts(starts: &[u64]) -> (f64, usize) {
     let times: Vec<u64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
     let mut sorted = times.clone();
     sorted.sort_unstable();
@@ -624,9 +691,10 @@ fn sent_period(starts: &[u64]) -> (f64, usize) {
 }
 
 /// `diagnose --capture --jobs` on the generator's training ring sent over a veth pair: one job
-/// of its 8 hosts, a phase per iteration, and its period as the sender paced it. The sender
-/// waits out the gaps of 1 ms or more between frames and sends the rest back to back (with a
-/// pause per batch), so the truth is its own clock: when it sent each iteration's first frame.
+/// of its 8 hosts, a phase per iteration, and its period as the wire kept it. The sender waits
+/// out the gaps of 1 ms or more between frames and sends the rest back to back (with a pause
+/// per batch), so the truth is the kernel's: when dumpcap, beside it, saw each iteration's
+/// first frame.
 #[test]
 fn diagnose_finds_the_training_job_in_a_live_capture() {
     if !require_root("diagnose_finds_the_training_job_in_a_live_capture") {
@@ -640,26 +708,13 @@ fn diagnose_finds_the_training_job_in_a_live_capture() {
         CLI.as_ref(),
         &["--capture", "rx0", "--duration", "10m", "--jobs", "--json"],
     );
-    let frames = w.frames.clone();
-    let sent = lab
-        .ns
-        .run_in(move || {
-            roce_observer::lab::pin_current_thread().unwrap();
-            synth::send_timed("tx0", &frames)
-        })
-        .unwrap()
-        .unwrap();
+    let scratch = Scratch::new("capture-jobs");
+    let starts = send_job(&lab, &w, &scratch);
     std::thread::sleep(Duration::from_millis(200));
     unsafe { libc::kill(d.child.id() as i32, libc::SIGINT) };
     let r = report(d, "diagnose --capture --jobs");
     assert_eq!(r.totals.roce_packets, w.frames.len() as u64);
-    // Each iteration's first frame, as sent.
-    let starts: Vec<u64> = truth
-        .iteration_starts_ns
-        .iter()
-        .map(|t| sent[w.frames.iter().position(|f| f.ts_ns == *t).unwrap()])
-        .collect();
-    let (sent_period, near) = sent_period(&starts);
+    let (wire_period, near) = period_of_starts(&starts);
     let jobs = r.jobs.as_ref().expect("a jobs section");
     assert_eq!(jobs.jobs.len(), 1, "{jobs:#?}");
     let job = &jobs.jobs[0];
@@ -670,15 +725,15 @@ fn diagnose_finds_the_training_job_in_a_live_capture() {
         "{job:#?}"
     );
     let p = job.period.as_ref().expect("a period");
-    // (A sleep the machine's load stretched can put an iteration off the median, as sent.)
+    // (A sleep the machine's load stretched can put an iteration off the median.)
     assert!(
         p.iterations as usize >= near.saturating_sub(1),
-        "{p:?}, {near} sent near"
+        "{p:?}, {near} near on the wire"
     );
-    // Phases start on 1 ms bins: the period within 2% of the sender's.
+    // Phases start on 1 ms bins: the period within 2% of the wire's.
     assert!(
-        (p.ns as f64 / sent_period - 1.0).abs() < 0.02,
-        "period {} vs sent {sent_period}",
+        (p.ns as f64 / wire_period - 1.0).abs() < 0.02,
+        "period {} vs the wire's {wire_period}",
         p.ns
     );
     let check = |rule: &str| r.checks.iter().find(|c| c.rule == rule).unwrap().status;
@@ -720,8 +775,8 @@ fn job_label(samples: &[Sample], prefix: &str) -> String {
 }
 
 /// `run --capture --jobs` (5 s windows): the generator's training ring sent in the first
-/// window is one job of its 8 hosts, its iterations in the histogram at the pace the sender
-/// kept (its own clock), not hung; the ring whose fourth host never comes back, sent in the
+/// window is one job of its 8 hosts, its iterations in the histogram at the pace the wire kept
+/// (dumpcap beside it), not hung; the ring whose fourth host never comes back, sent in the
 /// second window, is hung, and the first job, silent since, keeps its series, not hung, its
 /// silent periods grown. The scrape is parsed by prometheus_client's strict OpenMetrics
 /// parser.
@@ -752,23 +807,10 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     let daemon = Daemon::start(&lab.ns, &args, "capturing; serving");
     let started = Instant::now();
     let w = synth::scenario("training").unwrap();
-    let frames = w.frames.clone();
-    let sent = lab
-        .ns
-        .run_in(move || {
-            roce_observer::lab::pin_current_thread().unwrap();
-            synth::send_timed("tx0", &frames)
-        })
-        .unwrap()
-        .unwrap();
-    let truth = &w.truth.jobs[0];
-    let starts: Vec<u64> = truth
-        .iteration_starts_ns
-        .iter()
-        .map(|t| sent[w.frames.iter().position(|f| f.ts_ns == *t).unwrap()])
-        .collect();
-    let sent_mean = (starts[starts.len() - 1] - starts[0]) as f64 / (starts.len() - 1) as f64;
-    let (sent_period, _) = sent_period(&starts);
+    let scratch = Scratch::new("capture-jobs-run");
+    let starts = send_job(&lab, &w, &scratch);
+    let wire_mean = (starts[starts.len() - 1] - starts[0]) as f64 / (starts.len() - 1) as f64;
+    let (wire_period, _) = period_of_starts(&starts);
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "sent too late for the first window"
@@ -801,13 +843,13 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     let mean = sample(&s, "roce_job_iteration_seconds_sum", &job).unwrap() / 11.0;
     // Phases start on 1 ms bins.
     assert!(
-        (mean * 1e9 / sent_mean - 1.0).abs() < 0.02,
-        "{mean} s vs sent {sent_mean} ns"
+        (mean * 1e9 / wire_mean - 1.0).abs() < 0.02,
+        "{mean} s vs the wire's {wire_mean} ns"
     );
     let period = sample(&s, "roce_job_period_seconds", &job).unwrap();
     assert!(
-        (period * 1e9 / sent_period - 1.0).abs() < 0.02,
-        "{period} s vs sent {sent_period} ns"
+        (period * 1e9 / wire_period - 1.0).abs() < 0.02,
+        "{period} s vs the wire's {wire_period} ns"
     );
     assert_eq!(sample(&s, "roce_job_hung", &job), Some(0.0));
     let silent = sample(&s, "roce_job_silent_periods", &job).unwrap();

@@ -403,6 +403,44 @@ fn finding(
 pub(crate) mod testing {
     use crate::model::{Flow, PauseCounts, PausePriority, PauseSource, PfcReport, Report, Source};
 
+    /// A report whose jobs analysis (on 1 ms bins, the wire seen until `end_ns`) holds one
+    /// job, `job-1`, of `hosts` and `phases`, its period `period_ns` (0: none).
+    pub fn job_report(
+        hosts: Vec<std::net::IpAddr>,
+        phases: Vec<crate::model::jobs::Phase>,
+        period_ns: u64,
+        end_ns: u64,
+    ) -> Report {
+        use crate::model::jobs::{Job, Jobs, Period};
+        let mut r = report();
+        let last = phases.last().map_or(0, |p| p.end_ns);
+        r.jobs = Some(Jobs {
+            bin_ns: 1_000_000,
+            start_ns: 0,
+            end_ns,
+            jobs: vec![Job {
+                id: "job-1".into(),
+                hosts,
+                qps: Vec::new(),
+                bytes: 0,
+                first_ns: 0,
+                last_ns: last,
+                last_packet_ns: last,
+                period: (period_ns > 0).then(|| Period {
+                    ns: period_ns,
+                    iterations: phases.len().saturating_sub(1) as u32,
+                    cv: 0.0,
+                    stderr_ns: 0,
+                }),
+                no_period: None,
+                iteration_p50_ns: None,
+                iteration_p99_ns: None,
+                phases,
+            }],
+        });
+        r
+    }
+
     /// A report with no traffic (no flows, no PFC, no microbursts, no ECMP model).
     pub fn report() -> Report {
         crate::aggregate::Aggregate::new().report(Source::pcap(Vec::new(), Vec::new()), 1.0)

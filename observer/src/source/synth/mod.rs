@@ -49,7 +49,7 @@ pub use frame::{
     Ext, ExtHeader, Ip, RoceFrame, ext_headers, host_mac, intended_class, opcode_defined,
 };
 pub use noise::{basic_noise, extra_noise, mirror_noise};
-pub use output::{PacketSocket, pcap_bytes, send, send_timed, write_pcap};
+pub use output::{PacketSocket, pcap_bytes, send, write_pcap};
 pub use qp::{PortRule, QpStream, rxe_local_sport};
 pub use scenarios::{
     CNP_INTERVAL_NS, PFC_SENDERS, RULE_FRAME_GAP_NS, SCENARIOS, USER_SCENARIOS, scenario,

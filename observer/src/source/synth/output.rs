@@ -16,14 +16,7 @@ use super::{SEND_BATCH, SEND_PAUSE, SynthError};
 /// [`MAX_WAIT`] each. Returns the number of frames sent. Frames shorter than an Ethernet header
 /// are refused by the kernel (use BPF_PROG_TEST_RUN for those).
 pub fn send(iface: &str, frames: &[Frame]) -> Result<usize, SynthError> {
-    send_timed(iface, frames).map(|sent| sent.len())
-}
-
-/// As [`send`], and when each frame was sent: the system clock (Unix-epoch ns) just before
-/// the kernel took it, the sender's own record of the pace the frames went at.
-pub fn send_timed(iface: &str, frames: &[Frame]) -> Result<Vec<u64>, SynthError> {
     let socket = PacketSocket::open(iface)?;
-    let mut sent = Vec::with_capacity(frames.len());
     for (index, frame) in frames.iter().enumerate() {
         if index > 0 {
             let gap = frame.ts_ns.saturating_sub(frames[index - 1].ts_ns);
@@ -31,16 +24,12 @@ pub fn send_timed(iface: &str, frames: &[Frame]) -> Result<Vec<u64>, SynthError>
                 std::thread::sleep(Duration::from_nanos(gap).min(MAX_WAIT));
             }
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        sent.push(now);
         socket.send(&frame.bytes, index)?;
         if (index + 1) % SEND_BATCH == 0 {
             std::thread::sleep(SEND_PAUSE);
         }
     }
-    Ok(sent)
+    Ok(frames.len())
 }
 
 /// Gaps between frames from which [`send`] waits them out.

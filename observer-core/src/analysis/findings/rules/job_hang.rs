@@ -219,8 +219,8 @@ fn job_hang(r: &Report, c: &JobHang) -> Outcome {
 mod tests {
     use super::*;
     use crate::analysis::findings::Thresholds;
-    use crate::analysis::findings::testing::{fired, report, run};
-    use crate::model::jobs::{HostPhase, Period, Phase};
+    use crate::analysis::findings::testing::{fired, job_report, report, run};
+    use crate::model::jobs::{HostPhase, Phase};
 
     const MS: u64 = 1_000_000;
 
@@ -231,7 +231,6 @@ mod tests {
     /// A job of 4 hosts with a phase every 100 ms, `phases` of them, the last one sent by
     /// `last_hosts`; the wire watched until `end_ms`.
     fn job(phases: u64, last_hosts: &[u8], end_ms: u64) -> Report {
-        let mut r = report();
         let phases: Vec<Phase> = (0..phases)
             .map(|p| {
                 let hosts: Vec<u8> = if p + 1 == phases {
@@ -259,31 +258,7 @@ mod tests {
                 }
             })
             .collect();
-        r.jobs = Some(Jobs {
-            bin_ns: MS,
-            start_ns: 0,
-            end_ns: end_ms * MS,
-            jobs: vec![Job {
-                id: "job-1".into(),
-                hosts: (1..=4).map(ip).collect(),
-                qps: Vec::new(),
-                bytes: 0,
-                first_ns: 0,
-                last_ns: phases.last().unwrap().end_ns,
-                last_packet_ns: phases.last().unwrap().end_ns,
-                period: Some(Period {
-                    ns: 100 * MS,
-                    iterations: 5,
-                    cv: 0.0,
-                    stderr_ns: 0,
-                }),
-                no_period: None,
-                iteration_p50_ns: None,
-                iteration_p99_ns: None,
-                phases,
-            }],
-        });
-        r
+        job_report((1..=4).map(ip).collect(), phases, 100 * MS, end_ms * MS)
     }
 
     #[test]

@@ -212,15 +212,14 @@ fn job_irregular_iteration(r: &Report, c: &JobIrregularIteration) -> Outcome {
 mod tests {
     use super::*;
     use crate::analysis::findings::Thresholds;
-    use crate::analysis::findings::testing::{fired, report, run};
-    use crate::model::jobs::{HostPhase, Jobs, Period};
+    use crate::analysis::findings::testing::{fired, job_report, report, run};
+    use crate::model::jobs::HostPhase;
 
     const MS: u64 = 1_000_000;
 
     /// A job of 4 hosts, 10 phases of `phase(i)` ms, each followed by `gap(i)` ms of compute,
     /// with `ce(i)` CE marks per host in phase i; its period 100 ms.
     fn job(phase: impl Fn(usize) -> u64, gap: impl Fn(usize) -> u64, ce: impl Fn(usize) -> u64) -> Report {
-        let mut r = report();
         let mut at = 0;
         let phases: Vec<Phase> = (0..10)
             .map(|i| {
@@ -245,31 +244,7 @@ mod tests {
                 }
             })
             .collect();
-        r.jobs = Some(Jobs {
-            bin_ns: MS,
-            start_ns: 0,
-            end_ns: at,
-            jobs: vec![Job {
-                id: "job-1".into(),
-                hosts: Vec::new(),
-                qps: Vec::new(),
-                bytes: 0,
-                first_ns: 0,
-                last_ns: at,
-                last_packet_ns: at,
-                period: Some(Period {
-                    ns: 100 * MS,
-                    iterations: 8,
-                    cv: 0.0,
-                    stderr_ns: 0,
-                }),
-                no_period: None,
-                iteration_p50_ns: None,
-                iteration_p99_ns: None,
-                phases,
-            }],
-        });
-        r
+        job_report(Vec::new(), phases, 100 * MS, at)
     }
 
     #[test]

@@ -335,8 +335,8 @@ fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
 mod tests {
     use super::*;
     use crate::analysis::findings::Thresholds;
-    use crate::analysis::findings::testing::{fired, report, run};
-    use crate::model::jobs::{HostPhase, Jobs};
+    use crate::analysis::findings::testing::{fired, job_report, report, run};
+    use crate::model::jobs::HostPhase;
 
     fn ip(n: u8) -> std::net::IpAddr {
         std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, n))
@@ -351,7 +351,6 @@ mod tests {
         ce: impl Fn(usize, u8) -> u64,
     ) -> Report {
         let ms = 1_000_000;
-        let mut r = report();
         let phases = (0..phases)
             .map(|p| {
                 let t0 = p as u64 * 100 * ms;
@@ -374,26 +373,7 @@ mod tests {
                 }
             })
             .collect();
-        r.jobs = Some(Jobs {
-            bin_ns: ms,
-            start_ns: 0,
-            end_ns: 0,
-            jobs: vec![Job {
-                id: "job-1".into(),
-                hosts: (1..=hosts).map(ip).collect(),
-                qps: Vec::new(),
-                bytes: 1000,
-                first_ns: 0,
-                last_ns: 0,
-                last_packet_ns: 0,
-                period: None,
-                no_period: None,
-                iteration_p50_ns: None,
-                iteration_p99_ns: None,
-                phases,
-            }],
-        });
-        r
+        job_report((1..=hosts).map(ip).collect(), phases, 0, 0)
     }
 
     #[test]
