@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use integration_tests::{Scratch, output, shared_capture_files, synth_pcap};
+use integration_tests::{Scratch, output, shared_capture_files, synth_pcap, tshark_times};
 use roce_observer::model::Report;
 
 const CLI: &str = env!("CARGO_BIN_EXE_roce-observer-under-test");
@@ -25,29 +25,6 @@ fn node_files(test: &str, set: &str) -> Option<Vec<String>> {
         .collect();
     assert_eq!(files.len(), 3, "{files:?}");
     Some(files)
-}
-
-/// The RoCEv2 frames' times in `file` (unix ns), as tshark reads them.
-fn tshark_times(file: &str) -> Vec<u64> {
-    let out = Command::new("tshark")
-        .args(["-r", file, "-Y", "udp.dstport == 4791", "-T", "fields"])
-        .args(["-e", "frame.time_epoch"])
-        .output()
-        .expect("run tshark");
-    assert!(
-        out.status.success(),
-        "tshark: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (s, frac) = l.trim().split_once('.').unwrap();
-            let frac = format!("{frac:0<9}");
-            s.parse::<u64>().unwrap() * 1_000_000_000 + frac[..9].parse::<u64>().unwrap()
-        })
-        .collect()
 }
 
 #[test]
@@ -96,7 +73,7 @@ fn the_nccl_captures_are_one_job_of_three_hosts_in_two_phases() {
     // within a bin of its first and last; and every frame is in a phase.
     let r = replay(&[files[0].as_str(), "--jobs"]);
     let job = &r.jobs.as_ref().unwrap().jobs[0];
-    let times = tshark_times(&files[0]);
+    let times = tshark_times(files[0].as_ref());
     assert!(!times.is_empty());
     let bin = 1_000_000;
     for t in &times {

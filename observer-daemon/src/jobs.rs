@@ -106,8 +106,6 @@ pub struct JobRow {
     pub hung: bool,
     pub silent_periods: Option<f64>,
     pub irregular: u64,
-    /// Exported: seen within the last [`KEEP_WINDOWS`] windows.
-    pub current: bool,
     /// Iteration times over every window (cumulative): per bucket of [`iteration_buckets`]
     /// and +Inf, their sum (s) and count.
     pub buckets: Vec<u64>,
@@ -329,9 +327,6 @@ impl JobsView {
                     .is_some_and(|f| !evidence(&f, "missing_hosts").is_empty());
                 r.silent_periods = silent_periods(job, found.end_ns);
             }
-        }
-        for r in &mut self.rows {
-            r.current = true;
         }
     }
 }

@@ -676,17 +676,16 @@ fn encode_jobs(
     gauge(enc, &m::JOBS, j.jobs as i64)?;
     gauge(enc, &m::UNEXPORTED, j.unexported as i64)?;
     counter(enc, &m::WINDOWS, j.windows)?;
-    let current = || j.rows.iter().filter(|r| r.current);
     {
         let mut f = enc.describe(&m::HOSTS)?;
-        for r in current() {
+        for r in &j.rows {
             ConstGauge::new(r.hosts as i64)
                 .encode(f.encode_family(&[("job", r.label.clone())])?)?;
         }
     }
     {
         let mut f = enc.describe(&m::PERIOD)?;
-        for r in current() {
+        for r in &j.rows {
             if let Some(p) = r.period_seconds {
                 ConstGauge::new(p).encode(f.encode_family(&[("job", r.label.clone())])?)?;
             }
@@ -708,7 +707,7 @@ fn encode_jobs(
     }
     {
         let mut f = enc.describe(&m::STRAGGLER)?;
-        for r in current() {
+        for r in &j.rows {
             if let Some((host, cause)) = &r.straggler {
                 ConstGauge::new(1i64).encode(f.encode_family(&[
                     ("job", r.label.clone()),
@@ -720,14 +719,14 @@ fn encode_jobs(
     }
     {
         let mut f = enc.describe(&m::HUNG)?;
-        for r in current() {
+        for r in &j.rows {
             ConstGauge::new(i64::from(r.hung))
                 .encode(f.encode_family(&[("job", r.label.clone())])?)?;
         }
     }
     {
         let mut f = enc.describe(&m::SILENT)?;
-        for r in current() {
+        for r in &j.rows {
             if let Some(p) = r.silent_periods {
                 ConstGauge::new(p).encode(f.encode_family(&[("job", r.label.clone())])?)?;
             }
@@ -735,7 +734,7 @@ fn encode_jobs(
     }
     {
         let mut f = enc.describe(&m::IRREGULAR)?;
-        for r in current() {
+        for r in &j.rows {
             ConstGauge::new(r.irregular as i64)
                 .encode(f.encode_family(&[("job", r.label.clone())])?)?;
         }

@@ -15,7 +15,7 @@ use std::{
 
 use integration_tests::{
     Diagnose, Sample, Scratch, has_xdp, parse_exposition, require_root, sample_sum, timeless,
-    truth_aggregate,
+    truth_aggregate, tshark_times,
 };
 use roce_observer::{
     lab::{Lab, Netns},
@@ -383,6 +383,17 @@ impl Drop for Daemon {
     }
 }
 
+/// The lab namespace's loopback up (the daemons listen on it).
+fn loopback_up(lab: &Lab) {
+    let ok = lab
+        .ns
+        .command("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
 /// Scrapes `127.0.0.1:port/metrics` in `ns` (OpenMetrics) and parses it with
 /// prometheus_client's strict OpenMetrics parser.
 fn scrape(ns: &Netns, port: u16) -> Vec<Sample> {
@@ -440,13 +451,7 @@ fn the_sidecar_exports_a_capture_as_it_exports_xdp() {
     }
     let w = synth::scenario("e2e").unwrap();
     let lab = Lab::create("ro-caprun").unwrap();
-    let ok = lab
-        .ns
-        .command("ip")
-        .args(["link", "set", "lo", "up"])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    loopback_up(&lab);
     let common = ["--interval", "200ms", "--idle-timeout", "10m"];
     let mut xdp_args = vec!["--iface", "rx0", "--listen", "127.0.0.1:9477"];
     xdp_args.extend(common);
@@ -647,26 +652,7 @@ fn send_job(lab: &Lab, w: &synth::Workload, dir: &Scratch) -> Vec<u64> {
     std::thread::sleep(Duration::from_millis(300));
     unsafe { libc::kill(dumpcap.id() as i32, libc::SIGINT) };
     assert!(dumpcap.wait().unwrap().success());
-    let out = std::process::Command::new("tshark")
-        .arg("-r")
-        .arg(&pcap)
-        .args(["-T", "fields", "-e", "frame.time_epoch"])
-        .output()
-        .expect("run tshark");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let times: Vec<u64> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (sec, frac) = l.trim().split_once('.').unwrap();
-            let frac = format!("{frac:0<9}");
-            sec.parse::<u64>().unwrap() * 1_000_000_000 + frac[..9].parse::<u64>().unwrap()
-        })
-        .collect();
+    let times = tshark_times(&pcap);
     assert_eq!(times.len(), w.frames.len(), "dumpcap saw every frame");
     w.truth.jobs[0]
         .iteration_starts_ns
@@ -786,13 +772,7 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
         return;
     }
     let lab = Lab::create("ro-capjobrun").unwrap();
-    let ok = lab
-        .ns
-        .command("ip")
-        .args(["link", "set", "lo", "up"])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    loopback_up(&lab);
     let args = [
         "--capture",
         "rx0",

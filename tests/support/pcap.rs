@@ -174,3 +174,28 @@ pub fn every_capture(cli: &str, scratch: &crate::Scratch, test: &str) -> Vec<std
     );
     files
 }
+
+/// The RoCEv2 frames' times in the capture `file` (unix ns), as tshark reads them.
+pub fn tshark_times(file: &std::path::Path) -> Vec<u64> {
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args(["-Y", "udp.dstport == 4791", "-T", "fields"])
+        .args(["-e", "frame.time_epoch"])
+        .output()
+        .expect("run tshark");
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (s, frac) = l.trim().split_once('.').unwrap();
+            let frac = format!("{frac:0<9}");
+            s.parse::<u64>().unwrap() * 1_000_000_000 + frac[..9].parse::<u64>().unwrap()
+        })
+        .collect()
+}

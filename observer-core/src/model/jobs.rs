@@ -89,3 +89,10 @@ pub struct HostPhase {
     pub naks: u64,
     pub retransmissions: u64,
 }
+
+impl HostPhase {
+    /// What the network showed its QPs in the phase: CE marks, CNPs, NAKs and resends.
+    pub fn events(&self) -> u64 {
+        self.ce + self.cnp + self.naks + self.retransmissions
+    }
+}

@@ -142,6 +142,21 @@ pub fn of_kinds(kinds: &Kinds, bins: crate::analysis::series::FlowBins, opts: &O
     jobs(bins.bin_ns, bins.start_ns, &qps, opts)
 }
 
+/// Union-find over indices: the root of `i`'s set (halving the path on the way).
+fn root(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    i
+}
+
+/// Union-find: `a`'s and `b`'s sets joined, under the lower root.
+fn join(parent: &mut [usize], a: usize, b: usize) {
+    let (ra, rb) = (root(parent, a), root(parent, b));
+    parent[ra.max(rb)] = ra.min(rb);
+}
+
 /// The jobs of `qps`, on bins of `bin_ns` from `start_ns` (unix ns).
 pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs {
     let bin_ns = bin_ns.max(1);
@@ -165,17 +180,9 @@ pub fn jobs(bin_ns: u64, start_ns: u64, qps: &[QpBins], opts: &Options) -> Jobs 
         }
     }
     let mut parent: Vec<usize> = (0..index.len()).collect();
-    fn root(parent: &mut [usize], mut i: usize) -> usize {
-        while parent[i] != i {
-            parent[i] = parent[parent[i]];
-            i = parent[i];
-        }
-        i
-    }
     for q in &joining {
         let (a, b) = (index[&q.flow.src_ip], index[&q.flow.dst_ip]);
-        let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
-        parent[ra.max(rb)] = ra.min(rb);
+        join(&mut parent, a, b);
     }
     let mut groups: BTreeMap<usize, Vec<&QpBins>> = BTreeMap::new();
     for q in &joining {
@@ -350,18 +357,10 @@ fn apart(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Vec
         }
     }
     let mut parent: Vec<usize> = (0..patterns.len()).collect();
-    fn root(parent: &mut [usize], mut i: usize) -> usize {
-        while parent[i] != i {
-            parent[i] = parent[parent[i]];
-            i = parent[i];
-        }
-        i
-    }
     for a in 0..patterns.len() {
         for b in a + 1..patterns.len() {
             if jaccard(&patterns[a], &patterns[b]) >= SAME_JOB {
-                let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
-                parent[ra.max(rb)] = ra.min(rb);
+                join(&mut parent, a, b);
             }
         }
     }
@@ -590,7 +589,7 @@ fn iteration_times(spans: &[(u32, u32)], bin_ns: u64) -> Vec<u64> {
 }
 
 /// The median of `v` (sorted here; empty: 0).
-fn median(v: &[u64]) -> u64 {
+pub(crate) fn median(v: &[u64]) -> u64 {
     let mut s = v.to_vec();
     s.sort_unstable();
     s.get(s.len() / 2).copied().unwrap_or(0)

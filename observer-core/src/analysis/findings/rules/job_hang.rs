@@ -92,8 +92,7 @@ fn hang<'a>(job: &'a Job, jobs: &Jobs, c: &JobHang) -> Result<Option<Hang<'a>>, 
         })
         .copied()
         .collect();
-    let mut bytes: Vec<u64> = job.phases.iter().map(|p| p.bytes).collect();
-    bytes.sort_unstable();
+    let bytes: Vec<u64> = job.phases.iter().map(|p| p.bytes).collect();
     Ok(Some(Hang {
         job,
         period_ns: period.ns,
@@ -101,7 +100,7 @@ fn hang<'a>(job: &'a Job, jobs: &Jobs, c: &JobHang) -> Result<Option<Hang<'a>>, 
         silent_ns,
         missing,
         last_bytes: last.bytes,
-        median_bytes: bytes[bytes.len() / 2],
+        median_bytes: crate::analysis::jobs::median(&bytes),
     }))
 }
 

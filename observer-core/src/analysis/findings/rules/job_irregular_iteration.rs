@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::jobs::median;
 use crate::units::{count, duration};
 use crate::{
     analysis::findings::{Outcome, Severity, finding},
@@ -61,14 +62,10 @@ impl Default for JobIrregularIteration {
 fn events(p: &Phase) -> u64 {
     p.hosts
         .iter()
-        .map(|h| h.ce + h.cnp + h.naks + h.retransmissions)
+        .map(crate::model::jobs::HostPhase::events)
         .sum()
 }
 
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
-}
 
 /// One job's irregular iterations (by their first phase's index), the longest first.
 fn irregular(job: &Job, bin_ns: u64, c: &JobIrregularIteration) -> Option<Vec<usize>> {
@@ -120,19 +117,19 @@ fn job_irregular_iteration(r: &Report, c: &JobIrregularIteration) -> Outcome {
     let time = next.start_ns - this.start_ns;
     // Where the time went: its phase beside the usual phase, the gap after it beside the usual
     // gap.
-    let usual_phase = median(job.phases.iter().map(|p| p.end_ns - p.start_ns).collect());
+    let usual_phase = median(&job.phases.iter().map(|p| p.end_ns - p.start_ns).collect::<Vec<_>>());
     let usual_gap = median(
-        job.phases
+        &job.phases
             .windows(2)
             .map(|w| w[1].start_ns.saturating_sub(w[0].end_ns))
-            .collect(),
+            .collect::<Vec<_>>(),
     );
     let phase_len = this.end_ns - this.start_ns;
     let gap = next.start_ns.saturating_sub(this.end_ns);
     let in_phase = phase_len.saturating_sub(usual_phase) >= gap.saturating_sub(usual_gap);
     let (seen, usual) = (
         events(this),
-        median(job.phases.iter().map(events).collect()),
+        median(&job.phases.iter().map(events).collect::<Vec<_>>()),
     );
     let network =
         seen >= c.min_network_events.max(1) && seen as f64 >= c.min_network_ratio * usual as f64;

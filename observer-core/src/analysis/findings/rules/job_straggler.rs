@@ -214,7 +214,7 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
         let (mut mine, mut mine_count, mut peers, mut peer_count) = (0u64, 0u64, 0u64, 0u64);
         for p in &judged {
             for h in &p.hosts {
-                let e = h.ce + h.cnp + h.naks + h.retransmissions;
+                let e = h.events();
                 if h.host == host {
                     mine += e;
                     mine_count += 1;
