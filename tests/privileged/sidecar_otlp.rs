@@ -413,7 +413,12 @@ fn lab(name: &str) -> Lab {
 }
 
 fn receiver(lab: &Lab, scratch: &Scratch, name: &str, flags: &[&str]) -> OtlpReceiver {
-    OtlpReceiver::start_with(lab.ns.command(OtlpReceiver::python()), scratch, name, flags)
+    OtlpReceiver::start_with(
+        lab.ns.command(integration_tests::venv_python()),
+        scratch,
+        name,
+        flags,
+    )
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The sidecar's exported metric names, and its expositions parsed by the reference parser.
 
-use std::{collections::BTreeMap, path::PathBuf, process::Command};
+use std::{collections::BTreeMap, process::Command};
 
 /// One sample as the parser saw it.
 #[derive(Debug, Clone)]
@@ -8,17 +8,6 @@ pub struct Sample {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub value: f64,
-}
-
-/// The tools virtualenv's Python (prometheus-client is installed there by `cargo xtask setup`).
-fn python() -> PathBuf {
-    let p = crate::workspace_root().join("target/tools/venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask setup` (it installs prometheus-client there)",
-        p.display()
-    );
-    p
 }
 
 /// Parses an exposition with prometheus_client's OpenMetrics parser (strict: `# EOF`, types,
@@ -33,7 +22,7 @@ pub fn parse_exposition(text: &str, openmetrics: bool) -> Vec<Sample> {
         "import sys, json\nfrom {module} import text_string_to_metric_families\nout = []\nfor fam in text_string_to_metric_families(sys.stdin.read()):\n    for s in fam.samples:\n        out.append([s.name, s.labels, s.value])\nprint(json.dumps(out))\n"
     );
     let out = crate::run_with_input(
-        Command::new(python()).args(["-c", &script]),
+        Command::new(crate::venv_python()).args(["-c", &script]),
         text.as_bytes(),
     )
     .expect("run the Python parser");

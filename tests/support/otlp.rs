@@ -20,20 +20,9 @@ pub struct OtlpReceiver {
 }
 
 impl OtlpReceiver {
-    /// The tools virtualenv's Python, to run the receiver with.
-    pub fn python() -> PathBuf {
-        let python = workspace_root().join("target/tools/venv/bin/python");
-        assert!(
-            python.exists(),
-            "{} is missing: run `cargo xtask setup` (it installs opentelemetry-proto and grpcio)",
-            python.display()
-        );
-        python
-    }
-
     /// Starts it here, writing what it receives under `scratch` as `name`.jsonl.
     pub fn start(scratch: &Scratch, name: &str, flags: &[&str]) -> Self {
-        Self::start_with(Command::new(Self::python()), scratch, name, flags)
+        Self::start_with(Command::new(crate::venv_python()), scratch, name, flags)
     }
 
     /// Starts it with `python` (the virtualenv's Python, perhaps run in a namespace).

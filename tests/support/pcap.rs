@@ -175,15 +175,17 @@ pub fn every_capture(cli: &str, scratch: &crate::Scratch, test: &str) -> Vec<std
     files
 }
 
-/// The RoCEv2 frames' times in the capture `file` (unix ns), as tshark reads them.
-pub fn tshark_times(file: &std::path::Path) -> Vec<u64> {
-    let out = std::process::Command::new("tshark")
-        .arg("-r")
+/// The RoCEv2 frames of the capture `file` as tshark reads them: per frame, the `fields` asked
+/// (`-T fields`), in order.
+pub fn tshark_fields(file: &std::path::Path, fields: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = std::process::Command::new("tshark");
+    cmd.arg("-r")
         .arg(file)
-        .args(["-Y", "udp.dstport == 4791", "-T", "fields"])
-        .args(["-e", "frame.time_epoch"])
-        .output()
-        .expect("run tshark");
+        .args(["-Y", "udp.dstport == 4791", "-T", "fields"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("run tshark");
     assert!(
         out.status.success(),
         "tshark: {}",
@@ -192,10 +194,21 @@ pub fn tshark_times(file: &std::path::Path) -> Vec<u64> {
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .map(|l| {
-            let (s, frac) = l.trim().split_once('.').unwrap();
-            let frac = format!("{frac:0<9}");
-            s.parse::<u64>().unwrap() * 1_000_000_000 + frac[..9].parse::<u64>().unwrap()
-        })
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+/// tshark's `frame.time_epoch` (seconds, up to 9 decimals) in unix ns.
+pub fn epoch_ns(field: &str) -> u64 {
+    let (s, frac) = field.trim().split_once('.').unwrap_or((field.trim(), "0"));
+    let frac = format!("{frac:0<9}");
+    s.parse::<u64>().unwrap() * 1_000_000_000 + frac[..9].parse::<u64>().unwrap()
+}
+
+/// The RoCEv2 frames' times in the capture `file` (unix ns), as tshark reads them.
+pub fn tshark_times(file: &std::path::Path) -> Vec<u64> {
+    tshark_fields(file, &["frame.time_epoch"])
+        .iter()
+        .map(|f| epoch_ns(&f[0]))
         .collect()
 }

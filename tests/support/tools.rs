@@ -21,3 +21,15 @@ pub fn tool(test: &str, name: &str) -> Option<PathBuf> {
     }
     found
 }
+
+/// The tools virtualenv's Python (`cargo xtask setup` installs the tests' Python packages there:
+/// prometheus-client, opentelemetry-proto and grpcio, chdb, numpy and scipy...).
+pub fn venv_python() -> PathBuf {
+    let python = crate::workspace_root().join("target/tools/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `cargo xtask setup`",
+        python.display()
+    );
+    python
+}

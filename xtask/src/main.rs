@@ -49,7 +49,8 @@ const DEBIAN_TOOLS: &[(&str, &str)] = &[
 /// check imports: tests/deploy.rs parses the Kubernetes manifests with PyYAML;
 /// prometheus-client parses the exported OpenMetrics text; chdb is an in-process ClickHouse
 /// the fleet records load into; opentelemetry-proto and grpcio make the OTLP receiver of the
-/// export tests, on the official protobufs.
+/// export tests, on the official protobufs; numpy and scipy are the jobs tests' independent
+/// period estimator.
 const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("prometheus-client==0.26.0", "prometheus_client"),
     ("PyYAML==6.0.4", "yaml"),
@@ -58,6 +59,8 @@ const PYTHON_PACKAGES: &[(&str, &str)] = &[
     ("opentelemetry-proto==1.45.2", "opentelemetry.proto"),
     ("protobuf==7.36.2", "google.protobuf"),
     ("grpcio==1.85.4", "grpc"),
+    ("numpy==2.4.6", "numpy"),
+    ("scipy==1.17.1", "scipy"),
 ];
 
 #[derive(Parser)]
