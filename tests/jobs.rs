@@ -269,6 +269,184 @@ fn the_period_agrees_with_scipy_autocorrelation() {
     }
 }
 
+/// Ranks from the processes (`replay --jobs --nic-root`): a host's QP table whose connections
+/// are the generated ring's, both ways, names the ring's process on that host with what its
+/// environment and cgroup tell, and the job after its launcher; a QP seen one way only (its
+/// number on another host's traffic) joins nothing. Nothing of the environment but the
+/// launchers' variables reaches the report, the records or a snapshot; the records' `job` and
+/// `rank` are the process's; a snapshot of the trees gives the same ranks.
+#[test]
+fn ranks_and_the_jobs_name_come_from_the_qps_processes() {
+    let scratch = Scratch::new("jobs-ranks");
+    let pcap = synth_pcap(CLI, &scratch, "training");
+    let plain = replay(&[pcap.to_str().unwrap(), "--jobs"]).jobs.unwrap();
+    let flows = &plain.jobs[0].qps;
+    let host: IpAddr = "198.18.80.3".parse().unwrap();
+    // The host's connections: (its QP, the peer's), from the directions both ways.
+    let mut table = Vec::new();
+    for f in flows.iter().filter(|f| f.dst_ip == host) {
+        let back = flows
+            .iter()
+            .find(|r| r.src_ip == host && r.dst_ip == f.src_ip)
+            .expect("the reverse direction");
+        table.push(
+            serde_json::json!({"ifname": "mlx5_0", "port": 1, "lqpn": f.dest_qp,
+            "rqpn": back.dest_qp, "type": "RC", "state": "RTS", "pid": 4001, "comm": "python"}),
+        );
+    }
+    assert_eq!(
+        table.len(),
+        2,
+        "its predecessor and its successor: {flows:?}"
+    );
+    // Another host's QP number, with a peer the wire never sends to.
+    let elsewhere = flows.iter().find(|f| f.dst_ip != host).unwrap();
+    table.push(
+        serde_json::json!({"ifname": "mlx5_0", "port": 1, "lqpn": elsewhere.dest_qp,
+        "rqpn": 0x77_7777, "type": "RC", "state": "RTS", "pid": 4002, "comm": "python"}),
+    );
+    let uid = "0c1a6e2f-5ad6-4c4f-9d5c-0b2f8e2d2c1a";
+    let container = "4f1c8a2b9d3e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a";
+    let good = integration_tests::workspace_root().join("tests/fixtures/hosts/good");
+    let trees: Vec<std::path::PathBuf> = ["before", "after"]
+        .iter()
+        .map(|t| {
+            let to = scratch.path(t);
+            let status = Command::new("cp")
+                .arg("-r")
+                .arg(good.join(t))
+                .arg(&to)
+                .status()
+                .unwrap();
+            assert!(status.success());
+            std::fs::write(to.join("rdma/qps.json"), serde_json::to_string(&table).unwrap()).unwrap();
+            let p = to.join("proc/4001");
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(
+                p.join("environ"),
+                "HOME=/root\0HF_TOKEN=secret-never-shown\0RANK=2\0LOCAL_RANK=2\0WORLD_SIZE=8\0TORCHELASTIC_RUN_ID=train-37\0",
+            )
+            .unwrap();
+            std::fs::write(
+                p.join("cgroup"),
+                format!(
+                    "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{container}.scope\n",
+                    uid.replace('-', "_")
+                ),
+            )
+            .unwrap();
+            let p = to.join("proc/4002");
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("environ"), "RANK=7\0SLURM_JOB_ID=99\0").unwrap();
+            to
+        })
+        .collect();
+    let records = scratch.path("records");
+    let run = |roots: &[&std::path::Path], json: bool| -> String {
+        let mut cmd = Command::new(CLI);
+        cmd.arg("replay")
+            .arg(&pcap)
+            .args(["--jobs", "--no-progress"]);
+        for r in roots {
+            cmd.arg("--nic-root").arg(r);
+        }
+        if json {
+            cmd.arg("--json").arg("--records").arg(&records);
+        }
+        let (status, out, err) = output(&mut cmd);
+        assert!(status.success(), "{err}");
+        out
+    };
+    let text = run(&[&trees[0], &trees[1]], true);
+    assert!(!text.contains("secret-never-shown") && !text.contains("HF_TOKEN"));
+    let report: Report = serde_json::from_str(&text).unwrap();
+    let job = &report.jobs.as_ref().unwrap().jobs[0];
+    assert_eq!(job.ranks.len(), 1, "{:?}", job.ranks);
+    let r = &job.ranks[0];
+    assert_eq!((r.host, r.pid, r.qps), (host, 4001, 2));
+    assert_eq!(r.comm.as_deref(), Some("python"));
+    let p = &r.process;
+    assert_eq!(
+        (p.rank, p.local_rank, p.world_size),
+        (Some(2), Some(2), Some(8))
+    );
+    assert_eq!(p.job.as_deref(), Some("torchelastic:train-37"));
+    assert_eq!(
+        (p.pod.as_deref(), p.container.as_deref()),
+        (Some(uid), Some(container))
+    );
+    assert_eq!(job.name.as_deref(), Some("torchelastic:train-37"));
+    // The records' exporter: the RC QPs' processes, both of them.
+    for line in std::fs::read_to_string(records.join("qp_intervals.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        assert!(!line.contains("secret-never-shown"));
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(row["job"], "slurm:99,torchelastic:train-37", "{row}");
+        assert_eq!(row["rank"], "2,7", "{row}");
+    }
+    // The terminal report: the job's launcher and the host's rank.
+    let text = run(&[&trees[0], &trees[1]], false);
+    assert!(text.contains("launched as torchelastic:train-37"), "{text}");
+    let jobs_part = &text[text.find("\njobs (").expect("a jobs section")..];
+    let row = jobs_part
+        .lines()
+        .find(|l| l.trim_start().starts_with("198.18.80.3 "))
+        .unwrap_or_else(|| panic!("no row of 198.18.80.3: {text}"));
+    assert_eq!(row.split_whitespace().nth(1), Some("2"), "{row}");
+    assert!(
+        text.contains("torchelastic:train-37/2"),
+        "the QP table: {text}"
+    );
+    // A snapshot keeps the launchers' variables alone, and reads back the same.
+    let snap = scratch.path("snap");
+    let mut cmd = Command::new(CLI);
+    cmd.arg("snapshot");
+    for t in &trees {
+        cmd.arg("--root").arg(t);
+    }
+    let (status, _, err) = output(cmd.arg(&snap));
+    assert!(status.success(), "{err}");
+    let mut kept = String::new();
+    for entry in walk(&snap) {
+        if entry.ends_with("environ") {
+            kept += &String::from_utf8_lossy(&std::fs::read(&entry).unwrap());
+        }
+    }
+    assert!(
+        kept.contains("RANK=2") && !kept.contains("secret") && !kept.contains("HOME"),
+        "{kept:?}"
+    );
+    let again: Report = serde_json::from_str(&{
+        let (status, out, err) = output(
+            Command::new(CLI)
+                .arg("replay")
+                .arg(&pcap)
+                .args(["--jobs", "--no-progress", "--json", "--nic-root"])
+                .arg(&snap),
+        );
+        assert!(status.success(), "{err}");
+        out
+    })
+    .unwrap();
+    assert_eq!(again.jobs.unwrap().jobs[0].ranks, job.ranks);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 #[test]
 fn jobs_are_the_same_on_any_number_of_threads() {
     let scratch = Scratch::new("jobs-threads");

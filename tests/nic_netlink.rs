@@ -380,6 +380,7 @@ fn qp(
         state: s.to_string(),
         pid,
         comm: comm.map(str::to_string),
+        job: None,
     }
 }
 

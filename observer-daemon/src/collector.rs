@@ -712,6 +712,7 @@ impl Collector {
                 link_speed: self.tap.link_speed(),
                 bounds: (start_unix_ns, end_unix_ns),
                 seconds: elapsed.as_secs_f64(),
+                job_and_rank: self.nic.job_and_rank(),
                 // Taken from what was added since the last interval.
                 ..Interval::default()
             });

@@ -598,6 +598,12 @@ impl NicSide {
         self.sources = rows;
     }
 
+    /// The fleet records' `job` and `rank` from the last QP table read (none: no table).
+    pub(super) fn job_and_rank(&self) -> Option<(String, String)> {
+        let qps = self.last.as_ref()?.qps.present()?;
+        Some(roce_observer::export::job_and_rank(qps.iter()))
+    }
+
     /// What the endpoint shows.
     pub(super) fn metrics(&self) -> NicMetrics {
         let port_rows = |m: &BTreeMap<PortKey, Fold>| {
@@ -641,6 +647,16 @@ impl NicSide {
                     state: q.state.clone(),
                     pid: q.pid.map_or_else(String::new, |p| p.to_string()),
                     comm: q.comm.clone().unwrap_or_default(),
+                    job: q
+                        .job
+                        .as_ref()
+                        .and_then(|j| j.job.clone())
+                        .unwrap_or_default(),
+                    rank: q
+                        .job
+                        .as_ref()
+                        .and_then(|j| j.rank)
+                        .map_or_else(String::new, |r| r.to_string()),
                 };
                 *qps.entry(key).or_default() += 1;
             }

@@ -262,6 +262,9 @@ pub struct QpGroup {
     /// Empty for kernel QPs.
     pub pid: String,
     pub comm: String,
+    /// The process's launcher job and rank, empty when not known.
+    pub job: String,
+    pub rank: String,
 }
 
 /// One sender's PAUSE / PFC frames of one class seen on the wire (the kernel's pause table),
@@ -931,6 +934,8 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
                 ("state", g.state.clone()),
                 ("pid", g.pid.clone()),
                 ("comm", g.comm.clone()),
+                ("job", g.job.clone()),
+                ("rank", g.rank.clone()),
             ];
             ConstGauge::new(*n as i64).encode(m.encode_family(&labels)?)?;
         }

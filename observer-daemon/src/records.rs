@@ -117,6 +117,9 @@ pub(super) struct Interval {
     /// Unix-epoch ns.
     pub bounds: (u64, u64),
     pub seconds: f64,
+    /// The exporter's `job` and `rank` at its end, from the host's QP table (none: no table
+    /// read).
+    pub job_and_rank: Option<(String, String)>,
 }
 
 impl Interval {
@@ -133,6 +136,9 @@ impl Interval {
         self.link_speed = later.link_speed;
         self.bounds.1 = later.bounds.1;
         self.seconds += later.seconds;
+        if later.job_and_rank.is_some() {
+            self.job_and_rank = later.job_and_rank;
+        }
     }
 }
 
@@ -447,6 +453,9 @@ impl Builder {
         report.name_latency_interfaces(&iv.names);
         report.set_link_speed(iv.link_speed);
         let (start, end) = iv.bounds;
+        if let Some((job, rank)) = iv.job_and_rank.take() {
+            (self.resource.job, self.resource.rank) = (job, rank);
+        }
         drop(iv);
         conclude(&mut report, &AnalysisOptions::default());
         self.exporter.push_interval(

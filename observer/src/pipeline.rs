@@ -220,6 +220,9 @@ pub fn conclude(report: &mut Report, options: &AnalysisOptions) {
     if let Some(plan) = &options.nic {
         plan.finish(report);
     }
+    if let (Some(jobs), Some(nic)) = (&mut report.jobs, &report.nic) {
+        crate::analysis::jobs::join_processes(jobs, nic.qps.iter().map(|r| &r.qp));
+    }
     warn_above_line_rate(report);
     if let Some(ecmp) = &options.ecmp {
         report.ecmp = Some(crate::analysis::ecmp::analyse(

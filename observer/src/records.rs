@@ -137,7 +137,10 @@ pub fn resource(report: &Report) -> Resource {
         .flat_map(|n| &n.devices)
         .map(|d| d.name.clone())
         .collect();
-    exporter(observed, &report.source.kind, &devices)
+    let mut r = exporter(observed, &report.source.kind, &devices);
+    (r.job, r.rank) =
+        observer_core::export::job_and_rank(report.nic.iter().flat_map(|n| &n.qps).map(|q| &q.qp));
+    r
 }
 
 /// This host's exporter, from now on: its stream is named after the host, this process and

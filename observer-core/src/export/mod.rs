@@ -237,7 +237,8 @@ pub struct Resource {
     pub observed: String,
     /// `xdp`, `capture`, `pcap`, `nic`: the report's `source.kind`.
     pub source: String,
-    /// Training job and rank, where known (kept empty for now).
+    /// The training jobs and ranks of the host's processes that own RC QPs, where their
+    /// environments tell them ([`job_and_rank`]).
     pub job: String,
     pub rank: String,
 }
@@ -413,6 +414,38 @@ pub fn report_interval(report: &Report, now_ns: u64) -> (u64, u64) {
     }
 }
 
+/// An exporter's `job` and `rank` from its host's QP table: the launchers' job names and the
+/// ranks of the processes that own RC QPs (sorted, comma separated; consecutive ranks as a
+/// range, `0-3,8`), each empty when no process tells one.
+pub fn job_and_rank<'a>(qps: impl Iterator<Item = &'a crate::model::nic::Qp>) -> (String, String) {
+    let mut jobs = std::collections::BTreeSet::new();
+    let mut ranks = std::collections::BTreeSet::new();
+    for q in qps.filter(|q| q.qp_type == "RC") {
+        let Some(p) = &q.job else { continue };
+        jobs.extend(p.job.iter().cloned());
+        ranks.extend(p.rank);
+    }
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for r in ranks {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == r => *hi = r,
+            _ => runs.push((r, r)),
+        }
+    }
+    let rank = runs
+        .iter()
+        .map(|(lo, hi)| {
+            if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}-{hi}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    (jobs.into_iter().collect::<Vec<_>>().join(","), rank)
+}
+
 fn ip(a: &IpAddr) -> Value<'static> {
     Value::Ip(*a)
 }
@@ -547,6 +580,41 @@ impl Sequencer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_and_rank_name_the_rc_qps_processes() {
+        use crate::model::nic::{ProcessJob, Qp};
+        let qp = |t: &str, job: Option<(&str, u32)>| Qp {
+            device: "mlx5_0".into(),
+            port: Some(1),
+            lqpn: 1,
+            rqpn: Some(2),
+            qp_type: t.into(),
+            state: "RTS".into(),
+            pid: Some(1),
+            comm: None,
+            job: job.map(|(j, r)| ProcessJob {
+                job: Some(j.into()),
+                rank: Some(r),
+                ..ProcessJob::default()
+            }),
+        };
+        let table = [
+            qp("RC", Some(("slurm:7", 3))),
+            qp("RC", Some(("slurm:7", 0))),
+            qp("RC", Some(("slurm:7", 1))),
+            qp("RC", Some(("slurm:7", 1))),
+            qp("RC", Some(("slurm:7", 8))),
+            qp("RC", None),
+            // A UD QP's process (a connection manager, say) is no rank of a job's.
+            qp("UD", Some(("slurm:9", 12))),
+        ];
+        assert_eq!(
+            job_and_rank(table.iter()),
+            ("slurm:7".to_string(), "0-1,3,8".to_string())
+        );
+        assert_eq!(job_and_rank([].iter()), (String::new(), String::new()));
+    }
 
     #[test]
     fn an_address_is_written_as_display_writes_it() {

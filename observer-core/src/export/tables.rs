@@ -172,14 +172,14 @@ pub const HEAD: &[Column<HeadGet>] = &[
         "job",
         "roce.job.id",
         ChType::Label,
-        "The training job, where known (empty: not known)",
+        "The training jobs of the host's processes that own RC QPs, from their launchers' variables, comma separated (empty: not known)",
         |h| Value::str(&h.resource.job),
     ),
     col(
         "rank",
         "roce.job.rank",
         ChType::Label,
-        "The rank in the job, where known (empty: not known)",
+        "The ranks of the host's processes that own RC QPs, from their environments: 0-3,8 (empty: not known)",
         |h| Value::str(&h.resource.rank),
     ),
 ];

@@ -49,6 +49,29 @@ pub struct Job {
     pub iteration_p99_ns: Option<u64>,
     /// Its communication phases, in time order.
     pub phases: Vec<Phase>,
+    /// The processes of the observed host whose QPs carry the job's traffic (the NIC side's
+    /// QP table joined to the job's QPs), with what they tell of their ranks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<JobRank>,
+    /// The job as its launcher names it (`torchelastic:<run id>`, `slurm:<job id>`...), when
+    /// every process of `ranks` that names one names this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A process of a job, on the host whose QP table the report read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRank {
+    /// The address its QPs receive on.
+    pub host: IpAddr,
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    /// Its QPs among the job's.
+    pub qps: u32,
+    /// What its environment and cgroup tell.
+    #[serde(flatten)]
+    pub process: super::nic::ProcessJob,
 }
 
 /// The iteration period and how well the phases keep it.

@@ -113,6 +113,51 @@ pub struct Qp {
     pub pid: Option<u32>,
     /// The kernel owner's name (RES_KERN_NAME) for kernel QPs, else `/proc/<pid>/comm`.
     pub comm: Option<String>,
+    /// What the creating process tells of its training job (user QPs whose process could be
+    /// read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<ProcessJob>,
+}
+
+/// A process's place in a training job, as its environment and cgroup tell it: launchers
+/// (torchrun, Slurm, Open MPI, MPICH/Intel MPI) set the variables each rank starts with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessJob {
+    /// The job, named by its launcher: `torchelastic:<TORCHELASTIC_RUN_ID>`,
+    /// `slurm:<SLURM_JOB_ID>`, else `torch:<MASTER_ADDR>:<MASTER_PORT>` (the rendezvous every
+    /// rank of one job shares).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// `RANK`, else `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `SLURM_PROCID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// `LOCAL_RANK`, else `OMPI_COMM_WORLD_LOCAL_RANK`, `MPI_LOCALRANKID`, `SLURM_LOCALID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    /// `WORLD_SIZE`, else `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`, `SLURM_NTASKS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    /// The Kubernetes pod's UID and the container's ID, from the process's cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// Why the environment could not be read (the process is gone, or the observer may not
+    /// read it: another user's process needs CAP_SYS_PTRACE), when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unread: Option<String>,
+}
+
+impl ProcessJob {
+    /// Nothing known.
+    pub fn is_empty(&self) -> bool {
+        self.job.is_none()
+            && self.rank.is_none()
+            && self.local_rank.is_none()
+            && self.world_size.is_none()
+            && self.pod.is_none()
+            && self.container.is_none()
+    }
 }
 
 /// The `nic` section.

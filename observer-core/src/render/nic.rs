@@ -128,6 +128,7 @@ pub fn render_nic(nic: &Nic) -> String {
                     q.state.clone(),
                     q.pid.map_or("-".into(), |p| p.to_string()),
                     q.comm.clone().unwrap_or_else(|| "-".into()),
+                    job_cell(q.job.as_ref()),
                     r.wire_packets.map_or("-".into(), |p| p.to_string()),
                 ]
             })
@@ -142,6 +143,7 @@ pub fn render_nic(nic: &Nic) -> String {
                 ("STATE", Align::Left),
                 ("PID", Align::Right),
                 ("COMMAND", Align::Left),
+                ("JOB/RANK", Align::Left),
                 ("WIRE PKTS", Align::Right),
             ],
             rows,
@@ -149,6 +151,20 @@ pub fn render_nic(nic: &Nic) -> String {
     }
     absent(&mut out, nic);
     out
+}
+
+/// A QP's process's job and rank (`slurm:42/3`), `?` when its environment could not be read,
+/// `-` when it tells neither.
+fn job_cell(job: Option<&crate::model::nic::ProcessJob>) -> String {
+    match job {
+        Some(j) if j.unread.is_some() => "?".into(),
+        Some(j) if j.job.is_some() || j.rank.is_some() => format!(
+            "{}/{}",
+            j.job.as_deref().unwrap_or("-"),
+            j.rank.map_or("-".into(), |r| r.to_string())
+        ),
+        _ => "-".into(),
+    }
 }
 
 /// The checklist as `roce-observer/check/v1` JSON, a newline after it.

@@ -630,6 +630,9 @@ fn render_jobs(out: &mut String, report: &Report, top: usize) {
                 duration(p99)
             );
         }
+        if let Some(name) = &job.name {
+            let _ = writeln!(out, "    launched as {name}");
+        }
         // Each host's mean start and end from its phases' starts, over the phases it sent in.
         let mut rows = Vec::new();
         for host in &job.hosts {
@@ -647,29 +650,54 @@ fn render_jobs(out: &mut String, report: &Report, top: usize) {
                 continue;
             }
             let n = mine.len() as u64;
-            rows.push(vec![
+            let mut row = vec![
                 host.to_string(),
                 n.to_string(),
                 duration(mine.iter().map(|m| m.0).sum::<u64>() / n),
                 duration(mine.iter().map(|m| m.1).sum::<u64>() / n),
                 human_bytes(mine.iter().map(|m| m.2).sum::<u64>()),
-            ]);
+            ];
+            if !job.ranks.is_empty() {
+                row.insert(1, ranks_of(job, *host));
+            }
+            rows.push(row);
         }
-        let table = columns(
-            &[
-                ("HOST", Left),
-                ("PHASES", Right),
-                ("MEAN START", Right),
-                ("MEAN END", Right),
-                ("SENT", Right),
-            ],
-            rows,
-        );
+        let mut headers = vec![
+            ("HOST", Left),
+            ("PHASES", Right),
+            ("MEAN START", Right),
+            ("MEAN END", Right),
+            ("SENT", Right),
+        ];
+        if !job.ranks.is_empty() {
+            headers.insert(1, ("RANK", Left));
+        }
+        let table = columns(&headers, rows);
         for line in table.lines() {
             let _ = writeln!(out, "    {line}");
         }
     }
     more(out, j.jobs.len(), top, "job");
+}
+
+/// The ranks of `job`'s processes on `host`, as their environments tell them (`?`: a process
+/// whose rank is not known; `-`: none of the job's processes here).
+fn ranks_of(job: &crate::model::jobs::Job, host: std::net::IpAddr) -> String {
+    let ranks: Vec<String> = job
+        .ranks
+        .iter()
+        .filter(|r| r.host == host)
+        .map(|r| {
+            r.process
+                .rank
+                .map_or_else(|| "?".to_string(), |n| n.to_string())
+        })
+        .collect();
+    if ranks.is_empty() {
+        "-".into()
+    } else {
+        ranks.join(",")
+    }
 }
 
 /// Several observation points of one traffic: how many saw each packet, the time from one to

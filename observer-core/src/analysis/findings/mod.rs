@@ -436,6 +436,8 @@ pub(crate) mod testing {
                 iteration_p50_ns: None,
                 iteration_p99_ns: None,
                 phases,
+                ranks: Vec::new(),
+                name: None,
             }],
         });
         r

@@ -534,6 +534,8 @@ fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
         iteration_p50_ns: quantile(0.5),
         iteration_p99_ns: quantile(0.99),
         phases,
+        ranks: Vec::new(),
+        name: None,
     }
 }
 
@@ -711,7 +713,10 @@ fn phases_of(
     (spans, None, Some(why), times)
 }
 
+mod ranks;
 pub mod sim;
+
+pub use ranks::join_processes;
 
 #[cfg(test)]
 mod tests;

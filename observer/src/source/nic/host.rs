@@ -6,7 +6,9 @@
 //! tells through calls as the usual tools print it: `ethtool/<if>/statistics` (`ethtool -S`),
 //! `ethtool/<if>/driver` (`ethtool -i`), `ethtool/<if>/tunables` (`ethtool --get-tunable IF
 //! pfc-prevention-tout`), `ethtool/<if>/module` (`ethtool -m IF hex on`), `dcb/<if>.json` (the DCB settings, in this tool's JSON)
-//! `rdma/qps.json` (`rdma -j res show qp`) and `ip/<if>` (`ip -br addr show dev <if>`); and
+//! `rdma/qps.json` (`rdma -j res show qp`) and `ip/<if>` (`ip -br addr show dev <if>`);
+//! `proc/<pid>/environ` and `proc/<pid>/cgroup` of the QPs' processes (a copy keeps only the
+//! training job's variables of an environment: see `process`); and
 //! `taken`, when the copy was taken (ns since the Unix epoch; 0 when missing); and
 //! `absent.json`, the sources the host lacked and why (`[{"source", "subject", "reason"}]`).
 //! [`write_tree`] writes one.
@@ -682,6 +684,20 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
             .collect();
         let json = serde_json::to_string(&rows).map_err(std::io::Error::other)?;
         write(dir.join("rdma/qps.json"), json)?;
+        // Each process's job variables alone, never the rest of its environment.
+        for q in qps {
+            if let (Some(pid), Some(job)) = (q.pid, &q.job)
+                && job.unread.is_none()
+            {
+                let d = dir.join("proc").join(pid.to_string());
+                create_dir_all(&d)?;
+                let (environ, cgroup) = super::process::tree_files(job);
+                write(d.join("environ"), environ)?;
+                if let Some(c) = cgroup {
+                    write(d.join("cgroup"), c)?;
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod ethtool;
 pub mod host;
 pub mod link;
 pub mod optics;
+pub mod process;
 pub mod rdma;
 pub mod rdma_netlink;
 pub mod tree;

@@ -182,6 +182,7 @@ pub fn qps() -> Result<Availability<Vec<Qp>>, NicError> {
                 .map(|s| s.trim_end().to_string());
         }
     }
+    super::process::fill(Path::new("/"), &mut out);
     Ok(Availability::Present(out))
 }
 
@@ -251,6 +252,7 @@ fn qp_entry(device: &str, e: &[Attr<'_>], what: &str) -> Result<Qp, NicError> {
         state: qp_state_name(state).to_string(),
         pid: optional_u32(e, ATTR_RES_PID, "RES_PID", what)?,
         comm: find(e, ATTR_RES_KERN_NAME).map(Attr::string),
+        job: None,
     })
 }
 
@@ -417,19 +419,22 @@ pub fn qps_at(root: &Path) -> Result<Availability<Vec<Qp>>, NicError> {
             path: path.clone(),
             source,
         })?;
-    Ok(Availability::Present(
-        rows.into_iter()
-            .map(|r| Qp {
-                device: r.ifname,
-                port: r.port,
-                lqpn: r.lqpn,
-                rqpn: r.rqpn,
-                qp_type: r.qp_type,
-                state: r.state,
-                // Older iproute2 printed "pid": 0 for kernel QPs; the kernel sends no pid then.
-                pid: r.pid.filter(|&p| p != 0),
-                comm: r.comm,
-            })
-            .collect(),
-    ))
+    let mut qps: Vec<Qp> = rows
+        .into_iter()
+        .map(|r| Qp {
+            device: r.ifname,
+            port: r.port,
+            lqpn: r.lqpn,
+            rqpn: r.rqpn,
+            qp_type: r.qp_type,
+            state: r.state,
+            // Older iproute2 printed "pid": 0 for kernel QPs; the kernel sends no pid then.
+            pid: r.pid.filter(|&p| p != 0),
+            comm: r.comm,
+            job: None,
+        })
+        .collect();
+    // The processes' files the copy holds (`proc/<pid>/environ` and `cgroup`).
+    super::process::fill(root, &mut qps);
+    Ok(Availability::Present(qps))
 }

@@ -200,6 +200,7 @@ fn reading(base: u64, taken_ns: u64) -> Snapshot {
             state: "RTS".into(),
             pid: Some(4242),
             comm: Some("python3".into()),
+            job: None,
         }]),
         // Two GPUs, one on the NIC's NUMA node.
         gpus: [("0000:18:00.0", 0), ("0000:9a:00.0", 1)]

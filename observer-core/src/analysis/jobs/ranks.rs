@@ -1,0 +1,176 @@
+//! A job's processes on the observed host: the NIC side's QP table (each QP with its creating
+//! process and what that process's environment tells) joined to the job's QP directions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use crate::model::FlowRef;
+use crate::model::jobs::{JobRank, Jobs};
+use crate::model::nic::Qp;
+
+/// Fills each job's `ranks` and `name` from `table`, this host's QPs. A QP joins a job only on
+/// both directions of its connection: the job carries traffic to its number and, back the
+/// other way, to its peer's. One direction alone proves nothing (QP numbers are per device:
+/// another host's QPs, seen on a mirror port, may have the same).
+pub fn join_processes<'a>(jobs: &mut Jobs, table: impl Iterator<Item = &'a Qp> + Clone) {
+    for job in &mut jobs.jobs {
+        let mut by: BTreeMap<(IpAddr, u32), JobRank> = BTreeMap::new();
+        for q in table.clone() {
+            let (Some(pid), Some(rqpn)) = (q.pid, q.rqpn) else {
+                continue;
+            };
+            let Some(host) = local_host(&job.qps, q.lqpn, rqpn) else {
+                continue;
+            };
+            by.entry((host, pid))
+                .or_insert_with(|| JobRank {
+                    host,
+                    pid,
+                    comm: q.comm.clone(),
+                    qps: 0,
+                    process: q.job.clone().unwrap_or_default(),
+                })
+                .qps += 1;
+        }
+        job.ranks = by.into_values().collect();
+        let names: BTreeSet<&String> = job
+            .ranks
+            .iter()
+            .filter_map(|r| r.process.job.as_ref())
+            .collect();
+        job.name = match names.len() {
+            1 => names.into_iter().next().cloned(),
+            _ => None,
+        };
+    }
+}
+
+/// The address the local QP `lqpn`, connected to `rqpn`, receives on: the destination of a
+/// direction to `lqpn` whose reverse goes to `rqpn`. None without such a pair, or with pairs
+/// to several addresses.
+fn local_host(flows: &[FlowRef], lqpn: u32, rqpn: u32) -> Option<IpAddr> {
+    let hosts: BTreeSet<IpAddr> = flows
+        .iter()
+        .filter(|f| f.dest_qp == lqpn)
+        .filter(|f| {
+            flows
+                .iter()
+                .any(|r| r.dest_qp == rqpn && r.src_ip == f.dst_ip && r.dst_ip == f.src_ip)
+        })
+        .map(|f| f.dst_ip)
+        .collect();
+    match hosts.len() {
+        1 => hosts.into_iter().next(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::jobs::Job;
+    use crate::model::nic::ProcessJob;
+
+    fn flow(src: &str, dst: &str, qp: u32) -> FlowRef {
+        FlowRef {
+            src_ip: src.parse().unwrap(),
+            dst_ip: dst.parse().unwrap(),
+            udp_src_port: 49152,
+            dest_qp: qp,
+            direction: Default::default(),
+        }
+    }
+
+    fn qp(lqpn: u32, rqpn: u32, pid: u32, rank: u32, job: &str) -> Qp {
+        Qp {
+            device: "mlx5_0".into(),
+            port: Some(1),
+            lqpn,
+            rqpn: Some(rqpn),
+            qp_type: "RC".into(),
+            state: "RTS".into(),
+            pid: Some(pid),
+            comm: Some("python".into()),
+            job: Some(ProcessJob {
+                job: Some(job.into()),
+                rank: Some(rank),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn jobs(qps: Vec<FlowRef>) -> Jobs {
+        Jobs {
+            bin_ns: 1,
+            start_ns: 0,
+            end_ns: 0,
+            jobs: vec![Job {
+                id: "job-1".into(),
+                hosts: Vec::new(),
+                qps,
+                bytes: 0,
+                first_ns: 0,
+                last_ns: 0,
+                last_packet_ns: 0,
+                period: None,
+                no_period: None,
+                iteration_p50_ns: None,
+                iteration_p99_ns: None,
+                phases: Vec::new(),
+                ranks: Vec::new(),
+                name: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_connection_seen_both_ways_names_its_local_process() {
+        // .2's QP 0x11 is connected to .1's 0x10 (data .1 -> .2, ACKs back), and .2's 0x12
+        // sends to .3's 0x13.
+        let mut j = jobs(vec![
+            flow("198.18.0.1", "198.18.0.2", 0x11),
+            flow("198.18.0.2", "198.18.0.1", 0x10),
+            flow("198.18.0.2", "198.18.0.3", 0x13),
+            flow("198.18.0.3", "198.18.0.2", 0x12),
+        ]);
+        let table = [
+            qp(0x11, 0x10, 7, 1, "slurm:42"),
+            qp(0x12, 0x13, 7, 1, "slurm:42"),
+            // Not the job's: no traffic to it.
+            qp(0x40, 0x41, 8, 5, "slurm:43"),
+        ];
+        join_processes(&mut j, table.iter());
+        let job = &j.jobs[0];
+        assert_eq!(job.ranks.len(), 1, "{:?}", job.ranks);
+        let r = &job.ranks[0];
+        assert_eq!(r.host, "198.18.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!((r.pid, r.qps, r.process.rank), (7, 2, Some(1)));
+        assert_eq!(job.name.as_deref(), Some("slurm:42"));
+    }
+
+    #[test]
+    fn one_direction_or_disagreeing_names_tell_nothing() {
+        // Only the direction to 0x11: a QP of that number elsewhere could be the one.
+        let mut j = jobs(vec![flow("198.18.0.1", "198.18.0.2", 0x11)]);
+        join_processes(&mut j, [qp(0x11, 0x10, 7, 1, "slurm:42")].iter());
+        assert!(j.jobs[0].ranks.is_empty());
+        assert_eq!(j.jobs[0].name, None);
+        // Two processes naming two jobs: the job's name is not known.
+        let mut j = jobs(vec![
+            flow("198.18.0.1", "198.18.0.2", 0x11),
+            flow("198.18.0.2", "198.18.0.1", 0x10),
+            flow("198.18.0.1", "198.18.0.3", 0x21),
+            flow("198.18.0.3", "198.18.0.1", 0x20),
+        ]);
+        join_processes(
+            &mut j,
+            [
+                qp(0x11, 0x10, 7, 1, "slurm:42"),
+                qp(0x21, 0x20, 9, 2, "slurm:43"),
+            ]
+            .iter(),
+        );
+        assert_eq!(j.jobs[0].ranks.len(), 2);
+        assert_eq!(j.jobs[0].name, None);
+    }
+}
