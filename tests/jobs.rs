@@ -409,7 +409,7 @@ fn ranks_and_the_jobs_name_come_from_the_qps_processes() {
     let (status, _, err) = output(cmd.arg(&snap));
     assert!(status.success(), "{err}");
     let mut kept = String::new();
-    for entry in walk(&snap) {
+    for entry in integration_tests::files_under(&snap) {
         if entry.ends_with("environ") {
             kept += &String::from_utf8_lossy(&std::fs::read(&entry).unwrap());
         }
@@ -431,20 +431,6 @@ fn ranks_and_the_jobs_name_come_from_the_qps_processes() {
     })
     .unwrap();
     assert_eq!(again.jobs.unwrap().jobs[0].ranks, job.ranks);
-}
-
-/// Every file under `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]

@@ -1841,6 +1841,13 @@ fn nic_only_sidecar_attaches_nothing_and_needs_no_capability() {
     let lab = lab("ro-nicalone");
     let scratch = Scratch::new("nicalone");
     let tree = NicTree::copy(&scratch);
+    // The QP's process: rank 5 of a torchrun job.
+    std::fs::create_dir_all(tree.path("proc/4242")).unwrap();
+    std::fs::write(
+        tree.path("proc/4242/environ"),
+        "RANK=5\0TORCHELASTIC_RUN_ID=r1\0",
+    )
+    .unwrap();
     let config = scratch.file(
         "run.toml",
         &format!(
@@ -1879,6 +1886,8 @@ fn nic_only_sidecar_attaches_nothing_and_needs_no_capability() {
                 ("state", q["state"].as_str().unwrap()),
                 ("pid", &q["pid"].to_string()),
                 ("comm", q["comm"].as_str().unwrap()),
+                ("job", "torchelastic:r1"),
+                ("rank", "5"),
             ]
         ),
         qps.as_array().unwrap().len() as f64

@@ -513,6 +513,91 @@ fn every_intervals_records_reach_the_receiver_and_sum_to_what_was_sent() {
     assert_eq!(got.qps, traffic.per_qp());
 }
 
+/// A sidecar of the NIC side alone (an offload host's), its host a copied tree whose QP's
+/// process is rank 3 of a Slurm job: its records' resource names the job and the rank, and
+/// nothing else of the process's environment leaves the host; a new reading of the table
+/// (another rank) reaches the later records.
+#[test]
+fn the_records_name_the_job_and_rank_of_the_hosts_qps() {
+    if !require_root("the_records_name_the_job_and_rank_of_the_hosts_qps") {
+        return;
+    }
+    let scratch = Scratch::new("sidecar-otlp-rank");
+    let lab = lab("ro-sorank");
+    let receiver = receiver(&lab, &scratch, "rank", &[]);
+    let tree = scratch.path("tree");
+    let (status, _, err) = output(
+        std::process::Command::new("cp")
+            .arg("-r")
+            .arg(integration_tests::workspace_root().join("tests/fixtures/hosts/good/before"))
+            .arg(&tree),
+    );
+    assert!(status.success(), "{err}");
+    // The fixture's one QP is RC, of pid 4242.
+    let environ = tree.join("proc/4242/environ");
+    std::fs::create_dir_all(environ.parent().unwrap()).unwrap();
+    std::fs::write(
+        &environ,
+        "SLURM_JOB_ID=555\0SLURM_PROCID=3\0DB_PASSWORD=never-sent\0",
+    )
+    .unwrap();
+    let config = scratch.file(
+        "run.toml",
+        &format!(
+            "rdma_devices = [\"mlx5_0\"]\ninterval = \"300ms\"\nnic_root = \"{}\"\n[otlp]\nendpoint = \"{}\"\n",
+            tree.display(),
+            receiver.url("grpc")
+        ),
+    );
+    let mut cmd = lab.ns.command(CLI);
+    cmd.args(["run", "--config", config.to_str().unwrap()]);
+    let sidecar = LoggedChild::spawn(cmd);
+    sidecar.wait_log("the NIC side alone", Duration::from_secs(20));
+    let resources = |want: &str| -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let got: Vec<Value> = receiver
+                .received()
+                .into_iter()
+                .filter(|r| r["event"] == "roce.intervals")
+                .map(|r| r["resource"].clone())
+                .collect();
+            if got.iter().any(|r| r["roce.job.rank"] == want) {
+                return got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no interval of rank {want}: {got:?}\n{}",
+                sidecar.text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let got = resources("3");
+    let r = got.iter().find(|r| r["roce.job.rank"] == "3").unwrap();
+    assert_eq!(r["roce.job.id"], "slurm:555", "{r}");
+    assert!(
+        !receiver
+            .received()
+            .iter()
+            .any(|r| r.to_string().contains("never-sent"))
+    );
+    // The QP table is read again every 30 s: another process (rank 4) then.
+    std::fs::write(&environ, "SLURM_JOB_ID=556\0SLURM_PROCID=4\0").unwrap();
+    let table = tree.join("rdma/qps.json");
+    let qps = std::fs::read_to_string(&table)
+        .unwrap()
+        .replace("4242", "4243");
+    std::fs::create_dir_all(tree.join("proc/4243")).unwrap();
+    std::fs::rename(&environ, tree.join("proc/4243/environ")).unwrap();
+    std::fs::write(&table, qps).unwrap();
+    let got = resources("4");
+    let r = got.iter().find(|r| r["roce.job.rank"] == "4").unwrap();
+    assert_eq!(r["roce.job.id"], "slurm:556", "{r}");
+    let (status, log) = sidecar.stop();
+    assert!(status.success(), "{status}\n{log}");
+}
+
 /// Two free TCP ports on the namespace's loopback (for a receiver started again on them).
 fn free_ports(ns: &Netns) -> (u16, u16) {
     ns.run_in(|| {
