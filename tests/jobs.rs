@@ -171,11 +171,44 @@ fn two_jobs_on_the_same_hosts_are_kept_apart() {
     assert!(qps(&jobs.jobs[0]).is_disjoint(&qps(&jobs.jobs[1])));
 }
 
+/// The generator's binary tree all-reduce (`training-tree`): one job of its 8 hosts, a phase
+/// per iteration starting in the bin the generator started it, every host in each; its
+/// hosts' roles (leaves send first, the root last) are no straggler: the rule says it cannot
+/// judge them.
+#[test]
+fn the_generated_tree_is_one_job_and_its_roles_are_not_stragglers() {
+    let scratch = Scratch::new("jobs-tree");
+    let w = roce_observer::source::synth::scenario("training-tree").unwrap();
+    let truth = &w.truth.jobs[0];
+    let pcap = synth_pcap(CLI, &scratch, "training-tree");
+    let r = replay(&[pcap.to_str().unwrap(), "--jobs"]);
+    let jobs = r.jobs.as_ref().unwrap();
+    assert_eq!(jobs.jobs.len(), 1, "{jobs:#?}");
+    let job = &jobs.jobs[0];
+    assert_eq!(job.hosts, truth.hosts);
+    assert_eq!(job.phases.len(), truth.iteration_starts_ns.len());
+    for (phase, start) in job.phases.iter().zip(&truth.iteration_starts_ns) {
+        assert!(
+            phase.start_ns <= *start && *start < phase.start_ns + jobs.bin_ns,
+            "{phase:?} vs {start}"
+        );
+        assert_eq!(phase.hosts.len(), 8);
+    }
+    let check = r.checks.iter().find(|c| c.rule == "job-straggler").unwrap();
+    assert_eq!(
+        check.status,
+        roce_observer::model::findings::CheckStatus::InsufficientData,
+        "{check:?}"
+    );
+    assert!(check.note.contains("different roles"), "{check:?}");
+    assert!(r.findings.iter().all(|f| f.rule != "job-straggler"));
+}
+
 /// The period checked against an estimator that shares nothing with ours
 /// (`tests/support/period.py`): scipy's autocorrelation of each job's bytes, binned by numpy
-/// on the report's grid from tshark's reading of its QPs' frames. On generated rings (a clean
-/// one, two at once on the same hosts, a host straggler and a network straggler, each host's
-/// compute jittered by 5%), ours and scipy's agree within 1%, and both are within 1% of the
+/// on the report's grid from tshark's reading of its QPs' frames. On generated all-reduces (a
+/// clean ring, two at once on the same hosts, a host straggler, a network straggler, and a
+/// binary tree, each host's compute jittered by 5%), ours and scipy's agree within 1%, and both are within 1% of the
 /// generator's mean iteration time.
 #[test]
 fn the_period_agrees_with_scipy_autocorrelation() {
@@ -187,6 +220,7 @@ fn the_period_agrees_with_scipy_autocorrelation() {
         "training-two-jobs",
         "rule-job-straggler",
         "training-network-straggler",
+        "training-tree",
     ] {
         let w = roce_observer::source::synth::scenario(name).unwrap();
         let pcap = synth_pcap(CLI, &scratch, name);
@@ -320,6 +354,12 @@ fn ranks_and_the_jobs_name_come_from_the_qps_processes() {
                 .unwrap();
             assert!(status.success());
             std::fs::write(to.join("rdma/qps.json"), serde_json::to_string(&table).unwrap()).unwrap();
+            // This host's address: its RoCE v2 GID (198.18.80.3, IPv4-mapped).
+            std::fs::write(
+                to.join("sys/class/infiniband/mlx5_0/ports/1/gids/3"),
+                "0000:0000:0000:0000:0000:ffff:c612:5003\n",
+            )
+            .unwrap();
             let p = to.join("proc/4001");
             std::fs::create_dir_all(&p).unwrap();
             std::fs::write(

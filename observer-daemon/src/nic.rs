@@ -598,9 +598,15 @@ impl NicSide {
         self.sources = rows;
     }
 
-    /// The fleet records' `job` and `rank` from the last QP table read (none: no table).
+    /// The fleet records' `job` and `rank` from the last QP table read (empty when it is
+    /// absent now; none before the first reading).
     pub(super) fn job_and_rank(&self) -> Option<(String, String)> {
-        let qps = self.last.as_ref()?.qps.present()?;
+        let qps = self
+            .last
+            .as_ref()?
+            .qps
+            .present()
+            .map_or(&[][..], Vec::as_slice);
         Some(roce_observer::export::job_and_rank(qps.iter()))
     }
 

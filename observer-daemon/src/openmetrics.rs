@@ -683,14 +683,15 @@ fn encode_jobs(
         let mut f = enc.describe(&m::HOSTS)?;
         for r in &j.rows {
             ConstGauge::new(r.hosts as i64)
-                .encode(f.encode_family(&[("job", r.label.clone())])?)?;
+                .encode(f.encode_family(&[("training_job", r.label.clone())])?)?;
         }
     }
     {
         let mut f = enc.describe(&m::PERIOD)?;
         for r in &j.rows {
             if let Some(p) = r.period_seconds {
-                ConstGauge::new(p).encode(f.encode_family(&[("job", r.label.clone())])?)?;
+                ConstGauge::new(p)
+                    .encode(f.encode_family(&[("training_job", r.label.clone())])?)?;
             }
         }
     }
@@ -704,7 +705,7 @@ fn encode_jobs(
                 .chain([f64::INFINITY])
                 .zip(r.buckets.iter().copied())
                 .collect();
-            f.encode_family(&[("job", r.label.clone())])?
+            f.encode_family(&[("training_job", r.label.clone())])?
                 .encode_histogram::<NoLabelSet>(r.sum_seconds, r.count, &buckets, None)?;
         }
     }
@@ -713,7 +714,7 @@ fn encode_jobs(
         for r in &j.rows {
             if let Some((host, cause)) = &r.straggler {
                 ConstGauge::new(1i64).encode(f.encode_family(&[
-                    ("job", r.label.clone()),
+                    ("training_job", r.label.clone()),
                     ("host", host.clone()),
                     ("cause", cause.clone()),
                 ])?)?;
@@ -724,14 +725,15 @@ fn encode_jobs(
         let mut f = enc.describe(&m::HUNG)?;
         for r in &j.rows {
             ConstGauge::new(i64::from(r.hung))
-                .encode(f.encode_family(&[("job", r.label.clone())])?)?;
+                .encode(f.encode_family(&[("training_job", r.label.clone())])?)?;
         }
     }
     {
         let mut f = enc.describe(&m::SILENT)?;
         for r in &j.rows {
             if let Some(p) = r.silent_periods {
-                ConstGauge::new(p).encode(f.encode_family(&[("job", r.label.clone())])?)?;
+                ConstGauge::new(p)
+                    .encode(f.encode_family(&[("training_job", r.label.clone())])?)?;
             }
         }
     }
@@ -739,7 +741,7 @@ fn encode_jobs(
         let mut f = enc.describe(&m::IRREGULAR)?;
         for r in &j.rows {
             ConstGauge::new(r.irregular as i64)
-                .encode(f.encode_family(&[("job", r.label.clone())])?)?;
+                .encode(f.encode_family(&[("training_job", r.label.clone())])?)?;
         }
     }
     Ok(())
@@ -934,7 +936,7 @@ fn encode_nic(enc: &mut DescriptorEncoder, n: &NicMetrics) -> Result<(), std::fm
                 ("state", g.state.clone()),
                 ("pid", g.pid.clone()),
                 ("comm", g.comm.clone()),
-                ("job", g.job.clone()),
+                ("training_job", g.job.clone()),
                 ("rank", g.rank.clone()),
             ];
             ConstGauge::new(*n as i64).encode(m.encode_family(&labels)?)?;

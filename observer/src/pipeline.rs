@@ -221,7 +221,7 @@ pub fn conclude(report: &mut Report, options: &AnalysisOptions) {
         plan.finish(report);
     }
     if let (Some(jobs), Some(nic)) = (&mut report.jobs, &report.nic) {
-        crate::analysis::jobs::join_processes(jobs, nic.qps.iter().map(|r| &r.qp));
+        crate::analysis::jobs::join_processes(jobs, nic);
     }
     warn_above_line_rate(report);
     if let Some(ecmp) = &options.ecmp {

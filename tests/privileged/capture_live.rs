@@ -765,7 +765,7 @@ fn job_label(samples: &[Sample], prefix: &str) -> String {
     let labels: std::collections::BTreeSet<&String> = samples
         .iter()
         .filter(|s| s.name == "roce_job_hosts")
-        .filter_map(|s| s.labels.get("job"))
+        .filter_map(|s| s.labels.get("training_job"))
         .filter(|l| l.starts_with(prefix))
         .collect();
     assert_eq!(labels.len(), 1, "{prefix}: {labels:?}");
@@ -825,7 +825,7 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     };
     let s = wait_windows(1.0);
     let label = job_label(&s, "198.18.80.1+7/");
-    let job = [("job", label.as_str())];
+    let job = [("training_job", label.as_str())];
     assert_eq!(sample(&s, "roce_jobs", &[]), Some(1.0));
     assert_eq!(sample(&s, "roce_job_hosts", &job), Some(8.0));
     assert_eq!(
@@ -857,7 +857,7 @@ fn the_sidecar_exports_the_training_jobs_of_a_capture() {
     assert_eq!(send(&lab, "tx0", &hang), hang.frames.len());
     let s = wait_windows(2.0);
     let hung_label = job_label(&s, "198.18.85.1+7/");
-    let hung = [("job", hung_label.as_str())];
+    let hung = [("training_job", hung_label.as_str())];
     assert_eq!(sample(&s, "roce_job_hung", &hung), Some(1.0), "{s:?}");
     assert_eq!(sample(&s, "roce_job_hosts", &hung), Some(8.0));
     // The ring and the pair writing beside it.

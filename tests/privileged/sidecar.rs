@@ -1886,7 +1886,7 @@ fn nic_only_sidecar_attaches_nothing_and_needs_no_capability() {
                 ("state", q["state"].as_str().unwrap()),
                 ("pid", &q["pid"].to_string()),
                 ("comm", q["comm"].as_str().unwrap()),
-                ("job", "torchelastic:r1"),
+                ("training_job", "torchelastic:r1"),
                 ("rank", "5"),
             ]
         ),

@@ -29,16 +29,23 @@ def period_bins(x):
     peaks = peaks + first
     p0 = int(peaks[np.argmax(ac[peaks])])
     ks, lags = [], []
+    # Each multiple's peak searched around where the estimate so far puts it (a whole-bin p0
+    # drifts from the true multiples), placed between bins by a parabola at a true maximum.
+    estimate = float(p0)
     k = 1
-    while k * p0 + p0 // 4 + 1 < half:
-        lo, hi = k * p0 - p0 // 4, k * p0 + p0 // 4 + 1
+    while round(k * estimate) + p0 // 4 + 1 < half:
+        centre = int(round(k * estimate))
+        lo, hi = max(1, centre - p0 // 4), centre + p0 // 4 + 1
         i = lo + int(np.argmax(ac[lo:hi]))
         y0, y1, y2 = ac[i - 1], ac[i], ac[i + 1]
-        curve = y0 - 2 * y1 + y2
-        shift = 0.5 * (y0 - y2) / curve if curve < 0 else 0.0
-        ks.append(k)
-        lags.append(i + shift)
+        if y1 >= y0 and y1 >= y2 and y0 - 2 * y1 + y2 < 0:
+            shift = min(0.5, max(-0.5, 0.5 * (y0 - y2) / (y0 - 2 * y1 + y2)))
+            ks.append(k)
+            lags.append(i + shift)
+            estimate = float(np.dot(ks, lags) / np.dot(ks, ks))
         k += 1
+    if not ks:
+        sys.exit("no autocorrelation peak at a multiple of the first")
     ks = np.array(ks, dtype=float)
     lags = np.array(lags, dtype=float)
     return float(ks @ lags / (ks @ ks))
@@ -47,6 +54,8 @@ def period_bins(x):
 def main():
     bin_ns, start_ns = int(sys.argv[1]), int(sys.argv[2])
     frames = np.loadtxt(sys.stdin, dtype=np.int64, ndmin=2)
+    if frames.size == 0:
+        sys.exit("no frames")
     bins = (frames[:, 0] - start_ns) // bin_ns
     if bins.min() < 0:
         sys.exit("a frame before the first bin")

@@ -33,7 +33,7 @@ pub static HOSTS: Family = Family::new(
     Kind::Gauge,
     None,
     "A job's hosts in the last window (present while the job was seen in it)",
-    &["job"],
+    &["training_job"],
 );
 
 pub static PERIOD: Family = Family::new(
@@ -41,7 +41,7 @@ pub static PERIOD: Family = Family::new(
     Kind::Gauge,
     Some(Unit::Seconds),
     "A job's iteration period in the last window (present when its phases kept one)",
-    &["job"],
+    &["training_job"],
 );
 
 pub static ITERATION: Family = Family::new(
@@ -49,7 +49,7 @@ pub static ITERATION: Family = Family::new(
     Kind::Histogram,
     Some(Unit::Seconds),
     "A job's iteration times (one communication phase's start to the next's), over every window",
-    &["job"],
+    &["training_job"],
 );
 
 pub static STRAGGLER: Family = Family::new(
@@ -57,7 +57,7 @@ pub static STRAGGLER: Family = Family::new(
     Kind::Gauge,
     None,
     "1 for the host job-straggler named in a job in the last window, with its cause (host, network, unknown); absent when none",
-    &["job", "host", "cause"],
+    &["training_job", "host", "cause"],
 );
 
 pub static HUNG: Family = Family::new(
@@ -65,7 +65,7 @@ pub static HUNG: Family = Family::new(
     Kind::Gauge,
     None,
     "1 when job-hang found the job silent for three periods by the last window's end with hosts missing from its last phase (a collective begun and waited on), else 0",
-    &["job"],
+    &["training_job"],
 );
 
 pub static SILENT: Family = Family::new(
@@ -73,7 +73,7 @@ pub static SILENT: Family = Family::new(
     Kind::Gauge,
     None,
     "Periods from a job's last phase's start to the last window's end (a job that ended shows it once; one that hangs, growing)",
-    &["job"],
+    &["training_job"],
 );
 
 pub static IRREGULAR: Family = Family::new(
@@ -81,7 +81,7 @@ pub static IRREGULAR: Family = Family::new(
     Kind::Gauge,
     None,
     "A job's iterations in the last window over its period by half or more (job-irregular-iteration)",
-    &["job"],
+    &["training_job"],
 );
 
 /// Every family of this subject.

@@ -123,7 +123,14 @@ pub static QUEUE_PAIRS: Family = Family::new(
     None,
     "Queue pairs of an RDMA device port by type, state and the process that created them (pid empty for a kernel QP, comm its owner's name; job and rank as its environment's launcher variables tell them, empty when not known): the QP table (rdma res show qp) counted, not one series per QP",
     &[
-        "device", "port", "type", "state", "pid", "comm", "job", "rank",
+        "device",
+        "port",
+        "type",
+        "state",
+        "pid",
+        "comm",
+        "training_job",
+        "rank",
     ],
 );
 

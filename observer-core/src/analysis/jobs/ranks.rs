@@ -6,20 +6,50 @@ use std::net::IpAddr;
 
 use crate::model::FlowRef;
 use crate::model::jobs::{JobRank, Jobs};
-use crate::model::nic::Qp;
+use crate::model::nic::Nic;
 
-/// Fills each job's `ranks` and `name` from `table`, this host's QPs. A QP joins a job only on
-/// both directions of its connection: the job carries traffic to its number and, back the
-/// other way, to its peer's. One direction alone proves nothing (QP numbers are per device:
-/// another host's QPs, seen on a mirror port, may have the same).
-pub fn join_processes<'a>(jobs: &mut Jobs, table: impl Iterator<Item = &'a Qp> + Clone) {
+/// The addresses of each RDMA device of `nic`: its GIDs' (an IPv4-mapped one as IPv4) and its
+/// ports' netdevs'.
+pub fn device_addresses(nic: &Nic) -> BTreeMap<&str, BTreeSet<IpAddr>> {
+    let mut out: BTreeMap<&str, BTreeSet<IpAddr>> = BTreeMap::new();
+    for d in &nic.devices {
+        let addrs = out.entry(d.name.as_str()).or_default();
+        for p in &d.ports {
+            for g in &p.gids {
+                if let Ok(a) = g.gid.parse::<std::net::Ipv6Addr>()
+                    && !a.is_unspecified()
+                {
+                    addrs.insert(a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4));
+                }
+            }
+            for i in nic
+                .interfaces
+                .iter()
+                .filter(|i| p.netdevs.contains(&i.name))
+            {
+                addrs.extend(i.addresses.iter().copied());
+            }
+        }
+    }
+    out
+}
+
+/// Fills each job's `ranks` and `name` from `nic`'s QP table, this host's. A QP joins a job only
+/// on both directions of its connection to an address of its own device: the job carries
+/// traffic to its number at that address and, back the other way, to its peer's. Anything
+/// less proves nothing (QP numbers are per device: another host's, or another NIC's, may be
+/// the same); a device whose addresses were not read joins nothing.
+pub fn join_processes(jobs: &mut Jobs, nic: &Nic) {
+    let addresses = device_addresses(nic);
+    let none = BTreeSet::new();
     for job in &mut jobs.jobs {
         let mut by: BTreeMap<(IpAddr, u32), JobRank> = BTreeMap::new();
-        for q in table.clone() {
+        for q in nic.qps.iter().map(|r| &r.qp) {
             let (Some(pid), Some(rqpn)) = (q.pid, q.rqpn) else {
                 continue;
             };
-            let Some(host) = local_host(&job.qps, q.lqpn, rqpn) else {
+            let mine = addresses.get(q.device.as_str()).unwrap_or(&none);
+            let Some(host) = local_host(&job.qps, mine, q.lqpn, rqpn) else {
                 continue;
             };
             by.entry((host, pid))
@@ -45,13 +75,13 @@ pub fn join_processes<'a>(jobs: &mut Jobs, table: impl Iterator<Item = &'a Qp> +
     }
 }
 
-/// The address the local QP `lqpn`, connected to `rqpn`, receives on: the destination of a
-/// direction to `lqpn` whose reverse goes to `rqpn`. None without such a pair, or with pairs
-/// to several addresses.
-fn local_host(flows: &[FlowRef], lqpn: u32, rqpn: u32) -> Option<IpAddr> {
+/// The address of `mine` the local QP `lqpn`, connected to `rqpn`, receives on: the
+/// destination of a direction to `lqpn` whose reverse goes to `rqpn`. None without such a pair,
+/// or with pairs to several addresses.
+fn local_host(flows: &[FlowRef], mine: &BTreeSet<IpAddr>, lqpn: u32, rqpn: u32) -> Option<IpAddr> {
     let hosts: BTreeSet<IpAddr> = flows
         .iter()
-        .filter(|f| f.dest_qp == lqpn)
+        .filter(|f| f.dest_qp == lqpn && mine.contains(&f.dst_ip))
         .filter(|f| {
             flows
                 .iter()
@@ -69,7 +99,37 @@ fn local_host(flows: &[FlowRef], lqpn: u32, rqpn: u32) -> Option<IpAddr> {
 mod tests {
     use super::*;
     use crate::model::jobs::Job;
-    use crate::model::nic::ProcessJob;
+    use crate::model::nic::{Device, Gid, Port, ProcessJob, Qp, QpRow};
+
+    /// This host: mlx5_0 with the RoCE v2 GID of `addr`, and the QP table `qps`.
+    fn nic(addr: &str, qps: Vec<Qp>) -> Nic {
+        let v4: std::net::Ipv4Addr = addr.parse().unwrap();
+        Nic {
+            devices: vec![Device {
+                name: "mlx5_0".into(),
+                ports: vec![Port {
+                    port: 1,
+                    gids: vec![Gid {
+                        index: 3,
+                        gid: v4.to_ipv6_mapped().to_string(),
+                        kind: "RoCE v2".into(),
+                        netdev: String::new(),
+                    }],
+                    ..Port::default()
+                }],
+                ..Device::default()
+            }],
+            qps: qps
+                .into_iter()
+                .map(|qp| QpRow {
+                    qp,
+                    wire_packets: None,
+                    wire_bytes: None,
+                })
+                .collect(),
+            ..Nic::default()
+        }
+    }
 
     fn flow(src: &str, dst: &str, qp: u32) -> FlowRef {
         FlowRef {
@@ -139,7 +199,7 @@ mod tests {
             // Not the job's: no traffic to it.
             qp(0x40, 0x41, 8, 5, "slurm:43"),
         ];
-        join_processes(&mut j, table.iter());
+        join_processes(&mut j, &nic("198.18.0.2", table.to_vec()));
         let job = &j.jobs[0];
         assert_eq!(job.ranks.len(), 1, "{:?}", job.ranks);
         let r = &job.ranks[0];
@@ -148,29 +208,66 @@ mod tests {
         assert_eq!(job.name.as_deref(), Some("slurm:42"));
     }
 
+    /// On a mirror port, two other hosts' connection with the same QP numbers: only this
+    /// host's device's address joins; a device whose addresses were not read joins nothing.
+    #[test]
+    fn the_same_qp_numbers_elsewhere_are_not_this_hosts() {
+        let flows = vec![
+            flow("198.18.0.1", "198.18.0.2", 0x11),
+            flow("198.18.0.2", "198.18.0.1", 0x10),
+            flow("198.18.0.5", "198.18.0.6", 0x11),
+            flow("198.18.0.6", "198.18.0.5", 0x10),
+        ];
+        let mut j = jobs(flows.clone());
+        // This host is neither: nothing of it is on the wire.
+        join_processes(
+            &mut j,
+            &nic("198.18.0.9", vec![qp(0x11, 0x10, 7, 1, "slurm:42")]),
+        );
+        assert!(j.jobs[0].ranks.is_empty(), "{:?}", j.jobs[0].ranks);
+        let mut j = jobs(flows.clone());
+        join_processes(
+            &mut j,
+            &nic("198.18.0.2", vec![qp(0x11, 0x10, 7, 1, "slurm:42")]),
+        );
+        assert_eq!(j.jobs[0].ranks.len(), 1);
+        assert_eq!(j.jobs[0].ranks[0].host.to_string(), "198.18.0.2");
+        let mut bare = nic("198.18.0.2", vec![qp(0x11, 0x10, 7, 1, "slurm:42")]);
+        bare.devices.clear();
+        let mut j = jobs(flows);
+        join_processes(&mut j, &bare);
+        assert!(j.jobs[0].ranks.is_empty());
+    }
+
     #[test]
     fn one_direction_or_disagreeing_names_tell_nothing() {
         // Only the direction to 0x11: a QP of that number elsewhere could be the one.
         let mut j = jobs(vec![flow("198.18.0.1", "198.18.0.2", 0x11)]);
-        join_processes(&mut j, [qp(0x11, 0x10, 7, 1, "slurm:42")].iter());
+        join_processes(
+            &mut j,
+            &nic("198.18.0.2", vec![qp(0x11, 0x10, 7, 1, "slurm:42")]),
+        );
         assert!(j.jobs[0].ranks.is_empty());
         assert_eq!(j.jobs[0].name, None);
         // Two processes naming two jobs: the job's name is not known.
         let mut j = jobs(vec![
-            flow("198.18.0.1", "198.18.0.2", 0x11),
             flow("198.18.0.2", "198.18.0.1", 0x10),
-            flow("198.18.0.1", "198.18.0.3", 0x21),
+            flow("198.18.0.1", "198.18.0.2", 0x11),
             flow("198.18.0.3", "198.18.0.1", 0x20),
+            flow("198.18.0.1", "198.18.0.3", 0x21),
         ]);
         join_processes(
             &mut j,
-            [
-                qp(0x11, 0x10, 7, 1, "slurm:42"),
-                qp(0x21, 0x20, 9, 2, "slurm:43"),
-            ]
-            .iter(),
+            &nic(
+                "198.18.0.1",
+                vec![
+                    qp(0x10, 0x11, 7, 1, "slurm:42"),
+                    qp(0x20, 0x21, 9, 2, "slurm:43"),
+                ],
+            ),
         );
         assert_eq!(j.jobs[0].ranks.len(), 2);
+        assert_eq!(j.jobs[0].name, None);
         assert_eq!(j.jobs[0].name, None);
     }
 }

@@ -14,39 +14,39 @@ fn ip(net: u8, h: usize) -> IpAddr {
     IpAddr::V4(std::net::Ipv4Addr::new(198, 18, net, h as u8 + 1))
 }
 
-/// The ring's QPs (hosts 198.18.<net>.1..) on 1 ms bins, and each iteration's start (its first
-/// send, ns).
+/// The all-reduce's QPs (hosts 198.18.<net>.1.., a QP per host and peer it sends to) on 1 ms
+/// bins, and each iteration's start (its first send, ns).
 fn simulate_on(net: u8, r: &Ring) -> (Vec<QpBins>, Vec<u64>) {
-    let s = sim::ring(r, 1_000_000);
-    let qps = (0..r.hosts)
-        .map(|h| {
-            let mut bins: BTreeMap<u32, Delta> = BTreeMap::new();
-            for st in s.steps.iter().filter(|st| st.host == h) {
-                let (first, last) = (st.start_ns / BIN, (st.end_ns - 1) / BIN);
-                let per = BYTES_PER_STEP / (last - first + 1);
-                for bin in first..=last {
-                    let d = bins.entry(bin as u32).or_default();
-                    d.bytes += per;
-                    d.packets += per / 1024;
-                    // A slowed step: a tenth of its packets CE-marked, one resent per bin.
-                    if st.slowed {
-                        d.ce += per / 10_240;
-                        d.retransmissions += 1;
-                    }
-                }
+    let s = sim::schedule(r, 1_000_000);
+    let mut by: BTreeMap<(usize, usize), BTreeMap<u32, Delta>> = BTreeMap::new();
+    for st in &s.steps {
+        let bins = by.entry((st.host, st.to)).or_default();
+        let (first, last) = (st.start_ns / BIN, (st.end_ns - 1) / BIN);
+        let per = BYTES_PER_STEP / (last - first + 1);
+        for bin in first..=last {
+            let d = bins.entry(bin as u32).or_default();
+            d.bytes += per;
+            d.packets += per / 1024;
+            // A slowed step: a tenth of its packets CE-marked, one resent per bin.
+            if st.slowed {
+                d.ce += per / 10_240;
+                d.retransmissions += 1;
             }
-            QpBins {
-                flow: FlowRef {
-                    src_ip: ip(net, h),
-                    dst_ip: ip(net, (h + 1) % r.hosts),
-                    udp_src_port: 49152 + h as u16,
-                    dest_qp: 0x100 + h as u32,
-                    direction: Direction::Ingress,
-                },
-                connected: true,
-                data: true,
-                bins: bins.into_iter().collect(),
-            }
+        }
+    }
+    let qps = by
+        .into_iter()
+        .map(|((h, to), bins)| QpBins {
+            flow: FlowRef {
+                src_ip: ip(net, h),
+                dst_ip: ip(net, to),
+                udp_src_port: 49152 + h as u16,
+                dest_qp: 0x100 + 0x10 * h as u32 + to as u32,
+                direction: Direction::Ingress,
+            },
+            connected: true,
+            data: true,
+            bins: bins.into_iter().collect(),
         })
         .collect();
     (qps, s.onsets)
@@ -349,6 +349,57 @@ fn stalls_and_checkpoints_are_passed_over_for_the_iterations() {
             .unwrap_or_else(|| panic!("{stalls:?}: {job:?}"));
         assert_eq!(p.ns, 40 * BIN, "{stalls:?}");
         assert_eq!(job.phases.len(), 30);
+    }
+}
+
+/// A binary tree all-reduce (reduce up to host 0, broadcast back down): its QPs take turns
+/// inside each iteration (leaves' first, the root's last), yet it is one job of its 8 hosts,
+/// a phase per iteration with every host in it, and its period within 1%. Its hosts' roles
+/// make some start or finish last every phase with none slow: the straggler rule says it
+/// cannot judge such a job, clean or with a host computing 25% longer, and names no one.
+#[test]
+fn a_tree_all_reduce_is_one_job_its_roles_not_judged_as_stragglers() {
+    use crate::analysis::findings::{Outcome, Thresholds, rules, testing};
+    let rule = *rules()
+        .iter()
+        .find(|r| r.name() == "job-straggler")
+        .unwrap();
+    for seed in 1..=5 {
+        let tree = Ring {
+            tree: true,
+            seed,
+            ..Ring::default()
+        };
+        let (qps, onsets) = simulate(&tree);
+        let jobs = analyse(&qps);
+        assert_eq!(jobs.jobs.len(), 1, "{jobs:#?}");
+        let job = &jobs.jobs[0];
+        assert_eq!(job.hosts.len(), 8);
+        assert_eq!(job.phases.len(), tree.iterations);
+        for (ph, onset) in job.phases.iter().zip(&onsets) {
+            assert_eq!(ph.hosts.len(), 8);
+            assert_eq!(ph.start_ns, onset / BIN * BIN);
+        }
+        let p = job.period.as_ref().unwrap();
+        let truth = true_period(&onsets);
+        assert!((p.ns as f64 / truth - 1.0).abs() < 0.01, "{p:?} vs {truth}");
+        for slow in [None, Some(7), Some(0)] {
+            let mut r = testing::report();
+            r.jobs = Some(analyse(
+                &simulate(&Ring {
+                    slow_host: slow.map(|h| (h, 0.25)),
+                    ..tree.clone()
+                })
+                .0,
+            ));
+            match testing::run(rule, &r, &Thresholds::default()) {
+                Outcome::InsufficientData(why) => assert_eq!(
+                    why,
+                    "job-1's hosts talk to 1 to 3 peers each: hosts in different roles (a tree, or another collective than a ring) are late by their place in it, not told from a slow host"
+                ),
+                _ => panic!("seed {seed}, slow {slow:?}: judged"),
+            }
+        }
     }
 }
 

@@ -686,13 +686,14 @@ pub fn write_tree(dir: &Path, s: &Snapshot) -> std::io::Result<()> {
         write(dir.join("rdma/qps.json"), json)?;
         // Each process's job variables alone, never the rest of its environment.
         for q in qps {
-            if let (Some(pid), Some(job)) = (q.pid, &q.job)
-                && job.unread.is_none()
-            {
+            if let (Some(pid), Some(job)) = (q.pid, &q.job) {
                 let d = dir.join("proc").join(pid.to_string());
                 create_dir_all(&d)?;
                 let (environ, cgroup) = super::process::tree_files(job);
-                write(d.join("environ"), environ)?;
+                // An environment not read is left out (it reads back as not read).
+                if job.unread.is_none() {
+                    write(d.join("environ"), environ)?;
+                }
                 if let Some(c) = cgroup {
                     write(d.join("cgroup"), c)?;
                 }

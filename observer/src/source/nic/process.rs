@@ -3,9 +3,9 @@
 //! (`/proc/<pid>/cgroup`). An environment holds secrets: only the variables named in
 //! [`VARIABLES`] are kept, and nothing else of it is stored, printed or copied.
 //!
-//! Reading another process's environment takes what ptrace's read mode takes: the same user,
-//! or CAP_SYS_PTRACE (root has it). Without it the rank stays unknown and `unread` says why;
-//! the cgroup file is readable by all.
+//! Reading another process's environment takes what ptrace's read check takes: CAP_SYS_PTRACE,
+//! or the same user with every capability the process has. Without it the rank stays unknown
+//! and `unread` says why; the cgroup file is readable by all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -172,10 +172,30 @@ fn start_time(root: &Path, pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// Fills each user QP's `job`. Live (`root` is `/`), each process is read once in this
-/// process's life; a copied tree's are read each time.
+/// The process (thread group) a thread `tid` is of, from `/proc/<tid>/status`.
+fn tgid(root: &Path, tid: u32) -> Option<u32> {
+    let status =
+        std::fs::read_to_string(root.join("proc").join(tid.to_string()).join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Fills each user QP's `job`. Live (`root` is `/`), a QP's pid (the kernel's RES_PID names
+/// the thread that created it: NCCL's proxy threads create theirs) becomes its process's, and
+/// each process is read once in this process's life; a copied tree's are read each time.
 pub fn fill(root: &Path, qps: &mut [Qp]) {
     let live = root == Path::new("/");
+    if live {
+        for q in qps.iter_mut() {
+            if let Some(t) = q.pid.and_then(|p| tgid(root, p)) {
+                q.pid = Some(t);
+            }
+        }
+    }
     let mut cache = if live {
         Some(
             LIVE.lock()
@@ -204,6 +224,15 @@ pub fn fill(root: &Path, qps: &mut [Qp]) {
                 None => read(root, pid),
             })
             .clone();
+        if live && q.job.is_none() {
+            // The kernel's table names it: ended since, or hidden from this process.
+            q.job = Some(ProcessJob {
+                unread: Some(format!(
+                    "/proc/{pid}: not visible (the process ended, or /proc hides it from the observer: hidepid, ProtectProc)"
+                )),
+                ..ProcessJob::default()
+            });
+        }
     }
     if let Some(cache) = cache.as_deref_mut() {
         // Processes without QPs now are forgotten: the cache stays the size of the table.
@@ -380,9 +409,12 @@ mod tests {
             .spawn()
             .unwrap();
         let path = format!("/proc/{}/environ", child.id());
+        let first = format!("{}={}", env[0].0, env[0].1);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !std::fs::read(&path).is_ok_and(|e| e.windows(5).any(|w| w == b"RANK=")) {
-            assert!(std::time::Instant::now() < deadline, "{path}: no RANK");
+        while !std::fs::read(&path)
+            .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == first.as_bytes()))
+        {
+            assert!(std::time::Instant::now() < deadline, "{path}: no {first}");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         child
@@ -392,7 +424,7 @@ mod tests {
     /// the first read, and a process gone is forgotten.
     #[test]
     fn a_live_process_is_read_once() {
-        let mut child = spawned(&[("RANK", "2"), ("SLURM_JOB_ID", "11")]);
+        let mut child = spawned(&[("SLURM_JOB_ID", "roce-once-11"), ("RANK", "2")]);
         let pid = child.id();
         assert!(start_time(Path::new("/"), pid).is_some());
         let qp = Qp {
@@ -409,29 +441,75 @@ mod tests {
         let mut table = [qp.clone(), qp.clone()];
         fill(Path::new("/"), &mut table);
         let want = ProcessJob {
-            job: Some("slurm:11".into()),
+            job: Some("slurm:roce-once-11".into()),
             rank: Some(2),
             ..ProcessJob::default()
         };
         assert_eq!(table[0].job.as_ref(), Some(&want));
         assert_eq!(table[1].job.as_ref(), Some(&want));
-        assert!(LIVE.lock().unwrap().contains_key(&pid));
+        // Read once: a second table gives what the cache holds, not a new reading.
+        let marked = ProcessJob {
+            job: Some("from the cache".into()),
+            ..ProcessJob::default()
+        };
+        LIVE.lock().unwrap().get_mut(&pid).expect("cached").1 = Some(marked.clone());
+        let mut again = [qp.clone()];
+        fill(Path::new("/"), &mut again);
+        assert_eq!(again[0].job.as_ref(), Some(&marked));
         child.kill().unwrap();
         child.wait().unwrap();
         let mut table = [qp];
         fill(Path::new("/"), &mut table);
-        // Gone: its start time unread, so it is read again, and there is nothing.
-        assert_eq!(table[0].job, None);
+        // Gone: its start time unread, so it is read again, and it says so.
+        let job = table[0].job.as_ref().expect("a reason");
+        assert!(job.is_empty(), "{job:?}");
+        assert!(
+            job.unread
+                .as_ref()
+                .is_some_and(|u| u.contains("not visible")),
+            "{job:?}"
+        );
+    }
+
+    /// A QP created by a thread (NCCL's proxy threads create theirs) is its process's.
+    #[test]
+    fn a_threads_qp_is_its_processs() {
+        let me = std::process::id();
+        assert_eq!(tgid(Path::new("/"), me), Some(me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        assert_ne!(tid, me);
+        assert_eq!(tgid(Path::new("/"), tid), Some(me));
+        let mut table = [Qp {
+            device: "mlx5_0".into(),
+            port: Some(1),
+            lqpn: 1,
+            rqpn: Some(2),
+            qp_type: "RC".into(),
+            state: "RTS".into(),
+            pid: Some(tid),
+            comm: None,
+            job: None,
+        }];
+        fill(Path::new("/"), &mut table);
+        assert_eq!(table[0].pid, Some(me));
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
     }
 
     /// A real process's environment, read through the kernel's `/proc`.
     #[test]
     fn a_live_processs_environment_is_read() {
         let mut child = spawned(&[
+            ("TORCHELASTIC_RUN_ID", "live-run"),
             ("RANK", "5"),
             ("LOCAL_RANK", "1"),
             ("WORLD_SIZE", "16"),
-            ("TORCHELASTIC_RUN_ID", "live-run"),
             ("API_TOKEN", "not-to-be-kept"),
         ]);
         let got = read(Path::new("/"), child.id());

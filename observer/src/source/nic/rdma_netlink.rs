@@ -173,6 +173,9 @@ pub fn qps() -> Result<Availability<Vec<Qp>>, NicError> {
         let (messages, end) = conn.exchange(&request, &what)?;
         out.extend(qp_messages(&messages, Some(end), &what)?);
     }
+    // Each user QP's process, and what it tells of its job (the kernel names the creating
+    // thread: its process's id stands instead).
+    super::process::fill(Path::new("/"), &mut out);
     for q in &mut out {
         if q.comm.is_none()
             && let Some(pid) = q.pid
@@ -182,7 +185,6 @@ pub fn qps() -> Result<Availability<Vec<Qp>>, NicError> {
                 .map(|s| s.trim_end().to_string());
         }
     }
-    super::process::fill(Path::new("/"), &mut out);
     Ok(Availability::Present(out))
 }
 

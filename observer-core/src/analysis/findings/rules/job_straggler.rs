@@ -237,23 +237,56 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
     None
 }
 
+/// The fewest and most peers a host of `job` exchanges traffic with (either way), over its
+/// hosts; none when the job names no QP directions.
+fn peers_per_host(job: &Job) -> Option<(usize, usize)> {
+    let mut peers: std::collections::BTreeMap<Host, std::collections::BTreeSet<Host>> =
+        Default::default();
+    for q in &job.qps {
+        peers.entry(q.src_ip).or_default().insert(q.dst_ip);
+        peers.entry(q.dst_ip).or_default().insert(q.src_ip);
+    }
+    let counts = peers.values().map(|p| p.len());
+    Some((counts.clone().min()?, counts.max()?))
+}
+
 fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
     let Some(jobs) = &r.jobs else {
         return Outcome::Skipped("no jobs analysis: give --jobs (replay, or diagnose --capture)".into());
     };
-    let judged: Vec<&Job> = jobs
+    let enough: Vec<&Job> = jobs
         .jobs
         .iter()
         .filter(|j| {
             j.phases.iter().filter(|p| p.hosts.len() >= c.min_hosts).count() >= c.min_phases
         })
         .collect();
-    if judged.is_empty() {
+    if enough.is_empty() {
         return Outcome::InsufficientData(format!(
             "{}, none with {} of {} sending hosts or more",
             count(jobs.jobs.len() as u64, "job"),
             count(c.min_phases as u64, "phase"),
             c.min_hosts
+        ));
+    }
+    // Hosts in different roles (a tree's leaves, inner hosts and root) start and finish late
+    // by their place in the collective, not by being slow: only jobs whose hosts each talk to
+    // as many peers (a ring, rings, a mesh) are compared host against host.
+    let (judged, roles): (Vec<&Job>, Vec<&Job>) = enough
+        .iter()
+        .copied()
+        .partition(|j| peers_per_host(j).is_none_or(|(lo, hi)| lo == hi));
+    if judged.is_empty() {
+        let said: Vec<String> = roles
+            .iter()
+            .map(|j| {
+                let (lo, hi) = peers_per_host(j).unwrap_or_default();
+                format!("{}'s hosts talk to {lo} to {hi} peers each", j.id)
+            })
+            .collect();
+        return Outcome::InsufficientData(format!(
+            "{}: hosts in different roles (a tree, or another collective than a ring) are late by their place in it, not told from a slow host",
+            said.join("; ")
         ));
     }
     let found: Vec<(&Job, Straggler)> = judged
@@ -262,8 +295,17 @@ fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
         .collect();
     let Some((job, s)) = found.first() else {
         let phases: usize = judged.iter().map(|j| j.phases.len()).sum();
+        let unjudged = if roles.is_empty() {
+            String::new()
+        } else {
+            let ids: Vec<&str> = roles.iter().map(|j| j.id.as_str()).collect();
+            format!(
+                "; not judged: {} (hosts in different roles)",
+                ids.join(", ")
+            )
+        };
         return Outcome::Passed(format!(
-            "no host late in most phases: {} in {}",
+            "no host late in most phases: {} in {}{unjudged}",
             count(phases as u64, "phase"),
             count(judged.len() as u64, "job")
         ));

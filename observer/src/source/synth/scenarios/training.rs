@@ -91,6 +91,16 @@ pub(super) fn training_two_jobs(w: &mut Workload) {
     rings(w, &[a, b]);
 }
 
+/// `training-tree`: the training ring's hosts and pace (198.18.87.1 to .8) in a binary tree
+/// all-reduce instead: each host reduces its children's data and sends it to its parent, host
+/// .1 broadcasts the result back down, each host to its children one after the other.
+pub(super) fn training_tree(w: &mut Workload) {
+    let mut t = training_ring();
+    t.net = 87;
+    t.ring.tree = true;
+    ring(w, &t);
+}
+
 /// `rule-job-hang`: the ring's fourth host (198.18.85.4) never finishes computing for its ninth
 /// iteration: its peers send what they can without it and wait. Another pair of hosts goes on
 /// writing for 250 ms more: the wire was watched.
@@ -148,21 +158,43 @@ pub(super) fn rings(w: &mut Workload, ts: &[Training]) {
     for (k, t) in ts.iter().enumerate() {
         let r = &t.ring;
         let n = r.hosts;
-        let schedule = sim::ring(r, BASE_TS_NS);
+        let schedule = sim::schedule(r, BASE_TS_NS);
         base.push(qps.len());
-        for h in 0..n {
-            let qpn = 0x2000 + 0x100 * k as u32;
+        // A QP per host and peer it sends to: in a ring its successor; in a tree its parent
+        // and children, in the order they first send.
+        let mut edges: Vec<(usize, usize)> = Vec::new();
+        if r.tree {
+            for st in &schedule.steps {
+                if !edges.contains(&(st.host, st.to)) {
+                    edges.push((st.host, st.to));
+                }
+            }
+        } else {
+            edges.extend((0..n).map(|h| (h, (h + 1) % n)));
+        }
+        let qpn = 0x2000 + 0x100 * k as u32;
+        for &(h, to) in &edges {
+            let (a, b) = (h as u32, to as u32);
+            let pair = if r.tree {
+                [qpn + 8 * a + b, qpn + 0x1000 + 8 * b + a]
+            } else {
+                [qpn + a, qpn + 0x1000 + b]
+            };
             qps.push(qp_v4(
                 TRANSPORT_RC,
                 t.net,
-                [h as u8 + 1, ((h + 1) % n) as u8 + 1],
-                [qpn + h as u32, qpn + 0x1000 + ((h + 1) % n) as u32],
-                (h as u32) << 16,
+                [h as u8 + 1, to as u8 + 1],
+                pair,
+                a << 16,
             ));
             lens.push(t.packet_len);
         }
         for st in &schedule.steps {
-            let g = base[k] + st.host;
+            let g = base[k]
+                + edges
+                    .iter()
+                    .position(|e| *e == (st.host, st.to))
+                    .expect("every step's QP");
             // Every step starts and ends on a whole µs: the hosts' frames a few ns apart keep
             // every frame's time its own.
             let off = 7 * st.host as u64 + 3 * k as u64;
