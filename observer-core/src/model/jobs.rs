@@ -49,6 +49,11 @@ pub struct Job {
     pub iteration_p99_ns: Option<u64>,
     /// Its communication phases, in time order.
     pub phases: Vec<Phase>,
+    /// The fewest and most hosts a host sends data to (its data directions of 4 KiB or more),
+    /// over the hosts that send any: equal in rings, unequal where hosts play different roles
+    /// (a tree's leaves, inner hosts and root) or other traffic joins some of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_peers: Option<(u32, u32)>,
     /// The processes of the observed host whose QPs carry the job's traffic (the NIC side's
     /// QP table joined to the job's QPs), with what they tell of their ranks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

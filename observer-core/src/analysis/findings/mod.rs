@@ -436,6 +436,7 @@ pub(crate) mod testing {
                 iteration_p50_ns: None,
                 iteration_p99_ns: None,
                 phases,
+                data_peers: None,
                 ranks: Vec::new(),
                 name: None,
             }],

@@ -534,9 +534,23 @@ fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
         iteration_p50_ns: quantile(0.5),
         iteration_p99_ns: quantile(0.99),
         phases,
+        data_peers: data_peers(members, opts.min_bytes),
         ranks: Vec::new(),
         name: None,
     }
+}
+
+/// The fewest and most hosts a host of `members` sends data to, over its data directions of
+/// `min_bytes` or more, among the hosts that send any.
+fn data_peers(members: &[&QpBins], min_bytes: u64) -> Option<(u32, u32)> {
+    let mut to: BTreeMap<IpAddr, BTreeSet<IpAddr>> = BTreeMap::new();
+    for q in members.iter().filter(|q| q.data) {
+        if q.bins.iter().map(|(_, d)| d.bytes).sum::<u64>() >= min_bytes {
+            to.entry(q.flow.src_ip).or_default().insert(q.flow.dst_ip);
+        }
+    }
+    let counts = to.values().map(|p| p.len() as u32);
+    Some((counts.clone().min()?, counts.max()?))
 }
 
 /// The idle runs between busy bins: (length in bins, the busy bin before it).

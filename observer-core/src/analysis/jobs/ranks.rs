@@ -177,6 +177,7 @@ mod tests {
                 iteration_p50_ns: None,
                 iteration_p99_ns: None,
                 phases: Vec::new(),
+                data_peers: None,
                 ranks: Vec::new(),
                 name: None,
             }],

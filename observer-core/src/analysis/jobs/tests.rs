@@ -395,7 +395,7 @@ fn a_tree_all_reduce_is_one_job_its_roles_not_judged_as_stragglers() {
             match testing::run(rule, &r, &Thresholds::default()) {
                 Outcome::InsufficientData(why) => assert_eq!(
                     why,
-                    "job-1's hosts talk to 1 to 3 peers each: hosts in different roles (a tree, or another collective than a ring) are late by their place in it, not told from a slow host"
+                    "job-1's hosts send data to 1 to 3 peers each: hosts in different roles (a tree, or other traffic beside a ring) are late by their place, not told from a slow host"
                 ),
                 _ => panic!("seed {seed}, slow {slow:?}: judged"),
             }

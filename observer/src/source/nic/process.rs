@@ -137,7 +137,8 @@ pub fn read(root: &Path, pid: u32) -> Option<ProcessJob> {
     let mut job = match std::fs::read(dir.join("environ")) {
         Ok(environ) => from_variables(&job_variables(&environ)),
         Err(e) => {
-            if cgroup.is_none() && e.kind() == std::io::ErrorKind::NotFound {
+            // Nothing of the process: gone (live), or not in the copy.
+            if cgroup.is_none() && e.kind() == std::io::ErrorKind::NotFound && !dir.is_dir() {
                 return None;
             }
             ProcessJob {
@@ -398,6 +399,10 @@ mod tests {
             assert_eq!(read(dir.path(), 41), Some(job));
         }
         assert_eq!(read(dir.path(), 42), None);
+        // A process copied without its environment (it could not be read): not read, said so.
+        std::fs::create_dir_all(dir.path().join("proc/43")).unwrap();
+        let unread = read(dir.path(), 43).expect("the process is in the copy");
+        assert!(unread.is_empty() && unread.unread.is_some(), "{unread:?}");
     }
 
     /// `sleep 30` with `env`, once its environment is in place: the parent may run on between
@@ -420,10 +425,16 @@ mod tests {
         child
     }
 
+    /// The tests that fill live tables share the process's cache: one at a time.
+    static LIVE_TESTS: Mutex<()> = Mutex::new(());
+
     /// This host's processes are read once: a second table of the same process gives what
     /// the first read, and a process gone is forgotten.
     #[test]
     fn a_live_process_is_read_once() {
+        let _one = LIVE_TESTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut child = spawned(&[("SLURM_JOB_ID", "roce-once-11"), ("RANK", "2")]);
         let pid = child.id();
         assert!(start_time(Path::new("/"), pid).is_some());
@@ -474,6 +485,9 @@ mod tests {
     /// A QP created by a thread (NCCL's proxy threads create theirs) is its process's.
     #[test]
     fn a_threads_qp_is_its_processs() {
+        let _one = LIVE_TESTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let me = std::process::id();
         assert_eq!(tgid(Path::new("/"), me), Some(me));
         let (tx, rx) = std::sync::mpsc::channel();

@@ -237,19 +237,6 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
     None
 }
 
-/// The fewest and most peers a host of `job` exchanges traffic with (either way), over its
-/// hosts; none when the job names no QP directions.
-fn peers_per_host(job: &Job) -> Option<(usize, usize)> {
-    let mut peers: std::collections::BTreeMap<Host, std::collections::BTreeSet<Host>> =
-        Default::default();
-    for q in &job.qps {
-        peers.entry(q.src_ip).or_default().insert(q.dst_ip);
-        peers.entry(q.dst_ip).or_default().insert(q.src_ip);
-    }
-    let counts = peers.values().map(|p| p.len());
-    Some((counts.clone().min()?, counts.max()?))
-}
-
 fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
     let Some(jobs) = &r.jobs else {
         return Outcome::Skipped("no jobs analysis: give --jobs (replay, or diagnose --capture)".into());
@@ -270,22 +257,22 @@ fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
         ));
     }
     // Hosts in different roles (a tree's leaves, inner hosts and root) start and finish late
-    // by their place in the collective, not by being slow: only jobs whose hosts each talk to
-    // as many peers (a ring, rings, a mesh) are compared host against host.
+    // by their place in the collective, not by being slow: only jobs whose hosts each send data
+    // to as many peers (a ring, rings) are compared host against host.
     let (judged, roles): (Vec<&Job>, Vec<&Job>) = enough
         .iter()
         .copied()
-        .partition(|j| peers_per_host(j).is_none_or(|(lo, hi)| lo == hi));
+        .partition(|j| j.data_peers.is_none_or(|(lo, hi)| lo == hi));
     if judged.is_empty() {
         let said: Vec<String> = roles
             .iter()
             .map(|j| {
-                let (lo, hi) = peers_per_host(j).unwrap_or_default();
-                format!("{}'s hosts talk to {lo} to {hi} peers each", j.id)
+                let (lo, hi) = j.data_peers.unwrap_or_default();
+                format!("{}'s hosts send data to {lo} to {hi} peers each", j.id)
             })
             .collect();
         return Outcome::InsufficientData(format!(
-            "{}: hosts in different roles (a tree, or another collective than a ring) are late by their place in it, not told from a slow host",
+            "{}: hosts in different roles (a tree, or other traffic beside a ring) are late by their place, not told from a slow host",
             said.join("; ")
         ));
     }
