@@ -751,7 +751,8 @@ fn the_fabric_page_draws_the_topology_with_the_suspect_marked() {
 
 /// `replay --jobs --html` on the generated ring whose fourth host hangs: the jobs section draws
 /// a bar per phase and per host's part of each, the hung host's row marked missing; a ring
-/// whose host computes longer has that host's row marked the straggler.
+/// whose host computes longer has that host's row marked the straggler, and, with the host's
+/// process joined, its rank.
 #[test]
 fn the_jobs_section_draws_each_hosts_phases_with_the_straggler_and_the_hung_host_marked() {
     let test =
@@ -801,5 +802,37 @@ fn the_jobs_section_draws_each_hosts_phases_with_the_straggler_and_the_hung_host
         assert!(dom.contains("id=\"jobs\""));
         assert!(dom.contains(mark), "{scenario}: {mark}");
         assert!(page.contains("default-src 'none'"));
+        if scenario != "rule-job-straggler" {
+            continue;
+        }
+        // The observed host's process of the job (as `--nic-root` or `diagnose` join it):
+        // its row and the job's summary name its rank and the job's launcher.
+        let mut report = report;
+        let job = &mut report.jobs.as_mut().unwrap().jobs[0];
+        job.name = Some("torchelastic:r9".into());
+        job.ranks = vec![roce_observer::model::jobs::JobRank {
+            host: "198.18.81.4".parse().unwrap(),
+            pid: 4001,
+            comm: Some("python".into()),
+            qps: 2,
+            process: roce_observer::model::nic::ProcessJob {
+                job: Some("torchelastic:r9".into()),
+                rank: Some(3),
+                world_size: Some(8),
+                ..Default::default()
+            },
+        }];
+        let (_, dom) = dump_dom(&dir, &report, "ranks");
+        let body = body_tag(&dom);
+        assert!(
+            body.contains("data-rendered=\"1\"") && !body.contains("data-errors"),
+            "{body}"
+        );
+        assert!(
+            dom.contains("198.18.81.4 rank 3 (straggler)"),
+            "the host's row"
+        );
+        assert!(dom.contains("rank 3 of 8"), "the job's summary");
+        assert!(dom.contains("torchelastic:r9"), "the launcher's name");
     }
 }
