@@ -458,18 +458,13 @@ fn ranks_and_the_jobs_name_come_from_the_qps_processes() {
         kept.contains("RANK=2") && !kept.contains("secret") && !kept.contains("HOME"),
         "{kept:?}"
     );
-    let again: Report = serde_json::from_str(&{
-        let (status, out, err) = output(
-            Command::new(CLI)
-                .arg("replay")
-                .arg(&pcap)
-                .args(["--jobs", "--no-progress", "--json", "--nic-root"])
-                .arg(&snap),
-        );
-        assert!(status.success(), "{err}");
-        out
-    })
-    .unwrap();
+    let again = replay(&[
+        pcap.to_str().unwrap(),
+        "--jobs",
+        "--no-progress",
+        "--nic-root",
+        snap.to_str().unwrap(),
+    ]);
     assert_eq!(again.jobs.unwrap().jobs[0].ranks, job.ranks);
 }
 

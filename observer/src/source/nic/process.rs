@@ -425,6 +425,21 @@ mod tests {
         child
     }
 
+    /// A user RC QP of `pid`, its job not read yet.
+    fn rc_qp(pid: u32) -> Qp {
+        Qp {
+            device: "mlx5_0".into(),
+            port: Some(1),
+            lqpn: 1,
+            rqpn: Some(2),
+            qp_type: "RC".into(),
+            state: "RTS".into(),
+            pid: Some(pid),
+            comm: None,
+            job: None,
+        }
+    }
+
     /// The tests that fill live tables share the process's cache: one at a time.
     static LIVE_TESTS: Mutex<()> = Mutex::new(());
 
@@ -438,17 +453,7 @@ mod tests {
         let mut child = spawned(&[("SLURM_JOB_ID", "roce-once-11"), ("RANK", "2")]);
         let pid = child.id();
         assert!(start_time(Path::new("/"), pid).is_some());
-        let qp = Qp {
-            device: "mlx5_0".into(),
-            port: Some(1),
-            lqpn: 1,
-            rqpn: Some(2),
-            qp_type: "RC".into(),
-            state: "RTS".into(),
-            pid: Some(pid),
-            comm: None,
-            job: None,
-        };
+        let qp = rc_qp(pid);
         let mut table = [qp.clone(), qp.clone()];
         fill(Path::new("/"), &mut table);
         let want = ProcessJob {
@@ -499,17 +504,7 @@ mod tests {
         let tid = rx.recv().unwrap();
         assert_ne!(tid, me);
         assert_eq!(tgid(Path::new("/"), tid), Some(me));
-        let mut table = [Qp {
-            device: "mlx5_0".into(),
-            port: Some(1),
-            lqpn: 1,
-            rqpn: Some(2),
-            qp_type: "RC".into(),
-            state: "RTS".into(),
-            pid: Some(tid),
-            comm: None,
-            job: None,
-        }];
+        let mut table = [rc_qp(tid)];
         fill(Path::new("/"), &mut table);
         assert_eq!(table[0].pid, Some(me));
         done_tx.send(()).unwrap();

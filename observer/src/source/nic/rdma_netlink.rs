@@ -176,13 +176,20 @@ pub fn qps() -> Result<Availability<Vec<Qp>>, NicError> {
     // Each user QP's process, and what it tells of its job (the kernel names the creating
     // thread: its process's id stands instead).
     super::process::fill(Path::new("/"), &mut out);
+    // A process's many QPs (one per peer and channel): its name read once.
+    let mut names: std::collections::HashMap<u32, Option<String>> = Default::default();
     for q in &mut out {
         if q.comm.is_none()
             && let Some(pid) = q.pid
         {
-            q.comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .ok()
-                .map(|s| s.trim_end().to_string());
+            q.comm = names
+                .entry(pid)
+                .or_insert_with(|| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .ok()
+                        .map(|s| s.trim_end().to_string())
+                })
+                .clone();
         }
     }
     Ok(Availability::Present(out))
