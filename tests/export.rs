@@ -9,9 +9,7 @@ use std::{
     process::Command,
 };
 
-use integration_tests::{
-    Scratch, every_capture, generated_file, output, synth_pcap, workspace_root,
-};
+use integration_tests::{Scratch, every_capture, generated_file, output, synth_pcap};
 use roce_observer::{
     export::{ChType, TABLES, markdown_tables, schema_sql, tables},
     model::Report,
@@ -116,75 +114,14 @@ fn rows(dir: &Path, table: &str) -> Vec<serde_json::Map<String, Value>> {
         .collect()
 }
 
-/// The documented queries, by name (`-- query: NAME` opens each SQL block of docs/export.md).
-fn documented_queries() -> BTreeMap<String, String> {
-    let doc = std::fs::read_to_string(workspace_root().join("docs/export.md")).unwrap();
-    let mut queries = BTreeMap::new();
-    for block in doc.split("```sql\n").skip(1) {
-        let sql = block.split("```").next().unwrap();
-        let name = sql
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("-- query: "))
-            .expect("each SQL block starts with -- query: NAME");
-        queries.insert(name.to_string(), sql.to_string());
-    }
-    queries
-}
-
-/// Loads each replay's records into a fresh `roce` database of one chdb session (the shipped
-/// schema, strict JSON: an unknown column is an error) and runs every query on them: per
-/// replay, the row counts per table and each query's rows.
+/// Loads each replay's records into a fresh `roce` database of one chdb session and runs
+/// every query on them: per replay, the row counts per table and each query's rows.
 fn clickhouse(replays: &[Replayed], queries: &BTreeMap<String, String>) -> Value {
-    let python = workspace_root().join("target/tools/venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `cargo xtask setup` (it installs chdb there)",
-        python.display()
-    );
-    let input = serde_json::json!({
-        "schema": std::fs::read_to_string(workspace_root().join("deploy/clickhouse/schema.sql")).unwrap(),
-        "tables": TABLES,
-        "queries": queries,
-        "replays": replays.iter().map(|r| (r.name.clone(), r.dir.clone())).collect::<BTreeMap<_, _>>(),
-    });
-    let script = r#"
-import json, sys
-from chdb import session
-job = json.load(sys.stdin)
-s = session.Session()
-statements = [q for q in job["schema"].split(";\n") if q.strip() and not all(
-    l.startswith("--") or not l.strip() for l in q.splitlines())]
-out = {}
-for name, d in job["replays"].items():
-    s.query("DROP DATABASE IF EXISTS roce")
-    for q in statements:
-        s.query(q)
-    counts = {}
-    for t in job["tables"]:
-        data = open(f"{d}/{t}.jsonl").read()
-        if data:
-            s.query(f"INSERT INTO roce.{t} SETTINGS input_format_skip_unknown_fields = 0 FORMAT JSONEachRow\n" + data)
-        counts[t] = int(s.query(f"SELECT count() FROM roce.{t}", "CSV").bytes().decode().strip())
-    answers = {}
-    for qname, sql in job["queries"].items():
-        text = s.query(sql, "JSONEachRow").bytes().decode()
-        answers[qname] = [json.loads(l) for l in text.splitlines() if l.strip()]
-    out[name] = {"counts": counts, "answers": answers}
-s.close()
-print(json.dumps(out))
-"#;
-    let out = integration_tests::run_with_input(
-        Command::new(python).args(["-c", script]),
-        input.to_string().as_bytes(),
-    )
-    .expect("run chdb");
-    assert!(
-        out.status.success(),
-        "chdb: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("chdb's answers")
+    let loads = replays
+        .iter()
+        .map(|r| (r.name.clone(), vec![r.dir.clone()]))
+        .collect();
+    integration_tests::chdb_answers(&loads, queries)
 }
 
 fn num(v: &Value) -> u64 {
@@ -250,13 +187,14 @@ fn records_load_into_clickhouse_as_the_report_says() {
     .map(|f| replay(f, &scratch))
     .collect();
     assert!(replays.len() >= 20, "{} replays", replays.len());
-    let queries = documented_queries();
+    let queries = integration_tests::documented_queries();
     assert_eq!(
         queries.keys().collect::<Vec<_>>(),
         [
             "ack-p99-per-job",
             "loss-by-host-pair",
             "pauses-by-source",
+            "peer-ranks",
             "top-qps-by-ce"
         ]
     );
@@ -314,6 +252,12 @@ fn records_load_into_clickhouse_as_the_report_says() {
             "{name}: a row per flow"
         );
         fabric_reads_what_the_files_hold(r, got);
+        // No QP table read, no process: no side names its peer's (tests/jobs.rs has them).
+        assert_eq!(
+            got["answers"]["peer-ranks"],
+            serde_json::json!([]),
+            "{name}"
+        );
         assert_eq!(
             num(&got["counts"]["connection_sides"]),
             sides,

@@ -815,6 +815,7 @@ fn the_jobs_section_draws_each_hosts_phases_with_the_straggler_and_the_hung_host
             pid: 4001,
             comm: Some("python".into()),
             qps: 2,
+            seen_by: None,
             process: roce_observer::model::nic::ProcessJob {
                 job: Some("torchelastic:r9".into()),
                 rank: Some(3),
@@ -822,6 +823,19 @@ fn the_jobs_section_draws_each_hosts_phases_with_the_straggler_and_the_hung_host
                 ..Default::default()
             },
         }];
+        // And a peer's, as its host's records name it (`--peer-records`).
+        job.ranks.push(roce_observer::model::jobs::JobRank {
+            host: "198.18.81.5".parse().unwrap(),
+            pid: 5001,
+            comm: None,
+            qps: 2,
+            seen_by: Some("gpu-node-5".into()),
+            process: roce_observer::model::nic::ProcessJob {
+                job: Some("torchelastic:r9".into()),
+                rank: Some(4),
+                ..Default::default()
+            },
+        });
         let (_, dom) = dump_dom(&dir, &report, "ranks");
         let body = body_tag(&dom);
         assert!(
@@ -831,6 +845,11 @@ fn the_jobs_section_draws_each_hosts_phases_with_the_straggler_and_the_hung_host
         assert!(
             dom.contains("198.18.81.4 rank 3 (straggler)"),
             "the host's row"
+        );
+        assert!(dom.contains("198.18.81.5 rank 4"), "the peer's row");
+        assert!(
+            dom.contains("gpu-node-5's records"),
+            "where the peer's rank comes from"
         );
         assert!(dom.contains("rank 3 of 8"), "the job's summary");
         assert!(dom.contains("torchelastic:r9"), "the launcher's name");

@@ -303,6 +303,182 @@ fn the_period_agrees_with_scipy_autocorrelation() {
     }
 }
 
+/// The QP table rows of `host`'s connections among `flows` (its QP, the peer's: from the
+/// directions both ways), all of process `pid`.
+fn connections(
+    flows: &[roce_observer::model::FlowRef],
+    host: IpAddr,
+    pid: u32,
+) -> Vec<serde_json::Value> {
+    flows
+        .iter()
+        .filter(|f| f.dst_ip == host)
+        .map(|f| {
+            let back = flows
+                .iter()
+                .find(|r| r.src_ip == host && r.dst_ip == f.src_ip)
+                .expect("the reverse direction");
+            serde_json::json!({"ifname": "mlx5_0", "port": 1, "lqpn": f.dest_qp,
+            "rqpn": back.dest_qp, "type": "RC", "state": "RTS", "pid": pid, "comm": "python"})
+        })
+        .collect()
+}
+
+/// `host`'s NIC side as two copied trees (before and after: tests/fixtures/hosts/good, named
+/// `{tag}before`, `{tag}after`): its RoCE v2 GID `host` (IPv4-mapped), the QP table `table`,
+/// and each process's environment and cgroup (pid, environ, cgroup).
+fn host_trees(
+    scratch: &Scratch,
+    tag: &str,
+    host: IpAddr,
+    table: &[serde_json::Value],
+    procs: &[(u32, &str, Option<&str>)],
+) -> Vec<std::path::PathBuf> {
+    let IpAddr::V4(v4) = host else {
+        panic!("an IPv4 host")
+    };
+    let [a, b, c, d] = v4.octets();
+    let good = integration_tests::workspace_root().join("tests/fixtures/hosts/good");
+    ["before", "after"]
+        .iter()
+        .map(|t| {
+            let to = scratch.path(&format!("{tag}{t}"));
+            let status = Command::new("cp")
+                .arg("-r")
+                .arg(good.join(t))
+                .arg(&to)
+                .status()
+                .unwrap();
+            assert!(status.success());
+            std::fs::write(
+                to.join("rdma/qps.json"),
+                serde_json::to_string(table).unwrap(),
+            )
+            .unwrap();
+            std::fs::write(
+                to.join("sys/class/infiniband/mlx5_0/ports/1/gids/3"),
+                format!("0000:0000:0000:0000:0000:ffff:{a:02x}{b:02x}:{c:02x}{d:02x}\n"),
+            )
+            .unwrap();
+            for (pid, environ, cgroup) in procs {
+                let p = to.join(format!("proc/{pid}"));
+                std::fs::create_dir_all(&p).unwrap();
+                std::fs::write(p.join("environ"), environ).unwrap();
+                if let Some(cgroup) = cgroup {
+                    std::fs::write(p.join("cgroup"), cgroup).unwrap();
+                }
+            }
+            to
+        })
+        .collect()
+}
+
+/// The remote side's rank across hosts: two hosts' records, each naming its own QPs'
+/// processes, joined by (peer address, QP) in ClickHouse (docs/export.md's `peer-ranks`, both
+/// exporters' records in one in-process database) and by `replay --jobs --peer-records` with
+/// both directories, which names both hosts' ranks and the job from a third host's view.
+#[test]
+fn the_fleet_joins_each_sides_peer_rank() {
+    let scratch = Scratch::new("jobs-peer-ranks");
+    let pcap = synth_pcap(CLI, &scratch, "training");
+    let plain = replay(&[pcap.to_str().unwrap(), "--jobs"]).jobs.unwrap();
+    let flows = &plain.jobs[0].qps;
+    let mut dirs = Vec::new();
+    let mut want = std::collections::BTreeSet::new();
+    let hosts: [(IpAddr, u32, u32); 2] = [
+        ("198.18.80.3".parse().unwrap(), 4001, 2),
+        ("198.18.80.4".parse().unwrap(), 4101, 3),
+    ];
+    for (i, (host, pid, rank)) in hosts.iter().enumerate() {
+        let table = connections(flows, *host, *pid);
+        assert_eq!(table.len(), 2, "{host}: {flows:?}");
+        // Each of its QPs is the peer of the side at the other end of its connection.
+        for q in &table {
+            let peer = flows
+                .iter()
+                .find(|f| f.dst_ip == *host && u64::from(f.dest_qp) == q["lqpn"])
+                .unwrap()
+                .src_ip;
+            want.insert((
+                peer.to_string(),
+                q["rqpn"].as_u64().unwrap(),
+                host.to_string(),
+                q["lqpn"].as_u64().unwrap(),
+                rank.to_string(),
+            ));
+        }
+        let environ = format!("RANK={rank}\0SLURM_JOB_ID=77\0");
+        let trees = host_trees(
+            &scratch,
+            &format!("h{i}-"),
+            *host,
+            &table,
+            &[(*pid, &environ, None)],
+        );
+        let dir = scratch.path(&format!("records-{i}"));
+        let (status, _, err) = output(
+            Command::new(CLI)
+                .arg("replay")
+                .arg(&pcap)
+                .args(["--jobs", "--no-progress", "--json", "--nic-root"])
+                .arg(&trees[0])
+                .arg("--nic-root")
+                .arg(&trees[1])
+                .arg("--records")
+                .arg(&dir),
+        );
+        assert!(status.success(), "{err}");
+        dirs.push(dir);
+    }
+    // ClickHouse: each side's peer process, from the peer's exporter's rows.
+    let queries: std::collections::BTreeMap<String, String> =
+        integration_tests::documented_queries()
+            .into_iter()
+            .filter(|(name, _)| name == "peer-ranks")
+            .collect();
+    let loads = [("fleet".to_string(), dirs.clone())].into_iter().collect();
+    let answers = integration_tests::chdb_answers(&loads, &queries);
+    let rows = answers["fleet"]["answers"]["peer-ranks"]
+        .as_array()
+        .unwrap();
+    let text = |v: &serde_json::Value| v.as_str().unwrap().to_string();
+    let num = |v: &serde_json::Value| v.as_u64().or_else(|| v.as_str()?.parse().ok()).unwrap();
+    let got: std::collections::BTreeSet<_> = rows
+        .iter()
+        .map(|r| {
+            assert_eq!(r["peer_job"], "slurm:77", "{r}");
+            (
+                text(&r["addr"]),
+                num(&r["qp"]),
+                text(&r["peer_addr"]),
+                num(&r["peer_qp"]),
+                text(&r["peer_rank"]),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(rows.len(), want.len(), "each side once: {rows:?}");
+    // The records of both hosts name both ranks of the job, each from its own exporter.
+    let mut args = vec![pcap.to_str().unwrap(), "--jobs", "--no-progress"];
+    for d in &dirs {
+        args.extend(["--peer-records", d.to_str().unwrap()]);
+    }
+    let job = &replay(&args).jobs.unwrap().jobs[0];
+    let ranks: Vec<(IpAddr, u32, u32, Option<u32>)> = job
+        .ranks
+        .iter()
+        .map(|r| (r.host, r.pid, r.qps, r.process.rank))
+        .collect();
+    assert_eq!(
+        ranks,
+        hosts.map(|(h, pid, rank)| (h, pid, 2, Some(rank))),
+        "{:?}",
+        job.ranks
+    );
+    assert!(job.ranks.iter().all(|r| r.seen_by.is_some()));
+    assert_eq!(job.name.as_deref(), Some("slurm:77"));
+}
+
 /// Ranks from the processes (`replay --jobs --nic-root`): a host's QP table whose connections
 /// are the generated ring's, both ways, names the ring's process on that host with what its
 /// environment and cgroup tell, and the job after its launcher; a QP seen one way only (its
@@ -317,17 +493,7 @@ fn ranks_and_the_jobs_name_come_from_the_qps_processes() {
     let flows = &plain.jobs[0].qps;
     let host: IpAddr = "198.18.80.3".parse().unwrap();
     // The host's connections: (its QP, the peer's), from the directions both ways.
-    let mut table = Vec::new();
-    for f in flows.iter().filter(|f| f.dst_ip == host) {
-        let back = flows
-            .iter()
-            .find(|r| r.src_ip == host && r.dst_ip == f.src_ip)
-            .expect("the reverse direction");
-        table.push(
-            serde_json::json!({"ifname": "mlx5_0", "port": 1, "lqpn": f.dest_qp,
-            "rqpn": back.dest_qp, "type": "RC", "state": "RTS", "pid": 4001, "comm": "python"}),
-        );
-    }
+    let mut table = connections(flows, host, 4001);
     assert_eq!(
         table.len(),
         2,
@@ -341,46 +507,24 @@ fn ranks_and_the_jobs_name_come_from_the_qps_processes() {
     );
     let uid = "0c1a6e2f-5ad6-4c4f-9d5c-0b2f8e2d2c1a";
     let container = "4f1c8a2b9d3e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a";
-    let good = integration_tests::workspace_root().join("tests/fixtures/hosts/good");
-    let trees: Vec<std::path::PathBuf> = ["before", "after"]
-        .iter()
-        .map(|t| {
-            let to = scratch.path(t);
-            let status = Command::new("cp")
-                .arg("-r")
-                .arg(good.join(t))
-                .arg(&to)
-                .status()
-                .unwrap();
-            assert!(status.success());
-            std::fs::write(to.join("rdma/qps.json"), serde_json::to_string(&table).unwrap()).unwrap();
-            // This host's address: its RoCE v2 GID (198.18.80.3, IPv4-mapped).
-            std::fs::write(
-                to.join("sys/class/infiniband/mlx5_0/ports/1/gids/3"),
-                "0000:0000:0000:0000:0000:ffff:c612:5003\n",
-            )
-            .unwrap();
-            let p = to.join("proc/4001");
-            std::fs::create_dir_all(&p).unwrap();
-            std::fs::write(
-                p.join("environ"),
+    let cgroup = format!(
+        "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{container}.scope\n",
+        uid.replace('-', "_")
+    );
+    let trees = host_trees(
+        &scratch,
+        "",
+        host,
+        &table,
+        &[
+            (
+                4001,
                 "HOME=/root\0HF_TOKEN=secret-never-shown\0RANK=2\0LOCAL_RANK=2\0WORLD_SIZE=8\0TORCHELASTIC_RUN_ID=train-37\0",
-            )
-            .unwrap();
-            std::fs::write(
-                p.join("cgroup"),
-                format!(
-                    "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{container}.scope\n",
-                    uid.replace('-', "_")
-                ),
-            )
-            .unwrap();
-            let p = to.join("proc/4002");
-            std::fs::create_dir_all(&p).unwrap();
-            std::fs::write(p.join("environ"), "RANK=7\0SLURM_JOB_ID=99\0").unwrap();
-            to
-        })
-        .collect();
+                Some(&cgroup),
+            ),
+            (4002, "RANK=7\0SLURM_JOB_ID=99\0", None),
+        ],
+    );
     let records = scratch.path("records");
     let run = |roots: &[&std::path::Path], json: bool| -> String {
         let mut cmd = Command::new(CLI);
@@ -425,6 +569,91 @@ fn ranks_and_the_jobs_name_come_from_the_qps_processes() {
         let row: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(row["job"], "slurm:99,torchelastic:train-37", "{row}");
         assert_eq!(row["rank"], "2,7", "{row}");
+    }
+    // Each connection side of the host's QPs names its process; the others' name none.
+    let sides = std::fs::read_to_string(records.join("connection_sides.jsonl")).unwrap();
+    let mut named = 0;
+    let mut exporter = String::new();
+    for line in sides.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        exporter = row["host"].as_str().unwrap().to_string();
+        if row["addr"] == "198.18.80.3" {
+            assert_eq!(
+                (&row["qp_pid"], &row["qp_rank"], &row["qp_job"]),
+                (
+                    &serde_json::json!(4001),
+                    &serde_json::json!("2"),
+                    &serde_json::json!("torchelastic:train-37")
+                ),
+                "{row}"
+            );
+            named += 1;
+        } else {
+            assert_eq!(
+                (&row["qp_pid"], &row["qp_rank"], &row["qp_job"]),
+                (
+                    &serde_json::json!(0),
+                    &serde_json::json!(""),
+                    &serde_json::json!("")
+                ),
+                "{row}"
+            );
+        }
+    }
+    assert_eq!(named, 2, "its two sides: {sides}");
+    // Another host's view of the same job, with no QP table of its own: the records name the
+    // remote side's process (by its address and QP, connected to its peer's), and so the
+    // job; from the directory or its file alike.
+    for peers in [records.clone(), records.join("connection_sides.jsonl")] {
+        let other = replay(&[
+            pcap.to_str().unwrap(),
+            "--jobs",
+            "--no-progress",
+            "--peer-records",
+            peers.to_str().unwrap(),
+        ]);
+        let job = &other.jobs.as_ref().unwrap().jobs[0];
+        assert_eq!(job.ranks.len(), 1, "{:?}", job.ranks);
+        let r = &job.ranks[0];
+        assert_eq!((r.host, r.pid, r.qps), (host, 4001, 2));
+        assert_eq!(r.seen_by.as_deref(), Some(exporter.as_str()));
+        assert_eq!(
+            (r.process.rank, r.process.job.as_deref()),
+            (Some(2), Some("torchelastic:train-37"))
+        );
+        assert_eq!(job.name.as_deref(), Some("torchelastic:train-37"));
+    }
+    // Records that are not: a directory without the table, a line that is not a side's.
+    let empty = scratch.path("no-sides");
+    std::fs::create_dir_all(&empty).unwrap();
+    let bad = scratch.path("bad-sides.jsonl");
+    std::fs::write(
+        &bad,
+        format!(
+            "{}\n{{\"addr\": \"198.18.80.3\"}}\n",
+            sides.lines().next().unwrap()
+        ),
+    )
+    .unwrap();
+    for (path, want) in [
+        (&empty, "without connection_sides.jsonl".to_string()),
+        (
+            &bad,
+            format!("{} line 2: qp_pid is not a count", bad.display()),
+        ),
+    ] {
+        let (status, out, err) = output(
+            Command::new(CLI)
+                .arg("replay")
+                .arg(&pcap)
+                .args(["--jobs", "--no-progress", "--peer-records"])
+                .arg(path),
+        );
+        assert!(!status.success() && out.is_empty(), "{out}");
+        assert!(
+            err.contains(&want) && err.lines().count() == 1,
+            "{want}: {err}"
+        );
     }
     // The terminal report: the job's launcher and the host's rank.
     let text = run(&[&trees[0], &trees[1]], false);

@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use roce_observer::{
     analysis::{
@@ -62,6 +62,11 @@ pub struct AnalysisArgs {
     /// over the observation).
     #[arg(long, default_value = "1ms", value_parser = parse_jobs_bin, value_name = "DURATION", requires = "jobs")]
     pub jobs_bin: Duration,
+    /// With --jobs: other hosts' fleet records (a `--records` directory, or a
+    /// `connection_sides` JSONEachRow file such as ClickHouse exports; repeat for several): the
+    /// processes and ranks their QP tables name join the job's remote sides.
+    #[arg(long, value_name = "PATH", requires = "jobs")]
+    pub peer_records: Vec<PathBuf>,
 }
 
 /// `--jobs-bin`: a duration from 10us to 1s.
@@ -127,7 +132,44 @@ impl AnalysisArgs {
             nic: None,
             local_hosts: Vec::new(),
             jobs_bin_ns: self.jobs.then_some(self.jobs_bin.as_nanos() as u64),
+            peer_processes: self.peer_processes()?,
         })
+    }
+
+    /// The files the analysis reads besides the traffic: the rules, the peers' records.
+    pub fn inputs(&self) -> Vec<PathBuf> {
+        self.rules
+            .iter()
+            .map(PathBuf::from)
+            .chain(self.peer_records.iter().cloned())
+            .collect()
+    }
+
+    /// The processes `--peer-records` name: a records directory's `connection_sides.jsonl`, or
+    /// the file given.
+    fn peer_processes(&self) -> Result<Vec<roce_observer::analysis::jobs::PeerProcess>> {
+        let mut out = Vec::new();
+        for path in &self.peer_records {
+            let file = if path.is_dir() {
+                let file = path.join("connection_sides.jsonl");
+                if !file.is_file() {
+                    bail!(crate::output::UsageError(format!(
+                        "--peer-records: {} is a directory without connection_sides.jsonl: not a --records directory",
+                        path.display()
+                    )));
+                }
+                file
+            } else {
+                path.clone()
+            };
+            let reader = std::fs::File::open(&file)
+                .with_context(|| format!("--peer-records: cannot read {}", file.display()))?;
+            out.extend(roce_observer::analysis::fabric::records_processes(
+                std::io::BufReader::new(reader),
+                &file.display().to_string(),
+            )?);
+        }
+        Ok(out)
     }
 
     pub fn color(&self) -> bool {

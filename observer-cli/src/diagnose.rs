@@ -169,7 +169,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<()> {
             "--jobs needs every frame's time: give --capture DEV (an interface, or an RDMA device's sniffer such as mlx5_0); the XDP observer counts per flow, not per frame"
         );
     }
-    let inputs: Vec<_> = a.analysis.rules.iter().map(Into::into).collect();
+    let inputs = a.analysis.inputs();
     a.analysis.files().check(&inputs)?;
     let observed = a
         .capture

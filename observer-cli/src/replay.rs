@@ -58,9 +58,8 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     let inputs: Vec<PathBuf> = a
         .files
         .iter()
-        .map(|f| if f == "-" { "/dev/stdin" } else { f.as_str() })
-        .chain(a.analysis.rules.as_deref())
-        .map(Into::into)
+        .map(|f| PathBuf::from(if f == "-" { "/dev/stdin" } else { f.as_str() }))
+        .chain(a.analysis.inputs())
         .collect();
     a.analysis.files().check(&inputs)?;
     output::refuse_twice(&a.files)?;

@@ -72,6 +72,8 @@ pub struct AnalysisOptions {
     pub local_hosts: Vec<std::net::IpAddr>,
     /// The jobs analysis on bins of this width (`--jobs`); none: not done.
     pub jobs_bin_ns: Option<u64>,
+    /// Other hosts' processes, from their fleet records: they name the jobs' remote ranks.
+    pub peer_processes: Vec<crate::analysis::jobs::PeerProcess>,
 }
 
 /// The NIC side of a report: its first reading, taken when the observation starts, and where
@@ -222,6 +224,11 @@ pub fn conclude(report: &mut Report, options: &AnalysisOptions) {
     }
     if let (Some(jobs), Some(nic)) = (&mut report.jobs, &report.nic) {
         crate::analysis::jobs::join_processes(jobs, nic);
+    }
+    if let Some(jobs) = &mut report.jobs
+        && !options.peer_processes.is_empty()
+    {
+        crate::analysis::jobs::join_peer_processes(jobs, &options.peer_processes);
     }
     warn_above_line_rate(report);
     if let Some(ecmp) = &options.ecmp {

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bpf;
+mod chdb;
 mod child;
 mod cli;
 mod clickhouse;
@@ -20,6 +21,7 @@ mod tools;
 
 pub use bench::*;
 pub use bpf::*;
+pub use chdb::*;
 pub use child::*;
 pub use cli::*;
 pub use clickhouse::*;

@@ -279,6 +279,9 @@ pub struct SideItem<'a> {
     pub side: &'static str,
     pub this: &'a ConnSide,
     pub peer: &'a ConnSide,
+    /// This side's QP in the exporter's QP table, when it is the exporter's (its number at
+    /// this side's address, connected to the peer's): its process.
+    pub process: Option<&'a crate::model::nic::Qp>,
 }
 
 /// One bucket of a latency histogram: of a connection side's requests, or of an interface's.
@@ -332,16 +335,22 @@ impl<'a> IntervalRows<'a> {
             qps: report.flows.iter().map(|flow| QpItem { flow }).collect(),
             ..Self::default()
         };
+        let owners = report.nic.as_ref().map(crate::analysis::jobs::QpOwners::of);
         for c in &report.connections {
             for (side, this, peer) in [("a", &c.a, &c.b), ("b", &c.b, &c.a)] {
                 if !this.seen() {
                     continue;
                 }
+                let process = match (&owners, this.qp, peer.qp) {
+                    (Some(o), Some(qp), Some(peer_qp)) => o.owner(this.ip, qp, peer_qp),
+                    _ => None,
+                };
                 rows.sides.push(SideItem {
                     connection: c,
                     side,
                     this,
                     peer,
+                    process,
                 });
                 for (kind, summary) in [("ack", &this.latency.ack), ("read", &this.latency.read)] {
                     for bucket in summary.iter().flat_map(|s| &s.buckets) {

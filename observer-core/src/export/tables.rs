@@ -544,7 +544,7 @@ fn latency_value(l: &Option<LatencySummary>, f: fn(&LatencySummary) -> u64) -> V
 
 const SIDE_OPS: [Column<SideGet>; 11] = ops_columns!(SideGet, "ops_", "ops", side_ops);
 
-const SIDE_OWN: [Column<SideGet>; 31] = [
+const SIDE_OWN: [Column<SideGet>; 34] = [
     col(
         "transport",
         "roce.transport",
@@ -593,6 +593,37 @@ const SIDE_OWN: [Column<SideGet>; 31] = [
         ChType::UInt64s,
         "The UDP source ports this side sent from",
         |r| Value::U64s(Nums::U16(&r.this.ports)),
+    ),
+    col(
+        "qp_pid",
+        "process.pid",
+        ChType::UInt32,
+        "The process that owns this side's QP, when the QP is the exporter host's and its QP table names it (0: not known)",
+        |r| Value::U64(r.process.and_then(|q| q.pid).map_or(0, u64::from)),
+    ),
+    col(
+        "qp_job",
+        "roce.qp.job.id",
+        ChType::Label,
+        "That process's training job, as its launcher's environment names it, or empty",
+        |r| {
+            Value::str(
+                r.process
+                    .and_then(|q| q.job.as_ref())
+                    .and_then(|j| j.job.as_deref())
+                    .unwrap_or_default(),
+            )
+        },
+    ),
+    col(
+        "qp_rank",
+        "roce.qp.job.rank",
+        ChType::Label,
+        "That process's rank in its job, as its environment tells it, or empty",
+        |r| match r.process.and_then(|q| q.job.as_ref()).and_then(|j| j.rank) {
+            Some(rank) => Value::str(rank.to_string()),
+            None => Value::str(""),
+        },
     ),
     col(
         "paired_by",
@@ -764,7 +795,7 @@ const SIDE_OWN: [Column<SideGet>; 31] = [
     ),
 ];
 
-const SIDE_COLUMNS: [Column<SideGet>; 42] = concat_columns(SIDE_OWN, SIDE_OPS);
+const SIDE_COLUMNS: [Column<SideGet>; 45] = concat_columns(SIDE_OWN, SIDE_OPS);
 
 /// One side of a connection over the interval: a QP with its messages and latency.
 pub const CONNECTION_SIDES: Table<SideGet> = Table {

@@ -54,8 +54,9 @@ pub struct Job {
     /// (a tree's leaves, inner hosts and root) or other traffic joins some of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_peers: Option<(u32, u32)>,
-    /// The processes of the observed host whose QPs carry the job's traffic (the NIC side's
-    /// QP table joined to the job's QPs), with what they tell of their ranks.
+    /// The processes whose QPs carry the job's traffic, with what they tell of their ranks: the
+    /// observed host's (the NIC side's QP table joined to the job's QPs), and other hosts' as
+    /// their fleet records name them (`seen_by`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<JobRank>,
     /// The job as its launcher names it (`torchelastic:<run id>`, `slurm:<job id>`...), when
@@ -64,7 +65,8 @@ pub struct Job {
     pub name: Option<String>,
 }
 
-/// A process of a job, on the host whose QP table the report read.
+/// A process of a job: on the host whose QP table the report read, or on another host whose
+/// fleet records name it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRank {
     /// The address its QPs receive on.
@@ -74,6 +76,10 @@ pub struct JobRank {
     pub comm: Option<String>,
     /// Its QPs among the job's.
     pub qps: u32,
+    /// The exporter host whose records named it (`--peer-records`); none: this report's own
+    /// QP table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_by: Option<String>,
     /// What its environment and cgroup tell.
     #[serde(flatten)]
     pub process: super::nic::ProcessJob,

@@ -170,6 +170,57 @@ impl SideSums {
     }
 }
 
+/// The processes of fleet records' `connection_sides` table (its JSONEachRow lines, read from
+/// `reader`; `origin` names it in errors): each side whose QP its exporter's QP table named,
+/// once however many intervals name it, by its exporter's host, address, QP, peer's QP and
+/// process. A row without the process's columns (records older than them) is an error of its
+/// line.
+pub fn records_processes(
+    reader: impl std::io::BufRead,
+    origin: &str,
+) -> Result<Vec<crate::analysis::jobs::PeerProcess>, FabricError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for_each_json_line(reader, origin, |row, bad| {
+        let r = TableRow {
+            row,
+            bad,
+            table: "connection_sides",
+        };
+        let pid =
+            u32::try_from(r.count("qp_pid")?).map_err(|_| bad("qp_pid out of range".into()))?;
+        let (job, rank) = (r.text("qp_job")?, r.text("qp_rank")?);
+        let (qp, peer_qp) = (r.count("qp")?, r.count("peer_qp")?);
+        if pid == 0 || qp == 0 || peer_qp == 0 {
+            return Ok(());
+        }
+        let rank = match rank {
+            "" => None,
+            t => Some(
+                t.parse::<u32>()
+                    .map_err(|_| bad(format!("qp_rank {t:?} is not a rank")))?,
+            ),
+        };
+        let p = crate::analysis::jobs::PeerProcess {
+            seen_by: r.text("host")?.to_string(),
+            addr: r.addr("addr")?,
+            qp: u32::try_from(qp).map_err(|_| bad("qp out of range".into()))?,
+            peer_qp: u32::try_from(peer_qp).map_err(|_| bad("peer_qp out of range".into()))?,
+            pid,
+            process: crate::model::nic::ProcessJob {
+                job: (!job.is_empty()).then(|| job.to_string()),
+                rank,
+                ..Default::default()
+            },
+        };
+        if seen.insert((p.seen_by.clone(), p.addr, p.qp, p.peer_qp, p.pid)) {
+            out.push(p);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 /// The evidence of fleet records' `connection_sides` table (its JSONEachRow lines, read from
 /// `reader`; `origin` names it in errors) per window of `window` ns (one window, key 0, when
 /// none), per exporter: a side's requests direction with its ACK latency against its own

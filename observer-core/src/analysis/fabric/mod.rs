@@ -16,8 +16,8 @@ pub use incidents::{Incident, Window, incidents};
 pub use input::{
     PROMETHEUS_COUNTERS, PROMETHEUS_PAUSES, SidecarEvidence, evidence_of, is_sidecar_line, merge,
     pauses_windows, prometheus_evidence, prometheus_pauses, read_report, read_traces,
-    records_evidence, records_windows, sidecar_evidence, sidecar_windows, sides_windows,
-    traced_paths,
+    records_evidence, records_processes, records_windows, sidecar_evidence, sidecar_windows,
+    sides_windows, traced_paths,
 };
 pub use localize::{
     AckShift, Localization, Options, QpEvidence, Signal, Suspect, SuspectKind, Verdict, localize,

@@ -730,7 +730,7 @@ fn phases_of(
 mod ranks;
 pub mod sim;
 
-pub use ranks::join_processes;
+pub use ranks::{PeerProcess, QpOwners, join_peer_processes, join_processes};
 
 #[cfg(test)]
 mod tests;

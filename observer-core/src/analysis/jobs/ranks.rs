@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use crate::model::FlowRef;
 use crate::model::jobs::{JobRank, Jobs};
-use crate::model::nic::Nic;
+use crate::model::nic::{Nic, ProcessJob, Qp};
 
 /// The addresses of each RDMA device of `nic`: its GIDs' (an IPv4-mapped one as IPv4) and its
 /// ports' netdevs'.
@@ -58,40 +58,129 @@ pub fn join_processes(jobs: &mut Jobs, nic: &Nic) {
                     pid,
                     comm: q.comm.clone(),
                     qps: 0,
+                    seen_by: None,
                     process: q.job.clone().unwrap_or_default(),
                 })
                 .qps += 1;
         }
         job.ranks = by.into_values().collect();
-        let names: BTreeSet<&String> = job
-            .ranks
-            .iter()
-            .filter_map(|r| r.process.job.as_ref())
-            .collect();
-        job.name = match names.len() {
-            1 => names.into_iter().next().cloned(),
-            _ => None,
-        };
+        job.name = launcher_name(&job.ranks);
     }
+}
+
+/// A QP of another host as its fleet records name it (a `connection_sides` row with its
+/// process): the QP `qp` at `addr`, connected to `peer_qp`, of the process `pid`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerProcess {
+    /// The records' exporter host.
+    pub seen_by: String,
+    pub addr: IpAddr,
+    pub qp: u32,
+    pub peer_qp: u32,
+    pub pid: u32,
+    pub process: ProcessJob,
+}
+
+/// Adds to each job's `ranks` the processes of other hosts that `peers` (their fleet records)
+/// name, on the same evidence as this host's own: both directions of the QP's connection are
+/// the job's (traffic to `qp` at `addr`, and from `addr` back to `peer_qp`). A process the
+/// report's own QP table named already is kept as that table tells it; the job's name is
+/// told again from every rank.
+pub fn join_peer_processes(jobs: &mut Jobs, peers: &[PeerProcess]) {
+    for job in &mut jobs.jobs {
+        let mut qps: BTreeMap<(IpAddr, u32), BTreeSet<u32>> = BTreeMap::new();
+        let mut added: BTreeMap<(IpAddr, u32), JobRank> = BTreeMap::new();
+        for p in peers {
+            let key = (p.addr, p.pid);
+            if job.ranks.iter().any(|r| (r.host, r.pid) == key)
+                || !connected(&job.qps, p.addr, p.qp, p.peer_qp)
+            {
+                continue;
+            }
+            qps.entry(key).or_default().insert(p.qp);
+            added.entry(key).or_insert_with(|| JobRank {
+                host: p.addr,
+                pid: p.pid,
+                comm: None,
+                qps: 0,
+                seen_by: Some(p.seen_by.clone()),
+                process: p.process.clone(),
+            });
+        }
+        for (key, mut rank) in added {
+            rank.qps = u32::try_from(qps[&key].len()).unwrap_or(u32::MAX);
+            job.ranks.push(rank);
+        }
+        job.ranks.sort_by_key(|r| (r.host, r.pid));
+        job.name = launcher_name(&job.ranks);
+    }
+}
+
+/// The job's name when every rank that names a launcher's job names the same one.
+fn launcher_name(ranks: &[JobRank]) -> Option<String> {
+    let names: BTreeSet<&String> = ranks
+        .iter()
+        .filter_map(|r| r.process.job.as_ref())
+        .collect();
+    match names.len() {
+        1 => names.into_iter().next().cloned(),
+        _ => None,
+    }
+}
+
+/// Whether `flows` hold both directions of a connection of the QP `lqpn` at `addr` to `rqpn`:
+/// a direction to `lqpn` at `addr` whose reverse goes to `rqpn`.
+fn connected(flows: &[FlowRef], addr: IpAddr, lqpn: u32, rqpn: u32) -> bool {
+    flows.iter().any(|f| {
+        f.dest_qp == lqpn
+            && f.dst_ip == addr
+            && flows
+                .iter()
+                .any(|r| r.dest_qp == rqpn && r.src_ip == addr && r.dst_ip == f.src_ip)
+    })
 }
 
 /// The address of `mine` the local QP `lqpn`, connected to `rqpn`, receives on: the
 /// destination of a direction to `lqpn` whose reverse goes to `rqpn`. None without such a pair,
 /// or with pairs to several addresses.
 fn local_host(flows: &[FlowRef], mine: &BTreeSet<IpAddr>, lqpn: u32, rqpn: u32) -> Option<IpAddr> {
-    let hosts: BTreeSet<IpAddr> = flows
-        .iter()
-        .filter(|f| f.dest_qp == lqpn && mine.contains(&f.dst_ip))
-        .filter(|f| {
-            flows
-                .iter()
-                .any(|r| r.dest_qp == rqpn && r.src_ip == f.dst_ip && r.dst_ip == f.src_ip)
-        })
-        .map(|f| f.dst_ip)
-        .collect();
-    match hosts.len() {
-        1 => hosts.into_iter().next(),
+    let mut hosts = mine.iter().filter(|a| connected(flows, **a, lqpn, rqpn));
+    match (hosts.next(), hosts.next()) {
+        (Some(h), None) => Some(*h),
         _ => None,
+    }
+}
+
+/// The QPs of a host's QP table by the address and number they receive on (every address of
+/// their device): who owns a connection's side, for its records.
+pub struct QpOwners<'a> {
+    by: BTreeMap<(IpAddr, u32), Vec<&'a Qp>>,
+}
+
+impl<'a> QpOwners<'a> {
+    pub fn of(nic: &'a Nic) -> Self {
+        let addresses = device_addresses(nic);
+        let mut by: BTreeMap<(IpAddr, u32), Vec<&'a Qp>> = BTreeMap::new();
+        for q in nic.qps.iter().map(|r| &r.qp) {
+            for a in addresses.get(q.device.as_str()).into_iter().flatten() {
+                by.entry((*a, q.lqpn)).or_default().push(q);
+            }
+        }
+        Self { by }
+    }
+
+    /// The process's QP that is `lqpn` at `addr` connected to `rqpn`: the one such QP with a
+    /// process (two devices with the address and the number tell nothing).
+    pub fn owner(&self, addr: IpAddr, lqpn: u32, rqpn: u32) -> Option<&'a Qp> {
+        let mut found = self
+            .by
+            .get(&(addr, lqpn))?
+            .iter()
+            .filter(|q| q.rqpn == Some(rqpn) && q.pid.is_some());
+        match (found.next(), found.next()) {
+            (Some(q), None) => Some(*q),
+            _ => None,
+        }
     }
 }
 
@@ -269,6 +358,81 @@ mod tests {
         );
         assert_eq!(j.jobs[0].ranks.len(), 2);
         assert_eq!(j.jobs[0].name, None);
+        assert_eq!(j.jobs[0].name, None);
+    }
+
+    fn peer(seen_by: &str, addr: &str, qp: u32, peer_qp: u32, pid: u32, rank: u32) -> PeerProcess {
+        PeerProcess {
+            seen_by: seen_by.into(),
+            addr: addr.parse().unwrap(),
+            qp,
+            peer_qp,
+            pid,
+            process: ProcessJob {
+                job: Some("slurm:42".into()),
+                rank: Some(rank),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The remote side's rank by (peer address, QPN) from the other host's records: on the
+    /// same evidence as a local QP (both directions of its connection), once per process
+    /// however many of its QPs or rows name it, never over this host's own table.
+    #[test]
+    fn peers_records_name_the_remote_sides_processes() {
+        let flows = vec![
+            flow("198.18.0.1", "198.18.0.2", 0x11),
+            flow("198.18.0.2", "198.18.0.1", 0x10),
+            flow("198.18.0.2", "198.18.0.3", 0x13),
+            flow("198.18.0.3", "198.18.0.2", 0x12),
+        ];
+        let mut j = jobs(flows.clone());
+        // This host is .2 (rank 1); .1 and .3 tell their processes in their records.
+        join_processes(
+            &mut j,
+            &nic("198.18.0.2", vec![qp(0x11, 0x10, 7, 1, "slurm:42")]),
+        );
+        let peers = [
+            peer("node-1", "198.18.0.1", 0x10, 0x11, 70, 0),
+            peer("node-1", "198.18.0.1", 0x10, 0x11, 70, 0),
+            peer("node-3", "198.18.0.3", 0x13, 0x12, 90, 2),
+            // .2's own process as a peer's records would name it again: this host's table wins.
+            peer("node-2", "198.18.0.2", 0x11, 0x10, 7, 9),
+            // A QP number the job never sends to, or whose reverse is another QP's.
+            peer("node-4", "198.18.0.4", 0x10, 0x11, 71, 5),
+            peer("node-1", "198.18.0.1", 0x10, 0x99, 72, 6),
+        ];
+        join_peer_processes(&mut j, &peers);
+        type Row<'a> = (String, u32, u32, Option<u32>, Option<&'a str>);
+        let got: Vec<Row> = j.jobs[0]
+            .ranks
+            .iter()
+            .map(|r| {
+                (
+                    r.host.to_string(),
+                    r.pid,
+                    r.qps,
+                    r.process.rank,
+                    r.seen_by.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("198.18.0.1".to_string(), 70, 1, Some(0), Some("node-1")),
+                ("198.18.0.2".to_string(), 7, 1, Some(1), None),
+                ("198.18.0.3".to_string(), 90, 1, Some(2), Some("node-3")),
+            ]
+        );
+        assert_eq!(j.jobs[0].name.as_deref(), Some("slurm:42"));
+        // Peers alone (no QP table here) name them too; a peer of another job unnames it.
+        let mut j = jobs(flows);
+        let mut other = peer("node-3", "198.18.0.3", 0x13, 0x12, 90, 2);
+        other.process.job = Some("slurm:43".into());
+        join_peer_processes(&mut j, &[peers[0].clone(), other]);
+        assert_eq!(j.jobs[0].ranks.len(), 2);
         assert_eq!(j.jobs[0].name, None);
     }
 }

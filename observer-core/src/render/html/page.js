@@ -751,7 +751,8 @@
         ["period", p ? dur(p.ns) + " \u00b1 " + dur(p.stderr_ns) + " over " + int(p.iterations) + " iterations (spread " + pct(p.cv * 100, 1) + ")" : "none: " + (j.no_period || "-")],
         ["iteration time p50 / p99", isNum(j.iteration_p50_ns) ? dur(j.iteration_p50_ns) + " / " + dur(j.iteration_p99_ns) : "-"],
       ];
-      // The observed host's processes of the job, as their environments tell them.
+      // The job's processes (the observed host's, and peers' from their records), as their
+      // environments tell them.
       var ranks = {};
       arr(j.ranks).forEach(function (r) {
         (ranks[r.host] = ranks[r.host] || []).push(isNum(r.rank) ? String(r.rank) : "?");
@@ -759,7 +760,7 @@
       if (j.name) pairs.push(["launched as", j.name]);
       arr(j.ranks).forEach(function (r) {
         pairs.push(["rank " + (isNum(r.rank) ? r.rank : "?") + (isNum(r.world_size) ? " of " + r.world_size : ""),
-          r.host + ", pid " + r.pid + (r.comm ? " (" + r.comm + ")" : "") + (r.pod ? ", pod " + r.pod : "") + (r.unread ? ", environment unread: " + r.unread : "")]);
+          r.host + ", pid " + r.pid + (r.comm ? " (" + r.comm + ")" : "") + (r.pod ? ", pod " + r.pod : "") + (r.unread ? ", environment unread: " + r.unread : "") + (r.seen_by ? ", from " + r.seen_by + "'s records" : "")]);
       });
       if (n.straggler) pairs.push(["straggler", n.straggler.host + " (cause: " + n.straggler.cause + ")", "bad"]);
       if (n.missing && n.missing.length) pairs.push(["missing from its last phase (hung)", n.missing.join(", "), "bad"]);
