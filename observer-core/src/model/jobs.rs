@@ -122,6 +122,13 @@ pub struct HostPhase {
     pub cnp: u64,
     pub naks: u64,
     pub retransmissions: u64,
+    /// The end of the last data it received before its first send: in this phase
+    /// (`fed_in_phase`: it forwards or reduces what came in, as a tree's inner host or root
+    /// does), else in the phase before (the data its compute started from); none when neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fed_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fed_in_phase: bool,
 }
 
 impl HostPhase {

@@ -470,46 +470,68 @@ fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
         .iter()
         .flat_map(|q| [q.flow.src_ip, q.flow.dst_ip])
         .collect();
-    let phases = spans
-        .iter()
-        .map(|&(first, last)| {
-            let mut per_host: BTreeMap<IpAddr, HostPhase> = BTreeMap::new();
-            for q in members {
-                let inside = q.bins.iter().filter(|(b, _)| (first..=last).contains(b));
-                for (b, d) in inside {
-                    // What the network showed counts for both ends; the bytes for the sender.
-                    for (ip, sender) in [(q.flow.src_ip, true), (q.flow.dst_ip, false)] {
-                        let h = per_host.entry(ip).or_insert_with(|| HostPhase {
-                            host: ip,
-                            start_ns: u64::MAX,
-                            end_ns: 0,
-                            bytes: 0,
-                            ce: 0,
-                            cnp: 0,
-                            naks: 0,
-                            retransmissions: 0,
-                        });
-                        h.ce += d.ce;
-                        h.cnp += d.cnp;
-                        h.naks += d.naks;
-                        h.retransmissions += d.retransmissions;
-                        if sender && q.data && d.bytes > 0 {
+    // Each host's last data received in the phase before (the data its compute started from).
+    let mut fed_before: BTreeMap<IpAddr, u64> = BTreeMap::new();
+    let mut phases = Vec::with_capacity(spans.len());
+    for &(first, last) in &spans {
+        let mut per_host: BTreeMap<IpAddr, HostPhase> = BTreeMap::new();
+        // The bins in which each host received data.
+        let mut received: BTreeMap<IpAddr, Vec<u32>> = BTreeMap::new();
+        for q in members {
+            let inside = q.bins.iter().filter(|(b, _)| (first..=last).contains(b));
+            for (b, d) in inside {
+                // What the network showed counts for both ends; the bytes for the sender.
+                for (ip, sender) in [(q.flow.src_ip, true), (q.flow.dst_ip, false)] {
+                    let h = per_host.entry(ip).or_insert_with(|| HostPhase {
+                        host: ip,
+                        start_ns: u64::MAX,
+                        end_ns: 0,
+                        bytes: 0,
+                        ce: 0,
+                        cnp: 0,
+                        naks: 0,
+                        retransmissions: 0,
+                        fed_ns: None,
+                        fed_in_phase: false,
+                    });
+                    h.ce += d.ce;
+                    h.cnp += d.cnp;
+                    h.naks += d.naks;
+                    h.retransmissions += d.retransmissions;
+                    if q.data && d.bytes > 0 {
+                        if sender {
                             h.bytes += d.bytes;
                             h.start_ns = h.start_ns.min(at(*b));
                             h.end_ns = h.end_ns.max(at(*b + 1));
+                        } else {
+                            received.entry(ip).or_default().push(*b);
                         }
                     }
                 }
             }
-            Phase {
-                start_ns: at(first),
-                end_ns: at(last + 1),
-                bytes: total.range(first..=last).map(|(_, b)| b).sum(),
-                // A host that only received in the phase has no sending of its own there.
-                hosts: per_host.into_values().filter(|h| h.bytes > 0).collect(),
-            }
-        })
-        .collect();
+        }
+        // What each host's first send followed: the last data it received before it in the
+        // phase (a tree's inner host waits for its children's), else in the phase before.
+        for h in per_host.values_mut() {
+            let bins = received.get(&h.host).map_or(&[][..], Vec::as_slice);
+            let inside = bins.iter().filter(|b| at(**b) < h.start_ns).max();
+            (h.fed_ns, h.fed_in_phase) = match inside {
+                Some(b) => (Some(at(*b + 1)), true),
+                None => (fed_before.get(&h.host).copied(), false),
+            };
+        }
+        fed_before = received
+            .into_iter()
+            .filter_map(|(ip, bins)| Some((ip, at(*bins.iter().max()? + 1))))
+            .collect();
+        phases.push(Phase {
+            start_ns: at(first),
+            end_ns: at(last + 1),
+            bytes: total.range(first..=last).map(|(_, b)| b).sum(),
+            // A host that only received in the phase has no sending of its own there.
+            hosts: per_host.into_values().filter(|h| h.bytes > 0).collect(),
+        });
+    }
     let mut qps: Vec<FlowRef> = members.iter().map(|q| q.flow.clone()).collect();
     qps.sort();
     let mut sorted = iteration_times;

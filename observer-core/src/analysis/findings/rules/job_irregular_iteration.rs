@@ -236,6 +236,8 @@ mod tests {
                             cnp: 0,
                             naks: 0,
                             retransmissions: 0,
+                            fed_ns: None,
+                            fed_in_phase: false,
                         })
                         .collect(),
                 }

@@ -67,7 +67,24 @@ enum End {
     Start,
     /// Its last send in a phase.
     Finish,
+    /// The time from the last data it received to its first send, among the hosts whose
+    /// inputs came in the same phase (`in_phase`: a tree's inner hosts and root, which send
+    /// once their children's data is in) or in the phase before (its leaves: their compute).
+    Held { in_phase: bool },
+    /// Its first send to its last, among the hosts fed in the phase before (a tree's leaves,
+    /// which send one part each).
+    Sending,
 }
+
+/// The measures of a job whose hosts play one role (a ring: each sends to as many peers), and
+/// of one whose hosts play several (a tree), where a host's start and finish are its place in
+/// the collective and only what it does with its own inputs compares host with host.
+const ONE_ROLE: [End; 3] = [End::Compute, End::Start, End::Finish];
+const ROLES: [End; 3] = [
+    End::Held { in_phase: false },
+    End::Held { in_phase: true },
+    End::Sending,
+];
 
 type Host = std::net::IpAddr;
 
@@ -89,9 +106,45 @@ fn samples(phases: &[Phase], end: End) -> Vec<Sample> {
             .collect(),
         scale: p.end_ns.saturating_sub(p.start_ns),
     };
+    // The hosts of a class, each with its value; the scale the median value, or the phase's
+    // length.
+    let class = |p: &Phase, of: &dyn Fn(&crate::model::jobs::HostPhase) -> Option<u64>, by_length: bool| {
+        let values: Vec<(Host, u64)> = p.hosts.iter().filter_map(|h| Some((h.host, of(h)?))).collect();
+        let mut v: Vec<u64> = values.iter().map(|x| x.1).collect();
+        v.sort_unstable();
+        let scale = if by_length {
+            p.end_ns.saturating_sub(p.start_ns)
+        } else {
+            v.get(v.len() / 2).copied().unwrap_or(0)
+        };
+        Sample { values, scale }
+    };
     match end {
         End::Start => phases.iter().map(|p| phase(p, |h| h.start_ns)).collect(),
         End::Finish => phases.iter().map(|p| phase(p, |h| h.end_ns)).collect(),
+        End::Held { in_phase } => phases
+            .iter()
+            .map(|p| {
+                class(
+                    p,
+                    &|h| {
+                        let fed = h.fed_ns.filter(|_| h.fed_in_phase == in_phase)?;
+                        Some(h.start_ns.saturating_sub(fed))
+                    },
+                    in_phase,
+                )
+            })
+            .collect(),
+        End::Sending => phases
+            .iter()
+            .map(|p| {
+                class(
+                    p,
+                    &|h| (!h.fed_in_phase).then(|| h.end_ns.saturating_sub(h.start_ns)),
+                    false,
+                )
+            })
+            .collect(),
         End::Compute => phases
             .windows(2)
             .map(|w| {
@@ -132,7 +185,9 @@ fn chance_at_least(n: usize, samples: usize, p: f64) -> f64 {
 fn late(sample: &[(Host, u64)], margin: u64) -> Option<(u64, Vec<Host>)> {
     let mut times: Vec<u64> = sample.iter().map(|s| s.1).collect();
     times.sort_unstable();
-    let (last, median) = (*times.last()?, times[times.len() / 2]);
+    let n = times.len();
+    // The median: of an even count, the mean of the middle two.
+    let (last, median) = (*times.last()?, (times[(n - 1) / 2] + times[n / 2]) / 2);
     (last - median >= margin).then(|| {
         let hosts = sample
             .iter()
@@ -158,17 +213,35 @@ struct Straggler {
     peers_evidence: f64,
 }
 
-fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
+/// What a job's judgement found.
+enum Judged {
+    Straggler(Straggler),
+    /// Judged on at least one measure: no host late in most samples.
+    Clean,
+    /// No measure had samples enough (too few hosts in each role).
+    Not,
+}
+
+/// Whether `job`'s hosts play several roles: they send data to different numbers of peers (a
+/// tree's leaves, inner hosts and root; or other traffic beside a ring).
+fn has_roles(job: &Job) -> bool {
+    job.data_peers.is_some_and(|(lo, hi)| lo != hi)
+}
+
+fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Judged {
     let judged: Vec<&Phase> = job
         .phases
         .iter()
         .filter(|p| p.hosts.len() >= c.min_hosts)
         .collect();
     if judged.len() < c.min_phases {
-        return None;
+        return Judged::Not;
     }
     let floor = c.min_margin_bins.max(1).saturating_mul(bin_ns);
-    for end in [End::Compute, End::Start, End::Finish] {
+    let mut measured = false;
+    let mut best: Option<Straggler> = None;
+    let measures = if has_roles(job) { ROLES } else { ONE_ROLE };
+    for end in measures {
         // (Consecutive phases first, then the samples with hosts enough.)
         let samples: Vec<Sample> = samples(&job.phases, end)
             .into_iter()
@@ -177,6 +250,7 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
         if samples.len() < c.min_phases {
             continue;
         }
+        measured = true;
         let lates: Vec<Option<(u64, Vec<Host>)>> = samples
             .iter()
             .map(|s| {
@@ -224,7 +298,7 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
                 }
             }
         }
-        return Some(Straggler {
+        let s = Straggler {
             host,
             end,
             late: n,
@@ -232,9 +306,18 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Option<Straggler> {
             mean_margin_ns: margin_sum / n as u64,
             evidence: mine as f64 / mine_count.max(1) as f64,
             peers_evidence: peers as f64 / peer_count.max(1) as f64,
-        });
+        };
+        // The measure in which it is late most consistently (the first of equals).
+        let share = |s: &Straggler| s.late as f64 / s.samples as f64;
+        if best.as_ref().is_none_or(|b| share(&s) > share(b)) {
+            best = Some(s);
+        }
     }
-    None
+    match best {
+        Some(s) => Judged::Straggler(s),
+        None if measured => Judged::Clean,
+        None => Judged::Not,
+    }
 }
 
 fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
@@ -257,44 +340,60 @@ fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
         ));
     }
     // Hosts in different roles (a tree's leaves, inner hosts and root) start and finish late
-    // by their place in the collective, not by being slow: only jobs whose hosts each send data
-    // to as many peers (a ring, rings) are compared host against host.
-    let (judged, roles): (Vec<&Job>, Vec<&Job>) = enough
-        .iter()
-        .copied()
-        .partition(|j| j.data_peers.is_none_or(|(lo, hi)| lo == hi));
-    if judged.is_empty() {
-        let said: Vec<String> = roles
-            .iter()
-            .map(|j| {
-                let (lo, hi) = j.data_peers.unwrap_or_default();
-                format!("{}'s hosts send data to {lo} to {hi} peers each", j.id)
-            })
-            .collect();
-        return Outcome::InsufficientData(format!(
-            "{}: hosts in different roles (a tree, or other traffic beside a ring) are late by their place, not told from a slow host",
-            said.join("; ")
-        ));
+    // by their place in the collective, not by being slow: such a job's hosts are compared
+    // only on what each does with its own inputs, within the hosts fed alike.
+    let mut found = None;
+    let (mut clean, mut not): (Vec<&Job>, Vec<&Job>) = (Vec::new(), Vec::new());
+    for j in &enough {
+        match straggler(j, jobs.bin_ns, c) {
+            Judged::Straggler(s) => {
+                found = Some((*j, s));
+                break;
+            }
+            Judged::Clean => clean.push(j),
+            Judged::Not => not.push(j),
+        }
     }
-    let found: Vec<(&Job, Straggler)> = judged
-        .iter()
-        .filter_map(|j| straggler(j, jobs.bin_ns, c).map(|s| (*j, s)))
-        .collect();
-    let Some((job, s)) = found.first() else {
-        let phases: usize = judged.iter().map(|j| j.phases.len()).sum();
-        let unjudged = if roles.is_empty() {
+    let roles = |j: &Job| {
+        let (lo, hi) = j.data_peers.unwrap_or_default();
+        format!("{}'s hosts send data to {lo} to {hi} peers each", j.id)
+    };
+    let Some((job, s)) = found else {
+        if clean.is_empty() {
+            let said: Vec<String> = not.iter().map(|j| roles(j)).collect();
+            return Outcome::InsufficientData(format!(
+                "{}: hosts in different roles, fewer than {} fed alike in each phase (a host late by its place cannot be told from a slow one)",
+                said.join("; "),
+                c.min_hosts
+            ));
+        }
+        let phases: usize = clean.iter().map(|j| j.phases.len()).sum();
+        let within: Vec<&str> = clean
+            .iter()
+            .filter(|j| has_roles(j))
+            .map(|j| j.id.as_str())
+            .collect();
+        let within = if within.is_empty() {
             String::new()
         } else {
-            let ids: Vec<&str> = roles.iter().map(|j| j.id.as_str()).collect();
             format!(
-                "; not judged: {} (hosts in different roles)",
-                ids.join(", ")
+                "; {} compared within the hosts fed alike (hosts in different roles)",
+                within.join(", ")
             )
         };
+        let unjudged = if !not.is_empty() {
+            let ids: Vec<&str> = not.iter().map(|j| j.id.as_str()).collect();
+            format!(
+                "; not judged: {} (hosts in different roles, too few fed alike)",
+                ids.join(", ")
+            )
+        } else {
+            String::new()
+        };
         return Outcome::Passed(format!(
-            "no host late in most phases: {} in {}{unjudged}",
+            "no host late in most phases: {} in {}{within}{unjudged}",
             count(phases as u64, "phase"),
-            count(judged.len() as u64, "job")
+            count(clean.len() as u64, "job")
         ));
     };
     // The cause as the evidence shows it: its QPs troubled where its peers' are not is the
@@ -303,8 +402,8 @@ fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
     let network = s.evidence > 0.0 && s.evidence >= 2.0 * s.peers_evidence;
     let cause = match (network, s.end) {
         (true, _) => "network",
-        (false, End::Compute | End::Start) => "host",
-        (false, End::Finish) => "unknown",
+        (false, End::Compute | End::Start | End::Held { .. }) => "host",
+        (false, End::Finish | End::Sending) => "unknown",
     };
     let (what, unit) = match s.end {
         End::Compute => (
@@ -313,11 +412,25 @@ fn job_straggler(r: &Report, c: &JobStraggler) -> Outcome {
         ),
         End::Start => ("starts its communication phase last", "phases"),
         End::Finish => ("finishes its communication phase last", "phases"),
+        End::Held { in_phase: false } => (
+            "computes longest from the data it last received to its next send, among the hosts fed in the phase before",
+            "phases",
+        ),
+        End::Held { in_phase: true } => (
+            "holds longest between its inputs coming in and its own send, among the hosts fed in the phase",
+            "phases",
+        ),
+        End::Sending => (
+            "takes longest to send its part, among the hosts fed in the phase before",
+            "phases",
+        ),
     };
     let late_at = match s.end {
-        End::Compute => "compute",
+        End::Compute | End::Held { in_phase: false } => "compute",
         End::Start => "start",
         End::Finish => "finish",
+        End::Held { in_phase: true } => "hold",
+        End::Sending => "sending",
     };
     let flows: Vec<FlowRef> = job
         .qps
@@ -397,6 +510,8 @@ mod tests {
                             cnp: 0,
                             naks: 0,
                             retransmissions: 0,
+                            fed_ns: None,
+                            fed_in_phase: false,
                         })
                         .collect(),
                 }
@@ -414,7 +529,7 @@ mod tests {
         assert_eq!(f.evidence["late_in"], "start");
         assert_eq!(f.evidence["late_samples"], 9);
         assert_eq!(f.evidence["samples"], 10);
-        assert_eq!(f.evidence["mean_margin_ns"], 6_000_000);
+        assert_eq!(f.evidence["mean_margin_ns"], 6_500_000);
     }
 
     #[test]

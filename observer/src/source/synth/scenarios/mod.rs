@@ -56,7 +56,7 @@ use rules::{
 use traffic::{clean, incast, ipv6_vlan, loss, mixed_dscp};
 use training::{
     rule_job_hang, rule_job_irregular_iteration, rule_job_straggler, training,
-    training_network_straggler, training_tree, training_two_jobs,
+    training_network_straggler, training_tree, training_tree_straggler, training_two_jobs,
 };
 
 /// The scenarios meant to be written to capture files: plain, complete frames only (no
@@ -126,6 +126,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "training-tree",
         "the training job's 8 hosts and pace in a binary tree all-reduce: each host sends its subtree's data to its parent once its children's is in, the root broadcasts back down, each host to its children one after the other (one job with --jobs)",
+    ),
+    (
+        "training-tree-straggler",
+        "the training tree with a leaf (its eighth host) computing 25% longer every iteration: it sends to its parent late while the network is quiet (job-straggler, cause host, with --jobs)",
     ),
     (
         "training-network-straggler",
@@ -321,6 +325,7 @@ pub fn scenario(name: &str) -> Option<Workload> {
         "training-network-straggler" => training_network_straggler(&mut w),
         "training-two-jobs" => training_two_jobs(&mut w),
         "training-tree" => training_tree(&mut w),
+        "training-tree-straggler" => training_tree_straggler(&mut w),
         "rules-clean" => rules_clean(&mut w),
         "rule-ce-without-cnp" => rule_ce_without_cnp(&mut w),
         "rule-not-ect" => rule_not_ect(&mut w),

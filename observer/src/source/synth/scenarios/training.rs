@@ -101,6 +101,18 @@ pub(super) fn training_tree(w: &mut Workload) {
     ring(w, &t);
 }
 
+/// `training-tree-straggler`: the tree (198.18.88.1 to .8) with a leaf, its eighth host
+/// (198.18.88.8), computing 25% longer every iteration: it sends its data to its parent late,
+/// with nothing on the network; among the leaves (fed by the broadcast before) it computes
+/// longest.
+pub(super) fn training_tree_straggler(w: &mut Workload) {
+    let mut t = training_ring();
+    t.net = 88;
+    t.ring.tree = true;
+    t.ring.slow_host = Some((7, 0.25));
+    ring(w, &t);
+}
+
 /// `rule-job-hang`: the ring's fourth host (198.18.85.4) never finishes computing for its ninth
 /// iteration: its peers send what they can without it and wait. Another pair of hosts goes on
 /// writing for 250 ms more: the wire was watched.
