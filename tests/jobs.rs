@@ -420,6 +420,7 @@ fn the_fleet_joins_each_sides_peer_rank() {
                 q["rqpn"].as_u64().unwrap(),
                 host.to_string(),
                 q["lqpn"].as_u64().unwrap(),
+                format!("node-{i}"),
                 rank.to_string(),
             ));
         }
@@ -444,6 +445,21 @@ fn the_fleet_joins_each_sides_peer_rank() {
                 .arg(&dir),
         );
         assert!(status.success(), "{err}");
+        // Each host its own exporter, as in a fleet (both replays ran on this machine).
+        for table in roce_observer::export::TABLES {
+            let file = dir.join(format!("{table}.jsonl"));
+            let rows: String = std::fs::read_to_string(&file)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let mut row: serde_json::Value = serde_json::from_str(l).unwrap();
+                    row["host"] = format!("node-{i}").into();
+                    row["exporter"] = format!("node-{i}/1/0").into();
+                    format!("{row}\n")
+                })
+                .collect();
+            std::fs::write(&file, rows).unwrap();
+        }
         dirs.push(dir);
     }
     // ClickHouse: each side's peer process, from the peer's exporter's rows.
@@ -468,6 +484,7 @@ fn the_fleet_joins_each_sides_peer_rank() {
                 num(&r["qp"]),
                 text(&r["peer_addr"]),
                 num(&r["peer_qp"]),
+                text(&r["peer_host"]),
                 text(&r["peer_rank"]),
             )
         })
@@ -491,7 +508,8 @@ fn the_fleet_joins_each_sides_peer_rank() {
         "{:?}",
         job.ranks
     );
-    assert!(job.ranks.iter().all(|r| r.seen_by.is_some()));
+    let seen: Vec<Option<&str>> = job.ranks.iter().map(|r| r.seen_by.as_deref()).collect();
+    assert_eq!(seen, [Some("node-0"), Some("node-1")]);
     assert_eq!(job.name.as_deref(), Some("slurm:77"));
 }
 

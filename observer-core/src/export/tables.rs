@@ -596,7 +596,7 @@ const SIDE_OWN: [Column<SideGet>; 34] = [
     ),
     col(
         "qp_pid",
-        "process.pid",
+        "roce.qp.pid",
         ChType::UInt32,
         "The process that owns this side's QP, when the QP is the exporter host's and its QP table names it (0: not known)",
         |r| Value::U64(r.process.and_then(|q| q.pid).map_or(0, u64::from)),

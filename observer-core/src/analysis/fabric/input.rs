@@ -170,17 +170,29 @@ impl SideSums {
     }
 }
 
+/// A side's exporter host, address, QP, peer's address and QP, process, job and rank.
+type SideProcess = (
+    String,
+    std::net::IpAddr,
+    u32,
+    std::net::IpAddr,
+    u32,
+    u32,
+    String,
+    String,
+);
+
 /// The processes of fleet records' `connection_sides` table (its JSONEachRow lines, read from
 /// `reader`; `origin` names it in errors): each side whose QP its exporter's QP table named,
-/// once however many intervals name it, by its exporter's host, address, QP, peer's QP and
-/// process. A row without the process's columns (records older than them) is an error of its
-/// line.
+/// once however many intervals name it (by its exporter's host, address, QP, peer's address
+/// and QP, and process), over the intervals that name it. A row without the process's columns
+/// (records older than them) is an error of its line.
 pub fn records_processes(
     reader: impl std::io::BufRead,
     origin: &str,
 ) -> Result<Vec<crate::analysis::jobs::PeerProcess>, FabricError> {
-    let mut seen = std::collections::HashSet::new();
-    let mut out = Vec::new();
+    let mut index: HashMap<SideProcess, usize> = HashMap::new();
+    let mut out: Vec<crate::analysis::jobs::PeerProcess> = Vec::new();
     for_each_json_line(reader, origin, |row, bad| {
         let r = TableRow {
             row,
@@ -194,6 +206,22 @@ pub fn records_processes(
         if pid == 0 || qp == 0 || peer_qp == 0 {
             return Ok(());
         }
+        let (start, end) = (r.count("interval_start_ns")?, r.count("interval_end_ns")?);
+        let key = (
+            r.text("host")?.to_string(),
+            r.addr("addr")?,
+            u32::try_from(qp).map_err(|_| bad("qp out of range".into()))?,
+            r.addr("peer_addr")?,
+            u32::try_from(peer_qp).map_err(|_| bad("peer_qp out of range".into()))?,
+            pid,
+            job.to_string(),
+            rank.to_string(),
+        );
+        if let Some(&i) = index.get(&key) {
+            let p = &mut out[i];
+            (p.first_ns, p.last_ns) = (p.first_ns.min(start), p.last_ns.max(end));
+            return Ok(());
+        }
         let rank = match rank {
             "" => None,
             t => Some(
@@ -201,21 +229,23 @@ pub fn records_processes(
                     .map_err(|_| bad(format!("qp_rank {t:?} is not a rank")))?,
             ),
         };
-        let p = crate::analysis::jobs::PeerProcess {
-            seen_by: r.text("host")?.to_string(),
-            addr: r.addr("addr")?,
-            qp: u32::try_from(qp).map_err(|_| bad("qp out of range".into()))?,
-            peer_qp: u32::try_from(peer_qp).map_err(|_| bad("peer_qp out of range".into()))?,
+        index.insert(key.clone(), out.len());
+        let (seen_by, addr, qp, peer_addr, peer_qp, pid, job, _) = key;
+        out.push(crate::analysis::jobs::PeerProcess {
+            seen_by,
+            addr,
+            qp,
+            peer_addr,
+            peer_qp,
             pid,
             process: crate::model::nic::ProcessJob {
-                job: (!job.is_empty()).then(|| job.to_string()),
+                job: (!job.is_empty()).then_some(job),
                 rank,
                 ..Default::default()
             },
-        };
-        if seen.insert((p.seen_by.clone(), p.addr, p.qp, p.peer_qp, p.pid)) {
-            out.push(p);
-        }
+            first_ns: start,
+            last_ns: end,
+        });
         Ok(())
     })?;
     Ok(out)

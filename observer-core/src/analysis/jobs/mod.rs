@@ -510,11 +510,12 @@ fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
                 }
             }
         }
-        // What each host's first send followed: the last data it received before it in the
-        // phase (a tree's inner host waits for its children's), else in the phase before.
+        // What each host's first send followed: the last data it received up to it in the
+        // phase (a tree's inner host waits for its children's; a pipelined one forwards in the
+        // bin it received), else in the phase before.
         for h in per_host.values_mut() {
             let bins = received.get(&h.host).map_or(&[][..], Vec::as_slice);
-            let inside = bins.iter().filter(|b| at(**b) < h.start_ns).max();
+            let inside = bins.iter().filter(|b| at(**b) <= h.start_ns).max();
             (h.fed_ns, h.fed_in_phase) = match inside {
                 Some(b) => (Some(at(*b + 1)), true),
                 None => (fed_before.get(&h.host).copied(), false),

@@ -68,35 +68,56 @@ pub fn join_processes(jobs: &mut Jobs, nic: &Nic) {
     }
 }
 
-/// A QP of another host as its fleet records name it (a `connection_sides` row with its
-/// process): the QP `qp` at `addr`, connected to `peer_qp`, of the process `pid`.
+/// A QP of another host as its fleet records name it (`connection_sides` rows with its
+/// process): the QP `qp` at `addr`, connected to `peer_qp` at `peer_addr`, of the process
+/// `pid`, over the records' intervals from `first_ns` to `last_ns`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerProcess {
     /// The records' exporter host.
     pub seen_by: String,
     pub addr: IpAddr,
     pub qp: u32,
+    pub peer_addr: IpAddr,
     pub peer_qp: u32,
     pub pid: u32,
     pub process: ProcessJob,
+    /// Unix-epoch ns.
+    pub first_ns: u64,
+    pub last_ns: u64,
 }
 
 /// Adds to each job's `ranks` the processes of other hosts that `peers` (their fleet records)
-/// name, on the same evidence as this host's own: both directions of the QP's connection are
-/// the job's (traffic to `qp` at `addr`, and from `addr` back to `peer_qp`). A process the
-/// report's own QP table named already is kept as that table tells it; the job's name is
+/// name, on the same evidence as this host's own and more: the job carries traffic to `qp`
+/// at `addr` from `peer_addr`, and back from `addr` to `peer_qp` at `peer_addr`, and the
+/// records' intervals overlap the observation (QP numbers and PIDs are reused). An address
+/// the report's own QP table names processes on is left to that table; the job's name is
 /// told again from every rank.
 pub fn join_peer_processes(jobs: &mut Jobs, peers: &[PeerProcess]) {
+    let (start, end) = (jobs.start_ns, jobs.end_ns);
     for job in &mut jobs.jobs {
+        let directions: BTreeSet<(IpAddr, IpAddr, u32)> = job
+            .qps
+            .iter()
+            .map(|f| (f.src_ip, f.dst_ip, f.dest_qp))
+            .collect();
+        let local: BTreeSet<IpAddr> = job
+            .ranks
+            .iter()
+            .filter(|r| r.seen_by.is_none())
+            .map(|r| r.host)
+            .collect();
         let mut qps: BTreeMap<(IpAddr, u32), BTreeSet<u32>> = BTreeMap::new();
         let mut added: BTreeMap<(IpAddr, u32), JobRank> = BTreeMap::new();
         for p in peers {
-            let key = (p.addr, p.pid);
-            if job.ranks.iter().any(|r| (r.host, r.pid) == key)
-                || !connected(&job.qps, p.addr, p.qp, p.peer_qp)
+            if local.contains(&p.addr)
+                || p.last_ns < start
+                || p.first_ns > end
+                || !directions.contains(&(p.peer_addr, p.addr, p.qp))
+                || !directions.contains(&(p.addr, p.peer_addr, p.peer_qp))
             {
                 continue;
             }
+            let key = (p.addr, p.pid);
             qps.entry(key).or_default().insert(p.qp);
             added.entry(key).or_insert_with(|| JobRank {
                 host: p.addr,
@@ -361,11 +382,18 @@ mod tests {
         assert_eq!(j.jobs[0].name, None);
     }
 
-    fn peer(seen_by: &str, addr: &str, qp: u32, peer_qp: u32, pid: u32, rank: u32) -> PeerProcess {
+    fn peer(
+        seen_by: &str,
+        (addr, qp): (&str, u32),
+        (peer_addr, peer_qp): (&str, u32),
+        pid: u32,
+        rank: u32,
+    ) -> PeerProcess {
         PeerProcess {
             seen_by: seen_by.into(),
             addr: addr.parse().unwrap(),
             qp,
+            peer_addr: peer_addr.parse().unwrap(),
             peer_qp,
             pid,
             process: ProcessJob {
@@ -373,6 +401,8 @@ mod tests {
                 rank: Some(rank),
                 ..Default::default()
             },
+            first_ns: 0,
+            last_ns: 10,
         }
     }
 
@@ -393,15 +423,23 @@ mod tests {
             &mut j,
             &nic("198.18.0.2", vec![qp(0x11, 0x10, 7, 1, "slurm:42")]),
         );
+        let (one, two, three) = ("198.18.0.1", "198.18.0.2", "198.18.0.3");
+        let mut stale = peer("node-1", (one, 0x10), (two, 0x11), 73, 7);
+        (stale.first_ns, stale.last_ns) = (20, 30);
         let peers = [
-            peer("node-1", "198.18.0.1", 0x10, 0x11, 70, 0),
-            peer("node-1", "198.18.0.1", 0x10, 0x11, 70, 0),
-            peer("node-3", "198.18.0.3", 0x13, 0x12, 90, 2),
-            // .2's own process as a peer's records would name it again: this host's table wins.
-            peer("node-2", "198.18.0.2", 0x11, 0x10, 7, 9),
-            // A QP number the job never sends to, or whose reverse is another QP's.
-            peer("node-4", "198.18.0.4", 0x10, 0x11, 71, 5),
-            peer("node-1", "198.18.0.1", 0x10, 0x99, 72, 6),
+            peer("node-1", (one, 0x10), (two, 0x11), 70, 0),
+            peer("node-1", (one, 0x10), (two, 0x11), 70, 0),
+            peer("node-3", (three, 0x13), (two, 0x12), 90, 2),
+            // .2's processes as a peer's records would name them: this host's table names
+            // .2's, whatever the PID.
+            peer("node-2", (two, 0x11), (one, 0x10), 7, 9),
+            peer("node-2", (two, 0x12), (three, 0x13), 8, 9),
+            // A QP number the job never sends to, whose reverse is another QP's, whose peer is
+            // another address, or records of another time.
+            peer("node-4", ("198.18.0.4", 0x10), (two, 0x11), 71, 5),
+            peer("node-1", (one, 0x10), (two, 0x99), 72, 6),
+            peer("node-1", (one, 0x10), (three, 0x11), 74, 6),
+            stale,
         ];
         join_peer_processes(&mut j, &peers);
         type Row<'a> = (String, u32, u32, Option<u32>, Option<&'a str>);
@@ -429,7 +467,7 @@ mod tests {
         assert_eq!(j.jobs[0].name.as_deref(), Some("slurm:42"));
         // Peers alone (no QP table here) name them too; a peer of another job unnames it.
         let mut j = jobs(flows);
-        let mut other = peer("node-3", "198.18.0.3", 0x13, 0x12, 90, 2);
+        let mut other = peer("node-3", (three, 0x13), (two, 0x12), 90, 2);
         other.process.job = Some("slurm:43".into());
         join_peer_processes(&mut j, &[peers[0].clone(), other]);
         assert_eq!(j.jobs[0].ranks.len(), 2);

@@ -1,6 +1,8 @@
 //! A training job's straggler: one host late to start its communication phases (it computes
 //! longer) or last to finish them, in most phases, by a margin; the cause as its QPs show it.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::units::{count, duration};
@@ -8,7 +10,7 @@ use crate::{
     analysis::findings::{Outcome, Severity, finding},
     model::{
         FlowRef, Report,
-        jobs::{Job, Phase},
+        jobs::{HostPhase, Job, Phase},
     },
 };
 
@@ -95,10 +97,42 @@ struct Sample {
     scale: u64,
 }
 
+/// The median of `v` (sorted here): of an even count, the mean of the middle two; 0 of none.
+fn median(v: &mut [u64]) -> u64 {
+    v.sort_unstable();
+    match v.len() {
+        0 => 0,
+        n => (v[(n - 1) / 2] + v[n / 2]) / 2,
+    }
+}
+
+/// Each host's class in a job whose hosts play different roles: fed in the phase (true: a
+/// tree's inner hosts and root) or in the phase before (false: its leaves), as it was in most
+/// of the phases that tell; a host with as many of each has none. One class for the whole job,
+/// so a host late enough to change how it looks in some phases keeps its peers.
+fn classes(phases: &[Phase]) -> BTreeMap<Host, bool> {
+    let mut counts: BTreeMap<Host, (u32, u32)> = BTreeMap::new();
+    for h in phases.iter().flat_map(|p| &p.hosts).filter(|h| h.fed_ns.is_some()) {
+        let c = counts.entry(h.host).or_default();
+        if h.fed_in_phase {
+            c.0 += 1;
+        } else {
+            c.1 += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|(_, (i, b))| i != b)
+        .map(|(h, (i, b))| (h, i > b))
+        .collect()
+}
+
 /// Each host's measure of `end`, per sample: a phase's start or finish (from the phase's
-/// start), or the compute between two consecutive phases (for the hosts that sent in both).
-fn samples(phases: &[Phase], end: End) -> Vec<Sample> {
-    let phase = |p: &Phase, f: fn(&crate::model::jobs::HostPhase) -> u64| Sample {
+/// start), the compute between two consecutive phases (for the hosts that sent in both), or,
+/// among the hosts of one class (`classes`) fed as their class is in the phase, their hold or
+/// compute from their last input, or their sending.
+fn samples(phases: &[Phase], end: End, classes: &BTreeMap<Host, bool>) -> Vec<Sample> {
+    let phase = |p: &Phase, f: fn(&HostPhase) -> u64| Sample {
         values: p
             .hosts
             .iter()
@@ -106,16 +140,19 @@ fn samples(phases: &[Phase], end: End) -> Vec<Sample> {
             .collect(),
         scale: p.end_ns.saturating_sub(p.start_ns),
     };
-    // The hosts of a class, each with its value; the scale the median value, or the phase's
-    // length.
-    let class = |p: &Phase, of: &dyn Fn(&crate::model::jobs::HostPhase) -> Option<u64>, by_length: bool| {
-        let values: Vec<(Host, u64)> = p.hosts.iter().filter_map(|h| Some((h.host, of(h)?))).collect();
-        let mut v: Vec<u64> = values.iter().map(|x| x.1).collect();
-        v.sort_unstable();
+    // The hosts of a class fed as it is in the phase, each with its value; the scale the
+    // median value, or the phase's length.
+    let class = |p: &Phase, in_phase: bool, of: fn(&HostPhase, u64) -> u64, by_length: bool| {
+        let values: Vec<(Host, u64)> = p
+            .hosts
+            .iter()
+            .filter(|h| classes.get(&h.host) == Some(&in_phase) && h.fed_in_phase == in_phase)
+            .filter_map(|h| Some((h.host, of(h, h.fed_ns?))))
+            .collect();
         let scale = if by_length {
             p.end_ns.saturating_sub(p.start_ns)
         } else {
-            v.get(v.len() / 2).copied().unwrap_or(0)
+            median(&mut values.iter().map(|x| x.1).collect::<Vec<_>>())
         };
         Sample { values, scale }
     };
@@ -124,26 +161,11 @@ fn samples(phases: &[Phase], end: End) -> Vec<Sample> {
         End::Finish => phases.iter().map(|p| phase(p, |h| h.end_ns)).collect(),
         End::Held { in_phase } => phases
             .iter()
-            .map(|p| {
-                class(
-                    p,
-                    &|h| {
-                        let fed = h.fed_ns.filter(|_| h.fed_in_phase == in_phase)?;
-                        Some(h.start_ns.saturating_sub(fed))
-                    },
-                    in_phase,
-                )
-            })
+            .map(|p| class(p, in_phase, |h, fed| h.start_ns.saturating_sub(fed), in_phase))
             .collect(),
         End::Sending => phases
             .iter()
-            .map(|p| {
-                class(
-                    p,
-                    &|h| (!h.fed_in_phase).then(|| h.end_ns.saturating_sub(h.start_ns)),
-                    false,
-                )
-            })
+            .map(|p| class(p, false, |h, _| h.end_ns.saturating_sub(h.start_ns), false))
             .collect(),
         End::Compute => phases
             .windows(2)
@@ -156,9 +178,7 @@ fn samples(phases: &[Phase], end: End) -> Vec<Sample> {
                         Some((a.host, b.start_ns.saturating_sub(a.end_ns)))
                     })
                     .collect();
-                let mut v: Vec<u64> = values.iter().map(|x| x.1).collect();
-                v.sort_unstable();
-                let scale = v.get(v.len() / 2).copied().unwrap_or(0);
+                let scale = median(&mut values.iter().map(|x| x.1).collect::<Vec<_>>());
                 Sample { values, scale }
             })
             .collect(),
@@ -184,10 +204,8 @@ fn chance_at_least(n: usize, samples: usize, p: f64) -> f64 {
 /// ns after its median host: by how much, and who.
 fn late(sample: &[(Host, u64)], margin: u64) -> Option<(u64, Vec<Host>)> {
     let mut times: Vec<u64> = sample.iter().map(|s| s.1).collect();
-    times.sort_unstable();
-    let n = times.len();
-    // The median: of an even count, the mean of the middle two.
-    let (last, median) = (*times.last()?, (times[(n - 1) / 2] + times[n / 2]) / 2);
+    let median = median(&mut times);
+    let last = *times.last()?;
     (last - median >= margin).then(|| {
         let hosts = sample
             .iter()
@@ -240,10 +258,15 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Judged {
     let floor = c.min_margin_bins.max(1).saturating_mul(bin_ns);
     let mut measured = false;
     let mut best: Option<Straggler> = None;
-    let measures = if has_roles(job) { ROLES } else { ONE_ROLE };
-    for end in measures {
+    let roles = has_roles(job);
+    let classes = if roles {
+        classes(&job.phases)
+    } else {
+        BTreeMap::new()
+    };
+    for end in if roles { ROLES } else { ONE_ROLE } {
         // (Consecutive phases first, then the samples with hosts enough.)
-        let samples: Vec<Sample> = samples(&job.phases, end)
+        let samples: Vec<Sample> = samples(&job.phases, end, &classes)
             .into_iter()
             .filter(|s| s.values.len() >= c.min_hosts)
             .collect();
@@ -284,7 +307,8 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Judged {
             .filter(|(_, hosts)| hosts.contains(&host))
             .map(|(by, _)| by)
             .sum();
-        // Per host and phase it sent in: its own, and its peers' on average.
+        // Per host and phase it sent in: its own, and its peers' on average (in a job of roles,
+        // the hosts of its class: an inner host's QPs carry more than a leaf's).
         let (mut mine, mut mine_count, mut peers, mut peer_count) = (0u64, 0u64, 0u64, 0u64);
         for p in &judged {
             for h in &p.hosts {
@@ -292,7 +316,7 @@ fn straggler(job: &Job, bin_ns: u64, c: &JobStraggler) -> Judged {
                 if h.host == host {
                     mine += e;
                     mine_count += 1;
-                } else {
+                } else if !roles || classes.get(&h.host) == classes.get(&host) {
                     peers += e;
                     peer_count += 1;
                 }
@@ -583,6 +607,40 @@ mod tests {
             Outcome::Passed(_)
         ));
         assert!((chance_at_least(4, 5, 0.125) - 0.001_098_6).abs() < 1e-6);
+    }
+
+    /// A job of roles: hosts 1 to 4 fed in the phase before (leaves: 60 ms of compute from
+    /// their input, host 2's 70 ms), hosts 5 to 8 in the phase (holding 0 ms). Host 2 looks
+    /// fed in the phase in three phases (its slowness lets a neighbour's data in first): it
+    /// keeps its class, those phases leave it out, and it is still named. The network cause is
+    /// weighed against its class: the inner hosts' marks are theirs.
+    #[test]
+    fn a_job_of_roles_is_judged_within_each_hosts_class() {
+        let ms = 1_000_000;
+        let mut r = job(16, 8, |_, h| if h > 4 { 10 } else { 0 }, |_, h| if h > 4 { 50 } else { 0 });
+        let j = &mut r.jobs.as_mut().unwrap().jobs[0];
+        j.data_peers = Some((1, 3));
+        for (i, p) in j.phases.iter_mut().enumerate() {
+            for h in &mut p.hosts {
+                let n = h.host.to_string().rsplit('.').next().unwrap().parse::<u8>().unwrap();
+                // (The first phase's leaves were fed by nothing seen.)
+                let (fed, in_phase) = match n {
+                    2 if i % 4 == 1 => (Some(h.start_ns - ms), true),
+                    2 => (h.start_ns.checked_sub(70 * ms).filter(|_| i > 0), false),
+                    1..=4 => (h.start_ns.checked_sub(60 * ms).filter(|_| i > 0), false),
+                    _ => (Some(h.start_ns), true),
+                };
+                h.fed_ns = fed;
+                h.fed_in_phase = in_phase;
+            }
+        }
+        let f = fired(run(&JobStragglerRule, &r, &Thresholds::default()));
+        assert_eq!(f.evidence["host"], "198.18.0.2");
+        assert_eq!(f.evidence["late_in"], "compute");
+        assert_eq!(f.evidence["cause"], "host");
+        assert_eq!(f.evidence["samples"], 15);
+        assert_eq!(f.evidence["late_samples"], 11);
+        assert_eq!(f.evidence["peers_network_events_per_phase"], 0.0);
     }
 
     #[test]
