@@ -122,7 +122,7 @@ pub struct HostPhase {
     pub cnp: u64,
     pub naks: u64,
     pub retransmissions: u64,
-    /// The end of the last data it received before its first send: in this phase
+    /// The end of the last data it received up to its first send (its bin included): in this phase
     /// (`fed_in_phase`: it forwards or reduces what came in, as a tree's inner host or root
     /// does), else in the phase before (the data its compute started from); none when neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1311,4 +1311,52 @@ mod tests {
             (50000, 0x42, 1000, 5, 7)
         );
     }
+
+    /// A side's process over its intervals, once per process; sides without one, and lines
+    /// that are not side rows, as the reader says.
+    #[test]
+    fn records_name_each_sides_process_once_over_its_intervals() {
+        let row = |start: u64, pid: u32, rank: &str| {
+            format!(
+                r#"{{"host":"node-1","addr":"198.18.0.1","qp":16,"peer_addr":"198.18.0.2","peer_qp":"17","qp_pid":{pid},"qp_job":"slurm:42","qp_rank":"{rank}","interval_start_ns":{start},"interval_end_ns":{}}}"#,
+                start + 10
+            )
+        };
+        let lines = [
+            row(100, 70, "3"),
+            row(300, 70, "3"),
+            row(200, 70, "3"),
+            // The QP's number reused by another process, and a side of no known process.
+            row(500, 71, ""),
+            row(600, 0, ""),
+        ]
+        .join("\n");
+        let got = records_processes(lines.as_bytes(), "sides").unwrap();
+        assert_eq!(got.len(), 2, "{got:?}");
+        let p = &got[0];
+        assert_eq!(
+            (p.seen_by.as_str(), p.qp, p.peer_qp, p.pid),
+            ("node-1", 16, 17, 70)
+        );
+        assert_eq!(
+            (p.addr.to_string(), p.peer_addr.to_string()),
+            ("198.18.0.1".into(), "198.18.0.2".into())
+        );
+        assert_eq!((p.first_ns, p.last_ns), (100, 310));
+        assert_eq!(
+            (p.process.rank, p.process.job.as_deref()),
+            (Some(3), Some("slurm:42"))
+        );
+        assert_eq!(
+            (got[1].pid, got[1].process.rank, got[1].first_ns),
+            (71, None, 500)
+        );
+        let bad = format!("{}\n{}", row(100, 70, "3"), row(100, 70, "x"));
+        assert_eq!(
+            records_processes(bad.as_bytes(), "sides")
+                .unwrap_err()
+                .to_string(),
+            "sides line 2: qp_rank \"x\" is not a rank"
+        );
+    }
 }

@@ -401,8 +401,8 @@ mod tests {
                 rank: Some(rank),
                 ..Default::default()
             },
-            first_ns: 0,
-            last_ns: 10,
+            first_ns: 100,
+            last_ns: 150,
         }
     }
 
@@ -424,8 +424,12 @@ mod tests {
             &nic("198.18.0.2", vec![qp(0x11, 0x10, 7, 1, "slurm:42")]),
         );
         let (one, two, three) = ("198.18.0.1", "198.18.0.2", "198.18.0.3");
-        let mut stale = peer("node-1", (one, 0x10), (two, 0x11), 73, 7);
-        (stale.first_ns, stale.last_ns) = (20, 30);
+        // The observation: 100 to 200 ns.
+        (j.start_ns, j.end_ns) = (100, 200);
+        let mut before = peer("node-1", (one, 0x10), (two, 0x11), 73, 7);
+        (before.first_ns, before.last_ns) = (20, 99);
+        let mut after = peer("node-1", (one, 0x10), (two, 0x11), 75, 7);
+        (after.first_ns, after.last_ns) = (201, 300);
         let peers = [
             peer("node-1", (one, 0x10), (two, 0x11), 70, 0),
             peer("node-1", (one, 0x10), (two, 0x11), 70, 0),
@@ -439,7 +443,8 @@ mod tests {
             peer("node-4", ("198.18.0.4", 0x10), (two, 0x11), 71, 5),
             peer("node-1", (one, 0x10), (two, 0x99), 72, 6),
             peer("node-1", (one, 0x10), (three, 0x11), 74, 6),
-            stale,
+            before,
+            after,
         ];
         join_peer_processes(&mut j, &peers);
         type Row<'a> = (String, u32, u32, Option<u32>, Option<&'a str>);
@@ -467,6 +472,7 @@ mod tests {
         assert_eq!(j.jobs[0].name.as_deref(), Some("slurm:42"));
         // Peers alone (no QP table here) name them too; a peer of another job unnames it.
         let mut j = jobs(flows);
+        (j.start_ns, j.end_ns) = (100, 200);
         let mut other = peer("node-3", (three, 0x13), (two, 0x12), 90, 2);
         other.process.job = Some("slurm:43".into());
         join_peer_processes(&mut j, &[peers[0].clone(), other]);

@@ -611,13 +611,21 @@ mod tests {
 
     /// A job of roles: hosts 1 to 4 fed in the phase before (leaves: 60 ms of compute from
     /// their input, host 2's 70 ms), hosts 5 to 8 in the phase (holding 0 ms). Host 2 looks
-    /// fed in the phase in three phases (its slowness lets a neighbour's data in first): it
-    /// keeps its class, those phases leave it out, and it is still named. The network cause is
-    /// weighed against its class: the inner hosts' marks are theirs.
+    /// fed in the phase in four phases (its slowness lets a neighbour's data in first), and
+    /// host 5 fed before in four others, 90 ms after its input: each keeps its class, those
+    /// phases leave it out, and host 2 is named (judged phase by phase, host 5 would be late in
+    /// four of its samples and host 2 in too few). The network cause is weighed against its
+    /// class: host 2's few marks are more than its fellow leaves' none, the inner hosts' many
+    /// are theirs.
     #[test]
     fn a_job_of_roles_is_judged_within_each_hosts_class() {
         let ms = 1_000_000;
-        let mut r = job(16, 8, |_, h| if h > 4 { 10 } else { 0 }, |_, h| if h > 4 { 50 } else { 0 });
+        let ce = |_, h| match h {
+            2 => 5,
+            5..=8 => 50,
+            _ => 0,
+        };
+        let mut r = job(16, 8, |_, h| if h > 4 { 10 } else { 0 }, ce);
         let j = &mut r.jobs.as_mut().unwrap().jobs[0];
         j.data_peers = Some((1, 3));
         for (i, p) in j.phases.iter_mut().enumerate() {
@@ -628,6 +636,7 @@ mod tests {
                     2 if i % 4 == 1 => (Some(h.start_ns - ms), true),
                     2 => (h.start_ns.checked_sub(70 * ms).filter(|_| i > 0), false),
                     1..=4 => (h.start_ns.checked_sub(60 * ms).filter(|_| i > 0), false),
+                    5 if i % 4 == 3 => (Some(h.start_ns - 90 * ms), false),
                     _ => (Some(h.start_ns), true),
                 };
                 h.fed_ns = fed;
@@ -637,7 +646,7 @@ mod tests {
         let f = fired(run(&JobStragglerRule, &r, &Thresholds::default()));
         assert_eq!(f.evidence["host"], "198.18.0.2");
         assert_eq!(f.evidence["late_in"], "compute");
-        assert_eq!(f.evidence["cause"], "host");
+        assert_eq!(f.evidence["cause"], "network");
         assert_eq!(f.evidence["samples"], 15);
         assert_eq!(f.evidence["late_samples"], 11);
         assert_eq!(f.evidence["peers_network_events_per_phase"], 0.0);
