@@ -148,6 +148,9 @@ pub(super) struct Collector {
     /// windows found.
     jobs_window_start: Instant,
     jobs: Option<crate::jobs::JobsView>,
+    /// The kernel memory of the observer's BPF maps (name, bytes), read once: they are
+    /// preallocated when the programs load.
+    kernel_maps: Vec<(String, u64)>,
 }
 
 impl Collector {
@@ -171,6 +174,16 @@ impl Collector {
             None => Book::Metrics(Box::new(FlowBook::new(series, idle))),
         };
         let nic = NicSide::new(&config);
+        let kernel_maps = match &tap {
+            Tap::Kernel(_) => match roce_observer::source::live::memory::open_maps(None) {
+                Ok(maps) => maps.into_iter().map(|m| (m.name, m.bytes)).collect(),
+                Err(e) => {
+                    warn!("cannot read the kernel memory of the BPF maps: {e}");
+                    Vec::new()
+                }
+            },
+            _ => Vec::new(),
+        };
         let mut c = Self {
             tap,
             config,
@@ -195,6 +208,7 @@ impl Collector {
             pauses: PauseBook::default(),
             jobs_window_start: attached.0,
             jobs: None,
+            kernel_maps,
         };
         c.sync_ifaces();
         c
@@ -656,6 +670,7 @@ impl Collector {
             demotions: drained.demotions,
             cpu_seconds: cpu_seconds(),
             resident_bytes: resident_bytes(),
+            kernel_maps: self.kernel_maps.clone(),
             skipped,
             reloads_ok: self.reloads_ok,
             reloads_failed: self.reloads_failed,

@@ -306,6 +306,9 @@ pub struct MetricsView {
     pub demotions: u64,
     pub cpu_seconds: f64,
     pub resident_bytes: u64,
+    /// The kernel memory of each BPF map the observer holds (name, bytes; none: no kernel
+    /// programs).
+    pub kernel_maps: Vec<(String, u64)>,
     pub skipped: [u64; SkipReason::COUNT],
     pub reloads_ok: u64,
     pub reloads_failed: u64,
@@ -623,6 +626,13 @@ impl Collector for ViewCollector {
             &observer::RESIDENT_MEMORY,
             s.resident_bytes as i64,
         )?;
+        if !s.kernel_maps.is_empty() {
+            let mut m = enc.describe(&observer::KERNEL_MAP_MEMORY)?;
+            for (name, bytes) in &s.kernel_maps {
+                ConstGauge::new(*bytes as i64)
+                    .encode(m.encode_family(&[("map", name.clone())])?)?;
+            }
+        }
         if let Some(e) = &s.export {
             let st = &e.stats;
             counter_family(

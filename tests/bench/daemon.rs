@@ -34,6 +34,9 @@
 //! of the interval over its QP rows), per record, and the userspace memory per QP (the RSS
 //! difference).
 
+// The JSON report is one `json!` deeper than the default limit allows.
+#![recursion_limit = "256"]
+
 use std::{
     collections::BTreeMap,
     io::{Read, Write},
@@ -50,7 +53,10 @@ use std::{
 use observer_common::wire::op;
 use roce_observer::{
     lab::{Lab, pin_current_thread},
-    source::synth::{Ip, PacketSocket, RoceFrame},
+    source::{
+        live::memory,
+        synth::{Ip, PacketSocket, RoceFrame},
+    },
 };
 
 /// CPU and memory of `roce-observer run` at 10k, 100k and 1M flows (needs root).
@@ -315,15 +321,25 @@ struct Daemon {
 
 impl Daemon {
     /// `ip netns exec NS BIN run ...` (it execs the daemon: the child's pid is the daemon's).
-    fn start(ns: &str, bin: &Path, interval: Duration, extra: &[String]) -> Result<Self, String> {
+    /// `max_flows`: the flow table's capacity (none: the default's).
+    fn start(
+        ns: &str,
+        bin: &Path,
+        interval: Duration,
+        max_flows: Option<u32>,
+        extra: &[String],
+    ) -> Result<Self, String> {
         let interval = format!("{}ms", interval.as_millis());
-        let max_flows = MAX_FLOWS.to_string();
+        let max_flows: Vec<String> = max_flows
+            .map(|n| vec!["--max-flows".to_string(), n.to_string()])
+            .unwrap_or_default();
         let listen = format!("127.0.0.1:{PORT}");
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns])
             .arg(bin)
             .args(["run", "-i", Lab::RX, "--interval", &interval])
-            .args(["--max-flows", &max_flows, "--idle-timeout", "1h"])
+            .args(&max_flows)
+            .args(["--idle-timeout", "1h"])
             .args(["--listen", &listen, "--max-series", "100"])
             .args(extra)
             .env_remove("ROCE_OBSERVER_LOG")
@@ -520,6 +536,20 @@ impl Metrics {
         self.labelled(name, &[])
     }
 
+    /// The sum of every sample `name` (none: an error).
+    fn sum(&self, name: &str) -> Result<f64, String> {
+        let v: Vec<f64> = self
+            .0
+            .iter()
+            .filter(|(n, ..)| n == name)
+            .map(|s| s.2)
+            .collect();
+        if v.is_empty() {
+            return Err(format!("no sample {name} in the scrape"));
+        }
+        Ok(v.iter().sum())
+    }
+
     /// RoCE packets the observer counted on rx0.
     fn rx_packets(&self) -> Result<u64, String> {
         self.labelled("roce_packets_total", &["iface=\"rx0\"", "dir=\"rx\""])
@@ -663,31 +693,112 @@ fn memory_kib(pid: u32) -> Result<(u64, u64), String> {
 /// Kernel memory of the BPF maps a process holds open (sum of `memlock` over the fdinfo of its
 /// map descriptors), in bytes, and that of the largest map.
 fn bpf_map_memory(pid: u32) -> (u64, u64) {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return (0, 0);
-    };
-    let mut seen = BTreeMap::new();
-    for entry in dir.flatten() {
-        let Ok(info) = std::fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        if !info.lines().any(|l| l.starts_with("map_type:")) {
-            continue;
-        }
-        let field = |k: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(k))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        // One map may be open under several descriptors: count it once.
-        if let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:")) {
-            seen.insert(id, memlock);
-        }
-    }
+    let maps = memory::open_maps(Some(pid)).unwrap_or_default();
     (
-        seen.values().sum(),
-        seen.values().copied().max().unwrap_or(0),
+        maps.iter().map(|m| m.bytes).sum(),
+        maps.iter().map(|m| m.bytes).max().unwrap_or(0),
     )
+}
+
+/// The kernel memory of the daemon's maps at the default settings, on this host and as the
+/// model gives it on bigger ones.
+struct DefaultMemory {
+    /// The kernel's accounting (fdinfo), bytes; and the daemon's metric's sum.
+    kernel: u64,
+    metric: u64,
+    /// The model at this host's possible CPUs.
+    model_here: u64,
+    cpus_here: u64,
+    /// (possible CPUs, bytes) by the model.
+    at: Vec<(u64, u64)>,
+    /// The largest maps: (name, bytes here, bytes per possible CPU).
+    top: Vec<(String, u64, u64)>,
+}
+
+/// The possible-CPU counts the memory is given for.
+const CPU_COUNTS: [u64; 3] = [64, 192, 256];
+/// The target: all maps at the default settings on a host of 192 possible CPUs, MiB.
+const DEFAULT_MEMORY_TARGET_MIB: f64 = 64.0;
+
+/// Starts the daemon at the default settings, reads its maps' kernel memory (fdinfo) and its
+/// metric, and stops it.
+fn default_memory(ns: &str, bin: &Path) -> Result<DefaultMemory, String> {
+    let mut daemon = Daemon::start(ns, bin, Duration::from_secs(1), None, &[])?;
+    let m = daemon.wait_serving(Duration::from_secs(60))?;
+    let maps = memory::open_maps(Some(daemon.pid())).map_err(|e| format!("fdinfo: {e}"))?;
+    let metric = m.sum("roce_observer_kernel_map_memory_bytes")? as u64;
+    daemon.stop()?;
+    let cpus_here = memory::possible_cpus().map_err(|e| e.to_string())?;
+    let mut top: Vec<(String, u64, u64)> = maps
+        .iter()
+        .map(|m| {
+            (
+                m.name.clone(),
+                m.bytes,
+                m.model(cpus_here + 1) - m.model(cpus_here),
+            )
+        })
+        .collect();
+    top.sort_by_key(|t| std::cmp::Reverse(t.1));
+    top.truncate(5);
+    Ok(DefaultMemory {
+        kernel: maps.iter().map(|m| m.bytes).sum(),
+        metric,
+        model_here: maps.iter().map(|m| m.model(cpus_here)).sum(),
+        cpus_here,
+        at: CPU_COUNTS
+            .iter()
+            .map(|&n| (n, memory::at_cpus(&maps, cpus_here, n)))
+            .collect(),
+        top,
+    })
+}
+
+impl DefaultMemory {
+    fn print(&self, max_flows_bytes: u64) {
+        println!(
+            "Kernel memory of the BPF maps at the default settings, {} possible CPUs: {:.1} MiB \
+             by the kernel's accounting (fdinfo memlock; the daemon's \
+             roce_observer_kernel_map_memory_bytes says {:.1} MiB); the model {:.1} MiB ({:.3}x)",
+            self.cpus_here,
+            self.kernel as f64 / MIB,
+            self.metric as f64 / MIB,
+            self.model_here as f64 / MIB,
+            self.model_here as f64 / self.kernel.max(1) as f64
+        );
+        for (name, bytes, per_cpu) in &self.top {
+            println!(
+                "  {name:<16} {:>8.2} MiB here, {:>8.3} MiB per possible CPU",
+                *bytes as f64 / MIB,
+                *per_cpu as f64 / MIB
+            );
+        }
+        let at: Vec<String> = self
+            .at
+            .iter()
+            .map(|(n, b)| format!("{:.0} MiB at {n}", *b as f64 / MIB))
+            .collect();
+        println!("  by the model: {}", at.join(", "));
+        let at192 = self.at.iter().find(|(n, _)| *n == 192).map_or(0, |x| x.1) as f64 / MIB;
+        println!(
+            "  target: at most {DEFAULT_MEMORY_TARGET_MIB:.0} MiB at 192 possible CPUs: {} ({at192:.0} MiB)",
+            if at192 <= DEFAULT_MEMORY_TARGET_MIB {
+                "met"
+            } else {
+                "MISS"
+            }
+        );
+        println!(
+            "  at --max-flows {MAX_FLOWS} here: {:.0} MiB; target at most a third of 1,013 MiB \
+             (338 MiB): {}",
+            max_flows_bytes as f64 / MIB,
+            if max_flows_bytes as f64 / MIB <= 1013.0 / 3.0 {
+                "met"
+            } else {
+                "MISS"
+            }
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -775,7 +886,7 @@ fn measure(
     extra: &[String],
 ) -> Result<Outcome, String> {
     let spawned = Instant::now();
-    let mut daemon = Daemon::start(ns, bin, interval, extra)?;
+    let mut daemon = Daemon::start(ns, bin, interval, Some(MAX_FLOWS), extra)?;
     let pid = daemon.pid();
     let mut m = daemon.wait_serving(Duration::from_secs(60))?;
     let startup_seconds = spawned.elapsed().as_secs_f64();
@@ -975,9 +1086,18 @@ fn print_json(
     outcomes: &[Outcome],
     took: Duration,
     export: Option<&ExportComparison>,
+    defaults: &DefaultMemory,
 ) {
     let idle = &outcomes[0];
     let env = integration_tests::environment_json(&integration_tests::bench_environment());
+    let default_memory = serde_json::json!({
+        "possible_cpus": defaults.cpus_here,
+        "kernel_bytes": defaults.kernel,
+        "metric_bytes": defaults.metric,
+        "model_bytes": defaults.model_here,
+        "model_bytes_at": defaults.at.iter().map(|(n, b)| (n.to_string(), *b)).collect::<BTreeMap<_, _>>(),
+        "target_mib_at_192": DEFAULT_MEMORY_TARGET_MIB,
+    });
     let memory = memory_case(outcomes);
     let json = serde_json::json!({
         "environment": env,
@@ -1002,6 +1122,7 @@ fn print_json(
         })),
         "bench_seconds": took.as_secs_f64(),
         "export": export.map(ExportComparison::json),
+        "default_kernel_memory": default_memory,
         "results": outcomes.iter().map(|o| {
             let (median, max) = o.drain_ms();
             serde_json::json!({
@@ -1248,6 +1369,12 @@ fn run(args: &Args) -> Result<(), String> {
             .map_err(|e| e.to_string())??;
         outcomes.push(outcome);
     }
+    let defaults = {
+        let (ns, b) = (lab.ns.name().to_string(), bin.clone());
+        lab.ns
+            .run_in(move || default_memory(&ns, &b))
+            .map_err(|e| e.to_string())??
+    };
     let export = match args.export_flows {
         0 => None,
         n => Some(export_comparison(
@@ -1261,9 +1388,10 @@ fn run(args: &Args) -> Result<(), String> {
     drop(lab);
     let took = started.elapsed();
     if args.json {
-        print_json(args, &bin, &outcomes, took, export.as_ref());
+        print_json(args, &bin, &outcomes, took, export.as_ref(), &defaults);
     } else {
         print_table(args, &bin, &outcomes, took);
+        defaults.print(outcomes[0].maps_bytes);
         if let Some(e) = &export {
             e.print();
         }

@@ -2240,3 +2240,51 @@ fn pfc_frames_on_the_wire_per_sender_and_priority() {
     assert!(status.success(), "{log}");
     assert_eq!(log.matches("NIC source absent").count(), 1, "{log}");
 }
+
+/// The kernel memory of the maps (`roce_observer_kernel_map_memory_bytes`, per map) is the
+/// kernel's own accounting: each map's `memlock` in the daemon's fdinfo, read here. The flow
+/// table, its cache and its log are named, and the model of that accounting (what grows with
+/// the possible CPUs) gives the kernel's total on this host within 1%.
+#[test]
+fn the_maps_kernel_memory_is_the_kernels_accounting() {
+    if !require_root("the_maps_kernel_memory_is_the_kernels_accounting") {
+        return;
+    }
+    let lab = lab("ro-sidemem");
+    let d = Daemon::start(&lab.ns, &["-i", "rx0", "--interval", "500ms"], false);
+    let samples = wait_drains(&lab.ns, 1.0);
+    let by_map = by_label(&samples, "roce_observer_kernel_map_memory_bytes", "map");
+    // The kernel's accounting, read from the daemon's descriptors.
+    let mut kernel = BTreeMap::new();
+    for entry in std::fs::read_dir(format!("/proc/{}/fdinfo", d.pid())).unwrap() {
+        let Ok(text) = std::fs::read_to_string(entry.unwrap().path()) else {
+            continue;
+        };
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().parse::<u64>().unwrap())
+        };
+        if let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:")) {
+            kernel.insert(id, memlock);
+        }
+    }
+    let total: u64 = kernel.values().sum();
+    assert_eq!(by_map.len(), kernel.len(), "{by_map:?} vs {kernel:?}");
+    assert_eq!(by_map.values().sum::<f64>() as u64, total, "{by_map:?}");
+    for name in ["FLOWS", "FLOW_CACHE", "FLOW_LOG"] {
+        assert!(
+            by_map.get(name).is_some_and(|b| *b > 0.0),
+            "{name}: {by_map:?}"
+        );
+    }
+    let maps = roce_observer::source::live::memory::open_maps(Some(d.pid())).unwrap();
+    let cpus = roce_observer::source::live::memory::possible_cpus().unwrap();
+    let model: u64 = maps.iter().map(|m| m.model(cpus)).sum();
+    let ratio = model as f64 / total as f64;
+    println!(
+        "kernel memory of the maps: {total} B on {cpus} possible CPUs; the model {model} B ({ratio:.4}x)"
+    );
+    assert!((ratio - 1.0).abs() < 0.01, "{ratio}: {maps:#?}");
+    d.stop();
+}

@@ -163,6 +163,14 @@ pub static RESIDENT_MEMORY: Family = Family::new(
     &[],
 );
 
+pub static KERNEL_MAP_MEMORY: Family = Family::new(
+    "roce_observer_kernel_map_memory",
+    Kind::Gauge,
+    Some(Unit::Bytes),
+    "Kernel memory of each of the observer's BPF maps, as the kernel accounts it (its memlock: preallocated, so it stays as attached; per-CPU maps grow with the possible CPUs)",
+    &["map"],
+);
+
 pub static SKIPPED_FRAMES: Family = Family::new(
     "roce_observer_skipped_frames",
     Kind::Counter,
@@ -218,6 +226,7 @@ pub fn all() -> Vec<Family> {
         MAX_SERIES.clone(),
         CPU.clone(),
         RESIDENT_MEMORY.clone(),
+        KERNEL_MAP_MEMORY.clone(),
         SKIPPED_FRAMES.clone(),
         CONFIG_RELOADS.clone(),
         INTERFACE_ATTACHED.clone(),

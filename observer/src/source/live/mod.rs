@@ -23,6 +23,7 @@ mod bursts;
 mod clock;
 mod error;
 mod maps;
+pub mod memory;
 mod netdev;
 mod spread;
 
