@@ -375,7 +375,12 @@ impl Observer {
         };
         let mut ebpf = load_object(
             EBPF_OBJECT,
-            &[(map_names::FLOWS, config.max_flows)],
+            // The benchmark-only shared table is loaded with the object: at its smallest, as
+            // nothing here writes it.
+            &[
+                (map_names::FLOWS, config.max_flows),
+                (map_names::FLOWS_SHARED, 1),
+            ],
             ring_slots as u32,
             tick_ns,
         )?;
