@@ -176,7 +176,14 @@ impl Collector {
         let nic = NicSide::new(&config);
         let kernel_maps = match &tap {
             Tap::Kernel(_) => match roce_observer::source::live::memory::open_maps(None) {
-                Ok(maps) => maps.into_iter().map(|m| (m.name, m.bytes)).collect(),
+                // One sample per name: maps of one name (were there any) summed.
+                Ok(maps) => {
+                    let mut by_name: std::collections::BTreeMap<String, u64> = Default::default();
+                    for m in maps {
+                        *by_name.entry(m.name).or_default() += m.bytes;
+                    }
+                    by_name.into_iter().collect()
+                }
                 Err(e) => {
                     warn!("cannot read the kernel memory of the BPF maps: {e}");
                     Vec::new()

@@ -728,6 +728,12 @@ fn default_memory(ns: &str, bin: &Path) -> Result<DefaultMemory, String> {
     let maps = memory::open_maps(Some(daemon.pid())).map_err(|e| format!("fdinfo: {e}"))?;
     let metric = m.sum("roce_observer_kernel_map_memory_bytes")? as u64;
     daemon.stop()?;
+    let kernel: u64 = maps.iter().map(|m| m.bytes).sum();
+    if metric != kernel {
+        return Err(format!(
+            "the daemon's roce_observer_kernel_map_memory_bytes sum to {metric} B, its maps' memlock to {kernel} B"
+        ));
+    }
     let cpus_here = memory::possible_cpus().map_err(|e| e.to_string())?;
     let mut top: Vec<(String, u64, u64)> = maps
         .iter()
@@ -742,7 +748,7 @@ fn default_memory(ns: &str, bin: &Path) -> Result<DefaultMemory, String> {
     top.sort_by_key(|t| std::cmp::Reverse(t.1));
     top.truncate(5);
     Ok(DefaultMemory {
-        kernel: maps.iter().map(|m| m.bytes).sum(),
+        kernel,
         metric,
         model_here: maps.iter().map(|m| m.model(cpus_here)).sum(),
         cpus_here,

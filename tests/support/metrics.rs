@@ -160,6 +160,7 @@ pub const EXPORTED_METRICS: &[&str] = &[
     "roce_observer_series_demotions_total",
     "roce_observer_cpu_seconds_total",
     "roce_observer_resident_memory_bytes",
+    "roce_observer_kernel_map_memory_bytes",
     "roce_observer_skipped_frames_total",
     "roce_observer_config_reloads_total",
     "roce_observer_interval_seconds",

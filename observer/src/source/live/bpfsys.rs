@@ -821,6 +821,38 @@ struct MapInfo {
     map_flags: u32,
 }
 
+/// `struct bpf_map_info` up to its name.
+#[repr(C, align(8))]
+#[derive(Default)]
+struct MapInfoNamed {
+    head: MapInfo,
+    name: [u8; 16],
+}
+
+/// The id and name of the map `map` (the kernel's, at most 15 bytes), from the map's own
+/// descriptor: unlike a lookup by id, this needs no capability.
+pub fn map_id_and_name(map: BorrowedFd<'_>) -> Result<(u32, String), BpfSysError> {
+    let mut info = MapInfoNamed::default();
+    let mut attr = InfoAttr {
+        bpf_fd: map.as_raw_fd() as u32,
+        info_len: size_of::<MapInfoNamed>() as u32,
+        info: &raw mut info as u64,
+    };
+    // SAFETY: info is info_len bytes.
+    unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }
+        .map_err(|e| BpfSysError::new("BPF_OBJ_GET_INFO_BY_FD", map, e))?;
+    let len = info
+        .name
+        .iter()
+        .position(|b| *b == 0)
+        .unwrap_or(info.name.len());
+    Ok((
+        info.head.id,
+        String::from_utf8_lossy(&info.name[..len]).into_owned(),
+    ))
+}
+
+const _: () = assert!(size_of::<MapInfoNamed>() == 40);
 const _: () = assert!(size_of::<ElemAttr>() == 32);
 const _: () = assert!(size_of::<BatchAttr>() == 56);
 const _: () = assert!(size_of::<InfoAttr>() == 16);

@@ -2,7 +2,11 @@
 //! its descriptor's fdinfo: `bpf_map_memory_usage`, what the map's `map_mem_usage` counts), and
 //! a model of the same accounting: what of it grows with the number of possible CPUs. No
 //! library reads either: fdinfo is a text file of the kernel's, and the model follows
-//! `htab_map_mem_usage` (kernel/bpf/hashtab.c) and `array_map_mem_usage` (arraymap.c).
+//! `htab_map_mem_usage` (kernel/bpf/hashtab.c), `array_map_mem_usage` (arraymap.c) and
+//! `cpu_map_mem_usage` (cpumap.c) of Linux 6.4 and later (before, `memlock` was a rounder
+//! estimate, and the model is within several percent of it). What the kernel allocates later
+//! and does not count (a cpumap entry's queue and thread, the LRU's per-CPU lists) is in
+//! neither.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +16,7 @@ const PERCPU_HASH: u32 = 5;
 const PERCPU_ARRAY: u32 = 6;
 const LRU_HASH: u32 = 9;
 const LRU_PERCPU_HASH: u32 = 10;
+const CPUMAP: u32 = 16;
 /// `BPF_F_NO_PREALLOC`: a hash that allocates its elements as they come.
 const NO_PREALLOC: u32 = 1;
 /// `BPF_F_MMAPABLE`: an array whose values are whole pages.
@@ -36,29 +41,61 @@ pub struct MapMemory {
     pub map_flags: u32,
     /// The kernel's accounting (`memlock`), bytes.
     pub bytes: u64,
+    /// The entries per possible CPU of a map the loader sizes by the CPUs (the microburst
+    /// rings, the spreading cpumap); none: a fixed size.
+    pub entries_per_cpu: Option<u32>,
 }
 
+/// The maps the loader sizes by the possible CPUs.
+const CPU_SIZED: [&str; 2] = [
+    observer_common::maps::BURSTS,
+    observer_common::maps::SPREAD_CPUS,
+];
+
 /// The BPF maps process `pid` holds open (none: this process), each once however many
-/// descriptors it has open, by id.
+/// descriptors it has open, by id. This process's maps are named from their own descriptors
+/// (no capability needed); another's by id, which takes CAP_SYS_ADMIN (`map-<id>` without).
 pub fn open_maps(pid: Option<u32>) -> std::io::Result<Vec<MapMemory>> {
     let dir = match pid {
         Some(p) => format!("/proc/{p}/fdinfo"),
         None => "/proc/self/fdinfo".into(),
     };
+    let cpus = super::bpfsys::possible_cpus().map_err(std::io::Error::other)? as u32;
     let mut by_id = BTreeMap::new();
     for entry in std::fs::read_dir(&dir)? {
+        let entry = entry?;
         // A descriptor closed meanwhile is not one of them.
-        let Ok(text) = std::fs::read_to_string(entry?.path()) else {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
             continue;
         };
-        if let Some(mut m) = parse_fdinfo(&text) {
-            m.name = aya::maps::MapInfo::from_id(m.id)
-                .ok()
-                .and_then(|i| i.name_as_str().map(str::to_string))
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| format!("map-{}", m.id));
-            by_id.insert(m.id, m);
+        let Some(mut m) = parse_fdinfo(&text) else {
+            continue;
+        };
+        let own = entry
+            .file_name()
+            .to_str()
+            .and_then(|f| f.parse::<std::os::fd::RawFd>().ok())
+            .filter(|_| pid.is_none())
+            .and_then(|fd| {
+                // SAFETY: a descriptor of this process, borrowed for one syscall; one closed or
+                // reused meanwhile fails it or names another id, which is checked.
+                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                super::bpfsys::map_id_and_name(fd).ok()
+            })
+            .filter(|(id, _)| *id == m.id)
+            .map(|(_, name)| name);
+        m.name = own
+            .or_else(|| {
+                aya::maps::MapInfo::from_id(m.id)
+                    .ok()
+                    .and_then(|i| i.name_as_str().map(str::to_string))
+            })
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("map-{}", m.id));
+        if CPU_SIZED.contains(&m.name.as_str()) && cpus > 0 {
+            m.entries_per_cpu = Some(m.max_entries / cpus);
         }
+        by_id.insert(m.id, m);
     }
     Ok(by_id.into_values().collect())
 }
@@ -86,6 +123,7 @@ fn parse_fdinfo(text: &str) -> Option<MapMemory> {
         max_entries: u32_of("max_entries")?,
         map_flags: u32_of("map_flags").unwrap_or(0),
         bytes: field("memlock")?,
+        entries_per_cpu: None,
     })
 }
 
@@ -96,11 +134,16 @@ fn round8(n: u32) -> u64 {
 impl MapMemory {
     /// The kernel's accounting of this map on a host of `cpus` possible CPUs, as the model
     /// gives it: a preallocated hash's buckets, elements, per-CPU values and locks; an
-    /// array's values (per CPU for a per-CPU array). Only the kernel's fixed header of each
-    /// map (a few hundred bytes) is left out; a map of any other type (or a hash that
-    /// allocates as it goes) is what the kernel says here, whatever `cpus`.
+    /// array's values (per CPU for a per-CPU array); a cpumap's entries; a map the loader
+    /// sizes by the CPUs with as many entries more. Only the kernel's fixed header of each map
+    /// (a few hundred bytes) is left out; a map of any other type is what the kernel says
+    /// here, whatever `cpus`, and so is a hash that allocates as it goes (this observer has
+    /// none: the kernel would count its elements as they are, per CPU for a per-CPU one).
     pub fn model(&self, cpus: u64) -> u64 {
-        let entries = u64::from(self.max_entries);
+        let entries = match self.entries_per_cpu {
+            Some(per) => u64::from(per) * cpus,
+            None => u64::from(self.max_entries),
+        };
         let value = round8(self.value_size);
         match self.map_type {
             HASH | PERCPU_HASH | LRU_HASH | LRU_PERCPU_HASH
@@ -127,6 +170,7 @@ impl MapMemory {
             PERCPU_ARRAY => entries * 8 + entries * value * cpus,
             ARRAY if self.map_flags & MMAPABLE != 0 => (entries * value).div_ceil(PAGE) * PAGE,
             ARRAY => entries * value,
+            CPUMAP => entries * 8,
             _ => self.bytes,
         }
     }
@@ -144,25 +188,9 @@ pub fn at_cpus(maps: &[MapMemory], here: u64, cpus: u64) -> u64 {
 }
 
 /// The possible CPUs of this host (the kernel's `cpu_possible_mask`, as per-CPU maps size
-/// their values), from `/sys/devices/system/cpu/possible` (`0-191`, `0,2-5`).
-pub fn possible_cpus() -> std::io::Result<u64> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    let mut n = 0;
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let bad = || std::io::Error::other(format!("cannot read the possible CPUs {text:?}"));
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (
-                a.parse::<u64>().map_err(|_| bad())?,
-                b.parse::<u64>().map_err(|_| bad())?,
-            ),
-            None => {
-                let a = part.parse::<u64>().map_err(|_| bad())?;
-                (a, a)
-            }
-        };
-        n += hi.saturating_sub(lo) + 1;
-    }
-    Ok(n)
+/// their values).
+pub fn possible_cpus() -> Result<u64, super::bpfsys::BpfSysError> {
+    super::bpfsys::possible_cpus().map(|n| n as u64)
 }
 
 #[cfg(test)]
@@ -171,7 +199,7 @@ mod tests {
 
     #[test]
     fn fdinfo_of_a_map_is_read_and_others_are_not() {
-        let text = "pos:\t0\nflags:\t02000002\nmnt_id:\t16\nino:\t2083\nmap_type:\t10\nkey_size:\t40\nvalue_size:\t432\nmax_entries:\t16384\nmap_flags:\t0x0\nmap_extra:\t0x0\nmemlock:\t15107328\nmap_id:\t77\nfrozen:\t0\n";
+        let text = "pos:\t0\nflags:\t02000002\nmnt_id:\t16\nino:\t2083\nmap_type:\t10\nkey_size:\t40\nvalue_size:\t432\nmax_entries:\t16384\nmap_flags:\t0\nmap_extra:\t0x0\nmemlock:\t15107328\nmap_id:\t77\nfrozen:\t0\n";
         let m = parse_fdinfo(text).unwrap();
         assert_eq!(
             (
@@ -189,6 +217,9 @@ mod tests {
             parse_fdinfo("pos:\t0\nflags:\t02\nmnt_id:\t15\nino:\t1\n"),
             None
         );
+        // Flags other than none are hexadecimal (an mmapable array).
+        let mmapable = text.replace("map_flags:\t0\n", "map_flags:\t0x400\n");
+        assert_eq!(parse_fdinfo(&mmapable).unwrap().map_flags, MMAPABLE);
         // A program's fdinfo has no map fields.
         assert_eq!(
             parse_fdinfo("prog_type:\t6\nprog_jited:\t1\nmemlock:\t4096\nprog_id:\t5\n"),
@@ -207,6 +238,7 @@ mod tests {
             max_entries: 16384,
             map_flags: 0,
             bytes: 0,
+            entries_per_cpu: None,
         };
         // Per CPU: the values (432 B x 16384) and the locks (8 x 4 B).
         assert_eq!(m.model(3) - m.model(2), 432 * 16384 + 32);
@@ -223,6 +255,16 @@ mod tests {
             ..m.clone()
         };
         assert_eq!(other.model(1024), 4096);
+        // The microburst rings, sized by the loader: 2048 16-byte slots per CPU, in pages.
+        let rings = MapMemory {
+            map_type: ARRAY,
+            map_flags: MMAPABLE,
+            value_size: 16,
+            max_entries: 2 * 2048,
+            entries_per_cpu: Some(2048),
+            ..m.clone()
+        };
+        assert_eq!((rings.model(2), rings.model(3)), (65536, 98304));
         // What the kernel says here, plus the model's growth.
         let here = MapMemory {
             bytes: m.model(2) + 500,
