@@ -54,7 +54,7 @@ use observer_common::wire::op;
 use roce_observer::{
     lab::{Lab, pin_current_thread},
     source::{
-        live::memory,
+        live::{bpfsys, memory},
         synth::{Ip, PacketSocket, RoceFrame},
     },
 };
@@ -734,7 +734,7 @@ fn default_memory(ns: &str, bin: &Path) -> Result<DefaultMemory, String> {
             "the daemon's roce_observer_kernel_map_memory_bytes sum to {metric} B, its maps' memlock to {kernel} B"
         ));
     }
-    let cpus_here = memory::possible_cpus().map_err(|e| e.to_string())?;
+    let cpus_here = bpfsys::possible_cpus().map_err(|e| e.to_string())? as u64;
     let mut top: Vec<(String, u64, u64)> = maps
         .iter()
         .map(|m| {

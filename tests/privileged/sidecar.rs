@@ -2285,7 +2285,7 @@ fn the_maps_kernel_memory_is_the_kernels_accounting() {
         );
     }
     let maps = roce_observer::source::live::memory::open_maps(Some(d.pid())).unwrap();
-    let cpus = roce_observer::source::live::memory::possible_cpus().unwrap();
+    let cpus = roce_observer::source::live::bpfsys::possible_cpus().unwrap() as u64;
     let model: u64 = maps.iter().map(|m| m.model(cpus)).sum();
     let ratio = model as f64 / total as f64;
     println!(

@@ -132,6 +132,23 @@ pub struct HostPhase {
 }
 
 impl HostPhase {
+    /// `host` sending from `start_ns` to `end_ns`, `bytes` of it, its QPs quiet and what fed
+    /// it not known.
+    pub fn quiet(host: IpAddr, start_ns: u64, end_ns: u64, bytes: u64) -> Self {
+        Self {
+            host,
+            start_ns,
+            end_ns,
+            bytes,
+            ce: 0,
+            cnp: 0,
+            naks: 0,
+            retransmissions: 0,
+            fed_ns: None,
+            fed_in_phase: false,
+        }
+    }
+
     /// What the network showed its QPs in the phase: CE marks, CNPs, NAKs and resends.
     pub fn events(&self) -> u64 {
         self.ce + self.cnp + self.naks + self.retransmissions

@@ -482,18 +482,9 @@ fn job(bin_ns: u64, start_ns: u64, members: &[&QpBins], opts: &Options) -> Job {
             for (b, d) in inside {
                 // What the network showed counts for both ends; the bytes for the sender.
                 for (ip, sender) in [(q.flow.src_ip, true), (q.flow.dst_ip, false)] {
-                    let h = per_host.entry(ip).or_insert_with(|| HostPhase {
-                        host: ip,
-                        start_ns: u64::MAX,
-                        end_ns: 0,
-                        bytes: 0,
-                        ce: 0,
-                        cnp: 0,
-                        naks: 0,
-                        retransmissions: 0,
-                        fed_ns: None,
-                        fed_in_phase: false,
-                    });
+                    let h = per_host
+                        .entry(ip)
+                        .or_insert_with(|| HostPhase::quiet(ip, u64::MAX, 0, 0));
                     h.ce += d.ce;
                     h.cnp += d.cnp;
                     h.naks += d.naks;

@@ -10,12 +10,12 @@
 
 use std::collections::BTreeMap;
 
-const HASH: u32 = 1;
-const ARRAY: u32 = 2;
-const PERCPU_HASH: u32 = 5;
-const PERCPU_ARRAY: u32 = 6;
-const LRU_HASH: u32 = 9;
-const LRU_PERCPU_HASH: u32 = 10;
+use super::bpfsys::{
+    BPF_MAP_TYPE_ARRAY as ARRAY, BPF_MAP_TYPE_HASH as HASH, BPF_MAP_TYPE_LRU_HASH as LRU_HASH,
+    BPF_MAP_TYPE_LRU_PERCPU_HASH as LRU_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY as PERCPU_ARRAY,
+    BPF_MAP_TYPE_PERCPU_HASH as PERCPU_HASH,
+};
+
 const CPUMAP: u32 = 16;
 /// `BPF_F_NO_PREALLOC`: a hash that allocates its elements as they come.
 const NO_PREALLOC: u32 = 1;
@@ -185,12 +185,6 @@ pub fn at_cpus(maps: &[MapMemory], here: u64, cpus: u64) -> u64 {
             (m.bytes as i128 + grows).max(0) as u64
         })
         .sum()
-}
-
-/// The possible CPUs of this host (the kernel's `cpu_possible_mask`, as per-CPU maps size
-/// their values).
-pub fn possible_cpus() -> Result<u64, super::bpfsys::BpfSysError> {
-    super::bpfsys::possible_cpus().map(|n| n as u64)
 }
 
 #[cfg(test)]

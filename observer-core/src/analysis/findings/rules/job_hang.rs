@@ -243,17 +243,8 @@ mod tests {
                     bytes: 100 * hosts.len() as u64,
                     hosts: hosts
                         .iter()
-                        .map(|h| HostPhase {
-                            host: ip(*h),
-                            start_ns: p * 100 * MS,
-                            end_ns: p * 100 * MS + 20 * MS,
-                            bytes: 100,
-                            ce: 0,
-                            cnp: 0,
-                            naks: 0,
-                            retransmissions: 0,
-                            fed_ns: None,
-                            fed_in_phase: false,
+                        .map(|h| {
+                            HostPhase::quiet(ip(*h), p * 100 * MS, p * 100 * MS + 20 * MS, 100)
                         })
                         .collect(),
                 }

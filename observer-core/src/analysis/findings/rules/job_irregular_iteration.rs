@@ -228,16 +228,13 @@ mod tests {
                     bytes: 400,
                     hosts: (1..=4)
                         .map(|h| HostPhase {
-                            host: std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, h)),
-                            start_ns: start,
-                            end_ns: end,
-                            bytes: 100,
                             ce: ce(i),
-                            cnp: 0,
-                            naks: 0,
-                            retransmissions: 0,
-                            fed_ns: None,
-                            fed_in_phase: false,
+                            ..HostPhase::quiet(
+                                std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, h)),
+                                start,
+                                end,
+                                100,
+                            )
                         })
                         .collect(),
                 }

@@ -526,16 +526,13 @@ mod tests {
                     bytes: 1000,
                     hosts: (1..=hosts)
                         .map(|h| HostPhase {
-                            host: ip(h),
-                            start_ns: t0 + start(p, h) * ms,
-                            end_ns: t0 + 20 * ms + start(p, h) * ms,
-                            bytes: 100,
                             ce: ce(p, h),
-                            cnp: 0,
-                            naks: 0,
-                            retransmissions: 0,
-                            fed_ns: None,
-                            fed_in_phase: false,
+                            ..HostPhase::quiet(
+                                ip(h),
+                                t0 + start(p, h) * ms,
+                                t0 + 20 * ms + start(p, h) * ms,
+                                100,
+                            )
                         })
                         .collect(),
                 }
